@@ -1,0 +1,36 @@
+# Helpers shared by every folder: warnings, and the single way tests are registered.
+
+# geo_set_warnings(<target>): the project's warning policy (zero warnings under -Wall -Wextra).
+function(geo_set_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor>
+    $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
+endfunction()
+
+# geo_add_library(<name> SOURCES ... [DEPS ...] [PRIVATE_DEPS ...])
+# One library target per folder; include paths are rooted at the repository so
+# headers are included as "common/status.h", "kernels/qsgd.h", ...
+function(geo_add_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  geo_set_warnings(${name})
+endfunction()
+
+# geo_add_test(<name> SOURCES ... [DEPS ...] [LABELS ...] [TIMEOUT s])
+# Builds one GoogleTest binary and registers each of its test cases with ctest
+# through gtest_discover_tests, so ctest reports (and can filter) single cases.
+function(geo_add_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  geo_set_warnings(${name})
+  gtest_discover_tests(${name}
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
+    DISCOVERY_TIMEOUT 60)
+endfunction()

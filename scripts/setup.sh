@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages geotrain needs to build, test and run.
+# Idempotent: installs only what is missing and runs `apt-get update` at most
+# once. Later components add their packages to PACKAGES below.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake git pkg-config ca-certificates
+  libfmt-dev libspdlog-dev          # common/: logging
+  libgtest-dev libgmock-dev         # tests
+  libbenchmark-dev                  # bench/
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null; then
+    SUDO="sudo"
+  else
+    echo "setup: missing packages (${missing[*]}) and not root, and sudo is not installed" >&2
+    exit 1
+  fi
+fi
+
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
