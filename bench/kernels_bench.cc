@@ -195,7 +195,16 @@ class RatioReporter : public benchmark::ConsoleReporter {
 }  // namespace
 }  // namespace geo::bench
 
+#if !defined(GEO_HAVE_CUDA)
+bool geo::bench::registerGpuBenchmarks() {
+  return false;
+}
+#endif
+
 int main(int argc, char** argv) {
+  if (!geo::bench::registerGpuBenchmarks()) {
+    std::printf("no CUDA device (or a build without CUDA): GPU cases are not run\n");
+  }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   geo::bench::RatioReporter reporter;

@@ -189,10 +189,17 @@ void bitsArgs(benchmark::internal::Benchmark* b) {
   b->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
 
-BENCHMARK(BM_GpuCopy)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_GpuQsgdEncode)->Apply(bitsArgs);
-BENCHMARK(BM_GpuQsgdDecodeAccumulate)->Apply(bitsArgs);
-BENCHMARK(BM_GpuQsgdDecode)->Apply(bitsArgs);
-
 }  // namespace
+
+bool registerGpuBenchmarks() {
+  if (!kernels::cudaDeviceAvailable()) return false;
+  benchmark::RegisterBenchmark("BM_GpuCopy", BM_GpuCopy)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_GpuQsgdEncode", BM_GpuQsgdEncode)->Apply(bitsArgs);
+  benchmark::RegisterBenchmark("BM_GpuQsgdDecodeAccumulate", BM_GpuQsgdDecodeAccumulate)
+      ->Apply(bitsArgs);
+  benchmark::RegisterBenchmark("BM_GpuQsgdDecode", BM_GpuQsgdDecode)->Apply(bitsArgs);
+  return true;
+}
 }  // namespace geo::bench

@@ -35,7 +35,7 @@
 //
 // Errors: bad configuration (bits not 2/4/8, bucket size < 1), null pointers
 // with n > 0, too small an output buffer, NaN/Inf input (encode), and scales
-// that are negative or not finite (decode: corrupt or hostile payload) throw
+// that are not +0 or positive finite (decode: corrupt or hostile payload) throw
 // geo::Error. Inputs and the error-feedback residual are never modified by a
 // call that throws; the output buffer's contents are then unspecified.
 
