@@ -9,6 +9,9 @@ PACKAGES=(
   libfmt-dev libspdlog-dev          # common/: logging
   libgtest-dev libgmock-dev         # tests
   libbenchmark-dev                  # bench/
+  libzmq3-dev cppzmq-dev libsodium-dev  # worker/transport: ZeroMQ + CURVE
+  libcli11-dev                      # command lines
+  clang-14 libclang-rt-14-dev       # libFuzzer targets (tests/fuzz)
 )
 
 missing=()

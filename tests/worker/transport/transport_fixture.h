@@ -1,0 +1,76 @@
+#pragma once
+// Helpers for transport tests: free loopback ports, a keyed world of N ranks,
+// and payload patterns.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/transport/keys.h"
+#include "worker/transport/zmq_transport.h"
+
+namespace geo::transport::testing {
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it
+// back, close). Tests use several at once; the kernel does not hand the same
+// ephemeral port out twice in a row.
+inline int freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+inline std::string tcp(int port) {
+  return "tcp://127.0.0.1:" + std::to_string(port);
+}
+
+// Configs for a world of n ranks on loopback, each with its own keypair.
+struct World {
+  std::vector<CurveKeyPair> keys;
+  std::vector<std::string> endpoints;
+
+  explicit World(size_t n) {
+    for (size_t r = 0; r < n; ++r) {
+      keys.push_back(generateKeyPair());
+      endpoints.push_back(tcp(freePort()));
+    }
+  }
+
+  TransportConfig config(uint32_t rank) const {
+    TransportConfig c;
+    c.jobId = "test-job";
+    c.rank = rank;
+    c.endpoints = endpoints;
+    c.secretKey = keys[rank].secretKey;
+    for (const auto& k : keys) c.publicKeys.push_back(k.publicKey);
+    c.pingInterval = std::chrono::milliseconds(200);
+    return c;
+  }
+};
+
+inline std::vector<std::byte> pattern(size_t size, uint32_t seed) {
+  std::vector<std::byte> v(size);
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& b : v) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    b = static_cast<std::byte>(x);
+  }
+  return v;
+}
+
+}  // namespace geo::transport::testing

@@ -1,0 +1,370 @@
+// The ZeroMQ transport over real loopback sockets: exchange, authentication,
+// malformed frames, backpressure and link emulation. (Process restarts are in
+// restart_test.cc; the wire-privacy relay in wire_privacy_test.cc.)
+
+#include <gtest/gtest.h>
+#include <zmq.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <zmq.hpp>
+
+#include "tests/worker/transport/transport_fixture.h"
+#include "worker/transport/frame.h"
+#include "worker/transport/zmq_transport.h"
+
+namespace geo::transport {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::freePort;
+using testing::pattern;
+using testing::World;
+
+std::vector<std::unique_ptr<Transport>> startAll(const std::vector<TransportConfig>& configs) {
+  std::vector<std::unique_ptr<Transport>> out;
+  for (const auto& c : configs) {
+    auto t = makeZmqTransport(c);
+    EXPECT_TRUE(t.ok()) << t.status().toString();
+    if (!t.ok()) return {};
+    out.push_back(std::move(*t));
+  }
+  return out;
+}
+
+std::vector<std::unique_ptr<Transport>> startWorld(const World& w) {
+  std::vector<TransportConfig> configs;
+  for (uint32_t r = 0; r < w.keys.size(); ++r) configs.push_back(w.config(r));
+  return startAll(configs);
+}
+
+bool sameBytes(std::span<const std::byte> a, const std::vector<std::byte>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0);
+}
+
+class TransportExchange : public ::testing::TestWithParam<int> {};
+
+// Every rank sends every other rank payloads of many sizes; each arrives
+// intact, with its header fields, in order per sender.
+TEST_P(TransportExchange, AllPairsManySizes) {
+  const int n = GetParam();
+  World w(static_cast<size_t>(n));
+  auto ts = startWorld(w);
+  ASSERT_EQ(ts.size(), static_cast<size_t>(n));
+  const std::vector<size_t> sizes = {0, 1, 63, 64, 4096, 1 << 20, (3 << 20) + 7};
+  for (int s = 0; s < n; ++s) {
+    for (int d = 0; d < n; ++d) {
+      if (s == d) continue;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        SendMeta meta{.round = i, .step = 100 + i, .codec = CodecId::kRaw};
+        auto st = ts[s]->send(d, MessageKind::kUpdate, meta,
+                              Payload(pattern(sizes[i], s * 1000 + d * 10 + i)), 5s);
+        ASSERT_TRUE(st.ok()) << st.toString();
+      }
+    }
+  }
+  for (int d = 0; d < n; ++d) {
+    for (int s = 0; s < n; ++s) {
+      if (s == d) continue;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        auto m = ts[d]->receive(MessageKind::kUpdate, i, s, 10s);
+        ASSERT_TRUE(m.ok()) << m.status().toString();
+        EXPECT_EQ(m->header.sender, static_cast<uint32_t>(s));
+        EXPECT_EQ(m->header.step, 100 + i);
+        EXPECT_EQ(m->header.payloadBytes, sizes[i]);
+        EXPECT_EQ(m->header.elementCount, sizes[i]);
+        EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(sizes[i], s * 1000 + d * 10 + i)))
+            << "size " << sizes[i] << " from " << s << " to " << d;
+      }
+    }
+  }
+  // Counters agree between the two ends of every pair.
+  for (int s = 0; s < n; ++s) {
+    for (const auto& c : ts[s]->peerCounters()) {
+      EXPECT_GE(c.messagesSent, sizes.size());
+      EXPECT_GE(c.bytesSent, 64 * sizes.size() + (1 << 20) + (3 << 20));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, TransportExchange, ::testing::Values(2, 4));
+
+TEST(Transport, Exchanges256MiB) {
+  World w(2);
+  auto ts = startWorld(w);
+  ASSERT_EQ(ts.size(), 2u);
+  const size_t size = size_t{256} << 20;
+  auto sent = pattern(size, 7);
+  const auto expected = sent;  // the transport takes `sent`
+  ASSERT_TRUE(
+      ts[0]->send(1, MessageKind::kUpdate, {.round = 9}, Payload(std::move(sent)), 5s).ok());
+  auto m = ts[1]->receive(MessageKind::kUpdate, 9, 0, 60s);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), expected));
+}
+
+TEST(Transport, ReceiveTimesOutWithAClearError) {
+  World w(2);
+  auto ts = startWorld(w);
+  ASSERT_EQ(ts.size(), 2u);
+  auto m = ts[0]->receive(MessageKind::kUpdate, 3, 1, 50ms);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(m.status().message().find("no update message for round 3 from rank 1"),
+            std::string::npos)
+      << m.status().message();
+}
+
+TEST(Transport, RejectsBadConfigurations) {
+  World w(2);
+  auto c = w.config(0);
+  c.rank = 5;
+  EXPECT_NE(makeZmqTransport(c).status().message().find("rank 5 is out of range"),
+            std::string::npos);
+  c = w.config(0);
+  c.secretKey = w.keys[1].secretKey;
+  EXPECT_NE(makeZmqTransport(c).status().message().find("secretKey does not belong"),
+            std::string::npos);
+  c = w.config(0);
+  c.publicKeys[1] = c.publicKeys[0];
+  EXPECT_NE(makeZmqTransport(c).status().message().find("repeats another rank's key"),
+            std::string::npos);
+  c = w.config(0);
+  c.encrypt = false;
+  EXPECT_NE(makeZmqTransport(c).status().message().find("never sends plaintext"),
+            std::string::npos);
+  // An endpoint already bound by someone else.
+  auto first = makeZmqTransport(w.config(0));
+  ASSERT_TRUE(first.ok());
+  auto again = makeZmqTransport(w.config(0));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("cannot bind"), std::string::npos);
+}
+
+TEST(Transport, SendToSelfOrUnknownRankIsInvalid) {
+  World w(2);
+  auto ts = startWorld(w);
+  ASSERT_EQ(ts.size(), 2u);
+  EXPECT_EQ(ts[0]->send(0, MessageKind::kUpdate, {}, Payload(), 1s).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ts[0]->send(7, MessageKind::kUpdate, {}, Payload(), 1s).code(),
+            StatusCode::kInvalidArgument);
+}
+
+// With the peer absent, the bounded queue fills and send() reports
+// backpressure instead of buffering without limit.
+TEST(Transport, FullQueueGivesBackpressure) {
+  World w(2);
+  auto c = w.config(0);
+  c.maxQueuedBytesPerPeer = 1 << 20;
+  auto t = makeZmqTransport(c);
+  ASSERT_TRUE(t.ok());
+  Status st;
+  int accepted = 0;
+  for (int i = 0; i < 100 && st.ok(); ++i) {
+    st = (*t)->send(1, MessageKind::kUpdate, {}, Payload(pattern(256 << 10, i)), 100ms);
+    if (st.ok()) ++accepted;
+  }
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.toString();
+  EXPECT_NE(st.message().find("send queue to rank 1 stayed full"), std::string::npos);
+  EXPECT_GE(accepted, 3);
+  EXPECT_LE(accepted, 5);
+  EXPECT_LE((*t)->peerCounters()[0].queuedBytes, (1u << 20) + (256u << 10) + 64);
+}
+
+// A raw ZeroMQ client, to speak to a transport as an outsider would.
+struct RawClient {
+  zmq::context_t ctx;
+  zmq::socket_t sock{ctx, zmq::socket_type::dealer};
+
+  RawClient(const std::string& endpoint, const std::string& serverKey,
+            const std::optional<CurveKeyPair>& own) {
+    sock.set(zmq::sockopt::linger, 0);
+    if (own) {
+      sock.set(zmq::sockopt::curve_serverkey, serverKey);
+      sock.set(zmq::sockopt::curve_publickey, own->publicKey);
+      sock.set(zmq::sockopt::curve_secretkey, own->secretKey);
+    }
+    sock.connect(endpoint);
+  }
+
+  void sendFrames(const std::vector<std::vector<std::byte>>& frames) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      sock.send(zmq::buffer(frames[i].data(), frames[i].size()),
+                i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+};
+
+std::vector<std::byte> headerBytes(const FrameHeader& h) {
+  std::vector<std::byte> out(kFrameHeaderBytes);
+  encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(out.data(), kFrameHeaderBytes));
+  return out;
+}
+
+FrameHeader validHeader(uint32_t sender, uint64_t round, uint64_t payloadBytes) {
+  FrameHeader h;
+  h.kind = MessageKind::kUpdate;
+  h.jobHash = jobIdHash("test-job");
+  h.round = round;
+  h.sender = sender;
+  h.codec = CodecId::kRaw;
+  h.elementCount = payloadBytes;
+  h.payloadBytes = payloadBytes;
+  return h;
+}
+
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = 5s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+TEST(TransportSecurity, KeyNotOnTheAllowlistCannotDeliverAndIsCounted) {
+  World w(2);
+  auto t = makeZmqTransport(w.config(0));
+  ASSERT_TRUE(t.ok());
+  const CurveKeyPair intruder = generateKeyPair();
+  RawClient client(w.endpoints[0], w.keys[0].publicKey, intruder);
+  const auto payload = pattern(100, 1);
+  client.sendFrames({headerBytes(validHeader(1, 1, 100)), payload});
+  EXPECT_TRUE(eventually([&] { return (*t)->counters().refusedKeys >= 1; }));
+  EXPECT_EQ((*t)->receive(MessageKind::kUpdate, 1, kAnyPeer, 300ms).status().code(),
+            StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*t)->counters().framesRejected, 0u);  // nothing even reached the decoder
+}
+
+TEST(TransportSecurity, ClientWithoutCurveIsRefused) {
+  World w(2);
+  auto t = makeZmqTransport(w.config(0));
+  ASSERT_TRUE(t.ok());
+  RawClient client(w.endpoints[0], "", std::nullopt);
+  client.sendFrames({headerBytes(validHeader(1, 1, 10)), pattern(10, 1)});
+  EXPECT_TRUE(eventually([&] { return (*t)->counters().handshakeFailures >= 1; }));
+  EXPECT_EQ((*t)->receive(MessageKind::kUpdate, 1, kAnyPeer, 300ms).status().code(),
+            StatusCode::kDeadlineExceeded);
+}
+
+// An authenticated peer (rank 1's key) sending malformed frames: each is
+// rejected with a reason, and the endpoint keeps serving.
+TEST(TransportSecurity, MalformedFramesAreRejectedAndServingContinues) {
+  World w(2);
+  auto t = makeZmqTransport(w.config(0));
+  ASSERT_TRUE(t.ok());
+  RawClient client(w.endpoints[0], w.keys[0].publicKey, w.keys[1]);
+
+  struct Case {
+    std::vector<std::vector<std::byte>> frames;
+    std::string reason;
+  };
+  FrameHeader wrongVersion = validHeader(1, 1, 4);
+  auto wrongVersionBytes = headerBytes(wrongVersion);
+  wrongVersionBytes[4] = std::byte{9};
+  FrameHeader otherJob = validHeader(1, 1, 4);
+  otherJob.jobHash = jobIdHash("another-job");
+  FrameHeader oversized = validHeader(1, 1, 4);
+  oversized.payloadBytes = uint64_t{1} << 40;
+  FrameHeader spoofed = validHeader(0, 1, 4);  // claims to be rank 0
+  FrameHeader outOfRange = validHeader(5, 1, 4);
+  const std::vector<Case> cases = {
+      {{pattern(10, 1)}, "expected a header frame and payload frames, got 1"},
+      {{pattern(30, 2), pattern(4, 2)}, "header"},
+      {{wrongVersionBytes, pattern(4, 3)}, "version"},
+      {{headerBytes(otherJob), pattern(4, 4)}, "job"},
+      {{headerBytes(oversized), pattern(4, 5)}, "payload"},
+      {{headerBytes(spoofed), pattern(4, 6)}, "authenticated as 1"},
+      {{headerBytes(outOfRange), pattern(4, 7)}, "sender"},
+      {{headerBytes(validHeader(1, 1, 4)), pattern(4, 8), pattern(4, 8)}, "payload"},
+  };
+  uint64_t rejected = 0;
+  for (const auto& c : cases) {
+    client.sendFrames(c.frames);
+    ++rejected;
+    ASSERT_TRUE(eventually([&] { return (*t)->counters().framesRejected >= rejected; }))
+        << c.reason;
+    EXPECT_NE((*t)->counters().lastRejectReason.find(c.reason), std::string::npos)
+        << "expected '" << c.reason << "' in: " << (*t)->counters().lastRejectReason;
+  }
+  // Still serving: a valid frame from the same connection is delivered.
+  const auto payload = pattern(4, 99);
+  client.sendFrames({headerBytes(validHeader(1, 42, 4)), payload});
+  auto m = (*t)->receive(MessageKind::kUpdate, 42, 1, 5s);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), payload));
+}
+
+// Link emulation: 50 ms one way in each direction is a 100 ms round trip,
+// measured by the transport's pings and by an application-level echo.
+TEST(TransportLink, RoundTripOf100Ms) {
+  World w(2);
+  std::vector<TransportConfig> configs = {w.config(0), w.config(1)};
+  for (auto& c : configs) {
+    c.links.assign(2, *parseLinkProfile("delay=50ms"));
+    c.pingInterval = 100ms;
+  }
+  auto ts = startAll(configs);
+  ASSERT_EQ(ts.size(), 2u);
+  double total = 0;
+  const int rounds = 5;
+  // Round 0 connects (CURVE handshake); rounds 1..5 measure the link.
+  for (int i = 0; i <= rounds; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(
+        ts[0]
+            ->send(1, MessageKind::kUpdate, {.round = uint64_t(i)}, Payload(pattern(16, i)), 1s)
+            .ok());
+    auto m = ts[1]->receive(MessageKind::kUpdate, i, 0, 5s);
+    ASSERT_TRUE(m.ok());
+    ASSERT_TRUE(ts[1]
+                    ->send(0, MessageKind::kUpdate, {.round = uint64_t(i)},
+                           Payload::copyOf(m->payload.bytes()), 1s)
+                    .ok());
+    ASSERT_TRUE(ts[0]->receive(MessageKind::kUpdate, i, 1, 5s).ok());
+    if (i > 0)
+      total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  EXPECT_NEAR(total / rounds, 0.100, 0.010);
+  ASSERT_TRUE(eventually([&] { return ts[0]->peerCounters()[0].rttSeconds > 0; }));
+  EXPECT_NEAR(ts[0]->peerCounters()[0].rttSeconds, 0.100, 0.010);
+}
+
+// 20 Mbit/s: 5 MB take 2 s (the 64 KiB burst is 1.3% of it).
+TEST(TransportLink, Bandwidth20Mbit) {
+  World w(2);
+  std::vector<TransportConfig> configs = {w.config(0), w.config(1)};
+  configs[0].links.assign(2, *parseLinkProfile("rate=20mbit"));
+  configs[0].pingInterval = 0ms;
+  configs[1].pingInterval = 0ms;
+  auto ts = startAll(configs);
+  ASSERT_EQ(ts.size(), 2u);
+  // Warm up the connection so the handshake is not measured.
+  ASSERT_TRUE(ts[0]->send(1, MessageKind::kControl, {}, Payload(pattern(1, 0)), 1s).ok());
+  ASSERT_TRUE(ts[1]->receive(MessageKind::kControl, 0, 0, 5s).ok());
+  std::this_thread::sleep_for(100ms);  // let the bucket refill to its burst
+
+  const int messages = 20;
+  const size_t size = 250'000 - kFrameHeaderBytes;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < messages; ++i) {
+    ASSERT_TRUE(
+        ts[0]
+            ->send(1, MessageKind::kUpdate, {.round = uint64_t(i)}, Payload(pattern(size, i)), 10s)
+            .ok());
+  }
+  for (int i = 0; i < messages; ++i) {
+    ASSERT_TRUE(ts[1]->receive(MessageKind::kUpdate, i, 0, 10s).ok());
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double mbit = messages * 250'000 * 8 / seconds / 1e6;
+  EXPECT_NEAR(mbit, 20.0, 2.0) << seconds << " s";
+}
+
+}  // namespace
+}  // namespace geo::transport

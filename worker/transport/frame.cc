@@ -1,0 +1,251 @@
+#include "worker/transport/frame.h"
+
+#include <fmt/format.h>
+
+namespace geo::transport {
+namespace {
+
+// Field offsets; the layout table in frame.h is the specification.
+constexpr size_t kOffMagic = 0;
+constexpr size_t kOffVersion = 4;
+constexpr size_t kOffKind = 6;
+constexpr size_t kOffJobHash = 8;
+constexpr size_t kOffRound = 16;
+constexpr size_t kOffStep = 24;
+constexpr size_t kOffSender = 32;
+constexpr size_t kOffCodec = 36;
+constexpr size_t kOffReserved16 = 38;
+constexpr size_t kOffElementCount = 40;
+constexpr size_t kOffPayloadBytes = 48;
+constexpr size_t kOffReserved64 = 56;
+static_assert(kOffReserved64 + 8 == kFrameHeaderBytes);
+
+// Explicit little-endian packing with shifts: the wire format does not depend
+// on the host's byte order or on struct layout, and no unaligned loads happen.
+template <typename T>
+void storeLe(std::span<std::byte, kFrameHeaderBytes> out, size_t offset, T value) {
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    out[offset + i] = static_cast<std::byte>((value >> (8 * i)) & 0xFFu);
+  }
+}
+
+// The caller guarantees offset + sizeof(T) <= bytes.size() (the header size is
+// checked before any field is read).
+template <typename T>
+T loadLe(std::span<const std::byte> bytes, size_t offset) {
+  T value = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    value = static_cast<T>(value | (static_cast<T>(bytes[offset + i]) << (8 * i)));
+  }
+  return value;
+}
+
+std::string_view codecName(uint16_t codec) {
+  switch (codec) {
+    case static_cast<uint16_t>(CodecId::kRaw): return "raw";
+    case static_cast<uint16_t>(CodecId::kFp32): return "fp32";
+    case static_cast<uint16_t>(CodecId::kFp16): return "fp16";
+    case static_cast<uint16_t>(CodecId::kBf16): return "bf16";
+    case static_cast<uint16_t>(CodecId::kQsgd): return "qsgd";
+    default: return "unknown";
+  }
+}
+
+// Bytes per value of the fixed-width codecs; 0 for kQsgd (variable width).
+uint64_t bytesPerValue(CodecId codec) {
+  switch (codec) {
+    case CodecId::kRaw: return 1;
+    case CodecId::kFp32: return 4;
+    case CodecId::kFp16: return 2;
+    case CodecId::kBf16: return 2;
+    case CodecId::kQsgd: return 0;
+  }
+  return 0;
+}
+
+Status headerError(StatusCode code, std::string message) {
+  return Status(code, fmt::format("frame header: {}", message));
+}
+
+// The element count must describe the payload exactly (fixed-width codecs) or
+// fit in it at the smallest QSGD width of 2 bits per value. Written without
+// multiplications so that no elementCount, however large, can overflow.
+Status checkElementCount(CodecId codec, uint64_t elementCount, uint64_t payloadBytes) {
+  const uint16_t codecValue = static_cast<uint16_t>(codec);
+  if (codec == CodecId::kQsgd) {
+    const uint64_t minBytes = elementCount / 4 + (elementCount % 4 != 0 ? 1 : 0);
+    if (minBytes > payloadBytes) {
+      return headerError(
+          StatusCode::kInvalidArgument,
+          fmt::format("elementCount {} does not fit in payloadBytes {} for codec {} ({}): "
+                      "at 2 bits per value at least {} bytes are needed",
+                      elementCount, payloadBytes, codecValue, codecName(codecValue), minBytes));
+    }
+    return {};
+  }
+  const uint64_t width = bytesPerValue(codec);
+  if (payloadBytes % width != 0 || payloadBytes / width != elementCount) {
+    return headerError(
+        StatusCode::kInvalidArgument,
+        fmt::format("elementCount {} does not match payloadBytes {} for codec {} ({}): "
+                    "it must be payloadBytes / {} (= {}{})",
+                    elementCount, payloadBytes, codecValue, codecName(codecValue), width,
+                    payloadBytes / width,
+                    payloadBytes % width != 0
+                        ? fmt::format(", and payloadBytes must be a multiple of {}", width)
+                        : std::string()));
+  }
+  return {};
+}
+
+}  // namespace
+
+bool isKnownKind(uint16_t kind) {
+  switch (kind) {
+    case static_cast<uint16_t>(MessageKind::kPing):
+    case static_cast<uint16_t>(MessageKind::kPong):
+    case static_cast<uint16_t>(MessageKind::kUpdate):
+    case static_cast<uint16_t>(MessageKind::kGossip):
+    case static_cast<uint16_t>(MessageKind::kGossipReply):
+    case static_cast<uint16_t>(MessageKind::kControl): return true;
+    default: return false;
+  }
+}
+
+std::string_view messageKindName(MessageKind kind) {
+  switch (kind) {
+    case MessageKind::kPing: return "ping";
+    case MessageKind::kPong: return "pong";
+    case MessageKind::kUpdate: return "update";
+    case MessageKind::kGossip: return "gossip";
+    case MessageKind::kGossipReply: return "gossip-reply";
+    case MessageKind::kControl: return "control";
+  }
+  return "unknown";
+}
+
+uint64_t jobIdHash(std::string_view jobId) {
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a 64-bit offset basis
+  for (char c : jobId) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ull;  // FNV-1a 64-bit prime
+  }
+  return hash;
+}
+
+void encodeFrameHeader(const FrameHeader& h, std::span<std::byte, kFrameHeaderBytes> out) {
+  storeLe<uint32_t>(out, kOffMagic, kFrameMagic);
+  storeLe<uint16_t>(out, kOffVersion, kFrameVersion);
+  storeLe<uint16_t>(out, kOffKind, static_cast<uint16_t>(h.kind));
+  storeLe<uint64_t>(out, kOffJobHash, h.jobHash);
+  storeLe<uint64_t>(out, kOffRound, h.round);
+  storeLe<uint64_t>(out, kOffStep, h.step);
+  storeLe<uint32_t>(out, kOffSender, h.sender);
+  storeLe<uint16_t>(out, kOffCodec, static_cast<uint16_t>(h.codec));
+  storeLe<uint16_t>(out, kOffReserved16, 0);
+  storeLe<uint64_t>(out, kOffElementCount, h.elementCount);
+  storeLe<uint64_t>(out, kOffPayloadBytes, h.payloadBytes);
+  storeLe<uint64_t>(out, kOffReserved64, 0);
+}
+
+StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint64_t payloadBytes,
+                                        const FrameLimits& limits) {
+  // Size first: every later read is in bounds only because of this check.
+  if (header.size() != kFrameHeaderBytes) {
+    return headerError(StatusCode::kDataLoss,
+                       fmt::format("size is {} bytes, expected exactly {} (truncated or not a "
+                                   "geotrain header frame)",
+                                   header.size(), kFrameHeaderBytes));
+  }
+
+  const uint32_t magic = loadLe<uint32_t>(header, kOffMagic);
+  if (magic != kFrameMagic) {
+    return headerError(StatusCode::kInvalidArgument,
+                       fmt::format("magic is {:#010x}, expected {:#010x} (\"GEOT\"): not a "
+                                   "geotrain frame",
+                                   magic, kFrameMagic));
+  }
+
+  // The version is checked before any other field: another version may lay
+  // the rest of the header out differently.
+  const uint16_t version = loadLe<uint16_t>(header, kOffVersion);
+  if (version != kFrameVersion) {
+    return headerError(StatusCode::kInvalidArgument,
+                       fmt::format("version {} is not supported; this build speaks version {} "
+                                   "(are all workers running the same geotrain release?)",
+                                   version, kFrameVersion));
+  }
+
+  const uint16_t kind = loadLe<uint16_t>(header, kOffKind);
+  if (!isKnownKind(kind)) {
+    return headerError(StatusCode::kInvalidArgument,
+                       fmt::format("kind {} is not a known message kind (ping=1, pong=2, "
+                                   "update=16, gossip=17, gossip-reply=18, control=19)",
+                                   kind));
+  }
+
+  const uint64_t jobHash = loadLe<uint64_t>(header, kOffJobHash);
+  if (jobHash != limits.jobHash) {
+    return headerError(StatusCode::kPermissionDenied,
+                       fmt::format("jobHash {:#018x} does not match this job's {:#018x}: the "
+                                   "frame belongs to another training job",
+                                   jobHash, limits.jobHash));
+  }
+
+  const uint32_t sender = loadLe<uint32_t>(header, kOffSender);
+  if (sender >= limits.worldSize) {
+    return headerError(StatusCode::kInvalidArgument,
+                       fmt::format("sender {} is out of range: ranks must be below the world "
+                                   "size {}",
+                                   sender, limits.worldSize));
+  }
+
+  const uint16_t codec = loadLe<uint16_t>(header, kOffCodec);
+  if (codec > kMaxCodecId) {
+    return headerError(StatusCode::kInvalidArgument,
+                       fmt::format("codec {} is not supported (raw=0, fp32=1, fp16=2, bf16=3, "
+                                   "qsgd=4)",
+                                   codec));
+  }
+
+  const uint16_t reserved16 = loadLe<uint16_t>(header, kOffReserved16);
+  if (reserved16 != 0) {
+    return headerError(StatusCode::kInvalidArgument,
+                       fmt::format("reserved field at offset {} is {:#06x}, must be 0",
+                                   kOffReserved16, reserved16));
+  }
+  const uint64_t reserved64 = loadLe<uint64_t>(header, kOffReserved64);
+  if (reserved64 != 0) {
+    return headerError(StatusCode::kInvalidArgument,
+                       fmt::format("reserved field at offset {} is {:#018x}, must be 0",
+                                   kOffReserved64, reserved64));
+  }
+
+  const uint64_t headerPayloadBytes = loadLe<uint64_t>(header, kOffPayloadBytes);
+  if (headerPayloadBytes > limits.maxPayloadBytes) {
+    return headerError(StatusCode::kInvalidArgument,
+                       fmt::format("payloadBytes {} exceeds the limit of {} bytes",
+                                   headerPayloadBytes, limits.maxPayloadBytes));
+  }
+  if (headerPayloadBytes != payloadBytes) {
+    return headerError(StatusCode::kDataLoss,
+                       fmt::format("payloadBytes is {} but the payload frame holds {} bytes",
+                                   headerPayloadBytes, payloadBytes));
+  }
+
+  const uint64_t elementCount = loadLe<uint64_t>(header, kOffElementCount);
+  GEO_RETURN_IF_ERROR(checkElementCount(static_cast<CodecId>(codec), elementCount, payloadBytes));
+
+  FrameHeader h;
+  h.kind = static_cast<MessageKind>(kind);
+  h.jobHash = jobHash;
+  h.round = loadLe<uint64_t>(header, kOffRound);
+  h.step = loadLe<uint64_t>(header, kOffStep);
+  h.sender = sender;
+  h.codec = static_cast<CodecId>(codec);
+  h.elementCount = elementCount;
+  h.payloadBytes = headerPayloadBytes;
+  return h;
+}
+
+}  // namespace geo::transport

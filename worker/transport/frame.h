@@ -1,0 +1,111 @@
+#pragma once
+// The geotrain wire frame: a fixed, versioned 64-byte binary header followed
+// by the payload. A message on the wire is one ZeroMQ multipart message:
+// [header][payload chunk]...[payload chunk], at least one chunk (possibly
+// empty); the chunks concatenated are the payload. The sender slices the
+// payload into chunks without copying it.
+//
+// Header layout (little-endian, packed, kFrameHeaderBytes = 64):
+//   off size field
+//     0    4 magic            kFrameMagic ("GEOT")
+//     4    2 version          kFrameVersion
+//     6    2 kind             MessageKind
+//     8    8 jobHash          jobIdHash(job id): frames of another job are refused
+//    16    8 round            synchronization round
+//    24    8 step             sender's optimizer step when produced
+//    32    4 sender           sender rank, < world size
+//    36    2 codec            CodecId of the payload
+//    38    2 reserved         must be 0
+//    40    8 elementCount     values encoded in the payload
+//    48    8 payloadBytes     length of the payload frame
+//    56    8 reserved         must be 0
+//
+// decodeFrameHeader validates every field against what the receiver expects
+// and returns a Status that names the field, the value and what was allowed.
+// It never reads outside the given bytes and never throws. The code tells the
+// caller what kind of failure it was:
+//   kDataLoss          the bytes are not what the sender wrote: a header frame
+//                      that is not 64 bytes, or a payload frame whose size
+//                      differs from the header's payloadBytes;
+//   kPermissionDenied  a well-formed frame of another job (jobHash differs);
+//   kInvalidArgument   everything else: bad magic, an unsupported version,
+//                      kind or codec, non-zero reserved fields, a sender rank
+//                      outside the world, payloadBytes above the limit, or an
+//                      elementCount that does not fit the codec.
+// Size, magic and version are checked before anything else, so a frame of
+// another protocol version is reported as such rather than as garbage.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace geo::transport {
+
+inline constexpr uint32_t kFrameMagic = 0x544F4547u;  // "GEOT" little-endian
+inline constexpr uint16_t kFrameVersion = 1;
+inline constexpr size_t kFrameHeaderBytes = 64;
+
+// Message kinds. Values below kFirstUserKind are the transport's own.
+enum class MessageKind : uint16_t {
+  kPing = 1,          // payload: 8-byte sender timestamp (ns)
+  kPong = 2,          // payload: the ping's 8 bytes, echoed
+  kUpdate = 16,       // a (compressed) model update or gradient
+  kGossip = 17,       // SwarmSGD pairwise model exchange
+  kGossipReply = 18,  // the partner's half of a gossip exchange
+  kControl = 19,      // small synchronizer control messages
+};
+inline constexpr uint16_t kMaxMessageKind = 19;
+bool isKnownKind(uint16_t kind);
+std::string_view messageKindName(MessageKind kind);
+
+// Payload encodings (worker/codec defines how each maps to bytes).
+enum class CodecId : uint16_t {
+  kRaw = 0,  // opaque bytes; elementCount == payloadBytes
+  kFp32 = 1,
+  kFp16 = 2,
+  kBf16 = 3,
+  kQsgd = 4,  // kernels/qsgd.h layout; bits and bucket size come from the job config
+};
+inline constexpr uint16_t kMaxCodecId = 4;
+
+struct FrameHeader {
+  MessageKind kind = MessageKind::kUpdate;
+  uint64_t jobHash = 0;
+  uint64_t round = 0;
+  uint64_t step = 0;
+  uint32_t sender = 0;
+  CodecId codec = CodecId::kRaw;
+  uint64_t elementCount = 0;
+  uint64_t payloadBytes = 0;
+};
+
+// 64-bit FNV-1a of the job id: cheap, stable across builds and hosts.
+uint64_t jobIdHash(std::string_view jobId);
+
+// Writes the 64 header bytes of `h` into `out` (which must hold
+// kFrameHeaderBytes).
+void encodeFrameHeader(const FrameHeader& h, std::span<std::byte, kFrameHeaderBytes> out);
+
+// What a receiver accepts.
+struct FrameLimits {
+  uint64_t jobHash = 0;
+  uint32_t worldSize = 1;
+  uint64_t maxPayloadBytes = uint64_t{1} << 31;
+};
+
+// Parses and validates a header frame. `payloadBytes` is the size of the
+// payload actually received (all chunks); it must equal the header's
+// payloadBytes.
+// For kRaw / kFp32 / kFp16 / kBf16 the element count must match the payload
+// size exactly (1, 4, 2, 2 bytes per value); for kQsgd, whose exact size
+// depends on the job's bits and bucket size, it must satisfy
+// ceil(elementCount * 2 / 8) <= payloadBytes (2 bits per value at least).
+// Returns the header or an error naming the field, its value and what is
+// allowed.
+StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint64_t payloadBytes,
+                                        const FrameLimits& limits);
+
+}  // namespace geo::transport

@@ -1,0 +1,115 @@
+#pragma once
+// Transport / Peer: how the workers of one job exchange frames.
+//
+// A Transport is one worker's endpoint in a full mesh of `worldSize` workers
+// (ranks 0..worldSize-1). It sends framed messages (worker/transport/frame.h)
+// to a peer and lets the caller wait for a message of a given (kind, round),
+// optionally from a given sender. Messages from one sender to one receiver
+// arrive in order; delivery is at most once (a message in flight when its
+// peer dies is lost) -- the synchronizers tolerate missing contributions.
+//
+// Ownership: send() takes the payload and frees it once the bytes are on the
+// wire (no copy on the way). receive() hands out the received buffer (no copy).
+//
+// Threading: send(), receive() and the counters may be called from any number
+// of threads at once. All socket work happens on one I/O thread owned by the
+// Transport; destroying the Transport stops it (pending sends get up to the
+// configured linger time to leave) and wakes blocked callers.
+//
+// Errors: nothing throws. send() returns InvalidArgument (bad peer, payload too
+// large), DeadlineExceeded (the peer's bounded queue stayed full for the whole
+// timeout: backpressure) or Cancelled (closed). receive() returns
+// DeadlineExceeded when nothing matched in time, Cancelled when closed.
+// Malformed or unauthorised incoming frames never reach receive(); they are
+// counted (TransportCounters) and logged.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/transport/frame.h"
+
+namespace geo::transport {
+
+// An immutable byte buffer with a type-erased owner: a std::vector handed to
+// send(), or the ZeroMQ message a frame arrived in.
+class Payload {
+ public:
+  Payload() = default;
+  explicit Payload(std::vector<std::byte> bytes);
+  Payload(std::shared_ptr<const void> owner, std::span<const std::byte> bytes)
+      : owner_(std::move(owner)), bytes_(bytes) {}
+  static Payload copyOf(std::span<const std::byte> bytes);
+
+  std::span<const std::byte> bytes() const { return bytes_; }
+  const std::byte* data() const { return bytes_.data(); }
+  size_t size() const { return bytes_.size(); }
+  const std::shared_ptr<const void>& owner() const { return owner_; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  std::span<const std::byte> bytes_;
+};
+
+struct Message {
+  FrameHeader header;
+  Payload payload;
+};
+
+// Header fields the caller chooses; kind, sender, job hash and payload length
+// are filled in by the transport.
+struct SendMeta {
+  uint64_t round = 0;
+  uint64_t step = 0;
+  CodecId codec = CodecId::kRaw;
+  uint64_t elementCount = 0;  // kRaw: set to the payload size when 0
+};
+
+inline constexpr uint32_t kAnyPeer = 0xffffffffu;
+
+struct PeerCounters {
+  uint32_t peer = 0;
+  uint64_t bytesSent = 0;  // header + payload bytes handed to the socket
+  uint64_t bytesReceived = 0;
+  uint64_t messagesSent = 0;
+  uint64_t messagesReceived = 0;
+  uint64_t reconnects = 0;   // connections re-established after the first
+  double rttSeconds = -1;    // last ping round trip, -1 before the first
+  uint64_t queuedBytes = 0;  // accepted by send(), not yet on the wire
+};
+
+struct TransportCounters {
+  uint64_t refusedKeys = 0;        // CURVE clients whose key is not allowed (ZAP)
+  uint64_t handshakeFailures = 0;  // other failed handshakes (e.g. no CURVE)
+  uint64_t framesRejected = 0;     // malformed / foreign / spoofed frames
+  std::string lastRejectReason;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual uint32_t rank() const = 0;
+  virtual uint32_t worldSize() const = 0;
+
+  // Queues `payload` for `peer` (!= rank()) and returns without waiting for
+  // the network, unless the peer's queue is full: then it waits up to
+  // `timeout` for room.
+  virtual Status send(uint32_t peer, MessageKind kind, const SendMeta& meta, Payload payload,
+                      std::chrono::milliseconds timeout) = 0;
+
+  // Waits up to `timeout` for a message of `kind` and `round` from `from`
+  // (kAnyPeer: any sender) and removes it from the inbox.
+  virtual StatusOr<Message> receive(MessageKind kind, uint64_t round, uint32_t from,
+                                    std::chrono::milliseconds timeout) = 0;
+
+  virtual std::vector<PeerCounters> peerCounters() const = 0;
+  virtual TransportCounters counters() const = 0;
+};
+
+}  // namespace geo::transport

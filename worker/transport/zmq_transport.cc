@@ -1,0 +1,769 @@
+// ZeroMQ transport. One I/O thread owns every socket: the ROUTER (inbound
+// frames), one DEALER per peer (outbound), the ZAP handler and the socket
+// monitors. User threads only touch mutex-protected queues and wake the I/O
+// thread through an eventfd, so ZeroMQ sockets are never shared.
+
+#include "worker/transport/zmq_transport.h"
+
+#include <fmt/format.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/logging.h"
+#include "worker/transport/keys.h"
+
+namespace geo::transport {
+
+Payload::Payload(std::vector<std::byte> bytes) {
+  auto owned = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
+  bytes_ = std::span<const std::byte>(owned->data(), owned->size());
+  owner_ = std::move(owned);
+}
+
+Payload Payload::copyOf(std::span<const std::byte> bytes) {
+  return Payload(std::vector<std::byte>(bytes.begin(), bytes.end()));
+}
+
+namespace {
+
+using std::chrono::milliseconds;
+
+// Payloads travel as frames of at most 4 MiB: CURVE encrypts each frame into
+// a buffer of its own, and buffers below glibc's 32 MiB mmap ceiling are
+// recycled by malloc instead of being mapped, faulted in and unmapped for
+// every message (64 MiB frames ran at half this throughput), and encrypting
+// one chunk overlaps sending the previous one.
+constexpr size_t kChunkBytes = size_t{1} << 22;
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+constexpr const char* kZapDomain = "geotrain";
+constexpr int kMonitorEvents =
+    ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED;
+
+std::array<uint8_t, 32> decodeKey(const std::string& z85) {
+  std::array<uint8_t, 32> key{};
+  zmq_z85_decode(key.data(), z85.c_str());
+  return key;
+}
+
+// CURVE keys are set in binary (32 bytes), decoded from Z85 here.
+template <typename Option>
+void setCurveKey(zmq::socket_t& socket, Option option, const std::string& z85) {
+  const auto key = decodeKey(z85);
+  socket.set(option, zmq::buffer(key.data(), key.size()));
+}
+
+std::string bytesKey(const void* data, size_t size) {
+  return std::string(static_cast<const char*>(data), size);
+}
+
+struct Outgoing {
+  std::array<std::byte, kFrameHeaderBytes> header{};
+  Payload payload;
+  Clock::time_point release;
+};
+
+struct PeerState {
+  mutable std::mutex mu;
+  std::condition_variable space;  // signalled when queuedBytes drops
+  std::deque<Outgoing> queue;
+  uint64_t queuedBytes = 0;
+  std::optional<LinkShaper> shaper;
+
+  // Written by the I/O thread, read by anyone.
+  std::atomic<uint64_t> bytesSent{0};
+  std::atomic<uint64_t> bytesReceived{0};
+  std::atomic<uint64_t> messagesSent{0};
+  std::atomic<uint64_t> messagesReceived{0};
+  std::atomic<uint64_t> handshakes{0};
+  std::atomic<double> rttSeconds{-1};
+
+  // I/O thread only.
+  std::optional<zmq::socket_t> dealer;
+  std::optional<zmq::socket_t> monitor;
+  bool blocked = false;  // the DEALER refused the head message: wait for POLLOUT
+};
+
+class ZmqTransport final : public Transport {
+ public:
+  explicit ZmqTransport(TransportConfig config)
+      : cfg_(std::move(config)),
+        limits_{jobIdHash(cfg_.jobId), static_cast<uint32_t>(cfg_.endpoints.size()),
+                cfg_.maxPayloadBytes},
+        peers_(cfg_.endpoints.size()) {}
+
+  ~ZmqTransport() override { shutdown(); }
+
+  Status start();
+
+  uint32_t rank() const override { return cfg_.rank; }
+  uint32_t worldSize() const override { return limits_.worldSize; }
+
+  Status send(uint32_t peer, MessageKind kind, const SendMeta& meta, Payload payload,
+              milliseconds timeout) override;
+  StatusOr<Message> receive(MessageKind kind, uint64_t round, uint32_t from,
+                            milliseconds timeout) override;
+  std::vector<PeerCounters> peerCounters() const override;
+  TransportCounters counters() const override;
+
+ private:
+  // Queues a frame; `wait` bounds how long to wait for room (0: fail at once).
+  Status enqueue(uint32_t peer, const FrameHeader& h, Payload payload, milliseconds wait);
+  void wake();
+  void shutdown();
+
+  void ioLoop();
+  void handleZap();
+  void handleInbound();
+  void handleMonitor(zmq::socket_t& monitor, PeerState* peer);
+  // Sends the released heads of a peer's queue; returns the next release time.
+  std::optional<Clock::time_point> flush(uint32_t peer, Clock::time_point now);
+  void reject(std::string reason);
+  void sendPings(Clock::time_point now);
+  void dropQueuedPings();
+  void closeSockets();
+
+  TransportConfig cfg_;
+  FrameLimits limits_;
+  std::vector<PeerState> peers_;
+
+  zmq::context_t ctx_;
+  std::optional<zmq::socket_t> router_;
+  std::optional<zmq::socket_t> routerMonitor_;
+  std::optional<zmq::socket_t> zap_;
+  std::map<std::string, uint32_t> allowedKeys_;  // binary public key -> rank
+  int wakeFd_ = -1;
+  std::thread io_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> closed_{false};
+
+  mutable std::mutex inboxMu_;
+  std::condition_variable inboxCv_;
+  std::map<std::pair<uint16_t, uint64_t>, std::deque<Message>> inbox_;
+  uint64_t inboxBytes_ = 0;
+
+  std::atomic<uint64_t> refusedKeys_{0};
+  std::atomic<uint64_t> handshakeFailures_{0};
+  std::atomic<uint64_t> framesRejected_{0};
+  mutable std::mutex rejectMu_;
+  std::string lastRejectReason_;
+};
+
+Status validate(const TransportConfig& c) {
+  const size_t world = c.endpoints.size();
+  if (world == 0) return invalidArgument("transport: endpoints is empty (one per rank needed)");
+  if (c.rank >= world) {
+    return invalidArgument(
+        fmt::format("transport: rank {} is out of range: world size is {}", c.rank, world));
+  }
+  if (c.jobId.empty()) return invalidArgument("transport: jobId must not be empty");
+  for (size_t r = 0; r < world; ++r) {
+    if (c.endpoints[r].empty()) {
+      return invalidArgument(fmt::format("transport: endpoints[{}] is empty", r));
+    }
+  }
+  if (!c.links.empty() && c.links.size() != world) {
+    return invalidArgument(
+        fmt::format("transport: links has {} entries; it must be empty or have one per rank ({})",
+                    c.links.size(), world));
+  }
+  if (c.maxQueuedBytesPerPeer == 0 || c.maxInboxBytes == 0 || c.maxPayloadBytes == 0) {
+    return invalidArgument("transport: queue, inbox and payload limits must be > 0");
+  }
+#if !defined(GEO_TRANSPORT_ALLOW_PLAINTEXT)
+  if (!c.encrypt) {
+    return invalidArgument(
+        "transport: encrypt = false is refused: geotrain never sends plaintext (only a "
+        "test-only build can turn CURVE off)");
+  }
+#endif
+  if (!c.encrypt) return {};
+  if (c.publicKeys.size() != world) {
+    return invalidArgument(
+        fmt::format("transport: publicKeys has {} entries, need one per rank ({})",
+                    c.publicKeys.size(), world));
+  }
+  std::set<std::string> seen;
+  for (size_t r = 0; r < world; ++r) {
+    if (!isZ85Key(c.publicKeys[r])) {
+      return invalidArgument(
+          fmt::format("transport: publicKeys[{}] is not a 40-character Z85 key", r));
+    }
+    if (!seen.insert(c.publicKeys[r]).second) {
+      return invalidArgument(fmt::format(
+          "transport: publicKeys[{}] repeats another rank's key: every worker needs its own "
+          "keypair",
+          r));
+    }
+  }
+  auto derived = publicKeyOf(c.secretKey);
+  if (!derived.ok()) return derived.status().withContext("transport: secretKey");
+  if (*derived != c.publicKeys[c.rank]) {
+    return invalidArgument(fmt::format(
+        "transport: secretKey does not belong to publicKeys[{}] (this rank's public key)", c.rank));
+  }
+  return {};
+}
+
+Status ZmqTransport::start() {
+  try {
+    const uint32_t world = limits_.worldSize;
+    ctx_.set(zmq::ctxopt::blocky, false);
+    if (cfg_.encrypt) {
+      // The ZAP handler must be bound before any socket accepts connections.
+      zap_.emplace(ctx_, zmq::socket_type::rep);
+      zap_->bind(kZapEndpoint);
+      for (uint32_t r = 0; r < world; ++r) {
+        const auto key = decodeKey(cfg_.publicKeys[r]);
+        allowedKeys_[bytesKey(key.data(), key.size())] = r;
+      }
+    }
+
+    router_.emplace(ctx_, zmq::socket_type::router);
+    router_->set(zmq::sockopt::linger, 0);
+    router_->set(zmq::sockopt::maxmsgsize,
+                 static_cast<int64_t>(cfg_.maxPayloadBytes + kFrameHeaderBytes));
+    if (cfg_.encrypt) {
+      router_->set(zmq::sockopt::curve_server, 1);
+      setCurveKey(*router_, zmq::sockopt::curve_secretkey, cfg_.secretKey);
+      router_->set(zmq::sockopt::zap_domain, kZapDomain);
+    }
+    const std::string routerMon = "inproc://geo-monitor-router";
+    if (zmq_socket_monitor(router_->handle(), routerMon.c_str(), kMonitorEvents) != 0) {
+      return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
+    }
+    routerMonitor_.emplace(ctx_, zmq::socket_type::pair);
+    routerMonitor_->connect(routerMon);
+    const std::string& bindAt =
+        cfg_.bindEndpoint.empty() ? cfg_.endpoints[cfg_.rank] : cfg_.bindEndpoint;
+    try {
+      router_->bind(bindAt);
+    } catch (const zmq::error_t& e) {
+      return unavailable(fmt::format("transport: cannot bind {}: {}", bindAt, e.what()));
+    }
+
+    for (uint32_t r = 0; r < world; ++r) {
+      if (r == cfg_.rank) continue;
+      PeerState& p = peers_[r];
+      if (!cfg_.links.empty() && cfg_.links[r].shaped()) p.shaper.emplace(cfg_.links[r]);
+      p.dealer.emplace(ctx_, zmq::socket_type::dealer);
+      zmq::socket_t& d = *p.dealer;
+      d.set(zmq::sockopt::linger, static_cast<int>(cfg_.linger.count()));
+      // Hand frames only to completed connections: while a peer is away they
+      // wait in our bounded queue, where backpressure and counters see them.
+      d.set(zmq::sockopt::immediate, 1);
+      d.set(zmq::sockopt::sndhwm, 64);
+      d.set(zmq::sockopt::reconnect_ivl, 100);
+      d.set(zmq::sockopt::reconnect_ivl_max, 2000);
+      if (cfg_.encrypt) {
+        setCurveKey(d, zmq::sockopt::curve_serverkey, cfg_.publicKeys[r]);
+        setCurveKey(d, zmq::sockopt::curve_publickey, cfg_.publicKeys[cfg_.rank]);
+        setCurveKey(d, zmq::sockopt::curve_secretkey, cfg_.secretKey);
+      }
+      const std::string mon = fmt::format("inproc://geo-monitor-peer-{}", r);
+      if (zmq_socket_monitor(d.handle(), mon.c_str(), kMonitorEvents) != 0) {
+        return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
+      }
+      p.monitor.emplace(ctx_, zmq::socket_type::pair);
+      p.monitor->connect(mon);
+      d.connect(cfg_.endpoints[r]);
+    }
+  } catch (const zmq::error_t& e) {
+    return internalError(fmt::format("transport: ZeroMQ setup failed: {}", e.what()));
+  }
+  wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wakeFd_ < 0) return internalError(fmt::format("transport: eventfd: {}", strerror(errno)));
+  io_ = std::thread([this] { ioLoop(); });
+  return {};
+}
+
+void ZmqTransport::wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wakeFd_, &one, sizeof one);
+}
+
+void ZmqTransport::shutdown() {
+  if (io_.joinable()) {
+    stopping_ = true;
+    wake();
+    io_.join();
+  } else {
+    closeSockets();
+  }
+  closed_ = true;
+  inboxCv_.notify_all();
+  for (auto& p : peers_) {
+    std::lock_guard lock(p.mu);
+    p.space.notify_all();
+  }
+  if (wakeFd_ >= 0) ::close(wakeFd_);
+  wakeFd_ = -1;
+}
+
+Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payload,
+                             milliseconds wait) {
+  PeerState& p = peers_[peer];
+  const uint64_t bytes = kFrameHeaderBytes + payload.size();
+  {
+    std::unique_lock lock(p.mu);
+    // A message larger than the whole queue may go when the queue is empty.
+    const auto hasRoom = [&] {
+      return closed_ || p.queuedBytes == 0 || p.queuedBytes + bytes <= cfg_.maxQueuedBytesPerPeer;
+    };
+    if (!p.space.wait_for(lock, wait, hasRoom)) {
+      return deadlineExceeded(fmt::format(
+          "transport: send queue to rank {} stayed full for {} ms ({} bytes queued, limit {})",
+          peer, wait.count(), p.queuedBytes, cfg_.maxQueuedBytesPerPeer));
+    }
+    if (closed_ || stopping_) return Status(StatusCode::kCancelled, "transport: closed");
+    Outgoing o;
+    encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(o.header));
+    o.payload = std::move(payload);
+    const auto now = Clock::now();
+    o.release = p.shaper ? p.shaper->schedule(bytes, now) : now;
+    p.queue.push_back(std::move(o));
+    p.queuedBytes += bytes;
+  }
+  wake();
+  return {};
+}
+
+Status ZmqTransport::send(uint32_t peer, MessageKind kind, const SendMeta& meta, Payload payload,
+                          milliseconds timeout) {
+  if (peer >= limits_.worldSize || peer == cfg_.rank) {
+    return invalidArgument(fmt::format("transport: cannot send to rank {} (world size {}, self {})",
+                                       peer, limits_.worldSize, cfg_.rank));
+  }
+  if (payload.size() > cfg_.maxPayloadBytes) {
+    return invalidArgument(fmt::format("transport: payload of {} bytes exceeds the limit of {}",
+                                       payload.size(), cfg_.maxPayloadBytes));
+  }
+  if (closed_ || stopping_) return Status(StatusCode::kCancelled, "transport: closed");
+  FrameHeader h;
+  h.kind = kind;
+  h.jobHash = limits_.jobHash;
+  h.round = meta.round;
+  h.step = meta.step;
+  h.sender = cfg_.rank;
+  h.codec = meta.codec;
+  h.elementCount =
+      meta.codec == CodecId::kRaw && meta.elementCount == 0 ? payload.size() : meta.elementCount;
+  h.payloadBytes = payload.size();
+  return enqueue(peer, h, std::move(payload), timeout);
+}
+
+StatusOr<Message> ZmqTransport::receive(MessageKind kind, uint64_t round, uint32_t from,
+                                        milliseconds timeout) {
+  std::unique_lock lock(inboxMu_);
+  const auto key = std::make_pair(static_cast<uint16_t>(kind), round);
+  std::optional<Message> found;
+  const auto take = [&] {
+    auto it = inbox_.find(key);
+    if (it == inbox_.end()) return false;
+    auto& q = it->second;
+    for (auto m = q.begin(); m != q.end(); ++m) {
+      if (from == kAnyPeer || m->header.sender == from) {
+        found = std::move(*m);
+        q.erase(m);
+        if (q.empty()) inbox_.erase(it);
+        return true;
+      }
+    }
+    return false;
+  };
+  if (!inboxCv_.wait_for(lock, timeout, [&] { return take() || closed_; })) {
+    return deadlineExceeded(fmt::format(
+        "transport: no {} message for round {} from {} within {} ms", messageKindName(kind), round,
+        from == kAnyPeer ? std::string("any rank") : fmt::format("rank {}", from),
+        timeout.count()));
+  }
+  if (!found) return Status(StatusCode::kCancelled, "transport: closed");
+  inboxBytes_ -= found->payload.size();
+  lock.unlock();
+  wake();  // the I/O thread may have paused reading on a full inbox
+  return std::move(*found);
+}
+
+std::vector<PeerCounters> ZmqTransport::peerCounters() const {
+  std::vector<PeerCounters> out;
+  for (uint32_t r = 0; r < limits_.worldSize; ++r) {
+    if (r == cfg_.rank) continue;
+    const PeerState& p = peers_[r];
+    PeerCounters c;
+    c.peer = r;
+    c.bytesSent = p.bytesSent;
+    c.bytesReceived = p.bytesReceived;
+    c.messagesSent = p.messagesSent;
+    c.messagesReceived = p.messagesReceived;
+    const uint64_t handshakes = p.handshakes;
+    c.reconnects = handshakes > 1 ? handshakes - 1 : 0;
+    c.rttSeconds = p.rttSeconds;
+    {
+      std::lock_guard lock(p.mu);
+      c.queuedBytes = p.queuedBytes;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+TransportCounters ZmqTransport::counters() const {
+  TransportCounters c;
+  c.refusedKeys = refusedKeys_;
+  c.handshakeFailures = handshakeFailures_;
+  c.framesRejected = framesRejected_;
+  std::lock_guard lock(rejectMu_);
+  c.lastRejectReason = lastRejectReason_;
+  return c;
+}
+
+void ZmqTransport::reject(std::string reason) {
+  const uint64_t n = ++framesRejected_;
+  // Log the first few and then every 1000th: a hostile peer must not flood logs.
+  if (n <= 10 || n % 1000 == 0) {
+    logger()->warn("transport rank {}: rejected frame #{}: {}", cfg_.rank, n, reason);
+  }
+  std::lock_guard lock(rejectMu_);
+  lastRejectReason_ = std::move(reason);
+}
+
+// ZAP (RFC 27): admit a CURVE client iff its public key is one of the job's,
+// and name the connection after that rank (the "User-Id" of its frames).
+void ZmqTransport::handleZap() {
+  std::vector<zmq::message_t> req;
+  if (!zmq::recv_multipart(*zap_, std::back_inserter(req), zmq::recv_flags::dontwait)) return;
+  std::string status = "400";
+  std::string text = "malformed ZAP request";
+  std::string userId;
+  if (req.size() >= 7 && req[0].to_string_view() == "1.0" && req[5].to_string_view() == "CURVE" &&
+      req[6].size() == 32) {
+    auto it = allowedKeys_.find(bytesKey(req[6].data(), req[6].size()));
+    if (it != allowedKeys_.end()) {
+      status = "200";
+      text = "OK";
+      userId = std::to_string(it->second);
+    } else {
+      text = "public key not allowed for this job";
+    }
+  }
+  if (status != "200") {
+    ++refusedKeys_;
+    logger()->warn("transport rank {}: refused a connection from {}: {}", cfg_.rank,
+                   req.size() > 3 ? req[3].to_string() : std::string("?"), text);
+  }
+  std::array<zmq::const_buffer, 6> reply = {
+      zmq::str_buffer("1.0"),
+      zmq::buffer(req.size() > 1 ? req[1].data() : nullptr, req.size() > 1 ? req[1].size() : 0),
+      zmq::buffer(status),
+      zmq::buffer(text),
+      zmq::buffer(userId),
+      zmq::str_buffer("")};
+  zmq::send_multipart(*zap_, reply);
+}
+
+void ZmqTransport::handleInbound() {
+  for (int drained = 0; drained < 64; ++drained) {
+    {
+      std::lock_guard lock(inboxMu_);
+      if (inboxBytes_ >= cfg_.maxInboxBytes) return;  // resume after receive()
+    }
+    std::vector<zmq::message_t> parts;
+    std::optional<size_t> got;
+    try {
+      got = zmq::recv_multipart(*router_, std::back_inserter(parts), zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      reject(fmt::format("receive failed: {}", e.what()));
+      return;
+    }
+    if (!got) return;
+    if (parts.size() < 3) {
+      reject(fmt::format("expected a header frame and payload frames, got {} frame(s)",
+                         parts.size() - 1));
+      continue;
+    }
+    uint64_t payloadSize = 0;
+    for (size_t i = 2; i < parts.size(); ++i) payloadSize += parts[i].size();
+    auto header = decodeFrameHeader(
+        std::span<const std::byte>(static_cast<const std::byte*>(parts[1].data()), parts[1].size()),
+        payloadSize, limits_);
+    if (!header.ok()) {
+      reject(header.status().message());
+      continue;
+    }
+    if (cfg_.encrypt) {
+      // Set by the ZAP handler for the authenticated connection.
+      const char* user = zmq_msg_gets(parts[1].handle(), "User-Id");
+      if (user == nullptr || std::to_string(header->sender) != user) {
+        reject(fmt::format("frame claims sender rank {} but the connection authenticated as {}",
+                           header->sender, user ? user : "nobody"));
+        continue;
+      }
+    }
+    if (header->sender == cfg_.rank) {
+      reject("frame claims to come from this rank");
+      continue;
+    }
+    PeerState& p = peers_[header->sender];
+    p.bytesReceived += kFrameHeaderBytes + payloadSize;
+    ++p.messagesReceived;
+
+    // One chunk is handed out as is; several are joined (one copy).
+    Payload body;
+    if (parts.size() == 3) {
+      auto msg = std::make_shared<zmq::message_t>(std::move(parts[2]));
+      const std::span<const std::byte> view(static_cast<const std::byte*>(msg->data()),
+                                            msg->size());
+      body = Payload(std::move(msg), view);
+    } else {
+      // Uninitialized: every byte is written below.
+      std::shared_ptr<std::byte[]> joined(new std::byte[payloadSize]);
+      size_t off = 0;
+      for (size_t i = 2; i < parts.size(); ++i) {
+        std::memcpy(joined.get() + off, parts[i].data(), parts[i].size());
+        off += parts[i].size();
+      }
+      const std::span<const std::byte> view(joined.get(), payloadSize);
+      body = Payload(std::shared_ptr<const void>(joined), view);
+    }
+
+    if (header->kind == MessageKind::kPing) {
+      FrameHeader pong = *header;
+      pong.kind = MessageKind::kPong;
+      pong.sender = cfg_.rank;
+      (void)enqueue(header->sender, pong, std::move(body), milliseconds(0));
+      continue;
+    }
+    if (header->kind == MessageKind::kPong) {
+      int64_t sentNs = 0;
+      if (body.size() == sizeof sentNs) {
+        std::memcpy(&sentNs, body.data(), sizeof sentNs);
+        const int64_t nowNs = Clock::now().time_since_epoch().count();
+        if (nowNs >= sentNs) p.rttSeconds = static_cast<double>(nowNs - sentNs) * 1e-9;
+      }
+      continue;
+    }
+    Message m{*header, std::move(body)};
+    {
+      std::lock_guard lock(inboxMu_);
+      inboxBytes_ += m.payload.size();
+      inbox_[{static_cast<uint16_t>(m.header.kind), m.header.round}].push_back(std::move(m));
+    }
+    inboxCv_.notify_all();
+  }
+}
+
+void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
+  while (true) {
+    zmq::message_t event;
+    if (!monitor.recv(event, zmq::recv_flags::dontwait)) return;
+    zmq::message_t address;
+    if (event.more()) (void)monitor.recv(address, zmq::recv_flags::none);
+    if (event.size() < 6) continue;
+    uint16_t id;
+    std::memcpy(&id, event.data(), sizeof id);
+    if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) ++peer->handshakes;
+    if (peer == nullptr &&
+        (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)) {
+      ++handshakeFailures_;  // key refusals (FAILED_AUTH) are counted by the ZAP handler
+    }
+  }
+}
+
+std::optional<Clock::time_point> ZmqTransport::flush(uint32_t peer, Clock::time_point now) {
+  PeerState& p = peers_[peer];
+  while (true) {
+    Outgoing o;
+    {
+      std::lock_guard lock(p.mu);
+      if (p.queue.empty()) return std::nullopt;
+      if (p.queue.front().release > now) return p.queue.front().release;
+      o = std::move(p.queue.front());
+      p.queue.pop_front();
+    }
+    const uint64_t bytes = kFrameHeaderBytes + o.payload.size();
+    bool sent = false;
+    try {
+      const size_t size = o.payload.size();
+      const size_t chunks = std::max<size_t>(1, (size + kChunkBytes - 1) / kChunkBytes);
+      sent = p.dealer
+                 ->send(zmq::buffer(o.header.data(), o.header.size()),
+                        zmq::send_flags::sndmore | zmq::send_flags::dontwait)
+                 .has_value();
+      // Once the first frame is accepted ZeroMQ accepts the whole message.
+      for (size_t c = 0; sent && c < chunks; ++c) {
+        const size_t off = c * kChunkBytes;
+        const size_t len = std::min(kChunkBytes, size - std::min(size, off));
+        // Zero copy: each chunk frame references the payload and keeps its
+        // owner alive until ZeroMQ has encrypted and sent it.
+        auto* keep = new Payload(o.payload.owner(), o.payload.bytes().subspan(off, len));
+        zmq::message_t chunk(
+            const_cast<std::byte*>(keep->data()), keep->size(),
+            [](void*, void* hint) { delete static_cast<Payload*>(hint); }, keep);
+        (void)p.dealer->send(chunk, c + 1 < chunks
+                                        ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
+                                        : zmq::send_flags::dontwait);
+      }
+    } catch (const zmq::error_t& e) {
+      logger()->warn("transport rank {}: send to rank {} failed: {}", cfg_.rank, peer, e.what());
+      sent = true;  // drop it: at-most-once delivery
+    }
+    std::lock_guard lock(p.mu);
+    if (!sent) {  // no live connection or HWM reached: retry on POLLOUT
+      p.queue.push_front(std::move(o));
+      p.blocked = true;
+      return std::nullopt;
+    }
+    p.queuedBytes -= bytes;
+    p.space.notify_all();
+    p.bytesSent += bytes;
+    ++p.messagesSent;
+  }
+}
+
+void ZmqTransport::sendPings(Clock::time_point now) {
+  const int64_t ns = now.time_since_epoch().count();
+  for (uint32_t r = 0; r < limits_.worldSize; ++r) {
+    if (r == cfg_.rank) continue;
+    std::vector<std::byte> stamp(sizeof ns);
+    std::memcpy(stamp.data(), &ns, sizeof ns);
+    FrameHeader h;
+    h.kind = MessageKind::kPing;
+    h.jobHash = limits_.jobHash;
+    h.sender = cfg_.rank;
+    h.elementCount = sizeof ns;
+    h.payloadBytes = sizeof ns;
+    (void)enqueue(r, h, Payload(std::move(stamp)), milliseconds(0));  // skip when full
+  }
+}
+
+void ZmqTransport::dropQueuedPings() {
+  for (auto& p : peers_) {
+    std::lock_guard lock(p.mu);
+    std::erase_if(p.queue, [&](const Outgoing& o) {
+      const auto kind = static_cast<uint16_t>(o.header[6]) | static_cast<uint16_t>(o.header[7])
+                                                                 << 8;
+      const bool ping = kind == static_cast<uint16_t>(MessageKind::kPing) ||
+                        kind == static_cast<uint16_t>(MessageKind::kPong);
+      if (ping) p.queuedBytes -= kFrameHeaderBytes + o.payload.size();
+      return ping;
+    });
+  }
+}
+
+void ZmqTransport::ioLoop() {
+  const uint32_t world = limits_.worldSize;
+  auto nextPing = Clock::now();
+  std::optional<Clock::time_point> stopDeadline;
+  std::vector<zmq::pollitem_t> items;
+  std::vector<uint32_t> pollOutPeers;
+  while (true) {
+    auto now = Clock::now();
+    if (stopping_ && !stopDeadline) {
+      stopDeadline = now + cfg_.linger;
+      dropQueuedPings();  // only data is worth the linger time
+    }
+    if (!stopping_ && cfg_.pingInterval.count() > 0 && now >= nextPing) {
+      sendPings(now);
+      nextPing = now + cfg_.pingInterval;
+    }
+    // Send whatever is due, and find when the next shaped message is.
+    auto next = stopping_ ? *stopDeadline : now + milliseconds(200);
+    if (!stopping_ && cfg_.pingInterval.count() > 0) next = std::min(next, nextPing);
+    bool pending = false;
+    for (uint32_t r = 0; r < world; ++r) {
+      if (r == cfg_.rank || peers_[r].blocked) continue;
+      if (auto t = flush(r, now)) next = std::min(next, *t);
+      std::lock_guard lock(peers_[r].mu);
+      pending = pending || !peers_[r].queue.empty();
+    }
+    if (stopping_ && (!pending || now >= *stopDeadline)) break;
+
+    items.clear();
+    pollOutPeers.clear();
+    bool inboxFull;
+    {
+      std::lock_guard lock(inboxMu_);
+      inboxFull = inboxBytes_ >= cfg_.maxInboxBytes;
+    }
+    items.push_back({nullptr, wakeFd_, ZMQ_POLLIN, 0});
+    items.push_back({router_->handle(), 0, static_cast<short>(inboxFull ? 0 : ZMQ_POLLIN), 0});
+    items.push_back({routerMonitor_->handle(), 0, ZMQ_POLLIN, 0});
+    if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
+    const size_t fixed = items.size();
+    for (uint32_t r = 0; r < world; ++r) {
+      if (r == cfg_.rank) continue;
+      PeerState& p = peers_[r];
+      items.push_back({p.dealer->handle(), 0, static_cast<short>(p.blocked ? ZMQ_POLLOUT : 0), 0});
+      items.push_back({p.monitor->handle(), 0, ZMQ_POLLIN, 0});
+      pollOutPeers.push_back(r);
+    }
+    const auto wait = std::chrono::duration_cast<milliseconds>(next - Clock::now());
+    // A blocked DEALER that never becomes writable (peer gone) is retried
+    // every 100 ms as well, so a reconnect is noticed without POLLOUT.
+    const bool anyBlocked = std::any_of(pollOutPeers.begin(), pollOutPeers.end(),
+                                        [&](uint32_t r) { return peers_[r].blocked; });
+    long timeoutMs = std::max<long>(0, wait.count() + 1);
+    if (anyBlocked) timeoutMs = std::min<long>(timeoutMs, 100);
+    try {
+      zmq::poll(items.data(), items.size(), milliseconds(timeoutMs));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      logger()->error("transport rank {}: poll failed: {}", cfg_.rank, e.what());
+      break;
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      uint64_t drained;
+      [[maybe_unused]] ssize_t n = ::read(wakeFd_, &drained, sizeof drained);
+    }
+    if (zap_ && (items[3].revents & ZMQ_POLLIN)) handleZap();
+    if (items[2].revents & ZMQ_POLLIN) handleMonitor(*routerMonitor_, nullptr);
+    if (items[1].revents & ZMQ_POLLIN) handleInbound();
+    for (size_t i = 0; i < pollOutPeers.size(); ++i) {
+      PeerState& p = peers_[pollOutPeers[i]];
+      if (items[fixed + 2 * i + 1].revents & ZMQ_POLLIN) handleMonitor(*p.monitor, &p);
+      if (p.blocked) p.blocked = false;  // POLLOUT, a timeout or a reconnect: try again
+    }
+  }
+  // Whatever is still queued after the linger time is dropped.
+  closeSockets();
+}
+
+// Closes every socket so the context can terminate (a context outliving its
+// sockets blocks forever in its destructor). Called on the I/O thread, or on
+// the owner's thread when start() failed before the I/O thread existed.
+void ZmqTransport::closeSockets() {
+  for (auto& p : peers_) {
+    p.monitor.reset();
+    if (p.dealer) p.dealer->set(zmq::sockopt::linger, 0);
+    p.dealer.reset();
+  }
+  routerMonitor_.reset();
+  router_.reset();
+  zap_.reset();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Transport>> makeZmqTransport(TransportConfig config) {
+  GEO_RETURN_IF_ERROR(validate(config));
+  auto t = std::make_unique<ZmqTransport>(std::move(config));
+  GEO_RETURN_IF_ERROR(t->start());
+  return std::unique_ptr<Transport>(std::move(t));
+}
+
+}  // namespace geo::transport

@@ -1,0 +1,49 @@
+#pragma once
+// The ZeroMQ implementation of Transport: every worker binds one ROUTER socket
+// and connects one DEALER to each peer; all sockets live on one I/O thread.
+// Every socket uses CurveZMQ (X25519 key agreement, XSalsa20-Poly1305 for
+// every frame, through libsodium); a ZAP handler admits exactly the public keys
+// of the job's ranks and tags each connection with its rank, so a frame whose
+// header claims another sender is rejected.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/transport/link.h"
+#include "worker/transport/transport.h"
+
+namespace geo::transport {
+
+struct TransportConfig {
+  std::string jobId;  // frames of other jobs are rejected (header job hash)
+  uint32_t rank = 0;
+  // endpoints[r]: where rank r's ROUTER is reached, e.g. "tcp://10.0.0.5:7000".
+  std::vector<std::string> endpoints;
+  // Where this rank binds; empty: endpoints[rank]. In a pod: "tcp://*:7000".
+  std::string bindEndpoint;
+
+  std::string secretKey;                // this rank's Z85 secret key
+  std::vector<std::string> publicKeys;  // publicKeys[r]: rank r's Z85 public key
+  // Only honoured by the test-only library geo_transport_plaintext_testonly;
+  // in every product build a config with encrypt = false is refused.
+  bool encrypt = true;
+
+  // links[r]: emulated link from this rank to rank r (empty: none).
+  std::vector<LinkProfile> links;
+
+  uint64_t maxQueuedBytesPerPeer = uint64_t{1} << 30;  // send() backpressure
+  uint64_t maxInboxBytes = uint64_t{2} << 30;          // stop reading beyond
+  uint64_t maxPayloadBytes = uint64_t{1} << 31;        // larger frames are refused
+  std::chrono::milliseconds pingInterval{1000};        // 0: no pings (no RTT)
+  std::chrono::milliseconds linger{2000};              // time queued sends get at shutdown
+};
+
+// Binds, connects and starts the I/O thread. Errors (bad config, key files
+// that do not match, an endpoint already in use) come back as a Status that
+// names the field or endpoint.
+StatusOr<std::unique_ptr<Transport>> makeZmqTransport(TransportConfig config);
+
+}  // namespace geo::transport
