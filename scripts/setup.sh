@@ -12,6 +12,9 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libsodium-dev  # worker/transport: ZeroMQ + CURVE
   libcli11-dev                      # command lines
   clang-14 libclang-rt-14-dev       # libFuzzer targets (tests/fuzz)
+  libtorch-dev zlib1g-dev           # worker/train: LibTorch (CPU), gzipped IDX files
+  libyaml-cpp-dev                   # worker.yaml
+  dataset-fashion-mnist             # the demo's and the convergence tests' data
 )
 
 missing=()

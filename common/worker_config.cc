@@ -1,0 +1,956 @@
+#include "common/worker_config.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+namespace geo {
+namespace {
+
+// The schema is one table (schema() below): every key of every section with
+// its parser, its rule, its writer. The YAML reader, applyOverride(),
+// validateWorkerConfig() and toYaml() all walk that table, so a key, a limit
+// or a message is defined once and the four cannot drift apart.
+
+// ---- Messages ----------------------------------------------------------------
+
+// A value as shown in a message: as given, and "" for an empty one.
+std::string shown(std::string_view text) {
+  if (text.empty()) return "\"\"";
+  return std::string(text);
+}
+
+// The one wording of a rejected value, without the key path (the caller
+// prefixes it): "3 is not allowed (allowed: 2, 4, 8)".
+Status notAllowed(std::string_view shownValue, std::string_view allowed) {
+  return invalidArgument(fmt::format("{} is not allowed (allowed: {})", shownValue, allowed));
+}
+
+std::string join(const std::vector<std::string_view>& items) {
+  return fmt::format("{}", fmt::join(items, ", "));
+}
+
+size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "training.lrr: unknown key (allowed: steps, ...); did you mean 'lr'?" The
+// suggestion is the closest allowed key within two edits, if any.
+Status unknownKey(std::string_view prefix, std::string_view path, std::string_view key,
+                  const std::vector<std::string_view>& allowed) {
+  std::string message = fmt::format("{}{}: unknown key (allowed: {})", prefix, path, join(allowed));
+  constexpr size_t kMaxSuggestionDistance = 2;
+  size_t best = kMaxSuggestionDistance + 1;
+  std::string_view suggestion;
+  for (std::string_view candidate : allowed) {
+    const size_t distance = editDistance(key, candidate);
+    if (distance < best) {
+      best = distance;
+      suggestion = candidate;
+    }
+  }
+  if (!suggestion.empty()) message += fmt::format("; did you mean '{}'?", suggestion);
+  return invalidArgument(std::move(message));
+}
+
+// ---- Scalars -----------------------------------------------------------------
+// Scalars are read by their text alone (plain or quoted alike), with the YAML
+// 1.2 core schema's spellings of booleans; numbers are decimal.
+
+template <typename Int>
+std::optional<Int> parseInteger(std::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (text.empty() || text.front() == '+') return std::nullopt;
+  Int value{};
+  const char* end = text.data() + text.size();
+  auto [next, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc() || next != end) return std::nullopt;
+  return value;
+}
+
+std::optional<double> parseNumber(std::string_view text) {
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  if (text.empty() || text.front() == '+') return std::nullopt;
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [next, error] = std::from_chars(text.data(), end, value, std::chars_format::general);
+  if (error != std::errc() || next != end || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
+std::optional<bool> parseBool(std::string_view text) {
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  return std::nullopt;
+}
+
+bool isNullText(std::string_view text) {
+  return text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL";
+}
+
+// Strings that a YAML reader would take for something else (a number, a
+// boolean in YAML 1.1 or 1.2, null) or that are empty are written double
+// quoted; the test errs on the side of quoting.
+bool needsQuotes(std::string_view text) {
+  if (text.empty() || isNullText(text)) return true;
+  const char first = text.front();
+  if ((first >= '0' && first <= '9') || first == '+' || first == '-' || first == '.') return true;
+  static const std::set<std::string_view> kYamlBooleans = {
+      "y",    "Y",    "yes",   "Yes",   "YES",   "n",  "N",  "no", "No",  "NO",  "true",
+      "True", "TRUE", "false", "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF"};
+  return kYamlBooleans.contains(text);
+}
+
+void emitString(YAML::Emitter& out, const std::string& text) {
+  if (needsQuotes(text)) out << YAML::DoubleQuoted;
+  out << text;
+}
+
+// Shortest text that reads back as the same double ({fmt} guarantees the
+// round trip).
+std::string numberText(double value) {
+  return fmt::format("{}", value);
+}
+
+const char* nodeKind(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a sequence";
+    case YAML::NodeType::Null: return "null";
+    case YAML::NodeType::Scalar: return "a scalar";
+    case YAML::NodeType::Undefined: break;
+  }
+  return "an undefined node";
+}
+
+// "worker.yaml:12:3: " for a node of the document being read.
+std::string where(std::string_view source, const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.is_null()) return fmt::format("{}: ", source);
+  return fmt::format("{}:{}:{}: ", source, mark.line + 1, mark.column + 1);
+}
+
+// ---- Value types and rules ---------------------------------------------------
+
+// How values of type T are read from text, shown in messages and written.
+template <typename T>
+struct ValueType {
+  std::function<std::optional<T>(std::string_view)> parse;
+  std::function<std::string(const T&)> show;
+  std::function<void(YAML::Emitter&, const T&)> emit;
+};
+
+// Which values of type T a key admits; `allowed` is what messages and the
+// docs say.
+template <typename T>
+struct Rule {
+  std::string allowed;
+  std::function<bool(const T&)> accepts;
+};
+
+ValueType<int64_t> integerType() {
+  return {parseInteger<int64_t>, [](const int64_t& v) { return fmt::format("{}", v); },
+          [](YAML::Emitter& out, const int64_t& v) { out << fmt::format("{}", v); }};
+}
+
+ValueType<uint64_t> unsignedType() {
+  return {parseInteger<uint64_t>, [](const uint64_t& v) { return fmt::format("{}", v); },
+          [](YAML::Emitter& out, const uint64_t& v) { out << fmt::format("{}", v); }};
+}
+
+ValueType<double> numberType() {
+  return {parseNumber, numberText,
+          [](YAML::Emitter& out, const double& v) { out << numberText(v); }};
+}
+
+ValueType<bool> boolType() {
+  return {parseBool, [](const bool& v) { return std::string(v ? "true" : "false"); },
+          [](YAML::Emitter& out, const bool& v) { out << (v ? "true" : "false"); }};
+}
+
+ValueType<std::string> stringType() {
+  return {[](std::string_view text) { return std::optional<std::string>(text); }, shown,
+          emitString};
+}
+
+// dataset.shardIndex / shardCount: null (written ~) means "derive".
+ValueType<std::optional<int64_t>> optionalIntegerType() {
+  return {[](std::string_view text) -> std::optional<std::optional<int64_t>> {
+            if (isNullText(text)) return std::optional<int64_t>();
+            auto value = parseInteger<int64_t>(text);
+            if (!value) return std::nullopt;
+            return std::optional<int64_t>(*value);
+          },
+          [](const std::optional<int64_t>& v) {
+            return v ? fmt::format("{}", *v) : std::string("null");
+          },
+          [](YAML::Emitter& out, const std::optional<int64_t>& v) {
+            if (v) {
+              out << fmt::format("{}", *v);
+            } else {
+              out << YAML::Null;
+            }
+          }};
+}
+
+// sync.delay: a step count or `auto` (nullopt).
+constexpr std::string_view kAuto = "auto";
+
+ValueType<std::optional<int64_t>> delayType() {
+  return {[](std::string_view text) -> std::optional<std::optional<int64_t>> {
+            if (text == kAuto) return std::optional<int64_t>();
+            auto value = parseInteger<int64_t>(text);
+            if (!value) return std::nullopt;
+            return std::optional<int64_t>(*value);
+          },
+          [](const std::optional<int64_t>& v) {
+            return v ? fmt::format("{}", *v) : std::string(kAuto);
+          },
+          [](YAML::Emitter& out, const std::optional<int64_t>& v) {
+            out << (v ? fmt::format("{}", *v) : std::string(kAuto));
+          }};
+}
+
+// --set transport.peers=a,b,c (optionally [a, b, c]); empty: no peers.
+std::optional<std::vector<std::string>> parseEndpointList(std::string_view text) {
+  auto trim = [](std::string_view s) {
+    const auto begin = s.find_first_not_of(" \t");
+    if (begin == std::string_view::npos) return std::string_view();
+    return s.substr(begin, s.find_last_not_of(" \t") - begin + 1);
+  };
+  text = trim(text);
+  if (text.size() >= 2 && text.front() == '[' && text.back() == ']') {
+    text = trim(text.substr(1, text.size() - 2));
+  }
+  std::vector<std::string> endpoints;
+  if (text.empty()) return endpoints;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    endpoints.emplace_back(trim(text.substr(start, comma - start)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return endpoints;
+}
+
+bool isEndpoint(const std::string& endpoint) {
+  return !endpoint.empty() && endpoint.find_first_of(" \t\n,") == std::string::npos;
+}
+
+ValueType<std::vector<std::string>> endpointListType() {
+  return {parseEndpointList,
+          [](const std::vector<std::string>& v) {
+            std::vector<std::string> items;
+            items.reserve(v.size());
+            for (const std::string& endpoint : v) items.push_back(shown(endpoint));
+            return fmt::format("[{}]", fmt::join(items, ", "));
+          },
+          [](YAML::Emitter& out, const std::vector<std::string>& v) {
+            if (v.empty()) {
+              out << YAML::Flow << YAML::BeginSeq << YAML::EndSeq;
+              return;
+            }
+            out << YAML::BeginSeq;
+            for (const std::string& endpoint : v) emitString(out, endpoint);
+            out << YAML::EndSeq;
+          }};
+}
+
+using LinkMap = std::map<std::string, std::string>;
+
+// As a --set value, transport.links takes only "" or {} (remove all links);
+// single links are set with transport.links.<name>.
+ValueType<LinkMap> linkMapType() {
+  return {[](std::string_view text) -> std::optional<LinkMap> {
+            if (text.empty() || text == "{}") return LinkMap();
+            return std::nullopt;
+          },
+          [](const LinkMap& v) {
+            std::vector<std::string> items;
+            for (const auto& [name, profile] : v) {
+              items.push_back(fmt::format("{}: {}", shown(name), shown(profile)));
+            }
+            return fmt::format("{{{}}}", fmt::join(items, ", "));
+          },
+          [](YAML::Emitter& out, const LinkMap& v) {
+            if (v.empty()) {
+              out << YAML::Flow << YAML::BeginMap << YAML::EndMap;
+              return;
+            }
+            out << YAML::BeginMap;
+            for (const auto& [name, profile] : v) {
+              out << YAML::Key;
+              emitString(out, name);
+              out << YAML::Value;
+              emitString(out, profile);
+            }
+            out << YAML::EndMap;
+          }};
+}
+
+Rule<int64_t> atLeast(int64_t minimum) {
+  return {fmt::format("an integer >= {}", minimum),
+          [minimum](const int64_t& v) { return v >= minimum; }};
+}
+
+Rule<int64_t> oneOf(std::initializer_list<int64_t> values) {
+  std::vector<int64_t> list(values);
+  return {fmt::format("{}", fmt::join(list, ", ")), [list](const int64_t& v) {
+            return std::find(list.begin(), list.end(), v) != list.end();
+          }};
+}
+
+Rule<std::string> oneOf(std::initializer_list<std::string_view> names, bool emptyAllowed = false) {
+  std::vector<std::string_view> list(names);
+  return {join(list), [list, emptyAllowed](const std::string& v) {
+            if (v.empty()) return emptyAllowed;
+            return std::find(list.begin(), list.end(), v) != list.end();
+          }};
+}
+
+Rule<std::string> anyString() {
+  return {"a string", [](const std::string&) { return true; }};
+}
+
+Rule<std::string> nonEmptyString() {
+  return {"a non-empty string", [](const std::string& v) { return !v.empty(); }};
+}
+
+Rule<double> above(double minimum) {
+  return {fmt::format("a number > {}", minimum),
+          [minimum](const double& v) { return v > minimum; }};
+}
+
+Rule<double> atLeastNumber(double minimum) {
+  return {fmt::format("a number >= {}", minimum),
+          [minimum](const double& v) { return v >= minimum; }};
+}
+
+Rule<bool> anyBool() {
+  return {"true, false", [](const bool&) { return true; }};
+}
+
+// ---- The schema table -----------------------------------------------------------
+
+struct Field {
+  std::string_view key;
+  std::string allowed;
+  // Parses a scalar's text (YAML or --set), checks it and stores it; on error
+  // `config` is unchanged and the message lacks the key path.
+  std::function<Status(WorkerConfig&, std::string_view)> setText;
+  // For keys whose YAML value is a sequence or mapping (peers, links): sets
+  // from such a node, reporting errors in full (position and path).
+  std::function<Status(WorkerConfig&, const YAML::Node&, std::string_view source,
+                       const std::string& path)>
+      setCollection;
+  // For mapping keys (links): sets or, with an empty value, removes one entry
+  // (--set transport.links.<entry>=<value>).
+  std::function<Status(WorkerConfig&, const std::string& entry, std::string_view value)> setEntry;
+  // Checks the current value; the message lacks the key path.
+  std::function<Status(const WorkerConfig&)> check;
+  std::function<void(const WorkerConfig&, YAML::Emitter&)> emit;
+};
+
+struct Section {
+  std::string_view name;
+  std::vector<Field> fields;
+
+  const Field* find(std::string_view key) const {
+    for (const Field& field : fields) {
+      if (field.key == key) return &field;
+    }
+    return nullptr;
+  }
+  std::vector<std::string_view> keys() const {
+    std::vector<std::string_view> result;
+    for (const Field& field : fields) result.push_back(field.key);
+    return result;
+  }
+};
+
+// A key stored at config.*section.*member. `afterSet` runs after a successful
+// set (model.builtin and model.torchscript clear each other).
+template <typename S, typename T>
+Field makeField(std::string_view key, S WorkerConfig::*section, T S::*member, ValueType<T> type,
+                Rule<T> rule, const std::function<void(WorkerConfig&)>& afterSet = {}) {
+  Field field;
+  field.key = key;
+  field.allowed = rule.allowed;
+  field.setText = [=](WorkerConfig& config, std::string_view text) -> Status {
+    std::optional<T> value = type.parse(text);
+    if (!value || !rule.accepts(*value)) return notAllowed(shown(text), rule.allowed);
+    (config.*section).*member = std::move(*value);
+    if (afterSet) afterSet(config);
+    return {};
+  };
+  field.check = [=](const WorkerConfig& config) -> Status {
+    const T& value = (config.*section).*member;
+    if (rule.accepts(value)) return {};
+    return notAllowed(type.show(value), rule.allowed);
+  };
+  field.emit = [=](const WorkerConfig& config, YAML::Emitter& out) {
+    type.emit(out, (config.*section).*member);
+  };
+  return field;
+}
+
+using W = WorkerConfig;
+
+Field peersField() {
+  Rule<std::vector<std::string>> rule{"a list of endpoints such as tcp://host:7000, one per rank",
+                                      [](const std::vector<std::string>& v) {
+                                        return std::all_of(v.begin(), v.end(), isEndpoint);
+                                      }};
+  Field field = makeField("peers", &W::transport, &W::Transport::peers, endpointListType(), rule);
+  field.setCollection = [allowed = rule.allowed](WorkerConfig& config, const YAML::Node& node,
+                                                 std::string_view source,
+                                                 const std::string& path) -> Status {
+    if (!node.IsSequence()) {
+      return invalidArgument(fmt::format("{}{}: {} is not allowed (allowed: {})",
+                                         where(source, node), path, nodeKind(node), allowed));
+    }
+    std::vector<std::string> endpoints;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node item = node[i];
+      const std::string itemPath = fmt::format("{}[{}]", path, i);
+      if (!item.IsScalar()) {
+        return invalidArgument(
+            fmt::format("{}{}: {} is not allowed (allowed: an endpoint such as "
+                        "tcp://host:7000)",
+                        where(source, item), itemPath, nodeKind(item)));
+      }
+      if (!isEndpoint(item.Scalar())) {
+        return invalidArgument(
+            fmt::format("{}{}: {} is not allowed (allowed: an endpoint such as "
+                        "tcp://host:7000, without spaces or commas)",
+                        where(source, item), itemPath, shown(item.Scalar())));
+      }
+      endpoints.push_back(item.Scalar());
+    }
+    config.transport.peers = std::move(endpoints);
+    return {};
+  };
+  return field;
+}
+
+constexpr std::string_view kLinkAllowed =
+    "a mapping of regionA-regionB: link profile such as delay=50ms,rate=20mbit";
+
+Field linksField() {
+  Rule<LinkMap> rule{std::string(kLinkAllowed), [](const LinkMap& v) {
+                       return std::none_of(v.begin(), v.end(),
+                                           [](const auto& link) { return link.first.empty(); });
+                     }};
+  Field field = makeField("links", &W::transport, &W::Transport::links, linkMapType(), rule);
+  // As a --set value only "" / {} (remove all links) parse; say how to set one.
+  field.allowed = "\"\" or {} to remove all links; set one with transport.links.<regionA-regionB>";
+  field.setText = [allowed = field.allowed](WorkerConfig& config, std::string_view text) -> Status {
+    if (!text.empty() && text != "{}") return notAllowed(shown(text), allowed);
+    config.transport.links.clear();
+    return {};
+  };
+  field.setCollection = [](WorkerConfig& config, const YAML::Node& node, std::string_view source,
+                           const std::string& path) -> Status {
+    if (!node.IsMap()) {
+      return invalidArgument(fmt::format("{}{}: {} is not allowed (allowed: {})",
+                                         where(source, node), path, nodeKind(node), kLinkAllowed));
+    }
+    LinkMap links;
+    for (const auto& entry : node) {
+      const YAML::Node& name = entry.first;
+      const YAML::Node& profile = entry.second;
+      if (!name.IsScalar() || name.Scalar().empty()) {
+        return invalidArgument(
+            fmt::format("{}{}: {} key is not allowed (allowed: {})", where(source, name), path,
+                        name.IsScalar() ? "an empty" : nodeKind(name), kLinkAllowed));
+      }
+      const std::string entryPath = fmt::format("{}.{}", path, name.Scalar());
+      if (links.contains(name.Scalar())) {
+        return invalidArgument(fmt::format("{}{}: duplicate key", where(source, name), entryPath));
+      }
+      if (!profile.IsNull() && !profile.IsScalar()) {
+        return invalidArgument(
+            fmt::format("{}{}: {} is not allowed (allowed: a link profile string such as "
+                        "delay=50ms,rate=20mbit)",
+                        where(source, profile), entryPath, nodeKind(profile)));
+      }
+      links[name.Scalar()] = profile.IsNull() ? std::string() : profile.Scalar();
+    }
+    config.transport.links = std::move(links);
+    return {};
+  };
+  field.setEntry = [](WorkerConfig& config, const std::string& entry,
+                      std::string_view value) -> Status {
+    if (value.empty()) {
+      config.transport.links.erase(entry);
+    } else {
+      config.transport.links[entry] = std::string(value);
+    }
+    return {};
+  };
+  return field;
+}
+
+std::vector<Section> buildSchema() {
+  const auto integer = integerType();
+  const auto number = numberType();
+  const auto boolean = boolType();
+  const auto string = stringType();
+  const auto optionalInteger = optionalIntegerType();
+
+  auto shardRule = [](int64_t minimum) {
+    return Rule<std::optional<int64_t>>{
+        fmt::format("an integer >= {}, or null to derive it from the worker", minimum),
+        [minimum](const std::optional<int64_t>& v) { return !v || *v >= minimum; }};
+  };
+  const Rule<std::optional<int64_t>> delayRule{
+      "an integer >= 0, or auto", [](const std::optional<int64_t>& v) { return !v || *v >= 0; }};
+  const Rule<double> unitInterval{"a number in [0, 1)",
+                                  [](const double& v) { return v >= 0 && v < 1; }};
+  const Rule<double> gammaRule{"a number in (0, 1]",
+                               [](const double& v) { return v > 0 && v <= 1; }};
+  const auto clearTorchscript = [](WorkerConfig& c) {
+    if (!c.model.builtin.empty()) c.model.torchscript.clear();
+  };
+  const auto clearBuiltin = [](WorkerConfig& c) {
+    if (!c.model.torchscript.empty()) c.model.builtin.clear();
+  };
+
+  std::vector<Section> schema;
+  schema.push_back({"job",
+                    {makeField("id", &W::job, &W::Job::id, string, nonEmptyString()),
+                     makeField("seed", &W::job, &W::Job::seed, unsignedType(),
+                               Rule<uint64_t>{fmt::format("an integer 0..{}",
+                                                          std::numeric_limits<uint64_t>::max()),
+                                              [](const uint64_t&) { return true; }})}});
+  schema.push_back(
+      {"worker",
+       {makeField("rank", &W::worker, &W::Worker::rank, integer, atLeast(0)),
+        makeField("worldSize", &W::worker, &W::Worker::worldSize, integer, atLeast(1)),
+        makeField("region", &W::worker, &W::Worker::region, string, nonEmptyString()),
+        makeField("localRank", &W::worker, &W::Worker::localRank, integer, atLeast(0)),
+        makeField("regionSize", &W::worker, &W::Worker::regionSize, integer, atLeast(1))}});
+  schema.push_back(
+      {"model",
+       {makeField("builtin", &W::model, &W::Model::builtin, string,
+                  oneOf({"mlp", "cnn", "resnet18"}, /*emptyAllowed=*/true), clearTorchscript),
+        makeField("torchscript", &W::model, &W::Model::torchscript, string, anyString(),
+                  clearBuiltin)}});
+  schema.push_back({"dataset",
+                    {makeField("name", &W::dataset, &W::Dataset::name, string,
+                               oneOf({"fashion-mnist", "mnist", "cifar10", "synthetic"})),
+                     makeField("path", &W::dataset, &W::Dataset::path, string, anyString()),
+                     makeField("shardIndex", &W::dataset, &W::Dataset::shardIndex, optionalInteger,
+                               shardRule(0)),
+                     makeField("shardCount", &W::dataset, &W::Dataset::shardCount, optionalInteger,
+                               shardRule(1)),
+                     makeField("syntheticSamples", &W::dataset, &W::Dataset::syntheticSamples,
+                               integer, atLeast(1))}});
+  schema.push_back(
+      {"training",
+       {makeField("steps", &W::training, &W::Training::steps, integer, atLeast(1)),
+        makeField("batchSize", &W::training, &W::Training::batchSize, integer, atLeast(1)),
+        makeField("optimizer", &W::training, &W::Training::optimizer, string,
+                  oneOf({"sgd", "adam"})),
+        makeField("lr", &W::training, &W::Training::lr, number, above(0)),
+        makeField("momentum", &W::training, &W::Training::momentum, number, unitInterval),
+        makeField("nesterov", &W::training, &W::Training::nesterov, boolean, anyBool()),
+        makeField("weightDecay", &W::training, &W::Training::weightDecay, number, atLeastNumber(0)),
+        makeField("schedule", &W::training, &W::Training::schedule, string,
+                  oneOf({"constant", "cosine", "step"})),
+        makeField("warmupSteps", &W::training, &W::Training::warmupSteps, integer, atLeast(0)),
+        makeField("stepSize", &W::training, &W::Training::stepSize, integer, atLeast(1)),
+        makeField("stepGamma", &W::training, &W::Training::stepGamma, number, gammaRule),
+        makeField("gradClip", &W::training, &W::Training::gradClip, number, atLeastNumber(0)),
+        makeField("evalInterval", &W::training, &W::Training::evalInterval, integer, atLeast(0)),
+        makeField("logInterval", &W::training, &W::Training::logInterval, integer, atLeast(0)),
+        makeField("device", &W::training, &W::Training::device, string,
+                  oneOf({"auto", "cpu", "cuda"})),
+        makeField("threads", &W::training, &W::Training::threads, integer, atLeast(0))}});
+  schema.push_back(
+      {"sync",
+       {makeField("algorithm", &W::sync, &W::Sync::algorithm, string,
+                  oneOf({"none", "allreduce", "dts", "swarm"})),
+        makeField("period", &W::sync, &W::Sync::period, integer, atLeast(1)),
+        makeField("delay", &W::sync, &W::Sync::delay, delayType(), delayRule),
+        makeField("swarmH", &W::sync, &W::Sync::swarmH, integer, atLeast(1)),
+        makeField("codec", &W::sync, &W::Sync::codec, string,
+                  oneOf({"identity", "fp16", "bf16", "qsgd"})),
+        makeField("bits", &W::sync, &W::Sync::bits, integer, oneOf({2, 4, 8})),
+        makeField("bucket", &W::sync, &W::Sync::bucket, integer, atLeast(1)),
+        makeField("errorFeedback", &W::sync, &W::Sync::errorFeedback, boolean, anyBool()),
+        makeField("hierarchical", &W::sync, &W::Sync::hierarchical, boolean, anyBool()),
+        makeField("lanCodec", &W::sync, &W::Sync::lanCodec, string, oneOf({"identity", "bf16"})),
+        makeField("timeoutSeconds", &W::sync, &W::Sync::timeoutSeconds, number, above(0))}});
+  schema.push_back(
+      {"transport",
+       {makeField("listen", &W::transport, &W::Transport::listen, string, nonEmptyString()),
+        peersField(),
+        makeField("keyDir", &W::transport, &W::Transport::keyDir, string, nonEmptyString()),
+        linksField()}});
+  schema.push_back(
+      {"checkpoint",
+       {makeField("dir", &W::checkpoint, &W::Checkpoint::dir, string, anyString()),
+        makeField("interval", &W::checkpoint, &W::Checkpoint::interval, integer, atLeast(1)),
+        makeField("keep", &W::checkpoint, &W::Checkpoint::keep, integer, atLeast(1)),
+        makeField("resume", &W::checkpoint, &W::Checkpoint::resume, boolean, anyBool())}});
+  schema.push_back({"metrics",
+                    {makeField("listen", &W::metrics, &W::Metrics::listen, string, anyString()),
+                     makeField("enabled", &W::metrics, &W::Metrics::enabled, boolean, anyBool())}});
+  schema.push_back(
+      {"log",
+       {makeField("level", &W::log, &W::Log::level, string,
+                  oneOf({"trace", "debug", "info", "warn", "error", "critical", "off"}))}});
+  return schema;
+}
+
+const std::vector<Section>& schema() {
+  static const std::vector<Section> kSchema = buildSchema();
+  return kSchema;
+}
+
+const Section* findSection(std::string_view name) {
+  for (const Section& section : schema()) {
+    if (section.name == name) return &section;
+  }
+  return nullptr;
+}
+
+std::vector<std::string_view> sectionNames() {
+  std::vector<std::string_view> names;
+  for (const Section& section : schema()) names.push_back(section.name);
+  return names;
+}
+
+// ---- Reading YAML ----------------------------------------------------------------
+
+Status readSection(const Section& section, const YAML::Node& node, std::string_view source,
+                   WorkerConfig& config) {
+  std::set<std::string> seen;
+  // model.builtin and model.torchscript exclude each other when both are given.
+  std::optional<YAML::Node> builtinGiven;
+  std::optional<YAML::Node> torchscriptGiven;
+  for (const auto& entry : node) {
+    const YAML::Node& keyNode = entry.first;
+    const YAML::Node& value = entry.second;
+    if (!keyNode.IsScalar()) {
+      return invalidArgument(fmt::format("{}{}: {} key is not allowed (allowed: {})",
+                                         where(source, keyNode), section.name, nodeKind(keyNode),
+                                         join(section.keys())));
+    }
+    const std::string& key = keyNode.Scalar();
+    const std::string path = fmt::format("{}.{}", section.name, key);
+    const Field* field = section.find(key);
+    if (field == nullptr) {
+      return unknownKey(where(source, keyNode), path, key, section.keys());
+    }
+    if (!seen.insert(key).second) {
+      return invalidArgument(fmt::format("{}{}: duplicate key", where(source, keyNode), path));
+    }
+    if (value.IsNull()) continue;  // `key:` or `key: ~` keeps the default
+    if (value.IsScalar()) {
+      Status status = field->setText(config, value.Scalar());
+      if (!status.ok()) {
+        return invalidArgument(
+            fmt::format("{}{}: {}", where(source, value), path, status.message()));
+      }
+      if (!value.Scalar().empty()) {
+        if (key == "builtin") builtinGiven = keyNode;
+        if (key == "torchscript") torchscriptGiven = keyNode;
+      }
+    } else if (field->setCollection) {
+      GEO_RETURN_IF_ERROR(field->setCollection(config, value, source, path));
+    } else {
+      return invalidArgument(fmt::format("{}{}: {} is not allowed (allowed: {})",
+                                         where(source, value), path, nodeKind(value),
+                                         field->allowed));
+    }
+  }
+  if (section.name == "model" && builtinGiven && torchscriptGiven) {
+    return invalidArgument(
+        fmt::format("{}model: builtin and torchscript are both set (allowed: one of them)",
+                    where(source, *torchscriptGiven)));
+  }
+  return {};
+}
+
+Status readDocument(const YAML::Node& document, std::string_view source, WorkerConfig& config) {
+  if (document.IsNull()) return {};
+  if (!document.IsMap()) {
+    return invalidArgument(
+        fmt::format("{}{} is not allowed at the top level (allowed: a mapping "
+                    "of sections: {})",
+                    where(source, document), nodeKind(document), join(sectionNames())));
+  }
+  std::set<std::string> seen;
+  for (const auto& entry : document) {
+    const YAML::Node& keyNode = entry.first;
+    const YAML::Node& value = entry.second;
+    if (!keyNode.IsScalar()) {
+      return invalidArgument(fmt::format("{}{} key is not allowed (allowed: {})",
+                                         where(source, keyNode), nodeKind(keyNode),
+                                         join(sectionNames())));
+    }
+    const std::string& name = keyNode.Scalar();
+    const Section* section = findSection(name);
+    if (section == nullptr) return unknownKey(where(source, keyNode), name, name, sectionNames());
+    if (!seen.insert(name).second) {
+      return invalidArgument(fmt::format("{}{}: duplicate key", where(source, keyNode), name));
+    }
+    if (value.IsNull()) continue;
+    if (!value.IsMap()) {
+      return invalidArgument(fmt::format("{}{}: {} is not allowed (allowed: a mapping of {})",
+                                         where(source, value), name, nodeKind(value),
+                                         join(section->keys())));
+    }
+    GEO_RETURN_IF_ERROR(readSection(*section, value, source, config));
+  }
+  return {};
+}
+
+StatusOr<WorkerConfig> parse(std::string_view yamlText, std::string_view sourceName,
+                             ConfigCheck check) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(yamlText));
+  } catch (const YAML::ParserException& e) {
+    if (e.mark.is_null()) {
+      return invalidArgument(fmt::format("{}: YAML syntax error: {}", sourceName, e.msg));
+    }
+    return invalidArgument(fmt::format("{}:{}:{}: YAML syntax error: {}", sourceName,
+                                       e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+  if (documents.size() > 1) {
+    return invalidArgument(fmt::format("{}: {} YAML documents is not allowed (allowed: one)",
+                                       sourceName, documents.size()));
+  }
+  WorkerConfig config;
+  if (!documents.empty()) GEO_RETURN_IF_ERROR(readDocument(documents[0], sourceName, config));
+  if (check == ConfigCheck::kFull) {
+    Status status = validateWorkerConfig(config);
+    if (!status.ok()) return status.withContext(sourceName);
+  }
+  return config;
+}
+
+// ---- Cross-field checks ------------------------------------------------------------
+
+Status validateRelations(const WorkerConfig& c) {
+  const auto& w = c.worker;
+  if (w.rank >= w.worldSize) {
+    return invalidArgument(
+        fmt::format("worker.rank: {} is not allowed (allowed: 0..{}, below worker.worldSize = {})",
+                    w.rank, w.worldSize - 1, w.worldSize));
+  }
+  if (w.regionSize > w.worldSize) {
+    return invalidArgument(fmt::format(
+        "worker.regionSize: {} is not allowed (allowed: 1..{}, at most worker.worldSize = {})",
+        w.regionSize, w.worldSize, w.worldSize));
+  }
+  if (w.localRank >= w.regionSize) {
+    return invalidArgument(fmt::format(
+        "worker.localRank: {} is not allowed (allowed: 0..{}, below worker.regionSize = {})",
+        w.localRank, w.regionSize - 1, w.regionSize));
+  }
+
+  const int64_t shardIndex = effectiveShardIndex(c);
+  const int64_t shardCount = effectiveShardCount(c);
+  if (shardIndex >= shardCount) {
+    return invalidArgument(fmt::format(
+        "dataset.shardIndex: {}{} is not allowed (allowed: 0..{}, below dataset.shardCount{} = "
+        "{})",
+        shardIndex, c.dataset.shardIndex ? "" : " (derived from worker.rank)", shardCount - 1,
+        c.dataset.shardCount ? "" : " (derived from worker.worldSize)", shardCount));
+  }
+
+  const bool hasBuiltin = !c.model.builtin.empty();
+  const bool hasTorchscript = !c.model.torchscript.empty();
+  if (hasBuiltin && hasTorchscript) {
+    return invalidArgument("model: builtin and torchscript are both set (allowed: one of them)");
+  }
+  if (!hasBuiltin && !hasTorchscript) {
+    return invalidArgument(
+        "model: neither builtin nor torchscript is set (allowed: builtin: mlp, cnn, resnet18; or "
+        "torchscript: a file path)");
+  }
+
+  if (c.dataset.path.empty() && c.dataset.name != "synthetic") {
+    return invalidArgument(fmt::format(
+        "dataset.path: \"\" is not allowed (allowed: a path; empty only with dataset.name: "
+        "synthetic, not {})",
+        c.dataset.name));
+  }
+
+  const auto peerCount = static_cast<int64_t>(c.transport.peers.size());
+  if (peerCount != 0 && peerCount != w.worldSize) {
+    return invalidArgument(
+        fmt::format("transport.peers: {} endpoints is not allowed (allowed: none, or one per rank: "
+                    "worker.worldSize = {})",
+                    peerCount, w.worldSize));
+  }
+
+  if (c.metrics.enabled && c.metrics.listen.empty()) {
+    return invalidArgument(
+        "metrics.listen: \"\" is not allowed (allowed: host:port while metrics.enabled is true)");
+  }
+  return {};
+}
+
+Status validate(const WorkerConfig& config) {
+  for (const Section& section : schema()) {
+    for (const Field& field : section.fields) {
+      Status status = field.check(config);
+      if (!status.ok()) {
+        return invalidArgument(fmt::format("{}.{}: {}", section.name, field.key, status.message()));
+      }
+    }
+  }
+  return validateRelations(config);
+}
+
+// ---- Overrides ---------------------------------------------------------------------
+
+Status applyOne(WorkerConfig& config, std::string_view dottedKey, std::string_view value) {
+  const size_t dot = dottedKey.find('.');
+  const std::string_view sectionName = dottedKey.substr(0, dot);
+  const Section* section = findSection(sectionName);
+  if (section == nullptr) return unknownKey("", sectionName, sectionName, sectionNames());
+  if (dot == std::string_view::npos) {
+    return invalidArgument(fmt::format("{}: a section cannot be set (allowed: one of its keys: {})",
+                                       sectionName, join(section->keys())));
+  }
+  const std::string_view rest = dottedKey.substr(dot + 1);
+  const size_t subDot = rest.find('.');
+  const std::string_view key = rest.substr(0, subDot);
+  const std::string path = fmt::format("{}.{}", sectionName, key);
+  const Field* field = section->find(key);
+  if (field == nullptr) return unknownKey("", path, key, section->keys());
+
+  if (subDot != std::string_view::npos) {
+    const std::string entry(rest.substr(subDot + 1));
+    if (!field->setEntry) {
+      return invalidArgument(
+          fmt::format("{}: unknown key ({} is a value, not a section)", dottedKey, path));
+    }
+    if (entry.empty()) {
+      return invalidArgument(fmt::format(
+          "{}: an empty entry name is not allowed (allowed: {}.<name>)", dottedKey, path));
+    }
+    Status status = field->setEntry(config, entry, value);
+    if (!status.ok()) return invalidArgument(fmt::format("{}: {}", dottedKey, status.message()));
+    return {};
+  }
+  Status status = field->setText(config, value);
+  if (!status.ok()) return invalidArgument(fmt::format("{}: {}", path, status.message()));
+  return {};
+}
+
+// The public functions promise not to throw; anything unexpected (allocation
+// failure, a yaml-cpp exception not anticipated above) becomes a Status.
+template <typename Result, typename Body>
+Result noThrow(std::string_view what, Body&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return internalError(fmt::format("{}: {}", what, e.what()));
+  } catch (...) {
+    return internalError(fmt::format("{}: unknown exception", what));
+  }
+}
+
+}  // namespace
+
+StatusOr<WorkerConfig> parseWorkerConfig(std::string_view yamlText, std::string_view sourceName,
+                                         ConfigCheck check) {
+  return noThrow<StatusOr<WorkerConfig>>(sourceName,
+                                         [&] { return parse(yamlText, sourceName, check); });
+}
+
+StatusOr<WorkerConfig> loadWorkerConfig(const std::filesystem::path& path, ConfigCheck check) {
+  return noThrow<StatusOr<WorkerConfig>>(path.string(), [&]() -> StatusOr<WorkerConfig> {
+    std::error_code error;
+    const auto status = std::filesystem::status(path, error);
+    if (status.type() == std::filesystem::file_type::not_found) {
+      return notFound(fmt::format("{}: worker config not found", path.string()));
+    }
+    if (std::filesystem::is_directory(status)) {
+      return invalidArgument(
+          fmt::format("{}: cannot read worker config: is a directory", path.string()));
+    }
+    std::ifstream file(path, std::ios::binary);
+    if (!file) {
+      return invalidArgument(
+          fmt::format("{}: cannot read worker config: {}", path.string(), std::strerror(errno)));
+    }
+    std::ostringstream text;
+    text << file.rdbuf();
+    if (file.bad()) {
+      return invalidArgument(
+          fmt::format("{}: cannot read worker config: {}", path.string(), std::strerror(errno)));
+    }
+    return parse(text.str(), path.string(), check);
+  });
+}
+
+Status validateWorkerConfig(const WorkerConfig& config) {
+  return noThrow<Status>("validating worker config", [&] { return validate(config); });
+}
+
+std::string toYaml(const WorkerConfig& config) {
+  YAML::Emitter out;
+  out << YAML::Comment("geotrain worker configuration; reference: docs/worker-config.md");
+  out << YAML::BeginMap;
+  for (const Section& section : schema()) {
+    out << YAML::Key << std::string(section.name) << YAML::Value << YAML::BeginMap;
+    for (const Field& field : section.fields) {
+      out << YAML::Key << std::string(field.key) << YAML::Value;
+      field.emit(config, out);
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  // The emitter reports misuse through good(); the sequence above is fixed,
+  // so a failure here is a bug in this file.
+  GEO_ENFORCE(out.good(), "emitting worker.yaml failed: {}", out.GetLastError());
+  return std::string(out.c_str()) + "\n";
+}
+
+Status applyOverride(WorkerConfig& config, std::string_view dottedKey, std::string_view value) {
+  return noThrow<Status>(dottedKey, [&] { return applyOne(config, dottedKey, value); });
+}
+
+int64_t effectiveShardIndex(const WorkerConfig& config) {
+  return config.dataset.shardIndex.value_or(config.worker.rank);
+}
+
+int64_t effectiveShardCount(const WorkerConfig& config) {
+  return config.dataset.shardCount.value_or(config.worker.worldSize);
+}
+
+}  // namespace geo

@@ -1,0 +1,238 @@
+#pragma once
+// WorkerConfig: the schema of worker.yaml, the one configuration of a training
+// worker. geotrain-worker and `geotrain local` read it from a file (plus
+// `--set key=value` overrides); the controller renders it from a TrainingJob
+// into a ConfigMap. Both sides share this file so they cannot disagree on a
+// key, a default or a limit. The reference for users is docs/worker-config.md
+// (a test keeps it in sync with toYaml()).
+//
+// The schema is plain structs: every field has a default, so a
+// default-constructed WorkerConfig is a valid single-worker job, and an empty
+// worker.yaml means exactly that. YAML keys are camelCase (as in Kubernetes)
+// and grouped in sections: `training.lr` is key `lr` of section `training`.
+//
+// Nothing here throws: every failure is a Status (InvalidArgument for bad
+// content, NotFound for a missing file) whose message names the full key path,
+// the value given and what is allowed, e.g.
+//   worker.yaml:12:3: training.lrr: unknown key (allowed: steps, ...); did you mean 'lr'?
+//   sync.bits: 3 is not allowed (allowed: 2, 4, 8)
+// yaml-cpp stays out of this header on purpose: the controller and the worker
+// include it everywhere, and only worker_config.cc needs a YAML parser.
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace geo {
+
+// Enumerated fields are strings (what the YAML says, and what the factories
+// that consume them — codecs, logging, models — take); the parser and
+// validateWorkerConfig() admit only the names documented per field.
+struct WorkerConfig {
+  struct Job {
+    std::string id = "geotrain-local";  // non-empty; hashed into every frame header
+    uint64_t seed = 42;                 // model init, data order and QSGD rounding
+
+    bool operator==(const Job&) const = default;
+  };
+
+  // Where this worker sits in the job. Ranks are global (0..worldSize-1);
+  // localRank/regionSize place it inside its region (localRank 0 is the
+  // region leader, the only worker that talks across the WAN).
+  struct Worker {
+    int64_t rank = 0;
+    int64_t worldSize = 1;
+    std::string region = "local";
+    int64_t localRank = 0;
+    int64_t regionSize = 1;
+
+    bool operator==(const Worker&) const = default;
+  };
+
+  // Exactly one of the two is non-empty: a built-in architecture
+  // (mlp|cnn|resnet18) or a TorchScript file.
+  struct Model {
+    std::string builtin = "mlp";
+    std::string torchscript;
+
+    bool operator==(const Model&) const = default;
+  };
+
+  struct Dataset {
+    std::string name = "fashion-mnist";  // fashion-mnist|mnist|cifar10|synthetic
+    std::string path = "/usr/share/datasets/fashion-mnist";  // may be empty only for synthetic
+    // Which part of the data this worker reads. Not set (nullopt): derived
+    // from the worker, shardIndex = worker.rank and shardCount =
+    // worker.worldSize; see effectiveShardIndex()/effectiveShardCount().
+    std::optional<int64_t> shardIndex;
+    std::optional<int64_t> shardCount;
+    int64_t syntheticSamples = 60000;  // size of the `synthetic` data set, >= 1
+
+    bool operator==(const Dataset&) const = default;
+  };
+
+  struct Training {
+    int64_t steps = 1000;               // > 0
+    int64_t batchSize = 64;             // > 0
+    std::string optimizer = "sgd";      // sgd|adam
+    double lr = 0.05;                   // > 0
+    double momentum = 0.9;              // [0, 1); sgd only
+    bool nesterov = false;              // sgd only
+    double weightDecay = 0;             // >= 0
+    std::string schedule = "constant";  // constant|cosine|step
+    int64_t warmupSteps = 0;            // >= 0, linear warm-up before the schedule
+    int64_t stepSize = 1000;            // >= 1; `step` schedule: lr *= stepGamma every stepSize
+    double stepGamma = 0.1;             // (0, 1]
+    double gradClip = 0;                // >= 0; max global L2 norm, 0 = off
+    int64_t evalInterval = 200;         // >= 0; 0 = evaluate only at the end
+    int64_t logInterval = 50;           // >= 0; 0 = no periodic log lines
+    std::string device = "auto";        // auto|cpu|cuda
+    int64_t threads = 0;                // >= 0; intra-op threads, 0 = library default
+
+    bool operator==(const Training&) const = default;
+  };
+
+  struct Sync {
+    std::string algorithm = "none";  // none|allreduce|dts|swarm
+    int64_t period = 8;              // DTS period K in steps, >= 1
+    // DTS delay D in steps (>= 0). nullopt means `auto`: the worker derives
+    // the smallest D that hides the measured link (ARCHITECTURE.md §3).
+    std::optional<int64_t> delay = 0;
+    int64_t swarmH = 4;                 // SwarmSGD local steps between exchanges, >= 1
+    std::string codec = "qsgd";         // identity|fp16|bf16|qsgd (WAN updates)
+    int64_t bits = 4;                   // 2|4|8, qsgd only
+    int64_t bucket = 512;               // qsgd bucket size, >= 1
+    bool errorFeedback = true;          // keep the quantization residual per tensor
+    bool hierarchical = true;           // LAN reduce to the region leader first
+    std::string lanCodec = "identity";  // identity|bf16 (inside a region)
+    double timeoutSeconds = 60;         // > 0; a peer silent this long fails the round
+
+    bool operator==(const Sync&) const = default;
+  };
+
+  struct Transport {
+    std::string listen = "tcp://*:7000";  // ZeroMQ endpoint this worker binds
+    std::vector<std::string> peers;       // empty, or one endpoint per rank (index = rank)
+    std::string keyDir = "keys";          // CURVE key files (geotrain keygen)
+    // "regionA-regionB" -> link profile such as "delay=50ms,rate=20mbit".
+    // Only checked to be strings here: common/ cannot depend on worker/, so
+    // the worker parses the profiles (geo::transport::parseLinkProfile).
+    std::map<std::string, std::string> links;
+
+    bool operator==(const Transport&) const = default;
+  };
+
+  struct Checkpoint {
+    std::string dir;         // empty: no checkpoints
+    int64_t interval = 500;  // steps between checkpoints, > 0
+    int64_t keep = 3;        // newest checkpoints kept, >= 1
+    bool resume = true;      // start from the newest checkpoint in dir if any
+
+    bool operator==(const Checkpoint&) const = default;
+  };
+
+  struct Metrics {
+    std::string listen = "0.0.0.0:9400";  // host:port of /metrics; non-empty when enabled
+    bool enabled = true;
+
+    bool operator==(const Metrics&) const = default;
+  };
+
+  struct Log {
+    std::string level = "info";  // trace|debug|info|warn|error|critical|off
+
+    bool operator==(const Log&) const = default;
+  };
+
+  Job job;
+  Worker worker;
+  Model model;
+  Dataset dataset;
+  Training training;
+  Sync sync;
+  Transport transport;
+  Checkpoint checkpoint;
+  Metrics metrics;
+  Log log;
+
+  bool operator==(const WorkerConfig&) const = default;
+};
+
+// How much of validateWorkerConfig() parse/load run before returning.
+enum class ConfigCheck {
+  kFull,        // the result passes validateWorkerConfig()
+  kFieldsOnly,  // each field is checked, relations between fields are not:
+                // for callers that apply overrides next and validate after
+                // the last one (a file may set worker.rank: 3 and rely on
+                // --set worker.worldSize=4)
+};
+
+// Parses a worker.yaml document over the defaults: keys that are absent, or
+// present with a null value (`lr:` or `lr: ~`), keep their default. Plain and
+// quoted scalars are read alike (`lr: "0.1"` is 0.1). Errors (InvalidArgument):
+// YAML syntax ("<sourceName>:<line>:<column>: YAML syntax error: ..."), more
+// than one document, an unknown or duplicate key, a value of the wrong type or
+// out of range, both model.builtin and model.torchscript given; each names
+// sourceName:line:column and the key path. Then, with ConfigCheck::kFull, the
+// cross-field checks of validateWorkerConfig() (prefixed with sourceName).
+StatusOr<WorkerConfig> parseWorkerConfig(std::string_view yamlText, std::string_view sourceName,
+                                         ConfigCheck check = ConfigCheck::kFull);
+
+// Reads and parses a file; the path is the sourceName of parse errors. A file
+// that is missing is NotFound, one that cannot be read (a directory, no
+// permission) is InvalidArgument; both messages name the path.
+StatusOr<WorkerConfig> loadWorkerConfig(const std::filesystem::path& path,
+                                        ConfigCheck check = ConfigCheck::kFull);
+
+// Checks every field's range / allowed values (a config built in code never
+// went through the parser) and the relations between fields:
+//   - worker.rank < worker.worldSize, worker.localRank < worker.regionSize,
+//     worker.regionSize <= worker.worldSize;
+//   - effective dataset.shardIndex < effective dataset.shardCount;
+//   - exactly one of model.builtin and model.torchscript is non-empty;
+//   - transport.peers is empty or has worker.worldSize entries;
+//   - dataset.path is non-empty unless dataset.name is synthetic;
+//   - metrics.listen is non-empty when metrics.enabled.
+// sync.algorithm other than none is allowed with worker.worldSize 1: the
+// synchronizer then has no peers and each round is the identity, which keeps
+// single-process runs of every algorithm possible (tests, dry runs).
+// Returns the first problem found, as InvalidArgument naming the key path.
+Status validateWorkerConfig(const WorkerConfig& config);
+
+// Writes every field explicitly, in schema order (null for an unset
+// shardIndex/shardCount, `auto` for an automatic delay, [] and {} for empty
+// peers and links), so a rendered ConfigMap is complete and readable on its
+// own. For every config that passes validateWorkerConfig(),
+// parseWorkerConfig(toYaml(c), ...) returns c exactly (doubles are written in
+// their shortest round-trip form).
+std::string toYaml(const WorkerConfig& config);
+
+// Sets one key from a `--set key=value` flag: dottedKey is a key path
+// ("training.lr", "sync.delay", "transport.links.london-tokyo") and value its
+// text ("0.1", "auto", "delay=50ms,rate=20mbit"), read like a YAML scalar with
+// the same checks and messages as the parser (without a file position).
+// Special forms:
+//   - transport.peers: comma-separated endpoints (optionally in [ ]); empty
+//     clears the list;
+//   - transport.links.<regionA-regionB>: sets one link; an empty value removes
+//     it; transport.links with an empty value removes all;
+//   - dataset.shardIndex / shardCount: "", "~" or "null" unsets (derive);
+//   - model.builtin / model.torchscript: a non-empty value clears the other,
+//     so an override can switch the model kind.
+// On error `config` is unchanged. Relations between fields are not checked
+// (overrides are applied one at a time): call validateWorkerConfig() after
+// the last one.
+Status applyOverride(WorkerConfig& config, std::string_view dottedKey, std::string_view value);
+
+// The data shard this worker reads: the configured value, else derived from
+// the worker (rank of worldSize).
+int64_t effectiveShardIndex(const WorkerConfig& config);
+int64_t effectiveShardCount(const WorkerConfig& config);
+
+}  // namespace geo

@@ -1,0 +1,249 @@
+#include "worker/train/model.h"
+
+#include <fmt/format.h>
+#include <torch/script.h>
+
+namespace geo::train {
+
+std::vector<torch::Tensor> Model::parameters() {
+  std::vector<torch::Tensor> out;
+  for (auto& [name, t] : namedParameters()) out.push_back(t);
+  return out;
+}
+
+int64_t Model::parameterCount() {
+  int64_t n = 0;
+  for (auto& [name, t] : namedParameters()) n += t.numel();
+  return n;
+}
+
+void Model::save(torch::serialize::OutputArchive& archive) {
+  for (auto& [name, t] : namedParameters()) archive.write("param." + name, t.detach().cpu());
+  for (auto& [name, t] : namedBuffers()) archive.write("buffer." + name, t.detach().cpu(), true);
+}
+
+Status Model::load(torch::serialize::InputArchive& archive) {
+  torch::NoGradGuard noGrad;
+  auto readInto = [&](const std::string& key, torch::Tensor& dst, bool buffer) -> Status {
+    torch::Tensor src;
+    if (!archive.try_read(key, src, buffer)) {
+      return dataLoss(fmt::format("checkpoint has no tensor '{}' for this model", key));
+    }
+    if (src.sizes() != dst.sizes()) {
+      return dataLoss(fmt::format("checkpoint tensor '{}' has shape {} but the model has {}", key,
+                                  fmt::join(src.sizes(), "x"), fmt::join(dst.sizes(), "x")));
+    }
+    dst.copy_(src);  // in place: keeps the trainer's flat-buffer views
+    return {};
+  };
+  for (auto& [name, t] : namedParameters())
+    GEO_RETURN_IF_ERROR(readInto("param." + name, t, false));
+  for (auto& [name, t] : namedBuffers()) GEO_RETURN_IF_ERROR(readInto("buffer." + name, t, true));
+  return {};
+}
+
+namespace {
+
+// Wraps a torch::nn module (built-ins).
+class ModuleModel : public Model {
+ public:
+  ModuleModel(std::shared_ptr<torch::nn::Module> module,
+              std::function<torch::Tensor(const torch::Tensor&)> forward, std::string describe)
+      : module_(std::move(module)), forward_(std::move(forward)), describe_(std::move(describe)) {}
+
+  torch::Tensor forward(const torch::Tensor& input) override { return forward_(input); }
+  std::vector<std::pair<std::string, torch::Tensor>> namedParameters() override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& item : module_->named_parameters()) out.emplace_back(item.key(), item.value());
+    return out;
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> namedBuffers() override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& item : module_->named_buffers()) out.emplace_back(item.key(), item.value());
+    return out;
+  }
+  void setTraining(bool on) override { module_->train(on); }
+  void to(torch::Device device) override { module_->to(device); }
+  std::string describe() const override { return describe_; }
+
+ private:
+  std::shared_ptr<torch::nn::Module> module_;
+  std::function<torch::Tensor(const torch::Tensor&)> forward_;
+  std::string describe_;
+};
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl(int64_t in, int64_t classes)
+      : fc1(register_module("fc1", torch::nn::Linear(in, 256))),
+        fc2(register_module("fc2", torch::nn::Linear(256, classes))) {}
+  torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(fc1(x.flatten(1)))); }
+  torch::nn::Linear fc1, fc2;
+};
+
+// Two 5x5 conv layers (16, 32 channels, each followed by 2x2 max-pooling)
+// and two linear layers, for 28x28 (or any HxW divisible by 4) inputs. Small
+// enough to train on a laptop CPU in minutes.
+struct CnnImpl : torch::nn::Module {
+  CnnImpl(int64_t channels, int64_t h, int64_t w, int64_t classes)
+      : conv1(register_module(
+            "conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, 16, 5).padding(2)))),
+        conv2(register_module("conv2",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 5).padding(2)))),
+        fc1(register_module("fc1", torch::nn::Linear(32 * (h / 4) * (w / 4), 128))),
+        fc2(register_module("fc2", torch::nn::Linear(128, classes))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(conv1(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2(x)), 2);
+    return fc2(torch::relu(fc1(x.flatten(1))));
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::Linear fc1, fc2;
+};
+
+struct BasicBlockImpl : torch::nn::Module {
+  BasicBlockImpl(int64_t in, int64_t out, int64_t stride)
+      : conv1(register_module(
+            "conv1",
+            torch::nn::Conv2d(
+                torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
+        conv2(register_module(
+            "conv2",
+            torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
+        bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
+    if (stride != 1 || in != out) {
+      shortcut = register_module(
+          "shortcut",
+          torch::nn::Sequential(
+              torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
+              torch::nn::BatchNorm2d(out)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto y = torch::relu(bn1(conv1(x)));
+    y = bn2(conv2(y));
+    return torch::relu(y + (shortcut ? shortcut->forward(x) : x));
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::BatchNorm2d bn2;
+  torch::nn::Sequential shortcut{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+// ResNet-18 for 32x32 inputs (CIFAR variant: 3x3 stem, no max-pool).
+struct ResNet18Impl : torch::nn::Module {
+  ResNet18Impl(int64_t channels, int64_t classes)
+      : stem(register_module(
+            "stem",
+            torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, 64, 3).padding(1).bias(false)))),
+        bn(register_module("bn", torch::nn::BatchNorm2d(64))),
+        fc(register_module("fc", torch::nn::Linear(512, classes))) {
+    int64_t in = 64;
+    const int64_t widths[] = {64, 128, 256, 512};
+    for (int stage = 0; stage < 4; ++stage) {
+      for (int b = 0; b < 2; ++b) {
+        const int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
+        blocks->push_back(BasicBlock(in, widths[stage], stride));
+        in = widths[stage];
+      }
+    }
+    register_module("blocks", blocks);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(bn(stem(x)));
+    x = blocks->forward(x);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return fc(x);
+  }
+  torch::nn::Conv2d stem;
+  torch::nn::BatchNorm2d bn;
+  torch::nn::Sequential blocks;
+  torch::nn::Linear fc;
+};
+
+// A TorchScript module trained from C++: parameters are its attributes,
+// forward is its `forward` method.
+class ScriptModel : public Model {
+ public:
+  ScriptModel(torch::jit::Module module, std::string path)
+      : module_(std::move(module)), path_(std::move(path)) {}
+
+  torch::Tensor forward(const torch::Tensor& input) override {
+    return module_.forward({input}).toTensor();
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> namedParameters() override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true))
+      out.emplace_back(p.name, p.value);
+    return out;
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> namedBuffers() override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) out.emplace_back(b.name, b.value);
+    return out;
+  }
+  void setTraining(bool on) override { module_.train(on); }
+  void to(torch::Device device) override { module_.to(device); }
+  std::string describe() const override { return "torchscript " + path_; }
+
+ private:
+  torch::jit::Module module_;
+  std::string path_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Model>> makeModel(const ModelSpec& spec,
+                                           const std::vector<int64_t>& inputShape,
+                                           int64_t numClasses) {
+  if (inputShape.size() != 3) {
+    return invalidArgument(
+        fmt::format("model input shape must be [C, H, W], got {} dimensions", inputShape.size()));
+  }
+  const int64_t c = inputShape[0], h = inputShape[1], w = inputShape[2];
+  if (!spec.torchscript.empty()) {
+    if (!std::filesystem::exists(spec.torchscript)) {
+      return notFound(
+          fmt::format("model.torchscript: file {} does not exist", spec.torchscript.string()));
+    }
+    try {
+      torch::jit::Module m = torch::jit::load(spec.torchscript.string());
+      auto model = std::make_unique<ScriptModel>(std::move(m), spec.torchscript.string());
+      if (model->namedParameters().empty()) {
+        return invalidArgument(fmt::format("model.torchscript: {} has no parameters to train",
+                                           spec.torchscript.string()));
+      }
+      return std::unique_ptr<Model>(std::move(model));
+    } catch (const c10::Error& e) {
+      return invalidArgument(fmt::format("model.torchscript: cannot load {}: {}",
+                                         spec.torchscript.string(), e.what_without_backtrace()));
+    }
+  }
+  if (spec.builtin == "mlp") {
+    auto m = std::make_shared<MlpImpl>(c * h * w, numClasses);
+    return std::unique_ptr<Model>(std::make_unique<ModuleModel>(
+        m, [m](const torch::Tensor& x) { return m->forward(x); },
+        fmt::format("mlp {}-256-{}", c * h * w, numClasses)));
+  }
+  if (spec.builtin == "cnn") {
+    if (h % 4 != 0 || w % 4 != 0) {
+      return invalidArgument(
+          fmt::format("model cnn needs height and width divisible by 4, got {}x{}", h, w));
+    }
+    auto m = std::make_shared<CnnImpl>(c, h, w, numClasses);
+    return std::unique_ptr<Model>(std::make_unique<ModuleModel>(
+        m, [m](const torch::Tensor& x) { return m->forward(x); }, "cnn conv16-conv32-128"));
+  }
+  if (spec.builtin == "resnet18") {
+    auto m = std::make_shared<ResNet18Impl>(c, numClasses);
+    return std::unique_ptr<Model>(std::make_unique<ModuleModel>(
+        m, [m](const torch::Tensor& x) { return m->forward(x); }, "resnet18 (CIFAR variant)"));
+  }
+  return invalidArgument(fmt::format(
+      "model.builtin: '{}' is not a model (allowed: mlp, cnn, resnet18; or set model.torchscript)",
+      spec.builtin));
+}
+
+}  // namespace geo::train

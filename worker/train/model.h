@@ -1,0 +1,62 @@
+#pragma once
+// Trainable models: the built-in `mlp`, `cnn` (28x28 inputs), `resnet18`
+// (CIFAR variant, 32x32) and a user's TorchScript module.
+//
+// A Model owns its parameters; parameters() returns them in a fixed order
+// (the same on every worker, which the synchronizers rely on), and the
+// tensors it returns are the live ones: the trainer re-seats them as views of
+// one flat buffer (see FlatParameters in trainer.h), so a Model must never
+// replace its parameter tensors after construction.
+//
+// Threading: not thread-safe; one trainer thread uses a Model.
+// Errors: makeModel returns a Status (unknown name, unreadable TorchScript
+// file, a TorchScript module without parameters); forward() throws
+// c10::Error (TORCH_CHECK) on shape mismatches, as LibTorch does.
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace geo::train {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual torch::Tensor forward(const torch::Tensor& input) = 0;
+  // Parameters (trainable) and buffers (e.g. batch-norm statistics), each
+  // with a stable name, in a fixed order.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> namedParameters() = 0;
+  virtual std::vector<std::pair<std::string, torch::Tensor>> namedBuffers() = 0;
+  virtual void setTraining(bool on) = 0;
+  virtual void to(torch::Device device) = 0;
+  virtual std::string describe() const = 0;
+
+  std::vector<torch::Tensor> parameters();
+  int64_t parameterCount();
+
+  // Writes / reads parameters and buffers by name. load() copies into the
+  // existing tensors (keeping any views the trainer made) and fails with a
+  // Status naming the first missing or mis-shaped tensor.
+  void save(torch::serialize::OutputArchive& archive);
+  Status load(torch::serialize::InputArchive& archive);
+};
+
+struct ModelSpec {
+  std::string builtin = "mlp";        // mlp | cnn | resnet18; ignored with torchscript
+  std::filesystem::path torchscript;  // a module saved with torch.jit.save
+};
+
+// Builds the model for inputs of shape [C, H, W] and `numClasses` outputs.
+// Initial weights come from torch's default generator: seed it first
+// (torch::manual_seed) for reproducible runs.
+StatusOr<std::unique_ptr<Model>> makeModel(const ModelSpec& spec,
+                                           const std::vector<int64_t>& inputShape,
+                                           int64_t numClasses);
+
+}  // namespace geo::train

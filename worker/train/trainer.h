@@ -1,0 +1,149 @@
+#pragma once
+// The single-worker training loop: data, model, optimizer, learning-rate
+// schedule, gradient clipping, evaluation and checkpoints, with a hook around
+// the optimizer step through which a synchronizer (allreduce, DTS, swarm)
+// plugs in -- modelled on PyTorch DDP communication hooks.
+//
+// Threading: a Trainer and its hook run on one thread. Errors: configuration
+// and I/O problems come back as Status; LibTorch errors inside a step are
+// caught and returned as Status too, so the worker can report them.
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/train/dataset.h"
+#include "worker/train/model.h"
+
+namespace geo::train {
+
+struct TrainerOptions {
+  int64_t steps = 1000;
+  int64_t batchSize = 64;
+  std::string optimizer = "sgd";  // sgd | adam
+  double lr = 0.05;
+  double momentum = 0.9;  // sgd
+  bool nesterov = false;  // sgd
+  double weightDecay = 0;
+  std::string schedule = "constant";  // constant | cosine | step
+  int64_t warmupSteps = 0;            // linear warm-up before the schedule
+  int64_t stepSize = 1000;            // step schedule: multiply by stepGamma every stepSize
+  double stepGamma = 0.1;
+  double gradClip = 0;       // max global L2 norm; 0 = off
+  int64_t evalInterval = 0;  // evaluate every N steps (and at the end); 0 = only at the end
+  int64_t logInterval = 50;  // progress callback every N steps
+  uint64_t seed = 42;        // batch order
+  torch::Device device = torch::kCPU;
+
+  std::filesystem::path checkpointDir;  // empty: no checkpoints
+  int64_t checkpointInterval = 500;
+  int keepCheckpoints = 3;
+  bool resume = true;  // start from the newest good checkpoint in checkpointDir
+};
+
+// Throws nothing; names the field and the allowed values.
+Status validateTrainerOptions(const TrainerOptions& o);
+
+// The learning rate at `step` (0-based) for the options' schedule.
+double learningRateAt(const TrainerOptions& o, int64_t step);
+
+// A model's parameters as one contiguous fp32 buffer: every parameter is a
+// view into `values` and every gradient a view into `grads`, in the model's
+// fixed parameter order. Synchronizers read and write these buffers directly
+// (no copies, one message per buffer or per slice).
+struct FlatParameters {
+  torch::Tensor values;
+  torch::Tensor grads;
+  std::vector<torch::Tensor> params;  // the views, in order
+};
+
+// Around every optimizer step. afterBackward sees the local gradients (an
+// allreduce averages them here); afterStep sees the updated parameters (DTS
+// and swarm correct them here). Their state goes into checkpoints.
+class StepHook {
+ public:
+  virtual ~StepHook() = default;
+  virtual Status afterBackward(int64_t step, FlatParameters& flat) {
+    (void)step;
+    (void)flat;
+    return {};
+  }
+  virtual Status afterStep(int64_t step, FlatParameters& flat) {
+    (void)step;
+    (void)flat;
+    return {};
+  }
+  virtual void saveState(torch::serialize::OutputArchive& archive) { (void)archive; }
+  virtual Status loadState(torch::serialize::InputArchive& archive) {
+    (void)archive;
+    return {};
+  }
+};
+
+struct StepStats {
+  int64_t step = 0;  // steps completed
+  double loss = 0;
+  double lr = 0;
+  double samplesPerSecond = 0;         // since the previous report
+  std::optional<double> evalAccuracy;  // when evaluated at this step
+};
+
+class Trainer {
+ public:
+  // `hook` may be null; it must outlive the Trainer.
+  static StatusOr<std::unique_ptr<Trainer>> create(std::unique_ptr<Model> model,
+                                                   TensorDataset train, TensorDataset test,
+                                                   TrainerOptions options,
+                                                   StepHook* hook = nullptr);
+
+  // Loads the newest checkpoint that reads back completely (skipping
+  // partial or corrupt files, with a warning). Returns the step resumed
+  // from, 0 when there was none, and DataLoss when there were checkpoints
+  // but none could be read (the state may then be half loaded).
+  StatusOr<int64_t> resume();
+
+  // One optimizer step.
+  StatusOr<StepStats> step();
+
+  // Steps until options.steps, calling `progress` every logInterval steps
+  // and at every evaluation; checkpoints every checkpointInterval steps and
+  // at the end.
+  Status run(const std::function<void(const StepStats&)>& progress);
+
+  // Top-1 accuracy of the current parameters on the test set.
+  double evaluate();
+
+  // Writes <dir>/ckpt-<step>.pt atomically (temporary file, fsync, rename,
+  // fsync of the directory) and keeps the newest keepCheckpoints.
+  Status saveCheckpoint();
+
+  int64_t currentStep() const { return step_; }
+  FlatParameters& flat() { return flat_; }
+  Model& model() { return *model_; }
+
+  // Test seam: called between writing and renaming a checkpoint.
+  std::function<void()> beforeCheckpointRename;
+
+ private:
+  Trainer(std::unique_ptr<Model> model, TensorDataset train, TensorDataset test,
+          TrainerOptions options, StepHook* hook);
+  Status loadCheckpoint(const std::filesystem::path& path);
+
+  std::unique_ptr<Model> model_;
+  TensorDataset train_;
+  TensorDataset test_;
+  TrainerOptions options_;
+  StepHook* hook_;
+  FlatParameters flat_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  BatchSampler sampler_;
+  int64_t step_ = 0;
+};
+
+}  // namespace geo::train
