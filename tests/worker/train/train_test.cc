@@ -202,6 +202,29 @@ TEST(TrainConfig, BadOptionsAndModelsAreClearErrors) {
   EXPECT_NE(missing.status().message().find("/nonexistent/model.pt"), std::string::npos);
 }
 
+// Every optimizer configuration trains (the loss of the last steps is well
+// below the first), including the checkpointed state of Adam.
+TEST(TrainOptimizers, AdamAndNesterovSgdTrain) {
+  for (const std::string optimizer : {"adam", "sgd"}) {
+    TrainerOptions o;
+    o.steps = 150;
+    o.optimizer = optimizer;
+    o.lr = optimizer == "adam" ? 1e-3 : 0.05;
+    o.nesterov = optimizer == "sgd";
+    o.weightDecay = 1e-4;
+    o.warmupSteps = 10;
+    auto t = makeTrainer({"mlp", {}}, o);
+    double first = 0, lastMean = 0;
+    for (int i = 0; i < o.steps; ++i) {
+      auto st = t->step();
+      ASSERT_TRUE(st.ok()) << st.status().toString();
+      if (i == 0) first = st->loss;
+      if (i >= o.steps - 20) lastMean += st->loss / 20;
+    }
+    EXPECT_LT(lastMean, 0.4 * first) << optimizer;
+  }
+}
+
 TEST(TrainSchedule, WarmupCosineAndStep) {
   TrainerOptions o;
   o.lr = 0.1;
