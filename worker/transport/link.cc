@@ -4,19 +4,31 @@
 
 #include <algorithm>
 #include <charconv>
+#include <initializer_list>
+#include <optional>
 #include <string>
 
 namespace geo::transport {
 
 namespace {
 
-// Splits "123.5mbit" into 123.5 and "mbit".
-bool splitNumber(std::string_view text, double* value, std::string_view* unit) {
+struct Unit {
+  std::string_view name;
+  double factor;
+};
+
+// "123.5mbit" with units {bit: 1, mbit: 1e6, ...} -> 123.5e6; nullopt when
+// the number or the unit is not valid.
+std::optional<double> parseQuantity(std::string_view text, std::initializer_list<Unit> units) {
+  double value = 0;
   const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, *value);
-  if (ec != std::errc() || *value < 0) return false;
-  *unit = std::string_view(ptr, static_cast<size_t>(end - ptr));
-  return true;
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || value < 0) return std::nullopt;
+  const std::string_view unit(ptr, static_cast<size_t>(end - ptr));
+  for (const Unit& u : units) {
+    if (u.name == unit) return value * u.factor;
+  }
+  return std::nullopt;
 }
 
 Status badValue(std::string_view key, std::string_view value, std::string_view allowed) {
@@ -40,53 +52,22 @@ StatusOr<LinkProfile> parseLinkProfile(std::string_view spec) {
     }
     const std::string_view key = item.substr(0, eq);
     const std::string_view value = item.substr(eq + 1);
-    double number = 0;
-    std::string_view unit;
     if (key == "delay") {
-      constexpr std::string_view kAllowed = "a number with unit us, ms or s (e.g. 50ms)";
-      if (!splitNumber(value, &number, &unit)) return badValue(key, value, kAllowed);
-      double us = 0;
-      if (unit == "us") {
-        us = number;
-      } else if (unit == "ms") {
-        us = number * 1e3;
-      } else if (unit == "s") {
-        us = number * 1e6;
-      } else {
-        return badValue(key, value, kAllowed);
-      }
-      p.oneWayDelay = std::chrono::microseconds(static_cast<int64_t>(us));
+      const auto us = parseQuantity(value, {{"us", 1}, {"ms", 1e3}, {"s", 1e6}});
+      if (!us) return badValue(key, value, "a number with unit us, ms or s (e.g. 50ms)");
+      p.oneWayDelay = std::chrono::microseconds(static_cast<int64_t>(*us));
     } else if (key == "rate") {
-      constexpr std::string_view kAllowed =
-          "a number with unit bit, kbit, mbit or gbit per second (e.g. 20mbit)";
-      if (!splitNumber(value, &number, &unit)) return badValue(key, value, kAllowed);
-      double bits = 0;
-      if (unit == "bit") {
-        bits = number;
-      } else if (unit == "kbit") {
-        bits = number * 1e3;
-      } else if (unit == "mbit") {
-        bits = number * 1e6;
-      } else if (unit == "gbit") {
-        bits = number * 1e9;
-      } else {
-        return badValue(key, value, kAllowed);
+      const auto bits =
+          parseQuantity(value, {{"bit", 1}, {"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}});
+      if (!bits) {
+        return badValue(key, value,
+                        "a number with unit bit, kbit, mbit or gbit per second (e.g. 20mbit)");
       }
-      p.bytesPerSecond = bits / 8;
+      p.bytesPerSecond = *bits / 8;
     } else if (key == "burst") {
-      constexpr std::string_view kAllowed = "a number with unit b, kb or mb (e.g. 64kb)";
-      if (!splitNumber(value, &number, &unit)) return badValue(key, value, kAllowed);
-      double bytes = 0;
-      if (unit == "b") {
-        bytes = number;
-      } else if (unit == "kb") {
-        bytes = number * 1024;
-      } else if (unit == "mb") {
-        bytes = number * 1024 * 1024;
-      } else {
-        return badValue(key, value, kAllowed);
-      }
-      p.burstBytes = static_cast<uint64_t>(bytes);
+      const auto bytes = parseQuantity(value, {{"b", 1}, {"kb", 1024}, {"mb", 1024 * 1024}});
+      if (!bytes) return badValue(key, value, "a number with unit b, kb or mb (e.g. 64kb)");
+      p.burstBytes = static_cast<uint64_t>(*bytes);
     } else {
       return invalidArgument(
           fmt::format("link profile: unknown key '{}' (allowed: delay, rate, burst)", key));

@@ -72,17 +72,24 @@ TEST(TrainConvergence, CnnReaches89PercentIn1500Steps) {
   EXPECT_GE(trainAndEvaluate({"cnn", {}}, o), 0.89);
 }
 
+// Runs `steps` steps; returns the first loss and the mean of the last 20.
+std::pair<double, double> lossDrop(Trainer& t, int64_t steps) {
+  double first = 0, lastMean = 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    auto st = t.step();
+    EXPECT_TRUE(st.ok()) << st.status().toString();
+    if (!st.ok()) break;
+    if (i == 0) first = st->loss;
+    if (i >= steps - 20) lastMean += st->loss / 20;
+  }
+  return {first, lastMean};
+}
+
 TEST(TrainTorchScript, UserModelTrainsFromCpp) {
   TrainerOptions o;
   o.steps = 300;
   auto t = makeTrainer({"", GEO_TEST_DATA_DIR "/tiny_mlp.pt"}, o);
-  double first = 0, lastMean = 0;
-  for (int i = 0; i < o.steps; ++i) {
-    auto st = t->step();
-    ASSERT_TRUE(st.ok()) << st.status().toString();
-    if (i == 0) first = st->loss;
-    if (i >= o.steps - 20) lastMean += st->loss / 20;
-  }
+  const auto [first, lastMean] = lossDrop(*t, o.steps);
   EXPECT_GT(first, 1.8);  // untrained: about ln(10) = 2.3
   EXPECT_LT(lastMean, 0.35 * first);
   EXPECT_GE(t->evaluate(), 0.75);
@@ -214,13 +221,7 @@ TEST(TrainOptimizers, AdamAndNesterovSgdTrain) {
     o.weightDecay = 1e-4;
     o.warmupSteps = 10;
     auto t = makeTrainer({"mlp", {}}, o);
-    double first = 0, lastMean = 0;
-    for (int i = 0; i < o.steps; ++i) {
-      auto st = t->step();
-      ASSERT_TRUE(st.ok()) << st.status().toString();
-      if (i == 0) first = st->loss;
-      if (i >= o.steps - 20) lastMean += st->loss / 20;
-    }
+    const auto [first, lastMean] = lossDrop(*t, o.steps);
     EXPECT_LT(lastMean, 0.4 * first) << optimizer;
   }
 }
