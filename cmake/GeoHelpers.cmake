@@ -18,11 +18,17 @@ function(geo_add_library name)
   geo_set_warnings(${name})
 endfunction()
 
-# geo_add_test(<name> SOURCES ... [DEPS ...] [LABELS ...] [TIMEOUT s])
+# geo_add_test(<name> SOURCES ... [DEPS ...] [LABELS ...] [TIMEOUT s] [RUN_SERIAL])
 # Builds one GoogleTest binary and registers each of its test cases with ctest
 # through gtest_discover_tests, so ctest reports (and can filter) single cases.
+# RUN_SERIAL: its cases measure time (link emulation); ctest runs them with
+# nothing else in parallel so a loaded CPU cannot skew them.
 function(geo_add_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "RUN_SERIAL" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  set(serial FALSE)
+  if(ARG_RUN_SERIAL)
+    set(serial TRUE)
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
@@ -31,6 +37,6 @@ function(geo_add_test name)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   geo_set_warnings(${name})
   gtest_discover_tests(${name}
-    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}"
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}" RUN_SERIAL ${serial}
     DISCOVERY_TIMEOUT 60)
 endfunction()

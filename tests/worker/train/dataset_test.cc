@@ -139,10 +139,8 @@ TEST(DatasetFashionMnist, LoadsRealTrainAndTestSplits) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(train.ok()) << train.status().toString();
+  // Informational: speed is a benchmark's job, not a unit test's.
   std::printf("fashion-mnist train: 60000 images loaded in %.3f s\n", seconds);
-  // "Well under a second" on a developer machine; the bound leaves room for
-  // a loaded CI runner.
-  EXPECT_LT(seconds, 3.0);
 
   EXPECT_EQ(train->size(), 60000);
   EXPECT_EQ(train->numClasses, 10);
