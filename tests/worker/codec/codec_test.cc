@@ -1,0 +1,113 @@
+#include "worker/codec/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "common/enforce.h"
+
+namespace geo::codec {
+namespace {
+
+std::vector<std::byte> encode(const Codec& c, const torch::Tensor& v, torch::Tensor* residual,
+                              uint64_t stream = 1) {
+  std::vector<std::byte> out(static_cast<size_t>(c.encodedBytes(v.numel())));
+  c.encode(v, {42, stream}, out, residual);
+  return out;
+}
+
+class CodecTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<Codec> codec() const {
+    auto c = makeCodec({GetParam(), 4, 512, false, 1});
+    EXPECT_TRUE(c.ok()) << c.status().toString();
+    return std::move(*c);
+  }
+  // Largest error a value may have after a round trip.
+  double tolerance(const torch::Tensor& v) const {
+    const double maxAbs = v.abs().max().item<double>();
+    if (GetParam() == "identity") return 0;
+    if (GetParam() == "fp16") return maxAbs * std::ldexp(1.0, -11);
+    if (GetParam() == "bf16") return maxAbs * std::ldexp(1.0, -8);
+    return maxAbs / 7 * 1.0001;  // qsgd-4: one step of the largest bucket scale
+  }
+};
+
+TEST_P(CodecTest, RoundTripWithinTheCodecsPrecision) {
+  torch::manual_seed(3);
+  for (int64_t n : {0, 1, 1000, 100003}) {
+    const auto v = torch::randn({n});
+    const auto c = codec();
+    const auto bytes = encode(*c, v, nullptr);
+    EXPECT_EQ(static_cast<int64_t>(bytes.size()), c->encodedBytes(n));
+    auto out = torch::full({n}, 7.0f);
+    c->decode(bytes, out);
+    if (n > 0) {
+      EXPECT_LE((out - v).abs().max().item<double>(), tolerance(v)) << n;
+    }
+  }
+}
+
+TEST_P(CodecTest, DecodeAccumulateAddsAlphaTimesTheValues) {
+  torch::manual_seed(4);
+  const auto v = torch::randn({5000});
+  const auto c = codec();
+  const auto bytes = encode(*c, v, nullptr);
+  auto decoded = torch::empty({5000});
+  c->decode(bytes, decoded);
+  auto acc = torch::ones({5000});
+  c->decodeAccumulate(bytes, 0.5f, acc);
+  EXPECT_TRUE(torch::allclose(acc, 1 + 0.5 * decoded, 0, 1e-6));
+}
+
+TEST_P(CodecTest, ErrorFeedbackKeepsWhatWasNotSent) {
+  torch::manual_seed(5);
+  const auto v = torch::randn({3000});
+  auto residual = torch::randn({3000}) * 0.01;
+  const auto w = v + residual;
+  const auto c = codec();
+  const auto bytes = encode(*c, v, &residual);
+  auto decoded = torch::empty({3000});
+  c->decode(bytes, decoded);
+  EXPECT_TRUE(torch::allclose(decoded + residual, w, 0, 1e-5));
+  if (GetParam() == "identity") {
+    EXPECT_EQ(residual.abs().max().item<float>(), 0.0f);
+  }
+}
+
+TEST_P(CodecTest, RefusesWrongTensorsAndPayloads) {
+  const auto c = codec();
+  std::vector<std::byte> out(static_cast<size_t>(c->encodedBytes(100)));
+  EXPECT_THROW(c->encode(torch::ones({100}, torch::kDouble), {}, out, nullptr), Error);
+  EXPECT_THROW(c->encode(torch::ones({10, 20}).t(), {}, out, nullptr), Error);  // not contiguous
+  auto target = torch::zeros({100});
+  std::vector<std::byte> shortPayload(out.size() - 1);
+  EXPECT_THROW(c->decodeAccumulate(shortPayload, 1.0f, target), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, CodecTest, ::testing::Values("identity", "fp16", "bf16", "qsgd"));
+
+TEST(Codec, IdsRatiosAndSpecErrors) {
+  EXPECT_EQ((*makeCodec({"identity"}))->id(), transport::CodecId::kFp32);
+  EXPECT_EQ((*makeCodec({"bf16"}))->id(), transport::CodecId::kBf16);
+  EXPECT_NEAR((*makeCodec({"fp16"}))->compressionRatio(1000), 2.0, 1e-12);
+  EXPECT_NEAR((*makeCodec({"qsgd", 4, 512}))->compressionRatio(512 * 1000), 7.88, 0.01);
+  EXPECT_NEAR((*makeCodec({"qsgd", 2, 512}))->compressionRatio(512 * 1000), 15.5, 0.1);
+  EXPECT_NE(makeCodec({"zstd"}).status().message().find(
+                "'zstd' is not a codec (allowed: identity, fp16, bf16, qsgd)"),
+            std::string::npos);
+  EXPECT_NE(makeCodec({"qsgd", 3}).status().message().find("sync.bits: 3 is not allowed"),
+            std::string::npos);
+}
+
+TEST(Codec, Fp16OverflowIsAnErrorNotInfinity) {
+  const auto c = makeCodec({"fp16"}).value();
+  auto residual = torch::zeros({3});
+  const auto before = residual.clone();
+  std::vector<std::byte> out(6);
+  EXPECT_THROW(c->encode(torch::tensor({1.0f, 1e6f, 2.0f}), {}, out, &residual), Error);
+  EXPECT_TRUE(torch::equal(residual, before));
+}
+
+}  // namespace
+}  // namespace geo::codec

@@ -1,0 +1,182 @@
+#include "worker/codec/codec.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "common/enforce.h"
+#include "kernels/casts.h"
+
+namespace geo::codec {
+
+namespace {
+
+void checkTensor(const torch::Tensor& t, const char* what) {
+  GEO_ENFORCE(t.defined(), "codec: {} tensor is undefined", what);
+  GEO_ENFORCE(t.scalar_type() == torch::kFloat, "codec: {} tensor must be fp32, got {}", what,
+              std::string(c10::toString(t.scalar_type())));
+  GEO_ENFORCE(t.device().is_cpu(),
+              "codec: {} tensor is on {}; this build encodes CPU tensors only (Debian's LibTorch "
+              "has no CUDA)",
+              what, t.device().str());
+  GEO_ENFORCE(t.is_contiguous(), "codec: {} tensor must be contiguous", what);
+}
+
+// Shared by the lossless-per-element codecs: w = v (+ residual), encode w,
+// residual = w - decode(encode(w)).
+class ElementCodec : public Codec {
+ public:
+  void encode(const torch::Tensor& values, kernels::RngKey, std::span<std::byte> out,
+              torch::Tensor* residual) const override {
+    checkTensor(values, "input");
+    const int64_t n = values.numel();
+    GEO_ENFORCE(static_cast<int64_t>(out.size()) >= encodedBytes(n),
+                "codec {}: output buffer of {} bytes, need {}", describe(), out.size(),
+                encodedBytes(n));
+    if (residual == nullptr) {
+      encodeRaw(values.data_ptr<float>(), n, out.data());
+      return;
+    }
+    checkTensor(*residual, "residual");
+    GEO_ENFORCE_EQ(residual->numel(), n, "codec: residual and input sizes differ");
+    torch::Tensor w = values + *residual;
+    encodeRaw(w.data_ptr<float>(), n, out.data());
+    residual->copy_(w);
+    decodeAccumulate(std::span<const std::byte>(out.data(), static_cast<size_t>(encodedBytes(n))),
+                     -1.0f, *residual);
+  }
+
+ protected:
+  virtual void encodeRaw(const float* in, int64_t n, std::byte* out) const = 0;
+};
+
+class IdentityCodec final : public ElementCodec {
+ public:
+  transport::CodecId id() const override { return transport::CodecId::kFp32; }
+  std::string describe() const override { return "identity (fp32)"; }
+  int64_t encodedBytes(int64_t n) const override { return 4 * n; }
+  void decodeAccumulate(std::span<const std::byte> bytes, float alpha,
+                        torch::Tensor& out) const override {
+    checkTensor(out, "output");
+    GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), 4 * out.numel(),
+                   "codec identity: payload size does not match the tensor");
+    float* o = out.data_ptr<float>();
+    const int64_t n = out.numel();
+    for (int64_t k = 0; k < n; ++k) {
+      float x;
+      std::memcpy(&x, bytes.data() + 4 * k, 4);
+      o[k] = o[k] + alpha * x;
+    }
+  }
+
+ protected:
+  void encodeRaw(const float* in, int64_t n, std::byte* out) const override {
+    std::memcpy(out, in, static_cast<size_t>(n) * 4);
+  }
+};
+
+template <bool kBf16>
+class HalfCodec final : public ElementCodec {
+ public:
+  transport::CodecId id() const override {
+    return kBf16 ? transport::CodecId::kBf16 : transport::CodecId::kFp16;
+  }
+  std::string describe() const override { return kBf16 ? "bf16" : "fp16"; }
+  int64_t encodedBytes(int64_t n) const override { return 2 * n; }
+  void decodeAccumulate(std::span<const std::byte> bytes, float alpha,
+                        torch::Tensor& out) const override {
+    checkTensor(out, "output");
+    GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), 2 * out.numel(),
+                   "codec {}: payload size does not match the tensor", describe());
+    // Payload bytes may sit at any address: bring them to an aligned buffer.
+    std::vector<uint16_t> halves(static_cast<size_t>(out.numel()));
+    std::memcpy(halves.data(), bytes.data(), bytes.size());
+    if (kBf16) {
+      kernels::accumulateBf16(halves.data(), out.numel(), alpha, out.data_ptr<float>());
+    } else {
+      kernels::accumulateFp16(halves.data(), out.numel(), alpha, out.data_ptr<float>());
+    }
+  }
+
+ protected:
+  void encodeRaw(const float* in, int64_t n, std::byte* out) const override {
+    std::vector<uint16_t> halves(static_cast<size_t>(n));
+    const int64_t bad = kBf16 ? kernels::castToBf16(in, n, halves.data())
+                              : kernels::castToFp16(in, n, halves.data());
+    GEO_ENFORCE(bad == 0, "codec {}: {} of {} values are not finite in {} (overflow, NaN or Inf)",
+                describe(), bad, n, describe());
+    std::memcpy(out, halves.data(), static_cast<size_t>(n) * 2);
+  }
+};
+
+class QsgdCodec final : public Codec {
+ public:
+  explicit QsgdCodec(const CodecSpec& s)
+      : cfg_{s.bits, s.bucket,
+             s.l2Scale ? kernels::QsgdScale::kL2Norm : kernels::QsgdScale::kMaxAbs},
+        threads_(s.threads) {}
+  transport::CodecId id() const override { return transport::CodecId::kQsgd; }
+  std::string describe() const override {
+    return fmt::format("qsgd-{} bucket {} {}", cfg_.bits, cfg_.bucketSize,
+                       cfg_.scale == kernels::QsgdScale::kL2Norm ? "l2" : "max-abs");
+  }
+  int64_t encodedBytes(int64_t n) const override { return kernels::qsgdEncodedBytes(n, cfg_); }
+  void encode(const torch::Tensor& values, kernels::RngKey key, std::span<std::byte> out,
+              torch::Tensor* residual) const override {
+    checkTensor(values, "input");
+    float* res = nullptr;
+    if (residual != nullptr) {
+      checkTensor(*residual, "residual");
+      GEO_ENFORCE_EQ(residual->numel(), values.numel(), "codec: residual and input sizes differ");
+      res = residual->data_ptr<float>();
+    }
+    kernels::qsgdEncode(values.data_ptr<float>(), values.numel(), cfg_, key,
+                        reinterpret_cast<uint8_t*>(out.data()), static_cast<int64_t>(out.size()),
+                        res, threads_);
+  }
+  void decodeAccumulate(std::span<const std::byte> bytes, float alpha,
+                        torch::Tensor& out) const override {
+    checkTensor(out, "output");
+    kernels::qsgdDecodeAccumulate(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                  static_cast<int64_t>(bytes.size()), out.numel(), cfg_, alpha,
+                                  out.data_ptr<float>(), threads_);
+  }
+
+ private:
+  kernels::QsgdConfig cfg_;
+  int threads_;
+};
+
+}  // namespace
+
+void Codec::decode(std::span<const std::byte> bytes, torch::Tensor& out) const {
+  checkTensor(out, "output");
+  out.zero_();
+  decodeAccumulate(bytes, 1.0f, out);
+}
+
+double Codec::compressionRatio(int64_t numel) const {
+  const int64_t bytes = encodedBytes(numel);
+  return bytes == 0 ? 1.0 : 4.0 * static_cast<double>(numel) / static_cast<double>(bytes);
+}
+
+StatusOr<std::unique_ptr<Codec>> makeCodec(const CodecSpec& spec) {
+  if (spec.name == "identity") return std::unique_ptr<Codec>(std::make_unique<IdentityCodec>());
+  if (spec.name == "fp16") return std::unique_ptr<Codec>(std::make_unique<HalfCodec<false>>());
+  if (spec.name == "bf16") return std::unique_ptr<Codec>(std::make_unique<HalfCodec<true>>());
+  if (spec.name == "qsgd") {
+    if (spec.bits != 2 && spec.bits != 4 && spec.bits != 8) {
+      return invalidArgument(
+          fmt::format("sync.bits: {} is not allowed (allowed: 2, 4, 8)", spec.bits));
+    }
+    if (spec.bucket < 1 || spec.bucket > (int64_t{1} << 30)) {
+      return invalidArgument(
+          fmt::format("sync.bucket: {} is not allowed (allowed: 1 to 2^30)", spec.bucket));
+    }
+    return std::unique_ptr<Codec>(std::make_unique<QsgdCodec>(spec));
+  }
+  return invalidArgument(fmt::format(
+      "sync.codec: '{}' is not a codec (allowed: identity, fp16, bf16, qsgd)", spec.name));
+}
+
+}  // namespace geo::codec

@@ -1,0 +1,62 @@
+#pragma once
+// Codec: how a synchronizer turns an fp32 tensor into the bytes of one frame
+// payload and back -- identity (fp32), fp16, bf16 or QSGD (kernels/). Modelled
+// on PyTorch DDP communication hooks: the codec only compresses; which tensor
+// is sent when, and what is done with the average, is the synchronizer's job.
+//
+// Contract: tensors are contiguous fp32 on the CPU (a CUDA tensor is refused
+// with a clear error: Debian's LibTorch is CPU-only; the CUDA kernels in
+// kernels/qsgd_cuda.h are the device path once a CUDA LibTorch is used).
+// encode() writes exactly encodedBytes(numel) bytes. With a residual (error
+// feedback), encode() quantizes w = values + residual and leaves
+// residual = w - decode(encode(w)); lossless codecs leave it at zero.
+// decodeAccumulate() adds alpha * decoded values to `out`.
+//
+// Threading: a Codec is immutable after construction; calls may run
+// concurrently on disjoint tensors. Errors: bad arguments (sizes, dtypes,
+// devices, non-finite values for QSGD, corrupt payloads) throw geo::Error
+// naming what was wrong; makeCodec returns a Status for a bad spec.
+
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+#include "kernels/qsgd.h"
+#include "worker/transport/frame.h"
+
+namespace geo::codec {
+
+struct CodecSpec {
+  std::string name = "qsgd";  // identity | fp16 | bf16 | qsgd
+  int bits = 4;               // qsgd: 2, 4 or 8
+  int64_t bucket = 512;       // qsgd bucket size
+  bool l2Scale = false;       // qsgd: L2-norm instead of max-abs scale
+  int threads = 0;            // qsgd CPU threads (0: all OpenMP threads)
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  virtual transport::CodecId id() const = 0;
+  virtual std::string describe() const = 0;
+  virtual int64_t encodedBytes(int64_t numel) const = 0;
+  // `key` names the random stream (QSGD's stochastic rounding); others ignore it.
+  virtual void encode(const torch::Tensor& values, kernels::RngKey key, std::span<std::byte> out,
+                      torch::Tensor* residual) const = 0;
+  virtual void decodeAccumulate(std::span<const std::byte> bytes, float alpha,
+                                torch::Tensor& out) const = 0;
+  // out = decoded values (out's contents are replaced).
+  void decode(std::span<const std::byte> bytes, torch::Tensor& out) const;
+
+  // fp32 bytes / encoded bytes for n values: 1, 2, 2 or ~7.9 (qsgd-4/512).
+  double compressionRatio(int64_t numel) const;
+};
+
+// InvalidArgument naming the field and the allowed values for a bad spec.
+StatusOr<std::unique_ptr<Codec>> makeCodec(const CodecSpec& spec);
+
+}  // namespace geo::codec
