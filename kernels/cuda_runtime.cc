@@ -200,12 +200,7 @@ void qsgdEncodeCuda(const float* in, int64_t n, const QsgdConfig& cfg, RngKey ke
   const DeviceStatus status = runWithStatus(stream, "QSGD encode launch", [&](DeviceStatus* s) {
     return detail::launchQsgdEncode(args, s, stream);
   });
-  const char* l2Hint = l2 ? ", or a bucket's L2 norm overflows fp32 (use max-abs scaling)" : "";
-  if (residual != nullptr) {
-    GEO_ENFORCE(status.error == 0, "QSGD input + error-feedback residual contains NaN or Inf{}",
-                l2Hint);
-  }
-  GEO_ENFORCE(status.error == 0, "QSGD input contains NaN or Inf{} (output is not valid)", l2Hint);
+  enforceQsgdEncodable(status.error == 0, residual != nullptr, cfg);
 }
 
 void qsgdDecodeCuda(const uint8_t* in, int64_t inBytes, int64_t n, const QsgdConfig& cfg,
@@ -215,8 +210,7 @@ void qsgdDecodeCuda(const uint8_t* in, int64_t inBytes, int64_t n, const QsgdCon
 
 void qsgdDecodeAccumulateCuda(const uint8_t* in, int64_t inBytes, int64_t n, const QsgdConfig& cfg,
                               float alpha, float* out, cudaStream_t stream) {
-  GEO_ENFORCE(std::bit_cast<uint32_t>(alpha) << 1 >> 24 != 0xff, "alpha must be finite, got {}",
-              alpha);
+  validateQsgdAlpha(alpha);
   decodeCuda<true>(in, inBytes, n, cfg, alpha, out, stream);
 }
 

@@ -62,6 +62,14 @@ struct RngKey {
 // Throws geo::Error naming the field and the allowed values.
 void validateQsgdConfig(const QsgdConfig& cfg);
 
+// Checks shared by the CPU and CUDA front ends, so both report alike.
+// Throws geo::Error unless alpha is finite.
+void validateQsgdAlpha(float alpha);
+// Throws the encoder's error (NaN/Inf input, or an L2 norm overflowing fp32)
+// unless `encodable`; `feedback`: the failure was found in the check that
+// runs before the residual is touched.
+void enforceQsgdEncodable(bool encodable, bool feedback, const QsgdConfig& cfg);
+
 int64_t qsgdNumBuckets(int64_t n, const QsgdConfig& cfg);
 int64_t qsgdCodeBytes(int64_t n, const QsgdConfig& cfg);
 // Exact encoded size in bytes: 4 * qsgdNumBuckets + qsgdCodeBytes.

@@ -458,6 +458,20 @@ void validateQsgdConfig(const QsgdConfig& cfg) {
               "qsgd scale must be max-abs or l2, got enum value {}", static_cast<int>(cfg.scale));
 }
 
+void validateQsgdAlpha(float alpha) {
+  GEO_ENFORCE(std::bit_cast<uint32_t>(alpha) << 1 >> 24 != 0xff, "alpha must be finite, got {}",
+              alpha);
+}
+
+void enforceQsgdEncodable(bool encodable, bool feedback, const QsgdConfig& cfg) {
+  GEO_ENFORCE(encodable, "QSGD input{} contains NaN or Inf{}{}",
+              feedback ? " + error-feedback residual" : "",
+              cfg.scale == QsgdScale::kL2Norm
+                  ? ", or a bucket's L2 norm overflows fp32 (use max-abs scaling)"
+                  : "",
+              feedback ? "" : " (output is not valid)");
+}
+
 int64_t qsgdNumBuckets(int64_t n, const QsgdConfig& cfg) {
   validateQsgdConfig(cfg);
   GEO_ENFORCE(n >= 0, "element count must be >= 0, got {}", n);
@@ -496,8 +510,7 @@ void qsgdEncode(const float* in, int64_t n, const QsgdConfig& cfg, RngKey key, u
       encodable =
           encodable && blockEncodable(p, in, residual, begin, std::min(n, begin + p.blockElems));
     }
-    GEO_ENFORCE(encodable, "QSGD input + error-feedback residual contains NaN or Inf{}",
-                p.l2 ? ", or a bucket's L2 norm overflows fp32 (use max-abs scaling)" : "");
+    enforceQsgdEncodable(encodable, /*feedback=*/true, cfg);
   }
 
   bool ok = true;
@@ -514,8 +527,7 @@ void qsgdEncode(const float* in, int64_t n, const QsgdConfig& cfg, RngKey key, u
       ok = ok && blockOk;
     }
   }
-  GEO_ENFORCE(ok, "QSGD input contains NaN or Inf{} (output is not valid)",
-              p.l2 ? ", or a bucket's L2 norm overflows fp32 (use max-abs scaling)" : "");
+  enforceQsgdEncodable(ok, /*feedback=*/false, cfg);
 }
 
 void qsgdDecode(const uint8_t* in, int64_t inBytes, int64_t n, const QsgdConfig& cfg, float* out,
@@ -525,8 +537,7 @@ void qsgdDecode(const uint8_t* in, int64_t inBytes, int64_t n, const QsgdConfig&
 
 void qsgdDecodeAccumulate(const uint8_t* in, int64_t inBytes, int64_t n, const QsgdConfig& cfg,
                           float alpha, float* out, int threads) {
-  GEO_ENFORCE(std::bit_cast<uint32_t>(alpha) << 1 >> 24 != 0xff, "alpha must be finite, got {}",
-              alpha);
+  validateQsgdAlpha(alpha);
   decodeImpl<true>(in, inBytes, n, cfg, alpha, out, threads);
 }
 
