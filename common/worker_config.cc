@@ -263,6 +263,14 @@ bool isEndpoint(const std::string& endpoint) {
   return !endpoint.empty() && endpoint.find_first_of(" \t\n,") == std::string::npos;
 }
 
+bool isRegionName(const std::string& name) {
+  const auto alnum = [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'); };
+  if (name.empty() || name.size() > 63 || !alnum(name.front()) || !alnum(name.back())) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [&](char ch) { return alnum(ch) || ch == '-'; });
+}
+
 ValueType<std::vector<std::string>> endpointListType() {
   return {parseEndpointList,
           [](const std::vector<std::string>& v) {
@@ -422,41 +430,55 @@ Field makeField(std::string_view key, S WorkerConfig::*section, T S::*member, Va
 
 using W = WorkerConfig;
 
-Field peersField() {
-  Rule<std::vector<std::string>> rule{"a list of endpoints such as tcp://host:7000, one per rank",
-                                      [](const std::vector<std::string>& v) {
-                                        return std::all_of(v.begin(), v.end(), isEndpoint);
+// A list of strings (YAML sequence, or comma-separated in --set) whose items
+// must each satisfy `itemOk`; `itemAllowed` describes one item.
+Field listField(std::string_view key, std::vector<std::string> W::Transport::*member,
+                const std::string& listAllowed, const std::string& itemAllowed,
+                const std::function<bool(const std::string&)>& itemOk) {
+  Rule<std::vector<std::string>> rule{listAllowed, [itemOk](const std::vector<std::string>& v) {
+                                        return std::all_of(v.begin(), v.end(), itemOk);
                                       }};
-  Field field = makeField("peers", &W::transport, &W::Transport::peers, endpointListType(), rule);
-  field.setCollection = [allowed = rule.allowed](WorkerConfig& config, const YAML::Node& node,
-                                                 std::string_view source,
-                                                 const std::string& path) -> Status {
+  Field field = makeField(key, &W::transport, member, endpointListType(), rule);
+  field.setCollection = [=](WorkerConfig& config, const YAML::Node& node, std::string_view source,
+                            const std::string& path) -> Status {
     if (!node.IsSequence()) {
       return invalidArgument(fmt::format("{}{}: {} is not allowed (allowed: {})",
-                                         where(source, node), path, nodeKind(node), allowed));
+                                         where(source, node), path, nodeKind(node), listAllowed));
     }
-    std::vector<std::string> endpoints;
+    std::vector<std::string> items;
     for (size_t i = 0; i < node.size(); ++i) {
       const YAML::Node item = node[i];
       const std::string itemPath = fmt::format("{}[{}]", path, i);
       if (!item.IsScalar()) {
-        return invalidArgument(
-            fmt::format("{}{}: {} is not allowed (allowed: an endpoint such as "
-                        "tcp://host:7000)",
-                        where(source, item), itemPath, nodeKind(item)));
+        return invalidArgument(fmt::format("{}{}: {} is not allowed (allowed: {})",
+                                           where(source, item), itemPath, nodeKind(item),
+                                           itemAllowed));
       }
-      if (!isEndpoint(item.Scalar())) {
-        return invalidArgument(
-            fmt::format("{}{}: {} is not allowed (allowed: an endpoint such as "
-                        "tcp://host:7000, without spaces or commas)",
-                        where(source, item), itemPath, shown(item.Scalar())));
+      if (!itemOk(item.Scalar())) {
+        return invalidArgument(fmt::format("{}{}: {} is not allowed (allowed: {})",
+                                           where(source, item), itemPath, shown(item.Scalar()),
+                                           itemAllowed));
       }
-      endpoints.push_back(item.Scalar());
+      items.push_back(item.Scalar());
     }
-    config.transport.peers = std::move(endpoints);
+    config.transport.*member = std::move(items);
     return {};
   };
   return field;
+}
+
+Field peersField() {
+  return listField("peers", &W::Transport::peers,
+                   "a list of endpoints such as tcp://host:7000, one per rank",
+                   "an endpoint such as tcp://host:7000, without spaces or commas", isEndpoint);
+}
+
+Field regionsField() {
+  return listField("regions", &W::Transport::regions,
+                   "a list of region names (lowercase DNS labels such as us-east), one per rank",
+                   "a region name: lowercase letters, digits and '-', starting and ending with a "
+                   "letter or digit, at most 63 characters",
+                   isRegionName);
 }
 
 constexpr std::string_view kLinkAllowed =
@@ -611,9 +633,10 @@ std::vector<Section> buildSchema() {
   schema.push_back(
       {"transport",
        {makeField("listen", &W::transport, &W::Transport::listen, string, nonEmptyString()),
-        peersField(),
+        peersField(), regionsField(),
         makeField("keyDir", &W::transport, &W::Transport::keyDir, string, nonEmptyString()),
-        linksField()}});
+        linksField(),
+        makeField("uplink", &W::transport, &W::Transport::uplink, string, anyString())}});
   schema.push_back(
       {"checkpoint",
        {makeField("dir", &W::checkpoint, &W::Checkpoint::dir, string, anyString()),
@@ -813,6 +836,30 @@ Status validateRelations(const WorkerConfig& c) {
         fmt::format("transport.peers: {} endpoints is not allowed (allowed: none, or one per rank: "
                     "worker.worldSize = {})",
                     peerCount, w.worldSize));
+  }
+
+  if (!c.transport.regions.empty()) {
+    const auto& regions = c.transport.regions;
+    if (static_cast<int64_t>(regions.size()) != w.worldSize) {
+      return invalidArgument(
+          fmt::format("transport.regions: {} names is not allowed (allowed: none, or one per rank: "
+                      "worker.worldSize = {})",
+                      regions.size(), w.worldSize));
+    }
+    const std::string& mine = regions[static_cast<size_t>(w.rank)];
+    if (mine != w.region) {
+      return invalidArgument(fmt::format(
+          "worker.region: \"{}\" is not allowed (allowed: \"{}\", transport.regions[{}])", w.region,
+          mine, w.rank));
+    }
+    const auto before = std::count(regions.begin(), regions.begin() + w.rank, mine);
+    const auto total = std::count(regions.begin(), regions.end(), mine);
+    if (w.localRank != before || w.regionSize != total) {
+      return invalidArgument(fmt::format(
+          "worker.localRank/regionSize: {}/{} is not allowed (allowed: {}/{}, rank {}'s place "
+          "among the ranks of region {} in transport.regions)",
+          w.localRank, w.regionSize, before, total, w.rank, mine));
+    }
   }
 
   if (c.metrics.enabled && c.metrics.listen.empty()) {

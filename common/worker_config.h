@@ -119,11 +119,21 @@ struct WorkerConfig {
   struct Transport {
     std::string listen = "tcp://*:7000";  // ZeroMQ endpoint this worker binds
     std::vector<std::string> peers;       // empty, or one endpoint per rank (index = rank)
-    std::string keyDir = "keys";          // CURVE key files (geotrain keygen)
+    // regions[r]: the region of rank r (empty, or one per rank). Decides
+    // which peers are across the WAN (links and uplink apply to them) and
+    // which rank leads each region (its first rank) for hierarchical sync.
+    // Empty: every rank is in worker.region.
+    std::vector<std::string> regions;
+    // CURVE key files (geotrain keygen): this worker's secret key
+    // worker-<rank>.key and every rank's public key worker-<r>.pub.
+    std::string keyDir = "keys";
     // "regionA-regionB" -> link profile such as "delay=50ms,rate=20mbit".
     // Only checked to be strings here: common/ cannot depend on worker/, so
     // the worker parses the profiles (geo::transport::parseLinkProfile).
     std::map<std::string, std::string> links;
+    // Emulated uplink of this worker shared by all its WAN traffic, a link
+    // profile such as "rate=100mbit" (empty: none). Applied before links.
+    std::string uplink;
 
     bool operator==(const Transport&) const = default;
   };
@@ -197,6 +207,9 @@ StatusOr<WorkerConfig> loadWorkerConfig(const std::filesystem::path& path,
 //   - effective dataset.shardIndex < effective dataset.shardCount;
 //   - exactly one of model.builtin and model.torchscript is non-empty;
 //   - transport.peers is empty or has worker.worldSize entries;
+//   - transport.regions is empty or has worker.worldSize entries, with
+//     regions[rank] == worker.region and worker.localRank/regionSize equal
+//     to the rank's place among, and the number of, ranks of that region;
 //   - dataset.path is non-empty unless dataset.name is synthetic;
 //   - metrics.listen is non-empty when metrics.enabled.
 // sync.algorithm other than none is allowed with worker.worldSize 1: the

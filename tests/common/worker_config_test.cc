@@ -89,10 +89,12 @@ transport:
   listen: tcp://0.0.0.0:7100
   peers: [tcp://w0:7000, tcp://w1:7000, tcp://w2:7000, tcp://w3:7000,
           tcp://w4:7000, tcp://w5:7000, tcp://w6:7000, tcp://w7:7000]
+  regions: [london, london, london, london, tokyo, tokyo, tokyo, tokyo]
   keyDir: /etc/geotrain/keys
   links:
     london-tokyo: delay=120ms,rate=50mbit
     tokyo-oregon: "delay=50ms,rate=20mbit,burst=64kb"
+  uplink: rate=100mbit
 checkpoint:
   dir: /ckpt
   interval: 250
@@ -141,6 +143,8 @@ TEST(WorkerConfig, FullDocumentIsReadAndRoundTrips) {
   ASSERT_EQ(config.transport.peers.size(), 8u);
   EXPECT_EQ(config.transport.peers[7], "tcp://w7:7000");
   EXPECT_EQ(config.transport.links.at("tokyo-oregon"), "delay=50ms,rate=20mbit,burst=64kb");
+  EXPECT_EQ(config.transport.regions[4], "tokyo");
+  EXPECT_EQ(config.transport.uplink, "rate=100mbit");
 
   // Every key differs from its default, so a key that toYaml() dropped or
   // the reader ignored would show up here.
@@ -380,6 +384,18 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"worker:\n  worldSize: 3\ntransport:\n  peers: [tcp://a:1, tcp://b:1]\n",
                   {"transport.peers: 2 endpoints is not allowed (allowed: none, or one per rank: "
                    "worker.worldSize = 3)"}},
+        ErrorCase{"worker:\n  worldSize: 2\ntransport:\n  regions: [a]\n",
+                  {"transport.regions: 1 names is not allowed (allowed: none, or one per rank: "
+                   "worker.worldSize = 2)"}},
+        ErrorCase{"worker:\n  worldSize: 2\n  region: b\ntransport:\n  regions: [a, b]\n",
+                  {"worker.region: \"b\" is not allowed (allowed: \"a\", transport.regions[0])"}},
+        ErrorCase{"worker:\n  worldSize: 3\n  rank: 2\n  region: a\n  localRank: 0\n"
+                  "transport:\n  regions: [a, b, a]\n",
+                  {"worker.localRank/regionSize: 0/1 is not allowed (allowed: 1/2, rank 2's "
+                   "place among the ranks of region a in transport.regions)"}},
+        ErrorCase{"transport:\n  regions: [London]\n",
+                  {"test.yaml:2:13: transport.regions[0]: London is not allowed (allowed: a "
+                   "region name"}},
         ErrorCase{"dataset:\n  name: mnist\n  path: \"\"\n",
                   {"dataset.path: \"\" is not allowed (allowed: a path; empty only with "
                    "dataset.name: synthetic"}},
@@ -435,6 +451,14 @@ TEST(WorkerConfig, OverridesSetValues) {
   EXPECT_EQ(config.transport.peers, std::vector<std::string>{"tcp://c:7000"});
   ASSERT_TRUE(applyOverride(config, "transport.peers", "").ok());
   EXPECT_TRUE(config.transport.peers.empty());
+  ASSERT_TRUE(applyOverride(config, "transport.regions", "london, us-east-1").ok());
+  EXPECT_EQ(config.transport.regions, (std::vector<std::string>{"london", "us-east-1"}));
+  EXPECT_EQ(applyOverride(config, "transport.regions", "london,-x").message(),
+            "transport.regions: london,-x is not allowed (allowed: a list of region names "
+            "(lowercase DNS labels such as us-east), one per rank)");
+  ASSERT_TRUE(applyOverride(config, "transport.uplink", "rate=100mbit").ok());
+  EXPECT_EQ(config.transport.uplink, "rate=100mbit");
+  ASSERT_TRUE(applyOverride(config, "transport.regions", "").ok());
 
   ASSERT_TRUE(applyOverride(config, "transport.links.london-tokyo", "delay=50ms,rate=20mbit").ok());
   ASSERT_TRUE(applyOverride(config, "transport.links.tokyo-ohio", "delay=80ms").ok());
@@ -607,7 +631,7 @@ TEST(WorkerConfig, DocsListEveryKeyWithItsDefault) {
   const std::string docs = readFile(GEO_WORKER_CONFIG_DOC);
   ASSERT_FALSE(docs.empty()) << "cannot read " << GEO_WORKER_CONFIG_DOC;
   const auto keys = defaultKeyValues();
-  EXPECT_EQ(keys.size(), 52u);  // the schema's key count: update with the docs
+  EXPECT_EQ(keys.size(), 54u);  // the schema's key count: update with the docs
   for (const auto& [path, value] : keys) {
     // A reference row: | `path` | type | `default` | allowed | meaning |
     const std::string rowStart = "| `" + path + "` |";

@@ -10,7 +10,8 @@ import struct
 
 OUT = pathlib.Path(__file__).resolve().parent / "corpus" / "frame"
 MAGIC, VERSION = 0x544F4547, 1
-KINDS = {"ping": 1, "pong": 2, "update": 16, "gossip": 17, "gossip-reply": 18, "control": 19}
+KINDS = {"ping": 1, "pong": 2, "update": 16, "gossip": 17, "gossip-reply": 18, "control": 19,
+         "lan-reduce": 20, "lan-broadcast": 21}
 
 
 def fnv1a64(text: str) -> int:

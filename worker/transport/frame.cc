@@ -107,7 +107,9 @@ bool isKnownKind(uint16_t kind) {
     case static_cast<uint16_t>(MessageKind::kUpdate):
     case static_cast<uint16_t>(MessageKind::kGossip):
     case static_cast<uint16_t>(MessageKind::kGossipReply):
-    case static_cast<uint16_t>(MessageKind::kControl): return true;
+    case static_cast<uint16_t>(MessageKind::kControl):
+    case static_cast<uint16_t>(MessageKind::kLanReduce):
+    case static_cast<uint16_t>(MessageKind::kLanBroadcast): return true;
     default: return false;
   }
 }
@@ -120,6 +122,8 @@ std::string_view messageKindName(MessageKind kind) {
     case MessageKind::kGossip: return "gossip";
     case MessageKind::kGossipReply: return "gossip-reply";
     case MessageKind::kControl: return "control";
+    case MessageKind::kLanReduce: return "lan-reduce";
+    case MessageKind::kLanBroadcast: return "lan-broadcast";
   }
   return "unknown";
 }

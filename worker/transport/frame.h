@@ -50,14 +50,16 @@ inline constexpr size_t kFrameHeaderBytes = 64;
 
 // Message kinds. Values below kFirstUserKind are the transport's own.
 enum class MessageKind : uint16_t {
-  kPing = 1,          // payload: 8-byte sender timestamp (ns)
-  kPong = 2,          // payload: the ping's 8 bytes, echoed
-  kUpdate = 16,       // a (compressed) model update or gradient
-  kGossip = 17,       // SwarmSGD pairwise model exchange
-  kGossipReply = 18,  // the partner's half of a gossip exchange
-  kControl = 19,      // small synchronizer control messages
+  kPing = 1,           // payload: 8-byte sender timestamp (ns)
+  kPong = 2,           // payload: the ping's 8 bytes, echoed
+  kUpdate = 16,        // a (compressed) model update or gradient
+  kGossip = 17,        // SwarmSGD pairwise model exchange
+  kGossipReply = 18,   // the partner's half of a gossip exchange
+  kControl = 19,       // small synchronizer control messages
+  kLanReduce = 20,     // hierarchical sync: a member's gradient to its region leader
+  kLanBroadcast = 21,  // hierarchical sync: the leader's result back to its members
 };
-inline constexpr uint16_t kMaxMessageKind = 19;
+inline constexpr uint16_t kMaxMessageKind = 21;
 bool isKnownKind(uint16_t kind);
 std::string_view messageKindName(MessageKind kind);
 

@@ -105,7 +105,8 @@ class ZmqTransport final : public Transport {
       : cfg_(std::move(config)),
         limits_{jobIdHash(cfg_.jobId), static_cast<uint32_t>(cfg_.endpoints.size()),
                 cfg_.maxPayloadBytes},
-        peers_(cfg_.endpoints.size()) {}
+        peers_(cfg_.endpoints.size()),
+        uplink_(cfg_.uplink) {}
 
   ~ZmqTransport() override { shutdown(); }
 
@@ -141,6 +142,8 @@ class ZmqTransport final : public Transport {
   TransportConfig cfg_;
   FrameLimits limits_;
   std::vector<PeerState> peers_;
+  std::mutex uplinkMu_;  // taken after a PeerState::mu, never before
+  LinkShaper uplink_;
 
   zmq::context_t ctx_;
   std::optional<zmq::socket_t> router_;
@@ -181,6 +184,11 @@ Status validate(const TransportConfig& c) {
     return invalidArgument(
         fmt::format("transport: links has {} entries; it must be empty or have one per rank ({})",
                     c.links.size(), world));
+  }
+  if (!c.uplinkPeers.empty() && c.uplinkPeers.size() != world) {
+    return invalidArgument(fmt::format(
+        "transport: uplinkPeers has {} entries; it must be empty or have one per rank ({})",
+        c.uplinkPeers.size(), world));
   }
   if (c.maxQueuedBytesPerPeer == 0 || c.maxInboxBytes == 0 || c.maxPayloadBytes == 0) {
     return invalidArgument("transport: queue, inbox and payload limits must be > 0");
@@ -334,7 +342,11 @@ Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payloa
     Outgoing o;
     encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(o.header));
     o.payload = std::move(payload);
-    const auto now = Clock::now();
+    auto now = Clock::now();
+    if (!cfg_.uplinkPeers.empty() && cfg_.uplinkPeers[peer] && cfg_.uplink.shaped()) {
+      std::lock_guard uplinkLock(uplinkMu_);
+      now = uplink_.schedule(bytes, now);
+    }
     o.release = p.shaper ? p.shaper->schedule(bytes, now) : now;
     p.queue.push_back(std::move(o));
     p.queuedBytes += bytes;

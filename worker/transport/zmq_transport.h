@@ -33,6 +33,11 @@ struct TransportConfig {
 
   // links[r]: emulated link from this rank to rank r (empty: none).
   std::vector<LinkProfile> links;
+  // An emulated uplink shared by the traffic to every rank r with
+  // uplinkPeers[r] set (the WAN peers): a frame first waits for the uplink,
+  // then for its link. Unshaped uplink, or empty uplinkPeers: none.
+  LinkProfile uplink;
+  std::vector<bool> uplinkPeers;
 
   uint64_t maxQueuedBytesPerPeer = uint64_t{1} << 30;  // send() backpressure
   uint64_t maxInboxBytes = uint64_t{2} << 30;          // stop reading beyond

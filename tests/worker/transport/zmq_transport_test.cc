@@ -366,5 +366,51 @@ TEST(TransportLink, Bandwidth20Mbit) {
   EXPECT_NEAR(mbit, 20.0, 2.0) << seconds << " s";
 }
 
+// A shared 20 Mbit/s uplink: sending to two peers at once shares it (20
+// Mbit/s together, not 20 each), while a peer outside uplinkPeers is not held
+// back by it.
+TEST(TransportLink, SharedUplink) {
+  World w(4);
+  std::vector<TransportConfig> configs = {w.config(0), w.config(1), w.config(2), w.config(3)};
+  configs[0].uplink = *parseLinkProfile("rate=20mbit");
+  configs[0].uplinkPeers = {false, true, true, false};
+  for (auto& c : configs) c.pingInterval = 0ms;
+  auto ts = startAll(configs);
+  ASSERT_EQ(ts.size(), 4u);
+  for (uint32_t peer = 1; peer < 4; ++peer) {
+    ASSERT_TRUE(ts[0]->send(peer, MessageKind::kControl, {}, Payload(pattern(1, 0)), 1s).ok());
+    ASSERT_TRUE(ts[peer]->receive(MessageKind::kControl, 0, 0, 5s).ok());
+  }
+  std::this_thread::sleep_for(100ms);
+
+  const int messages = 10;  // per uplink peer
+  const size_t size = 250'000 - kFrameHeaderBytes;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < messages; ++i) {
+    for (uint32_t peer : {1u, 2u}) {
+      ASSERT_TRUE(ts[0]
+                      ->send(peer, MessageKind::kUpdate, {.round = uint64_t(i)},
+                             Payload(pattern(size, i)), 10s)
+                      .ok());
+    }
+  }
+  // The LAN peer's 5 MB arrive long before the uplink's 2 s.
+  ASSERT_TRUE(
+      ts[0]->send(3, MessageKind::kUpdate, {.round = 0}, Payload(pattern(5'000'000, 1)), 10s).ok());
+  ASSERT_TRUE(ts[3]->receive(MessageKind::kUpdate, 0, 0, 10s).ok());
+  const double lanSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(lanSeconds, 1.0);
+  for (int i = 0; i < messages; ++i) {
+    for (uint32_t peer : {1u, 2u}) {
+      ASSERT_TRUE(ts[peer]->receive(MessageKind::kUpdate, i, 0, 10s).ok());
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double mbit = 2 * messages * 250'000 * 8 / seconds / 1e6;
+  EXPECT_NEAR(mbit, 20.0, 2.0) << seconds << " s";
+}
+
 }  // namespace
 }  // namespace geo::transport
