@@ -1,19 +1,32 @@
 // `geotrain-worker`: one training worker. Reads worker.yaml (every field has
 // a default; see docs/worker-config.md), applies command-line overrides,
-// loads its shard of the data set, builds the model and trains, printing one
-// progress line every training.logInterval steps. Exit code 0 on success, 1 on
-// a failure (with the reason on stderr), 2 on a usage error.
+// loads its shard of the data set, builds the model, connects to its peers
+// (sync.algorithm other than none) and trains, printing progress every
+// training.logInterval steps: log lines on stderr, or with
+// `--progress-format jsonl` one JSON object per line on stdout (the contract
+// `geotrain local` reads; see docs/worker-progress.md). Exit code 0 on
+// success, 1 on a failure (with the reason on stderr), 2 on a usage error.
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
+#include <chrono>
+#include <cstdio>
 #include <iostream>
+#include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/logging.h"
 #include "common/worker_config.h"
+#include "worker/sync/synchronizer.h"
 #include "worker/train/trainer.h"
+#include "worker/transport/keys.h"
+#include "worker/transport/link.h"
+#include "worker/transport/zmq_transport.h"
 
 namespace {
 
@@ -21,8 +34,53 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
+std::string jsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<int>(ch));
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// Progress output: JSON lines on stdout for `--progress-format jsonl`.
+class Progress {
+ public:
+  explicit Progress(bool jsonl, int64_t rank) : jsonl_(jsonl), rank_(rank) {}
+  bool jsonl() const { return jsonl_; }
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  // `fields`: the event's other members, already JSON ("\"a\":1,\"b\":2").
+  void emit(const std::string& event, const std::string& fields) const {
+    if (!jsonl_) return;
+    std::string line = fmt::format("{{\"event\":\"{}\",\"rank\":{},\"time\":{:.3f}{}{}}}\n", event,
+                                   rank_, elapsed(), fields.empty() ? "" : ",", fields);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fflush(stdout);
+  }
+
+ private:
+  bool jsonl_;
+  int64_t rank_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+const Progress* gProgress = nullptr;
+
 int fail(const geo::Status& s) {
   std::cerr << "geotrain-worker: " << s.message() << "\n";
+  if (gProgress != nullptr) gProgress->emit("error", "\"message\":" + jsonString(s.message()));
   return kExitFailure;
 }
 
@@ -52,14 +110,133 @@ geo::train::TrainerOptions trainerOptions(const geo::WorkerConfig& c, torch::Dev
   return o;
 }
 
-int runWorker(const geo::WorkerConfig& c) {
-  if (auto s = geo::initLogging(c.log.level); !s.ok()) return fail(s);
-  if (c.sync.algorithm != "none") {
-    return fail(geo::invalidArgument(
-        "sync.algorithm '" + c.sync.algorithm +
-        "': this build of geotrain-worker trains a single worker only (sync.algorithm: none); "
-        "the synchronizers are not part of it yet"));
+// Splits a transport.links key "a-b" into two region names of the job (region
+// names may contain '-': the split must leave two known names).
+std::optional<std::pair<std::string, std::string>> splitLinkKey(
+    const std::string& key, const std::set<std::string>& known) {
+  for (size_t dash = key.find('-'); dash != std::string::npos; dash = key.find('-', dash + 1)) {
+    std::string a = key.substr(0, dash);
+    std::string b = key.substr(dash + 1);
+    if (known.contains(a) && known.contains(b)) return std::make_pair(a, b);
   }
+  return std::nullopt;
+}
+
+std::vector<std::string> rankRegions(const geo::WorkerConfig& c) {
+  if (!c.transport.regions.empty()) return c.transport.regions;
+  return std::vector<std::string>(static_cast<size_t>(c.worker.worldSize), c.worker.region);
+}
+
+// The transport of a job of several workers: endpoints, CURVE keys from
+// transport.keyDir, and the emulated links to the ranks of other regions.
+geo::StatusOr<std::unique_ptr<geo::transport::Transport>> makeTransport(
+    const geo::WorkerConfig& c, const geo::sync::Topology& topology) {
+  namespace gt = geo::transport;
+  const auto world = static_cast<uint32_t>(c.worker.worldSize);
+  if (c.transport.peers.empty()) {
+    return geo::invalidArgument(fmt::format(
+        "transport.peers: empty, but a job of {} workers needs one endpoint per rank", world));
+  }
+  gt::TransportConfig t;
+  t.jobId = c.job.id;
+  t.rank = topology.rank();
+  t.endpoints = c.transport.peers;
+  t.bindEndpoint = c.transport.listen;
+  const std::filesystem::path keyDir = c.transport.keyDir;
+  auto secret = gt::loadSecretKey(keyDir / fmt::format("worker-{}.key", t.rank));
+  if (!secret.ok()) return secret.status();
+  t.secretKey = *secret;
+  for (uint32_t r = 0; r < world; ++r) {
+    auto pub = gt::loadPublicKey(keyDir / fmt::format("worker-{}.pub", r));
+    if (!pub.ok()) return pub.status();
+    t.publicKeys.push_back(*pub);
+  }
+  const std::vector<std::string> regions = rankRegions(c);
+  const std::set<std::string> known(regions.begin(), regions.end());
+  std::map<std::pair<std::string, std::string>, gt::LinkProfile> links;
+  for (const auto& [key, spec] : c.transport.links) {
+    const auto pair = splitLinkKey(key, known);
+    if (!pair) {
+      return geo::invalidArgument(
+          fmt::format("transport.links.{}: not two regions of this job joined by '-' (regions: {})",
+                      key, fmt::join(known, ", ")));
+    }
+    auto profile = gt::parseLinkProfile(spec);
+    if (!profile.ok()) {
+      return geo::invalidArgument(
+          fmt::format("transport.links.{}: {}", key, profile.status().message()));
+    }
+    links[*pair] = *profile;
+    links[{pair->second, pair->first}] = *profile;
+  }
+  auto uplink = gt::parseLinkProfile(c.transport.uplink);
+  if (!uplink.ok()) {
+    return geo::invalidArgument(fmt::format("transport.uplink: {}", uplink.status().message()));
+  }
+  t.uplink = *uplink;
+  t.links.resize(world);
+  t.uplinkPeers.assign(world, false);
+  const std::string& mine = regions[t.rank];
+  for (uint32_t r = 0; r < world; ++r) {
+    if (r == t.rank || regions[r] == mine) continue;
+    t.uplinkPeers[r] = true;
+    if (auto it = links.find({mine, regions[r]}); it != links.end()) t.links[r] = it->second;
+  }
+  return gt::makeZmqTransport(std::move(t));
+}
+
+struct ByteTotals {
+  uint64_t wanSent = 0, wanReceived = 0, lanSent = 0, lanReceived = 0;
+};
+
+ByteTotals byteTotals(const geo::transport::Transport* transport,
+                      const geo::sync::Topology& topology) {
+  ByteTotals b;
+  if (transport == nullptr) return b;
+  for (const auto& p : transport->peerCounters()) {
+    const bool lan = topology.sameRegion(p.peer, topology.rank());
+    (lan ? b.lanSent : b.wanSent) += p.bytesSent;
+    (lan ? b.lanReceived : b.wanReceived) += p.bytesReceived;
+  }
+  return b;
+}
+
+// "sync":{...},"bytes":{...} members of a progress or done event.
+std::string syncFields(const geo::sync::Synchronizer* sync,
+                       const geo::transport::Transport* transport,
+                       const geo::sync::Topology& topology) {
+  const geo::sync::SyncStats s = sync != nullptr ? sync->stats() : geo::sync::SyncStats{};
+  const ByteTotals b = byteTotals(transport, topology);
+  return fmt::format(
+      "\"sync\":{{\"delay\":{},\"rounds\":{},\"appliedUpdates\":{},\"stalenessMean\":{:.4g},"
+      "\"stalenessMax\":{},\"missing\":{},\"waitSeconds\":{:.4g},\"codecSeconds\":{:.4g}}},"
+      "\"bytes\":{{\"wanSent\":{},\"wanReceived\":{},\"lanSent\":{},\"lanReceived\":{},"
+      "\"payload\":{}}}",
+      s.delay, s.rounds, s.appliedUpdates, s.stalenessMean(), s.stalenessMax, s.missing,
+      s.waitSeconds, s.codecSeconds, b.wanSent, b.wanReceived, b.lanSent, b.lanReceived,
+      s.payloadBytes);
+}
+
+geo::sync::SyncOptions syncOptions(const geo::WorkerConfig& c) {
+  geo::sync::SyncOptions o;
+  o.algorithm = c.sync.algorithm;
+  o.period = c.sync.period;
+  o.delay = c.sync.delay;
+  o.swarmH = c.sync.swarmH;
+  o.codec.name = c.sync.codec;
+  o.codec.bits = static_cast<int>(c.sync.bits);
+  o.codec.bucket = c.sync.bucket;
+  o.codec.threads = static_cast<int>(c.training.threads);
+  o.lanCodec = c.sync.lanCodec;
+  o.errorFeedback = c.sync.errorFeedback;
+  o.hierarchical = c.sync.hierarchical;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.sync.timeoutSeconds * 1000));
+  o.seed = c.job.seed;
+  return o;
+}
+
+int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
+  if (auto s = geo::initLogging(c.log.level); !s.ok()) return fail(s);
   if (c.training.threads > 0) torch::set_num_threads(static_cast<int>(c.training.threads));
   torch::Device device = torch::kCPU;
   if (c.training.device == "cuda" || (c.training.device == "auto" && torch::cuda::is_available())) {
@@ -68,6 +245,21 @@ int runWorker(const geo::WorkerConfig& c) {
           "training.device: cuda was requested but this LibTorch has no usable CUDA device"));
     }
     device = torch::kCUDA;
+  }
+
+  auto topology = geo::sync::Topology::make(rankRegions(c), static_cast<uint32_t>(c.worker.rank));
+  if (!topology.ok()) return fail(topology.status());
+  std::unique_ptr<geo::transport::Transport> transport;
+  std::unique_ptr<geo::sync::Synchronizer> sync;
+  if (c.sync.algorithm != "none") {
+    if (c.worker.worldSize > 1) {
+      auto t = makeTransport(c, *topology);
+      if (!t.ok()) return fail(t.status());
+      transport = std::move(*t);
+    }
+    auto s = geo::sync::makeSynchronizer(syncOptions(c), *topology, transport.get());
+    if (!s.ok()) return fail(s.status());
+    sync = std::move(*s);
   }
 
   geo::train::DatasetSpec spec;
@@ -94,8 +286,13 @@ int runWorker(const geo::WorkerConfig& c) {
   if (!model.ok()) return fail(model.status());
   const std::string describe = (*model)->describe();
   const int64_t params = (*model)->parameterCount();
-  auto trainer = geo::train::Trainer::create(std::move(*model), std::move(shard), *test,
-                                             trainerOptions(c, device));
+  auto options = trainerOptions(c, device);
+  // Replicas of one region hold the same model under hierarchical sync, and
+  // evaluation costs as much as many steps: only region leaders evaluate
+  // periodically; every worker evaluates its final model.
+  if (c.worker.localRank != 0) options.evalInterval = 0;
+  auto trainer =
+      geo::train::Trainer::create(std::move(*model), std::move(shard), *test, options, sync.get());
   if (!trainer.ok()) return fail(trainer.status());
   auto resumed = (*trainer)->resume();
   if (!resumed.ok()) return fail(resumed.status());
@@ -105,17 +302,48 @@ int runWorker(const geo::WorkerConfig& c) {
       c.worker.rank, c.worker.worldSize, c.worker.region, describe, params, device.str(),
       c.dataset.name, shardIndex, shardCount, shardSamples, c.training.steps, c.training.batchSize,
       *resumed > 0 ? ", resumed at step " + std::to_string(*resumed) : std::string());
+  if (sync) geo::logger()->info("sync: {}", sync->describe());
+  progress.emit("start", fmt::format("\"region\":{},\"localRank\":{},\"worldSize\":{},\"model\":{},"
+                                     "\"parameters\":{},\"shardSamples\":{},\"steps\":{},"
+                                     "\"algorithm\":{},\"resumedAt\":{}",
+                                     jsonString(c.worker.region), c.worker.localRank,
+                                     c.worker.worldSize, jsonString(describe), params, shardSamples,
+                                     c.training.steps, jsonString(c.sync.algorithm), *resumed));
+
+  std::optional<double> finalAccuracy;
+  double finalLoss = 0;
   const geo::Status s = (*trainer)->run([&](const geo::train::StepStats& st) {
-    if (st.evalAccuracy) {
-      geo::logger()->info(
-          "step {:>6} loss {:.4f} lr {:.4g} {:>8.0f} samples/s eval accuracy {:.2f}%", st.step,
-          st.loss, st.lr, st.samplesPerSecond, *st.evalAccuracy * 100);
-    } else {
-      geo::logger()->info("step {:>6} loss {:.4f} lr {:.4g} {:>8.0f} samples/s", st.step, st.loss,
-                          st.lr, st.samplesPerSecond);
+    if (st.step == c.training.steps) {
+      finalAccuracy = st.evalAccuracy;
+      finalLoss = st.loss;
     }
+    if (progress.jsonl()) {
+      std::string fields =
+          fmt::format("\"step\":{},\"loss\":{:.6g},\"lr\":{:.6g},\"samplesPerSecond\":{:.1f}",
+                      st.step, st.loss, st.lr, st.samplesPerSecond);
+      if (st.evalAccuracy) fields += fmt::format(",\"evalAccuracy\":{:.6g}", *st.evalAccuracy);
+      progress.emit("progress", fields + "," + syncFields(sync.get(), transport.get(), *topology));
+      return;
+    }
+    const std::string eval =
+        st.evalAccuracy ? fmt::format(" eval accuracy {:.2f}%", *st.evalAccuracy * 100) : "";
+    std::string syncText;
+    if (sync) {
+      const auto ss = sync->stats();
+      syncText = fmt::format(" staleness {:.1f} wait {:.1f}s", ss.stalenessMean(), ss.waitSeconds);
+      if (c.sync.algorithm == "dts") syncText += fmt::format(" D={}", ss.delay);
+    }
+    geo::logger()->info("step {:>6} loss {:.4f} lr {:.4g} {:>8.0f} samples/s{}{}", st.step, st.loss,
+                        st.lr, st.samplesPerSecond, syncText, eval);
   });
   if (!s.ok()) return fail(s);
+  std::string done = fmt::format("\"step\":{},\"loss\":{:.6g}", c.training.steps, finalLoss);
+  if (finalAccuracy) done += fmt::format(",\"testAccuracy\":{:.6g}", *finalAccuracy);
+  progress.emit("done", done + "," + syncFields(sync.get(), transport.get(), *topology));
+  if (finalAccuracy) {
+    geo::logger()->info("done: {} steps, test accuracy {:.2f}%", c.training.steps,
+                        *finalAccuracy * 100);
+  }
   return kExitOk;
 }
 
@@ -129,6 +357,7 @@ int main(int argc, char** argv) {
   std::string configPath;
   std::vector<std::string> sets;
   bool printConfig = false;
+  std::string progressFormat = "text";
   app.add_option("--config,-c", configPath, "worker.yaml to read (default: all defaults)")
       ->check(CLI::ExistingFile);
   app.add_option("--set", sets,
@@ -151,6 +380,11 @@ int main(int argc, char** argv) {
   addShort("--checkpoint-dir", "checkpoint.dir", "Where to write and resume checkpoints");
   addShort("--log-level", "log.level", "trace, debug, info, warn, error, critical or off");
   app.add_flag("--print-config", printConfig, "Print the effective configuration as YAML and exit");
+  app.add_option("--progress-format", progressFormat,
+                 "text: progress as log lines on stderr; jsonl: also one JSON object per line on "
+                 "stdout (events start, progress, done, error; see docs/worker-progress.md)")
+      ->check(CLI::IsMember({"text", "jsonl"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -182,8 +416,10 @@ int main(int argc, char** argv) {
     std::cout << geo::toYaml(config);
     return kExitOk;
   }
+  const Progress progress(progressFormat == "jsonl", config.worker.rank);
+  gProgress = &progress;
   try {
-    return runWorker(config);
+    return runWorker(config, progress);
   } catch (const std::exception& e) {
     return fail(geo::internalError(e.what()));
   }

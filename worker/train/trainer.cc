@@ -198,6 +198,14 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
   while (step_ < options_.steps) {
     auto stats = step();
     if (!stats.ok()) return stats.status();
+    if (step_ == options_.steps && hook_ != nullptr) {
+      try {
+        GEO_RETURN_IF_ERROR(hook_->finish(step_, flat_));
+      } catch (const c10::Error& e) {
+        return internalError(
+            fmt::format("finishing training failed: {}", e.what_without_backtrace()));
+      }
+    }
     const bool evalNow = step_ == options_.steps ||
                          (options_.evalInterval > 0 && step_ % options_.evalInterval == 0);
     if (step_ % options_.logInterval == 0 || evalNow) {

@@ -79,6 +79,14 @@ class StepHook {
     (void)flat;
     return {};
   }
+  // Once, after the last step and before the final evaluation and
+  // checkpoint: a synchronizer completes the rounds in flight and agrees on
+  // the final model here. `steps` is the number of steps taken.
+  virtual Status finish(int64_t steps, FlatParameters& flat) {
+    (void)steps;
+    (void)flat;
+    return {};
+  }
   virtual void saveState(torch::serialize::OutputArchive& archive) { (void)archive; }
   virtual Status loadState(torch::serialize::InputArchive& archive) {
     (void)archive;
@@ -113,7 +121,8 @@ class Trainer {
 
   // Steps until options.steps, calling `progress` every logInterval steps
   // and at every evaluation; checkpoints every checkpointInterval steps and
-  // at the end.
+  // at the end. After the last step, the hook's finish() runs before the
+  // final evaluation and checkpoint.
   Status run(const std::function<void(const StepStats&)>& progress);
 
   // Top-1 accuracy of the current parameters on the test set.

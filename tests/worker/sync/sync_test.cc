@@ -1,0 +1,392 @@
+// Synchronizers over real ZeroMQ transports (CURVE, loopback) with real
+// LibTorch training, one thread per worker: the exact-equality properties
+// of ARCHITECTURE.md section 3, checked after every step, and the behaviour
+// with a dead peer. The multi-process convergence runs are in
+// sync_convergence_test.sh.
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "worker/sync/synchronizer.h"
+#include "worker/train/trainer.h"
+#include "worker/transport/keys.h"
+#include "worker/transport/zmq_transport.h"
+
+namespace geo::sync {
+namespace {
+
+using namespace std::chrono_literals;
+
+int freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+uint64_t hashOf(const torch::Tensor& t) {
+  const auto* p = reinterpret_cast<const unsigned char*>(t.data_ptr<float>());
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int64_t i = 0; i < t.numel() * 4; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// Forwards to the synchronizer and records a hash of the parameters after
+// every step (and after finish).
+class Recorder final : public train::StepHook {
+ public:
+  explicit Recorder(Synchronizer* inner) : inner_(inner) {}
+  Status afterBackward(int64_t step, train::FlatParameters& flat) override {
+    return inner_->afterBackward(step, flat);
+  }
+  Status afterStep(int64_t step, train::FlatParameters& flat) override {
+    GEO_RETURN_IF_ERROR(inner_->afterStep(step, flat));
+    hashes.push_back(hashOf(flat.values));
+    return {};
+  }
+  Status finish(int64_t steps, train::FlatParameters& flat) override {
+    GEO_RETURN_IF_ERROR(inner_->finish(steps, flat));
+    finalValues = flat.values.clone();
+    return {};
+  }
+  std::vector<uint64_t> hashes;
+  torch::Tensor finalValues;
+
+ private:
+  Synchronizer* inner_;
+};
+
+struct RunResult {
+  std::vector<std::vector<uint64_t>> hashes;  // [rank][step]
+  std::vector<torch::Tensor> finalValues;     // [rank]
+  std::vector<Status> status;                 // [rank]
+  std::vector<SyncStats> stats;
+  std::vector<double> accuracy;
+};
+
+struct JobSpec {
+  std::vector<std::string> regions = {"a", "a", "b", "b"};
+  SyncOptions sync;
+  int64_t steps = 12;
+  std::string model = "mlp";
+  std::map<std::string, std::string> oneWayDelay;  // "a-b" -> profile for links
+  // A rank that stops after this many steps and closes its transport (a
+  // worker that died), or -1.
+  int deadRank = -1;
+  int64_t deadAfter = 0;
+};
+
+// Runs one job: every worker in its own thread with its own transport,
+// synchronizer and trainer on a synthetic data set shard.
+RunResult runJob(const JobSpec& job) {
+  torch::set_num_threads(1);  // one core per worker thread at most
+  const auto world = static_cast<uint32_t>(job.regions.size());
+  std::vector<transport::CurveKeyPair> keys;
+  std::vector<std::string> endpoints;
+  for (uint32_t r = 0; r < world; ++r) {
+    keys.push_back(transport::generateKeyPair());
+    endpoints.push_back("tcp://127.0.0.1:" + std::to_string(freePort()));
+  }
+  train::DatasetSpec data;
+  data.name = "synthetic";
+  data.syntheticSamples = 2048;
+  auto trainSet = train::loadDataset(data, train::Split::kTrain);
+  auto testSet = train::loadDataset(data, train::Split::kTest);
+  EXPECT_TRUE(trainSet.ok() && testSet.ok());
+
+  RunResult result;
+  result.hashes.resize(world);
+  result.finalValues.resize(world);
+  result.status.resize(world);
+  result.stats.resize(world);
+  result.accuracy.resize(world);
+  std::vector<std::unique_ptr<transport::Transport>> transports(world);
+  std::vector<std::unique_ptr<Synchronizer>> syncs(world);
+  std::vector<std::unique_ptr<Recorder>> recorders(world);
+  std::vector<std::unique_ptr<train::Trainer>> trainers(world);
+  for (uint32_t r = 0; r < world; ++r) {
+    transport::TransportConfig tc;
+    tc.jobId = "sync-test";
+    tc.rank = r;
+    tc.endpoints = endpoints;
+    tc.secretKey = keys[r].secretKey;
+    for (const auto& k : keys) tc.publicKeys.push_back(k.publicKey);
+    tc.links.resize(world);
+    for (uint32_t p = 0; p < world; ++p) {
+      const auto it = job.oneWayDelay.find(job.regions[r] + "-" + job.regions[p]);
+      if (it != job.oneWayDelay.end()) tc.links[p] = *transport::parseLinkProfile(it->second);
+    }
+    tc.linger = 200ms;
+    auto t = transport::makeZmqTransport(tc);
+    EXPECT_TRUE(t.ok()) << t.status().toString();
+    transports[r] = std::move(*t);
+    auto topo = Topology::make(job.regions, r);
+    EXPECT_TRUE(topo.ok());
+    auto s = makeSynchronizer(job.sync, *topo, transports[r].get());
+    EXPECT_TRUE(s.ok()) << s.status().toString();
+    syncs[r] = std::move(*s);
+    recorders[r] = std::make_unique<Recorder>(syncs[r].get());
+    torch::manual_seed(7);  // the same initial model everywhere
+    auto model = train::makeModel({job.model, {}}, {1, 28, 28}, 10);
+    EXPECT_TRUE(model.ok());
+    train::TrainerOptions o;
+    o.steps = job.steps;
+    o.batchSize = 32;
+    o.lr = 0.05;
+    o.momentum = 0.9;
+    o.logInterval = job.steps;
+    o.seed = 100 + r;
+    auto tr = train::Trainer::create(std::move(*model), train::shard(*trainSet, r, world), *testSet,
+                                     o, recorders[r].get());
+    EXPECT_TRUE(tr.ok()) << tr.status().toString();
+    trainers[r] = std::move(*tr);
+  }
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      if (static_cast<int>(r) == job.deadRank) {
+        for (int64_t i = 0; i < job.deadAfter; ++i) {
+          auto st = trainers[r]->step();
+          if (!st.ok()) break;
+        }
+        transports[r].reset();  // the worker is gone
+        result.status[r] = Status(StatusCode::kCancelled, "killed");
+        return;
+      }
+      result.status[r] = trainers[r]->run(nullptr);
+      result.accuracy[r] = trainers[r]->evaluate();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (uint32_t r = 0; r < world; ++r) {
+    result.hashes[r] = recorders[r]->hashes;
+    result.finalValues[r] = recorders[r]->finalValues.defined()
+                                ? recorders[r]->finalValues
+                                : trainers[r]->flat().values.clone();
+    result.stats[r] = syncs[r]->stats();
+  }
+  return result;
+}
+
+SyncOptions options(const std::string& algorithm, const std::string& codec = "identity") {
+  SyncOptions o;
+  o.algorithm = algorithm;
+  o.codec.name = codec;
+  o.codec.threads = 1;
+  o.hierarchical = false;
+  o.timeout = 20s;
+  return o;
+}
+
+void expectAllEqualEveryStep(const RunResult& r, int64_t steps) {
+  for (size_t rank = 0; rank < r.hashes.size(); ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    ASSERT_EQ(r.hashes[rank].size(), static_cast<size_t>(steps));
+  }
+  for (int64_t s = 0; s < steps; ++s) {
+    for (size_t rank = 1; rank < r.hashes.size(); ++rank) {
+      ASSERT_EQ(r.hashes[rank][static_cast<size_t>(s)], r.hashes[0][static_cast<size_t>(s)])
+          << "rank " << rank << " differs from rank 0 after step " << s + 1;
+    }
+  }
+}
+
+TEST(Topology, LeadersAndMembers) {
+  auto t = Topology::make({"london", "london", "tokyo", "ohio", "tokyo"}, 4);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->leaders(), (std::vector<uint32_t>{0, 2, 3}));
+  EXPECT_EQ(t->regionMembers(4), (std::vector<uint32_t>{2, 4}));
+  EXPECT_EQ(t->leaderOf(4), 2u);
+  EXPECT_FALSE(t->isLeader());
+  EXPECT_EQ(t->describe(2), "rank 2 (tokyo)");
+  EXPECT_FALSE(Topology::make({"a"}, 1).ok());
+  EXPECT_FALSE(Topology::make({"a", ""}, 0).ok());
+}
+
+Status validateWith(const std::function<void(SyncOptions&)>& change) {
+  SyncOptions o;
+  change(o);
+  return validateSyncOptions(o);
+}
+
+TEST(SyncOptions, BadValuesNameTheField) {
+  EXPECT_TRUE(validateWith([](SyncOptions&) {}).ok());
+  EXPECT_NE(validateWith([](SyncOptions& o) { o.algorithm = "gossip"; })
+                .message()
+                .find("sync.algorithm: 'gossip'"),
+            std::string::npos);
+  EXPECT_NE(validateWith([](SyncOptions& o) { o.period = 0; }).message().find("sync.period"),
+            std::string::npos);
+  EXPECT_FALSE(validateWith([](SyncOptions& o) { o.codec.bits = 3; }).ok());
+  EXPECT_NE(validateWith([](SyncOptions& o) { o.lanCodec = "qsgd"; }).message().find("lanCodec"),
+            std::string::npos);
+}
+
+// Allreduce: every worker applies the same averaged gradient: bitwise equal
+// replicas after every step, for a lossless and a lossy codec.
+TEST(Allreduce, ReplicasAreBitwiseEqualAfterEveryStep) {
+  for (const std::string codec : {"identity", "qsgd"}) {
+    SCOPED_TRACE(codec);
+    JobSpec job;
+    job.sync = options("allreduce", codec);
+    const auto r = runJob(job);
+    expectAllEqualEveryStep(r, job.steps);
+    EXPECT_EQ(r.stats[0].rounds, static_cast<uint64_t>(job.steps));
+    EXPECT_EQ(r.stats[0].appliedUpdates, static_cast<uint64_t>(3 * job.steps));
+    EXPECT_EQ(r.stats[0].stalenessMax, 0);
+  }
+}
+
+// DTS with K = 1, D = 0 and the identity codec is synchronous SGD: replicas
+// agree bitwise after every step, and the model equals allreduce's up to
+// floating-point rounding (the same sum, taken over parameters instead of
+// gradients; momentum buffers are local but their average is allreduce's).
+TEST(Dts, K1D0IdentityEqualsAllreduceBitwiseReplicas) {
+  JobSpec job;
+  job.steps = 20;
+  job.sync = options("dts");
+  job.sync.period = 1;
+  job.sync.delay = 0;
+  const auto dts = runJob(job);
+  expectAllEqualEveryStep(dts, job.steps);
+  job.sync = options("allreduce");
+  const auto allreduce = runJob(job);
+  expectAllEqualEveryStep(allreduce, job.steps);
+  const auto diff = (dts.finalValues[0] - allreduce.finalValues[0]).abs().max().item<float>();
+  const auto scale = allreduce.finalValues[0].abs().max().item<float>();
+  EXPECT_LT(diff, 1e-5 * scale) << "dts K=1 D=0 drifted from allreduce";
+}
+
+// The same under hierarchical sync: LAN reduce to the leaders, DTS among
+// leaders, results pushed back: all four replicas identical every step.
+TEST(Dts, HierarchicalK1D0KeepsEveryReplicaEqual) {
+  JobSpec job;
+  job.sync = options("dts");
+  job.sync.period = 1;
+  job.sync.delay = 0;
+  job.sync.hierarchical = true;
+  const auto r = runJob(job);
+  expectAllEqualEveryStep(r, job.steps);
+}
+
+// Hierarchical allreduce with unequal regions: weights by region size keep
+// the result equal to flat allreduce's (up to rounding).
+TEST(Allreduce, HierarchicalMatchesFlat) {
+  JobSpec job;
+  job.regions = {"a", "a", "a", "b"};
+  job.sync = options("allreduce");
+  const auto flat = runJob(job);
+  job.sync.hierarchical = true;
+  const auto hier = runJob(job);
+  expectAllEqualEveryStep(hier, job.steps);
+  const auto diff = (flat.finalValues[0] - hier.finalValues[3]).abs().max().item<float>();
+  EXPECT_LT(diff, 1e-5);
+}
+
+// DTS with a delay, a lossy codec and an emulated WAN: rounds stay in
+// flight (staleness = D), nobody waits long, and finish() leaves every
+// worker with the same (average) model.
+TEST(Dts, DelayedRoundsOverAnEmulatedWan) {
+  JobSpec job;
+  job.steps = 24;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.delay = 2;
+  job.oneWayDelay = {{"a-b", "delay=20ms"}, {"b-a", "delay=20ms"}};
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+    EXPECT_EQ(r.stats[rank].rounds, 6u);
+    EXPECT_EQ(r.stats[rank].missing, 0u);
+    EXPECT_EQ(r.stats[rank].delay, 2);
+  }
+  // 6 rounds x 3 peers; staleness is D for every round completed on time
+  // (the last one is completed by finish() at the last step, with 0).
+  EXPECT_EQ(r.stats[0].appliedUpdates, 18u);
+  EXPECT_EQ(r.stats[0].stalenessMax, 2);
+  // qsgd-4 rounds plus one fp32 final average: well below fp32 on the whole.
+  EXPECT_GT(r.stats[0].payloadBytes, 2 * r.stats[0].encodedBytes);
+}
+
+// Auto delay: with a 60 ms one-way link and steps of a few milliseconds, D
+// must grow beyond its start value of K to hide the link. The two workers may
+// settle asymmetrically (one runs ahead by s steps: its D is L + s, the
+// other's L - s), so the check is on their sum, which is twice the link.
+TEST(Dts, AutoDelayGrowsToHideTheLink) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.steps = 120;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = std::nullopt;
+  job.oneWayDelay = {{"a-b", "delay=60ms"}, {"b-a", "delay=60ms"}};
+  const auto r = runJob(job);
+  ASSERT_TRUE(r.status[0].ok()) << r.status[0].toString();
+  EXPECT_GT(r.stats[0].delay + r.stats[1].delay, 2 * 2);
+  // Once chosen, most rounds wait little: far less than one RTT per round.
+  EXPECT_LT(r.stats[0].waitSeconds, 0.25 * 0.06 * static_cast<double>(r.stats[0].rounds));
+}
+
+TEST(Swarm, ExchangesAndEndsOnOneModel) {
+  JobSpec job;
+  job.steps = 40;
+  job.sync = options("swarm", "qsgd");
+  job.sync.swarmH = 2;
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+    EXPECT_GT(r.stats[rank].rounds, 0u);
+    EXPECT_GT(r.stats[rank].appliedUpdates, r.stats[rank].rounds);  // replies and requests
+  }
+}
+
+// A dead peer: DTS degrades (the others finish, counting what it missed);
+// allreduce fails with an error naming the peer -- neither hangs.
+TEST(DeadPeer, DtsGoesOnAllreduceFailsClearly) {
+  JobSpec job;
+  job.steps = 16;
+  job.deadRank = 3;
+  job.deadAfter = 4;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = 1;
+  job.sync.timeout = 1500ms;
+  const auto start = std::chrono::steady_clock::now();
+  const auto dts = runJob(job);
+  for (size_t rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(dts.status[rank].ok()) << dts.status[rank].toString();
+    EXPECT_GT(dts.stats[rank].missing, 0u);
+  }
+  job.sync = options("allreduce");
+  job.sync.timeout = 1500ms;
+  const auto allreduce = runJob(job);
+  for (size_t rank = 0; rank < 3; ++rank) {
+    ASSERT_FALSE(allreduce.status[rank].ok());
+    EXPECT_NE(allreduce.status[rank].message().find("rank 3 (b)"), std::string::npos)
+        << allreduce.status[rank].message();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
+}
+
+}  // namespace
+}  // namespace geo::sync

@@ -1,0 +1,365 @@
+// DTS: delayed and temporally sparse updates (ARCHITECTURE.md section 3).
+//
+// Round r covers steps rK+1 .. (r+1)K. At its end the worker sends
+// q_i(r) = Q(acc_i + e_i), where acc_i is its own optimizer progress over the
+// round (x at the round's start, plus corrections applied since, minus x
+// now: corrections are not accumulated), keeps the residual e_i, and goes on.
+// At step (r+1)K + D it needs q̄(r) = sum_j w_j q_j(r) and applies
+// x <- x + q_i(r) - q̄(r). Rounds are completed in order; several may be in
+// flight. With D = 0 and the identity codec it computes x <- x_start - q̄
+// instead, which keeps all replicas bitwise equal.
+//
+// `auto` delay: after every round the worker knows, to the step, when the
+// last contribution of that round arrived (it polls its inbox after every
+// step, and a wait at the due step counts in measured step times); the next
+// rounds use the largest such lag of the last few rounds, i.e. the smallest
+// D that would have hidden the links and the peers' step skew. Before the
+// first measurement it uses the ping round trip (one way = RTT / 2) over the
+// measured step time, or K when there is no ping yet.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+#include "common/logging.h"
+#include "worker/sync/internal.h"
+
+namespace geo::sync::detail {
+namespace {
+
+using transport::CodecId;
+using transport::Message;
+using transport::MessageKind;
+
+constexpr size_t kLagWindow = 4;  // rounds the auto delay looks back on
+
+class Dts final : public Base {
+ public:
+  Dts(const SyncOptions& o, const Topology& t, transport::Transport* tr, Group g)
+      : Base(o, t, tr, std::move(g)),
+        auto_(!o.delay.has_value()),
+        delay_(o.delay.value_or(o.period)),
+        loggedDelay_(delay_),
+        absent_(group_.size(), false) {
+    stats_.setDelay(delay_);
+  }
+
+  std::string describe() const override {
+    return fmt::format("dts among {} workers: period K = {}, delay D = {}, codec {}", group_.size(),
+                       options_.period, auto_ ? std::string("auto") : std::to_string(delay_),
+                       options_.codec.name);
+  }
+
+  // The round's start is the model before the first optimizer step.
+  Status afterBackward(int64_t step, train::FlatParameters& flat) override {
+    (void)step;
+    if (group_.size() > 1) init(flat);
+    return {};
+  }
+
+  Status afterStep(int64_t step, train::FlatParameters& flat) override {
+    modified_ = false;
+    if (group_.size() <= 1) return {};
+    init(flat);
+    const int64_t t = step + 1;
+    const auto now = Clock::now();
+    if (lastStepAt_) {
+      const double seconds = std::chrono::duration<double>(now - *lastStepAt_).count();
+      stepSeconds_ = stepSeconds_ <= 0 ? seconds : 0.9 * stepSeconds_ + 0.1 * seconds;
+    }
+    if (resend_) GEO_RETURN_IF_ERROR(resendPending());
+    pollArrivals(t);
+    if (t % options_.period == 0) GEO_RETURN_IF_ERROR(closeRound(t, flat));
+    while (!pending_.empty() && pending_.front().dueStep <= t) {
+      GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat));
+      pending_.pop_front();
+    }
+    lastStepAt_ = Clock::now();
+    return {};
+  }
+
+  Status finish(int64_t steps, train::FlatParameters& flat) override {
+    if (group_.size() <= 1) return {};
+    init(flat);
+    while (!pending_.empty()) {
+      GEO_RETURN_IF_ERROR(complete(pending_.front(), steps, flat));
+      pending_.pop_front();
+    }
+    return averageModels(flat, absent_);
+  }
+
+  void saveState(torch::serialize::OutputArchive& archive) override {
+    if (!base_.defined()) return;
+    archive.write("dts_base", base_);
+    if (residual_.defined()) archive.write("dts_residual", residual_);
+    archive.write("dts_next_round", torch::tensor(static_cast<int64_t>(nextRound_)));
+    archive.write("dts_delay", torch::tensor(delay_));
+    archive.write("dts_pending", torch::tensor(static_cast<int64_t>(pending_.size())));
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      const Pending& p = pending_[i];
+      const auto prefix = fmt::format("dts_pending_{}_", i);
+      archive.write(prefix + "meta",
+                    torch::tensor({static_cast<int64_t>(p.round), p.sendStep, p.dueStep}));
+      archive.write(prefix + "own", p.own);
+      auto bytes = torch::empty({static_cast<int64_t>(p.bytes->size())}, torch::kUInt8);
+      std::memcpy(bytes.data_ptr<uint8_t>(), p.bytes->data(), p.bytes->size());
+      archive.write(prefix + "bytes", bytes);
+      if (p.start.defined()) archive.write(prefix + "start", p.start);
+    }
+  }
+
+  Status loadState(torch::serialize::InputArchive& archive) override {
+    torch::Tensor base;
+    if (!archive.try_read("dts_base", base)) return {};  // saved before the first step
+    base_ = base.contiguous();
+    torch::Tensor residual;
+    if (archive.try_read("dts_residual", residual)) residual_ = residual.contiguous();
+    torch::Tensor v;
+    archive.read("dts_next_round", v);
+    nextRound_ = static_cast<uint64_t>(v.item<int64_t>());
+    archive.read("dts_delay", v);
+    delay_ = v.item<int64_t>();
+    archive.read("dts_pending", v);
+    pending_.clear();
+    for (int64_t i = 0; i < v.item<int64_t>(); ++i) {
+      const auto prefix = fmt::format("dts_pending_{}_", i);
+      Pending p;
+      torch::Tensor meta, bytes;
+      archive.read(prefix + "meta", meta);
+      p.round = static_cast<uint64_t>(meta[0].item<int64_t>());
+      p.sendStep = meta[1].item<int64_t>();
+      p.dueStep = meta[2].item<int64_t>();
+      archive.read(prefix + "own", p.own);
+      p.own = p.own.contiguous();
+      archive.read(prefix + "bytes", bytes);
+      auto buffer = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(bytes.numel()));
+      std::memcpy(buffer->data(), bytes.data_ptr<uint8_t>(), buffer->size());
+      p.bytes = std::move(buffer);
+      torch::Tensor start;
+      if (archive.try_read(prefix + "start", start)) p.start = start.contiguous();
+      p.got.resize(group_.size());
+      p.arrivalStep.assign(group_.size(), -1);
+      p.sentAt = Clock::now();
+      pending_.push_back(std::move(p));
+    }
+    // The peers lost what was in flight when the job stopped: send our part
+    // of every pending round again once the transport runs.
+    resend_ = !pending_.empty();
+    stats_.setDelay(delay_);
+    return {};
+  }
+
+ private:
+  struct Pending {
+    uint64_t round = 0;
+    int64_t sendStep = 0;
+    int64_t dueStep = 0;
+    torch::Tensor own;    // decode(q_i): this worker's contribution as the others see it
+    torch::Tensor start;  // D = 0 with the identity codec: x at the round's start
+    std::shared_ptr<const std::vector<std::byte>> bytes;
+    std::vector<std::optional<Message>> got;  // by group index
+    std::vector<int64_t> arrivalStep;         // step at which got[i] was seen
+    Clock::time_point sentAt;
+  };
+
+  bool exact() const { return !auto_ && delay_ == 0 && codec_->id() == CodecId::kFp32; }
+
+  void init(const train::FlatParameters& flat) {
+    if (base_.defined() && codec_) return;
+    ensureCodec(flat);
+    if (!base_.defined()) base_ = flat.values.clone();
+    if (options_.errorFeedback && !residual_.defined() && codec_->id() != CodecId::kFp32) {
+      residual_ = torch::zeros_like(flat.values);
+    }
+  }
+
+  std::vector<uint32_t> presentPeers() const {
+    std::vector<uint32_t> to;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i != group_.self && !absent_[i]) to.push_back(group_.ranks[i]);
+    }
+    return to;
+  }
+
+  Status resendPending() {
+    resend_ = false;
+    for (const Pending& p : pending_) {
+      GEO_RETURN_IF_ERROR(sendTo(presentPeers(), MessageKind::kUpdate, p.round, p.sendStep,
+                                 codec_->id(), static_cast<uint64_t>(codec_->numel()), p.bytes));
+    }
+    return {};
+  }
+
+  // Takes whatever contributions of pending rounds have arrived, without
+  // waiting, and notes the step at which each was first seen.
+  void pollArrivals(int64_t t) {
+    for (Pending& p : pending_) {
+      for (size_t i = 0; i < group_.size(); ++i) {
+        if (i == group_.self || p.got[i]) continue;
+        auto m = transport_->receive(MessageKind::kUpdate, p.round, group_.ranks[i],
+                                     std::chrono::milliseconds(0));
+        if (!m.ok()) continue;
+        p.got[i] = std::move(*m);
+        p.arrivalStep[i] = t;
+        if (absent_[i]) {
+          absent_[i] = false;
+          logger()->info("dts: {} is back (round {})", topology_.describe(group_.ranks[i]),
+                         p.round);
+        }
+      }
+    }
+  }
+
+  Status closeRound(int64_t t, train::FlatParameters& flat) {
+    Pending p;
+    p.round = nextRound_++;
+    p.sendStep = t;
+    p.dueStep = t + delay_;
+    const auto t0 = Clock::now();
+    torch::Tensor acc = base_ - flat.values;
+    p.bytes = std::make_shared<const std::vector<std::byte>>(
+        codec_->encode(acc, options_.seed, mixStream(2, topology_.rank(), p.round),
+                       residual_.defined() ? &residual_ : nullptr));
+    p.own = torch::zeros_like(flat.values);
+    codec_->decodeAccumulate(*p.bytes, 1.0f, p.own);
+    stats_.coded(secondsSince(t0));
+    const auto to = presentPeers();
+    stats_.encoded(static_cast<uint64_t>(acc.numel()) * 4, p.bytes->size(), to.size());
+    GEO_RETURN_IF_ERROR(sendTo(to, MessageKind::kUpdate, p.round, t, codec_->id(),
+                               static_cast<uint64_t>(codec_->numel()), p.bytes));
+    if (exact()) p.start = base_.clone();
+    base_.copy_(flat.values);
+    p.got.resize(group_.size());
+    p.arrivalStep.assign(group_.size(), -1);
+    p.sentAt = Clock::now();
+    stats_.setDelay(delay_);
+    pending_.push_back(std::move(p));
+    return {};
+  }
+
+  Status complete(Pending& p, int64_t t, train::FlatParameters& flat) {
+    // Wait (bounded) for what is still missing; an absent peer is not
+    // waited for.
+    double waitedSteps = 0;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self || p.got[i]) continue;
+      const auto t0 = Clock::now();
+      const auto timeout = absent_[i] ? std::chrono::milliseconds(0) : options_.timeout;
+      auto m = receiveFrom(group_.ranks[i], MessageKind::kUpdate, p.round, timeout,
+                           fmt::format("update for round {}", p.round));
+      const double waited = secondsSince(t0);
+      if (m.ok()) {
+        p.got[i] = std::move(*m);
+        p.arrivalStep[i] = t;
+        if (stepSeconds_ > 0) waitedSteps = std::max(waitedSteps, waited / stepSeconds_);
+        if (absent_[i]) absent_[i] = false;
+        continue;
+      }
+      stats_.missed();
+      if (!absent_[i]) {
+        absent_[i] = true;
+        logger()->warn(
+            "dts: {}; going on without it (its contributions count as missing until "
+            "it delivers again)",
+            m.status().message());
+      }
+    }
+    // q̄ in rank order from the same bytes on every worker.
+    double total = 0;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self || p.got[i]) total += group_.weights[i];
+    }
+    const auto t0 = Clock::now();
+    torch::Tensor mean = torch::zeros_like(flat.values);
+    int64_t lag = 0;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      const auto alpha = static_cast<float>(group_.weights[i] / total);
+      if (i == group_.self) {
+        codec_->decodeAccumulate(*p.bytes, alpha, mean);
+        continue;
+      }
+      if (!p.got[i]) continue;
+      const auto bytes = p.got[i]->payload.bytes();
+      if (static_cast<int64_t>(bytes.size()) != codec_->encodedBytes()) {
+        return dataLoss(fmt::format(
+            "dts: the update of {} for round {} has {} bytes, expected {} ({}): do all workers "
+            "run the same model and codec?",
+            topology_.describe(group_.ranks[i]), p.round, bytes.size(), codec_->encodedBytes(),
+            codec_->describe()));
+      }
+      codec_->decodeAccumulate(bytes, alpha, mean);
+      stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
+      lag = std::max(lag, p.arrivalStep[i] - p.sendStep);
+    }
+    if (p.start.defined()) {
+      flat.values.copy_(p.start - mean);
+      base_.copy_(flat.values);
+    } else {
+      const torch::Tensor correction = p.own - mean;
+      flat.values.add_(correction);
+      base_.add_(correction);
+    }
+    stats_.coded(secondsSince(t0));
+    stats_.roundDone(secondsSince(p.sentAt));
+    modified_ = true;
+    if (auto_) chooseDelay(p, lag + static_cast<int64_t>(std::ceil(waitedSteps)));
+    return {};
+  }
+
+  void chooseDelay(const Pending& p, int64_t lagSteps) {
+    // Round 0 includes connection set-up (CURVE handshakes): not a link
+    // measurement.
+    if (p.round > 0) {
+      lags_.push_back(lagSteps);
+      if (lags_.size() > kLagWindow) lags_.pop_front();
+    }
+    int64_t next = delay_;
+    if (!lags_.empty()) {
+      next = *std::max_element(lags_.begin(), lags_.end());
+    } else if (stepSeconds_ > 0) {
+      double rtt = 0;
+      for (const auto& c : transport_->peerCounters()) rtt = std::max(rtt, c.rttSeconds);
+      if (rtt > 0) next = static_cast<int64_t>(std::ceil(rtt / 2 / stepSeconds_));
+    }
+    next = std::clamp<int64_t>(next, 0, options_.maxAutoDelay);
+    if (next != delay_) {
+      double rtt = -1;
+      for (const auto& c : transport_->peerCounters()) rtt = std::max(rtt, c.rttSeconds);
+      // Small moves (jitter) go to the debug log; real changes to info.
+      const bool notable = std::abs(next - loggedDelay_) >= std::max<int64_t>(2, loggedDelay_ / 4);
+      logger()->log(
+          notable ? spdlog::level::info : spdlog::level::debug,
+          "dts: delay D = {} steps (was {}): the last round's updates arrived {} steps "
+          "after sending; step time {:.1f} ms, slowest ping RTT {}",
+          next, delay_, lagSteps, stepSeconds_ * 1e3,
+          rtt > 0 ? fmt::format("{:.0f} ms", rtt * 1e3) : std::string("not measured yet"));
+      if (notable) loggedDelay_ = next;
+      delay_ = next;
+    }
+    stats_.setDelay(delay_);
+  }
+
+  bool auto_;
+  int64_t delay_;
+  int64_t loggedDelay_;
+  std::vector<bool> absent_;
+  torch::Tensor base_;      // x at the round's start plus the corrections applied since
+  torch::Tensor residual_;  // error feedback
+  std::deque<Pending> pending_;
+  uint64_t nextRound_ = 0;
+  bool resend_ = false;
+  std::deque<int64_t> lags_;
+  double stepSeconds_ = 0;
+  std::optional<Clock::time_point> lastStepAt_;
+};
+
+}  // namespace
+
+std::unique_ptr<Base> makeDts(const SyncOptions& o, const Topology& t, transport::Transport* tr,
+                              Group g) {
+  return std::make_unique<Dts>(o, t, tr, std::move(g));
+}
+
+}  // namespace geo::sync::detail

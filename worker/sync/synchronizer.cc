@@ -1,0 +1,649 @@
+// Topology, options, the shared pieces of worker/sync/internal.h, the
+// allreduce baseline, the hierarchical wrapper and the factory.
+
+#include "worker/sync/synchronizer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <set>
+#include <utility>
+
+#include "common/enforce.h"
+#include "common/logging.h"
+#include "worker/sync/internal.h"
+
+namespace geo::sync {
+
+using transport::CodecId;
+using transport::Message;
+using transport::MessageKind;
+
+// ---- Topology ----------------------------------------------------------------------
+
+StatusOr<Topology> Topology::make(std::vector<std::string> regions, uint32_t rank) {
+  if (regions.empty()) return invalidArgument("topology: no ranks");
+  if (rank >= regions.size()) {
+    return invalidArgument(
+        fmt::format("topology: rank {} is out of range (world size {})", rank, regions.size()));
+  }
+  for (size_t r = 0; r < regions.size(); ++r) {
+    if (regions[r].empty()) {
+      return invalidArgument(fmt::format("topology: rank {} has an empty region name", r));
+    }
+  }
+  Topology t;
+  t.regions_ = std::move(regions);
+  t.rank_ = rank;
+  return t;
+}
+
+uint32_t Topology::leaderOf(uint32_t r) const {
+  const std::string& region = regions_.at(r);
+  for (uint32_t i = 0; i < regions_.size(); ++i) {
+    if (regions_[i] == region) return i;
+  }
+  return r;  // unreachable: r itself is in its region
+}
+
+std::vector<uint32_t> Topology::regionMembers(uint32_t r) const {
+  std::vector<uint32_t> members;
+  for (uint32_t i = 0; i < regions_.size(); ++i) {
+    if (regions_[i] == regions_.at(r)) members.push_back(i);
+  }
+  return members;
+}
+
+std::vector<uint32_t> Topology::leaders() const {
+  std::vector<uint32_t> result;
+  for (uint32_t i = 0; i < regions_.size(); ++i) {
+    if (leaderOf(i) == i) result.push_back(i);
+  }
+  return result;
+}
+
+std::string Topology::describe(uint32_t r) const {
+  return fmt::format("rank {} ({})", r, r < regions_.size() ? regions_[r] : "?");
+}
+
+Status validateSyncOptions(const SyncOptions& o) {
+  static const std::set<std::string> kAlgorithms = {"allreduce", "dts", "swarm"};
+  if (!kAlgorithms.contains(o.algorithm)) {
+    return invalidArgument(fmt::format(
+        "sync.algorithm: '{}' is not allowed (allowed: allreduce, dts, swarm)", o.algorithm));
+  }
+  if (o.period < 1) {
+    return invalidArgument(fmt::format("sync.period: {} is not allowed (allowed: >= 1)", o.period));
+  }
+  if (o.delay && *o.delay < 0) {
+    return invalidArgument(
+        fmt::format("sync.delay: {} is not allowed (allowed: >= 0 or auto)", *o.delay));
+  }
+  if (o.swarmH < 1) {
+    return invalidArgument(fmt::format("sync.swarmH: {} is not allowed (allowed: >= 1)", o.swarmH));
+  }
+  if (o.lanCodec != "identity" && o.lanCodec != "bf16") {
+    return invalidArgument(
+        fmt::format("sync.lanCodec: '{}' is not allowed (allowed: identity, bf16)", o.lanCodec));
+  }
+  if (o.timeout.count() <= 0) {
+    return invalidArgument("sync.timeoutSeconds: must be > 0");
+  }
+  if (o.maxAutoDelay < 0) return invalidArgument("sync: maxAutoDelay must be >= 0");
+  auto codec = codec::makeCodec(o.codec);
+  if (!codec.ok()) return codec.status();
+  return {};
+}
+
+namespace detail {
+
+// ---- Helpers -----------------------------------------------------------------------
+
+double secondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+uint64_t mixStream(uint64_t a, uint64_t b, uint64_t c) {
+  // splitmix64 finalizer over a simple combination: distinct (a, b, c) give
+  // unrelated Philox streams.
+  uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^
+               (c + 0x94D049BB133111EBull);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::shared_ptr<std::vector<std::byte>> tensorBytes(const torch::Tensor& t) {
+  GEO_ENFORCE(t.is_contiguous() && t.scalar_type() == torch::kFloat32 && t.device().is_cpu(),
+              "sync: expected a contiguous fp32 CPU tensor");
+  auto bytes = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(t.numel()) * 4);
+  std::memcpy(bytes->data(), t.data_ptr<float>(), bytes->size());
+  return bytes;
+}
+
+void copyBytesTo(std::span<const std::byte> bytes, torch::Tensor& out) {
+  GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), out.numel() * 4,
+                 "sync: payload size does not match the parameters");
+  std::memcpy(out.data_ptr<float>(), bytes.data(), bytes.size());
+}
+
+// ---- FlatCodec -----------------------------------------------------------------------
+
+FlatCodec::FlatCodec(std::shared_ptr<const codec::Codec> codec, const std::vector<int64_t>& sizes,
+                     int64_t smallTensorThreshold)
+    : codec_(std::move(codec)) {
+  auto raw = codec::makeCodec({.name = "identity"});
+  GEO_ENFORCE(raw.ok(), "identity codec: {}", raw.status().message());
+  raw_ = std::move(*raw);
+  numel_ = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+  if (codec_->id() != CodecId::kQsgd) {
+    segments_.push_back({0, numel_, 0, codec_->encodedBytes(numel_), false});
+    bytes_ = segments_.back().bytes;
+    return;
+  }
+  int64_t offset = 0;
+  for (int64_t n : sizes) {
+    if (n == 0) continue;
+    Segment s;
+    s.offset = offset;
+    s.numel = n;
+    s.byteOffset = bytes_;
+    s.raw = n < smallTensorThreshold;
+    s.bytes = s.raw ? raw_->encodedBytes(n) : codec_->encodedBytes(n);
+    segments_.push_back(s);
+    offset += n;
+    bytes_ += s.bytes;
+  }
+}
+
+std::vector<std::byte> FlatCodec::encode(const torch::Tensor& values, uint64_t seed,
+                                         uint64_t stream, torch::Tensor* residual) const {
+  GEO_ENFORCE_EQ(values.numel(), numel_, "sync: parameter count changed");
+  std::vector<std::byte> out(static_cast<size_t>(bytes_));
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& s = segments_[i];
+    const auto view = values.narrow(0, s.offset, s.numel);
+    torch::Tensor residualView;
+    if (residual != nullptr) residualView = residual->narrow(0, s.offset, s.numel);
+    const codec::Codec& c = s.raw ? *raw_ : *codec_;
+    c.encode(view, {seed, mixStream(stream, i, 0x5e9)},
+             std::span<std::byte>(out.data() + s.byteOffset, static_cast<size_t>(s.bytes)),
+             residual != nullptr ? &residualView : nullptr);
+  }
+  return out;
+}
+
+void FlatCodec::decodeAccumulate(std::span<const std::byte> bytes, float alpha,
+                                 torch::Tensor& out) const {
+  GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), bytes_,
+                 "sync: an update of {} bytes does not match this model's encoding ({} bytes, {})",
+                 bytes.size(), bytes_, codec_->describe());
+  for (const Segment& s : segments_) {
+    auto view = out.narrow(0, s.offset, s.numel);
+    const codec::Codec& c = s.raw ? *raw_ : *codec_;
+    c.decodeAccumulate(
+        bytes.subspan(static_cast<size_t>(s.byteOffset), static_cast<size_t>(s.bytes)), alpha,
+        view);
+  }
+}
+
+// ---- StatsRecorder --------------------------------------------------------------------
+
+void StatsRecorder::applied(int64_t staleness) {
+  std::lock_guard lock(mu_);
+  staleness = std::max<int64_t>(staleness, 0);
+  ++stats_.appliedUpdates;
+  stats_.stalenessSum += static_cast<double>(staleness);
+  stats_.stalenessMax = std::max(stats_.stalenessMax, staleness);
+  const size_t last = stats_.stalenessCounts.size() - 1;
+  ++stats_.stalenessCounts[std::min(static_cast<size_t>(staleness), last)];
+}
+
+void StatsRecorder::missed(uint64_t n) {
+  std::lock_guard lock(mu_);
+  stats_.missing += n;
+}
+
+void StatsRecorder::waited(double seconds) {
+  std::lock_guard lock(mu_);
+  stats_.waitSeconds += seconds;
+}
+
+void StatsRecorder::coded(double seconds) {
+  std::lock_guard lock(mu_);
+  stats_.codecSeconds += seconds;
+}
+
+void StatsRecorder::encoded(uint64_t payloadBytes, uint64_t encodedBytes, uint64_t destinations) {
+  std::lock_guard lock(mu_);
+  stats_.payloadBytes += payloadBytes * destinations;
+  stats_.encodedBytes += encodedBytes * destinations;
+}
+
+void StatsRecorder::roundDone(double seconds) {
+  std::lock_guard lock(mu_);
+  ++stats_.rounds;
+  stats_.roundSecondsSum += seconds;
+  ++stats_.roundSecondsCount;
+}
+
+void StatsRecorder::setDelay(int64_t delay) {
+  std::lock_guard lock(mu_);
+  stats_.delay = delay;
+}
+
+SyncStats StatsRecorder::snapshot() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void StatsRecorder::merge(const SyncStats& in) {
+  std::lock_guard lock(mu_);
+  stats_.delay = in.delay;
+  stats_.rounds += in.rounds;
+  stats_.appliedUpdates += in.appliedUpdates;
+  stats_.missing += in.missing;
+  stats_.stalenessSum += in.stalenessSum;
+  stats_.stalenessMax = std::max(stats_.stalenessMax, in.stalenessMax);
+  for (size_t i = 0; i < stats_.stalenessCounts.size() && i < in.stalenessCounts.size(); ++i) {
+    stats_.stalenessCounts[i] += in.stalenessCounts[i];
+  }
+  stats_.payloadBytes += in.payloadBytes;
+  stats_.encodedBytes += in.encodedBytes;
+  stats_.waitSeconds += in.waitSeconds;
+  stats_.codecSeconds += in.codecSeconds;
+  stats_.roundSecondsSum += in.roundSecondsSum;
+  stats_.roundSecondsCount += in.roundSecondsCount;
+}
+
+// ---- Base ------------------------------------------------------------------------------
+
+Base::Base(SyncOptions options, Topology topology, transport::Transport* transport, Group group)
+    : options_(std::move(options)),
+      topology_(std::move(topology)),
+      transport_(transport),
+      group_(std::move(group)) {}
+
+void Base::ensureCodec(const train::FlatParameters& flat) {
+  if (codec_) return;
+  auto c = codec::makeCodec(options_.codec);
+  GEO_ENFORCE(c.ok(), "sync codec: {}", c.status().message());
+  std::vector<int64_t> sizes;
+  for (const auto& p : flat.params) sizes.push_back(p.numel());
+  codec_ = std::make_unique<FlatCodec>(std::shared_ptr<const codec::Codec>(std::move(*c)), sizes,
+                                       options_.smallTensorThreshold);
+}
+
+Status Base::sendTo(const std::vector<uint32_t>& to, MessageKind kind, uint64_t round, int64_t step,
+                    CodecId codec, uint64_t elements,
+                    std::shared_ptr<const std::vector<std::byte>> bytes) {
+  const std::span<const std::byte> view(bytes->data(), bytes->size());
+  for (uint32_t peer : to) {
+    transport::SendMeta meta{round, static_cast<uint64_t>(step), codec, elements};
+    const Status s =
+        transport_->send(peer, kind, meta, transport::Payload(bytes, view), options_.timeout);
+    if (!s.ok()) {
+      return Status(s.code(), fmt::format("sending {} for round {} to {}: {}",
+                                          transport::messageKindName(kind), round,
+                                          topology_.describe(peer), s.message()));
+    }
+  }
+  return {};
+}
+
+StatusOr<Message> Base::receiveFrom(uint32_t peer, MessageKind kind, uint64_t round,
+                                    std::chrono::milliseconds timeout, const std::string& what) {
+  const auto t0 = Clock::now();
+  auto m = transport_->receive(kind, round, peer, timeout);
+  stats_.waited(secondsSince(t0));
+  if (!m.ok() && m.status().code() == StatusCode::kDeadlineExceeded) {
+    return deadlineExceeded(fmt::format("no {} from {} within {:.3g} s; is that worker alive?",
+                                        what, topology_.describe(peer),
+                                        std::chrono::duration<double>(timeout).count()));
+  }
+  return m;
+}
+
+Status Base::averageModels(train::FlatParameters& flat, const std::vector<bool>& absent) {
+  if (group_.size() <= 1) return {};
+  auto own = tensorBytes(flat.values);
+  std::vector<uint32_t> to;
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (i != group_.self && !absent[i]) to.push_back(group_.ranks[i]);
+  }
+  const auto numel = static_cast<uint64_t>(flat.values.numel());
+  stats_.encoded(numel * 4, own->size(), to.size());
+  GEO_RETURN_IF_ERROR(
+      sendTo(to, MessageKind::kControl, kFinalAverageRound, 0, CodecId::kFp32, numel, own));
+  std::vector<std::optional<Message>> got(group_.size());
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (i == group_.self || absent[i]) continue;
+    auto m = receiveFrom(group_.ranks[i], MessageKind::kControl, kFinalAverageRound,
+                         options_.timeout, "final model");
+    if (m.ok()) {
+      got[i] = std::move(*m);
+    } else {
+      logger()->warn("sync: final average without {}: {}", topology_.describe(group_.ranks[i]),
+                     m.status().message());
+      stats_.missed();
+    }
+  }
+  double total = 0;
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (i == group_.self || got[i]) total += group_.weights[i];
+  }
+  torch::Tensor sum = torch::zeros_like(flat.values);
+  float* out = sum.data_ptr<float>();
+  for (size_t i = 0; i < group_.size(); ++i) {
+    std::span<const std::byte> bytes;
+    if (i == group_.self) {
+      bytes = std::span<const std::byte>(own->data(), own->size());
+    } else if (got[i]) {
+      bytes = got[i]->payload.bytes();
+      if (bytes.size() != own->size()) {
+        return dataLoss(fmt::format("final model from {} has {} bytes, expected {}",
+                                    topology_.describe(group_.ranks[i]), bytes.size(),
+                                    own->size()));
+      }
+    } else {
+      continue;
+    }
+    const auto alpha = static_cast<float>(group_.weights[i] / total);
+    for (int64_t k = 0; k < flat.values.numel(); ++k) {
+      float x;
+      std::memcpy(&x, bytes.data() + 4 * k, 4);
+      out[k] = out[k] + alpha * x;
+    }
+  }
+  flat.values.copy_(sum);
+  modified_ = true;
+  return {};
+}
+
+// ---- allreduce ---------------------------------------------------------------------------
+
+namespace {
+
+// Every step: encode the local gradient, send it to every peer, and replace
+// the gradient by the weighted average of all of them, summed in rank order
+// from the same bytes on every worker -- so all replicas stay bitwise equal.
+class Allreduce final : public Base {
+ public:
+  using Base::Base;
+  std::string describe() const override {
+    return fmt::format("allreduce among {} workers", group_.size());
+  }
+
+  Status afterBackward(int64_t step, train::FlatParameters& flat) override {
+    if (group_.size() <= 1) return {};
+    ensureCodec(flat);
+    if (options_.errorFeedback && !residual_.defined() && codec_->id() != CodecId::kFp32) {
+      residual_ = torch::zeros_like(flat.grads);
+    }
+    const auto t0 = Clock::now();
+    auto bytes = std::make_shared<const std::vector<std::byte>>(codec_->encode(
+        flat.grads, options_.seed, mixStream(1, topology_.rank(), static_cast<uint64_t>(step)),
+        residual_.defined() ? &residual_ : nullptr));
+    stats_.coded(secondsSince(t0));
+    std::vector<uint32_t> to;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i != group_.self) to.push_back(group_.ranks[i]);
+    }
+    stats_.encoded(static_cast<uint64_t>(flat.grads.numel()) * 4, bytes->size(), to.size());
+    GEO_RETURN_IF_ERROR(sendTo(to, MessageKind::kUpdate, static_cast<uint64_t>(step), step,
+                               codec_->id(), static_cast<uint64_t>(codec_->numel()), bytes));
+    if (!sum_.defined()) sum_ = torch::zeros_like(flat.grads);
+    sum_.zero_();
+    for (size_t i = 0; i < group_.size(); ++i) {
+      const auto alpha = static_cast<float>(group_.weights[i]);
+      if (i == group_.self) {
+        codec_->decodeAccumulate(*bytes, alpha, sum_);
+        continue;
+      }
+      auto m = receiveFrom(group_.ranks[i], MessageKind::kUpdate, static_cast<uint64_t>(step),
+                           options_.timeout, fmt::format("gradient for step {}", step + 1));
+      if (!m.ok()) return Status(m.status().code(), "allreduce: " + m.status().message());
+      const auto t1 = Clock::now();
+      codec_->decodeAccumulate(m->payload.bytes(), alpha, sum_);
+      stats_.coded(secondsSince(t1));
+      stats_.applied(step - static_cast<int64_t>(m->header.step));
+    }
+    flat.grads.copy_(sum_);
+    stats_.roundDone(secondsSince(t0));
+    return {};
+  }
+
+  void saveState(torch::serialize::OutputArchive& archive) override {
+    if (residual_.defined()) archive.write("residual", residual_);
+  }
+  Status loadState(torch::serialize::InputArchive& archive) override {
+    torch::Tensor r;
+    if (archive.try_read("residual", r)) residual_ = r.contiguous();
+    return {};
+  }
+
+ private:
+  torch::Tensor residual_;
+  torch::Tensor sum_;
+};
+
+// Inside each region: every step the members send their gradient to the
+// leader over the LAN; the leader averages (own first, then members in rank
+// order), runs the WAN algorithm's gradient hook among leaders (allreduce),
+// and sends the result back as fp32, so every replica of a region uses the
+// same gradient and, from the same start, holds the same bits. After the
+// optimizer step the leader runs the WAN algorithm's parameter hook (dts,
+// swarm) and, when it changed the parameters, sends them to its members.
+class Hierarchical final : public Synchronizer {
+ public:
+  Hierarchical(SyncOptions options, Topology topology, transport::Transport* transport,
+               std::unique_ptr<Base> inner)
+      : options_(std::move(options)),
+        topology_(std::move(topology)),
+        transport_(transport),
+        inner_(std::move(inner)),
+        members_(topology_.regionMembers(topology_.rank())),
+        leader_(members_.front()) {
+    // A member waits for its leader, which may itself wait up to a timeout
+    // for the WAN: give the LAN wait room for that.
+    lanTimeout_ = 2 * options_.timeout + std::chrono::milliseconds(30000);
+  }
+
+  std::string describe() const override {
+    return fmt::format("hierarchical: {} workers in region {} ({}); {}", members_.size(),
+                       topology_.regionOf(topology_.rank()),
+                       isLeader() ? "leader" : fmt::format("led by rank {}", leader_),
+                       inner_ ? inner_->describe() : "WAN sync at the leader");
+  }
+
+  SyncStats stats() const override {
+    SyncStats s = inner_ ? inner_->stats() : SyncStats{};
+    const SyncStats lan = lanStats_.snapshot();
+    s.waitSeconds += lan.waitSeconds;
+    s.codecSeconds += lan.codecSeconds;
+    return s;
+  }
+
+  Status afterBackward(int64_t step, train::FlatParameters& flat) override {
+    ensureCodec(flat);
+    const auto round = static_cast<uint64_t>(step) * 2;
+    if (!isLeader()) {
+      auto bytes = std::make_shared<const std::vector<std::byte>>(
+          lan_->encode(flat.grads, options_.seed, mixStream(4, topology_.rank(), round), nullptr));
+      GEO_RETURN_IF_ERROR(send({leader_}, MessageKind::kLanReduce, round, step, lan_->id(),
+                               static_cast<uint64_t>(lan_->numel()), bytes));
+      auto m = receive(leader_, MessageKind::kLanBroadcast, round,
+                       fmt::format("region-average gradient for step {}", step + 1));
+      if (!m.ok()) return m.status();
+      copyBytesTo(m->payload.bytes(), flat.grads);
+      return {};
+    }
+    if (!sum_.defined()) sum_ = torch::zeros_like(flat.grads);
+    const float alpha = 1.0f / static_cast<float>(members_.size());
+    sum_.copy_(flat.grads);
+    sum_.mul_(alpha);
+    for (size_t i = 1; i < members_.size(); ++i) {
+      auto m = receive(members_[i], MessageKind::kLanReduce, round,
+                       fmt::format("gradient for step {}", step + 1));
+      if (!m.ok()) return m.status();
+      lan_->decodeAccumulate(m->payload.bytes(), alpha, sum_);
+    }
+    flat.grads.copy_(sum_);
+    if (inner_) GEO_RETURN_IF_ERROR(inner_->afterBackward(step, flat));
+    return send(otherMembers(), MessageKind::kLanBroadcast, round, step, CodecId::kFp32,
+                static_cast<uint64_t>(flat.grads.numel()), tensorBytes(flat.grads));
+  }
+
+  Status afterStep(int64_t step, train::FlatParameters& flat) override {
+    const auto round = static_cast<uint64_t>(step) * 2 + 1;
+    if (!isLeader()) {
+      auto m = receive(leader_, MessageKind::kLanBroadcast, round,
+                       fmt::format("parameters after step {}", step + 1));
+      if (!m.ok()) return m.status();
+      if (m->payload.size() > 0) copyBytesTo(m->payload.bytes(), flat.values);
+      return {};
+    }
+    if (inner_) GEO_RETURN_IF_ERROR(inner_->afterStep(step, flat));
+    const bool changed = inner_ && inner_->modifiedParameters();
+    auto bytes = changed ? tensorBytes(flat.values) : std::make_shared<std::vector<std::byte>>();
+    return send(otherMembers(), MessageKind::kLanBroadcast, round, step,
+                changed ? CodecId::kFp32 : CodecId::kRaw,
+                changed ? static_cast<uint64_t>(flat.values.numel()) : 0, bytes);
+  }
+
+  Status finish(int64_t steps, train::FlatParameters& flat) override {
+    if (!isLeader()) {
+      auto m = receive(leader_, MessageKind::kLanBroadcast, kFinalAverageRound, "final model");
+      if (!m.ok()) return m.status();
+      copyBytesTo(m->payload.bytes(), flat.values);
+      return {};
+    }
+    if (inner_) GEO_RETURN_IF_ERROR(inner_->finish(steps, flat));
+    return send(otherMembers(), MessageKind::kLanBroadcast, kFinalAverageRound, steps,
+                CodecId::kFp32, static_cast<uint64_t>(flat.values.numel()),
+                tensorBytes(flat.values));
+  }
+
+  void saveState(torch::serialize::OutputArchive& archive) override {
+    if (inner_) inner_->saveState(archive);
+  }
+  Status loadState(torch::serialize::InputArchive& archive) override {
+    return inner_ ? inner_->loadState(archive) : Status();
+  }
+
+ private:
+  bool isLeader() const { return leader_ == topology_.rank(); }
+  std::vector<uint32_t> otherMembers() const {
+    return std::vector<uint32_t>(members_.begin() + 1, members_.end());
+  }
+
+  void ensureCodec(const train::FlatParameters& flat) {
+    if (lan_) return;
+    auto c = codec::makeCodec({.name = options_.lanCodec});
+    GEO_ENFORCE(c.ok(), "sync.lanCodec: {}", c.status().message());
+    std::vector<int64_t> sizes;
+    for (const auto& p : flat.params) sizes.push_back(p.numel());
+    lan_ =
+        std::make_unique<FlatCodec>(std::shared_ptr<const codec::Codec>(std::move(*c)), sizes, 0);
+  }
+
+  Status send(const std::vector<uint32_t>& to, MessageKind kind, uint64_t round, int64_t step,
+              CodecId codec, uint64_t elements,
+              std::shared_ptr<const std::vector<std::byte>> bytes) {
+    const std::span<const std::byte> view(bytes->data(), bytes->size());
+    for (uint32_t peer : to) {
+      const Status s =
+          transport_->send(peer, kind, {round, static_cast<uint64_t>(step), codec, elements},
+                           transport::Payload(bytes, view), options_.timeout);
+      if (!s.ok()) {
+        return Status(s.code(), fmt::format("hierarchical sync: sending to {}: {}",
+                                            topology_.describe(peer), s.message()));
+      }
+    }
+    return {};
+  }
+
+  StatusOr<Message> receive(uint32_t peer, MessageKind kind, uint64_t round,
+                            const std::string& what) {
+    const auto t0 = Clock::now();
+    auto m = transport_->receive(kind, round, peer, lanTimeout_);
+    lanStats_.waited(secondsSince(t0));
+    if (!m.ok()) {
+      return Status(
+          m.status().code(),
+          fmt::format("hierarchical sync: no {} from {} within {:.3g} s ({}); is that "
+                      "worker alive?",
+                      what, topology_.describe(peer),
+                      std::chrono::duration<double>(lanTimeout_).count(), m.status().message()));
+    }
+    return m;
+  }
+
+  SyncOptions options_;
+  Topology topology_;
+  transport::Transport* transport_;
+  std::unique_ptr<Base> inner_;  // null on members
+  std::vector<uint32_t> members_;
+  uint32_t leader_;
+  std::chrono::milliseconds lanTimeout_;
+  std::unique_ptr<FlatCodec> lan_;
+  torch::Tensor sum_;
+  StatsRecorder lanStats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Base> makeAllreduce(const SyncOptions& o, const Topology& t,
+                                    transport::Transport* tr, Group g) {
+  return std::make_unique<Allreduce>(o, t, tr, std::move(g));
+}
+
+}  // namespace detail
+
+StatusOr<std::unique_ptr<Synchronizer>> makeSynchronizer(const SyncOptions& options,
+                                                         const Topology& topology,
+                                                         transport::Transport* transport) {
+  GEO_RETURN_IF_ERROR(validateSyncOptions(options));
+  if (topology.worldSize() > 1 && transport == nullptr) {
+    return invalidArgument("sync: a job of several workers needs a transport");
+  }
+  if (transport != nullptr &&
+      (transport->worldSize() != topology.worldSize() || transport->rank() != topology.rank())) {
+    return invalidArgument(fmt::format(
+        "sync: the transport is rank {} of {} but the topology says rank {} of {}",
+        transport->rank(), transport->worldSize(), topology.rank(), topology.worldSize()));
+  }
+  // Which ranks run the WAN algorithm, with which weights.
+  const std::vector<uint32_t> leaders = topology.leaders();
+  const bool hierarchical = options.hierarchical && leaders.size() < topology.worldSize();
+  detail::Group group;
+  const double world = topology.worldSize();
+  if (hierarchical) {
+    group.ranks = leaders;
+    for (uint32_t r : leaders) group.weights.push_back(topology.regionMembers(r).size() / world);
+  } else {
+    group.ranks.resize(topology.worldSize());
+    std::iota(group.ranks.begin(), group.ranks.end(), 0u);
+    group.weights.assign(group.ranks.size(), 1.0 / world);
+  }
+  const auto self = std::find(group.ranks.begin(), group.ranks.end(), topology.rank());
+  group.self = static_cast<size_t>(self - group.ranks.begin());
+
+  std::unique_ptr<detail::Base> inner;
+  if (self != group.ranks.end()) {
+    if (options.algorithm == "allreduce") {
+      inner = detail::makeAllreduce(options, topology, transport, group);
+    } else if (options.algorithm == "dts") {
+      inner = detail::makeDts(options, topology, transport, group);
+    } else {
+      inner = detail::makeSwarm(options, topology, transport, group);
+    }
+  }
+  if (!hierarchical) return std::unique_ptr<Synchronizer>(std::move(inner));
+  return std::unique_ptr<Synchronizer>(
+      std::make_unique<detail::Hierarchical>(options, topology, transport, std::move(inner)));
+}
+
+}  // namespace geo::sync

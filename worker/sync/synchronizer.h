@@ -1,0 +1,128 @@
+#pragma once
+// Synchronizer: how the workers of one job combine their training -- the
+// rules of ARCHITECTURE.md section 3, plugged into the trainer as a StepHook.
+//
+//   allreduce  synchronous data-parallel SGD: every step, all-gather each
+//              worker's encoded gradient and average it (the baseline);
+//   dts        delayed and temporally sparse updates: local steps, every K
+//              steps send Q(acc + e) without blocking, D steps later replace
+//              the own contribution by the average: x <- x + q_i - mean_j q_j;
+//   swarm      decentralized gossip: every H steps average pairwise with a
+//              random peer, exchanging quantized differences to the last copy
+//              exchanged with that peer;
+//   hierarchical (a wrapper around any of them): inside a region, gradients
+//              are averaged at the region leader over the LAN every step, so
+//              a region's replicas stay bitwise identical; only leaders run
+//              the WAN algorithm, and push its result back to their members.
+//
+// Threading: a Synchronizer is driven by its trainer's thread (the StepHook
+// calls and finish()); stats() may be called from any thread at any time.
+// The Transport must outlive the Synchronizer and is shared with nobody who
+// receives the same message kinds.
+//
+// Errors: nothing throws across the StepHook boundary; failures come back as
+// Status naming the peer (rank and region), the round or step and how long
+// was waited. Waits are bounded by SyncOptions::timeout: allreduce and the
+// hierarchical LAN exchange fail after it (a synchronous step cannot go on
+// without a gradient); dts and swarm degrade instead -- a peer that misses
+// the deadline once is marked absent and logged, later rounds use whatever
+// it still delivers without waiting for it, and the contributions it missed
+// are counted in SyncStats::missing.
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/codec/codec.h"
+#include "worker/train/trainer.h"
+#include "worker/transport/transport.h"
+
+namespace geo::sync {
+
+// Who is where in the job: the region of every rank. The first rank of each
+// region is its leader.
+class Topology {
+ public:
+  // regions[r] is rank r's region name (non-empty); rank < regions.size().
+  static StatusOr<Topology> make(std::vector<std::string> regions, uint32_t rank);
+
+  uint32_t rank() const { return rank_; }
+  uint32_t worldSize() const { return static_cast<uint32_t>(regions_.size()); }
+  const std::string& regionOf(uint32_t r) const { return regions_.at(r); }
+  bool sameRegion(uint32_t a, uint32_t b) const { return regions_.at(a) == regions_.at(b); }
+  uint32_t leaderOf(uint32_t r) const;
+  bool isLeader() const { return leaderOf(rank_) == rank_; }
+  // Ranks of r's region, ascending (the leader first).
+  std::vector<uint32_t> regionMembers(uint32_t r) const;
+  // The leader of every region, ascending.
+  std::vector<uint32_t> leaders() const;
+  // "rank 3 (tokyo)", for messages.
+  std::string describe(uint32_t r) const;
+
+ private:
+  std::vector<std::string> regions_;
+  uint32_t rank_ = 0;
+};
+
+struct SyncOptions {
+  std::string algorithm = "dts";     // allreduce | dts | swarm
+  int64_t period = 8;                // dts: K, steps per round (>= 1)
+  std::optional<int64_t> delay = 0;  // dts: D in steps (>= 0); nullopt = auto
+  int64_t swarmH = 4;                // swarm: local steps between exchanges (>= 1)
+  codec::CodecSpec codec;            // what crosses the WAN
+  // qsgd only: parameter tensors with fewer values travel as fp32 (QSGD's
+  // practice: small tensors such as biases gain little and lose most).
+  int64_t smallTensorThreshold = 10000;
+  std::string lanCodec = "identity";  // identity | bf16: member gradients to the leader
+  bool errorFeedback = true;          // keep the quantization residual (allreduce, dts)
+  bool hierarchical = true;           // LAN reduce inside regions, WAN among leaders
+  std::chrono::milliseconds timeout{60000};
+  uint64_t seed = 42;          // QSGD's stochastic rounding and swarm's choice of peers
+  int64_t maxAutoDelay = 256;  // dts auto: the largest D it may choose
+};
+
+// Validates the options (names the field and the allowed values).
+Status validateSyncOptions(const SyncOptions& options);
+
+// Counters for progress output and metrics. Monotonic except `delay`.
+struct SyncStats {
+  int64_t delay = 0;            // dts: the D used for the latest round
+  uint64_t rounds = 0;          // rounds (dts), steps (allreduce), exchanges (swarm) completed
+  uint64_t appliedUpdates = 0;  // peer contributions applied
+  uint64_t missing = 0;         // contributions given up on (absent or late peers)
+  double stalenessSum = 0;      // over applied updates, in steps
+  int64_t stalenessMax = 0;
+  // stalenessCounts[s]: applied updates with staleness s; the last entry
+  // counts everything >= its index.
+  std::vector<uint64_t> stalenessCounts = std::vector<uint64_t>(65, 0);
+  uint64_t payloadBytes = 0;   // fp32 bytes of what was encoded for the WAN, per destination
+  uint64_t encodedBytes = 0;   // the same after encoding (payloads only, no headers)
+  double waitSeconds = 0;      // time blocked waiting for peers
+  double codecSeconds = 0;     // time spent encoding and decoding
+  double roundSecondsSum = 0;  // send -> applied, summed over completed rounds
+  uint64_t roundSecondsCount = 0;
+
+  double stalenessMean() const {
+    return appliedUpdates == 0 ? 0.0 : stalenessSum / static_cast<double>(appliedUpdates);
+  }
+};
+
+class Synchronizer : public train::StepHook {
+ public:
+  virtual std::string describe() const = 0;
+  virtual SyncStats stats() const = 0;
+};
+
+// `transport` may be null only when the topology has a single rank (every
+// round is then the identity). The synchronizer keeps a reference to it.
+StatusOr<std::unique_ptr<Synchronizer>> makeSynchronizer(const SyncOptions& options,
+                                                         const Topology& topology,
+                                                         transport::Transport* transport);
+
+}  // namespace geo::sync
