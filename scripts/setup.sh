@@ -14,6 +14,7 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev       # libFuzzer targets (tests/fuzz)
   libtorch-dev zlib1g-dev           # worker/train: LibTorch (CPU), gzipped IDX files
   libyaml-cpp-dev                   # worker.yaml
+  nlohmann-json3-dev                # geotrain local: workers' JSON progress lines, summary.json
   dataset-fashion-mnist             # the demo's and the convergence tests' data
 )
 

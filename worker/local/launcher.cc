@@ -1,0 +1,520 @@
+#include "worker/local/launcher.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "common/worker_config.h"
+#include "worker/local/display.h"
+#include "worker/local/plot.h"
+#include "worker/local/ports.h"
+#include "worker/local/process.h"
+#include "worker/local/progress_csv.h"
+#include "worker/local/rank_config.h"
+#include "worker/local/run_state.h"
+#include "worker/local/signal_watch.h"
+#include "worker/local/topology.h"
+#include "worker/local/worker_event.h"
+#include "worker/transport/keys.h"
+
+namespace geo::local {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kStopGrace = std::chrono::seconds(5);
+constexpr int kPollMillis = 200;
+constexpr size_t kLogTailLines = 10;
+
+std::string_view outcomeName(LocalOutcome outcome) {
+  switch (outcome) {
+    case LocalOutcome::kSucceeded: return "succeeded";
+    case LocalOutcome::kFailed: return "failed";
+    case LocalOutcome::kInterrupted: return "interrupted";
+  }
+  return "unknown";
+}
+
+// The last `count` lines of a file (reads at most its last 64 KiB).
+std::vector<std::string> tailLines(const fs::path& path, size_t count) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = std::max<std::streamoff>(0, size - 65536);
+  in.seekg(start);
+  std::string text(static_cast<size_t>(size - start), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  std::deque<std::string> lines;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    const size_t nl = std::min(text.find('\n', begin), text.size());
+    lines.emplace_back(text, begin, nl - begin);
+    if (lines.size() > count) lines.pop_front();
+    begin = nl + 1;
+  }
+  if (start > 0 && lines.size() == count + 1) lines.pop_front();  // maybe a partial first line
+  return {lines.begin(), lines.end()};
+}
+
+Status writeTextFile(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) return unavailable(fmt::format("cannot write {}", path.string()));
+  return {};
+}
+
+Status makeFolder(const fs::path& path) {
+  std::error_code error;
+  fs::create_directories(path, error);
+  if (error) {
+    return unavailable(
+        fmt::format("cannot create the folder {}: {}", path.string(), error.message()));
+  }
+  return {};
+}
+
+struct Worker {
+  int64_t rank = 0;
+  SpawnSpec spec;
+  std::unique_ptr<ChildProcess> process;  // null until spawned (or when spawning failed)
+};
+
+struct Failure {
+  int64_t rank = 0;
+  std::string cause;  // "exit code 1", "sent an error event", "could not start: ..."
+  bool fromEvent = false;
+};
+
+// Runs the spawned workers: one poll(2) loop over their stdout pipes and the
+// signalfd; records events, writes the CSV and the launcher log, redraws the
+// progress, detects failures and stops everyone.
+class JobRunner {
+ public:
+  JobRunner(const LocalIo& io, RunState& state, CsvWriter& csv, std::ofstream& runLog,
+            SignalWatch& signals, std::vector<Worker> workers)
+      : io_(io),
+        state_(state),
+        csv_(csv),
+        runLog_(runLog),
+        signals_(signals),
+        workers_(std::move(workers)),
+        live_(*io.out, io.tty),
+        start_(Clock::now()) {}
+
+  double now() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+  LocalOutcome run() {
+    spawnAll();
+    double lastFlush = 0;
+    while (anyRunning() && failures_.empty() && interrupts_ == 0) {
+      pump(kPollMillis);
+      const double t = now();
+      live_.update(state_, t);
+      if (t - lastFlush >= 1.0) {
+        flushCsv();
+        lastFlush = t;
+      }
+    }
+    if (anyRunning()) stopAll();
+    end_ = now();
+    flushCsv();
+    live_.update(state_, end_, /*force=*/true);
+    if (interrupts_ > 0) return LocalOutcome::kInterrupted;
+    if (!failures_.empty()) return LocalOutcome::kFailed;
+    for (const Worker& w : workers_) {
+      if (!w.process || !w.process->exitStatus() || !w.process->exitStatus()->success()) {
+        return LocalOutcome::kFailed;
+      }
+    }
+    return LocalOutcome::kSucceeded;
+  }
+
+  double endSeconds() const { return end_; }
+
+  // To io.err: the first failure in detail, then any other seen before the stop.
+  void reportFailures() const {
+    if (failures_.empty()) return;
+    std::ostream& err = *io_.err;
+    const Failure& first = failures_.front();
+    const RankProgress& p = state_.rank(first.rank);
+    const Worker& w = workers_[static_cast<size_t>(first.rank)];
+    std::string how = first.cause;
+    if (first.fromEvent && w.process && w.process->exitStatus()) {
+      how += fmt::format(" (then {})", w.process->exitStatus()->describe());
+    }
+    err << fmt::format("geotrain local: worker {} (region {}, local index {}) failed: {}\n",
+                       first.rank, p.region, p.localIndex, how);
+    if (!p.errorMessage.empty()) err << "  error: " << p.errorMessage << "\n";
+    const std::vector<std::string> tail = tailLines(w.spec.stderrPath, kLogTailLines);
+    if (tail.empty()) {
+      err << fmt::format("  its log {} is empty\n", w.spec.stderrPath.string());
+    } else {
+      err << fmt::format("  last lines of {}:\n", w.spec.stderrPath.string());
+      for (const std::string& line : tail) err << "    | " << line << "\n";
+    }
+    for (size_t i = 1; i < failures_.size(); ++i) {
+      const RankProgress& q = state_.rank(failures_[i].rank);
+      err << fmt::format("  also failed: worker {} (region {}, local index {}): {}{}\n", q.rank,
+                         q.region, q.localIndex, failures_[i].cause,
+                         q.errorMessage.empty() ? std::string() : ": " + q.errorMessage);
+    }
+    if (workers_.size() > 1) err << "geotrain local: stopped the other workers\n";
+  }
+
+ private:
+  void log(const std::string& line) { runLog_ << fmt::format("[{:9.3f}] {}\n", now(), line); }
+
+  void flushCsv() {
+    if (Status s = csv_.flush(); !s.ok() && !csvBroken_) {
+      *io_.err << "geotrain local: " << s.message() << "\n";
+      csvBroken_ = true;
+    }
+    runLog_.flush();
+  }
+
+  void spawnAll() {
+    for (Worker& w : workers_) {
+      auto child = ChildProcess::spawn(w.spec);
+      if (!child.ok()) {
+        log(fmt::format("worker {}: {}", w.rank, child.status().message()));
+        addFailure({w.rank, "could not start: " + child.status().message(), false});
+        return;
+      }
+      w.process = std::move(*child);
+      log(fmt::format("worker {} started as pid {}: {} {}", w.rank, w.process->pid(),
+                      w.spec.program, fmt::join(w.spec.args, " ")));
+    }
+  }
+
+  // One failure per rank: an "error" event and the exit that follows are one.
+  void addFailure(Failure failure) {
+    for (const Failure& f : failures_) {
+      if (f.rank == failure.rank) return;
+    }
+    failures_.push_back(std::move(failure));
+  }
+
+  bool anyRunning() const {
+    for (const Worker& w : workers_) {
+      if (w.process && w.process->running()) return true;
+    }
+    return false;
+  }
+
+  // One round: wait up to timeoutMillis for output or a signal, then read
+  // all pipes, take the signals and reap the workers that exited.
+  void pump(int timeoutMillis) {
+    std::vector<pollfd> fds;
+    fds.push_back({signals_.fd(), POLLIN, 0});
+    for (const Worker& w : workers_) {
+      if (w.process && w.process->stdoutFd() >= 0) {
+        fds.push_back({w.process->stdoutFd(), POLLIN, 0});
+      }
+    }
+    if (::poll(fds.data(), fds.size(), timeoutMillis) < 0 && errno != EINTR) {
+      log(fmt::format("poll(): {}", std::strerror(errno)));
+    }
+    for (const int signal : signals_.take()) {
+      if (signal == SIGINT || signal == SIGTERM) {
+        ++interrupts_;
+        log(fmt::format("received {}", signalName(signal)));
+      }
+    }
+    for (Worker& w : workers_) readFrom(w);
+    for (Worker& w : workers_) {
+      if (!w.process || !w.process->running() || !w.process->tryReap()) continue;
+      readFrom(w);  // whatever it wrote before exiting is in the pipe now
+      const ExitStatus exit = *w.process->exitStatus();
+      log(fmt::format("worker {} (pid {}) ended: {}", w.rank, w.process->pid(), exit.describe()));
+      if (!exit.success() && !stopping_) addFailure({w.rank, exit.describe(), false});
+    }
+  }
+
+  void readFrom(Worker& w) {
+    if (!w.process || w.process->stdoutFd() < 0) return;
+    std::vector<std::string> lines;
+    w.process->readLines(lines);
+    for (const std::string& line : lines) handleLine(w.rank, line);
+  }
+
+  void handleLine(int64_t rank, const std::string& line) {
+    if (line.empty()) return;
+    const double t = now();
+    auto event = parseWorkerEvent(line);
+    if (!event.ok()) {
+      log(fmt::format("worker {} stdout ({}): {}", rank, event.status().message(), line));
+      return;
+    }
+    if (event->rank && *event->rank != rank) {
+      log(fmt::format("worker {} sent an event for rank {}; counted as rank {}", rank, *event->rank,
+                      rank));
+    }
+    state_.record(rank, t, *event);
+    switch (event->kind) {
+      case EventKind::kStart:
+        log(fmt::format("worker {} ({}) running: model {}, {} parameters, {} samples, {}", rank,
+                        event->region, event->model, event->parameters.value_or(0),
+                        event->shardSamples.value_or(0), event->algorithm));
+        break;
+      case EventKind::kProgress:
+      case EventKind::kDone:
+        if (Status s = csv_.append(csvRow(t, rank, state_.rank(rank).region, *event));
+            !s.ok() && !csvBroken_) {
+          *io_.err << "geotrain local: " << s.message() << "\n";
+          csvBroken_ = true;
+        }
+        if (event->kind == EventKind::kDone) log(fmt::format("worker {} done", rank));
+        break;
+      case EventKind::kError:
+        log(fmt::format("worker {} error: {}", rank, event->message));
+        if (!stopping_) addFailure({rank, "sent an error event", true});
+        break;
+      case EventKind::kOther: break;
+    }
+  }
+
+  // SIGTERM to every running worker's group (except those that sent an
+  // "error" event, which exit by themselves); up to kStopGrace for them to
+  // go, reading their output meanwhile; then SIGKILL. A further SIGINT or
+  // SIGTERM to the launcher skips the grace period.
+  void stopAll() {
+    stopping_ = true;
+    log("stopping all workers (SIGTERM)");
+    for (Worker& w : workers_) {
+      // One that reported an error is on its way out: let it finish its log.
+      if (w.process && state_.rank(w.rank).errorMessage.empty()) {
+        w.process->signalGroup(SIGTERM);
+      }
+    }
+    const int interruptsBefore = interrupts_;
+    const auto deadline = Clock::now() + kStopGrace;
+    while (anyRunning() && Clock::now() < deadline && interrupts_ == interruptsBefore) {
+      pump(50);
+    }
+    for (Worker& w : workers_) {
+      if (!w.process || !w.process->running()) continue;
+      log(fmt::format("worker {} (pid {}) still running: SIGKILL", w.rank, w.process->pid()));
+      w.process->signalGroup(SIGKILL);
+      const ExitStatus exit = w.process->waitForExit();
+      readFrom(w);
+      log(fmt::format("worker {} (pid {}) ended: {}", w.rank, w.process->pid(), exit.describe()));
+    }
+  }
+
+  const LocalIo& io_;
+  RunState& state_;
+  CsvWriter& csv_;
+  std::ofstream& runLog_;
+  SignalWatch& signals_;
+  std::vector<Worker> workers_;
+  LiveProgress live_;
+  Clock::time_point start_;
+  double end_ = 0;
+  std::vector<Failure> failures_;
+  int interrupts_ = 0;
+  bool stopping_ = false;
+  bool csvBroken_ = false;
+};
+
+std::string yamlFor(const WorkerConfig& c, const fs::path& workerBinary, const fs::path& self) {
+  return fmt::format(
+      "# Written by `geotrain local` for rank {} ({}, local index {}). Run this worker alone "
+      "with:\n#   {} --config {}\n{}",
+      c.worker.rank, c.worker.region, c.worker.localRank, workerBinary.string(), self.string(),
+      toYaml(c));
+}
+
+}  // namespace
+
+int exitCodeOf(LocalOutcome outcome) {
+  switch (outcome) {
+    case LocalOutcome::kSucceeded: return 0;
+    case LocalOutcome::kFailed: return 1;
+    case LocalOutcome::kInterrupted: return 130;
+  }
+  return 1;
+}
+
+StatusOr<fs::path> resolveWorkerBinary(const std::string& flag) {
+  std::error_code error;
+  fs::path path;
+  if (!flag.empty()) {
+    path = fs::absolute(flag, error);
+  } else {
+    const fs::path self = fs::read_symlink("/proc/self/exe", error);
+    if (error) {
+      return invalidArgument(fmt::format(
+          "cannot find the running executable (/proc/self/exe: {}); give --worker-binary PATH",
+          error.message()));
+    }
+    path = self.parent_path() / "geotrain-worker";
+  }
+  const char* origin =
+      flag.empty() ? "the default worker binary (next to geotrain)" : "--worker-binary";
+  if (!fs::exists(path, error)) {
+    return invalidArgument(fmt::format(
+        "{} {} does not exist (build the geotrain-worker target, or give --worker-binary PATH)",
+        origin, path.string()));
+  }
+  if (!fs::is_regular_file(path, error) || ::access(path.c_str(), X_OK) != 0) {
+    return invalidArgument(fmt::format("{} {} is not an executable file", origin, path.string()));
+  }
+  return path;
+}
+
+StatusOr<fs::path> chooseRunFolder(const std::string& flag) {
+  std::error_code error;
+  if (!flag.empty()) {
+    const fs::path path = fs::absolute(flag, error);
+    if (fs::exists(path, error)) {
+      if (!fs::is_directory(path, error)) {
+        return invalidArgument(fmt::format("--out {}: exists and is not a folder", path.string()));
+      }
+      if (!fs::is_empty(path, error)) {
+        return invalidArgument(fmt::format(
+            "--out {}: the folder exists and is not empty; give a new or empty folder (each run "
+            "writes its own keys, configs and logs)",
+            path.string()));
+      }
+    }
+    return path;
+  }
+  const std::time_t t = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&t, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  const fs::path base = fs::absolute(fs::path("runs") / stamp, error);
+  fs::path path = base;
+  for (int i = 2; fs::exists(path, error); ++i) path = fmt::format("{}-{}", base.string(), i);
+  return path;
+}
+
+StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) {
+  // ---- Everything that can be checked before touching the disk.
+  TopologyOptions topologyOptions;
+  topologyOptions.regions = options.regions;
+  topologyOptions.workersPerRegion = options.workersPerRegion;
+  topologyOptions.preset = options.preset;
+  topologyOptions.rtt = options.rtt;
+  topologyOptions.uplink = options.uplink;
+  auto topology = makeTopology(topologyOptions);
+  if (!topology.ok()) return topology.status();
+  auto base = buildBaseConfig(options);
+  if (!base.ok()) return base.status();
+  auto workerBinary = resolveWorkerBinary(options.workerBinary);
+  if (!workerBinary.ok()) return workerBinary.status();
+  std::optional<fs::path> gnuplot;
+  fs::path plotPath;
+  std::error_code error;
+  if (!options.plot.empty()) {
+    const char* searchPath = std::getenv("PATH");
+    auto found = findGnuplot(searchPath != nullptr ? searchPath : "");
+    if (!found.ok()) return found.status();
+    gnuplot = *found;
+    plotPath = fs::absolute(options.plot, error);
+    if (!fs::is_directory(plotPath.parent_path(), error)) {
+      return invalidArgument(fmt::format("--plot {}: the folder {} does not exist", options.plot,
+                                         plotPath.parent_path().string()));
+    }
+  }
+  auto outDir = chooseRunFolder(options.out);
+  if (!outDir.ok()) return outDir.status();
+
+  const int64_t world = topology->worldSize();
+  RankLayout layout;
+  layout.outDir = *outDir;
+  layout.threadsPerWorker = defaultThreadsPerWorker(std::thread::hardware_concurrency(), world);
+  layout.ports.assign(static_cast<size_t>(world), 1);  // placeholders: validate before writing
+  GEO_RETURN_IF_ERROR(validateRankConfigs(makeRankConfigs(*base, *topology, layout)));
+
+  // ---- The run folder.
+  RunPaths paths;
+  paths.outDir = *outDir;
+  paths.logsDir = *outDir / "logs";
+  paths.runLog = paths.logsDir / "launcher.log";
+  paths.csv = options.csv.empty() ? *outDir / "progress.csv" : fs::absolute(options.csv, error);
+  paths.summaryJson = *outDir / "summary.json";
+  GEO_RETURN_IF_ERROR(makeFolder(paths.logsDir));
+  auto csv = CsvWriter::create(paths.csv);
+  if (!csv.ok()) return csv.status();
+
+  auto ports = PortReservation::reserve(static_cast<size_t>(world));
+  if (!ports.ok()) return ports.status();
+  layout.ports = ports->ports();
+  const std::vector<WorkerConfig> configs = makeRankConfigs(*base, *topology, layout);
+  GEO_RETURN_IF_ERROR(validateRankConfigs(configs));
+
+  std::vector<Worker> workers;
+  for (int64_t r = 0; r < world; ++r) {
+    const fs::path configPath = *outDir / fmt::format("worker-{}.yaml", r);
+    GEO_RETURN_IF_ERROR(writeTextFile(
+        configPath, yamlFor(configs[static_cast<size_t>(r)], *workerBinary, configPath)));
+    GEO_RETURN_IF_ERROR(transport::writeKeyPair(transport::generateKeyPair(), *outDir / "keys",
+                                                fmt::format("worker-{}", r)));
+    Worker w;
+    w.rank = r;
+    w.spec.program = workerBinary->string();
+    w.spec.args = {"--config", configPath.string(), "--progress-format", "jsonl"};
+    w.spec.stderrPath = paths.logsDir / fmt::format("worker-{}.log", r);
+    workers.push_back(std::move(w));
+  }
+  std::ofstream runLog(paths.runLog, std::ios::app);
+  if (!runLog) return unavailable(fmt::format("cannot write {}", paths.runLog.string()));
+  if (!options.plot.empty()) paths.plot = plotPath;
+
+  *io.out << renderHeader(*topology, configs.front(), paths) << std::flush;
+
+  // ---- Run.
+  auto signals = SignalWatch::create();
+  if (!signals.ok()) return signals.status();
+  for (Worker& w : workers) w.spec.childSignalMask = &signals->previousMask();
+  RunState state(*topology, base->training.steps);
+  ports->release();  // right before the workers bind them
+  JobRunner runner(io, state, *csv, runLog, *signals, std::move(workers));
+  LocalOutcome outcome = runner.run();
+
+  // ---- Report: the summary so far, then what went wrong (last, so it stays in view).
+  RunSummary summary = state.summarize(runner.endSeconds());
+  summary.outcome = std::string(outcomeName(outcome));
+  if (Status s = writeTextFile(paths.summaryJson, summaryJson(summary)); !s.ok()) {
+    *io.err << "geotrain local: " << s.message() << "\n";
+    if (outcome == LocalOutcome::kSucceeded) outcome = LocalOutcome::kFailed;
+  }
+  if (gnuplot) {
+    PlotFiles files{plotPath, *outDir / "accuracy.dat", *outDir / "accuracy.gp",
+                    paths.logsDir / "gnuplot.log"};
+    if (Status s = writeAccuracyPlot(*gnuplot, state, files); !s.ok()) {
+      *io.err << "geotrain local: " << s.message() << "\n";
+      paths.plot.clear();
+      if (outcome == LocalOutcome::kSucceeded) outcome = LocalOutcome::kFailed;
+    }
+  }
+  *io.out << "\n" << renderSummary(summary, paths) << std::flush;
+  runner.reportFailures();
+  if (outcome == LocalOutcome::kInterrupted) {
+    *io.err << "geotrain local: interrupted; all workers were stopped\n";
+  }
+  return outcome;
+}
+
+}  // namespace geo::local

@@ -1,0 +1,114 @@
+#include "worker/local/rank_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+#include <string_view>
+
+#include "common/enforce.h"
+
+namespace geo::local {
+
+namespace {
+
+const char* keyOfFlag(std::string_view flag) {
+  for (const KeyFlag& f : kKeyFlags) {
+    if (flag == f.flag) return f.key;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+StatusOr<WorkerConfig> buildBaseConfig(const LocalOptions& options) {
+  WorkerConfig config;
+  if (!options.configFile.empty()) {
+    auto loaded = loadWorkerConfig(options.configFile, ConfigCheck::kFieldsOnly);
+    if (!loaded.ok()) return loaded.status().withContext("--config");
+    config = std::move(*loaded);
+  }
+  bool algorithmNamed = false;
+  for (const std::string& kv : options.sets) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) {
+      return invalidArgument(
+          fmt::format("--set {}: expected key=value (e.g. --set training.lr=0.1)", kv));
+    }
+    const std::string_view key = std::string_view(kv).substr(0, eq);
+    GEO_RETURN_IF_ERROR(applyOverride(config, key, std::string_view(kv).substr(eq + 1))
+                            .withContext(fmt::format("--set {}", kv)));
+    algorithmNamed = algorithmNamed || key == "sync.algorithm";
+  }
+  for (const auto& [flag, value] : options.keyFlags) {
+    const char* key = keyOfFlag(flag);
+    if (key == nullptr) return internalError(fmt::format("{}: not a flag of geotrain local", flag));
+    GEO_RETURN_IF_ERROR(applyOverride(config, key, value).withContext(flag));
+    algorithmNamed = algorithmNamed || std::string_view(key) == "sync.algorithm";
+  }
+  if (!algorithmNamed && config.sync.algorithm == "none") {
+    config.sync.algorithm = kDefaultAlgorithm;
+  }
+  return config;
+}
+
+int64_t defaultThreadsPerWorker(unsigned hardwareCores, int64_t workers) {
+  const int64_t cores = std::max<int64_t>(1, hardwareCores);
+  return std::max<int64_t>(1, cores / std::max<int64_t>(1, workers));
+}
+
+std::vector<WorkerConfig> makeRankConfigs(const WorkerConfig& base, const Topology& topology,
+                                          const RankLayout& layout) {
+  const int64_t world = topology.worldSize();
+  GEO_ENFORCE_EQ(static_cast<int64_t>(layout.ports.size()), world, "one port per rank");
+
+  std::vector<std::string> peers;
+  std::vector<std::string> regionOfRank;
+  for (int64_t r = 0; r < world; ++r) {
+    peers.push_back(fmt::format("tcp://127.0.0.1:{}", layout.ports[static_cast<size_t>(r)]));
+    regionOfRank.push_back(topology.regions[static_cast<size_t>(placeOf(topology, r).regionIndex)]);
+  }
+  std::map<std::string, std::string> links;
+  for (size_t i = 0; i < topology.regions.size(); ++i) {
+    for (size_t j = i + 1; j < topology.regions.size(); ++j) {
+      links[linkKey(topology.regions[i], topology.regions[j])] =
+          fmt::format("delay={}us", topology.rtt[i][j].count() / 2);
+    }
+  }
+
+  std::vector<WorkerConfig> configs;
+  configs.reserve(static_cast<size_t>(world));
+  for (int64_t r = 0; r < world; ++r) {
+    const RankPlace place = placeOf(topology, r);
+    WorkerConfig c = base;
+    c.worker.rank = r;
+    c.worker.worldSize = world;
+    c.worker.region = regionOfRank[static_cast<size_t>(r)];
+    c.worker.localRank = place.localIndex;
+    c.worker.regionSize = topology.workersPerRegion;
+    c.transport.listen = peers[static_cast<size_t>(r)];
+    c.transport.peers = peers;
+    c.transport.regions = regionOfRank;
+    c.transport.links = links;
+    c.transport.uplink = topology.uplink;
+    c.transport.keyDir = (layout.outDir / "keys").string();
+    if (c.training.threads == 0) c.training.threads = layout.threadsPerWorker;
+    c.metrics.enabled = false;
+    if (!base.checkpoint.dir.empty()) {
+      c.checkpoint.dir =
+          (std::filesystem::path(base.checkpoint.dir) / fmt::format("rank-{}", r)).string();
+    }
+    configs.push_back(std::move(c));
+  }
+  return configs;
+}
+
+Status validateRankConfigs(const std::vector<WorkerConfig>& configs) {
+  for (size_t r = 0; r < configs.size(); ++r) {
+    GEO_RETURN_IF_ERROR(
+        validateWorkerConfig(configs[r]).withContext(fmt::format("worker-{}.yaml", r)));
+  }
+  return {};
+}
+
+}  // namespace geo::local

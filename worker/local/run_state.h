@@ -1,0 +1,142 @@
+#pragma once
+// RunState: what `geotrain local` knows about a running job, folded from the
+// workers' events; and RunSummary, the numbers it reports at the end (the
+// summary table and <out>/summary.json).
+//
+// record() takes each event with the rank of the pipe it came from (not the
+// rank the event claims) and the launcher's wall time since launch. A field
+// an event leaves out keeps its last value, so a worker may send partial
+// events. Definitions used by the summary, per region and overall:
+//   testAccuracy     mean over the workers that reported one in "done"
+//   wallSeconds      overall: the time passed in (launch to end); region: its
+//                    last "done" once all its workers sent one, else overall
+//   steps            smallest last step over the workers
+//   stepsPerSecond   smallest (step / worker time) over the workers, from
+//                    each worker's own clock
+//   wan/lan bytes    sums of the workers' last cumulative counts; wanBytes
+//                    and lanBytes are sent + received
+//   compressionRatio payload / wanSent (null when nothing was sent)
+//   stalenessMean    mean of the workers' means weighted by applied updates
+//                    (unweighted when no worker reports appliedUpdates)
+//   stalenessMax     largest; missing: sum
+//   timeToAccuracy   wall time of rank 0's first evalAccuracy >= threshold
+//
+// Not thread-safe (the launcher's poll loop owns it); never throws except
+// GEO_ENFORCE on a rank out of range.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/local/topology.h"
+#include "worker/local/worker_event.h"
+
+namespace geo::local {
+
+inline constexpr std::array<double, 3> kAccuracyThresholds = {0.80, 0.85, 0.88};
+
+struct EvalPoint {
+  double wallSeconds = 0;
+  double accuracy = 0;
+};
+
+struct RankProgress {
+  int64_t rank = 0;
+  std::string region;
+  int64_t regionIndex = 0;
+  int64_t localIndex = 0;
+
+  bool started = false;
+  bool done = false;
+  int64_t step = 0;
+  std::optional<double> workerTime;  // `time` of the last event with one
+  std::optional<double> loss;
+  std::optional<double> samplesPerSecond;
+  std::optional<double> evalAccuracy;  // the latest evaluation
+  std::optional<double> testAccuracy;  // from "done"
+  std::optional<double> doneWallSeconds;
+  SyncStats sync;
+  ByteCounts bytes;
+  std::vector<EvalPoint> evals;
+  std::string errorMessage;  // from an "error" event
+};
+
+// What the live display shows for one region.
+struct RegionSnapshot {
+  int64_t step = 0;             // of its slowest worker
+  std::optional<double> loss;   // mean over its workers
+  double samplesPerSecond = 0;  // sum over its workers
+  uint64_t wanSentBytes = 0;    // cumulative, sum over its workers
+  std::optional<double> stalenessMean;
+  std::optional<double> delay;         // the leader's, else any worker's
+  std::optional<double> evalAccuracy;  // the leader's latest, else any worker's
+  bool done = false;                   // every worker sent "done"
+};
+
+struct GroupSummary {
+  std::optional<double> testAccuracy;
+  double wallSeconds = 0;
+  int64_t steps = 0;
+  std::optional<double> stepsPerSecond;
+  uint64_t wanSentBytes = 0;
+  uint64_t wanReceivedBytes = 0;
+  uint64_t lanSentBytes = 0;
+  uint64_t lanReceivedBytes = 0;
+  uint64_t payloadBytes = 0;
+  std::optional<double> compressionRatio;
+  std::optional<double> stalenessMean;
+  std::optional<double> stalenessMax;
+  int64_t missing = 0;
+
+  uint64_t wanBytes() const { return wanSentBytes + wanReceivedBytes; }
+  uint64_t lanBytes() const { return lanSentBytes + lanReceivedBytes; }
+};
+
+struct RunSummary {
+  std::string outcome;  // succeeded | failed | interrupted (set by the launcher)
+  GroupSummary overall;
+  std::vector<std::pair<std::string, GroupSummary>> regions;  // --regions order
+  // (threshold, wall seconds or nullopt when rank 0 never reached it)
+  std::vector<std::pair<double, std::optional<double>>> timeToAccuracy;
+};
+
+class RunState {
+ public:
+  RunState(Topology topology, int64_t totalSteps);
+
+  void record(int64_t rank, double wallSeconds, const WorkerEvent& event);
+
+  const Topology& topology() const { return topology_; }
+  int64_t totalSteps() const { return totalSteps_; }
+  const std::vector<RankProgress>& ranks() const { return ranks_; }
+  const RankProgress& rank(int64_t r) const;
+
+  RegionSnapshot regionSnapshot(size_t regionIndex) const;
+  RunSummary summarize(double wallSeconds) const;
+
+ private:
+  GroupSummary summarizeRanks(const std::vector<const RankProgress*>& ranks,
+                              double wallSeconds) const;
+
+  Topology topology_;
+  int64_t totalSteps_;
+  std::vector<RankProgress> ranks_;
+};
+
+// The first time rank 0's evaluation reached each threshold.
+std::vector<std::pair<double, std::optional<double>>> timeToAccuracy(
+    const std::vector<EvalPoint>& evals, const std::vector<double>& thresholds);
+
+// summary.json (pretty-printed, trailing newline):
+// {"outcome":..,"wallSeconds":..,"testAccuracy":..,"steps":..,
+//  "stepsPerSecond":..,"wanBytes":..,"wanSentBytes":..,"wanReceivedBytes":..,
+//  "lanBytes":..,"payloadBytes":..,"compressionRatio":..,"stalenessMean":..,
+//  "stalenessMax":..,"missing":..,"regions":{"london":{same keys}},
+//  "timeToAccuracy":{"0.80":seconds|null,"0.85":..,"0.88":..}}
+// Unknown values are null.
+std::string summaryJson(const RunSummary& summary);
+
+}  // namespace geo::local

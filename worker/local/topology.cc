@@ -1,0 +1,258 @@
+#include "worker/local/topology.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <set>
+#include <utility>
+
+#include "common/enforce.h"
+#include "worker/transport/link.h"
+
+namespace geo::local {
+
+namespace {
+
+struct PresetPair {
+  std::string_view a;
+  std::string_view b;
+  int64_t rttMs;
+};
+
+constexpr std::array<PresetPair, 6> kWorldRtt = {{
+    {"london", "tokyo", 230},
+    {"london", "oregon", 140},
+    {"london", "ohio", 90},
+    {"tokyo", "oregon", 100},
+    {"tokyo", "ohio", 160},
+    {"oregon", "ohio", 50},
+}};
+
+constexpr std::string_view kRegionRule =
+    "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 "
+    "characters";
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  return s;
+}
+
+bool isDnsLabel(std::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(name.front()) || !alnum(name.back())) return false;
+  return std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+// "230ms" -> microseconds, through the link-profile unit parser so every
+// duration on the command line reads the same.
+std::optional<Microseconds> parseDuration(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  auto profile = transport::parseLinkProfile(fmt::format("delay={}", text));
+  if (!profile.ok()) return std::nullopt;
+  return profile->oneWayDelay;
+}
+
+}  // namespace
+
+StatusOr<Preset> parsePreset(std::string_view name) {
+  if (name == "world") return Preset::kWorld;
+  if (name == "lan") return Preset::kLan;
+  return invalidArgument(fmt::format("--preset {}: unknown preset (allowed: world, lan)", name));
+}
+
+std::string_view presetName(Preset preset) {
+  return preset == Preset::kWorld ? "world" : "lan";
+}
+
+std::optional<Microseconds> presetRtt(Preset preset, std::string_view a, std::string_view b) {
+  if (preset == Preset::kLan) return Microseconds(0);
+  for (const PresetPair& p : kWorldRtt) {
+    if ((p.a == a && p.b == b) || (p.a == b && p.b == a)) {
+      return std::chrono::duration_cast<Microseconds>(std::chrono::milliseconds(p.rttMs));
+    }
+  }
+  return std::nullopt;
+}
+
+std::string presetUplink(Preset preset) {
+  return preset == Preset::kWorld ? "rate=100mbit" : "";
+}
+
+Status validateRegionNames(const std::vector<std::string>& regions) {
+  if (regions.empty()) {
+    return invalidArgument(
+        "--regions: no region given (allowed: a comma-separated list such as "
+        "london,tokyo)");
+  }
+  std::set<std::string_view> seen;
+  for (const std::string& region : regions) {
+    if (!isDnsLabel(region)) {
+      return invalidArgument(fmt::format("--regions: '{}' is not a valid region name (allowed: {})",
+                                         region, kRegionRule));
+    }
+    if (!seen.insert(region).second) {
+      return invalidArgument(
+          fmt::format("--regions: '{}' is listed twice (region names must be unique)", region));
+    }
+  }
+  return {};
+}
+
+StatusOr<std::vector<std::string>> parseRegionList(std::string_view text) {
+  std::vector<std::string> regions;
+  if (!trim(text).empty()) {
+    while (true) {
+      const size_t comma = text.find(',');
+      regions.emplace_back(trim(text.substr(0, comma)));
+      if (comma == std::string_view::npos) break;
+      text.remove_prefix(comma + 1);
+    }
+  }
+  GEO_RETURN_IF_ERROR(validateRegionNames(regions));
+  return regions;
+}
+
+StatusOr<RttOverride> parseRttOverride(std::string_view text,
+                                       const std::vector<std::string>& regions) {
+  const size_t eq = text.find('=');
+  if (eq == std::string_view::npos) {
+    return invalidArgument(fmt::format(
+        "--rtt {}: expected <regionA>-<regionB>=<round-trip time>, e.g. london-tokyo=230ms", text));
+  }
+  const std::string_view pair = text.substr(0, eq);
+  const std::string_view value = text.substr(eq + 1);
+
+  auto indexOf = [&](std::string_view name) -> std::optional<size_t> {
+    const auto it = std::find(regions.begin(), regions.end(), name);
+    if (it == regions.end()) return std::nullopt;
+    return static_cast<size_t>(it - regions.begin());
+  };
+  std::vector<std::pair<size_t, size_t>> splits;
+  for (size_t dash = pair.find('-'); dash != std::string_view::npos;
+       dash = pair.find('-', dash + 1)) {
+    const auto a = indexOf(pair.substr(0, dash));
+    const auto b = indexOf(pair.substr(dash + 1));
+    if (a && b) splits.emplace_back(*a, *b);
+  }
+  if (splits.empty()) {
+    return invalidArgument(
+        fmt::format("--rtt {}: '{}' is not <regionA>-<regionB> with both regions from --regions "
+                    "(allowed regions: {})",
+                    text, pair, fmt::join(regions, ", ")));
+  }
+  if (splits.size() > 1) {
+    return invalidArgument(fmt::format(
+        "--rtt {}: '{}' can be read as more than one pair of regions; rename the regions", text,
+        pair));
+  }
+  const auto [a, b] = splits.front();
+  if (a == b) {
+    return invalidArgument(fmt::format(
+        "--rtt {}: a region's round trip to itself cannot be set (traffic inside a region is "
+        "not shaped); give a pair of two different regions",
+        text));
+  }
+  const auto rtt = parseDuration(value);
+  if (!rtt) {
+    return invalidArgument(fmt::format(
+        "--rtt {}: round-trip time '{}' is not valid (allowed: a number >= 0 with unit us, ms or "
+        "s, e.g. 230ms)",
+        text, value));
+  }
+  return RttOverride{a, b, *rtt};
+}
+
+StatusOr<std::string> parseUplink(std::string_view text) {
+  const std::string_view value = trim(text);
+  if (value == "0" || value == "none") return std::string();
+  const std::string profile = fmt::format("rate={}", value);
+  auto parsed = transport::parseLinkProfile(profile);
+  if (value.empty() || !parsed.ok()) {
+    return invalidArgument(fmt::format(
+        "--uplink {}: not a rate (allowed: a number with unit bit, kbit, mbit or gbit per second, "
+        "e.g. 100mbit; 0 or none for unlimited)",
+        text));
+  }
+  if (parsed->bytesPerSecond <= 0) return std::string();
+  return profile;
+}
+
+std::string linkKey(std::string_view a, std::string_view b) {
+  return fmt::format("{}-{}", a, b);
+}
+
+StatusOr<Topology> makeTopology(const TopologyOptions& options) {
+  Topology topology;
+  auto regions = parseRegionList(options.regions);
+  if (!regions.ok()) return regions.status();
+  topology.regions = std::move(*regions);
+  if (options.workersPerRegion < 1) {
+    return invalidArgument(
+        fmt::format("--workers-per-region {}: must be at least 1", options.workersPerRegion));
+  }
+  topology.workersPerRegion = options.workersPerRegion;
+  auto preset = parsePreset(options.preset);
+  if (!preset.ok()) return preset.status();
+  topology.preset = *preset;
+
+  const size_t n = topology.regions.size();
+  std::vector<std::vector<std::optional<Microseconds>>> given(
+      n, std::vector<std::optional<Microseconds>>(n));
+  for (const std::string& text : options.rtt) {
+    auto override = parseRttOverride(text, topology.regions);
+    if (!override.ok()) return override.status();
+    auto& slot = given[override->regionA][override->regionB];
+    if (slot) {
+      return invalidArgument(fmt::format(
+          "--rtt {}: the pair {} is given more than once (give each pair once)", text,
+          linkKey(topology.regions[override->regionA], topology.regions[override->regionB])));
+    }
+    slot = override->rtt;
+    given[override->regionB][override->regionA] = override->rtt;
+  }
+
+  topology.rtt.assign(n, std::vector<Microseconds>(n, Microseconds(0)));
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = i + 1; j < n; ++j) {
+      const std::string& a = topology.regions[i];
+      const std::string& b = topology.regions[j];
+      std::optional<Microseconds> rtt = given[i][j];
+      if (!rtt) rtt = presetRtt(topology.preset, a, b);
+      if (!rtt) {
+        return invalidArgument(fmt::format(
+            "no round-trip time for the region pair {}: preset {} knows only london, tokyo, "
+            "oregon and ohio; set it with --rtt {}=<time> (e.g. --rtt {}=120ms)",
+            linkKey(a, b), presetName(topology.preset), linkKey(a, b), linkKey(a, b)));
+      }
+      topology.rtt[i][j] = topology.rtt[j][i] = *rtt;
+    }
+  }
+
+  if (options.uplink) {
+    auto uplink = parseUplink(*options.uplink);
+    if (!uplink.ok()) return uplink.status();
+    topology.uplink = std::move(*uplink);
+  } else {
+    topology.uplink = presetUplink(topology.preset);
+  }
+  return topology;
+}
+
+int64_t rankOf(const Topology& topology, int64_t regionIndex, int64_t localIndex) {
+  GEO_ENFORCE(regionIndex >= 0 && regionIndex < static_cast<int64_t>(topology.regions.size()),
+              "region index {} out of range", regionIndex);
+  GEO_ENFORCE(localIndex >= 0 && localIndex < topology.workersPerRegion,
+              "local index {} out of range", localIndex);
+  return regionIndex * topology.workersPerRegion + localIndex;
+}
+
+RankPlace placeOf(const Topology& topology, int64_t rank) {
+  GEO_ENFORCE(rank >= 0 && rank < topology.worldSize(), "rank {} out of range", rank);
+  return {rank / topology.workersPerRegion, rank % topology.workersPerRegion};
+}
+
+}  // namespace geo::local

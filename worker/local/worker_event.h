@@ -1,0 +1,86 @@
+#pragma once
+// WorkerEvent: one line of a worker's `--progress-format jsonl` output, the
+// contract between geotrain-worker and `geotrain local`. A worker prints one
+// JSON object per line on stdout:
+//   {"event":"start","rank":0,"region":"london","localRank":0,"worldSize":4,
+//    "model":"mlp","parameters":203530,"shardSamples":15000,"steps":1000,
+//    "algorithm":"dts","time":0.01}
+//   {"event":"progress","rank":0,"step":50,"time":3.2,"loss":0.61,"lr":0.05,
+//    "samplesPerSecond":1200.5,"evalAccuracy":0.81,
+//    "sync":{"delay":4,"appliedUpdates":12,"stalenessMean":4.0,
+//            "stalenessMax":4,"missing":0,"waitSeconds":0.2},
+//    "bytes":{"wanSent":123456,"wanReceived":120000,"lanSent":0,
+//             "lanReceived":0,"payload":900000}}
+//   {"event":"done", ...progress keys..., "testAccuracy":0.874}
+//   {"event":"error","rank":0,"message":"..."}
+// `time` is seconds since that worker started; bytes.* are cumulative.
+//
+// Parsing is lenient on content and strict on form: the line must be a JSON
+// object with a string "event"; any other key may be missing (the field stays
+// nullopt / empty) or of the wrong type (treated as missing), and unknown keys
+// and unknown event names are ignored (kind kOther). Pure function; never
+// throws.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace geo::local {
+
+enum class EventKind { kStart, kProgress, kDone, kError, kOther };
+
+struct SyncStats {
+  std::optional<double> delay;  // the DTS delay D in steps now in force
+  std::optional<int64_t> appliedUpdates;
+  std::optional<double> stalenessMean;
+  std::optional<double> stalenessMax;
+  std::optional<int64_t> missing;  // contributions that never arrived
+  std::optional<double> waitSeconds;
+};
+
+struct ByteCounts {  // cumulative totals
+  std::optional<uint64_t> wanSent;
+  std::optional<uint64_t> wanReceived;
+  std::optional<uint64_t> lanSent;
+  std::optional<uint64_t> lanReceived;
+  std::optional<uint64_t> payload;  // fp32 size of what the synchronizer encoded
+};
+
+struct WorkerEvent {
+  EventKind kind = EventKind::kOther;
+  std::string name;  // the "event" string as given
+
+  std::optional<int64_t> rank;
+  std::optional<double> time;  // seconds since the worker started
+
+  // start
+  std::string region;
+  std::optional<int64_t> localRank;
+  std::optional<int64_t> worldSize;
+  std::string model;
+  std::optional<int64_t> parameters;
+  std::optional<int64_t> shardSamples;
+  std::optional<int64_t> steps;
+  std::string algorithm;
+
+  // progress / done
+  std::optional<int64_t> step;
+  std::optional<double> loss;
+  std::optional<double> lr;
+  std::optional<double> samplesPerSecond;
+  std::optional<double> evalAccuracy;  // 0..1, only on steps that evaluated
+  std::optional<double> testAccuracy;  // done: the final (averaged) model
+  SyncStats sync;
+  ByteCounts bytes;
+
+  // error
+  std::string message;
+};
+
+// InvalidArgument when the line is not a JSON object with a string "event".
+StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line);
+
+}  // namespace geo::local
