@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -67,6 +68,10 @@ class Recorder final : public train::StepHook {
     finalValues = flat.values.clone();
     return {};
   }
+  void saveState(torch::serialize::OutputArchive& archive) override { inner_->saveState(archive); }
+  Status loadState(torch::serialize::InputArchive& archive) override {
+    return inner_->loadState(archive);
+  }
   std::vector<uint64_t> hashes;
   torch::Tensor finalValues;
 
@@ -92,6 +97,11 @@ struct JobSpec {
   // worker that died), or -1.
   int deadRank = -1;
   int64_t deadAfter = 0;
+  // Checkpoints under checkpointDir/rank-<r>; stopAfter > 0: every worker
+  // takes that many steps, writes a checkpoint and stops (the job is
+  // interrupted); a later run with the same folder resumes from there.
+  std::filesystem::path checkpointDir;
+  int64_t stopAfter = 0;
 };
 
 // Runs one job: every worker in its own thread with its own transport,
@@ -154,10 +164,17 @@ RunResult runJob(const JobSpec& job) {
     o.momentum = 0.9;
     o.logInterval = job.steps;
     o.seed = 100 + r;
+    if (!job.checkpointDir.empty()) {
+      o.checkpointDir = job.checkpointDir / ("rank-" + std::to_string(r));
+      o.checkpointInterval = 1000;
+    }
     auto tr = train::Trainer::create(std::move(*model), train::shard(*trainSet, r, world), *testSet,
                                      o, recorders[r].get());
     EXPECT_TRUE(tr.ok()) << tr.status().toString();
     trainers[r] = std::move(*tr);
+    if (!job.checkpointDir.empty()) {
+      EXPECT_TRUE(trainers[r]->resume().ok());
+    }
   }
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < world; ++r) {
@@ -169,6 +186,14 @@ RunResult runJob(const JobSpec& job) {
         }
         transports[r].reset();  // the worker is gone
         result.status[r] = Status(StatusCode::kCancelled, "killed");
+        return;
+      }
+      if (job.stopAfter > 0) {
+        for (int64_t i = 0; i < job.stopAfter && result.status[r].ok(); ++i) {
+          auto st = trainers[r]->step();
+          if (!st.ok()) result.status[r] = st.status();
+        }
+        if (result.status[r].ok()) result.status[r] = trainers[r]->saveCheckpoint();
         return;
       }
       result.status[r] = trainers[r]->run(nullptr);
@@ -344,6 +369,43 @@ TEST(Dts, AutoDelayGrowsToHideTheLink) {
   EXPECT_GT(r.stats[0].delay + r.stats[1].delay, 2 * 2);
   // Once chosen, most rounds wait little: far less than one RTT per round.
   EXPECT_LT(r.stats[0].waitSeconds, 0.25 * 0.06 * static_cast<double>(r.stats[0].rounds));
+}
+
+// DTS state is checkpointed: a job interrupted with a round in flight
+// (K = 2, D = 1, stopped right after sending round 5) and resumed from its
+// checkpoints ends bitwise where an uninterrupted run ends -- the resumed
+// workers send their part of the pending round again.
+TEST(Dts, ResumesFromCheckpointsWithARoundInFlight) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("geo-sync-resume-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  JobSpec job;
+  job.steps = 20;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = 1;
+  const auto straight = runJob(job);
+  job.checkpointDir = dir;
+  job.stopAfter = 12;
+  const auto first = runJob(job);
+  for (const auto& s : first.status) ASSERT_TRUE(s.ok()) << s.toString();
+  job.stopAfter = 0;
+  const auto resumed = runJob(job);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(resumed.status[rank].ok()) << resumed.status[rank].toString();
+    EXPECT_EQ(resumed.hashes[rank].size(), 8u);  // steps 13..20 only
+    for (size_t i = 0; i < 12; ++i) {
+      EXPECT_EQ(first.hashes[rank][i], straight.hashes[rank][i])
+          << "rank " << rank << " step " << i + 1;
+    }
+    for (size_t i = 0; i < 8; ++i) {
+      EXPECT_EQ(resumed.hashes[rank][i], straight.hashes[rank][12 + i])
+          << "rank " << rank << " step " << i + 13;
+    }
+    EXPECT_TRUE(torch::equal(resumed.finalValues[rank], straight.finalValues[rank]))
+        << "rank " << rank;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Swarm, ExchangesAndEndsOnOneModel) {
