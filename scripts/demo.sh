@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Quick start, step 1: install what is missing, build, and run the main job.
-# Until `geotrain local` lands, the main job is the codec benchmark: QSGD
-# 2/4/8-bit encode and decode-accumulate against memcpy on 64 MiB of fp32.
+# Quick start, step 1: install what is missing, build, and run the main job:
+# `geotrain local` on the `world` preset -- four emulated regions (london,
+# tokyo, oregon, ohio; 50-230 ms round trips, 100 Mbit/s uplinks), one worker
+# each, training the mlp on Fashion-MNIST with DTS (K = 8, D = auto) and
+# 4-bit QSGD. Extra arguments go to `geotrain local` and override these
+# (e.g. scripts/demo.sh --steps 2000 --workers-per-region 2 --plot acc.png).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-echo "demo: running the codec benchmark (64 MiB of fp32; ratios are against memcpy)"
-"${GEO_BUILD_DIR:-build}/bench/geo_kernels_bench" --benchmark_min_time=0.2 "$@"
+build="${GEO_BUILD_DIR:-build}"
+exec "$build/worker/geotrain" local --preset world --regions london,tokyo,oregon,ohio \
+  --workers-per-region 1 --algorithm dts --period 8 --delay auto --codec qsgd --bits 4 \
+  --model mlp --steps 800 --eval-interval 100 "$@"

@@ -199,6 +199,13 @@ void addLocal(CLI::App& app, geo::local::LocalOptions& options, int& result) {
                    "geotrain-worker executable to run (default: geotrain-worker next to this "
                    "geotrain)")
       ->type_name("PATH");
+  // A single-value flag given twice takes its last value, so a wrapper (such
+  // as scripts/demo.sh) can pass defaults that the user's own flags override.
+  for (CLI::Option* option : local->get_options()) {
+    if (option->get_items_expected_max() == 1 && option->get_type_size() != 0) {
+      option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    }
+  }
   local->footer(
       "Starts one geotrain-worker per rank on this machine, with an emulated WAN between\n"
       "regions (traffic inside a region is not shaped), and shows live progress per region.\n"
