@@ -51,8 +51,8 @@ flagsFor() {
 
 for model in ${models//,/ }; do
   case "$model" in
-    mlp) steps=$stepsMlp; target=0.85; evalEvery=25 ;;
-    cnn) steps=$stepsCnn; target=0.88; evalEvery=50 ;;
+    mlp) steps=$stepsMlp; target=0.85; evalEvery=50 ;;
+    cnn) steps=$stepsCnn; target=0.88; evalEvery=100 ;;
     *) echo "wan_time_to_accuracy.sh: model '$model' is not benchmarked (allowed: mlp, cnn)" >&2; exit 2 ;;
   esac
   for config in ${configs//,/ }; do

@@ -16,6 +16,7 @@ PACKAGES=(
   libyaml-cpp-dev                   # worker.yaml
   nlohmann-json3-dev                # geotrain local: workers' JSON progress lines, summary.json
   dataset-fashion-mnist             # the demo's and the convergence tests' data
+  python3                           # multi-process tests and the WAN benchmark read JSON with it
 )
 
 missing=()

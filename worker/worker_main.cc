@@ -287,10 +287,11 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
   const std::string describe = (*model)->describe();
   const int64_t params = (*model)->parameterCount();
   auto options = trainerOptions(c, device);
-  // Replicas of one region hold the same model under hierarchical sync, and
-  // evaluation costs as much as many steps: only region leaders evaluate
-  // periodically; every worker evaluates its final model.
-  if (c.worker.localRank != 0) options.evalInterval = 0;
+  // An evaluation over the test set costs as much as many steps, and a
+  // worker that evaluates falls behind its peers: only rank 0 evaluates
+  // every training.evalInterval steps; every worker evaluates its final
+  // model (the same on all once the synchronizer has averaged them).
+  if (c.worker.rank != 0 && c.sync.algorithm != "none") options.evalInterval = 0;
   auto trainer =
       geo::train::Trainer::create(std::move(*model), std::move(shard), *test, options, sync.get());
   if (!trainer.ok()) return fail(trainer.status());

@@ -334,8 +334,9 @@ Status Base::averageModels(train::FlatParameters& flat, const std::vector<bool>&
   for (size_t i = 0; i < group_.size(); ++i) {
     if (i == group_.self || got[i]) total += group_.weights[i];
   }
+  auto identity = codec::makeCodec({.name = "identity"});
+  GEO_ENFORCE(identity.ok(), "identity codec: {}", identity.status().message());
   torch::Tensor sum = torch::zeros_like(flat.values);
-  float* out = sum.data_ptr<float>();
   for (size_t i = 0; i < group_.size(); ++i) {
     std::span<const std::byte> bytes;
     if (i == group_.self) {
@@ -350,12 +351,7 @@ Status Base::averageModels(train::FlatParameters& flat, const std::vector<bool>&
     } else {
       continue;
     }
-    const auto alpha = static_cast<float>(group_.weights[i] / total);
-    for (int64_t k = 0; k < flat.values.numel(); ++k) {
-      float x;
-      std::memcpy(&x, bytes.data() + 4 * k, 4);
-      out[k] = out[k] + alpha * x;
-    }
+    (*identity)->decodeAccumulate(bytes, static_cast<float>(group_.weights[i] / total), sum);
   }
   flat.values.copy_(sum);
   modified_ = true;
