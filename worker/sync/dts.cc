@@ -13,8 +13,10 @@
 // last contribution of that round arrived (it polls its inbox after every
 // step, and a wait at the due step counts in measured step times); the next
 // rounds use the largest such lag of the last few rounds, i.e. the smallest
-// D that would have hidden the links and the peers' step skew. Before the
-// first measurement it uses the ping round trip (one way = RTT / 2) over the
+// D that would have hidden the links and the peers' step skew, capped at one
+// ping round trip of computation (skew beyond the link is resolved by
+// waiting, not by a delay that would let it grow). Before the first
+// measurement it uses the ping round trip (one way = RTT / 2) over the
 // measured step time, or K when there is no ping yet.
 
 #include <fmt/format.h>
@@ -315,18 +317,24 @@ class Dts final : public Base {
       lags_.push_back(lagSteps);
       if (lags_.size() > kLagWindow) lags_.pop_front();
     }
+    double rtt = -1;
+    for (const auto& c : transport_->peerCounters()) rtt = std::max(rtt, c.rttSeconds);
     int64_t next = delay_;
     if (!lags_.empty()) {
       next = *std::max_element(lags_.begin(), lags_.end());
-    } else if (stepSeconds_ > 0) {
-      double rtt = 0;
-      for (const auto& c : transport_->peerCounters()) rtt = std::max(rtt, c.rttSeconds);
-      if (rtt > 0) next = static_cast<int64_t>(std::ceil(rtt / 2 / stepSeconds_));
+    } else if (stepSeconds_ > 0 && rtt > 0) {
+      next = static_cast<int64_t>(std::ceil(rtt / 2 / stepSeconds_));
+    }
+    // A peer that runs behind also shows up as lag, and a larger D would let
+    // the skew grow without bound (nobody ever waits). D only has to hide
+    // the link: at most one round trip of computation (half of it for the
+    // latency, half as room for the transfer). Beyond that the worker that
+    // runs ahead waits, which brings the workers back together.
+    if (stepSeconds_ > 0 && rtt > 0) {
+      next = std::min(next, static_cast<int64_t>(std::ceil(rtt / stepSeconds_)));
     }
     next = std::clamp<int64_t>(next, 0, options_.maxAutoDelay);
     if (next != delay_) {
-      double rtt = -1;
-      for (const auto& c : transport_->peerCounters()) rtt = std::max(rtt, c.rttSeconds);
       // Small moves (jitter) go to the debug log; real changes to info.
       const bool notable = std::abs(next - loggedDelay_) >= std::max<int64_t>(2, loggedDelay_ / 4);
       logger()->log(
