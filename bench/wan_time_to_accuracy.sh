@@ -10,6 +10,8 @@
 #
 # Usage: bench/wan_time_to_accuracy.sh [--models mlp,cnn] [--steps-mlp N]
 #          [--steps-cnn N] [--configs a,b,...] [--out DIR] [--build DIR]
+# Configurations: allreduce-fp32, allreduce-qsgd4, dts-auto (K = 8), dts-d<D>
+# (K = 8), dts-k<K>-auto, dts-k<K>-d<D>, swarm-h<H>.
 # Every run's folder (logs, CSV, summary.json) stays under --out.
 set -euo pipefail
 
@@ -20,7 +22,7 @@ out="runs/wan-bench-$(date +%Y%m%d-%H%M%S)"
 build="${GEO_BUILD_DIR:-build}"
 configs="allreduce-fp32,allreduce-qsgd4,dts-auto,dts-d4,dts-d8,swarm-h4"
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --models) models="$2"; shift 2 ;;
@@ -44,6 +46,11 @@ flagsFor() {
     allreduce-qsgd4) echo "--algorithm allreduce --codec qsgd --bits 4" ;;
     dts-auto) echo "--algorithm dts --period 8 --delay auto --codec qsgd --bits 4" ;;
     dts-d*) echo "--algorithm dts --period 8 --delay ${1#dts-d} --codec qsgd --bits 4" ;;
+    dts-k*-*) # dts-k<K>-auto or dts-k<K>-d<D>
+      local k="${1#dts-k}" d="${1##*-}"
+      k="${k%%-*}"
+      [[ "$d" == auto ]] || d="${d#d}"
+      echo "--algorithm dts --period $k --delay $d --codec qsgd --bits 4" ;;
     swarm-h*) echo "--algorithm swarm --swarm-h ${1#swarm-h} --codec qsgd --bits 4" ;;
     *) echo "wan_time_to_accuracy.sh: unknown configuration '$1'" >&2; exit 2 ;;
   esac

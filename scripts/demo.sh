@@ -2,7 +2,7 @@
 # Quick start, step 1: install what is missing, build, and run the main job:
 # `geotrain local` on the `world` preset -- four emulated regions (london,
 # tokyo, oregon, ohio; 50-230 ms round trips, 100 Mbit/s uplinks), one worker
-# each, training the mlp on Fashion-MNIST with DTS (K = 8, D = auto) and
+# each, training the mlp on Fashion-MNIST with DTS (K = 4, D = auto) and
 # 4-bit QSGD. Extra arguments go to `geotrain local` and override these
 # (e.g. scripts/demo.sh --steps 2000 --workers-per-region 2 --plot acc.png).
 set -euo pipefail
@@ -11,5 +11,5 @@ scripts/setup.sh
 scripts/build.sh
 build="${GEO_BUILD_DIR:-build}"
 exec "$build/worker/geotrain" local --preset world --regions london,tokyo,oregon,ohio \
-  --workers-per-region 1 --algorithm dts --period 8 --delay auto --codec qsgd --bits 4 \
+  --workers-per-region 1 --algorithm dts --period 4 --delay auto --codec qsgd --bits 4 \
   --model mlp --steps 800 --eval-interval 100 "$@"
