@@ -73,6 +73,24 @@ class FlatCodec {
 
 uint64_t mixStream(uint64_t a, uint64_t b, uint64_t c);
 
+// Sends one buffer to each rank in `to` without copying it per peer; an
+// error names the peer and the message.
+Status sendBuffer(transport::Transport& transport, const Topology& topology,
+                  const std::vector<uint32_t>& to, transport::MessageKind kind,
+                  const transport::SendMeta& meta,
+                  std::shared_ptr<const std::vector<std::byte>> bytes,
+                  std::chrono::milliseconds timeout);
+
+class StatsRecorder;
+// A bounded receive that records the time waited in `stats`; on failure the
+// Status (DeadlineExceeded on timeout) names the peer, what was awaited and
+// the timeout.
+StatusOr<transport::Message> receiveBounded(transport::Transport& transport,
+                                            const Topology& topology, uint32_t peer,
+                                            transport::MessageKind kind, uint64_t round,
+                                            std::chrono::milliseconds timeout,
+                                            const std::string& what, StatsRecorder& stats);
+
 // Thread-safe statistics with the recording helpers every algorithm uses.
 class StatsRecorder {
  public:

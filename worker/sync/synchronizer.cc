@@ -129,6 +129,40 @@ void copyBytesTo(std::span<const std::byte> bytes, torch::Tensor& out) {
   std::memcpy(out.data_ptr<float>(), bytes.data(), bytes.size());
 }
 
+Status sendBuffer(transport::Transport& transport, const Topology& topology,
+                  const std::vector<uint32_t>& to, MessageKind kind,
+                  const transport::SendMeta& meta,
+                  std::shared_ptr<const std::vector<std::byte>> bytes,
+                  std::chrono::milliseconds timeout) {
+  const std::span<const std::byte> view(bytes->data(), bytes->size());
+  for (uint32_t peer : to) {
+    const Status s = transport.send(peer, kind, meta, transport::Payload(bytes, view), timeout);
+    if (!s.ok()) {
+      return Status(s.code(), fmt::format("sending {} for round {} to {}: {}",
+                                          transport::messageKindName(kind), meta.round,
+                                          topology.describe(peer), s.message()));
+    }
+  }
+  return {};
+}
+
+StatusOr<Message> receiveBounded(transport::Transport& transport, const Topology& topology,
+                                 uint32_t peer, MessageKind kind, uint64_t round,
+                                 std::chrono::milliseconds timeout, const std::string& what,
+                                 StatsRecorder& stats) {
+  const auto t0 = Clock::now();
+  auto m = transport.receive(kind, round, peer, timeout);
+  stats.waited(secondsSince(t0));
+  if (m.ok()) return m;
+  const double seconds = std::chrono::duration<double>(timeout).count();
+  if (m.status().code() == StatusCode::kDeadlineExceeded) {
+    return deadlineExceeded(fmt::format("no {} from {} within {:.3g} s; is that worker alive?",
+                                        what, topology.describe(peer), seconds));
+  }
+  return Status(m.status().code(), fmt::format("no {} from {}: {}", what, topology.describe(peer),
+                                               m.status().message()));
+}
+
 // ---- FlatCodec -----------------------------------------------------------------------
 
 FlatCodec::FlatCodec(std::shared_ptr<const codec::Codec> codec, const std::vector<int64_t>& sizes,
@@ -279,31 +313,14 @@ void Base::ensureCodec(const train::FlatParameters& flat) {
 Status Base::sendTo(const std::vector<uint32_t>& to, MessageKind kind, uint64_t round, int64_t step,
                     CodecId codec, uint64_t elements,
                     std::shared_ptr<const std::vector<std::byte>> bytes) {
-  const std::span<const std::byte> view(bytes->data(), bytes->size());
-  for (uint32_t peer : to) {
-    transport::SendMeta meta{round, static_cast<uint64_t>(step), codec, elements};
-    const Status s =
-        transport_->send(peer, kind, meta, transport::Payload(bytes, view), options_.timeout);
-    if (!s.ok()) {
-      return Status(s.code(), fmt::format("sending {} for round {} to {}: {}",
-                                          transport::messageKindName(kind), round,
-                                          topology_.describe(peer), s.message()));
-    }
-  }
-  return {};
+  return sendBuffer(*transport_, topology_, to, kind,
+                    {round, static_cast<uint64_t>(step), codec, elements}, std::move(bytes),
+                    options_.timeout);
 }
 
 StatusOr<Message> Base::receiveFrom(uint32_t peer, MessageKind kind, uint64_t round,
                                     std::chrono::milliseconds timeout, const std::string& what) {
-  const auto t0 = Clock::now();
-  auto m = transport_->receive(kind, round, peer, timeout);
-  stats_.waited(secondsSince(t0));
-  if (!m.ok() && m.status().code() == StatusCode::kDeadlineExceeded) {
-    return deadlineExceeded(fmt::format("no {} from {} within {:.3g} s; is that worker alive?",
-                                        what, topology_.describe(peer),
-                                        std::chrono::duration<double>(timeout).count()));
-  }
-  return m;
+  return receiveBounded(*transport_, topology_, peer, kind, round, timeout, what, stats_);
 }
 
 Status Base::averageModels(train::FlatParameters& flat, const std::vector<bool>& absent) {
@@ -548,32 +565,17 @@ class Hierarchical final : public Synchronizer {
   Status send(const std::vector<uint32_t>& to, MessageKind kind, uint64_t round, int64_t step,
               CodecId codec, uint64_t elements,
               std::shared_ptr<const std::vector<std::byte>> bytes) {
-    const std::span<const std::byte> view(bytes->data(), bytes->size());
-    for (uint32_t peer : to) {
-      const Status s =
-          transport_->send(peer, kind, {round, static_cast<uint64_t>(step), codec, elements},
-                           transport::Payload(bytes, view), options_.timeout);
-      if (!s.ok()) {
-        return Status(s.code(), fmt::format("hierarchical sync: sending to {}: {}",
-                                            topology_.describe(peer), s.message()));
-      }
-    }
-    return {};
+    const Status s =
+        sendBuffer(*transport_, topology_, to, kind,
+                   {round, static_cast<uint64_t>(step), codec, elements}, bytes, options_.timeout);
+    return s.ok() ? s : Status(s.code(), "hierarchical sync: " + s.message());
   }
 
   StatusOr<Message> receive(uint32_t peer, MessageKind kind, uint64_t round,
                             const std::string& what) {
-    const auto t0 = Clock::now();
-    auto m = transport_->receive(kind, round, peer, lanTimeout_);
-    lanStats_.waited(secondsSince(t0));
-    if (!m.ok()) {
-      return Status(
-          m.status().code(),
-          fmt::format("hierarchical sync: no {} from {} within {:.3g} s ({}); is that "
-                      "worker alive?",
-                      what, topology_.describe(peer),
-                      std::chrono::duration<double>(lanTimeout_).count(), m.status().message()));
-    }
+    auto m =
+        receiveBounded(*transport_, topology_, peer, kind, round, lanTimeout_, what, lanStats_);
+    if (!m.ok()) return Status(m.status().code(), "hierarchical sync: " + m.status().message());
     return m;
   }
 
