@@ -15,6 +15,7 @@ PACKAGES=(
   libtorch-dev zlib1g-dev           # worker/train: LibTorch (CPU), gzipped IDX files
   libyaml-cpp-dev                   # worker.yaml
   nlohmann-json3-dev                # geotrain local: workers' JSON progress lines, summary.json
+  prometheus-cpp-dev                # worker/metrics: the /metrics endpoint
   dataset-fashion-mnist             # the demo's and the convergence tests' data
   python3                           # multi-process tests and the WAN benchmark read JSON with it
 )

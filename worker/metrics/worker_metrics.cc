@@ -1,0 +1,268 @@
+#include "worker/metrics/worker_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <charconv>
+#include <exception>
+#include <utility>
+
+namespace geo::metrics {
+namespace {
+
+// Wide enough for a LAN allreduce (milliseconds) and a WAN round (seconds).
+const std::vector<double> kRoundBuckets = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                           1,     2.5,  5,     10,   30,  60};
+const std::vector<double> kStepBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                          0.25,  0.5,    1,     2.5,  5,     10};
+
+// Increment of a cumulative total since `last`, which it then advances. A
+// total below `last` means its source restarted from zero.
+uint64_t advance(uint64_t now, uint64_t& last) {
+  const uint64_t d = now >= last ? now - last : now;
+  last = now;
+  return d;
+}
+
+double advance(double now, double& last) {
+  const double d = now >= last ? now - last : now;
+  last = now;
+  return d;
+}
+
+// Index of the bucket (le semantics) that `value` falls in; size() is +Inf.
+size_t bucketIndex(const std::vector<double>& bounds, double value) {
+  return static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), value) -
+                             bounds.begin());
+}
+
+Status checkListen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return invalidArgument("metrics listen address must be host:port (got '" + listen + "')");
+  }
+  const char* first = listen.data() + colon + 1;
+  const char* end = listen.data() + listen.size();
+  unsigned port = 0;
+  const auto [ptr, ec] = std::from_chars(first, end, port);
+  if (first == end || ec != std::errc() || ptr != end || port > 65535) {
+    return invalidArgument("metrics listen address has no valid port (got '" + listen + "')");
+  }
+  return {};
+}
+
+}  // namespace
+
+struct WorkerMetrics::PeerSeries {
+  prometheus::Counter* sent = nullptr;
+  prometheus::Counter* received = nullptr;
+  prometheus::Counter* reconnects = nullptr;
+  prometheus::Gauge* rtt = nullptr;  // added on the first RTT sample
+  uint64_t lastSent = 0;
+  uint64_t lastReceived = 0;
+  uint64_t lastReconnects = 0;
+};
+
+// The totals seen at the previous update.
+struct WorkerMetrics::Last {
+  uint64_t refusedKeys = 0;
+  uint64_t handshakeFailures = 0;
+  uint64_t framesRejected = 0;
+  SyncSnapshot sync;
+};
+
+WorkerMetrics::WorkerMetrics(WorkerIdentity id, std::vector<PeerInfo> peers)
+    : id_(std::move(id)),
+      registry_(std::make_shared<prometheus::Registry>()),
+      last_(std::make_unique<Last>()) {
+  for (auto& p : peers) peerInfo_[p.rank] = std::move(p);
+  buildFamilies();
+}
+
+WorkerMetrics::~WorkerMetrics() = default;
+
+StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::start(const std::string& listen,
+                                                              WorkerIdentity id,
+                                                              std::vector<PeerInfo> peers) {
+  if (Status s = checkListen(listen); !s.ok()) return s;
+  std::unique_ptr<WorkerMetrics> m(new WorkerMetrics(std::move(id), std::move(peers)));
+  try {
+    m->exposer_ = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return unavailable("cannot serve metrics on " + listen + ": " + e.what());
+  }
+  const std::vector<int> ports = m->exposer_->GetListeningPorts();
+  if (ports.empty()) return unavailable("cannot serve metrics on " + listen + ": no port bound");
+  m->port_ = static_cast<uint16_t>(ports.front());
+  m->exposer_->RegisterCollectable(m->registry_);
+  return m;
+}
+
+void WorkerMetrics::buildFamilies() {
+  const prometheus::Labels constant = {
+      {"job", id_.job}, {"region", id_.region}, {"rank", std::to_string(id_.rank)}};
+  // The per-link families carry the peer's region as `region` (the label the
+  // dashboard groups traffic by), so this worker's own region moves to
+  // `worker_region` there: one series cannot have two `region` labels.
+  const prometheus::Labels linkConstant = {
+      {"job", id_.job}, {"worker_region", id_.region}, {"rank", std::to_string(id_.rank)}};
+  auto& reg = *registry_;
+  auto counter = [&](const char* name, const char* help) -> prometheus::Counter& {
+    return prometheus::BuildCounter().Name(name).Help(help).Labels(constant).Register(reg).Add({});
+  };
+  auto gauge = [&](const char* name, const char* help) -> prometheus::Gauge& {
+    return prometheus::BuildGauge().Name(name).Help(help).Labels(constant).Register(reg).Add({});
+  };
+  auto histogram = [&](const char* name, const char* help,
+                       const std::vector<double>& buckets) -> prometheus::Histogram& {
+    return prometheus::BuildHistogram().Name(name).Help(help).Labels(constant).Register(reg).Add(
+        {}, buckets);
+  };
+
+  bytesSent_ = &prometheus::BuildCounter()
+                    .Name("geotrain_bytes_sent_total")
+                    .Help("Bytes (frame headers and payloads) sent to a peer")
+                    .Labels(linkConstant)
+                    .Register(reg);
+  bytesReceived_ = &prometheus::BuildCounter()
+                        .Name("geotrain_bytes_received_total")
+                        .Help("Bytes (frame headers and payloads) received from a peer")
+                        .Labels(linkConstant)
+                        .Register(reg);
+  peerRtt_ = &prometheus::BuildGauge()
+                  .Name("geotrain_peer_rtt_seconds")
+                  .Help("Last measured round-trip time to a peer")
+                  .Labels(constant)
+                  .Register(reg);
+  reconnects_ = &prometheus::BuildCounter()
+                     .Name("geotrain_transport_reconnects_total")
+                     .Help("Connections to a peer re-established after the first")
+                     .Labels(constant)
+                     .Register(reg);
+  auto& refused = prometheus::BuildCounter()
+                      .Name("geotrain_transport_refused_total")
+                      .Help("Peers or frames the transport refused, by reason")
+                      .Labels(constant)
+                      .Register(reg);
+  refusedKeys_ = &refused.Add({{"reason", "key"}});
+  handshakeFailures_ = &refused.Add({{"reason", "handshake"}});
+  framesRejected_ = &refused.Add({{"reason", "frame"}});
+
+  payloadBytes_ = &counter("geotrain_payload_bytes_total",
+                           "Update bytes before encoding (fp32), per destination");
+  encodedBytes_ = &counter("geotrain_encoded_bytes_total",
+                           "Update bytes after encoding, per destination (payloads only)");
+  staleness_ =
+      &histogram("geotrain_update_staleness_steps",
+                 "Staleness of applied peer updates, in optimizer steps", kStalenessBuckets);
+  roundSeconds_ = &histogram("geotrain_sync_round_seconds",
+                             "Duration of a synchronization round, send to applied", kRoundBuckets);
+  delay_ = &gauge("geotrain_sync_delay_steps", "Delay D used for the latest round, in steps");
+  rounds_ = &counter("geotrain_sync_rounds_total", "Synchronization rounds completed");
+  missing_ = &counter("geotrain_sync_missing_total",
+                      "Peer contributions given up on (absent or late peers)");
+  waitSeconds_ = &counter("geotrain_sync_wait_seconds_total",
+                          "Time the training thread spent blocked waiting for peers");
+  codecSeconds_ =
+      &counter("geotrain_codec_seconds", "Total time spent encoding and decoding updates");
+
+  stepSeconds_ =
+      &histogram("geotrain_step_seconds", "Wall time of one optimizer step", kStepBuckets);
+  trainLoss_ = &gauge("geotrain_train_loss", "Training loss of the latest step");
+  evalAccuracy_ = &gauge("geotrain_eval_accuracy", "Accuracy of the latest evaluation (0..1)");
+  samples_ = &counter("geotrain_samples_total", "Training samples consumed");
+}
+
+WorkerMetrics::PeerSeries& WorkerMetrics::peerSeries(uint32_t peer) {
+  auto it = peerSeries_.find(peer);
+  if (it != peerSeries_.end()) return *it->second;
+  PeerInfo info{peer, "unknown", true};
+  if (auto known = peerInfo_.find(peer); known != peerInfo_.end()) info = known->second;
+  const std::string rank = std::to_string(peer);
+  const prometheus::Labels link = {
+      {"peer", rank}, {"region", info.region}, {"link", info.wan ? "wan" : "lan"}};
+  auto series = std::make_unique<PeerSeries>();
+  series->sent = &bytesSent_->Add(link);
+  series->received = &bytesReceived_->Add(link);
+  series->reconnects = &reconnects_->Add({{"peer", rank}});
+  return *peerSeries_.emplace(peer, std::move(series)).first->second;
+}
+
+void WorkerMetrics::updateTransport(const std::vector<transport::PeerCounters>& peers,
+                                    const transport::TransportCounters& c) {
+  std::lock_guard lock(mu_);
+  for (const auto& p : peers) {
+    PeerSeries& s = peerSeries(p.peer);
+    s.sent->Increment(static_cast<double>(advance(p.bytesSent, s.lastSent)));
+    s.received->Increment(static_cast<double>(advance(p.bytesReceived, s.lastReceived)));
+    s.reconnects->Increment(static_cast<double>(advance(p.reconnects, s.lastReconnects)));
+    if (p.rttSeconds >= 0) {
+      if (s.rtt == nullptr) s.rtt = &peerRtt_->Add({{"peer", std::to_string(p.peer)}});
+      s.rtt->Set(p.rttSeconds);
+    }
+  }
+  Last& l = *last_;
+  refusedKeys_->Increment(static_cast<double>(advance(c.refusedKeys, l.refusedKeys)));
+  handshakeFailures_->Increment(
+      static_cast<double>(advance(c.handshakeFailures, l.handshakeFailures)));
+  framesRejected_->Increment(static_cast<double>(advance(c.framesRejected, l.framesRejected)));
+}
+
+void WorkerMetrics::updateSync(const SyncSnapshot& s) {
+  std::lock_guard lock(mu_);
+  SyncSnapshot& l = last_->sync;
+  delay_->Set(static_cast<double>(s.delay));
+  rounds_->Increment(static_cast<double>(advance(s.rounds, l.rounds)));
+  missing_->Increment(static_cast<double>(advance(s.missing, l.missing)));
+  payloadBytes_->Increment(static_cast<double>(advance(s.payloadBytes, l.payloadBytes)));
+  encodedBytes_->Increment(static_cast<double>(advance(s.encodedBytes, l.encodedBytes)));
+  waitSeconds_->Increment(advance(s.waitSeconds, l.waitSeconds));
+  codecSeconds_->Increment(advance(s.codecSeconds, l.codecSeconds));
+
+  // Staleness: bucket the per-value count increments, one ObserveMultiple.
+  if (l.stalenessCounts.size() != s.stalenessCounts.size()) {
+    l.stalenessCounts.resize(s.stalenessCounts.size(), 0);
+  }
+  std::vector<double> increments(kStalenessBuckets.size() + 1, 0.0);
+  bool any = false;
+  for (size_t v = 0; v < s.stalenessCounts.size(); ++v) {
+    const uint64_t d = advance(s.stalenessCounts[v], l.stalenessCounts[v]);
+    if (d == 0) continue;
+    const bool overflow = v + 1 == s.stalenessCounts.size();
+    const size_t bucket = overflow ? kStalenessBuckets.size()
+                                   : bucketIndex(kStalenessBuckets, static_cast<double>(v));
+    increments[bucket] += static_cast<double>(d);
+    any = true;
+  }
+  const double stalenessSum = advance(s.stalenessSum, l.stalenessSum);
+  if (any) staleness_->ObserveMultiple(increments, stalenessSum);
+
+  // Rounds completed since the last update, observed at their mean duration.
+  const uint64_t newRounds = advance(s.roundSecondsCount, l.roundSecondsCount);
+  const double newRoundSeconds = advance(s.roundSecondsSum, l.roundSecondsSum);
+  if (newRounds > 0) {
+    std::vector<double> roundIncrements(kRoundBuckets.size() + 1, 0.0);
+    roundIncrements[bucketIndex(kRoundBuckets, newRoundSeconds / static_cast<double>(newRounds))] =
+        static_cast<double>(newRounds);
+    roundSeconds_->ObserveMultiple(roundIncrements, newRoundSeconds);
+  }
+}
+
+void WorkerMetrics::recordStep(double seconds, double loss, uint64_t samples) {
+  std::lock_guard lock(mu_);
+  stepSeconds_->Observe(seconds);
+  trainLoss_->Set(loss);
+  samples_->Increment(static_cast<double>(samples));
+}
+
+void WorkerMetrics::setEvalAccuracy(double accuracy) {
+  std::lock_guard lock(mu_);
+  evalAccuracy_->Set(accuracy);
+}
+
+}  // namespace geo::metrics

@@ -1,0 +1,177 @@
+#pragma once
+// WorkerMetrics: one worker's Prometheus endpoint (ARCHITECTURE.md section 7).
+//
+// A WorkerMetrics owns a prometheus::Registry and an HTTP exposer serving it
+// at http://<listen>/metrics. The training loop pushes numbers into it; the
+// Prometheus server pulls them. Every series carries the constant labels
+// job, region and rank of this worker, except geotrain_bytes_sent_total and
+// geotrain_bytes_received_total: there `region` is the peer's region (labels
+// peer, region, link=wan|lan) and this worker's own is `worker_region`.
+// The endpoint also serves prometheus-cpp's own exposer_* series (scrapes,
+// bytes transferred, latency), without those labels.
+//
+// Cumulative sources: the transport and synchronizer report running totals
+// (PeerCounters, TransportCounters, SyncStats). update*() turns them into
+// Prometheus counters and histograms by adding the difference since the
+// previous update, so exported counters never decrease. When a total goes
+// down (its source was recreated and restarted from zero) the new total is
+// taken as the increment, the usual convention for counter resets.
+//
+// Ownership: start() returns the only owner. Destroying it stops the HTTP
+// server first, then frees the registry; references from registry() must not
+// outlive it. Stopping the server can block for up to about two seconds (the
+// poll interval of the embedded civetweb server).
+//
+// Threading: update*(), recordStep() and setEvalAccuracy() are meant for the
+// training thread but may be called from any thread (they serialise on an
+// internal mutex). Scrapes run on prometheus-cpp's HTTP threads and read the
+// metrics concurrently; each value is read atomically, a scrape may see one
+// update half applied across different series.
+//
+// Errors: nothing throws. start() returns InvalidArgument for a malformed
+// listen address and Unavailable, naming the address, when the HTTP server
+// cannot bind it (e.g. the port is in use).
+//
+// This header and library do not depend on LibTorch: SyncSnapshot mirrors the
+// fields of geo::sync::SyncStats that are exported, and the caller copies them.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/transport/transport.h"
+
+namespace prometheus {
+class Counter;
+class Exposer;
+class Gauge;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace geo::metrics {
+
+struct WorkerIdentity {
+  std::string job;
+  std::string region;
+  int64_t rank = 0;
+};
+
+// One peer of this worker; `wan` selects the link label (wan|lan).
+struct PeerInfo {
+  uint32_t rank = 0;
+  std::string region;
+  bool wan = true;
+};
+
+// The exported subset of geo::sync::SyncStats (cumulative except `delay`).
+struct SyncSnapshot {
+  int64_t delay = 0;  // dts: the D used for the latest round
+  uint64_t rounds = 0;
+  uint64_t appliedUpdates = 0;
+  uint64_t missing = 0;
+  double stalenessSum = 0;  // over applied updates, in steps
+  // stalenessCounts[s]: applied updates with staleness s; the last entry
+  // counts everything >= its index. Its length must not change between
+  // updates of one WorkerMetrics.
+  std::vector<uint64_t> stalenessCounts;
+  uint64_t payloadBytes = 0;  // fp32 bytes before encoding
+  uint64_t encodedBytes = 0;  // the same after encoding
+  double waitSeconds = 0;
+  double codecSeconds = 0;
+  double roundSecondsSum = 0;  // send -> applied, summed over completed rounds
+  uint64_t roundSecondsCount = 0;
+};
+
+// Bucket upper bounds of geotrain_update_staleness_steps.
+inline const std::vector<double> kStalenessBuckets = {0, 1, 2, 4, 8, 16, 32, 64};
+
+class WorkerMetrics {
+ public:
+  // Binds `listen` ("host:port", e.g. "0.0.0.0:9400"; port 0 picks a free
+  // port, see port()) and starts serving /metrics. `peers` fixes the labels of
+  // the per-peer series; a peer reported later that is not listed gets
+  // region "unknown" and link "wan".
+  static StatusOr<std::unique_ptr<WorkerMetrics>> start(const std::string& listen,
+                                                        WorkerIdentity id,
+                                                        std::vector<PeerInfo> peers);
+
+  ~WorkerMetrics();
+  WorkerMetrics(const WorkerMetrics&) = delete;
+  WorkerMetrics& operator=(const WorkerMetrics&) = delete;
+
+  // The port actually bound.
+  uint16_t port() const { return port_; }
+
+  // Totals from Transport::peerCounters() / counters(). Peer RTTs below zero
+  // (no ping answered yet) leave geotrain_peer_rtt_seconds unset.
+  void updateTransport(const std::vector<transport::PeerCounters>& peers,
+                       const transport::TransportCounters& c);
+
+  // Totals from Synchronizer::stats(). The staleness histogram's _count
+  // follows appliedUpdates; an overflow entry (the last one) is counted in the
+  // +Inf bucket. Round durations between two updates are observed at their
+  // mean, exact when updates come once per step.
+  void updateSync(const SyncSnapshot& s);
+
+  // One optimizer step: its wall time, the loss and the samples it consumed.
+  void recordStep(double seconds, double loss, uint64_t samples);
+
+  void setEvalAccuracy(double accuracy);
+
+  // For callers that add their own series (they get the constant labels only
+  // if they set them).
+  prometheus::Registry& registry() { return *registry_; }
+
+ private:
+  struct PeerSeries;
+  struct Last;
+
+  WorkerMetrics(WorkerIdentity id, std::vector<PeerInfo> peers);
+  void buildFamilies();
+  PeerSeries& peerSeries(uint32_t peer);  // requires mu_
+
+  const WorkerIdentity id_;
+  std::map<uint32_t, PeerInfo> peerInfo_;
+
+  // Declared before exposer_ so the server stops before the registry dies.
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  uint16_t port_ = 0;
+
+  std::mutex mu_;
+  std::map<uint32_t, std::unique_ptr<PeerSeries>> peerSeries_;
+  std::unique_ptr<Last> last_;
+
+  prometheus::Family<prometheus::Counter>* bytesSent_ = nullptr;
+  prometheus::Family<prometheus::Counter>* bytesReceived_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* peerRtt_ = nullptr;
+  prometheus::Family<prometheus::Counter>* reconnects_ = nullptr;
+
+  prometheus::Counter* refusedKeys_ = nullptr;
+  prometheus::Counter* handshakeFailures_ = nullptr;
+  prometheus::Counter* framesRejected_ = nullptr;
+
+  prometheus::Counter* payloadBytes_ = nullptr;
+  prometheus::Counter* encodedBytes_ = nullptr;
+  prometheus::Histogram* staleness_ = nullptr;
+  prometheus::Histogram* roundSeconds_ = nullptr;
+  prometheus::Gauge* delay_ = nullptr;
+  prometheus::Counter* rounds_ = nullptr;
+  prometheus::Counter* missing_ = nullptr;
+  prometheus::Counter* waitSeconds_ = nullptr;
+  prometheus::Counter* codecSeconds_ = nullptr;
+
+  prometheus::Histogram* stepSeconds_ = nullptr;
+  prometheus::Gauge* trainLoss_ = nullptr;
+  prometheus::Gauge* evalAccuracy_ = nullptr;
+  prometheus::Counter* samples_ = nullptr;
+};
+
+}  // namespace geo::metrics
