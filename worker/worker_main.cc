@@ -22,6 +22,7 @@
 
 #include "common/logging.h"
 #include "common/worker_config.h"
+#include "worker/metrics/worker_metrics.h"
 #include "worker/sync/synchronizer.h"
 #include "worker/train/trainer.h"
 #include "worker/transport/keys.h"
@@ -217,6 +218,95 @@ std::string syncFields(const geo::sync::Synchronizer* sync,
       s.payloadBytes);
 }
 
+// Feeds the Prometheus metrics once per step and forwards everything else
+// to the synchronizer (which may be null: a single worker).
+class MetricsHook final : public geo::train::StepHook {
+ public:
+  MetricsHook(geo::metrics::WorkerMetrics& metrics, geo::sync::Synchronizer* sync,
+              const geo::transport::Transport* transport, uint64_t batchSize)
+      : metrics_(metrics), sync_(sync), transport_(transport), batchSize_(batchSize) {}
+
+  geo::Status afterBackward(int64_t step, geo::train::FlatParameters& flat) override {
+    return sync_ != nullptr ? sync_->afterBackward(step, flat) : geo::Status();
+  }
+  geo::Status afterStep(int64_t step, geo::train::FlatParameters& flat) override {
+    if (sync_ != nullptr) GEO_RETURN_IF_ERROR(sync_->afterStep(step, flat));
+    const auto now = std::chrono::steady_clock::now();
+    metrics_.recordStep(std::chrono::duration<double>(now - last_).count(), loss_, batchSize_);
+    last_ = now;
+    update();
+    return {};
+  }
+  geo::Status finish(int64_t steps, geo::train::FlatParameters& flat) override {
+    if (sync_ != nullptr) GEO_RETURN_IF_ERROR(sync_->finish(steps, flat));
+    update();
+    return {};
+  }
+  void saveState(torch::serialize::OutputArchive& archive) override {
+    if (sync_ != nullptr) sync_->saveState(archive);
+  }
+  geo::Status loadState(torch::serialize::InputArchive& archive) override {
+    return sync_ != nullptr ? sync_->loadState(archive) : geo::Status();
+  }
+  // The trainer reports the loss with its progress (every logInterval steps);
+  // the gauge shows the latest reported value.
+  void setLoss(double loss) { loss_ = loss; }
+
+ private:
+  void update() {
+    if (transport_ != nullptr) {
+      metrics_.updateTransport(transport_->peerCounters(), transport_->counters());
+    }
+    if (sync_ == nullptr) return;
+    const geo::sync::SyncStats s = sync_->stats();
+    geo::metrics::SyncSnapshot m;
+    m.delay = s.delay;
+    m.rounds = s.rounds;
+    m.appliedUpdates = s.appliedUpdates;
+    m.missing = s.missing;
+    m.stalenessSum = s.stalenessSum;
+    m.stalenessCounts = s.stalenessCounts;
+    m.payloadBytes = s.payloadBytes;
+    m.encodedBytes = s.encodedBytes;
+    m.waitSeconds = s.waitSeconds;
+    m.codecSeconds = s.codecSeconds;
+    m.roundSecondsSum = s.roundSecondsSum;
+    m.roundSecondsCount = s.roundSecondsCount;
+    metrics_.updateSync(m);
+  }
+
+  geo::metrics::WorkerMetrics& metrics_;
+  geo::sync::Synchronizer* sync_;
+  const geo::transport::Transport* transport_;
+  uint64_t batchSize_;
+  double loss_ = 0;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+// Starts the /metrics endpoint when metrics.enabled. A port that cannot be
+// bound is logged and training goes on without metrics: a busy port should
+// not cost a training run.
+std::unique_ptr<geo::metrics::WorkerMetrics> startMetrics(const geo::WorkerConfig& c,
+                                                          const geo::sync::Topology& topology) {
+  if (!c.metrics.enabled) return nullptr;
+  std::vector<geo::metrics::PeerInfo> peers;
+  for (uint32_t r = 0; r < topology.worldSize(); ++r) {
+    if (r == topology.rank()) continue;
+    peers.push_back({r, topology.regionOf(r), !topology.sameRegion(r, topology.rank())});
+  }
+  auto m = geo::metrics::WorkerMetrics::start(
+      c.metrics.listen, {c.job.id, c.worker.region, c.worker.rank}, std::move(peers));
+  if (!m.ok()) {
+    geo::logger()->warn(
+        "metrics: {}; training without metrics (set metrics.listen, or "
+        "metrics.enabled: false)",
+        m.status().message());
+    return nullptr;
+  }
+  geo::logger()->info("metrics: http://{}/metrics (port {})", c.metrics.listen, (*m)->port());
+  return std::move(*m);
+}
+
 geo::sync::SyncOptions syncOptions(const geo::WorkerConfig& c) {
   geo::sync::SyncOptions o;
   o.algorithm = c.sync.algorithm;
@@ -292,8 +382,16 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
   // every training.evalInterval steps; every worker evaluates its final
   // model (the same on all once the synchronizer has averaged them).
   if (c.worker.rank != 0 && c.sync.algorithm != "none") options.evalInterval = 0;
+  const auto metrics = startMetrics(c, *topology);
+  std::unique_ptr<MetricsHook> metricsHook;
+  geo::train::StepHook* hook = sync.get();
+  if (metrics) {
+    metricsHook = std::make_unique<MetricsHook>(*metrics, sync.get(), transport.get(),
+                                                static_cast<uint64_t>(c.training.batchSize));
+    hook = metricsHook.get();
+  }
   auto trainer =
-      geo::train::Trainer::create(std::move(*model), std::move(shard), *test, options, sync.get());
+      geo::train::Trainer::create(std::move(*model), std::move(shard), *test, options, hook);
   if (!trainer.ok()) return fail(trainer.status());
   auto resumed = (*trainer)->resume();
   if (!resumed.ok()) return fail(resumed.status());
@@ -318,6 +416,8 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
       finalAccuracy = st.evalAccuracy;
       finalLoss = st.loss;
     }
+    if (metricsHook) metricsHook->setLoss(st.loss);
+    if (metrics && st.evalAccuracy) metrics->setEvalAccuracy(*st.evalAccuracy);
     if (progress.jsonl()) {
       std::string fields =
           fmt::format("\"step\":{},\"loss\":{:.6g},\"lr\":{:.6g},\"samplesPerSecond\":{:.1f}",
