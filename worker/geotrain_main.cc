@@ -195,6 +195,11 @@ void addLocal(CLI::App& app, geo::local::LocalOptions& options, int& result) {
                    "PNG with gnuplot (Debian package gnuplot-nox; default: no plot)")
       ->type_name("FILE.png");
   local
+      ->add_option("--prometheus-config", options.prometheusConfig,
+                   "Write a Prometheus scrape config for the workers' /metrics endpoints here "
+                   "(prometheus --config.file=FILE; default: none)")
+      ->type_name("FILE");
+  local
       ->add_option("--worker-binary", options.workerBinary,
                    "geotrain-worker executable to run (default: geotrain-worker next to this "
                    "geotrain)")
@@ -214,7 +219,7 @@ void addLocal(CLI::App& app, geo::local::LocalOptions& options, int& result) {
       "logs/launcher.log, progress.csv and summary.json.\n"
       "Configuration order: built-in defaults, --config, --set, the flags above; then the\n"
       "launcher sets worker.*, transport.listen/peers/regions/links/uplink/keyDir,\n"
-      "metrics.enabled=false and checkpoint.dir=<dir>/rank-<r> for every rank.\n"
+      "metrics.listen=127.0.0.1:<free port> and checkpoint.dir=<dir>/rank-<r> for every rank.\n"
       "\n"
       "Example: geotrain local --algorithm dts --delay auto --steps 1000 --plot accuracy.png\n"
       "Exit status: 0 when every worker exited 0; 1 when a worker failed (the others are\n"

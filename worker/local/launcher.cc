@@ -445,6 +445,7 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   layout.outDir = *outDir;
   layout.threadsPerWorker = defaultThreadsPerWorker(std::thread::hardware_concurrency(), world);
   layout.ports.assign(static_cast<size_t>(world), 1);  // placeholders: validate before writing
+  layout.metricsPorts.assign(static_cast<size_t>(world), 2);
   GEO_RETURN_IF_ERROR(validateRankConfigs(makeRankConfigs(*base, *topology, layout)));
 
   // ---- The run folder.
@@ -458,9 +459,12 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   auto csv = CsvWriter::create(paths.csv);
   if (!csv.ok()) return csv.status();
 
-  auto ports = PortReservation::reserve(static_cast<size_t>(world));
+  // One transport and one metrics port per rank.
+  auto ports = PortReservation::reserve(2 * static_cast<size_t>(world));
   if (!ports.ok()) return ports.status();
-  layout.ports = ports->ports();
+  const std::vector<uint16_t> all = ports->ports();
+  layout.ports.assign(all.begin(), all.begin() + world);
+  layout.metricsPorts.assign(all.begin() + world, all.end());
   const std::vector<WorkerConfig> configs = makeRankConfigs(*base, *topology, layout);
   GEO_RETURN_IF_ERROR(validateRankConfigs(configs));
 
@@ -482,7 +486,18 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   if (!runLog) return unavailable(fmt::format("cannot write {}", paths.runLog.string()));
   if (!options.plot.empty()) paths.plot = plotPath;
 
-  *io.out << renderHeader(*topology, configs.front(), paths) << std::flush;
+  std::string metricsLines = fmt::format("  metrics     http://127.0.0.1:{}/metrics (rank 0)",
+                                         layout.metricsPorts.front());
+  if (world > 1) {
+    metricsLines += fmt::format(" ... :{} (rank {})", layout.metricsPorts.back(), world - 1);
+  }
+  if (!options.prometheusConfig.empty()) {
+    const fs::path promPath = fs::absolute(options.prometheusConfig, error);
+    GEO_RETURN_IF_ERROR(writeTextFile(promPath, prometheusScrapeConfig(configs, *outDir)));
+    metricsLines +=
+        fmt::format("\n  prometheus  {} (scrape config for all workers)", promPath.string());
+  }
+  *io.out << renderHeader(*topology, configs.front(), paths) << metricsLines << "\n" << std::flush;
 
   // ---- Run.
   auto signals = SignalWatch::create();

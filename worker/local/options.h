@@ -65,9 +65,10 @@ struct LocalOptions {
   std::optional<std::string> uplink;  // nullopt: the preset's
 
   // Outputs.
-  std::string out;   // run folder; empty: runs/<YYYYmmdd-HHMMSS>
-  std::string csv;   // empty: <out>/progress.csv
-  std::string plot;  // empty: no plot
+  std::string out;               // run folder; empty: runs/<YYYYmmdd-HHMMSS>
+  std::string csv;               // empty: <out>/progress.csv
+  std::string plot;              // empty: no plot
+  std::string prometheusConfig;  // empty: none; else a Prometheus scrape config is written here
 
   // Processes.
   std::string workerBinary;  // empty: geotrain-worker next to /proc/self/exe

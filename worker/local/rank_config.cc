@@ -93,7 +93,12 @@ std::vector<WorkerConfig> makeRankConfigs(const WorkerConfig& base, const Topolo
     c.transport.uplink = topology.uplink;
     c.transport.keyDir = (layout.outDir / "keys").string();
     if (c.training.threads == 0) c.training.threads = layout.threadsPerWorker;
-    c.metrics.enabled = false;
+    c.metrics.enabled = !layout.metricsPorts.empty();
+    if (c.metrics.enabled) {
+      GEO_ENFORCE_EQ(static_cast<int64_t>(layout.metricsPorts.size()), world,
+                     "one metrics port per rank");
+      c.metrics.listen = fmt::format("127.0.0.1:{}", layout.metricsPorts[static_cast<size_t>(r)]);
+    }
     if (!base.checkpoint.dir.empty()) {
       c.checkpoint.dir =
           (std::filesystem::path(base.checkpoint.dir) / fmt::format("rank-{}", r)).string();
@@ -109,6 +114,25 @@ Status validateRankConfigs(const std::vector<WorkerConfig>& configs) {
         validateWorkerConfig(configs[r]).withContext(fmt::format("worker-{}.yaml", r)));
   }
   return {};
+}
+
+std::string prometheusScrapeConfig(const std::vector<WorkerConfig>& configs,
+                                   const std::filesystem::path& outDir) {
+  std::string out = fmt::format(
+      "# Prometheus scrape configuration for the geotrain local run in {}\n"
+      "# (prometheus --config.file=<this file>; the workers serve /metrics while they run).\n"
+      "global:\n  scrape_interval: 5s\n"
+      "scrape_configs:\n"
+      "  - job_name: geotrain-local\n"
+      "    honor_labels: true  # keep the workers' job, region and rank labels\n"
+      "    static_configs:\n",
+      outDir.string());
+  for (const WorkerConfig& c : configs) {
+    if (!c.metrics.enabled) continue;
+    out += fmt::format("      - targets: ['{}']\n        labels: {{geotrain_worker: 'rank-{}'}}\n",
+                       c.metrics.listen, c.worker.rank);
+  }
+  return out;
 }
 
 }  // namespace geo::local

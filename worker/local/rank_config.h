@@ -33,6 +33,8 @@ StatusOr<WorkerConfig> buildBaseConfig(const LocalOptions& options);
 struct RankLayout {
   std::filesystem::path outDir;  // absolute run folder; keys live in <outDir>/keys
   std::vector<uint16_t> ports;   // loopback port of each rank (index = rank)
+  // Loopback port of each rank's /metrics (index = rank); empty: metrics off.
+  std::vector<uint16_t> metricsPorts;
   int64_t threadsPerWorker = 1;  // training.threads when the base config leaves it 0
 };
 
@@ -47,10 +49,18 @@ int64_t defaultThreadsPerWorker(unsigned hardwareCores, int64_t workers);
 //   --regions order (a before b); transport.uplink = topology.uplink;
 //   transport.keyDir = <outDir>/keys;
 //   training.threads = layout.threadsPerWorker unless the base sets one;
-//   metrics.enabled = false; checkpoint.dir = <base dir>/rank-<r> when set.
+//   metrics.listen = 127.0.0.1:<metricsPorts[rank]> (metrics.enabled = false
+//   when layout.metricsPorts is empty); checkpoint.dir = <base dir>/rank-<r>
+//   when set.
 // Requires layout.ports.size() == topology.worldSize() (GEO_ENFORCE).
 std::vector<WorkerConfig> makeRankConfigs(const WorkerConfig& base, const Topology& topology,
                                           const RankLayout& layout);
+
+// A Prometheus configuration that scrapes every rank's /metrics (from the
+// configs' metrics.listen) every 5 s; honor_labels keeps the workers' own
+// job/region/rank labels.
+std::string prometheusScrapeConfig(const std::vector<WorkerConfig>& configs,
+                                   const std::filesystem::path& outDir);
 
 // validateWorkerConfig() on every rank's config; the first error is returned
 // with the file it will be written to ("worker-2.yaml: ...").

@@ -228,8 +228,23 @@ TEST(LocalRankConfigs, LauncherOwnedFieldsWinAndThreadsFollowTheBase) {
   EXPECT_EQ(configs[1].worker.rank, 1);
   EXPECT_EQ(configs[1].transport.listen, "tcp://127.0.0.1:41001");
   EXPECT_EQ(configs[1].transport.links.size(), 1u);
-  EXPECT_FALSE(configs[1].metrics.enabled);
+  EXPECT_FALSE(configs[1].metrics.enabled);   // no metrics ports in this layout
   EXPECT_EQ(configs[1].training.threads, 6);  // the base's choice beats the split
+}
+
+TEST(LocalRankConfigs, MetricsPortsAndScrapeConfig) {
+  const Topology t = topology("london,tokyo", 1);
+  RankLayout l = layout(2);
+  l.metricsPorts = {42000, 42001};
+  const auto configs = makeRankConfigs(WorkerConfig{}, t, l);
+  ASSERT_TRUE(validateRankConfigs(configs).ok());
+  EXPECT_TRUE(configs[1].metrics.enabled);
+  EXPECT_EQ(configs[1].metrics.listen, "127.0.0.1:42001");
+  const std::string prom = prometheusScrapeConfig(configs, "/runs/r1");
+  EXPECT_NE(prom.find("honor_labels: true"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("- targets: ['127.0.0.1:42000']"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("- targets: ['127.0.0.1:42001']"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("geotrain_worker: 'rank-1'"), std::string::npos) << prom;
 }
 
 TEST(LocalRankConfigs, LanPresetAndUnlimitedUplink) {
