@@ -645,7 +645,9 @@ std::vector<Section> buildSchema() {
         makeField("resume", &W::checkpoint, &W::Checkpoint::resume, boolean, anyBool())}});
   schema.push_back({"metrics",
                     {makeField("listen", &W::metrics, &W::Metrics::listen, string, anyString()),
-                     makeField("enabled", &W::metrics, &W::Metrics::enabled, boolean, anyBool())}});
+                     makeField("enabled", &W::metrics, &W::Metrics::enabled, boolean, anyBool()),
+                     makeField("lingerSeconds", &W::metrics, &W::Metrics::lingerSeconds, number,
+                               atLeastNumber(0))}});
   schema.push_back(
       {"log",
        {makeField("level", &W::log, &W::Log::level, string,

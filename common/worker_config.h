@@ -150,6 +150,7 @@ struct WorkerConfig {
   struct Metrics {
     std::string listen = "0.0.0.0:9400";  // host:port of /metrics; non-empty when enabled
     bool enabled = true;
+    double lingerSeconds = 0;  // keep serving /metrics this long after training ends
 
     bool operator==(const Metrics&) const = default;
   };

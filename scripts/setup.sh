@@ -18,6 +18,10 @@ PACKAGES=(
   prometheus-cpp-dev                # worker/metrics: the /metrics endpoint
   dataset-fashion-mnist             # the demo's and the convergence tests' data
   python3                           # multi-process tests and the WAN benchmark read JSON with it
+  libcurl4-openssl-dev              # controller/kube: the Kubernetes REST client
+  libcpp-httplib-dev libssl-dev     # tests/support: the test apiserver (HTTPS)
+  python3-prometheus-client python3-yaml  # metrics tests: parse the exposition and the scrape config
+  prometheus                        # metrics tests: scrape a run and evaluate the dashboard's PromQL
 )
 
 missing=()

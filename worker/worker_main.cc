@@ -18,6 +18,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/logging.h"
@@ -186,36 +187,41 @@ geo::StatusOr<std::unique_ptr<geo::transport::Transport>> makeTransport(
   return gt::makeZmqTransport(std::move(t));
 }
 
-struct ByteTotals {
-  uint64_t wanSent = 0, wanReceived = 0, lanSent = 0, lanReceived = 0;
+// One consistent reading of the synchronizer's and the transport's cumulative
+// totals: a progress event and the metrics published from the same Totals
+// agree to the byte (the transport's pings keep counting in the background).
+struct Totals {
+  geo::sync::SyncStats sync;
+  std::vector<geo::transport::PeerCounters> peers;
+  geo::transport::TransportCounters transport;
 };
 
-ByteTotals byteTotals(const geo::transport::Transport* transport,
-                      const geo::sync::Topology& topology) {
-  ByteTotals b;
-  if (transport == nullptr) return b;
-  for (const auto& p : transport->peerCounters()) {
-    const bool lan = topology.sameRegion(p.peer, topology.rank());
-    (lan ? b.lanSent : b.wanSent) += p.bytesSent;
-    (lan ? b.lanReceived : b.wanReceived) += p.bytesReceived;
+Totals readTotals(const geo::sync::Synchronizer* sync, const geo::transport::Transport* transport) {
+  Totals t;
+  if (sync != nullptr) t.sync = sync->stats();
+  if (transport != nullptr) {
+    t.peers = transport->peerCounters();
+    t.transport = transport->counters();
   }
-  return b;
+  return t;
 }
 
 // "sync":{...},"bytes":{...} members of a progress or done event.
-std::string syncFields(const geo::sync::Synchronizer* sync,
-                       const geo::transport::Transport* transport,
-                       const geo::sync::Topology& topology) {
-  const geo::sync::SyncStats s = sync != nullptr ? sync->stats() : geo::sync::SyncStats{};
-  const ByteTotals b = byteTotals(transport, topology);
+std::string syncFields(const Totals& t, const geo::sync::Topology& topology) {
+  uint64_t wanSent = 0, wanReceived = 0, lanSent = 0, lanReceived = 0;
+  for (const auto& p : t.peers) {
+    const bool lan = topology.sameRegion(p.peer, topology.rank());
+    (lan ? lanSent : wanSent) += p.bytesSent;
+    (lan ? lanReceived : wanReceived) += p.bytesReceived;
+  }
+  const geo::sync::SyncStats& s = t.sync;
   return fmt::format(
       "\"sync\":{{\"delay\":{},\"rounds\":{},\"appliedUpdates\":{},\"stalenessMean\":{:.4g},"
       "\"stalenessMax\":{},\"missing\":{},\"waitSeconds\":{:.4g},\"codecSeconds\":{:.4g}}},"
       "\"bytes\":{{\"wanSent\":{},\"wanReceived\":{},\"lanSent\":{},\"lanReceived\":{},"
       "\"payload\":{}}}",
       s.delay, s.rounds, s.appliedUpdates, s.stalenessMean(), s.stalenessMax, s.missing,
-      s.waitSeconds, s.codecSeconds, b.wanSent, b.wanReceived, b.lanSent, b.lanReceived,
-      s.payloadBytes);
+      s.waitSeconds, s.codecSeconds, wanSent, wanReceived, lanSent, lanReceived, s.payloadBytes);
 }
 
 // Feeds the Prometheus metrics once per step and forwards everything else
@@ -234,12 +240,12 @@ class MetricsHook final : public geo::train::StepHook {
     const auto now = std::chrono::steady_clock::now();
     metrics_.recordStep(std::chrono::duration<double>(now - last_).count(), loss_, batchSize_);
     last_ = now;
-    update();
+    publish(readTotals(sync_, transport_));
     return {};
   }
   geo::Status finish(int64_t steps, geo::train::FlatParameters& flat) override {
     if (sync_ != nullptr) GEO_RETURN_IF_ERROR(sync_->finish(steps, flat));
-    update();
+    publish(readTotals(sync_, transport_));
     return {};
   }
   void saveState(torch::serialize::OutputArchive& archive) override {
@@ -252,13 +258,11 @@ class MetricsHook final : public geo::train::StepHook {
   // the gauge shows the latest reported value.
   void setLoss(double loss) { loss_ = loss; }
 
- private:
-  void update() {
-    if (transport_ != nullptr) {
-      metrics_.updateTransport(transport_->peerCounters(), transport_->counters());
-    }
+  // Sets the transport and synchronizer metrics to `t`.
+  void publish(const Totals& t) {
+    if (transport_ != nullptr) metrics_.updateTransport(t.peers, t.transport);
     if (sync_ == nullptr) return;
-    const geo::sync::SyncStats s = sync_->stats();
+    const geo::sync::SyncStats& s = t.sync;
     geo::metrics::SyncSnapshot m;
     m.delay = s.delay;
     m.rounds = s.rounds;
@@ -275,6 +279,7 @@ class MetricsHook final : public geo::train::StepHook {
     metrics_.updateSync(m);
   }
 
+ private:
   geo::metrics::WorkerMetrics& metrics_;
   geo::sync::Synchronizer* sync_;
   const geo::transport::Transport* transport_;
@@ -423,7 +428,8 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
           fmt::format("\"step\":{},\"loss\":{:.6g},\"lr\":{:.6g},\"samplesPerSecond\":{:.1f}",
                       st.step, st.loss, st.lr, st.samplesPerSecond);
       if (st.evalAccuracy) fields += fmt::format(",\"evalAccuracy\":{:.6g}", *st.evalAccuracy);
-      progress.emit("progress", fields + "," + syncFields(sync.get(), transport.get(), *topology));
+      progress.emit("progress",
+                    fields + "," + syncFields(readTotals(sync.get(), transport.get()), *topology));
       return;
     }
     const std::string eval =
@@ -440,10 +446,21 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
   if (!s.ok()) return fail(s);
   std::string done = fmt::format("\"step\":{},\"loss\":{:.6g}", c.training.steps, finalLoss);
   if (finalAccuracy) done += fmt::format(",\"testAccuracy\":{:.6g}", *finalAccuracy);
-  progress.emit("done", done + "," + syncFields(sync.get(), transport.get(), *topology));
+  // The last metrics and the done event come from one reading, so a scraper
+  // that finds the worker lingering sees exactly the totals of the event.
+  const Totals totals = readTotals(sync.get(), transport.get());
+  if (metricsHook) metricsHook->publish(totals);
+  progress.emit("done", done + "," + syncFields(totals, *topology));
   if (finalAccuracy) {
     geo::logger()->info("done: {} steps, test accuracy {:.2f}%", c.training.steps,
                         *finalAccuracy * 100);
+  }
+  if (metrics && c.metrics.lingerSeconds > 0) {
+    // A worker that exits at once takes its final values with it before
+    // Prometheus' next scrape: keep serving them for one scrape interval.
+    geo::logger()->info("metrics: serving the final values for {}s (metrics.lingerSeconds)",
+                        c.metrics.lingerSeconds);
+    std::this_thread::sleep_for(std::chrono::duration<double>(c.metrics.lingerSeconds));
   }
   return kExitOk;
 }
@@ -479,6 +496,7 @@ int main(int argc, char** argv) {
   addShort("--batch-size", "training.batchSize", "Samples per step");
   addShort("--lr", "training.lr", "Learning rate");
   addShort("--checkpoint-dir", "checkpoint.dir", "Where to write and resume checkpoints");
+  addShort("--metrics-listen", "metrics.listen", "host:port of the Prometheus /metrics endpoint");
   addShort("--log-level", "log.level", "trace, debug, info, warn, error, critical or off");
   app.add_flag("--print-config", printConfig, "Print the effective configuration as YAML and exit");
   app.add_option("--progress-format", progressFormat,

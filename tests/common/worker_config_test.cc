@@ -103,6 +103,7 @@ checkpoint:
 metrics:
   listen: 127.0.0.1:9500
   enabled: false
+  lingerSeconds: 15
 log:
   level: debug
 )";
@@ -273,7 +274,7 @@ INSTANTIATE_TEST_SUITE_P(
                    "did you mean 'training'?"}},
         ErrorCase{"sync:\n  zzz: 1\n", {"sync.zzz: unknown key (allowed: algorithm, period,"}},
         ErrorCase{"metrics:\n  port: 1\n",
-                  {"metrics.port: unknown key (allowed: listen, enabled)"}},
+                  {"metrics.port: unknown key (allowed: listen, enabled, lingerSeconds)"}},
         ErrorCase{"worker:\n  worldsize: 2\n", {"did you mean 'worldSize'?"}},
         ErrorCase{"training:\n  lr: 1\n  lr: 2\n", {"test.yaml:3:3: training.lr: duplicate key"}},
         ErrorCase{"log:\n  level: info\nlog:\n  level: warn\n",
@@ -295,6 +296,8 @@ INSTANTIATE_TEST_SUITE_P(
                   {"training.stepGamma: 0 is not allowed (allowed: a number in (0, 1])"}},
         ErrorCase{"training:\n  weightDecay: -0.1\n",
                   {"training.weightDecay: -0.1 is not allowed (allowed: a number >= 0)"}},
+        ErrorCase{"metrics:\n  lingerSeconds: -1\n",
+                  {"metrics.lingerSeconds: -1 is not allowed (allowed: a number >= 0)"}},
         ErrorCase{"training:\n  steps: 0\n",
                   {"training.steps: 0 is not allowed (allowed: an integer >= 1)"}},
         ErrorCase{"training:\n  batchSize: 1.5\n",
@@ -631,7 +634,7 @@ TEST(WorkerConfig, DocsListEveryKeyWithItsDefault) {
   const std::string docs = readFile(GEO_WORKER_CONFIG_DOC);
   ASSERT_FALSE(docs.empty()) << "cannot read " << GEO_WORKER_CONFIG_DOC;
   const auto keys = defaultKeyValues();
-  EXPECT_EQ(keys.size(), 54u);  // the schema's key count: update with the docs
+  EXPECT_EQ(keys.size(), 55u);  // the schema's key count: update with the docs
   for (const auto& [path, value] : keys) {
     // A reference row: | `path` | type | `default` | allowed | meaning |
     const std::string rowStart = "| `" + path + "` |";

@@ -4,10 +4,13 @@
 // order the launcher received them:
 //   wall_seconds,rank,region,step,loss,samples_per_second,eval_accuracy,
 //   wan_sent_bytes,wan_received_bytes,lan_sent_bytes,lan_received_bytes,
-//   payload_bytes,staleness_mean,staleness_max,delay
+//   payload_bytes,staleness_mean,staleness_max,delay,applied_updates,missing,
+//   event
 // wall_seconds is the launcher's time since launch; a value the event did
 // not carry is an empty cell (eval_accuracy is empty on steps without an
-// evaluation). Region names are DNS labels, so no cell needs quoting.
+// evaluation); event is the event's name, progress or done (a done row
+// follows the last progress row and has the worker's final totals). Region names are DNS labels, so
+// no cell needs quoting.
 //
 // CsvWriter owns its file; not thread-safe; errors are Statuses naming the
 // path.

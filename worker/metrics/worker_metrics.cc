@@ -106,11 +106,6 @@ StatusOr<std::unique_ptr<WorkerMetrics>> WorkerMetrics::start(const std::string&
 void WorkerMetrics::buildFamilies() {
   const prometheus::Labels constant = {
       {"job", id_.job}, {"region", id_.region}, {"rank", std::to_string(id_.rank)}};
-  // The per-link families carry the peer's region as `region` (the label the
-  // dashboard groups traffic by), so this worker's own region moves to
-  // `worker_region` there: one series cannot have two `region` labels.
-  const prometheus::Labels linkConstant = {
-      {"job", id_.job}, {"worker_region", id_.region}, {"rank", std::to_string(id_.rank)}};
   auto& reg = *registry_;
   auto counter = [&](const char* name, const char* help) -> prometheus::Counter& {
     return prometheus::BuildCounter().Name(name).Help(help).Labels(constant).Register(reg).Add({});
@@ -127,12 +122,12 @@ void WorkerMetrics::buildFamilies() {
   bytesSent_ = &prometheus::BuildCounter()
                     .Name("geotrain_bytes_sent_total")
                     .Help("Bytes (frame headers and payloads) sent to a peer")
-                    .Labels(linkConstant)
+                    .Labels(constant)
                     .Register(reg);
   bytesReceived_ = &prometheus::BuildCounter()
                         .Name("geotrain_bytes_received_total")
                         .Help("Bytes (frame headers and payloads) received from a peer")
-                        .Labels(linkConstant)
+                        .Labels(constant)
                         .Register(reg);
   peerRtt_ = &prometheus::BuildGauge()
                   .Name("geotrain_peer_rtt_seconds")
@@ -169,7 +164,7 @@ void WorkerMetrics::buildFamilies() {
   waitSeconds_ = &counter("geotrain_sync_wait_seconds_total",
                           "Time the training thread spent blocked waiting for peers");
   codecSeconds_ =
-      &counter("geotrain_codec_seconds", "Total time spent encoding and decoding updates");
+      &counter("geotrain_codec_seconds_total", "Total time spent encoding and decoding updates");
 
   stepSeconds_ =
       &histogram("geotrain_step_seconds", "Wall time of one optimizer step", kStepBuckets);
@@ -185,7 +180,7 @@ WorkerMetrics::PeerSeries& WorkerMetrics::peerSeries(uint32_t peer) {
   if (auto known = peerInfo_.find(peer); known != peerInfo_.end()) info = known->second;
   const std::string rank = std::to_string(peer);
   const prometheus::Labels link = {
-      {"peer", rank}, {"region", info.region}, {"link", info.wan ? "wan" : "lan"}};
+      {"peer", rank}, {"peer_region", info.region}, {"link", info.wan ? "wan" : "lan"}};
   auto series = std::make_unique<PeerSeries>();
   series->sent = &bytesSent_->Add(link);
   series->received = &bytesReceived_->Add(link);

@@ -4,9 +4,10 @@
 // A WorkerMetrics owns a prometheus::Registry and an HTTP exposer serving it
 // at http://<listen>/metrics. The training loop pushes numbers into it; the
 // Prometheus server pulls them. Every series carries the constant labels
-// job, region and rank of this worker, except geotrain_bytes_sent_total and
-// geotrain_bytes_received_total: there `region` is the peer's region (labels
-// peer, region, link=wan|lan) and this worker's own is `worker_region`.
+// job, region and rank of this worker (so one `region` selector filters every
+// panel of a dashboard alike); geotrain_bytes_sent_total and
+// geotrain_bytes_received_total add the other end: peer, peer_region and
+// link=wan|lan.
 // The endpoint also serves prometheus-cpp's own exposer_* series (scrapes,
 // bytes transferred, latency), without those labels.
 //

@@ -100,17 +100,18 @@ TEST(LocalCsv, HeaderAndRows) {
   EXPECT_EQ(csvHeader(),
             "wall_seconds,rank,region,step,loss,samples_per_second,eval_accuracy,wan_sent_bytes,"
             "wan_received_bytes,lan_sent_bytes,lan_received_bytes,payload_bytes,staleness_mean,"
-            "staleness_max,delay\n");
+            "staleness_max,delay,applied_updates,missing,event\n");
   const WorkerEvent full = event(
       progress(2, 50, 3.2,
                R"(,"loss":0.61,"samplesPerSecond":1200.5,"evalAccuracy":0.81,"sync":{"delay":4,)"
-               R"("stalenessMean":3.5,"stalenessMax":4},"bytes":{"wanSent":10,"wanReceived":20,)"
+               R"("stalenessMean":3.5,"stalenessMax":4,"appliedUpdates":12,"missing":1},)"
+               R"("bytes":{"wanSent":10,"wanReceived":20,)"
                R"("lanSent":30,"lanReceived":40,"payload":80})"));
   EXPECT_EQ(csvRow(1.23456, 2, "tokyo", full),
-            "1.235,2,tokyo,50,0.61,1200.5,0.81,10,20,30,40,80,3.5,4,4\n");
+            "1.235,2,tokyo,50,0.61,1200.5,0.81,10,20,30,40,80,3.5,4,4,12,1,progress\n");
   // Absent values are empty cells: no evaluation on this step.
   const WorkerEvent sparse = event(progress(0, 60, 4.0, R"(,"loss":0.5)"));
-  EXPECT_EQ(csvRow(2, 0, "london", sparse), "2.000,0,london,60,0.5,,,,,,,,,,\n");
+  EXPECT_EQ(csvRow(2, 0, "london", sparse), "2.000,0,london,60,0.5,,,,,,,,,,,,,progress\n");
 }
 
 TEST(LocalTimeToAccuracy, FirstEvaluationAtOrAboveEachThreshold) {

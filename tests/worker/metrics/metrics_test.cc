@@ -318,7 +318,7 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
       {"geotrain_train_loss", "gauge"},
       {"geotrain_eval_accuracy", "gauge"},
       {"geotrain_samples_total", "counter"},
-      {"geotrain_codec_seconds", "counter"},
+      {"geotrain_codec_seconds_total", "counter"},
       {"geotrain_sync_delay_steps", "gauge"},
       {"geotrain_sync_rounds_total", "counter"},
       {"geotrain_sync_missing_total", "counter"},
@@ -342,19 +342,19 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
     EXPECT_EQ(label("rank"), "3") << sample.name;
     const bool perLink =
         family == "geotrain_bytes_sent_total" || family == "geotrain_bytes_received_total";
-    EXPECT_EQ(label(perLink ? "worker_region" : "region"), "eu-west") << sample.name;
+    EXPECT_EQ(label("region"), "eu-west") << sample.name;
     if (perLink) {
       EXPECT_NE(label("peer"), "<none>") << sample.name;
-      EXPECT_NE(label("region"), "<none>") << sample.name;
+      EXPECT_NE(label("peer_region"), "<none>") << sample.name;
       EXPECT_TRUE(label("link") == "wan" || label("link") == "lan") << sample.name;
     }
   }
 
   EXPECT_EQ(valueOf(e, "geotrain_bytes_sent_total",
-                    {{"peer", "0"}, {"region", "eu-west"}, {"link", "lan"}}),
+                    {{"peer", "0"}, {"peer_region", "eu-west"}, {"link", "lan"}}),
             10);
   EXPECT_EQ(valueOf(e, "geotrain_bytes_received_total",
-                    {{"peer", "1"}, {"region", "us-east"}, {"link", "wan"}}),
+                    {{"peer", "1"}, {"peer_region", "us-east"}, {"link", "wan"}}),
             40);
   EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_peer_rtt_seconds", {{"peer", "1"}}), 0.08);
   EXPECT_EQ(valueOf(e, "geotrain_transport_reconnects_total", {{"peer", "2"}}), 0);
@@ -409,7 +409,7 @@ TEST(WorkerMetricsTest, CountersFollowCumulativeTotals) {
   EXPECT_EQ(valueOf(e, "geotrain_payload_bytes_total"), 20000);
   EXPECT_EQ(valueOf(e, "geotrain_encoded_bytes_total"), 5000);
   EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_sync_wait_seconds_total"), 2.5);
-  EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_codec_seconds"), 1.25);
+  EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_codec_seconds_total"), 1.25);
   EXPECT_EQ(valueOf(e, "geotrain_samples_total"), 160);
   EXPECT_EQ(valueOf(e, "geotrain_step_seconds_count"), 5);
   EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_train_loss"), 0.4);
@@ -457,7 +457,7 @@ TEST(WorkerMetricsTest, LabelValuesAreEscaped) {
   const Exposition e = parseExposition(httpGet((*m)->port()));
   ASSERT_TRUE(e.errors.empty()) << ::testing::PrintToString(e.errors);
   EXPECT_EQ(valueOf(e, "geotrain_bytes_sent_total",
-                    {{"job", "a \"quoted\"\\job\nx"}, {"region", "odd\"region"}}),
+                    {{"job", "a \"quoted\"\\job\nx"}, {"peer_region", "odd\"region"}}),
             5);
 }
 
