@@ -470,7 +470,8 @@ Field listField(std::string_view key, std::vector<std::string> W::Transport::*me
 Field peersField() {
   return listField("peers", &W::Transport::peers,
                    "a list of endpoints such as tcp://host:7000, one per rank",
-                   "an endpoint such as tcp://host:7000, without spaces or commas", isEndpoint);
+                   "an endpoint such as tcp://host:7000, without spaces or commas, or none",
+                   [](const std::string& e) { return e == "none" || isEndpoint(e); });
 }
 
 Field regionsField() {
@@ -839,6 +840,12 @@ Status validateRelations(const WorkerConfig& c) {
                     "worker.worldSize = {})",
                     peerCount, w.worldSize));
   }
+  if (peerCount != 0 && c.transport.peers[static_cast<size_t>(w.rank)] == "none") {
+    return invalidArgument(fmt::format(
+        "transport.peers[{}]: none is not allowed for this worker's own rank (allowed: an "
+        "endpoint such as tcp://host:7000)",
+        w.rank));
+  }
 
   if (!c.transport.regions.empty()) {
     const auto& regions = c.transport.regions;
@@ -992,6 +999,29 @@ std::string toYaml(const WorkerConfig& config) {
 
 Status applyOverride(WorkerConfig& config, std::string_view dottedKey, std::string_view value) {
   return noThrow<Status>(dottedKey, [&] { return applyOne(config, dottedKey, value); });
+}
+
+Status placeByCompletionIndex(WorkerConfig& config, int64_t index) {
+  const auto& regions = config.transport.regions;
+  const std::string& region = config.worker.region;
+  std::vector<int64_t> ranks;
+  if (regions.empty()) {
+    for (int64_t r = 0; r < config.worker.worldSize; ++r) ranks.push_back(r);
+  } else {
+    for (size_t r = 0; r < regions.size(); ++r) {
+      if (regions[r] == region) ranks.push_back(static_cast<int64_t>(r));
+    }
+  }
+  if (index < 0 || index >= static_cast<int64_t>(ranks.size())) {
+    return invalidArgument(fmt::format(
+        "completion index {} is not allowed (allowed: 0..{}: region {} has {} workers in {})",
+        index, static_cast<int64_t>(ranks.size()) - 1, region, ranks.size(),
+        regions.empty() ? "worker.worldSize" : "transport.regions"));
+  }
+  config.worker.localRank = index;
+  config.worker.rank = ranks[static_cast<size_t>(index)];
+  config.worker.regionSize = static_cast<int64_t>(ranks.size());
+  return {};
 }
 
 int64_t effectiveShardIndex(const WorkerConfig& config) {

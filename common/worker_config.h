@@ -118,7 +118,10 @@ struct WorkerConfig {
 
   struct Transport {
     std::string listen = "tcp://*:7000";  // ZeroMQ endpoint this worker binds
-    std::vector<std::string> peers;       // empty, or one endpoint per rank (index = rank)
+    // Empty, or one endpoint per rank (index = rank). `none`: this worker
+    // never talks to that rank (under hierarchical sync, another region's
+    // member: a cluster exposes only each region's leader).
+    std::vector<std::string> peers;
     // regions[r]: the region of rank r (empty, or one per rank). Decides
     // which peers are across the WAN (links and uplink apply to them) and
     // which rank leads each region (its first rank) for hierarchical sync.
@@ -243,6 +246,17 @@ std::string toYaml(const WorkerConfig& config);
 // (overrides are applied one at a time): call validateWorkerConfig() after
 // the last one.
 Status applyOverride(WorkerConfig& config, std::string_view dottedKey, std::string_view value);
+
+// Places this worker as the `index`-th worker (0-based) of worker.region, for
+// the pods of a Kubernetes Indexed Job, which all share one worker.yaml and
+// differ only in $(JOB_COMPLETION_INDEX): sets worker.localRank = index,
+// worker.rank = the rank of that place in transport.regions (ranks are
+// assigned region by region in list order) and worker.regionSize = the
+// number of ranks of worker.region. Without transport.regions every
+// rank is in worker.region, so worker.rank = index. An index outside the
+// region is InvalidArgument naming the region and its size; `config` is then
+// unchanged. Call validateWorkerConfig() after.
+Status placeByCompletionIndex(WorkerConfig& config, int64_t index);
 
 // The data shard this worker reads: the configured value, else derived from
 // the worker (rank of worldSize).

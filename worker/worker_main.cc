@@ -143,6 +143,9 @@ geo::StatusOr<std::unique_ptr<geo::transport::Transport>> makeTransport(
   t.jobId = c.job.id;
   t.rank = topology.rank();
   t.endpoints = c.transport.peers;
+  for (auto& e : t.endpoints) {
+    if (e == "none") e.clear();  // never connected to (see transport.peers)
+  }
   t.bindEndpoint = c.transport.listen;
   const std::filesystem::path keyDir = c.transport.keyDir;
   auto secret = gt::loadSecretKey(keyDir / fmt::format("worker-{}.key", t.rank));
@@ -498,6 +501,11 @@ int main(int argc, char** argv) {
   addShort("--checkpoint-dir", "checkpoint.dir", "Where to write and resume checkpoints");
   addShort("--metrics-listen", "metrics.listen", "host:port of the Prometheus /metrics endpoint");
   addShort("--log-level", "log.level", "trace, debug, info, warn, error, critical or off");
+  std::optional<int64_t> completionIndex;
+  app.add_option("--completion-index", completionIndex,
+                 "Place this worker as the N-th (0-based) of worker.region: sets worker.localRank "
+                 "and worker.rank from transport.regions (Kubernetes Indexed Jobs pass "
+                 "$(JOB_COMPLETION_INDEX)); applied after --set");
   app.add_flag("--print-config", printConfig, "Print the effective configuration as YAML and exit");
   app.add_option("--progress-format", progressFormat,
                  "text: progress as log lines on stderr; jsonl: also one JSON object per line on "
@@ -528,6 +536,11 @@ int main(int argc, char** argv) {
     }
     if (auto s = geo::applyOverride(config, kv.substr(0, eq), kv.substr(eq + 1)); !s.ok()) {
       return fail(s);
+    }
+  }
+  if (completionIndex) {
+    if (auto s = geo::placeByCompletionIndex(config, *completionIndex); !s.ok()) {
+      return fail(s.withContext("--completion-index"));
     }
   }
   if (auto s = geo::validateWorkerConfig(config); !s.ok()) return fail(s);

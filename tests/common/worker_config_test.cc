@@ -653,3 +653,47 @@ TEST(WorkerConfig, DocsListEveryKeyWithItsDefault) {
 
 }  // namespace
 }  // namespace geo
+
+namespace geo {
+namespace {
+
+TEST(WorkerConfig, PlaceByCompletionIndex) {
+  WorkerConfig c;
+  c.worker.worldSize = 5;
+  c.worker.region = "tokyo";
+  c.transport.regions = {"london", "london", "tokyo", "tokyo", "tokyo"};
+  ASSERT_TRUE(placeByCompletionIndex(c, 2).ok());
+  EXPECT_EQ(c.worker.rank, 4);
+  EXPECT_EQ(c.worker.localRank, 2);
+  EXPECT_EQ(c.worker.regionSize, 3);
+  EXPECT_TRUE(validateWorkerConfig(c).ok()) << validateWorkerConfig(c).message();
+  const WorkerConfig before = c;
+  const Status s = placeByCompletionIndex(c, 3);
+  EXPECT_EQ(s.message(),
+            "completion index 3 is not allowed (allowed: 0..2: region tokyo has 3 workers in "
+            "transport.regions)");
+  EXPECT_EQ(c, before);
+  // Without transport.regions every rank is in worker.region.
+  WorkerConfig flat;
+  flat.worker.worldSize = 4;
+  ASSERT_TRUE(placeByCompletionIndex(flat, 3).ok());
+  EXPECT_EQ(flat.worker.rank, 3);
+  EXPECT_EQ(flat.worker.localRank, 3);
+  EXPECT_FALSE(placeByCompletionIndex(flat, -1).ok());
+}
+
+TEST(WorkerConfig, PeersMayBeNoneExceptThisWorker) {
+  WorkerConfig c;
+  c.worker.worldSize = 3;
+  c.worker.regionSize = 3;
+  ASSERT_TRUE(applyOverride(c, "transport.peers", "tcp://a:7000,none,tcp://c:7000").ok());
+  EXPECT_TRUE(validateWorkerConfig(c).ok());
+  c.worker.rank = 1;
+  c.worker.localRank = 1;
+  EXPECT_EQ(validateWorkerConfig(c).message(),
+            "transport.peers[1]: none is not allowed for this worker's own rank (allowed: an "
+            "endpoint such as tcp://host:7000)");
+}
+
+}  // namespace
+}  // namespace geo

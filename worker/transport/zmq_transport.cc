@@ -125,6 +125,8 @@ class ZmqTransport final : public Transport {
  private:
   // Queues a frame; `wait` bounds how long to wait for room (0: fail at once).
   Status enqueue(uint32_t peer, const FrameHeader& h, Payload payload, milliseconds wait);
+  // Whether this rank connects to `peer` (not itself, and it has an endpoint).
+  bool reachable(uint32_t peer) const { return peer != cfg_.rank && !cfg_.endpoints[peer].empty(); }
   void wake();
   void shutdown();
 
@@ -175,10 +177,9 @@ Status validate(const TransportConfig& c) {
         fmt::format("transport: rank {} is out of range: world size is {}", c.rank, world));
   }
   if (c.jobId.empty()) return invalidArgument("transport: jobId must not be empty");
-  for (size_t r = 0; r < world; ++r) {
-    if (c.endpoints[r].empty()) {
-      return invalidArgument(fmt::format("transport: endpoints[{}] is empty", r));
-    }
+  if (c.endpoints[c.rank].empty() && c.bindEndpoint.empty()) {
+    return invalidArgument(fmt::format(
+        "transport: endpoints[{}] (this rank) is empty and there is no bind endpoint", c.rank));
   }
   if (!c.links.empty() && c.links.size() != world) {
     return invalidArgument(
@@ -266,7 +267,7 @@ Status ZmqTransport::start() {
     }
 
     for (uint32_t r = 0; r < world; ++r) {
-      if (r == cfg_.rank) continue;
+      if (!reachable(r)) continue;
       PeerState& p = peers_[r];
       if (!cfg_.links.empty() && cfg_.links[r].shaped()) p.shaper.emplace(cfg_.links[r]);
       p.dealer.emplace(ctx_, zmq::socket_type::dealer);
@@ -325,6 +326,12 @@ void ZmqTransport::shutdown() {
 
 Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payload,
                              milliseconds wait) {
+  if (!reachable(peer)) {
+    return failedPrecondition(fmt::format(
+        "transport: rank {} has no endpoint at rank {} (transport.peers: none), so it is never "
+        "sent to",
+        peer, cfg_.rank));
+  }
   PeerState& p = peers_[peer];
   const uint64_t bytes = kFrameHeaderBytes + payload.size();
   {
@@ -650,7 +657,7 @@ std::optional<Clock::time_point> ZmqTransport::flush(uint32_t peer, Clock::time_
 void ZmqTransport::sendPings(Clock::time_point now) {
   const int64_t ns = now.time_since_epoch().count();
   for (uint32_t r = 0; r < limits_.worldSize; ++r) {
-    if (r == cfg_.rank) continue;
+    if (!reachable(r)) continue;
     std::vector<std::byte> stamp(sizeof ns);
     std::memcpy(stamp.data(), &ns, sizeof ns);
     FrameHeader h;
@@ -698,7 +705,7 @@ void ZmqTransport::ioLoop() {
     if (!stopping_ && cfg_.pingInterval.count() > 0) next = std::min(next, nextPing);
     bool pending = false;
     for (uint32_t r = 0; r < world; ++r) {
-      if (r == cfg_.rank || peers_[r].blocked) continue;
+      if (!reachable(r) || peers_[r].blocked) continue;
       if (auto t = flush(r, now)) next = std::min(next, *t);
       std::lock_guard lock(peers_[r].mu);
       pending = pending || !peers_[r].queue.empty();
@@ -718,7 +725,7 @@ void ZmqTransport::ioLoop() {
     if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
     const size_t fixed = items.size();
     for (uint32_t r = 0; r < world; ++r) {
-      if (r == cfg_.rank) continue;
+      if (!reachable(r)) continue;
       PeerState& p = peers_[r];
       items.push_back({p.dealer->handle(), 0, static_cast<short>(p.blocked ? ZMQ_POLLOUT : 0), 0});
       items.push_back({p.monitor->handle(), 0, ZMQ_POLLIN, 0});

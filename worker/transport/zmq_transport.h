@@ -21,6 +21,10 @@ struct TransportConfig {
   std::string jobId;  // frames of other jobs are rejected (header job hash)
   uint32_t rank = 0;
   // endpoints[r]: where rank r's ROUTER is reached, e.g. "tcp://10.0.0.5:7000".
+  // Empty for a rank other than this one: this rank never connects to it, and
+  // send() to it fails (FailedPrecondition). Under hierarchical sync only the
+  // region leaders are reachable across regions (a cluster exposes one gateway
+  // per region), so another region's members have no endpoint.
   std::vector<std::string> endpoints;
   // Where this rank binds; empty: endpoints[rank]. In a pod: "tcp://*:7000".
   std::string bindEndpoint;

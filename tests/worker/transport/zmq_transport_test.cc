@@ -153,6 +153,48 @@ TEST(Transport, SendToSelfOrUnknownRankIsInvalid) {
             StatusCode::kInvalidArgument);
 }
 
+// Two regions of two ranks where, as in a cluster, only the leaders (0 and 2)
+// are reachable across regions: the members 1 and 3 have no endpoint for the
+// other region's member. Reachable pairs exchange; sending to an unreachable
+// rank is refused at once; nobody ever connects there (no bytes, no pings).
+TEST(Transport, RanksWithoutEndpointAreNeverContacted) {
+  World w(4);
+  std::vector<TransportConfig> configs;
+  for (uint32_t r = 0; r < 4; ++r) configs.push_back(w.config(r));
+  configs[1].endpoints[3].clear();
+  configs[3].endpoints[1].clear();
+  auto ts = startAll(configs);
+  ASSERT_EQ(ts.size(), 4u);
+  const std::vector<std::byte> body = pattern(1000, 7);
+  for (auto [from, to] : {std::pair{0u, 1u}, {1u, 0u}, {0u, 2u}, {2u, 3u}, {3u, 0u}}) {
+    ASSERT_TRUE(
+        ts[from]
+            ->send(to, MessageKind::kUpdate, {1, 0}, Payload(std::vector<std::byte>(body)), 1s)
+            .ok())
+        << from << " -> " << to;
+    auto m = ts[to]->receive(MessageKind::kUpdate, 1, from, 5s);
+    ASSERT_TRUE(m.ok()) << m.status().toString();
+    EXPECT_TRUE(sameBytes(m->payload.bytes(), body));
+  }
+  const Status refused = ts[1]->send(3, MessageKind::kUpdate, {1, 0}, Payload(), 1s);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("rank 3 has no endpoint at rank 1"), std::string::npos)
+      << refused.message();
+  std::this_thread::sleep_for(500ms);  // a few ping intervals
+  for (auto [a, b] : {std::pair{1u, 3u}, {3u, 1u}}) {
+    for (const auto& p : ts[a]->peerCounters()) {
+      if (p.peer != b) continue;
+      EXPECT_EQ(p.bytesSent, 0u) << a << " -> " << b;
+      EXPECT_EQ(p.bytesReceived, 0u) << a << " <- " << b;
+    }
+  }
+  // This rank's own endpoint cannot be missing (it is where it binds).
+  auto c = w.config(0);
+  c.endpoints[0].clear();
+  EXPECT_NE(makeZmqTransport(c).status().message().find("endpoints[0] (this rank) is empty"),
+            std::string::npos);
+}
+
 // With the peer absent, the bounded queue fills and send() reports
 // backpressure instead of buffering without limit.
 TEST(Transport, FullQueueGivesBackpressure) {
