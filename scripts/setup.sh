@@ -22,6 +22,7 @@ PACKAGES=(
   libcpp-httplib-dev libssl-dev     # tests/support: the test apiserver (HTTPS)
   python3-prometheus-client python3-yaml  # metrics tests: parse the exposition and the scrape config
   prometheus                        # metrics tests: scrape a run and evaluate the dashboard's PromQL
+  python3-jsonschema                # the CRD's schema against the controller's validation
 )
 
 missing=()

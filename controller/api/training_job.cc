@@ -1,0 +1,644 @@
+#include "controller/api/training_job.h"
+
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <set>
+#include <sstream>
+
+namespace geo::api {
+
+namespace {
+
+using nlohmann::json;
+
+// The worker.yaml sections a spec may set, and the keys of them it may not
+// (the controller derives the shards from the worker's place in the job).
+const std::vector<std::string>& workerSections() {
+  static const std::vector<std::string> sections = {"model", "dataset",    "training",
+                                                    "sync",  "checkpoint", "log"};
+  return sections;
+}
+bool controllerOwned(const std::string& dotted) {
+  return dotted == "dataset.shardIndex" || dotted == "dataset.shardCount";
+}
+
+std::string jsonKind(const json& v) {
+  switch (v.type()) {
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "a list";
+    case json::value_t::string: return "a string";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    default: return "null";
+  }
+}
+
+// The JSON type each worker key takes, read off toYaml() of the defaults so
+// that it cannot drift from the schema: numbers, booleans, or strings.
+enum class Kind { kInteger, kNumber, kBoolean, kString };
+const std::map<std::string, Kind>& workerKeyKinds() {
+  static const std::map<std::string, Kind> kinds = [] {
+    std::map<std::string, Kind> result;
+    std::istringstream yaml(toYaml(WorkerConfig{}));
+    std::string line, section;
+    while (std::getline(yaml, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      if (line[0] != ' ') {
+        section = line.substr(0, line.find(':'));
+        continue;
+      }
+      const size_t colon = line.find(": ");
+      if (colon == std::string::npos) continue;
+      const std::string key = section + "." + line.substr(2, colon - 2);
+      const std::string value = line.substr(colon + 2);
+      // Numbers and integers look alike in YAML (0 is either): an integer
+      // key refuses 0.5, a number key with a default takes it.
+      Kind kind = Kind::kString;
+      if (value == "true" || value == "false") {
+        kind = Kind::kBoolean;
+      } else if (!value.empty() &&
+                 value.find_first_not_of("-+.0123456789eE") == std::string::npos) {
+        WorkerConfig probe;
+        kind = applyOverride(probe, key, "0.5").ok() ? Kind::kNumber : Kind::kInteger;
+      }
+      result[key] = kind;
+    }
+    // Keys whose default does not show their type.
+    result["dataset.shardIndex"] = Kind::kInteger;
+    result["dataset.shardCount"] = Kind::kInteger;
+    return result;
+  }();
+  return kinds;
+}
+
+bool hasKind(const json& v, Kind kind) {
+  switch (kind) {
+    case Kind::kInteger:
+      return v.is_number_integer() ||
+             (v.is_number_float() &&
+              v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())));
+    case Kind::kNumber: return v.is_number();
+    case Kind::kBoolean: return v.is_boolean();
+    case Kind::kString: return v.is_string();
+  }
+  return false;
+}
+std::string kindName(Kind kind) {
+  switch (kind) {
+    case Kind::kInteger: return "an integer";
+    case Kind::kNumber: return "a number";
+    case Kind::kBoolean: return "a boolean";
+    case Kind::kString: return "a string";
+  }
+  return "";
+}
+
+// The text applyOverride() reads for a JSON scalar.
+std::string scalarText(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d == static_cast<double>(static_cast<int64_t>(d))) {
+      return std::to_string(static_cast<int64_t>(d));
+    }
+  }
+  return v.dump();
+}
+
+// A worker.yaml message "training.lr: 0 is not allowed (...)" as a FieldError
+// of spec.training.lr.
+FieldError fromWorkerMessage(const std::string& message) {
+  FieldError e;
+  const size_t colon = message.find(": ");
+  const std::string path = colon == std::string::npos ? "" : message.substr(0, colon);
+  const bool isPath = !path.empty() && path.find(' ') == std::string::npos;
+  e.path = isPath ? "spec." + path : "spec";
+  e.detail = isPath ? message.substr(colon + 2) : message;
+  e.type = e.detail.find("unknown key") != std::string::npos ? FieldError::Type::kUnknown
+                                                             : FieldError::Type::kInvalid;
+  return e;
+}
+
+bool isDnsLabel(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  auto ok = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; };
+  return std::all_of(s.begin(), s.end(), ok) && s.front() != '-' && s.back() != '-';
+}
+
+constexpr std::string_view kDnsLabel =
+    "a lowercase DNS label: letters, digits and '-', starting and ending with a letter or "
+    "digit, at most 63 characters";
+
+// host:port with a port 1..65535 written without leading zeros; the host may
+// hold colons (an IPv6 address in brackets) but no whitespace or '/'.
+bool isHostPort(const std::string& s) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) return false;
+  const std::string port = s.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 ||
+      port[0] == '0') {
+    return false;
+  }
+  const int p = std::stoi(port);
+  return p <= 65535 && s.find_first_of(" \t\n\r\f\v/") == std::string::npos;
+}
+
+// Reads the members of one object, reporting unknown ones.
+class ObjectReader {
+ public:
+  ObjectReader(const json& object, std::string path, std::vector<FieldError>& errors)
+      : object_(object), path_(std::move(path)), errors_(errors) {}
+
+  // The member `key` when present and not null.
+  const json* get(const std::string& key) {
+    seen_.insert(key);
+    auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  std::string at(const std::string& key) const { return path_ + "." + key; }
+
+  void integer(const std::string& key, int64_t& out, int64_t minimum, int64_t maximum) {
+    const json* v = get(key);
+    if (v == nullptr) return;
+    if (!hasKind(*v, Kind::kInteger) || scalarText(*v).find('.') != std::string::npos) {
+      invalid(key, fmt::format("{} is not allowed (allowed: an integer)", v->dump()));
+      return;
+    }
+    const int64_t value =
+        v->is_number_float() ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
+    if (value < minimum || value > maximum) {
+      invalid(key, fmt::format("{} is not allowed (allowed: an integer {})", value,
+                               maximum >= INT32_MAX ? fmt::format(">= {}", minimum)
+                                                    : fmt::format("{}..{}", minimum, maximum)));
+      return;
+    }
+    out = value;
+  }
+  void optionalInteger(const std::string& key, std::optional<int64_t>& out, int64_t minimum) {
+    if (get(key) == nullptr) return;
+    int64_t value = minimum - 1;
+    const size_t before = errors_.size();
+    integer(key, value, minimum, INT64_MAX);
+    if (errors_.size() == before) out = value;
+  }
+  void boolean(const std::string& key, bool& out) {
+    const json* v = get(key);
+    if (v == nullptr) return;
+    if (!v->is_boolean()) {
+      invalid(key, fmt::format("{} is not allowed (allowed: true, false)", v->dump()));
+      return;
+    }
+    out = v->get<bool>();
+  }
+  // A string, checked by `ok` when given.
+  void string(const std::string& key, std::string& out, std::string_view allowed = {},
+              const std::function<bool(const std::string&)>& ok = {}) {
+    const json* v = get(key);
+    if (v == nullptr) return;
+    if (!v->is_string()) {
+      invalid(key, fmt::format("{} is not allowed (allowed: {})", v->dump(),
+                               allowed.empty() ? "a string" : allowed));
+      return;
+    }
+    const std::string s = v->get<std::string>();
+    if (ok && !ok(s)) {
+      invalid(key, fmt::format("{} is not allowed (allowed: {})", json(s).dump(), allowed));
+      return;
+    }
+    out = s;
+  }
+  void invalid(const std::string& key, std::string detail) {
+    errors_.push_back({FieldError::Type::kInvalid, at(key), std::move(detail)});
+  }
+  void unknownMembers(const std::vector<std::string>& allowed) {
+    for (const auto& [key, value] : object_.items()) {
+      if (seen_.count(key)) continue;
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      errors_.push_back(
+          {FieldError::Type::kUnknown, at(key), fmt::format("unknown field (allowed: {})", list)});
+    }
+  }
+
+ private:
+  const json& object_;
+  std::string path_;
+  std::vector<FieldError>& errors_;
+  std::set<std::string> seen_;
+};
+
+void parseWorkerSection(const std::string& section, const json& value, WorkerConfig& config,
+                        std::vector<FieldError>& errors) {
+  const std::string path = "spec." + section;
+  if (!value.is_object()) {
+    errors.push_back({FieldError::Type::kInvalid, path,
+                      fmt::format("{} is not allowed (allowed: an object)", jsonKind(value))});
+    return;
+  }
+  const auto& kinds = workerKeyKinds();
+  for (const auto& [key, v] : value.items()) {
+    const std::string dotted = section + "." + key;
+    if (v.is_null()) continue;  // absent: the default
+    if (controllerOwned(dotted)) {
+      errors.push_back({FieldError::Type::kUnknown, "spec." + dotted,
+                        "unknown field (the controller derives the shards from the worker's "
+                        "place in the job)"});
+      continue;
+    }
+    auto kind = kinds.find(dotted);
+    if (kind != kinds.end()) {
+      const bool autoDelay = dotted == "sync.delay" && v.is_string() && v == "auto";
+      if (!autoDelay && !hasKind(v, kind->second)) {
+        errors.push_back(
+            {FieldError::Type::kInvalid, "spec." + dotted,
+             fmt::format("{} is not allowed (allowed: {}{})", v.dump(), kindName(kind->second),
+                         dotted == "sync.delay" ? ", or auto" : "")});
+        continue;
+      }
+    }
+    if (v.is_object() || v.is_array()) {
+      errors.push_back({FieldError::Type::kInvalid, "spec." + dotted,
+                        fmt::format("{} is not allowed", jsonKind(v))});
+      continue;
+    }
+    if (Status s = applyOverride(config, dotted, scalarText(v)); !s.ok()) {
+      errors.push_back(fromWorkerMessage(s.message()));
+    }
+  }
+}
+
+Region parseRegion(const json& value, const std::string& path, std::vector<FieldError>& errors) {
+  Region r;
+  if (!value.is_object()) {
+    errors.push_back({FieldError::Type::kInvalid, path,
+                      fmt::format("{} is not allowed (allowed: an object)", jsonKind(value))});
+    return r;
+  }
+  ObjectReader in(value, path, errors);
+  if (in.get("name") == nullptr) {
+    errors.push_back({FieldError::Type::kRequired, in.at("name"),
+                      fmt::format("Required value ({})", kDnsLabel)});
+  }
+  in.string("name", r.name, kDnsLabel, isDnsLabel);
+  in.string("cluster", r.cluster, "a member cluster name (a DNS label) or local", isDnsLabel);
+  in.integer("replicas", r.replicas, 1, 4096);
+  if (const json* v = in.get("resources")) {
+    if (v->is_object()) {
+      r.resources = *v;
+    } else {
+      in.invalid("resources", fmt::format("{} is not allowed (allowed: an object with limits "
+                                          "and requests)",
+                                          jsonKind(*v)));
+    }
+  }
+  if (const json* v = in.get("nodeSelector")) {
+    if (v->is_object() &&
+        std::all_of(v->begin(), v->end(), [](const json& item) { return item.is_string(); })) {
+      r.nodeSelector = v->get<std::map<std::string, std::string>>();
+    } else {
+      in.invalid("nodeSelector", "must be an object of string values");
+    }
+  }
+  if (const json* v = in.get("tolerations")) {
+    if (v->is_array() &&
+        std::all_of(v->begin(), v->end(), [](const json& item) { return item.is_object(); })) {
+      r.tolerations = *v;
+    } else {
+      in.invalid("tolerations", "must be a list of tolerations (objects)");
+    }
+  }
+  in.string("dataPath", r.dataPath);
+  if (const json* g = in.get("gateway")) {
+    if (!g->is_object()) {
+      in.invalid("gateway", fmt::format("{} is not allowed (allowed: an object)", jsonKind(*g)));
+    } else {
+      ObjectReader gw(*g, in.at("gateway"), errors);
+      gw.string("serviceType", r.gateway.serviceType, "ClusterIP, NodePort, LoadBalancer",
+                [](const std::string& s) {
+                  return s == "ClusterIP" || s == "NodePort" || s == "LoadBalancer";
+                });
+      gw.integer("port", r.gateway.port, 1, 65535);
+      gw.string("endpoint", r.gateway.endpoint, "host:port with a port 1..65535",
+                [](const std::string& s) { return s.empty() || isHostPort(s); });
+      gw.unknownMembers({"serviceType", "port", "endpoint"});
+    }
+  }
+  in.unknownMembers({"name", "cluster", "replicas", "resources", "nodeSelector", "tolerations",
+                     "dataPath", "gateway"});
+  return r;
+}
+
+}  // namespace
+
+std::string FieldError::toString() const {
+  return path + ": " + detail;
+}
+
+std::string joinErrors(const std::vector<FieldError>& errors) {
+  std::string out;
+  for (const auto& e : errors) out += (out.empty() ? "" : "; ") + e.toString();
+  return out;
+}
+
+WorkerConfig TrainingJobSpec::defaultWorkerConfig() {
+  WorkerConfig c;
+  c.sync.algorithm = "dts";
+  return c;
+}
+
+int64_t TrainingJobSpec::totalReplicas() const {
+  int64_t n = 0;
+  for (const auto& r : regions) n += r.replicas;
+  return n;
+}
+
+std::string TrainingJobSpec::dataPath(const Region& region) const {
+  return region.dataPath.empty() ? worker.dataset.path : region.dataPath;
+}
+
+ParsedSpec parseSpec(const json& object) {
+  ParsedSpec out;
+  auto& errors = out.errors;
+  auto& spec = out.spec;
+  const json* specJson = nullptr;
+  if (object.is_object()) {
+    auto it = object.find("spec");
+    if (it != object.end() && !it->is_null()) specJson = &*it;
+  }
+  if (specJson == nullptr) {
+    errors.push_back({FieldError::Type::kRequired, "spec", "Required value"});
+    return out;
+  }
+  if (!specJson->is_object()) {
+    errors.push_back({FieldError::Type::kInvalid, "spec",
+                      fmt::format("{} is not allowed (allowed: an object)", jsonKind(*specJson))});
+    return out;
+  }
+  ObjectReader in(*specJson, "spec", errors);
+  in.string("image", spec.image);
+  if (const json* seed = in.get("seed")) {
+    if (seed->is_number_unsigned() || (seed->is_number_integer() && seed->get<int64_t>() >= 0)) {
+      spec.worker.job.seed = seed->get<uint64_t>();
+    } else {
+      in.invalid("seed", fmt::format("{} is not allowed (allowed: an integer >= 0)", seed->dump()));
+    }
+  }
+  for (const std::string& section : workerSections()) {
+    if (const json* v = in.get(section)) parseWorkerSection(section, *v, spec.worker, errors);
+  }
+  if (const json* model = in.get("model"); model != nullptr && model->is_object()) {
+    auto given = [&](const char* key) {
+      auto it = model->find(key);
+      return it != model->end() && it->is_string() && !it->get<std::string>().empty();
+    };
+    if (given("builtin") && given("torchscript")) {
+      errors.push_back({FieldError::Type::kInvalid, "spec.model",
+                        "both builtin and torchscript are set (allowed: exactly one)"});
+    }
+  }
+
+  const json* regions = in.get("regions");
+  if (regions == nullptr || (regions->is_array() && regions->empty())) {
+    errors.push_back({FieldError::Type::kRequired, "spec.regions",
+                      "Required value (at least one region: name, cluster, replicas, ...)"});
+  } else if (!regions->is_array()) {
+    in.invalid("regions",
+               fmt::format("{} is not allowed (allowed: a list of regions)", jsonKind(*regions)));
+  } else if (regions->size() > 64) {
+    in.invalid("regions",
+               fmt::format("{} regions are not allowed (allowed: 1..64)", regions->size()));
+  } else {
+    std::set<std::string> names;
+    for (size_t i = 0; i < regions->size(); ++i) {
+      const std::string path = fmt::format("spec.regions[{}]", i);
+      Region r = parseRegion((*regions)[i], path, errors);
+      if (!r.name.empty() && !names.insert(r.name).second) {
+        errors.push_back({FieldError::Type::kDuplicate, path + ".name",
+                          fmt::format("Duplicate value: {} (region names are unique in a job)",
+                                      json(r.name).dump())});
+      }
+      spec.regions.push_back(std::move(r));
+    }
+  }
+
+  if (const json* rp = in.get("runPolicy")) {
+    if (!rp->is_object()) {
+      in.invalid("runPolicy", fmt::format("{} is not allowed (allowed: an object)", jsonKind(*rp)));
+    } else {
+      ObjectReader p(*rp, "spec.runPolicy", errors);
+      p.integer("backoffLimit", spec.runPolicy.backoffLimit, 0, INT32_MAX);
+      p.optionalInteger("activeDeadlineSeconds", spec.runPolicy.activeDeadlineSeconds, 1);
+      p.optionalInteger("ttlSecondsAfterFinished", spec.runPolicy.ttlSecondsAfterFinished, 0);
+      p.boolean("suspend", spec.runPolicy.suspend);
+      p.unknownMembers(
+          {"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"});
+    }
+  }
+  std::vector<std::string> allowed = {"image", "seed"};
+  allowed.insert(allowed.end(), workerSections().begin(), workerSections().end());
+  allowed.insert(allowed.end(), {"regions", "runPolicy"});
+  in.unknownMembers(allowed);
+  if (!errors.empty()) return out;
+
+  // Across fields, on the job as a whole.
+  for (size_t i = 0; i < spec.regions.size(); ++i) {
+    if (spec.worker.dataset.name != "synthetic" && spec.dataPath(spec.regions[i]).empty()) {
+      errors.push_back({FieldError::Type::kRequired, fmt::format("spec.regions[{}].dataPath", i),
+                        fmt::format("Required value (dataset {} needs a path: set "
+                                    "spec.dataset.path or this)",
+                                    spec.worker.dataset.name)});
+    }
+  }
+  WorkerConfig whole = spec.worker;
+  whole.worker.worldSize = spec.totalReplicas();
+  whole.worker.region = spec.regions.front().name;
+  whole.worker.regionSize = spec.regions.front().replicas;
+  whole.dataset.path = spec.dataPath(spec.regions.front());
+  if (whole.dataset.path.empty()) whole.dataset.path = "-";  // reported above
+  if (Status s = validateWorkerConfig(whole); !s.ok()) {
+    errors.push_back(fromWorkerMessage(s.message()));
+  }
+  return out;
+}
+
+json specToJson(const TrainingJobSpec& spec) {
+  json out = json::object();
+  if (!spec.image.empty()) out["image"] = spec.image;
+  out["seed"] = spec.worker.job.seed;
+  // The worker sections as toYaml() writes them, through the same parser
+  // the worker uses: the rendered values are exactly the config's.
+  std::istringstream yaml(toYaml(spec.worker));
+  std::string line, section;
+  const auto& kinds = workerKeyKinds();
+  while (std::getline(yaml, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (line[0] != ' ') {
+      section = line.substr(0, line.find(':'));
+      continue;
+    }
+    if (std::find(workerSections().begin(), workerSections().end(), section) ==
+        workerSections().end()) {
+      continue;
+    }
+    const size_t colon = line.find(": ");
+    const std::string key = line.substr(2, colon - 2);
+    const std::string dotted = section + "." + key;
+    if (controllerOwned(dotted)) continue;
+    std::string text = line.substr(colon + 2);
+    if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'')) {
+      text = json::parse(text.front() == '"' ? text : "\"" + text.substr(1, text.size() - 2) + "\"")
+                 .get<std::string>();
+    }
+    json value;
+    switch (kinds.at(dotted)) {
+      case Kind::kInteger: value = text == "auto" ? json("auto") : json(std::stoll(text)); break;
+      case Kind::kNumber: value = json::parse(text); break;
+      case Kind::kBoolean: value = text == "true"; break;
+      case Kind::kString: value = text; break;
+    }
+    out[section][key] = value;
+  }
+  json regions = json::array();
+  for (const auto& r : spec.regions) {
+    json region = {{"name", r.name},
+                   {"cluster", r.cluster},
+                   {"replicas", r.replicas},
+                   {"resources", r.resources},
+                   {"nodeSelector", r.nodeSelector},
+                   {"tolerations", r.tolerations},
+                   {"gateway", {{"serviceType", r.gateway.serviceType}, {"port", r.gateway.port}}}};
+    if (!r.dataPath.empty()) region["dataPath"] = r.dataPath;
+    if (!r.gateway.endpoint.empty()) region["gateway"]["endpoint"] = r.gateway.endpoint;
+    regions.push_back(std::move(region));
+  }
+  out["regions"] = std::move(regions);
+  json rp = {{"backoffLimit", spec.runPolicy.backoffLimit}, {"suspend", spec.runPolicy.suspend}};
+  if (spec.runPolicy.activeDeadlineSeconds) {
+    rp["activeDeadlineSeconds"] = *spec.runPolicy.activeDeadlineSeconds;
+  }
+  if (spec.runPolicy.ttlSecondsAfterFinished) {
+    rp["ttlSecondsAfterFinished"] = *spec.runPolicy.ttlSecondsAfterFinished;
+  }
+  out["runPolicy"] = std::move(rp);
+  return out;
+}
+
+// --- status ------------------------------------------------------------
+
+bool setCondition(std::vector<Condition>& conditions, Condition c, const std::string& now) {
+  for (Condition& existing : conditions) {
+    if (existing.type != c.type) continue;
+    c.lastTransitionTime = existing.status == c.status ? existing.lastTransitionTime : now;
+    if (existing == c) return false;
+    existing = std::move(c);
+    return true;
+  }
+  c.lastTransitionTime = now;
+  conditions.push_back(std::move(c));
+  return true;
+}
+
+const Condition* findCondition(const std::vector<Condition>& conditions, std::string_view type) {
+  for (const Condition& c : conditions) {
+    if (c.type == type) return &c;
+  }
+  return nullptr;
+}
+
+json statusToJson(const TrainingJobStatus& s) {
+  json out = {{"observedGeneration", s.observedGeneration}};
+  if (!s.state.empty()) out["state"] = s.state;
+  if (!s.regionsReady.empty()) out["regionsReady"] = s.regionsReady;
+  json conditions = json::array();
+  for (const auto& c : s.conditions) {
+    conditions.push_back({{"type", c.type},
+                          {"status", c.status},
+                          {"observedGeneration", c.observedGeneration},
+                          {"lastTransitionTime", c.lastTransitionTime},
+                          {"reason", c.reason},
+                          {"message", c.message}});
+  }
+  out["conditions"] = std::move(conditions);
+  json regions = json::array();
+  for (const auto& r : s.regions) {
+    json region = {{"name", r.name},           {"ready", r.ready},   {"active", r.active},
+                   {"succeeded", r.succeeded}, {"failed", r.failed}, {"reachable", r.reachable}};
+    if (!r.endpoint.empty()) region["endpoint"] = r.endpoint;
+    regions.push_back(std::move(region));
+  }
+  out["regions"] = std::move(regions);
+  json progress = json::object();
+  if (s.progress.step) progress["step"] = *s.progress.step;
+  if (s.progress.loss) progress["loss"] = *s.progress.loss;
+  if (s.progress.accuracy) progress["accuracy"] = *s.progress.accuracy;
+  out["progress"] = std::move(progress);
+  if (!s.startTime.empty()) out["startTime"] = s.startTime;
+  if (!s.completionTime.empty()) out["completionTime"] = s.completionTime;
+  return out;
+}
+
+TrainingJobStatus statusFromJson(const json& j) {
+  TrainingJobStatus s;
+  if (!j.is_object()) return s;
+  auto str = [](const json& o, const char* key) {
+    auto it = o.find(key);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto integer = [](const json& o, const char* key) -> std::optional<int64_t> {
+    auto it = o.find(key);
+    if (it == o.end() || !it->is_number_integer()) return std::nullopt;
+    return it->get<int64_t>();
+  };
+  s.state = str(j, "state");
+  s.regionsReady = str(j, "regionsReady");
+  s.observedGeneration = integer(j, "observedGeneration").value_or(0);
+  if (auto it = j.find("conditions"); it != j.end() && it->is_array()) {
+    for (const json& c : *it) {
+      if (!c.is_object() || str(c, "type").empty()) continue;
+      s.conditions.push_back({str(c, "type"), str(c, "status"),
+                              integer(c, "observedGeneration").value_or(0),
+                              str(c, "lastTransitionTime"), str(c, "reason"), str(c, "message")});
+    }
+  }
+  if (auto it = j.find("regions"); it != j.end() && it->is_array()) {
+    for (const json& r : *it) {
+      if (!r.is_object() || str(r, "name").empty()) continue;
+      RegionStatus rs;
+      rs.name = str(r, "name");
+      rs.ready = integer(r, "ready").value_or(0);
+      rs.active = integer(r, "active").value_or(0);
+      rs.succeeded = integer(r, "succeeded").value_or(0);
+      rs.failed = integer(r, "failed").value_or(0);
+      rs.endpoint = str(r, "endpoint");
+      auto reachable = r.find("reachable");
+      rs.reachable = reachable == r.end() || !reachable->is_boolean() || reachable->get<bool>();
+      s.regions.push_back(std::move(rs));
+    }
+  }
+  if (auto it = j.find("progress"); it != j.end() && it->is_object()) {
+    s.progress.step = integer(*it, "step");
+    if (auto l = it->find("loss"); l != it->end() && l->is_number())
+      s.progress.loss = l->get<double>();
+    if (auto a = it->find("accuracy"); a != it->end() && a->is_number()) {
+      s.progress.accuracy = a->get<double>();
+    }
+  }
+  s.startTime = str(j, "startTime");
+  s.completionTime = str(j, "completionTime");
+  return s;
+}
+
+std::string rfc3339Now() {
+  const auto now = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now());
+  return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}",
+                     fmt::gmtime(std::chrono::system_clock::to_time_t(now)));
+}
+
+}  // namespace geo::api

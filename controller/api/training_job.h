@@ -1,0 +1,216 @@
+#pragma once
+// TrainingJob (geotrain.io/v1alpha1, short name tj): the custom resource the
+// controller reconciles (ARCHITECTURE.md section 5).
+//
+// The spec is the worker.yaml schema of common/worker_config.h plus what only
+// a cluster needs:
+//   spec.image                       worker image (empty: the controller's default)
+//   spec.seed                        job.seed of every worker
+//   spec.model / dataset / training / sync / checkpoint / log
+//                                    the worker.yaml sections of the same names,
+//                                    key for key, with the same defaults, limits
+//                                    and messages (one schema, two doors), except
+//                                    that spec.sync.algorithm defaults to dts
+//   spec.regions[]                   name, cluster, replicas, resources,
+//                                    nodeSelector, tolerations, dataPath, gateway
+//   spec.runPolicy                   backoffLimit, activeDeadlineSeconds,
+//                                    ttlSecondsAfterFinished, suspend
+// The worker.yaml sections that describe one worker's place and wiring
+// (worker, transport, metrics, job.id, dataset.shardIndex/shardCount) are the
+// controller's to render per pod and are not part of the spec.
+//
+// parseSpec() never throws and never stops at the first problem: like the
+// Kubernetes API server it returns every FieldError it finds, each naming the
+// JSON path of the field, the value and what is allowed, so a user fixes a
+// manifest in one round. The same rules are in the CRD's OpenAPI schema
+// (manifests/crd); the controller checks again because an API server without
+// that schema (or an old CRD) can store anything.
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/worker_config.h"
+
+namespace geo::api {
+
+inline constexpr std::string_view kGroup = "geotrain.io";
+inline constexpr std::string_view kVersion = "v1alpha1";
+inline constexpr std::string_view kApiVersion = "geotrain.io/v1alpha1";
+inline constexpr std::string_view kKind = "TrainingJob";
+inline constexpr std::string_view kPlural = "trainingjobs";
+inline constexpr std::string_view kFinalizer = "geotrain.io/cleanup";
+inline constexpr std::string_view kLocalCluster = "local";  // the controller's own cluster
+
+// One problem with one field, after Kubernetes' field.Error.
+struct FieldError {
+  enum class Type {
+    kRequired,      // "Required value"
+    kInvalid,       // "Invalid value: <value>: <detail>"
+    kNotSupported,  // "Unsupported value: <value>: supported values: ..."
+    kDuplicate,     // "Duplicate value: <value>"
+    kUnknown,       // a field the schema does not have (strict decoding)
+  };
+  Type type = Type::kInvalid;
+  std::string path;    // e.g. spec.regions[1].replicas
+  std::string detail;  // what is wrong and what is allowed, without the path
+
+  // "<path>: <detail>", e.g. "spec.sync.bits: 3 is not allowed (allowed: 2, 4, 8)".
+  std::string toString() const;
+  bool operator==(const FieldError&) const = default;
+};
+
+// All errors joined with "; " (the message of an InvalidSpec condition and
+// Event), or "" when there are none.
+std::string joinErrors(const std::vector<FieldError>& errors);
+
+// Where the region's gateway (completion index 0, the region leader) is
+// reachable from the other regions.
+struct Gateway {
+  std::string serviceType = "LoadBalancer";  // ClusterIP|NodePort|LoadBalancer
+  int64_t port = 7000;                       // 1..65535: Service port = worker listen port
+  // "host:port" the other regions dial instead of what the Service reports
+  // (a DNS name in front of a NodePort, a VPN address, ...). Empty: from the
+  // Service status (load-balancer ingress) or, for ClusterIP, its DNS name.
+  std::string endpoint;
+
+  bool operator==(const Gateway&) const = default;
+};
+
+struct Region {
+  std::string name;                    // lowercase DNS label, unique in the job
+  std::string cluster{kLocalCluster};  // member cluster name of the controller's config
+  int64_t replicas = 1;                // workers in this region, >= 1
+  nlohmann::json resources = nlohmann::json::object();  // core/v1 ResourceRequirements
+  std::map<std::string, std::string> nodeSelector;
+  nlohmann::json tolerations = nlohmann::json::array();  // core/v1 Toleration list
+  std::string dataPath;  // overrides spec.dataset.path in this region
+  Gateway gateway;
+
+  bool operator==(const Region&) const = default;
+};
+
+struct RunPolicy {
+  int64_t backoffLimit = 3;                        // >= 0: pod failures tolerated per region Job
+  std::optional<int64_t> activeDeadlineSeconds;    // >= 1 when set
+  std::optional<int64_t> ttlSecondsAfterFinished;  // >= 0 when set
+  bool suspend = false;  // true: delete the workers; false again: resume from checkpoints
+
+  bool operator==(const RunPolicy&) const = default;
+};
+
+struct TrainingJobSpec {
+  std::string image;  // empty: the controller's --worker-image
+  // model, dataset (name, path, syntheticSamples), training, sync,
+  // checkpoint, log and job.seed as given (or defaulted); the other fields
+  // keep WorkerConfig's defaults until the controller renders a pod's config.
+  WorkerConfig worker = defaultWorkerConfig();
+  std::vector<Region> regions;
+  RunPolicy runPolicy;
+
+  int64_t totalReplicas() const;
+  // The data path of a region: its dataPath, else spec.dataset.path.
+  std::string dataPath(const Region& region) const;
+
+  // A TrainingJob's WorkerConfig before the controller places a worker:
+  // WorkerConfig's defaults except sync.algorithm = dts.
+  static WorkerConfig defaultWorkerConfig();
+
+  bool operator==(const TrainingJobSpec&) const = default;
+};
+
+struct ParsedSpec {
+  TrainingJobSpec spec;            // defaults filled in; meaningful only without errors
+  std::vector<FieldError> errors;  // empty: the spec is valid
+};
+
+// Reads and validates the `spec` member of a TrainingJob object (the whole
+// object, as the API server returns it). Absent and null fields take their
+// defaults. Checks every field's type and range (the worker.yaml rules for
+// the worker sections), unknown fields, and across fields: at least one
+// region; unique region names; a data path for every region unless the data
+// set is synthetic; what validateWorkerConfig() checks for the job as a whole
+// (one worker per rank of the total replicas).
+ParsedSpec parseSpec(const nlohmann::json& object);
+
+// The spec written back as JSON with every default explicit (what a CRD's
+// defaults make the API server store); parseSpec(toJson(s)) == s.
+nlohmann::json specToJson(const TrainingJobSpec& spec);
+
+// --- status ------------------------------------------------------------
+
+// metav1.Condition.
+struct Condition {
+  std::string type;    // Created, Running, Succeeded, Failed, Suspended, RegionDegraded
+  std::string status;  // True, False, Unknown
+  int64_t observedGeneration = 0;
+  std::string lastTransitionTime;  // RFC 3339, UTC, seconds
+  std::string reason;              // CamelCase
+  std::string message;
+
+  bool operator==(const Condition&) const = default;
+};
+
+inline constexpr std::string_view kConditionCreated = "Created";
+inline constexpr std::string_view kConditionRunning = "Running";
+inline constexpr std::string_view kConditionSucceeded = "Succeeded";
+inline constexpr std::string_view kConditionFailed = "Failed";
+inline constexpr std::string_view kConditionSuspended = "Suspended";
+inline constexpr std::string_view kConditionRegionDegraded = "RegionDegraded";
+
+// Sets `c` in `conditions` (keyed by type) like apimachinery's
+// meta.SetStatusCondition: lastTransitionTime changes only when the status
+// changes (or the condition is new: then `now`); reason, message and
+// observedGeneration are always updated. Returns whether anything changed.
+bool setCondition(std::vector<Condition>& conditions, Condition c, const std::string& now);
+const Condition* findCondition(const std::vector<Condition>& conditions, std::string_view type);
+
+struct RegionStatus {
+  std::string name;
+  int64_t ready = 0;  // worker pods ready
+  int64_t active = 0;
+  int64_t succeeded = 0;
+  int64_t failed = 0;
+  std::string endpoint;   // host:port of the gateway, once known
+  bool reachable = true;  // the member cluster answered the last reconcile
+
+  bool operator==(const RegionStatus&) const = default;
+};
+
+struct Progress {
+  std::optional<int64_t> step;
+  std::optional<double> loss;
+  std::optional<double> accuracy;  // 0..1
+
+  bool operator==(const Progress&) const = default;
+};
+
+struct TrainingJobStatus {
+  // One-word summary of the conditions for `kubectl get` (printer column
+  // State): Pending, Running, Succeeded, Failed, Suspended or Invalid.
+  std::string state;
+  std::string regionsReady;  // "<regions with every worker ready>/<regions>", e.g. 3/4
+  int64_t observedGeneration = 0;
+  std::vector<Condition> conditions;
+  std::vector<RegionStatus> regions;
+  Progress progress;
+  std::string startTime;       // RFC 3339, empty until the workers started
+  std::string completionTime;  // RFC 3339, empty until Succeeded
+
+  bool operator==(const TrainingJobStatus&) const = default;
+};
+
+nlohmann::json statusToJson(const TrainingJobStatus& status);
+// Lenient: a status written by an older controller (or by hand) is read as
+// far as it makes sense; unknown members are dropped.
+TrainingJobStatus statusFromJson(const nlohmann::json& status);
+
+// RFC 3339 UTC time with second precision ("2026-11-22T08:15:00Z").
+std::string rfc3339Now();
+
+}  // namespace geo::api

@@ -1,0 +1,259 @@
+#!/usr/bin/python3
+"""The CRD's OpenAPI schema and the controller's validation agree.
+
+Runs the same TrainingJob samples through
+  - the CRD's openAPIV3Schema (manifests/crd/trainingjobs.geotrain.io.yaml),
+    evaluated with python3-jsonschema as a draft-04 schema (OpenAPI 3.0's
+    dialect: boolean exclusiveMinimum), after filling in the schema's defaults
+    the way the API server does; and
+  - the controller's parseSpec() (through validate_spec_tool),
+and checks:
+  1. every sample the schema can judge is accepted or rejected by both;
+  2. for accepted samples, the schema's defaults and the controller's are the
+     same: the defaulted object and the original parse to the same spec;
+  3. the schema and the controller know the same fields (specToJson of the
+     defaults against the schema's properties, both ways);
+  4. samples that only a CEL rule (x-kubernetes-validations) or a list-map key
+     catches -- the schema dialect here cannot run CEL -- are rejected by the
+     controller, and the CRD has a rule for each.
+Usage: crd_schema_test.py VALIDATE_SPEC_TOOL CRD.yaml
+"""
+
+import copy
+import json
+import subprocess
+import sys
+
+import jsonschema
+import yaml
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+    return ok
+
+
+def apply_defaults(schema, value):
+    """What the API server's defaulting does: fill absent properties that
+    have a default, then recurse into objects and array items."""
+    if isinstance(value, dict):
+        for name, sub in schema.get("properties", {}).items():
+            if name not in value and "default" in sub:
+                value[name] = copy.deepcopy(sub["default"])
+            if name in value:
+                apply_defaults(sub, value[name])
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for k in value:
+                if k not in schema.get("properties", {}):
+                    apply_defaults(extra, value[k])
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            apply_defaults(schema["items"], item)
+    return value
+
+
+def minimal():
+    return {"regions": [{"name": "london"}]}
+
+
+def world():
+    return {
+        "image": "registry.example/geotrain-worker:0.1", "seed": 7,
+        "model": {"builtin": "cnn"},
+        "dataset": {"name": "fashion-mnist", "path": "/data/fmnist"},
+        "training": {"steps": 5000, "batchSize": 128, "lr": 0.1, "weightDecay": 0.0005},
+        "sync": {"algorithm": "dts", "period": 8, "delay": "auto", "codec": "qsgd", "bits": 4,
+                 "timeoutSeconds": 2.5},
+        "checkpoint": {"dir": "/ckpt", "interval": 250},
+        "regions": [
+            {"name": "london", "cluster": "eu", "replicas": 2,
+             "resources": {"limits": {"nvidia.com/gpu": 1}}, "nodeSelector": {"gpu": "h100"},
+             "tolerations": [{"key": "gpu", "operator": "Exists"}],
+             "gateway": {"serviceType": "NodePort", "endpoint": "london.example.org:31000"}},
+            {"name": "tokyo", "replicas": 2, "dataPath": "/mnt/tokyo",
+             "gateway": {"endpoint": "[2001:db8::1]:7000"}}],
+        "runPolicy": {"backoffLimit": 1, "activeDeadlineSeconds": 7200,
+                      "ttlSecondsAfterFinished": 0},
+    }
+
+
+def merged(patch):
+    spec = minimal()
+    for k, v in patch.items():
+        if isinstance(v, dict) and isinstance(spec.get(k), dict):
+            spec[k].update(v)
+        else:
+            spec[k] = v
+    return spec
+
+
+GOOD = [
+    minimal(), world(),
+    merged({"model": {"torchscript": "/models/net.pt"}}),
+    merged({"model": {"builtin": "", "torchscript": "/models/net.pt"}}),
+    merged({"sync": {"delay": "auto"}}), merged({"sync": {"delay": 4}}),
+    merged({"dataset": {"name": "synthetic", "path": ""}}),
+    merged({"sync": {"algorithm": "swarm", "swarmH": 2, "codec": "bf16"}}),
+    merged({"training": {"lr": 1e-4, "momentum": 0, "stepGamma": 1}}),
+    merged({"regions": [{"name": "a", "replicas": 4096, "gateway": {"port": 65535}}]}),
+]
+
+# Rejected by the schema's types, enums, ranges and patterns.
+BAD = [
+    merged({"sync": {"bits": 3}}), merged({"sync": {"algorithm": "ring"}}),
+    merged({"sync": {"period": 0}}), merged({"sync": {"codec": "zstd"}}),
+    merged({"sync": {"timeoutSeconds": 0}}), merged({"sync": {"hierarchical": "yes"}}),
+    merged({"training": {"lr": 0}}), merged({"training": {"lr": "fast"}}),
+    merged({"training": {"momentum": 1.0}}), merged({"training": {"steps": 1.5}}),
+    merged({"training": {"steps": 0}}), merged({"training": {"stepGamma": 0}}),
+    merged({"training": {"optimizer": "lamb"}}), merged({"training": {"device": "tpu"}}),
+    merged({"dataset": {"name": "imagenet"}}), merged({"dataset": {"syntheticSamples": 0}}),
+    merged({"checkpoint": {"keep": 0}}), merged({"log": {"level": "loud"}}),
+    merged({"model": {"builtin": "vgg"}}), merged({"seed": -1}),
+    {"regions": []}, {"image": "x"}, {"regions": [{"replicas": 2}]},
+    {"regions": [{"name": "London"}]}, {"regions": [{"name": "a-"}]},
+    {"regions": [{"name": "a", "replicas": 0}]}, {"regions": [{"name": "a", "replicas": 5000}]},
+    {"regions": [{"name": "a", "cluster": "EU"}]},
+    {"regions": [{"name": "a", "gateway": {"serviceType": "Ingress"}}]},
+    {"regions": [{"name": "a", "gateway": {"port": 70000}}]},
+    {"regions": [{"name": "a", "gateway": {"endpoint": "host"}}]},
+    {"regions": [{"name": "a", "gateway": {"endpoint": "host:070"}}]},
+    {"regions": [{"name": "a", "gateway": {"endpoint": "host:65536"}}]},
+    {"regions": [{"name": "a", "gateway": {"endpoint": "a host:7000"}}]},
+    {"regions": [{"name": "a", "nodeSelector": {"gpu": 1}}]},
+    {"regions": [{"name": "a", "tolerations": ["x"]}]},
+    {"regions": [{"name": "a", "resources": []}]},
+    {"regions": [{"name": f"r{i}"} for i in range(65)]},
+    merged({"runPolicy": {"backoffLimit": -1}}),
+    merged({"runPolicy": {"activeDeadlineSeconds": 0}}),
+    merged({"runPolicy": {"ttlSecondsAfterFinished": -1}}),
+    merged({"runPolicy": {"suspend": "yes"}}),
+]
+
+# Caught only by CEL rules or list-map keys, which this schema dialect cannot
+# evaluate: (sample, a phrase of the CRD rule's message or the list-map key).
+CEL_ONLY = [
+    (merged({"sync": {"delay": -1}}), "an integer >= 0, or auto"),
+    (merged({"sync": {"delay": "soon"}}), "an integer >= 0, or auto"),
+    (merged({"model": {"builtin": "mlp", "torchscript": "/m.pt"}}),
+     "set exactly one of builtin and torchscript"),
+    (merged({"model": {"builtin": ""}}), "builtin is empty and no torchscript is set"),
+    (merged({"dataset": {"path": ""}}), "needs a path"),
+    ({"regions": [{"name": "a"}, {"name": "a"}]}, "x-kubernetes-list-map-keys"),
+]
+
+
+def tool_results(tool, specs):
+    objects = [json.dumps({"apiVersion": "geotrain.io/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": "t", "namespace": "default"}, "spec": s})
+               for s in specs]
+    out = subprocess.run([tool], input="\n".join(objects) + "\n", capture_output=True,
+                         text=True, check=True).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def flatten(value, prefix=""):
+    if isinstance(value, dict) and value:
+        out = {}
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    if isinstance(value, list) and value:
+        out = {}
+        for i, v in enumerate(value):
+            out.update(flatten(v, f"{prefix}{i}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def schema_keys(schema, prefix=""):
+    keys = set()
+    for name, sub in schema.get("properties", {}).items():
+        path = prefix + name
+        if sub.get("type") == "object" and "properties" in sub:
+            keys |= schema_keys(sub, path + ".")
+        else:
+            keys.add(path)
+    return keys
+
+
+def json_keys(value, prefix=""):
+    keys = set()
+    for name, sub in value.items():
+        path = prefix + name
+        if isinstance(sub, dict) and name not in ("resources", "nodeSelector"):
+            keys |= json_keys(sub, path + ".")
+        else:
+            keys.add(path)
+    return keys
+
+
+def main():
+    tool, crd_path = sys.argv[1], sys.argv[2]
+    with open(crd_path) as f:
+        crd = next(d for d in yaml.safe_load_all(f) if d)
+    version = crd["spec"]["versions"][0]
+    spec_schema = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    validator = jsonschema.Draft4Validator(spec_schema)
+
+    def schema_errors(spec):
+        return [f"{'.'.join(map(str, e.absolute_path)) or 'spec'}: {e.message}"
+                for e in validator.iter_errors(apply_defaults(spec_schema, copy.deepcopy(spec)))]
+
+    # 1 and 2.
+    results = tool_results(tool, GOOD + BAD)
+    defaulted = tool_results(tool, [apply_defaults(spec_schema, copy.deepcopy(s)) for s in GOOD])
+    for i, spec in enumerate(GOOD):
+        errs = schema_errors(spec)
+        check(not errs, f"schema rejects good sample {json.dumps(spec)}: {errs}")
+        check(not results[i]["errors"],
+              f"controller rejects good sample {json.dumps(spec)}: {results[i]['errors']}")
+        a, b = flatten(results[i]["spec"] or {}), flatten(defaulted[i]["spec"] or {})
+        diff = {k: (a.get(k), b.get(k)) for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+        check(not diff, f"defaults differ for {json.dumps(spec)[:120]}: "
+                        f"{{field: (controller, CRD)}} = {diff}")
+    for j, spec in enumerate(BAD):
+        errs = schema_errors(spec)
+        got = results[len(GOOD) + j]["errors"]
+        check(errs, f"schema accepts bad sample {json.dumps(spec)[:200]}")
+        check(got, f"controller accepts bad sample {json.dumps(spec)[:200]} "
+                   f"(schema: {errs[:1]})")
+    print(f"{len(GOOD)} good and {len(BAD)} bad samples: schema and controller agree")
+
+    # 3. The same fields.
+    controller_keys = json_keys(results[1]["spec"]) | json_keys(results[0]["spec"])
+    schema_fields = schema_keys(spec_schema)
+    region_fields = {"regions." + k for k in
+                     schema_keys(spec_schema["properties"]["regions"]["items"])}
+    controller_flat = {k for k in controller_keys if not k.startswith("regions")}
+    missing = controller_flat - schema_fields
+    check(not missing, f"fields the controller writes but the CRD lacks: {sorted(missing)}")
+    extra = {k for k in schema_fields - controller_flat if k not in ("image", "regions")}
+    extra -= {"runPolicy.activeDeadlineSeconds", "runPolicy.ttlSecondsAfterFinished"}
+    check(not extra, f"CRD fields the controller does not read back: {sorted(extra)}")
+    region_keys = {"regions." + k for r in results[1]["spec"]["regions"] for k in json_keys(r)}
+    check(region_keys <= region_fields,
+          f"region fields missing in the CRD: {sorted(region_keys - region_fields)}")
+    print(f"fields: {len(schema_fields)} spec and {len(region_fields)} region fields match")
+
+    # 4. CEL-only samples.
+    text = open(crd_path).read()
+    cel = tool_results(tool, [s for s, _ in CEL_ONLY])
+    for (spec, phrase), r in zip(CEL_ONLY, cel):
+        check(r["errors"], f"controller accepts {json.dumps(spec)} (CRD: {phrase})")
+        check(phrase in text, f"the CRD has no rule saying '{phrase}'")
+    print(f"{len(CEL_ONLY)} CEL / list-map samples: rejected by the controller, rules present")
+
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+#include "controller/api/training_job.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace geo::api {
+namespace {
+
+using nlohmann::json;
+
+json object(const json& spec) {
+  return {{"apiVersion", "geotrain.io/v1alpha1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", "world"}, {"namespace", "default"}}},
+          {"spec", spec}};
+}
+
+json minimal() {
+  return {{"regions", {{{"name", "london"}}}}};
+}
+
+std::vector<std::string> messages(const ParsedSpec& p) {
+  std::vector<std::string> out;
+  for (const auto& e : p.errors) out.push_back(e.toString());
+  return out;
+}
+
+TEST(TrainingJobSpec, MinimalSpecTakesEveryDefault) {
+  const ParsedSpec p = parseSpec(object(minimal()));
+  ASSERT_TRUE(p.errors.empty()) << joinErrors(p.errors);
+  ASSERT_EQ(p.spec.regions.size(), 1u);
+  const Region& r = p.spec.regions[0];
+  EXPECT_EQ(r.name, "london");
+  EXPECT_EQ(r.cluster, "local");
+  EXPECT_EQ(r.replicas, 1);
+  EXPECT_EQ(r.gateway.serviceType, "LoadBalancer");
+  EXPECT_EQ(r.gateway.port, 7000);
+  EXPECT_EQ(p.spec.runPolicy.backoffLimit, 3);
+  EXPECT_FALSE(p.spec.runPolicy.suspend);
+  // The worker sections are worker.yaml's defaults, except the algorithm.
+  WorkerConfig expected;
+  expected.sync.algorithm = "dts";
+  EXPECT_EQ(p.spec.worker, expected);
+  EXPECT_EQ(p.spec.dataPath(r), expected.dataset.path);
+}
+
+json world() {
+  return {{"image", "registry.example/geotrain-worker:0.1"},
+          {"seed", 7},
+          {"model", {{"builtin", "cnn"}}},
+          {"dataset", {{"name", "fashion-mnist"}, {"path", "/data/fmnist"}}},
+          {"training", {{"steps", 5000}, {"batchSize", 128}, {"lr", 0.1}, {"weightDecay", 0.0005}}},
+          {"sync",
+           {{"algorithm", "dts"},
+            {"period", 8},
+            {"delay", "auto"},
+            {"codec", "qsgd"},
+            {"bits", 4},
+            {"timeoutSeconds", 2.5}}},
+          {"checkpoint", {{"dir", "/ckpt"}, {"interval", 250}}},
+          {"regions",
+           {{{"name", "london"},
+             {"cluster", "eu-cluster"},
+             {"replicas", 2},
+             {"resources", {{"limits", {{"nvidia.com/gpu", 1}}}}},
+             {"nodeSelector", {{"gpu", "h100"}}},
+             {"tolerations", {{{"key", "gpu"}, {"operator", "Exists"}}}},
+             {"gateway", {{"serviceType", "NodePort"}, {"endpoint", "london.example.org:31000"}}}},
+            {{"name", "tokyo"}, {"replicas", 2}, {"dataPath", "/mnt/tokyo"}}}},
+          {"runPolicy",
+           {{"backoffLimit", 1}, {"activeDeadlineSeconds", 7200}, {"ttlSecondsAfterFinished", 0}}}};
+}
+
+TEST(TrainingJobSpec, FullSpecIsReadFieldByField) {
+  const ParsedSpec p = parseSpec(object(world()));
+  ASSERT_TRUE(p.errors.empty()) << joinErrors(p.errors);
+  const TrainingJobSpec& s = p.spec;
+  EXPECT_EQ(s.image, "registry.example/geotrain-worker:0.1");
+  EXPECT_EQ(s.worker.job.seed, 7u);
+  EXPECT_EQ(s.worker.model.builtin, "cnn");
+  EXPECT_EQ(s.worker.training.steps, 5000);
+  EXPECT_EQ(s.worker.training.batchSize, 128);
+  EXPECT_DOUBLE_EQ(s.worker.training.weightDecay, 0.0005);
+  EXPECT_FALSE(s.worker.sync.delay.has_value());  // auto
+  EXPECT_DOUBLE_EQ(s.worker.sync.timeoutSeconds, 2.5);
+  EXPECT_EQ(s.worker.checkpoint.dir, "/ckpt");
+  ASSERT_EQ(s.regions.size(), 2u);
+  EXPECT_EQ(s.regions[0].cluster, "eu-cluster");
+  EXPECT_EQ(s.regions[0].resources["limits"]["nvidia.com/gpu"], 1);
+  EXPECT_EQ(s.regions[0].nodeSelector.at("gpu"), "h100");
+  EXPECT_EQ(s.regions[0].tolerations.size(), 1u);
+  EXPECT_EQ(s.regions[0].gateway.serviceType, "NodePort");
+  EXPECT_EQ(s.regions[0].gateway.endpoint, "london.example.org:31000");
+  EXPECT_EQ(s.dataPath(s.regions[0]), "/data/fmnist");
+  EXPECT_EQ(s.dataPath(s.regions[1]), "/mnt/tokyo");
+  EXPECT_EQ(s.totalReplicas(), 4);
+  EXPECT_EQ(s.runPolicy.backoffLimit, 1);
+  EXPECT_EQ(s.runPolicy.activeDeadlineSeconds, 7200);
+  EXPECT_EQ(s.runPolicy.ttlSecondsAfterFinished, 0);
+}
+
+TEST(TrainingJobSpec, DefaultsWrittenOutReadBackTheSame) {
+  for (const json& spec : {minimal(), world()}) {
+    const ParsedSpec p = parseSpec(object(spec));
+    ASSERT_TRUE(p.errors.empty()) << joinErrors(p.errors);
+    const json written = specToJson(p.spec);
+    EXPECT_EQ(written["sync"]["algorithm"], "dts");
+    EXPECT_TRUE(written["training"]["lr"].is_number());
+    EXPECT_TRUE(written["sync"]["errorFeedback"].is_boolean());
+    EXPECT_FALSE(written["dataset"].contains("shardIndex"));  // the controller's
+    const ParsedSpec again = parseSpec(object(written));
+    ASSERT_TRUE(again.errors.empty()) << joinErrors(again.errors) << "\n" << written.dump(2);
+    EXPECT_EQ(again.spec, p.spec) << written.dump(2);
+  }
+}
+
+struct BadCase {
+  json patch;  // merged into the minimal spec
+  std::string expected;
+};
+
+class TrainingJobSpecError : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(TrainingJobSpecError, NamesPathValueAndAllowed) {
+  json spec = minimal();
+  spec.merge_patch(GetParam().patch);
+  const ParsedSpec p = parseSpec(object(spec));
+  const std::string all = joinErrors(p.errors);
+  EXPECT_NE(all.find(GetParam().expected), std::string::npos)
+      << "errors: " << all << "\nexpected to contain: " << GetParam().expected;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TrainingJobSpecError,
+    ::testing::Values(
+        BadCase{{{"sync", {{"bits", 3}}}}, "spec.sync.bits: 3 is not allowed (allowed: 2, 4, 8)"},
+        BadCase{{{"sync", {{"algorithm", "ring"}}}}, "spec.sync.algorithm: ring is not allowed"},
+        BadCase{{{"sync", {{"delay", -1}}}}, "spec.sync.delay: -1 is not allowed"},
+        BadCase{{{"sync", {{"delay", "soon"}}}},
+                "spec.sync.delay: \"soon\" is not allowed (allowed: an integer, or auto)"},
+        BadCase{{{"sync", {{"period", 0}}}}, "spec.sync.period: 0 is not allowed"},
+        BadCase{{{"training", {{"lr", "fast"}}}},
+                "spec.training.lr: \"fast\" is not allowed (allowed: a number)"},
+        BadCase{{{"training", {{"steps", 1.5}}}},
+                "spec.training.steps: 1.5 is not allowed (allowed: an integer)"},
+        BadCase{{{"training", {{"lrr", 0.1}}}}, "spec.training.lrr: unknown key"},
+        BadCase{{{"dataset", {{"shardIndex", 1}}}}, "spec.dataset.shardIndex: unknown field"},
+        BadCase{{{"dataset", {{"path", ""}}}}, "spec.regions[0].dataPath: Required value"},
+        BadCase{{{"model", {{"builtin", "mlp"}, {"torchscript", "/m.pt"}}}},
+                "spec.model: both builtin and torchscript are set"},
+        BadCase{{{"worker", {{"rank", 1}}}}, "spec.worker: unknown field (allowed: image, seed"},
+        BadCase{{{"seed", -1}}, "spec.seed: -1 is not allowed (allowed: an integer >= 0)"},
+        BadCase{{{"regions", json::array()}}, "spec.regions: Required value"},
+        BadCase{{{"regions", {{{"replicas", 2}}}}}, "spec.regions[0].name: Required value"},
+        BadCase{{{"regions", {{{"name", "London"}}}}},
+                "spec.regions[0].name: \"London\" is not allowed (allowed: a lowercase DNS label"},
+        BadCase{{{"regions", {{{"name", "a"}}, {{"name", "a"}}}}},
+                "spec.regions[1].name: Duplicate value: \"a\""},
+        BadCase{{{"regions", {{{"name", "a"}, {"replicas", 0}}}}},
+                "spec.regions[0].replicas: 0 is not allowed (allowed: an integer 1..4096)"},
+        BadCase{{{"regions", {{{"name", "a"}, {"gateway", {{"serviceType", "Ingress"}}}}}}},
+                "spec.regions[0].gateway.serviceType: \"Ingress\" is not allowed (allowed: "
+                "ClusterIP, NodePort, LoadBalancer)"},
+        BadCase{{{"regions", {{{"name", "a"}, {"gateway", {{"endpoint", "host"}}}}}}},
+                "spec.regions[0].gateway.endpoint: \"host\" is not allowed"},
+        BadCase{{{"regions", {{{"name", "a"}, {"gateway", {{"port", 70000}}}}}}},
+                "spec.regions[0].gateway.port: 70000 is not allowed (allowed: an integer "
+                "1..65535)"},
+        BadCase{{{"regions", {{{"name", "a"}, {"nodeSelector", {{"gpu", 1}}}}}}},
+                "spec.regions[0].nodeSelector: must be an object of string values"},
+        BadCase{{{"regions", {{{"name", "a"}, {"zone", "x"}}}}},
+                "spec.regions[0].zone: unknown field"},
+        BadCase{{{"runPolicy", {{"backoffLimit", -1}}}},
+                "spec.runPolicy.backoffLimit: -1 is not allowed (allowed: an integer >= 0)"},
+        BadCase{{{"runPolicy", {{"activeDeadlineSeconds", 0}}}},
+                "spec.runPolicy.activeDeadlineSeconds: 0 is not allowed"},
+        BadCase{{{"runPolicy", {{"suspend", "yes"}}}},
+                "spec.runPolicy.suspend: \"yes\" is not allowed (allowed: true, false)"}));
+
+TEST(TrainingJobSpec, EveryErrorIsReportedAtOnce) {
+  json spec = minimal();
+  spec["sync"] = {{"bits", 3}};
+  spec["regions"] = {{{"name", "a"}, {"replicas", 0}}, {{"name", "a"}}};
+  const ParsedSpec p = parseSpec(object(spec));
+  EXPECT_EQ(p.errors.size(), 3u) << joinErrors(p.errors);
+}
+
+TEST(TrainingJobSpec, MissingOrMistypedSpec) {
+  EXPECT_EQ(messages(parseSpec(json{{"kind", "TrainingJob"}})),
+            std::vector<std::string>{"spec: Required value"});
+  EXPECT_EQ(messages(parseSpec(object(json::array()))),
+            std::vector<std::string>{"spec: a list is not allowed (allowed: an object)"});
+}
+
+TEST(TrainingJobStatus, SetConditionKeepsTransitionTimeUnlessStatusChanges) {
+  std::vector<Condition> conditions;
+  EXPECT_TRUE(setCondition(conditions, {"Running", "False", 1, "", "Pending", "waiting"}, "t1"));
+  ASSERT_EQ(conditions.size(), 1u);
+  EXPECT_EQ(conditions[0].lastTransitionTime, "t1");
+  // Same status, new message: updated, time kept.
+  EXPECT_TRUE(setCondition(conditions, {"Running", "False", 2, "", "Pending", "2 of 4"}, "t2"));
+  EXPECT_EQ(conditions[0].lastTransitionTime, "t1");
+  EXPECT_EQ(conditions[0].observedGeneration, 2);
+  // Nothing new: no change reported (the reconciler then writes nothing).
+  EXPECT_FALSE(setCondition(conditions, {"Running", "False", 2, "", "Pending", "2 of 4"}, "t3"));
+  // Status flips: new time.
+  EXPECT_TRUE(setCondition(conditions, {"Running", "True", 2, "", "AllRegionsRunning", ""}, "t4"));
+  EXPECT_EQ(conditions[0].lastTransitionTime, "t4");
+  EXPECT_TRUE(setCondition(conditions, {"Created", "True", 2, "", "Created", ""}, "t5"));
+  EXPECT_EQ(conditions.size(), 2u);
+  ASSERT_NE(findCondition(conditions, "Created"), nullptr);
+  EXPECT_EQ(findCondition(conditions, "Failed"), nullptr);
+}
+
+TEST(TrainingJobStatus, JsonRoundTripAndLenientRead) {
+  TrainingJobStatus s;
+  s.state = "Running";
+  s.regionsReady = "1/2";
+  s.observedGeneration = 3;
+  s.conditions.push_back({"Running", "True", 3, "2026-11-22T08:00:00Z", "Running", "ok"});
+  s.regions.push_back({"london", 2, 2, 0, 0, "10.0.0.1:7000", true});
+  s.regions.push_back({"tokyo", 0, 0, 0, 0, "", false});
+  s.progress = {1200, 0.31, 0.86};
+  s.startTime = "2026-11-22T07:59:00Z";
+  EXPECT_EQ(statusFromJson(statusToJson(s)), s);
+  const json odd = {{"observedGeneration", "x"},
+                    {"conditions", {{{"status", "True"}}, 5}},
+                    {"regions", {{{"name", "a"}, {"ready", "2"}}}},
+                    {"surprise", true}};
+  const TrainingJobStatus read = statusFromJson(odd);
+  EXPECT_EQ(read.observedGeneration, 0);
+  EXPECT_TRUE(read.conditions.empty());
+  ASSERT_EQ(read.regions.size(), 1u);
+  EXPECT_EQ(read.regions[0].ready, 0);
+  EXPECT_TRUE(read.regions[0].reachable);
+}
+
+TEST(TrainingJobStatus, Rfc3339Now) {
+  const std::string now = rfc3339Now();
+  ASSERT_EQ(now.size(), 20u) << now;
+  EXPECT_EQ(now[4], '-');
+  EXPECT_EQ(now[10], 'T');
+  EXPECT_EQ(now.back(), 'Z');
+}
+
+}  // namespace
+}  // namespace geo::api
