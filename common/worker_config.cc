@@ -636,6 +636,8 @@ std::vector<Section> buildSchema() {
        {makeField("listen", &W::transport, &W::Transport::listen, string, nonEmptyString()),
         peersField(), regionsField(),
         makeField("keyDir", &W::transport, &W::Transport::keyDir, string, nonEmptyString()),
+        makeField("keyGroupReadable", &W::transport, &W::Transport::keyGroupReadable, boolean,
+                  anyBool()),
         linksField(),
         makeField("uplink", &W::transport, &W::Transport::uplink, string, anyString())}});
   schema.push_back(

@@ -130,6 +130,9 @@ struct WorkerConfig {
     // CURVE key files (geotrain keygen): this worker's secret key
     // worker-<rank>.key and every rank's public key worker-<r>.pub.
     std::string keyDir = "keys";
+    // Accept a secret key file its group can read (not others): Kubernetes
+    // mounts Secrets into non-root pods as root:<fsGroup> 0440.
+    bool keyGroupReadable = false;
     // "regionA-regionB" -> link profile such as "delay=50ms,rate=20mbit".
     // Only checked to be strings here: common/ cannot depend on worker/, so
     // the worker parses the profiles (geo::transport::parseLinkProfile).

@@ -148,7 +148,10 @@ geo::StatusOr<std::unique_ptr<geo::transport::Transport>> makeTransport(
   }
   t.bindEndpoint = c.transport.listen;
   const std::filesystem::path keyDir = c.transport.keyDir;
-  auto secret = gt::loadSecretKey(keyDir / fmt::format("worker-{}.key", t.rank));
+  auto secret =
+      gt::loadSecretKey(keyDir / fmt::format("worker-{}.key", t.rank),
+                        c.transport.keyGroupReadable ? gt::SecretKeyAccess::kOwnerAndGroupRead
+                                                     : gt::SecretKeyAccess::kOwnerOnly);
   if (!secret.ok()) return secret.status();
   t.secretKey = *secret;
   for (uint32_t r = 0; r < world; ++r) {

@@ -191,7 +191,8 @@ Status ensureDirectory(const std::filesystem::path& dir) {
 // Reads a key file. The checks look at the opened descriptor (fstat), so the
 // file that was checked is the file that is read. O_NONBLOCK keeps a FIFO at
 // `path` from blocking the open; it is then refused as not a regular file.
-StatusOr<std::string> loadKey(const std::filesystem::path& path, bool secret) {
+StatusOr<std::string> loadKey(const std::filesystem::path& path, bool secret,
+                              SecretKeyAccess access = SecretKeyAccess::kOwnerOnly) {
   const char* what = secret ? "secret key file" : "public key file";
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
@@ -211,12 +212,17 @@ StatusOr<std::string> loadKey(const std::filesystem::path& path, bool secret) {
     ::close(fd);
     return invalidArgument(fmt::format("{} {} is not a regular file", what, path.string()));
   }
-  if (secret && (st.st_mode & 077) != 0) {
+  const bool groupRead = access == SecretKeyAccess::kOwnerAndGroupRead;
+  if (secret && (st.st_mode & (groupRead ? 037 : 077)) != 0) {
     ::close(fd);
     return Status(StatusCode::kPermissionDenied,
-                  fmt::format("{} {} has mode {:04o}, so group or others can access it; a "
-                              "secret key must be private: run `chmod 600 {}`",
-                              what, path.string(), st.st_mode & 07777, path.string()));
+                  groupRead ? fmt::format("{} {} has mode {:04o}, so others can access it or its "
+                                          "group can write it; a secret key must be private: "
+                                          "run `chmod 640 {}`",
+                                          what, path.string(), st.st_mode & 07777, path.string())
+                            : fmt::format("{} {} has mode {:04o}, so group or others can access "
+                                          "it; a secret key must be private: run `chmod 600 {}`",
+                                          what, path.string(), st.st_mode & 07777, path.string()));
   }
 
   // Read one byte more than the largest valid file, so that a file that grew
@@ -346,8 +352,8 @@ StatusOr<std::string> loadPublicKey(const std::filesystem::path& path) {
   return loadKey(path, /*secret=*/false);
 }
 
-StatusOr<std::string> loadSecretKey(const std::filesystem::path& path) {
-  return loadKey(path, /*secret=*/true);
+StatusOr<std::string> loadSecretKey(const std::filesystem::path& path, SecretKeyAccess access) {
+  return loadKey(path, /*secret=*/true, access);
 }
 
 }  // namespace geo::transport

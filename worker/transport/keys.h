@@ -10,7 +10,7 @@
 // Loading refuses, with a Status naming the path and the problem: a missing or
 // unreadable file, wrong size or characters that are not Z85, and a secret key
 // file that group or others can read (like ssh, a leaked key is worse than a
-// failed start).
+// failed start; SecretKeyAccess::kOwnerAndGroupRead admits group read).
 
 #include <filesystem>
 #include <string>
@@ -37,8 +37,17 @@ StatusOr<std::string> publicKeyOf(const std::string& secretKeyZ85);
 Status writeKeyPair(const CurveKeyPair& keys, const std::filesystem::path& dir,
                     const std::string& name);
 
+// Who may read a secret key file besides its owner.
+enum class SecretKeyAccess {
+  kOwnerOnly,  // mode 0600 or 0400: what `geotrain keygen` writes
+  // The file's group may read it too (0640, 0440), others still not:
+  // Kubernetes mounts a Secret into a non-root pod as root:<fsGroup> 0440.
+  kOwnerAndGroupRead,
+};
+
 StatusOr<std::string> loadPublicKey(const std::filesystem::path& path);
-StatusOr<std::string> loadSecretKey(const std::filesystem::path& path);
+StatusOr<std::string> loadSecretKey(const std::filesystem::path& path,
+                                    SecretKeyAccess access = SecretKeyAccess::kOwnerOnly);
 
 // Whether `key` is 40 valid Z85 characters.
 bool isZ85Key(const std::string& key);

@@ -322,6 +322,28 @@ TEST_F(KeysTest, LoadRefusesASecretKeyOthersCanAccess) {
   EXPECT_TRUE(loadPublicKey(dir_ / "w.pub").ok());
 }
 
+// How Kubernetes mounts a Secret into a pod with an fsGroup: root:<group>
+// 0440. Admitted only when asked for; others may still never read.
+TEST_F(KeysTest, GroupReadIsAdmittedOnlyWhenAskedFor) {
+  const CurveKeyPair keys = generateKeyPair();
+  ASSERT_TRUE(writeKeyPair(keys, dir_, "w").ok());
+  const fs::path path = dir_ / "w.key";
+  for (mode_t mode : {mode_t{0440}, mode_t{0640}, mode_t{0600}}) {
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+    auto secret = loadSecretKey(path, SecretKeyAccess::kOwnerAndGroupRead);
+    ASSERT_TRUE(secret.ok()) << mode << ": " << secret.status().toString();
+    EXPECT_EQ(*secret, keys.secretKey);
+  }
+  ASSERT_EQ(::chmod(path.c_str(), 0440), 0);
+  EXPECT_EQ(loadSecretKey(path).status().code(), StatusCode::kPermissionDenied);
+  for (mode_t mode : {mode_t{0444}, mode_t{0660}, mode_t{0604}, mode_t{0650}}) {
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+    auto secret = loadSecretKey(path, SecretKeyAccess::kOwnerAndGroupRead);
+    EXPECT_EQ(secret.status().code(), StatusCode::kPermissionDenied) << mode;
+    expectMentions(secret.status(), {path.string(), "chmod 640"});
+  }
+}
+
 TEST_F(KeysTest, LoadRefusesADirectoryOrAFifo) {
   auto pub = loadPublicKey(dir_);
   expectMentions(pub.status(), {dir_.string(), "not a regular file"});
