@@ -456,6 +456,30 @@ ParsedSpec parseSpec(const json& object) {
                                     spec.worker.dataset.name)});
     }
   }
+  for (size_t i = 0; i < spec.regions.size(); ++i) {
+    const Gateway& g = spec.regions[i].gateway;
+    if (g.serviceType != "NodePort") continue;
+    const std::string path = fmt::format("spec.regions[{}].gateway.endpoint", i);
+    if (g.endpoint.empty()) {
+      errors.push_back({FieldError::Type::kRequired, path,
+                        "Required value (a NodePort gateway needs the address the other regions "
+                        "dial: a node's external address and a node port 30000..32767)"});
+    } else if (const int port = std::stoi(g.endpoint.substr(g.endpoint.rfind(':') + 1));
+               port < 30000 || port > 32767) {
+      errors.push_back({FieldError::Type::kInvalid, path,
+                        fmt::format("port {} is not allowed for a NodePort gateway (allowed: "
+                                    "30000..32767, the Service's nodePort)",
+                                    port)});
+    }
+  }
+  const bool severalWorkers = std::any_of(spec.regions.begin(), spec.regions.end(),
+                                          [](const Region& r) { return r.replicas > 1; });
+  if (spec.regions.size() > 1 && severalWorkers && !spec.worker.sync.hierarchical &&
+      spec.worker.sync.algorithm != "none") {
+    errors.push_back({FieldError::Type::kInvalid, "spec.sync.hierarchical",
+                      "false is not allowed when a region has several replicas (allowed: true: "
+                      "only each region's leader is reachable from the other regions)"});
+  }
   WorkerConfig whole = spec.worker;
   whole.worker.worldSize = spec.totalReplicas();
   whole.worker.region = spec.regions.front().name;

@@ -145,6 +145,14 @@ CEL_ONLY = [
     (merged({"model": {"builtin": ""}}), "builtin is empty and no torchscript is set"),
     (merged({"dataset": {"path": ""}}), "needs a path"),
     ({"regions": [{"name": "a"}, {"name": "a"}]}, "x-kubernetes-list-map-keys"),
+    ({"regions": [{"name": "a", "gateway": {"serviceType": "NodePort"}}]},
+     "a NodePort gateway needs an endpoint"),
+    ({"regions": [{"name": "a", "gateway": {"serviceType": "NodePort",
+                                           "endpoint": "n1.example:7000"}}]},
+     "a NodePort gateway needs an endpoint"),
+    (merged({"sync": {"hierarchical": False},
+             "regions": [{"name": "a", "replicas": 2}, {"name": "b"}]}),
+     "sync.hierarchical must be true"),
 ]
 
 

@@ -172,6 +172,17 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.regions[0].nodeSelector: must be an object of string values"},
         BadCase{{{"regions", {{{"name", "a"}, {"zone", "x"}}}}},
                 "spec.regions[0].zone: unknown field"},
+        BadCase{{{"regions", {{{"name", "a"}, {"gateway", {{"serviceType", "NodePort"}}}}}}},
+                "spec.regions[0].gateway.endpoint: Required value (a NodePort gateway"},
+        BadCase{{{"regions",
+                  {{{"name", "a"},
+                    {"gateway", {{"serviceType", "NodePort"}, {"endpoint", "n1.example:7000"}}}}}}},
+                "spec.regions[0].gateway.endpoint: port 7000 is not allowed for a NodePort "
+                "gateway (allowed: 30000..32767"},
+        BadCase{{{"sync", {{"hierarchical", false}}},
+                 {"regions", {{{"name", "a"}, {"replicas", 2}}, {{"name", "b"}}}}},
+                "spec.sync.hierarchical: false is not allowed when a region has several "
+                "replicas"},
         BadCase{{{"runPolicy", {{"backoffLimit", -1}}}},
                 "spec.runPolicy.backoffLimit: -1 is not allowed (allowed: an integer >= 0)"},
         BadCase{{{"runPolicy", {{"activeDeadlineSeconds", 0}}}},

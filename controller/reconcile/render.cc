@@ -1,0 +1,369 @@
+#include "controller/reconcile/render.h"
+
+#include <fmt/format.h>
+#include <sodium.h>
+
+#include <algorithm>
+
+namespace geo::reconcile {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kManager = "geotrain-controller";
+constexpr std::string_view kConfigDir = "/etc/geotrain/config";
+constexpr std::string_view kKeyDir = "/etc/geotrain/keys";
+constexpr size_t kMaxBaseName = 55;  // + "-gateway" = 63; pod host names <base>-<index>
+
+std::string base64(const std::string& bytes) {
+  std::string out(sodium_base64_ENCODED_LEN(bytes.size(), sodium_base64_VARIANT_ORIGINAL), '\0');
+  sodium_bin2base64(out.data(), out.size(), reinterpret_cast<const unsigned char*>(bytes.data()),
+                    bytes.size(), sodium_base64_VARIANT_ORIGINAL);
+  out.resize(out.size() - 1);  // the terminating NUL
+  return out;
+}
+
+json metadata(const JobRef& job, const std::string& name, const std::string& region,
+              const std::string& component) {
+  return {{"name", name}, {"namespace", job.ns}, {"labels", labels(job, region, component)}};
+}
+
+const api::Region& regionAt(const api::TrainingJobSpec& spec, size_t index) {
+  return spec.regions.at(index);
+}
+
+// The labels that pick a region's worker pods (a subset of labels(), stable
+// across controller versions: selectors of existing Services and Jobs
+// cannot change).
+json podSelector(const JobRef& job, const std::string& region) {
+  return {{"geotrain.io/job", job.name},
+          {"geotrain.io/region", region},
+          {"app.kubernetes.io/component", "worker"}};
+}
+
+}  // namespace
+
+std::vector<RegionPlan> planRanks(const api::TrainingJobSpec& spec) {
+  std::vector<RegionPlan> plan;
+  int64_t next = 0;
+  for (const auto& r : spec.regions) {
+    plan.push_back({r.name, next, r.replicas});
+    next += r.replicas;
+  }
+  return plan;
+}
+
+std::string baseName(const JobRef& job, const std::string& region) {
+  return job.name + "-" + region;
+}
+std::string keysSecretName(const JobRef& job, const std::string& region) {
+  return baseName(job, region) + "-keys";
+}
+std::string configMapName(const JobRef& job, const std::string& region) {
+  return baseName(job, region) + "-config";
+}
+std::string headlessServiceName(const JobRef& job, const std::string& region) {
+  return baseName(job, region);
+}
+std::string gatewayServiceName(const JobRef& job, const std::string& region) {
+  return baseName(job, region) + "-gateway";
+}
+std::string workerJobName(const JobRef& job, const std::string& region) {
+  return baseName(job, region);
+}
+
+Status checkNames(const JobRef& job, const api::TrainingJobSpec& spec) {
+  std::string longest;
+  for (const auto& r : spec.regions) {
+    if (r.name.size() > longest.size()) longest = r.name;
+  }
+  const size_t length = baseName(job, longest).size();
+  if (length > kMaxBaseName) {
+    return invalidArgument(fmt::format(
+        "metadata.name: {} is too long for region {} (allowed: name and region name together "
+        "at most {} characters, so that {}-gateway and the pod names are DNS labels)",
+        job.name, longest, kMaxBaseName - 1, baseName(job, longest)));
+  }
+  return {};
+}
+
+json labels(const JobRef& job, const std::string& region, const std::string& component) {
+  return {{"app.kubernetes.io/name", "geotrain"},
+          {"app.kubernetes.io/instance", job.name},
+          {"app.kubernetes.io/component", component},
+          {"app.kubernetes.io/managed-by", std::string(kManager)},
+          {"app.kubernetes.io/part-of", "geotrain"},
+          {"geotrain.io/job", job.name},
+          {"geotrain.io/region", region}};
+}
+
+json renderHeadlessService(const JobRef& job, const api::TrainingJobSpec& spec, size_t index,
+                           const RenderSettings& settings) {
+  const api::Region& r = regionAt(spec, index);
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", metadata(job, headlessServiceName(job, r.name), r.name, "worker")},
+          {"spec",
+           {{"clusterIP", "None"},
+            // Workers find each other before they are ready (they are ready
+            // only once training runs).
+            {"publishNotReadyAddresses", true},
+            {"selector", podSelector(job, r.name)},
+            {"ports",
+             {{{"name", "transport"}, {"port", r.gateway.port}, {"protocol", "TCP"}},
+              {{"name", "metrics"}, {"port", settings.metricsPort}, {"protocol", "TCP"}}}}}}};
+}
+
+json renderGatewayService(const JobRef& job, const api::TrainingJobSpec& spec, size_t index) {
+  const api::Region& r = regionAt(spec, index);
+  json selector = podSelector(job, r.name);
+  selector["batch.kubernetes.io/job-completion-index"] = "0";
+  json port = {{"name", "transport"},
+               {"port", r.gateway.port},
+               {"targetPort", r.gateway.port},
+               {"protocol", "TCP"}};
+  if (r.gateway.serviceType == "NodePort") {
+    port["nodePort"] = std::stoi(r.gateway.endpoint.substr(r.gateway.endpoint.rfind(':') + 1));
+  }
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", metadata(job, gatewayServiceName(job, r.name), r.name, "gateway")},
+          {"spec",
+           {{"type", r.gateway.serviceType},
+            {"publishNotReadyAddresses", true},
+            {"selector", selector},
+            {"ports", json::array({port})}}}};
+}
+
+std::string gatewayEndpoint(const JobRef& job, const api::Region& region,
+                            const json& gatewayService, const RenderSettings& settings) {
+  if (!region.gateway.endpoint.empty()) return region.gateway.endpoint;
+  const std::string port = std::to_string(region.gateway.port);
+  if (region.gateway.serviceType == "ClusterIP") {
+    return fmt::format("{}.{}.svc.{}:{}", gatewayServiceName(job, region.name), job.ns,
+                       settings.clusterDomain, port);
+  }
+  const json* ingress = nullptr;
+  if (gatewayService.is_object()) {
+    const json status = gatewayService.value("status", json::object());
+    const json lb = status.is_object() ? status.value("loadBalancer", json::object()) : json();
+    if (lb.is_object() && lb.contains("ingress") && lb["ingress"].is_array() &&
+        !lb["ingress"].empty()) {
+      ingress = &gatewayService["status"]["loadBalancer"]["ingress"][0];
+    }
+  }
+  if (ingress == nullptr || !ingress->is_object()) return "";
+  for (const char* key : {"ip", "hostname"}) {
+    if (ingress->contains(key) && (*ingress)[key].is_string() &&
+        !(*ingress)[key].get<std::string>().empty()) {
+      const std::string host = (*ingress)[key].get<std::string>();
+      // An IPv6 address needs brackets in an endpoint.
+      const bool v6 = host.find(':') != std::string::npos;
+      return (v6 ? "[" + host + "]" : host) + ":" + port;
+    }
+  }
+  return "";
+}
+
+StatusOr<WorkerConfig> renderWorkerConfig(const JobRef& job, const api::TrainingJobSpec& spec,
+                                          size_t index,
+                                          const std::map<std::string, std::string>& endpoints,
+                                          const RenderSettings& settings) {
+  const std::vector<RegionPlan> plan = planRanks(spec);
+  const api::Region& own = regionAt(spec, index);
+  WorkerConfig c = spec.worker;
+  // One job id per incarnation of the object: frames of a deleted and
+  // re-created job with the same name are refused.
+  c.job.id = fmt::format("{}/{}/{}", job.ns, job.name, job.uid);
+  c.worker.worldSize = spec.totalReplicas();
+  c.worker.region = own.name;
+  c.worker.regionSize = own.replicas;
+  c.worker.rank = plan[index].firstRank;  // each pod: --completion-index
+  c.worker.localRank = 0;
+  c.dataset.path = spec.dataPath(own);
+  c.dataset.shardIndex.reset();
+  c.dataset.shardCount.reset();
+  c.transport.listen = fmt::format("tcp://*:{}", own.gateway.port);
+  c.transport.peers.clear();
+  c.transport.regions.clear();
+  c.transport.links.clear();
+  c.transport.uplink.clear();
+  c.transport.keyDir = std::string(kKeyDir);
+  c.transport.keyGroupReadable = true;
+  for (size_t j = 0; j < plan.size(); ++j) {
+    const api::Region& other = regionAt(spec, j);
+    for (int64_t k = 0; k < plan[j].replicas; ++k) {
+      c.transport.regions.push_back(other.name);
+      if (j == index) {
+        // <base>-<index>.<headless service>.<ns>.svc.<domain>
+        c.transport.peers.push_back(fmt::format(
+            "tcp://{}-{}.{}.{}.svc.{}:{}", workerJobName(job, own.name), k,
+            headlessServiceName(job, own.name), job.ns, settings.clusterDomain, own.gateway.port));
+      } else if (k == 0) {
+        auto it = endpoints.find(other.name);
+        if (it == endpoints.end() || it->second.empty()) {
+          return failedPrecondition(fmt::format(
+              "the gateway of region {} has no address yet (Service {}: waiting for its load "
+              "balancer, or set spec.regions[{}].gateway.endpoint)",
+              other.name, gatewayServiceName(job, other.name), j));
+        }
+        c.transport.peers.push_back("tcp://" + it->second);
+      } else {
+        c.transport.peers.push_back("none");  // another region's member: via its leader
+      }
+    }
+  }
+  c.metrics.enabled = true;
+  c.metrics.listen = fmt::format("0.0.0.0:{}", settings.metricsPort);
+  c.metrics.lingerSeconds = settings.metricsLingerSeconds;
+  if (Status s = validateWorkerConfig(c); !s.ok()) {
+    return s.withContext(fmt::format("worker.yaml of region {}", own.name));
+  }
+  return c;
+}
+
+StatusOr<json> renderConfigMap(const JobRef& job, const api::TrainingJobSpec& spec, size_t index,
+                               const std::map<std::string, std::string>& endpoints,
+                               const std::vector<RankKeys>& keys, const RenderSettings& settings) {
+  if (static_cast<int64_t>(keys.size()) != spec.totalReplicas()) {
+    return invalidArgument(
+        fmt::format("{} keypairs for {} workers", keys.size(), spec.totalReplicas()));
+  }
+  auto config = renderWorkerConfig(job, spec, index, endpoints, settings);
+  if (!config.ok()) return config.status();
+  const api::Region& own = regionAt(spec, index);
+  json data = {{"worker.yaml", toYaml(*config)}};
+  for (size_t r = 0; r < keys.size(); ++r) {
+    data[fmt::format("worker-{}.pub", r)] = keys[r].publicKey + "\n";
+  }
+  return json{{"apiVersion", "v1"},
+              {"kind", "ConfigMap"},
+              {"metadata", metadata(job, configMapName(job, own.name), own.name, "config")},
+              {"data", std::move(data)}};
+}
+
+json renderKeysSecret(const JobRef& job, const api::TrainingJobSpec& spec, size_t index,
+                      const std::vector<RankKeys>& keys) {
+  const RegionPlan p = planRanks(spec)[index];
+  json data = json::object();
+  for (int64_t r = p.firstRank; r < p.firstRank + p.replicas; ++r) {
+    data[fmt::format("worker-{}.key", r)] =
+        base64(keys.at(static_cast<size_t>(r)).secretKey + "\n");
+  }
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", metadata(job, keysSecretName(job, p.name), p.name, "keys")},
+          {"type", "Opaque"},
+          {"data", std::move(data)}};
+}
+
+json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t index,
+                     const RenderSettings& settings) {
+  const api::Region& r = regionAt(spec, index);
+  const RegionPlan p = planRanks(spec)[index];
+  const std::string image = spec.image.empty() ? settings.workerImage : spec.image;
+
+  // keys/: every public key (ConfigMap) and this region's secret keys
+  // (Secret, group-readable for the pod's fsGroup: transport.keyGroupReadable).
+  json pubItems = json::array();
+  for (int64_t k = 0; k < spec.totalReplicas(); ++k) {
+    const std::string file = fmt::format("worker-{}.pub", k);
+    pubItems.push_back({{"key", file}, {"path", file}, {"mode", 0444}});
+  }
+  json keyItems = json::array();
+  for (int64_t k = p.firstRank; k < p.firstRank + p.replicas; ++k) {
+    const std::string file = fmt::format("worker-{}.key", k);
+    keyItems.push_back({{"key", file}, {"path", file}, {"mode", 0440}});
+  }
+  json container = {
+      {"name", "worker"},
+      {"image", image},
+      {"args",
+       {"--config", std::string(kConfigDir) + "/worker.yaml", "--completion-index",
+        "$(JOB_COMPLETION_INDEX)"}},
+      {"ports",
+       {{{"name", "transport"}, {"containerPort", r.gateway.port}, {"protocol", "TCP"}},
+        {{"name", "metrics"}, {"containerPort", settings.metricsPort}, {"protocol", "TCP"}}}},
+      {"resources", r.resources},
+      {"volumeMounts",
+       {{{"name", "config"}, {"mountPath", std::string(kConfigDir)}, {"readOnly", true}},
+        {{"name", "keys"}, {"mountPath", std::string(kKeyDir)}, {"readOnly", true}},
+        {{"name", "tmp"}, {"mountPath", "/tmp"}}}},
+      // Ready once /metrics answers: the worker has loaded its data, model
+      // and keys and joined the job.
+      {"readinessProbe",
+       {{"httpGet", {{"path", "/metrics"}, {"port", "metrics"}}},
+        {"periodSeconds", 10},
+        {"failureThreshold", 3}}},
+      {"securityContext",
+       {{"allowPrivilegeEscalation", false},
+        {"readOnlyRootFilesystem", true},
+        {"runAsNonRoot", true},
+        {"capabilities", {{"drop", {"ALL"}}}}}}};
+  json podSpec = {
+      {"subdomain", headlessServiceName(job, r.name)},
+      {"restartPolicy", "Never"},
+      {"enableServiceLinks", false},
+      {"securityContext",
+       {{"runAsUser", settings.runAsUser},
+        {"runAsGroup", settings.runAsUser},
+        {"fsGroup", settings.runAsUser},
+        {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
+      {"containers", json::array({container})},
+      {"volumes",
+       {{{"name", "config"},
+         {"configMap",
+          {{"name", configMapName(job, r.name)},
+           {"items", {{{"key", "worker.yaml"}, {"path", "worker.yaml"}}}}}}},
+        {{"name", "keys"},
+         {"projected",
+          {{"sources",
+            {{{"configMap", {{"name", configMapName(job, r.name)}, {"items", pubItems}}}},
+             {{"secret", {{"name", keysSecretName(job, r.name)}, {"items", keyItems}}}}}}}}},
+        {{"name", "tmp"}, {"emptyDir", json::object()}}}}};
+  if (!spec.worker.checkpoint.dir.empty()) {
+    // The root file system is read-only: checkpoints need a volume. An
+    // emptyDir keeps them across container restarts of one pod only.
+    podSpec["volumes"].push_back({{"name", "checkpoints"}, {"emptyDir", json::object()}});
+    podSpec["containers"][0]["volumeMounts"].push_back(
+        {{"name", "checkpoints"}, {"mountPath", spec.worker.checkpoint.dir}});
+  }
+  if (!r.nodeSelector.empty()) podSpec["nodeSelector"] = r.nodeSelector;
+  if (!r.tolerations.empty()) podSpec["tolerations"] = r.tolerations;
+
+  json jobSpec = {
+      {"completionMode", "Indexed"},
+      {"completions", r.replicas},
+      {"parallelism", r.replicas},
+      {"backoffLimit", spec.runPolicy.backoffLimit},
+      {"suspend", spec.runPolicy.suspend},
+      // A usage or configuration error (exit 2) fails at once: retrying the
+      // same worker.yaml cannot help. Evictions and preemptions do not count
+      // against backoffLimit.
+      {"podFailurePolicy",
+       {{"rules",
+         {{{"action", "FailJob"},
+           {"onExitCodes", {{"containerName", "worker"}, {"operator", "In"}, {"values", {2}}}}},
+          {{"action", "Ignore"},
+           {"onPodConditions", {{{"type", "DisruptionTarget"}, {"status", "True"}}}}}}}}},
+      {"template",
+       {{"metadata",
+         {{"labels", labels(job, r.name, "worker")},
+          {"annotations",
+           {{"prometheus.io/scrape", "true"},
+            {"prometheus.io/port", std::to_string(settings.metricsPort)}}}}},
+        {"spec", podSpec}}}};
+  if (spec.runPolicy.activeDeadlineSeconds) {
+    jobSpec["activeDeadlineSeconds"] = *spec.runPolicy.activeDeadlineSeconds;
+  }
+  if (spec.runPolicy.ttlSecondsAfterFinished) {
+    jobSpec["ttlSecondsAfterFinished"] = *spec.runPolicy.ttlSecondsAfterFinished;
+  }
+  return {{"apiVersion", "batch/v1"},
+          {"kind", "Job"},
+          {"metadata", metadata(job, workerJobName(job, r.name), r.name, "worker")},
+          {"spec", std::move(jobSpec)}};
+}
+
+}  // namespace geo::reconcile

@@ -1,0 +1,126 @@
+#pragma once
+// The objects a TrainingJob needs in each region's cluster (ARCHITECTURE.md
+// section 6), as pure functions of the job, its keys and the gateway
+// endpoints known so far: the reconciler applies what these return with
+// server-side apply, so rendering the same inputs twice gives the same
+// objects (no timestamps, no random names) and a second apply changes nothing.
+//
+// Per region r of job j in namespace ns (names: base = "<j>-<r>"):
+//   Secret     <base>-keys     the CURVE secret keys of the region's ranks only
+//   ConfigMap  <base>-config   worker.yaml (shared by the region's pods) and
+//                              every rank's public key
+//   Service    <base>          headless: stable pod names <base>-<i>.<base>
+//   Service    <base>-gateway  the region's leader (completion index 0), as
+//                              reached from the other regions
+//   Job        <base>          Indexed, one pod per worker; the pod passes its
+//                              $(JOB_COMPLETION_INDEX) to --completion-index
+// Every object carries app.kubernetes.io/{name,instance,component,managed-by,
+// part-of} and geotrain.io/{job,region}.
+//
+// Ranks go region by region in spec order; a region's leader is its first
+// rank. The workers of a region reach each other by pod DNS names; across
+// regions a worker reaches only the other leaders (through their gateways),
+// so another region's members are `none` in transport.peers (which is why a
+// job with several regions and several workers in one needs hierarchical
+// sync; parseSpec() enforces it).
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "controller/api/training_job.h"
+
+namespace geo::reconcile {
+
+// Identity of the TrainingJob object.
+struct JobRef {
+  std::string name;
+  std::string ns;
+  std::string uid;
+};
+
+// Settings of the controller, the same for every job.
+struct RenderSettings {
+  std::string workerImage = "ghcr.io/geotrain/worker:0.1.0";  // when spec.image is empty
+  int64_t metricsPort = 9400;
+  std::string clusterDomain = "cluster.local";
+  int64_t runAsUser = 65532;  // the worker image's non-root user; also the pod's fsGroup
+  double metricsLingerSeconds = 30;
+};
+
+// One CURVE keypair per rank (Z85), generated once per job.
+struct RankKeys {
+  std::string publicKey;
+  std::string secretKey;
+};
+
+// Where a region's ranks sit in the job.
+struct RegionPlan {
+  std::string name;
+  int64_t firstRank = 0;
+  int64_t replicas = 0;
+};
+std::vector<RegionPlan> planRanks(const api::TrainingJobSpec& spec);
+
+// Object names; every name is a DNS label of at most 63 characters.
+std::string baseName(const JobRef& job, const std::string& region);
+std::string keysSecretName(const JobRef& job, const std::string& region);
+std::string configMapName(const JobRef& job, const std::string& region);
+std::string headlessServiceName(const JobRef& job, const std::string& region);
+std::string gatewayServiceName(const JobRef& job, const std::string& region);
+std::string workerJobName(const JobRef& job, const std::string& region);
+
+// Whether the names derived from the job and its regions fit Kubernetes'
+// limits (pod host names <base>-<index> and <base>-gateway are DNS labels).
+// The error names metadata.name and the longest region.
+Status checkNames(const JobRef& job, const api::TrainingJobSpec& spec);
+
+// The labels every object of the job's region carries (also the selector of
+// its pods); `component` is worker, gateway, config or keys.
+nlohmann::json labels(const JobRef& job, const std::string& region, const std::string& component);
+
+// The Services of region `index`: they come first, because the other regions'
+// configs need the gateway's address.
+nlohmann::json renderHeadlessService(const JobRef& job, const api::TrainingJobSpec& spec,
+                                     size_t index, const RenderSettings& settings);
+nlohmann::json renderGatewayService(const JobRef& job, const api::TrainingJobSpec& spec,
+                                    size_t index);
+
+// host:port of a region's gateway as the other regions dial it, from the
+// spec's override or the gateway Service's status (first load-balancer
+// ingress IP or host name); a ClusterIP gateway is its cluster DNS name
+// (reachable only from regions in the same cluster). Empty while not known
+// (a load balancer not provisioned yet).
+std::string gatewayEndpoint(const JobRef& job, const api::Region& region,
+                            const nlohmann::json& gatewayService, const RenderSettings& settings);
+
+// worker.yaml of region `index`: the spec's worker sections plus the job's
+// shape, transport (peers: own region by pod DNS name, other leaders by
+// gateway endpoint, other members none), keys and metrics. `endpoints` maps
+// every other region to its gateway endpoint; a missing one is
+// FailedPrecondition naming it (wait for its load balancer).
+StatusOr<WorkerConfig> renderWorkerConfig(const JobRef& job, const api::TrainingJobSpec& spec,
+                                          size_t index,
+                                          const std::map<std::string, std::string>& endpoints,
+                                          const RenderSettings& settings);
+
+// The ConfigMap (worker.yaml + every public key) and the Secret (this
+// region's secret keys) of region `index`. `keys` has one entry per rank.
+StatusOr<nlohmann::json> renderConfigMap(const JobRef& job, const api::TrainingJobSpec& spec,
+                                         size_t index,
+                                         const std::map<std::string, std::string>& endpoints,
+                                         const std::vector<RankKeys>& keys,
+                                         const RenderSettings& settings);
+nlohmann::json renderKeysSecret(const JobRef& job, const api::TrainingJobSpec& spec, size_t index,
+                                const std::vector<RankKeys>& keys);
+
+// The Indexed Job of region `index`. Its pod template is immutable once the
+// Job exists (batch/v1): the reconciler creates the Job only when every
+// gateway endpoint is known, so the pods start with a complete worker.yaml.
+nlohmann::json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t index,
+                               const RenderSettings& settings);
+
+}  // namespace geo::reconcile

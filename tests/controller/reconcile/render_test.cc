@@ -1,0 +1,247 @@
+#include "controller/reconcile/render.h"
+
+#include <gtest/gtest.h>
+#include <sodium.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace geo::reconcile {
+namespace {
+
+using nlohmann::json;
+
+const JobRef kJob{"world", "ml", "0b5c3d7e-1111-2222-3333-444455556666"};
+
+api::TrainingJobSpec spec2x2() {
+  const json object = {
+      {"spec",
+       {{"sync", {{"algorithm", "dts"}, {"period", 4}}},
+        {"regions",
+         {{{"name", "london"},
+           {"replicas", 2},
+           {"resources", {{"limits", {{"nvidia.com/gpu", 1}}}}},
+           {"nodeSelector", {{"gpu", "h100"}}},
+           {"tolerations", {{{"key", "gpu"}, {"operator", "Exists"}}}}},
+          {{"name", "tokyo"},
+           {"replicas", 2},
+           {"dataPath", "/data/tokyo"},
+           {"gateway", {{"serviceType", "NodePort"}, {"endpoint", "tk.example.org:31000"}}}}}},
+        {"runPolicy", {{"backoffLimit", 1}, {"activeDeadlineSeconds", 3600}}}}}};
+  const api::ParsedSpec p = api::parseSpec(object);
+  EXPECT_TRUE(p.errors.empty()) << api::joinErrors(p.errors);
+  return p.spec;
+}
+
+std::vector<RankKeys> keysFor(int64_t n) {
+  std::vector<RankKeys> keys;
+  for (int64_t r = 0; r < n; ++r) {
+    keys.push_back(
+        {std::string(40, static_cast<char>('A' + r)), std::string(40, static_cast<char>('a' + r))});
+  }
+  return keys;
+}
+
+const std::map<std::string, std::string> kEndpoints = {{"london", "203.0.113.7:7000"},
+                                                       {"tokyo", "tk.example.org:31000"}};
+
+std::string decode64(const std::string& text) {
+  std::string out(text.size(), '\0');
+  size_t len = 0;
+  EXPECT_EQ(sodium_base642bin(reinterpret_cast<unsigned char*>(out.data()), out.size(), text.data(),
+                              text.size(), nullptr, &len, nullptr, sodium_base64_VARIANT_ORIGINAL),
+            0);
+  out.resize(len);
+  return out;
+}
+
+TEST(Render, RanksGoRegionByRegion) {
+  const auto plan = planRanks(spec2x2());
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].firstRank, 0);
+  EXPECT_EQ(plan[1].firstRank, 2);
+  EXPECT_EQ(plan[1].replicas, 2);
+}
+
+TEST(Render, NamesAndTheirLimit) {
+  EXPECT_EQ(workerJobName(kJob, "tokyo"), "world-tokyo");
+  EXPECT_EQ(gatewayServiceName(kJob, "tokyo"), "world-tokyo-gateway");
+  EXPECT_EQ(keysSecretName(kJob, "tokyo"), "world-tokyo-keys");
+  EXPECT_EQ(configMapName(kJob, "tokyo"), "world-tokyo-config");
+  EXPECT_TRUE(checkNames(kJob, spec2x2()).ok());
+  const JobRef longName{std::string(50, 'j'), "ml", "uid"};
+  const Status s = checkNames(longName, spec2x2());
+  EXPECT_NE(
+      s.message().find("metadata.name: " + std::string(50, 'j') + " is too long for region london"),
+      std::string::npos)
+      << s.message();
+}
+
+TEST(Render, Services) {
+  const api::TrainingJobSpec spec = spec2x2();
+  const json headless = renderHeadlessService(kJob, spec, 0, {});
+  EXPECT_EQ(headless["metadata"]["name"], "world-london");
+  EXPECT_EQ(headless["metadata"]["namespace"], "ml");
+  EXPECT_EQ(headless["spec"]["clusterIP"], "None");
+  EXPECT_EQ(headless["spec"]["selector"]["geotrain.io/region"], "london");
+  EXPECT_EQ(headless["metadata"]["labels"]["app.kubernetes.io/managed-by"], "geotrain-controller");
+
+  const json lb = renderGatewayService(kJob, spec, 0);
+  EXPECT_EQ(lb["spec"]["type"], "LoadBalancer");
+  EXPECT_EQ(lb["spec"]["selector"]["batch.kubernetes.io/job-completion-index"], "0");
+  EXPECT_EQ(lb["spec"]["ports"][0]["port"], 7000);
+  EXPECT_FALSE(lb["spec"]["ports"][0].contains("nodePort"));
+  const json np = renderGatewayService(kJob, spec, 1);
+  EXPECT_EQ(np["spec"]["type"], "NodePort");
+  EXPECT_EQ(np["spec"]["ports"][0]["nodePort"], 31000);
+}
+
+TEST(Render, GatewayEndpointFromOverrideStatusOrDns) {
+  const api::TrainingJobSpec spec = spec2x2();
+  const RenderSettings settings;
+  EXPECT_EQ(gatewayEndpoint(kJob, spec.regions[1], json(), settings), "tk.example.org:31000");
+  const api::Region& london = spec.regions[0];
+  EXPECT_EQ(gatewayEndpoint(kJob, london, json(), settings), "");  // no load balancer yet
+  json svc = {{"status", {{"loadBalancer", json::object()}}}};
+  EXPECT_EQ(gatewayEndpoint(kJob, london, svc, settings), "");
+  svc["status"]["loadBalancer"]["ingress"] = {{{"ip", "203.0.113.7"}}};
+  EXPECT_EQ(gatewayEndpoint(kJob, london, svc, settings), "203.0.113.7:7000");
+  svc["status"]["loadBalancer"]["ingress"] = {{{"hostname", "lb.example.com"}}};
+  EXPECT_EQ(gatewayEndpoint(kJob, london, svc, settings), "lb.example.com:7000");
+  svc["status"]["loadBalancer"]["ingress"] = {{{"ip", "2001:db8::7"}}};
+  EXPECT_EQ(gatewayEndpoint(kJob, london, svc, settings), "[2001:db8::7]:7000");
+  api::Region internal = london;
+  internal.gateway.serviceType = "ClusterIP";
+  EXPECT_EQ(gatewayEndpoint(kJob, internal, json(), settings),
+            "world-london-gateway.ml.svc.cluster.local:7000");
+}
+
+TEST(Render, WorkerConfigOfARegion) {
+  const api::TrainingJobSpec spec = spec2x2();
+  auto c = renderWorkerConfig(kJob, spec, 1, kEndpoints, {});
+  ASSERT_TRUE(c.ok()) << c.status().toString();
+  EXPECT_EQ(c->job.id, "ml/world/0b5c3d7e-1111-2222-3333-444455556666");
+  EXPECT_EQ(c->worker.worldSize, 4);
+  EXPECT_EQ(c->worker.region, "tokyo");
+  EXPECT_EQ(c->worker.rank, 2);
+  EXPECT_EQ(c->dataset.path, "/data/tokyo");
+  EXPECT_EQ(c->sync.period, 4);
+  EXPECT_EQ(c->transport.listen, "tcp://*:7000");
+  EXPECT_EQ(c->transport.peers, (std::vector<std::string>{
+                                    "tcp://203.0.113.7:7000", "none",
+                                    "tcp://world-tokyo-0.world-tokyo.ml.svc.cluster.local:7000",
+                                    "tcp://world-tokyo-1.world-tokyo.ml.svc.cluster.local:7000"}));
+  EXPECT_EQ(c->transport.regions, (std::vector<std::string>{"london", "london", "tokyo", "tokyo"}));
+  EXPECT_EQ(c->transport.keyDir, "/etc/geotrain/keys");
+  EXPECT_TRUE(c->transport.keyGroupReadable);
+  EXPECT_EQ(c->metrics.listen, "0.0.0.0:9400");
+
+  // The pod with completion index 1 is rank 3, and its config is valid.
+  WorkerConfig pod = *parseWorkerConfig(toYaml(*c), "worker.yaml");
+  ASSERT_TRUE(placeByCompletionIndex(pod, 1).ok());
+  EXPECT_EQ(pod.worker.rank, 3);
+  EXPECT_TRUE(validateWorkerConfig(pod).ok()) << validateWorkerConfig(pod).message();
+
+  // Without the other region's gateway address there is no config yet.
+  auto waiting = renderWorkerConfig(kJob, spec, 1, {{"tokyo", "tk.example.org:31000"}}, {});
+  ASSERT_FALSE(waiting.ok());
+  EXPECT_EQ(waiting.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(waiting.status().message().find("the gateway of region london has no address yet "
+                                            "(Service world-london-gateway"),
+            std::string::npos)
+      << waiting.status().message();
+}
+
+TEST(Render, ConfigMapAndSecretHoldTheRightKeys) {
+  const api::TrainingJobSpec spec = spec2x2();
+  const auto keys = keysFor(4);
+  auto cm = renderConfigMap(kJob, spec, 1, kEndpoints, keys, {});
+  ASSERT_TRUE(cm.ok()) << cm.status().toString();
+  EXPECT_EQ((*cm)["metadata"]["name"], "world-tokyo-config");
+  const json& data = (*cm)["data"];
+  EXPECT_EQ(data.size(), 5u);  // worker.yaml and four public keys
+  EXPECT_EQ(data["worker-0.pub"], keys[0].publicKey + "\n");
+  const std::string yaml = data["worker.yaml"];
+  EXPECT_EQ(parseWorkerConfig(yaml, "worker.yaml", ConfigCheck::kFull)->worker.region, "tokyo");
+  for (const auto& k : keys) {
+    EXPECT_EQ(yaml.find(k.secretKey), std::string::npos) << "a secret key in the ConfigMap";
+  }
+
+  const json secret = renderKeysSecret(kJob, spec, 1, keys);
+  EXPECT_EQ(secret["type"], "Opaque");
+  ASSERT_EQ(secret["data"].size(), 2u);  // tokyo's ranks 2 and 3 only
+  EXPECT_EQ(decode64(secret["data"]["worker-2.key"]), keys[2].secretKey + "\n");
+  EXPECT_EQ(decode64(secret["data"]["worker-3.key"]), keys[3].secretKey + "\n");
+  EXPECT_FALSE(secret["data"].contains("worker-0.key"));
+
+  EXPECT_FALSE(renderConfigMap(kJob, spec, 1, kEndpoints, keysFor(3), {}).ok());
+}
+
+TEST(Render, IndexedJob) {
+  const api::TrainingJobSpec spec = spec2x2();
+  RenderSettings settings;
+  settings.workerImage = "registry.example/worker:1";
+  const json job = renderWorkerJob(kJob, spec, 0, settings);
+  EXPECT_EQ(job["apiVersion"], "batch/v1");
+  EXPECT_EQ(job["metadata"]["name"], "world-london");
+  const json& s = job["spec"];
+  EXPECT_EQ(s["completionMode"], "Indexed");
+  EXPECT_EQ(s["completions"], 2);
+  EXPECT_EQ(s["parallelism"], 2);
+  EXPECT_EQ(s["backoffLimit"], 1);
+  EXPECT_EQ(s["activeDeadlineSeconds"], 3600);
+  EXPECT_FALSE(s.contains("ttlSecondsAfterFinished"));
+  EXPECT_EQ(s["suspend"], false);
+  EXPECT_EQ(s["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"][0], 2);
+  const json& pod = s["template"]["spec"];
+  EXPECT_EQ(pod["subdomain"], "world-london");
+  EXPECT_EQ(pod["restartPolicy"], "Never");
+  EXPECT_EQ(pod["nodeSelector"]["gpu"], "h100");
+  EXPECT_EQ(pod["tolerations"][0]["key"], "gpu");
+  EXPECT_EQ(pod["securityContext"]["fsGroup"], 65532);
+  const json& c = pod["containers"][0];
+  EXPECT_EQ(c["image"], "registry.example/worker:1");
+  EXPECT_EQ(c["args"], json({"--config", "/etc/geotrain/config/worker.yaml", "--completion-index",
+                             "$(JOB_COMPLETION_INDEX)"}));
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 1);
+  EXPECT_EQ(c["securityContext"]["readOnlyRootFilesystem"], true);
+  // keys/: all four public keys, and only london's two secret keys, 0440.
+  const json& sources = pod["volumes"][1]["projected"]["sources"];
+  EXPECT_EQ(sources[0]["configMap"]["items"].size(), 4u);
+  ASSERT_EQ(sources[1]["secret"]["items"].size(), 2u);
+  EXPECT_EQ(sources[1]["secret"]["items"][1]["path"], "worker-1.key");
+  EXPECT_EQ(sources[1]["secret"]["items"][1]["mode"], 0440);
+  // The pods' labels match the Services' selectors.
+  const json& podLabels = s["template"]["metadata"]["labels"];
+  for (const auto& [k, v] :
+       renderHeadlessService(kJob, spec, 0, settings)["spec"]["selector"].items()) {
+    EXPECT_EQ(podLabels[k], v) << k;
+  }
+  // spec.image wins over the controller's default.
+  api::TrainingJobSpec own = spec;
+  own.image = "mine:2";
+  EXPECT_EQ(
+      renderWorkerJob(kJob, own, 0, settings)["spec"]["template"]["spec"]["containers"][0]["image"],
+      "mine:2");
+}
+
+TEST(Render, CheckpointsGetAWritableVolume) {
+  api::TrainingJobSpec spec = spec2x2();
+  spec.worker.checkpoint.dir = "/ckpt";
+  const json job = renderWorkerJob(kJob, spec, 0, {});
+  const json& pod = job["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["volumes"].back()["name"], "checkpoints");
+  EXPECT_EQ(pod["containers"][0]["volumeMounts"].back()["mountPath"], "/ckpt");
+}
+
+TEST(Render, SameInputsSameObjects) {
+  const api::TrainingJobSpec spec = spec2x2();
+  const auto keys = keysFor(4);
+  EXPECT_EQ(renderWorkerJob(kJob, spec, 1, {}), renderWorkerJob(kJob, spec, 1, {}));
+  EXPECT_EQ(*renderConfigMap(kJob, spec, 0, kEndpoints, keys, {}),
+            *renderConfigMap(kJob, spec, 0, kEndpoints, keys, {}));
+}
+
+}  // namespace
+}  // namespace geo::reconcile
