@@ -16,11 +16,14 @@ and checks:
   4. samples that only a CEL rule (x-kubernetes-validations) or a list-map key
      catches -- the schema dialect here cannot run CEL -- are rejected by the
      controller, and the CRD has a rule for each.
-Usage: crd_schema_test.py VALIDATE_SPEC_TOOL CRD.yaml
+The sample TrainingJobs (manifests/samples) are good samples too.
+Usage: crd_schema_test.py VALIDATE_SPEC_TOOL CRD.yaml SAMPLES_DIR
 """
 
 import copy
+import glob
 import json
+import os
 import subprocess
 import sys
 
@@ -202,7 +205,16 @@ def json_keys(value, prefix=""):
 
 
 def main():
-    tool, crd_path = sys.argv[1], sys.argv[2]
+    tool, crd_path, samples_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+    samples = sorted(glob.glob(os.path.join(samples_dir, "*.yaml")))
+    check(len(samples) >= 4, f"only {len(samples)} samples in {samples_dir}")
+    for path in samples:
+        with open(path) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        for d in docs:
+            check(d.get("kind") == "TrainingJob" and
+                  d.get("apiVersion") == "geotrain.io/v1alpha1", f"{path}: not a TrainingJob")
+            GOOD.append(d["spec"])
     with open(crd_path) as f:
         crd = next(d for d in yaml.safe_load_all(f) if d)
     version = crd["spec"]["versions"][0]
@@ -231,7 +243,8 @@ def main():
         check(errs, f"schema accepts bad sample {json.dumps(spec)[:200]}")
         check(got, f"controller accepts bad sample {json.dumps(spec)[:200]} "
                    f"(schema: {errs[:1]})")
-    print(f"{len(GOOD)} good and {len(BAD)} bad samples: schema and controller agree")
+    print(f"{len(GOOD)} good ({len(samples)} from {samples_dir}) and {len(BAD)} bad samples: "
+          f"schema and controller agree")
 
     # 3. The same fields.
     controller_keys = json_keys(results[1]["spec"]) | json_keys(results[0]["spec"])

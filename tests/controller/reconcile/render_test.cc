@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <sodium.h>
+#include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -241,6 +244,43 @@ TEST(Render, SameInputsSameObjects) {
   EXPECT_EQ(renderWorkerJob(kJob, spec, 1, {}), renderWorkerJob(kJob, spec, 1, {}));
   EXPECT_EQ(*renderConfigMap(kJob, spec, 0, kEndpoints, keys, {}),
             *renderConfigMap(kJob, spec, 0, kEndpoints, keys, {}));
+}
+
+// manifests/rbac/member.yaml lets the controller create, patch and delete
+// every kind it renders (server-side apply is a PATCH).
+TEST(Render, MemberRoleCoversEveryRenderedKind) {
+  std::map<std::string, std::set<std::string>> allowed;  // "group/resource" -> verbs
+  for (const YAML::Node& doc : YAML::LoadAllFromFile(GEO_MEMBER_RBAC)) {
+    if (!doc["kind"] || doc["kind"].as<std::string>() != "ClusterRole") continue;
+    for (const YAML::Node& rule : doc["rules"]) {
+      for (const YAML::Node& group : rule["apiGroups"]) {
+        for (const YAML::Node& resource : rule["resources"]) {
+          for (const YAML::Node& verb : rule["verbs"]) {
+            allowed[group.as<std::string>() + "/" + resource.as<std::string>()].insert(
+                verb.as<std::string>());
+          }
+        }
+      }
+    }
+  }
+  ASSERT_FALSE(allowed.empty()) << GEO_MEMBER_RBAC;
+  const api::TrainingJobSpec spec = spec2x2();
+  const std::vector<json> objects = {
+      renderHeadlessService(kJob, spec, 0, {}), renderGatewayService(kJob, spec, 0),
+      *renderConfigMap(kJob, spec, 0, kEndpoints, keysFor(4), {}),
+      renderKeysSecret(kJob, spec, 0, keysFor(4)), renderWorkerJob(kJob, spec, 0, {})};
+  for (const json& o : objects) {
+    const std::string apiVersion = o["apiVersion"];
+    const std::string group =
+        apiVersion.find('/') == std::string::npos ? "" : apiVersion.substr(0, apiVersion.find('/'));
+    std::string resource = o["kind"].get<std::string>();
+    std::transform(resource.begin(), resource.end(), resource.begin(), ::tolower);
+    resource += "s";
+    for (const char* verb : {"get", "create", "patch", "delete"}) {
+      EXPECT_TRUE(allowed[group + "/" + resource].count(verb))
+          << group << "/" << resource << " lacks " << verb;
+    }
+  }
 }
 
 }  // namespace
