@@ -1,0 +1,155 @@
+#include "controller/reconcile/status.h"
+
+#include <fmt/format.h>
+
+namespace geo::reconcile {
+
+namespace {
+
+using nlohmann::json;
+
+int64_t count(const json& job, const char* key) {
+  if (!job.is_object() || !job.contains("status") || !job["status"].is_object()) return 0;
+  const json& s = job["status"];
+  return s.contains(key) && s[key].is_number_integer() ? s[key].get<int64_t>() : 0;
+}
+
+// The batch/v1 Job condition of `type` with status True, or null.
+const json* jobCondition(const json& job, const std::string& type) {
+  if (!job.is_object() || !job.contains("status") || !job["status"].is_object()) return nullptr;
+  const json& s = job["status"];
+  if (!s.contains("conditions") || !s["conditions"].is_array()) return nullptr;
+  for (const json& c : s["conditions"]) {
+    if (c.is_object() && c.value("type", "") == type && c.value("status", "") == "True") {
+      return &c;
+    }
+  }
+  return nullptr;
+}
+
+std::string joinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
+api::TrainingJobStatus aggregateStatus(const api::TrainingJobStatus& previous,
+                                       const Observation& o) {
+  api::TrainingJobStatus s = previous;
+  s.observedGeneration = o.generation;
+  const std::string& now = o.now;
+  auto set = [&](std::string_view type, bool value, const std::string& reason,
+                 const std::string& message) {
+    api::setCondition(
+        s.conditions,
+        {std::string(type), value ? "True" : "False", o.generation, "", reason, message}, now);
+  };
+
+  if (!o.specErrors.empty()) {
+    set(api::kConditionCreated, false, "InvalidSpec", api::joinErrors(o.specErrors));
+    s.state = "Invalid";
+    return s;
+  }
+
+  // Per-region counts; an unreachable region keeps what was last seen.
+  std::vector<api::RegionStatus> regions;
+  std::vector<std::string> unreachable, failedRegions;
+  std::string failedMessage;
+  int64_t ready = 0, complete = 0, withJob = 0, anyActive = 0;
+  for (const RegionObservation& r : o.regions) {
+    api::RegionStatus rs;
+    for (const auto& p : previous.regions) {
+      if (p.name == r.name) rs = p;
+    }
+    rs.name = r.name;
+    rs.reachable = r.reachable;
+    if (!r.endpoint.empty()) rs.endpoint = r.endpoint;
+    if (!r.reachable) {
+      unreachable.push_back(r.name + " (" + r.unreachableReason + ")");
+    } else if (!r.job.is_null()) {
+      ++withJob;
+      rs.ready = count(r.job, "ready");
+      rs.active = count(r.job, "active");
+      rs.succeeded = count(r.job, "succeeded");
+      rs.failed = count(r.job, "failed");
+    } else {
+      rs.ready = rs.active = rs.succeeded = rs.failed = 0;
+    }
+    if (r.reachable && !r.job.is_null()) {
+      if (const json* c = jobCondition(r.job, "Failed")) {
+        failedRegions.push_back(r.name);
+        if (failedMessage.empty()) {
+          failedMessage = fmt::format("region {}: {}: {}", r.name, c->value("reason", "Failed"),
+                                      c->value("message", ""));
+        }
+      }
+      if (jobCondition(r.job, "Complete") != nullptr) ++complete;
+    }
+    if (rs.ready >= r.replicas || rs.succeeded >= r.replicas) ++ready;
+    anyActive += rs.active;
+    regions.push_back(std::move(rs));
+  }
+  s.regions = std::move(regions);
+  const auto total = static_cast<int64_t>(o.regions.size());
+  s.regionsReady = fmt::format("{}/{}", ready, total);
+
+  // Created
+  if (withJob + static_cast<int64_t>(unreachable.size()) >= total && total > 0 &&
+      o.waitingForGateway.empty()) {
+    set(api::kConditionCreated, true, "Created",
+        fmt::format("the workloads of all {} regions exist", total));
+  } else if (!o.waitingForGateway.empty()) {
+    set(api::kConditionCreated, false, "WaitingForGateway",
+        fmt::format("waiting for the gateway address of region {}", o.waitingForGateway));
+  } else {
+    set(api::kConditionCreated, false, "Creating",
+        fmt::format("{} of {} regions have their workload", withJob, total));
+  }
+
+  set(api::kConditionSuspended, o.suspended, o.suspended ? "Suspended" : "NotSuspended",
+      o.suspended ? "spec.runPolicy.suspend is true: the workers are stopped" : "");
+
+  const bool failed = !failedRegions.empty();
+  const bool succeeded = !failed && total > 0 && complete == total;
+  set(api::kConditionFailed, failed, failed ? "RegionFailed" : "NoFailure",
+      failed ? failedMessage : "");
+  set(api::kConditionSucceeded, succeeded, succeeded ? "AllRegionsComplete" : "NotComplete",
+      succeeded ? fmt::format("all {} regions completed", total) : "");
+  if (succeeded && s.completionTime.empty()) s.completionTime = now;
+
+  const bool allReady = total > 0 && ready == total;
+  if (failed || succeeded) {
+    set(api::kConditionRunning, false, "Finished", failed ? "a region failed" : "training done");
+  } else if (o.suspended) {
+    set(api::kConditionRunning, false, "Suspended", "");
+  } else if (allReady) {
+    set(api::kConditionRunning, true, "AllWorkersReady",
+        fmt::format("every worker of all {} regions is ready", total));
+  } else {
+    set(api::kConditionRunning, false, "Pending",
+        fmt::format("{} of {} regions have all their workers ready", ready, total));
+  }
+  set(api::kConditionRegionDegraded, !unreachable.empty(),
+      unreachable.empty() ? "AllRegionsReachable" : "RegionUnreachable",
+      unreachable.empty() ? "" : "cannot reach: " + joinNames(unreachable));
+
+  if (anyActive > 0 && s.startTime.empty()) s.startTime = now;
+  if (o.progress) s.progress = *o.progress;
+
+  if (failed) {
+    s.state = "Failed";
+  } else if (succeeded) {
+    s.state = "Succeeded";
+  } else if (o.suspended) {
+    s.state = "Suspended";
+  } else if (allReady) {
+    s.state = "Running";
+  } else {
+    s.state = "Pending";
+  }
+  return s;
+}
+
+}  // namespace geo::reconcile
