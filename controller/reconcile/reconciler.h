@@ -1,0 +1,100 @@
+#pragma once
+// Reconciler: one level-based pass over one TrainingJob (ARCHITECTURE.md
+// section 6). It reads the object from the hub, then the state of every
+// region's cluster, and writes only what differs from render.h's desired
+// objects (server-side apply, field manager geotrain-controller, force) and
+// status.h's status. It never acts on an event alone: any pass over any
+// state converges, and a pass over a converged job writes nothing.
+//
+// A pass, in order:
+//   1. deleted (deletionTimestamp): delete the job's objects in every
+//      region's cluster; when all are gone, release the finalizer
+//      geotrain.io/cleanup. A region that cannot be reached keeps the
+//      finalizer (RegionDegraded) and the pass asks to be retried.
+//   2. add the finalizer (ownerReferences cannot cross clusters).
+//   3. validate the spec (api::parseSpec, render::checkNames): errors go to
+//      the condition Created=False/InvalidSpec and a Warning Event; nothing
+//      is written to the regions.
+//   4. per region: the headless and gateway Services, then read the gateway
+//      address; the CURVE keys of the region's ranks from its Secret
+//      (generated with libsodium the first time; a secret key is only ever
+//      written into its own region's cluster).
+//   5. when every gateway address and every region's keys are known: per
+//      region the Secret, the ConfigMap and the Indexed Job.
+//   6. the status from the regions' Jobs (written only when it changed).
+// A region whose cluster fails is skipped for this pass (RegionDegraded);
+// the other regions go on.
+//
+// Threading: a Reconciler may be used from several threads for different
+// jobs (the work queue never hands one key to two workers at once); it keeps
+// no per-job state between passes. Errors: reconcile() returns what to do
+// next; only an unexpected failure of the hub itself is an error.
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "controller/kube/client.h"
+#include "controller/kube/events.h"
+#include "controller/reconcile/render.h"
+
+namespace geo::reconcile {
+
+inline const kube::ResourceRef kTrainingJobs{"geotrain.io", "v1alpha1", "trainingjobs", true};
+
+// The clients of the clusters TrainingJobs name in spec.regions[].cluster.
+class Clusters {
+ public:
+  virtual ~Clusters() = default;
+  // The client of `cluster` ("local": the hub's own), or an error saying why
+  // there is none (unknown name, unreadable kubeconfig Secret). The pointer
+  // stays valid while the Clusters lives.
+  virtual StatusOr<kube::KubeClient*> client(const std::string& cluster) = 0;
+};
+
+// What the caller should do with the key after a pass.
+struct ReconcileResult {
+  // Look again after this long (waiting for a load balancer, polling the
+  // regions' Jobs while the job runs); nullopt: only when something changes.
+  std::optional<std::chrono::milliseconds> requeueAfter;
+  // A region failed or a write conflicted: retry with the queue's backoff.
+  bool retry = false;
+  std::string state;  // the job's status.state after the pass ("" when gone)
+};
+
+struct ReconcilerOptions {
+  RenderSettings render;
+  std::chrono::milliseconds pollRunning{10000};  // while workers run
+  std::chrono::milliseconds pollGateways{3000};  // while a gateway has no address
+};
+
+class Reconciler {
+ public:
+  // `hub` and `clusters` must outlive the Reconciler; `events` may be null.
+  // `now` returns RFC 3339 time (injected for tests).
+  Reconciler(kube::KubeClient& hub, Clusters& clusters, kube::EventRecorder* events,
+             ReconcilerOptions options, std::function<std::string()> now = api::rfc3339Now);
+
+  StatusOr<ReconcileResult> reconcile(const std::string& ns, const std::string& name);
+
+ private:
+  struct RegionState;
+  StatusOr<ReconcileResult> cleanup(const nlohmann::json& object, const JobRef& job);
+  void event(const nlohmann::json& object, bool warning, std::string_view reason,
+             const std::string& message);
+  Status writeStatus(const nlohmann::json& object, const api::TrainingJobStatus& previous,
+                     const api::TrainingJobStatus& status);
+
+  kube::KubeClient& hub_;
+  Clusters& clusters_;
+  kube::EventRecorder* events_;
+  ReconcilerOptions options_;
+  std::function<std::string()> now_;
+};
+
+}  // namespace geo::reconcile

@@ -1,0 +1,321 @@
+// The Reconciler against two test apiservers (tests/support; HTTPS with a
+// token, through the controller's own libcurl client): a hub that holds the
+// TrainingJob and is also region cluster "local", and a member cluster
+// "tokyo". The test apiserver runs no controllers, so the test plays the
+// Job controller and the cloud's load balancer by writing status itself.
+
+#include "controller/reconcile/reconciler.h"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "controller/kube/config.h"
+#include "tests/support/test_apiserver.h"
+
+namespace geo::reconcile {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+namespace res = kube::resources;
+
+json yamlToJson(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      json o = json::object();
+      for (const auto& kv : n) o[kv.first.as<std::string>()] = yamlToJson(kv.second);
+      return o;
+    }
+    case YAML::NodeType::Sequence: {
+      json a = json::array();
+      for (const auto& item : n) a.push_back(yamlToJson(item));
+      return a;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string s = n.Scalar();
+      if (n.Tag() == "!") return s;  // quoted
+      if (s == "true" || s == "false") return s == "true";
+      try {
+        size_t used = 0;
+        const long long i = std::stoll(s, &used);
+        if (used == s.size()) return i;
+      } catch (...) {
+      }
+      return s;
+    }
+    default: return nullptr;
+  }
+}
+
+// A cluster list for the test: "local" is the hub, "tokyo" the member.
+class TestClusters : public Clusters {
+ public:
+  std::map<std::string, kube::KubeClient*> clients;
+  StatusOr<kube::KubeClient*> client(const std::string& cluster) override {
+    auto it = clients.find(cluster);
+    if (it == clients.end() || it->second == nullptr) {
+      return unavailable("cluster " + cluster + " is not reachable");
+    }
+    return it->second;
+  }
+};
+
+std::unique_ptr<kube::KubeClient> clientFor(const testapi::TestApiServer& server,
+                                            const fs::path& dir, const std::string& name) {
+  const fs::path path = dir / (name + ".kubeconfig");
+  server.writeKubeconfig(path.string());
+  auto config = kube::loadKubeconfig(path);
+  EXPECT_TRUE(config.ok()) << config.status().toString();
+  kube::ClientOptions options;
+  options.maxRetries = 0;
+  auto client = kube::makeKubeClient(*config, options);
+  EXPECT_TRUE(client.ok()) << client.status().toString();
+  return std::move(*client);
+}
+
+class ReconcilerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testapi::ServerOptions o;
+    o.tls = true;
+    o.token = "reconciler-test";
+    hub_ = std::make_unique<testapi::TestApiServer>(o);
+    member_ = std::make_unique<testapi::TestApiServer>(o);
+    hub_->start();
+    member_->start();
+    dir_ = fs::path(::testing::TempDir()) / ("geo-reconciler-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    hubClient_ = clientFor(*hub_, dir_, "hub");
+    memberClient_ = clientFor(*member_, dir_, "tokyo");
+    clusters_.clients = {{"local", hubClient_.get()}, {"tokyo", memberClient_.get()}};
+    const json crd = yamlToJson(YAML::LoadFile(GEO_CRD_FILE));
+    const kube::ResourceRef crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
+    auto created = hubClient_->create(crds, "", crd);
+    ASSERT_TRUE(created.ok()) << created.status().toString();
+    for (auto* c : {hubClient_.get(), memberClient_.get()}) {
+      auto ns =
+          c->create(res::kNamespaces, "",
+                    {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "ml"}}}});
+      ASSERT_TRUE(ns.ok()) << ns.status().toString();
+    }
+    ReconcilerOptions options;
+    options.render.workerImage = "registry.example/worker:1";
+    reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options,
+                                               [this] { return "t" + std::to_string(++tick_); });
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  json job(const json& spec) {
+    return {{"apiVersion", "geotrain.io/v1alpha1"},
+            {"kind", "TrainingJob"},
+            {"metadata", {{"name", "world"}, {"namespace", "ml"}}},
+            {"spec", spec}};
+  }
+  json twoRegions() {
+    return {{"sync", {{"algorithm", "dts"}, {"period", 4}}},
+            {"regions",
+             {{{"name", "london"}, {"replicas", 2}},
+              {{"name", "tokyo"},
+               {"cluster", "tokyo"},
+               {"gateway", {{"serviceType", "NodePort"}, {"endpoint", "tk.example.org:31000"}}}}}}};
+  }
+  json get(kube::KubeClient& c, const kube::ResourceRef& r, const std::string& name) {
+    auto g = c.get(r, "ml", name);
+    return g.ok() ? *g : json();
+  }
+  json trainingJob() { return get(*hubClient_, kTrainingJobs, "world"); }
+  std::string condition(const json& tj, const std::string& type, const char* field = "status") {
+    for (const json& c : tj["status"]["conditions"]) {
+      if (c["type"] == type) return c[field];
+    }
+    return "<none>";
+  }
+  ReconcileResult pass() {
+    auto r = reconciler_->reconcile("ml", "world");
+    EXPECT_TRUE(r.ok()) << r.status().toString();
+    return r.ok() ? *r : ReconcileResult{};
+  }
+  // The cloud: give london's LoadBalancer gateway an address.
+  void provisionLoadBalancer() {
+    auto type = hub_->registry().find("", "v1", "services");
+    bool created = false;
+    hub_->store().modify(
+        *type, "ml", "world-london-gateway", testapi::WriteContext{"cloud", "status", false},
+        [](const testapi::Json* current) {
+          testapi::Json o = *current;
+          o["status"]["loadBalancer"]["ingress"] = {{{"ip", "203.0.113.7"}}};
+          return o;
+        },
+        false, &created);
+  }
+  // The Job controller: set a region Job's status.
+  void setJobStatus(testapi::TestApiServer& server, const std::string& name, const json& status) {
+    auto type = server.registry().find("batch", "v1", "jobs");
+    bool created = false;
+    server.store().modify(
+        *type, "ml", name, testapi::WriteContext{"job-controller", "status", false},
+        [&](const testapi::Json* current) {
+          testapi::Json o = *current;
+          o["status"] = status;
+          return o;
+        },
+        false, &created);
+  }
+
+  std::unique_ptr<testapi::TestApiServer> hub_, member_;
+  fs::path dir_;
+  std::unique_ptr<kube::KubeClient> hubClient_, memberClient_;
+  TestClusters clusters_;
+  std::unique_ptr<Reconciler> reconciler_;
+  int tick_ = 0;
+};
+
+TEST_F(ReconcilerTest, CreatesEveryRegionRunsSucceedsAndCleansUp) {
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegions())).ok());
+
+  // Pass 1: finalizer, Services in both clusters; london's load balancer
+  // has no address yet, so no workload anywhere.
+  ReconcileResult r = pass();
+  EXPECT_EQ(r.requeueAfter, std::chrono::milliseconds(3000));
+  json tj = trainingJob();
+  EXPECT_EQ(tj["metadata"]["finalizers"], json({"geotrain.io/cleanup"}));
+  EXPECT_EQ(condition(tj, "Created", "reason"), "WaitingForGateway");
+  EXPECT_FALSE(get(*hubClient_, res::kServices, "world-london-gateway").is_null());
+  EXPECT_EQ(
+      get(*memberClient_, res::kServices, "world-tokyo-gateway")["spec"]["ports"][0]["nodePort"],
+      31000);
+  EXPECT_TRUE(get(*hubClient_, res::kJobs, "world-london").is_null());
+
+  // Pass 2: the address is there; Secrets, ConfigMaps and Jobs appear.
+  provisionLoadBalancer();
+  r = pass();
+  tj = trainingJob();
+  EXPECT_EQ(condition(tj, "Created"), "True") << tj["status"].dump();
+  EXPECT_EQ(tj["status"]["state"], "Pending");
+  const json londonJob = get(*hubClient_, res::kJobs, "world-london");
+  ASSERT_FALSE(londonJob.is_null());
+  EXPECT_EQ(londonJob["spec"]["completions"], 2);
+  EXPECT_EQ(londonJob["spec"]["template"]["spec"]["containers"][0]["image"],
+            "registry.example/worker:1");
+  const json tokyoConfig = get(*memberClient_, res::kConfigMaps, "world-tokyo-config");
+  const std::string yaml = tokyoConfig["data"]["worker.yaml"];
+  EXPECT_NE(yaml.find("tcp://203.0.113.7:7000"), std::string::npos) << yaml;  // london's gateway
+  EXPECT_NE(yaml.find("- none"), std::string::npos) << yaml;                  // london's member
+  // Each region's Secret holds only its own ranks' secret keys.
+  const json londonKeys = get(*hubClient_, res::kSecrets, "world-london-keys");
+  const json tokyoKeys = get(*memberClient_, res::kSecrets, "world-tokyo-keys");
+  EXPECT_EQ(londonKeys["data"].size(), 2u);
+  EXPECT_TRUE(londonKeys["data"].contains("worker-1.key"));
+  EXPECT_EQ(tokyoKeys["data"].size(), 1u);
+  EXPECT_TRUE(tokyoKeys["data"].contains("worker-2.key"));
+  EXPECT_TRUE(tokyoConfig["data"].contains("worker-0.pub"));
+
+  // Pass 3 with nothing new writes nothing: every resourceVersion stays.
+  const std::vector<std::pair<kube::KubeClient*, std::pair<kube::ResourceRef, std::string>>> all = {
+      {hubClient_.get(), {kTrainingJobs, "world"}},
+      {hubClient_.get(), {res::kJobs, "world-london"}},
+      {hubClient_.get(), {res::kSecrets, "world-london-keys"}},
+      {hubClient_.get(), {res::kConfigMaps, "world-london-config"}},
+      {memberClient_.get(), {res::kConfigMaps, "world-tokyo-config"}},
+      {memberClient_.get(), {res::kServices, "world-tokyo-gateway"}},
+      {memberClient_.get(), {res::kJobs, "world-tokyo"}}};
+  std::vector<std::string> versions;
+  for (const auto& [c, ref] : all)
+    versions.push_back(get(*c, ref.first, ref.second)["metadata"]["resourceVersion"]);
+  pass();
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(get(*all[i].first, all[i].second.first,
+                  all[i].second.second)["metadata"]["resourceVersion"],
+              versions[i])
+        << all[i].second.second << " was written again";
+  }
+
+  // The workers run, then finish.
+  setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 2}});
+  setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 1}});
+  r = pass();
+  tj = trainingJob();
+  EXPECT_EQ(tj["status"]["state"], "Running");
+  EXPECT_EQ(tj["status"]["regionsReady"], "2/2");
+  EXPECT_EQ(r.requeueAfter, std::chrono::milliseconds(10000));
+  const json complete = {{"succeeded", 2},
+                         {"conditions", {{{"type", "Complete"}, {"status", "True"}}}}};
+  setJobStatus(*hub_, "world-london", complete);
+  setJobStatus(*member_, "world-tokyo", complete);
+  r = pass();
+  tj = trainingJob();
+  EXPECT_EQ(tj["status"]["state"], "Succeeded");
+  EXPECT_FALSE(r.requeueAfter.has_value());
+  EXPECT_TRUE(tj["status"].contains("completionTime"));
+
+  // Delete: the finalizer holds the object until both clusters are clean.
+  ASSERT_TRUE(hubClient_->remove(kTrainingJobs, "ml", "world").ok());
+  r = pass();
+  EXPECT_TRUE(trainingJob().is_null());
+  for (auto* c : {hubClient_.get(), memberClient_.get()}) {
+    kube::ListOptions selector;
+    selector.labelSelector = "geotrain.io/job=world";
+    auto left = c->list(res::kConfigMaps, "ml", selector);
+    ASSERT_TRUE(left.ok());
+    EXPECT_TRUE(left->items.empty()) << left->items.size() << " ConfigMaps left";
+  }
+  EXPECT_TRUE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
+  EXPECT_TRUE(get(*memberClient_, res::kSecrets, "world-tokyo-keys").is_null());
+}
+
+TEST_F(ReconcilerTest, KeysSurviveAPassAndAreNeverCopiedAcrossRegions) {
+  json spec = twoRegions();
+  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+  pass();
+  const json first = get(*memberClient_, res::kSecrets, "world-tokyo-keys");
+  ASSERT_FALSE(first.is_null());
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kSecrets, "world-tokyo-keys")["data"], first["data"]);
+  // No secret key of tokyo anywhere in the hub cluster.
+  auto secrets = hubClient_->list(res::kSecrets, "ml");
+  ASSERT_TRUE(secrets.ok());
+  for (const json& s : secrets->items) {
+    EXPECT_FALSE(s["data"].contains("worker-2.key")) << s["metadata"]["name"];
+  }
+}
+
+TEST_F(ReconcilerTest, InvalidSpecIsReportedAndNothingIsCreated) {
+  json spec = twoRegions();
+  spec["sync"]["bits"] = 3;
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+  const ReconcileResult r = pass();
+  EXPECT_EQ(r.state, "Invalid");
+  const json tj = trainingJob();
+  EXPECT_EQ(condition(tj, "Created"), "False");
+  EXPECT_EQ(condition(tj, "Created", "reason"), "InvalidSpec");
+  EXPECT_NE(condition(tj, "Created", "message").find("spec.sync.bits: 3 is not allowed"),
+            std::string::npos);
+  EXPECT_TRUE(get(*hubClient_, res::kServices, "world-london").is_null());
+}
+
+TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
+  clusters_.clients["tokyo"] = nullptr;
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegions())).ok());
+  const ReconcileResult r = pass();
+  EXPECT_TRUE(r.retry);
+  const json tj = trainingJob();
+  EXPECT_EQ(condition(tj, "RegionDegraded"), "True");
+  EXPECT_NE(condition(tj, "RegionDegraded", "message").find("tokyo"), std::string::npos);
+  // london's Services were written all the same; no workload anywhere yet.
+  EXPECT_FALSE(get(*hubClient_, res::kServices, "world-london").is_null());
+  EXPECT_TRUE(get(*hubClient_, res::kJobs, "world-london").is_null());
+  // Deleting while tokyo is away keeps the finalizer; it goes once tokyo is back.
+  ASSERT_TRUE(hubClient_->remove(kTrainingJobs, "ml", "world").ok());
+  EXPECT_TRUE(pass().retry);
+  EXPECT_FALSE(trainingJob().is_null());
+  clusters_.clients["tokyo"] = memberClient_.get();
+  pass();
+  EXPECT_TRUE(trainingJob().is_null());
+}
+
+}  // namespace
+}  // namespace geo::reconcile
