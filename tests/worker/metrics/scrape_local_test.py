@@ -201,6 +201,18 @@ def prometheus_check(url, dashboard, job):
     """Step 6: the dashboard's queries, with its variables filled in, on real data."""
     with open(dashboard) as f:
         exprs = dashboard_exprs(json.load(f))
+    # rate() needs two samples in its window: on a loaded machine Prometheus
+    # may have started scraping only near the end of training, so wait (the
+    # workers linger) until it holds three samples of every worker.
+    deadline = time.time() + 25
+    while time.time() < deadline:
+        r = promql(url, f'count_over_time(geotrain_samples_total{{job="{job}"}}[1m])')
+        counts = [float(v["value"][1]) for v in r["data"]["result"]]
+        if len(counts) == 2 and min(counts) >= 3:
+            break
+        time.sleep(1)
+    check(len(counts) == 2 and min(counts) >= 3,
+          f"prometheus scraped the workers only {counts} times")
     answered = 0
     for e in exprs:
         q = (e.replace("$__rate_interval", "30s").replace("$job", job)
@@ -268,7 +280,7 @@ def main():
            "--steps", str(STEPS), "--batch-size", str(BATCH), "--algorithm", "dts",
            "--period", str(PERIOD), "--delay", str(DELAY), "--codec", "qsgd",
            "--bits", str(BITS), "--set", f"sync.bucket={BUCKET}", "--eval-interval", "0",
-           "--threads", "1", "--set", "metrics.lingerSeconds=20", "--out", run_dir,
+           "--threads", "1", "--set", "metrics.lingerSeconds=30", "--out", run_dir,
            "--prometheus-config", prom]
     print("running:", " ".join(cmd), flush=True)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
