@@ -180,6 +180,22 @@ void ObjectStore::eraseLocked(Bucket& bucket, const std::string& ns, const std::
   emitLocked(bucket, ns, "DELETED", std::move(object), Json());
 }
 
+namespace {
+// The real server folds a Secret's write-only stringData into data (base64,
+// stringData winning) and never stores stringData.
+void foldStringData(const ResourceType& type, Json& object) {
+  if (type.group != "" || type.resource != "secrets" || !object.contains("stringData")) return;
+  const Json stringData = object["stringData"];
+  object.erase("stringData");
+  if (!stringData.is_object()) throw badRequest("stringData: must be a map of strings");
+  if (!object.contains("data") || !object["data"].is_object()) object["data"] = Json::object();
+  for (const auto& [key, value] : stringData.items()) {
+    if (!value.is_string()) throw badRequest("stringData." + key + ": must be a string");
+    object["data"][key] = base64Encode(value.get<std::string>());
+  }
+}
+}  // namespace
+
 Json ObjectStore::createLocked(const ResourceType& type, const std::string& ns, Json object,
                                const WriteContext& ctx, bool applied) {
   if (!object.is_object()) throw badRequest("the body of the request must be a JSON object");
@@ -192,6 +208,7 @@ Json ObjectStore::createLocked(const ResourceType& type, const std::string& ns, 
   }
   object["apiVersion"] = type.apiVersion();
   object["kind"] = type.kind;
+  foldStringData(type, object);
   Json& m = meta(object);
   const std::string objNs = metaString(object, "namespace");
   if (type.namespaced) {
@@ -282,6 +299,7 @@ Json ObjectStore::updateLocked(const ResourceType& type, Json& stored, Json next
                     "API version ({})",
                     next.value("apiVersion", ""), type.apiVersion()));
   }
+  foldStringData(type, next);
   const std::string nextName = metaString(next, "name");
   if (!nextName.empty() && nextName != name) {
     throw badRequest(

@@ -5,6 +5,7 @@
 // Job controller and the cloud's load balancer by writing status itself.
 
 #include "controller/reconcile/reconciler.h"
+#include "controller/reconcile/clusters.h"
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -315,6 +316,52 @@ TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
   clusters_.clients["tokyo"] = memberClient_.get();
   pass();
   EXPECT_TRUE(trainingJob().is_null());
+}
+
+TEST(MemberFlag, ParsesAndRefuses) {
+  auto m = parseMemberFlag("tokyo=geotrain-member-tokyo");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->first, "tokyo");
+  EXPECT_EQ(m->second.secret, "geotrain-member-tokyo");
+  EXPECT_EQ(m->second.key, "kubeconfig");
+  m = parseMemberFlag("ohio=s:config");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->second.key, "config");
+  for (const char* bad : {"tokyo", "=s", "tokyo=", "local=s", "Tokyo=s", "a=s:"}) {
+    auto r = parseMemberFlag(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("NAME=SECRET"), std::string::npos) << bad;
+  }
+}
+
+TEST_F(ReconcilerTest, SecretClustersReadsMemberKubeconfigsFromSecrets) {
+  SecretClusters clusters(*hubClient_, "ml", {{"tokyo", {"member-tokyo", "kubeconfig"}}}, {},
+                          std::chrono::milliseconds(0));
+  EXPECT_EQ(*clusters.client("local"), hubClient_.get());
+  auto unknown = clusters.client("ohio");
+  EXPECT_NE(unknown.status().message().find("cluster ohio is not a member"), std::string::npos)
+      << unknown.status().message();
+  auto missing = clusters.client("tokyo");
+  EXPECT_NE(missing.status().message().find("member tokyo: Secret ml/member-tokyo"),
+            std::string::npos)
+      << missing.status().message();
+  const fs::path path = dir_ / "tokyo.kubeconfig";
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(hubClient_
+                  ->create(res::kSecrets, "ml",
+                           {{"apiVersion", "v1"},
+                            {"kind", "Secret"},
+                            {"metadata", {{"name", "member-tokyo"}}},
+                            {"stringData", {{"kubeconfig", text}}}})
+                  .ok());
+  // As on a real server, stringData is stored as base64 data.
+  const json stored = get(*hubClient_, res::kSecrets, "member-tokyo");
+  EXPECT_FALSE(stored.contains("stringData"));
+  EXPECT_TRUE(stored["data"].contains("kubeconfig"));
+  auto tokyo = clusters.client("tokyo");
+  ASSERT_TRUE(tokyo.ok()) << tokyo.status().toString();
+  EXPECT_TRUE((*tokyo)->get(res::kNamespaces, "", "ml").ok());  // the member answers
 }
 
 }  // namespace

@@ -1,0 +1,95 @@
+#include "controller/reconcile/clusters.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "controller/kube/config.h"
+
+namespace geo::reconcile {
+
+namespace {
+bool isDnsLabel(const std::string& s) {
+  if (s.empty() || s.size() > 63 || s.front() == '-' || s.back() == '-') return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
+}  // namespace
+
+StatusOr<std::pair<std::string, MemberSecret>> parseMemberFlag(const std::string& flag) {
+  const size_t eq = flag.find('=');
+  const std::string allowed =
+      "allowed: NAME=SECRET or NAME=SECRET:KEY, NAME a DNS label other than local";
+  if (eq == std::string::npos || eq == 0 || eq + 1 == flag.size()) {
+    return invalidArgument(fmt::format("--member {}: not NAME=SECRET ({})", flag, allowed));
+  }
+  const std::string name = flag.substr(0, eq);
+  std::string secret = flag.substr(eq + 1);
+  MemberSecret m;
+  if (const size_t colon = secret.find(':'); colon != std::string::npos) {
+    m.key = secret.substr(colon + 1);
+    secret = secret.substr(0, colon);
+  }
+  m.secret = secret;
+  if (!isDnsLabel(name) || name == api::kLocalCluster || m.secret.empty() || m.key.empty()) {
+    return invalidArgument(fmt::format("--member {}: not allowed ({})", flag, allowed));
+  }
+  return std::make_pair(name, m);
+}
+
+SecretClusters::SecretClusters(kube::KubeClient& hub, std::string ns,
+                               std::map<std::string, MemberSecret> members,
+                               kube::ClientOptions options, std::chrono::milliseconds retryAfter)
+    : hub_(hub), ns_(std::move(ns)), options_(std::move(options)), retryAfter_(retryAfter) {
+  for (auto& [name, secret] : members) members_[name].secret = std::move(secret);
+}
+
+StatusOr<kube::KubeClient*> SecretClusters::client(const std::string& cluster) {
+  if (cluster == api::kLocalCluster) return &hub_;
+  std::lock_guard lock(mu_);
+  auto it = members_.find(cluster);
+  if (it == members_.end()) {
+    std::string known = std::string(api::kLocalCluster);
+    for (const auto& [name, m] : members_) known += ", " + name;
+    return notFound(fmt::format(
+        "cluster {} is not a member of this controller (known: {}; add --member {}=SECRET)",
+        cluster, known, cluster));
+  }
+  Member& m = it->second;
+  if (m.client) return m.client.get();
+  const auto now = std::chrono::steady_clock::now();
+  if (!m.lastError.ok() && now - m.lastTry < retryAfter_) return m.lastError;
+  m.lastTry = now;
+  const std::string where =
+      fmt::format("member {}: Secret {}/{} key {}", cluster, ns_, m.secret.secret, m.secret.key);
+  auto secret = hub_.get(kube::resources::kSecrets, ns_, m.secret.secret);
+  if (!secret.ok()) {
+    m.lastError = secret.status(where);
+    return m.lastError;
+  }
+  const nlohmann::json data = secret->value("data", nlohmann::json::object());
+  std::optional<std::string> yaml;
+  if (data.contains(m.secret.key) && data[m.secret.key].is_string()) {
+    yaml = kube::decodeBase64(data[m.secret.key].get<std::string>());
+  }
+  if (!yaml) {
+    m.lastError = failedPrecondition(where + ": no such key, or not base64");
+    return m.lastError;
+  }
+  auto config = kube::parseKubeconfig(*yaml, where);
+  if (!config.ok()) {
+    m.lastError = config.status();
+    return m.lastError;
+  }
+  auto client = kube::makeKubeClient(std::move(*config), options_);
+  if (!client.ok()) {
+    m.lastError = client.status().withContext(where);
+    return m.lastError;
+  }
+  m.client = std::move(*client);
+  m.lastError = {};
+  return m.client.get();
+}
+
+}  // namespace geo::reconcile

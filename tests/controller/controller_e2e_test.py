@@ -1,0 +1,210 @@
+#!/usr/bin/python3
+"""geotrain-controller end to end, as processes: two test apiservers (a hub and
+a member cluster "tokyo", HTTPS with tokens), two controller replicas with
+leader election, and real kubectl. The test apiserver runs no controllers, so
+the test plays the Job controller by writing Job status with kubectl.
+
+Checks: a TrainingJob applied with kubectl gets its objects in both clusters
+(the member through a kubeconfig Secret); its status follows the Jobs
+(Pending, Running; `kubectl get tj` columns); only one replica leads; killing
+the leader hands over to the standby within the Lease time; deleting the job
+removes its objects from both clusters and then the job itself; /metrics,
+/healthz, /readyz answer; SIGTERM stops a replica cleanly.
+Usage: controller_e2e_test.py GEOTRAIN_CONTROLLER GEO_TEST_APISERVER TOOLS_BIN REPO
+Exit 77 (skipped) without kubectl.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+    return ok
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what, predicate, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    check(False, f"timed out after {timeout} s waiting for {what}")
+    return None
+
+
+def http(url):
+    try:
+        with urllib.request.urlopen(url, timeout=3) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except OSError:
+        return 0, ""
+
+
+def main():
+    controller, apiserver, tools, repo = sys.argv[1:5]
+    kubectl_bin = os.path.join(tools, "kubectl")
+    if not os.access(kubectl_bin, os.X_OK):
+        print(f"SKIP: {kubectl_bin} is not installed (scripts/install-kube-tools.sh)")
+        sys.exit(77)
+    work = tempfile.mkdtemp(prefix="geo-controller-e2e-")
+    procs = []
+
+    def start(args, log):
+        p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        procs.append(p)
+        return p
+
+    try:
+        kc = {}
+        for cluster in ("hub", "tokyo"):
+            kc[cluster] = os.path.join(work, f"{cluster}.kubeconfig")
+            start([apiserver, "--tls", "--port", "0", "--kubeconfig-out", kc[cluster]],
+                  os.path.join(work, f"apiserver-{cluster}.log"))
+        for cluster in kc:
+            wait_for(f"{cluster} kubeconfig", lambda c=cluster: os.path.exists(kc[c]) and
+                     os.path.getsize(kc[c]) > 0)
+
+        def kubectl(cluster, *args, ok=True):
+            r = subprocess.run([kubectl_bin, "--kubeconfig", kc[cluster], "--cache-dir",
+                                f"{work}/cache-{cluster}"] + list(args),
+                               capture_output=True, text=True)
+            if ok:
+                check(r.returncode == 0, f"kubectl {' '.join(args)}: {r.stdout}{r.stderr}")
+            return r
+
+        def get(cluster, *args):
+            r = kubectl(cluster, "get", *args, "-o", "json", ok=False)
+            return json.loads(r.stdout) if r.returncode == 0 else None
+
+        kubectl("hub", "apply", "-f", os.path.join(repo, "manifests", "crd"))
+        kubectl("hub", "wait", "--for=condition=Established", "--timeout=20s",
+                "crd/trainingjobs.geotrain.io")
+        for cluster in kc:
+            kubectl(cluster, "create", "namespace", "ml")
+        kubectl("hub", "create", "namespace", "geotrain-system")
+        kubectl("hub", "-n", "geotrain-system", "create", "secret", "generic",
+                "geotrain-member-tokyo", f"--from-file=kubeconfig={kc['tokyo']}")
+
+        replicas = {}
+        for name in ("c1", "c2"):
+            metrics, health = free_port(), free_port()
+            log = os.path.join(work, f"controller-{name}.log")
+            p = start([controller, "--kubeconfig", kc["hub"], "--namespace", "geotrain-system",
+                       "--member", "tokyo=geotrain-member-tokyo", "--identity", name,
+                       "--lease-duration", "4s", "--renew-deadline", "3s",
+                       "--metrics-listen", f"127.0.0.1:{metrics}",
+                       "--health-listen", f"127.0.0.1:{health}",
+                       "--worker-image", "registry.example/worker:1"], log)
+            replicas[name] = {"proc": p, "metrics": metrics, "health": health, "log": log}
+        for name, r in replicas.items():
+            wait_for(f"{name} /healthz", lambda r=r: http(
+                f"http://127.0.0.1:{r['health']}/healthz")[0] == 200)
+
+        lease = wait_for("a leader", lambda: (get("hub", "lease", "geotrain-controller", "-n",
+                                                  "geotrain-system") or {})
+                         .get("spec", {}).get("holderIdentity"))
+        check(lease in replicas, f"Lease holder {lease}")
+        leader, standby = lease, ("c2" if lease == "c1" else "c1")
+        print(f"leader {leader}, standby {standby}", flush=True)
+
+        tj = {"apiVersion": "geotrain.io/v1alpha1", "kind": "TrainingJob",
+              "metadata": {"name": "world", "namespace": "ml"},
+              "spec": {"sync": {"algorithm": "dts", "period": 4},
+                       "regions": [{"name": "london", "replicas": 2,
+                                    "gateway": {"serviceType": "ClusterIP"}},
+                                   {"name": "tokyo", "cluster": "tokyo",
+                                    "gateway": {"serviceType": "NodePort",
+                                                "endpoint": "tk.example.org:31000"}}]}}
+        path = os.path.join(work, "tj.json")
+        with open(path, "w") as f:
+            json.dump(tj, f)
+        kubectl("hub", "apply", "-f", path)
+        wait_for("the Job in the hub", lambda: get("hub", "job", "world-london", "-n", "ml"))
+        wait_for("the Job in tokyo", lambda: get("tokyo", "job", "world-tokyo", "-n", "ml"))
+        config = get("tokyo", "configmap", "world-tokyo-config", "-n", "ml")
+        check(config and "world-london-gateway.ml.svc.cluster.local:7000" in
+              config["data"]["worker.yaml"], "tokyo's worker.yaml dials london's gateway")
+        check(get("tokyo", "secret", "world-tokyo-keys", "-n", "ml") is not None,
+              "tokyo's key Secret")
+        out = kubectl("hub", "get", "tj", "-n", "ml").stdout
+        check("Pending" in out and "0/2" in out, f"kubectl get tj: {out}")
+
+        # The Job controller: every worker ready.
+        kubectl("hub", "-n", "ml", "patch", "job", "world-london", "--subresource=status",
+                "--type=merge", "-p", '{"status":{"active":2,"ready":2}}')
+        kubectl("tokyo", "-n", "ml", "patch", "job", "world-tokyo", "--subresource=status",
+                "--type=merge", "-p", '{"status":{"active":1,"ready":1}}')
+        wait_for("state Running", lambda: (get("hub", "tj", "world", "-n", "ml") or {})
+                 .get("status", {}).get("state") == "Running", timeout=30)
+        out = kubectl("hub", "get", "tj", "-n", "ml").stdout
+        check("Running" in out and "2/2" in out, f"kubectl get tj: {out}")
+
+        status, text = http(f"http://127.0.0.1:{replicas[leader]['metrics']}/metrics")
+        check(status == 200 and "geotrain_reconcile_total" in text and
+              'geotrain_jobs{state="Running"} 1' in text, f"leader /metrics: {text[:500]}")
+        for name, r in replicas.items():
+            check(http(f"http://127.0.0.1:{r['health']}/readyz")[0] == 200, f"{name} /readyz")
+
+        # Kill the leader: the standby takes over within the Lease time.
+        replicas[leader]["proc"].kill()
+        replicas[leader]["proc"].wait()
+        took = time.time()
+        wait_for("the standby to lead", lambda: (get("hub", "lease", "geotrain-controller",
+                                                     "-n", "geotrain-system") or {})
+                 .get("spec", {}).get("holderIdentity") == standby, timeout=20)
+        print(f"takeover after {time.time() - took:.1f} s", flush=True)
+
+        # Delete: both clusters are cleaned, then the finalizer goes.
+        kubectl("hub", "delete", "tj", "world", "-n", "ml", "--wait=false")
+        wait_for("the job to be gone", lambda: get("hub", "tj", "world", "-n", "ml") is None,
+                 timeout=30)
+        check(get("tokyo", "job", "world-tokyo", "-n", "ml") is None, "tokyo's Job left")
+        check(get("tokyo", "secret", "world-tokyo-keys", "-n", "ml") is None,
+              "tokyo's Secret left")
+        check(get("hub", "configmap", "world-london-config", "-n", "ml") is None,
+              "london's ConfigMap left")
+
+        p = replicas[standby]["proc"]
+        p.send_signal(signal.SIGTERM)
+        try:
+            check(p.wait(timeout=15) == 0, f"{standby} exited {p.returncode} on SIGTERM")
+        except subprocess.TimeoutExpired:
+            check(False, f"{standby} did not stop within 15 s of SIGTERM")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if failures:
+        for name in sorted(os.listdir(work)):
+            if name.endswith(".log") and name.startswith("controller"):
+                print(f"--- {name}")
+                print(open(os.path.join(work, name)).read()[-3000:])
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
