@@ -153,13 +153,18 @@ void runController(const Flags& f, kube::KubeClient& hub, rec::Reconciler& recon
           geo::logger()->warn("trainingjob {}: {}", *key, r.status().message());
           queue.addRateLimited(*key);
           outcome = "error";
-        } else if (r->retry) {
-          queue.addRateLimited(*key);
-          outcome = "retry";
         } else {
-          queue.forget(*key);
-          if (r->requeueAfter) queue.addAfter(*key, *r->requeueAfter);
-          outcome = r->requeueAfter ? "requeue" : "success";
+          for (const auto& [region, up] : r->regionReachable) {
+            metrics.reachable.Add({{"region", region}}).Set(up ? 1 : 0);
+          }
+          if (r->retry) {
+            queue.addRateLimited(*key);
+            outcome = "retry";
+          } else {
+            queue.forget(*key);
+            if (r->requeueAfter) queue.addAfter(*key, *r->requeueAfter);
+            outcome = r->requeueAfter ? "requeue" : "success";
+          }
         }
         metrics.reconciles.Add({{"result", outcome}}).Increment();
         queue.done(*key);

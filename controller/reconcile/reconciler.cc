@@ -331,6 +331,7 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   }
 
   // 6. Status.
+  for (const RegionObservation& ro : obs.regions) result.regionReachable[ro.name] = ro.reachable;
   const api::TrainingJobStatus status = aggregateStatus(previous, obs);
   if (Status s = writeStatus(object, previous, status); !s.ok()) {
     logger()->info("trainingjob {}/{}: {} (retrying)", ns, name, s.message());

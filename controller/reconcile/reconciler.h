@@ -65,6 +65,8 @@ struct ReconcileResult {
   // A region failed or a write conflicted: retry with the queue's backoff.
   bool retry = false;
   std::string state;  // the job's status.state after the pass ("" when gone)
+  // Region name -> whether its cluster answered this pass (for metrics).
+  std::map<std::string, bool> regionReachable;
 };
 
 struct ReconcilerOptions {

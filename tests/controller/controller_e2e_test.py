@@ -162,7 +162,9 @@ def main():
 
         status, text = http(f"http://127.0.0.1:{replicas[leader]['metrics']}/metrics")
         check(status == 200 and "geotrain_reconcile_total" in text and
-              'geotrain_jobs{state="Running"} 1' in text, f"leader /metrics: {text[:500]}")
+              'geotrain_jobs{state="Running"} 1' in text and
+              'geotrain_region_reachable{region="tokyo"} 1' in text,
+              f"leader /metrics: {text[:800]}")
         for name, r in replicas.items():
             check(http(f"http://127.0.0.1:{r['health']}/readyz")[0] == 200, f"{name} /readyz")
 

@@ -303,6 +303,7 @@ TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegions())).ok());
   const ReconcileResult r = pass();
   EXPECT_TRUE(r.retry);
+  EXPECT_EQ(r.regionReachable, (std::map<std::string, bool>{{"london", true}, {"tokyo", false}}));
   const json tj = trainingJob();
   EXPECT_EQ(condition(tj, "RegionDegraded"), "True");
   EXPECT_NE(condition(tj, "RegionDegraded", "message").find("tokyo"), std::string::npos);
