@@ -16,6 +16,7 @@ Exit 77 (skipped) without kubectl.
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -160,13 +161,30 @@ def main():
         out = kubectl("hub", "get", "tj", "-n", "ml").stdout
         check("Running" in out and "2/2" in out, f"kubectl get tj: {out}")
 
-        status, text = http(f"http://127.0.0.1:{replicas[leader]['metrics']}/metrics")
-        check(status == 200 and "geotrain_reconcile_total" in text and
-              'geotrain_jobs{state="Running"} 1' in text and
-              'geotrain_region_reachable{region="tokyo"} 1' in text,
-              f"leader /metrics: {text[:800]}")
+        # The job gauges are refreshed every 2 s from the cache.
+        wanted = ("geotrain_reconcile_total", 'geotrain_jobs{state="Running"} 1',
+                  'geotrain_region_reachable{region="tokyo"} 1')
+        url = f"http://127.0.0.1:{replicas[leader]['metrics']}/metrics"
+        text = wait_for("the leader's /metrics", lambda: (lambda t: t if all(
+            w in t for w in wanted) else None)(http(url)[1]), timeout=15) or http(url)[1]
+        check(all(w in text for w in wanted), f"leader /metrics lacks {wanted}: {text[-800:]}")
         for name, r in replicas.items():
             check(http(f"http://127.0.0.1:{r['health']}/readyz")[0] == 200, f"{name} /readyz")
+        # The Grafana dashboard's Controller row uses only what the controller exports.
+        with open(os.path.join(repo, "charts", "geotrain", "dashboards", "geotrain-wan.json")) as f:
+            panels = json.load(f)["panels"]
+        row = next(i for i, p in enumerate(panels) if p["type"] == "row" and
+                   p["title"] == "Controller")
+        names = set()
+        for p in panels[row + 1:]:
+            if p["type"] == "row":
+                break
+            for t in p.get("targets", []):
+                names |= set(re.findall(r"\b(geotrain_[a-z_]+)", t["expr"]))
+        check(len(names) >= 4, f"the Controller row names {names}")
+        exported = set(re.findall(r"^(geotrain_[a-z_]+)[{ ]", text, re.M))
+        check(names <= exported, f"the dashboard's controller metrics {sorted(names - exported)} "
+                                 f"are not exported")
 
         # Kill the leader: the standby takes over within the Lease time.
         replicas[leader]["proc"].kill()
