@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""Checks docker/*.Dockerfile without a Docker engine (there is none here, and
+no Dockerfile linter in Debian):
+
+- multi-stage, every base image pinned to a tag (no :latest), the final stage
+  runs as a non-root USER;
+- every path COPY takes from the build context exists and is not excluded by
+  .dockerignore;
+- every -D option of a cmake call is a CMake or project option, and every
+  --target is a target the project defines; COPY --from=build picks up the
+  binaries where the build puts them;
+- the runtime stage installs the Debian package of every shared library the
+  binaries link directly (read from the binaries built here with readelf,
+  mapped with dpkg -S); LibTorch and CUDA come with the image's own copies;
+- the controller image's configuration (GEO_BUILD_WORKER=OFF, no tests, no
+  benchmarks) configures, without LibTorch, and defines geotrain-controller.
+Usage: dockerfile_test.py REPO GEOTRAIN_CONTROLLER GEOTRAIN_WORKER GEOTRAIN
+"""
+
+import fnmatch
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+    return ok
+
+
+def instructions(path):
+    """(keyword, argument text) of each instruction, continuations joined."""
+    out, current = [], ""
+    for line in open(path):
+        stripped = line.rstrip("\n")
+        if not current and (not stripped.strip() or stripped.lstrip().startswith("#")):
+            continue
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        current += stripped
+        keyword, _, rest = current.strip().partition(" ")
+        out.append((keyword.upper(), rest.strip()))
+        current = ""
+    return out
+
+
+def project_options(repo):
+    options = set()
+    for cm in glob.glob(os.path.join(repo, "**", "CMakeLists.txt"), recursive=True) + \
+            glob.glob(os.path.join(repo, "cmake", "*.cmake")):
+        if "/build" in cm or "/.tools/" in cm:
+            continue
+        text = open(cm).read()
+        options |= set(re.findall(r"\boption\((\w+)", text))
+        options |= set(re.findall(r"\bset\((\w+)\s+[^)]*\bCACHE\b", text))
+    return options
+
+
+def project_targets(repo):
+    targets = {}
+    for cm in glob.glob(os.path.join(repo, "**", "CMakeLists.txt"), recursive=True):
+        if "/build" in cm or "/.tools/" in cm:
+            continue
+        for t in re.findall(r"\badd_executable\(([\w-]+)", open(cm).read()):
+            targets[t] = os.path.relpath(os.path.dirname(cm), repo)
+    return targets
+
+
+def package_of(path):
+    real = os.path.realpath(path)
+    for candidate in (real, real.replace("/usr/lib/", "/lib/", 1),
+                      real.replace("/lib/", "/usr/lib/", 1)):
+        r = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True)
+        if r.returncode == 0:
+            return r.stdout.split(":")[0]
+    return None
+
+
+def needed_packages(binary):
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
+                        subprocess.run(["readelf", "-d", binary], capture_output=True,
+                                       text=True).stdout)
+    paths = {}
+    for line in subprocess.run(["ldd", binary], capture_output=True, text=True).stdout.splitlines():
+        m = re.match(r"\s*(\S+) => (\S+)", line)
+        if m:
+            paths[m.group(1)] = m.group(2)
+    out = {}
+    for lib in needed:
+        if lib in paths:
+            out[lib] = package_of(paths[lib])
+    return out
+
+
+def dockerignored(repo, relpath):
+    patterns = [p.strip() for p in open(os.path.join(repo, ".dockerignore"))
+                if p.strip() and not p.startswith("#")]
+    return any(fnmatch.fnmatch(relpath + "/", p) or fnmatch.fnmatch(relpath, p.rstrip("/"))
+               or relpath.startswith(p.rstrip("/*") + "/") for p in patterns)
+
+
+# Libraries the images bring other than from Debian's archive, and the C and
+# C++ runtime every Debian image has.
+BUNDLED = re.compile(r"^(libtorch|libc10|libcudart|libcuda|libgcc-s1|libc6|libstdc\+\+6)")
+
+
+def check_dockerfile(repo, path, binaries):
+    name = os.path.basename(path)
+    ins = instructions(path)
+    stages = [arg for kw, arg in ins if kw == "FROM"]
+    check(len(stages) >= 2, f"{name}: not multi-stage")
+    for s in stages:
+        image = s.split()[0]
+        check(":" in image and not image.endswith(":latest"), f"{name}: FROM {image} not pinned")
+    final = max(i for i, (kw, _) in enumerate(ins) if kw == "FROM")
+    users = [arg for kw, arg in ins[final:] if kw == "USER"]
+    check(users and users[-1].split(":")[0] not in ("0", "root"), f"{name}: runs as root")
+    options, targets = project_options(repo), project_targets(repo)
+    for i, (kw, arg) in enumerate(ins):
+        if kw == "COPY" and "--from=" not in arg:
+            *sources, _dest = shlex.split(arg)
+            for src in sources:
+                check(os.path.exists(os.path.join(repo, src)), f"{name}: COPY {src}: missing")
+                check(not dockerignored(repo, src), f"{name}: COPY {src}: .dockerignore drops it")
+        if kw == "RUN" and "cmake" in arg:
+            for opt in re.findall(r"-D(\w+)=", arg):
+                check(opt.startswith("CMAKE_") or opt in options,
+                      f"{name}: cmake -D{opt} is not an option of the project")
+            for group in re.findall(r"--target ([\w\- ]+?)(?:\s*&&|\s*\\|$)", arg):
+                for t in group.split():
+                    check(t in targets, f"{name}: --target {t} is not a target of the project")
+        if kw == "COPY" and "--from=build" in arg:
+            *sources, _dest = shlex.split(arg.replace("--from=build", ""))
+            for src in sources:
+                m = re.match(r"/src/build/(.+)/([\w-]+)$", src)
+                if m and m.group(2) in targets:
+                    check(targets[m.group(2)] == m.group(1),
+                          f"{name}: {src}: the build puts {m.group(2)} in {targets[m.group(2)]}")
+    runtime = " ".join(arg for kw, arg in ins[final:] if kw == "RUN")
+    installed = set(re.findall(r"\b([a-z0-9][a-z0-9.+-]+[a-z0-9])\b", runtime))
+    for binary in binaries:
+        for lib, pkg in needed_packages(binary).items():
+            if pkg is None or BUNDLED.match(pkg):
+                continue
+            check(pkg in installed, f"{name}: {os.path.basename(binary)} links {lib} "
+                                    f"(Debian package {pkg}), not installed in the runtime stage")
+    print(f"{name}: {len(stages)} stages, {len(ins)} instructions checked", flush=True)
+
+
+def main():
+    repo, controller, worker, cli = sys.argv[1:5]
+    check_dockerfile(repo, os.path.join(repo, "docker", "controller.Dockerfile"), [controller])
+    check_dockerfile(repo, os.path.join(repo, "docker", "worker.Dockerfile"), [worker, cli])
+    with tempfile.TemporaryDirectory() as build:
+        r = subprocess.run(["cmake", "-S", repo, "-B", build, "-DGEO_BUILD_WORKER=OFF",
+                            "-DGEO_BUILD_TESTS=OFF", "-DGEO_BUILD_BENCHMARKS=OFF"],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"the controller image's configuration fails:\n{r.stderr[-2000:]}")
+        cache = open(os.path.join(build, "CMakeCache.txt")).read() if r.returncode == 0 else ""
+        check("Torch_DIR:" not in cache, "the controller's configuration looks for LibTorch")
+        targets = subprocess.run(["cmake", "--build", build, "--target", "help"],
+                                 capture_output=True, text=True).stdout
+        check("geotrain-controller" in targets, "no geotrain-controller target without the worker")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
