@@ -319,6 +319,93 @@ TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
   EXPECT_TRUE(trainingJob().is_null());
 }
 
+TEST_F(ReconcilerTest, SpecChangesReachTheRegionsAndObservedGenerationAdvances) {
+  json spec = twoRegions();
+  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+  pass();
+  json tj = trainingJob();
+  EXPECT_EQ(tj["status"]["observedGeneration"], tj["metadata"]["generation"]);
+  const int64_t generation = tj["metadata"]["generation"];
+  std::string yaml =
+      get(*memberClient_, res::kConfigMaps, "world-tokyo-config")["data"]["worker.yaml"];
+  EXPECT_NE(yaml.find("lr: 0.05"), std::string::npos);
+
+  tj["spec"]["training"] = {{"lr", 0.2}, {"steps", 3000}};
+  ASSERT_TRUE(hubClient_->update(kTrainingJobs, "ml", tj).ok());
+  pass();
+  tj = trainingJob();
+  EXPECT_GT(tj["metadata"]["generation"].get<int64_t>(), generation);
+  EXPECT_EQ(tj["status"]["observedGeneration"], tj["metadata"]["generation"]);
+  for (const char* c : {"Created", "Running"}) {
+    for (const json& cond : tj["status"]["conditions"]) {
+      if (cond["type"] == c) {
+        EXPECT_EQ(cond["observedGeneration"], tj["metadata"]["generation"]);
+      }
+    }
+  }
+  yaml = get(*memberClient_, res::kConfigMaps, "world-tokyo-config")["data"]["worker.yaml"];
+  EXPECT_NE(yaml.find("lr: 0.2"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("steps: 3000"), std::string::npos) << yaml;
+}
+
+// Three clusters (the hub and two members) under API faults: 500s and 429s
+// on reads, a 409 storm on the job's writes, and dropped watches. Passes
+// that fail ask to be retried; the job converges all the same.
+TEST_F(ReconcilerTest, ConvergesThroughApiFaultsAcrossThreeClusters) {
+  testapi::ServerOptions o;
+  o.tls = true;
+  o.token = "reconciler-test";
+  testapi::TestApiServer oregon(o);
+  oregon.start();
+  auto oregonClient = clientFor(oregon, dir_, "oregon");
+  ASSERT_TRUE(
+      oregonClient
+          ->create(res::kNamespaces, "",
+                   {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "ml"}}}})
+          .ok());
+  clusters_.clients["oregon"] = oregonClient.get();
+  json spec = twoRegions();
+  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  spec["regions"].push_back(
+      {{"name", "oregon"}, {"cluster", "oregon"}, {"gateway", {{"serviceType", "ClusterIP"}}}});
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+
+  hub_->faults().failNext(2, 500, "GET", "/trainingjobs");
+  hub_->faults().conflictNextWrites("trainingjobs", "ml", "world", 3);
+  member_->faults().failNext(2, 429, "", "", 1);
+  oregon.faults().failNext(3, 500, "PATCH", "/services");
+  oregon.faults().dropWatches();
+  int passes = 0, failed = 0;
+  std::string state;
+  while (passes < 20 && state != "Pending") {
+    ++passes;
+    auto r = reconciler_->reconcile("ml", "world");
+    if (!r.ok() || r->retry) {
+      ++failed;
+      continue;
+    }
+    state = r->state;
+  }
+  EXPECT_EQ(state, "Pending") << "after " << passes << " passes";
+  EXPECT_GT(failed, 0) << "the faults were never hit";
+  const json tj = trainingJob();
+  EXPECT_EQ(condition(tj, "Created"), "True") << tj["status"].dump();
+  EXPECT_EQ(condition(tj, "RegionDegraded"), "False") << tj["status"].dump();
+  for (auto* c : {hubClient_.get(), memberClient_.get(), oregonClient.get()}) {
+    kube::ListOptions selector;
+    selector.labelSelector = "geotrain.io/job=world,app.kubernetes.io/component=worker";
+    auto jobs = c->list(res::kJobs, "ml", selector);
+    ASSERT_TRUE(jobs.ok());
+    EXPECT_EQ(jobs->items.size(), 1u);
+  }
+  // Every region's config lists all four ranks; oregon is rank 3.
+  const std::string yaml =
+      get(*oregonClient, res::kConfigMaps, "world-oregon-config")["data"]["worker.yaml"];
+  EXPECT_NE(yaml.find("rank: 3"), std::string::npos) << yaml;
+  clusters_.clients.erase("oregon");
+}
+
 TEST(MemberFlag, ParsesAndRefuses) {
   auto m = parseMemberFlag("tokyo=geotrain-member-tokyo");
   ASSERT_TRUE(m.ok());
