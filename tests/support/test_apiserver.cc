@@ -174,6 +174,10 @@ void TestApiServer::start() {
   }
   const int threads = s.options.threads;
   s.http->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  // Go's net/http (the real API server) sets TCP_NODELAY; without it a
+  // response written in two pieces waits for the client's delayed ACK (~40
+  // ms a request).
+  s.http->set_tcp_nodelay(true);
   s.http->set_keep_alive_max_count(100000);
   s.http->set_keep_alive_timeout(5);
   s.http->set_payload_max_length(64u << 20);
