@@ -139,6 +139,12 @@ def main():
         print(f"reconcile passes: {float(total[0]) if total else 0:.0f}; "
               f"p50 {quantile(0.5, buckets) * 1000:.1f} ms, p99 {quantile(0.99, buckets) * 1000:.1f} ms")
         print(f"controller peak RSS: {rss:.1f} MiB")
+        # Where the CPU went: the controller against the three API servers.
+        ticks = os.sysconf("SC_CLK_TCK")
+        for name, p in [("controller", ctl)] + list(zip(kc, procs[:3])):
+            with open(f"/proc/{p.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            print(f"  cpu {name}: {(int(fields[11]) + int(fields[12])) / ticks:.1f} s")
         return 0 if done >= args.jobs else 1
     finally:
         for p in procs:
