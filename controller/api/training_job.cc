@@ -125,12 +125,6 @@ FieldError fromWorkerMessage(const std::string& message) {
   return e;
 }
 
-bool isDnsLabel(const std::string& s) {
-  if (s.empty() || s.size() > 63) return false;
-  auto ok = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; };
-  return std::all_of(s.begin(), s.end(), ok) && s.front() != '-' && s.back() != '-';
-}
-
 constexpr std::string_view kDnsLabel =
     "a lowercase DNS label: letters, digits and '-', starting and ending with a letter or "
     "digit, at most 63 characters";
@@ -336,6 +330,12 @@ Region parseRegion(const json& value, const std::string& path, std::vector<Field
 }
 
 }  // namespace
+
+bool isDnsLabel(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  auto ok = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; };
+  return std::all_of(s.begin(), s.end(), ok) && s.front() != '-' && s.back() != '-';
+}
 
 std::string FieldError::toString() const {
   return path + ": " + detail;

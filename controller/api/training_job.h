@@ -65,6 +65,11 @@ struct FieldError {
   bool operator==(const FieldError&) const = default;
 };
 
+// Whether `s` is a lowercase DNS label (RFC 1123: letters, digits and '-',
+// starting and ending with a letter or digit, at most 63 characters): what
+// region and member cluster names must be.
+bool isDnsLabel(std::string_view s);
+
 // All errors joined with "; " (the message of an InvalidSpec condition and
 // Event), or "" when there are none.
 std::string joinErrors(const std::vector<FieldError>& errors);

@@ -2,20 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "controller/kube/config.h"
 
 namespace geo::reconcile {
-
-namespace {
-bool isDnsLabel(const std::string& s) {
-  if (s.empty() || s.size() > 63 || s.front() == '-' || s.back() == '-') return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-  });
-}
-}  // namespace
 
 StatusOr<std::pair<std::string, MemberSecret>> parseMemberFlag(const std::string& flag) {
   const size_t eq = flag.find('=');
@@ -32,7 +21,7 @@ StatusOr<std::pair<std::string, MemberSecret>> parseMemberFlag(const std::string
     secret = secret.substr(0, colon);
   }
   m.secret = secret;
-  if (!isDnsLabel(name) || name == api::kLocalCluster || m.secret.empty() || m.key.empty()) {
+  if (!api::isDnsLabel(name) || name == api::kLocalCluster || m.secret.empty() || m.key.empty()) {
     return invalidArgument(fmt::format("--member {}: not allowed ({})", flag, allowed));
   }
   return std::make_pair(name, m);
