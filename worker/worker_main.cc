@@ -245,6 +245,7 @@ class MetricsHook final : public geo::train::StepHook {
     if (sync_ != nullptr) GEO_RETURN_IF_ERROR(sync_->afterStep(step, flat));
     const auto now = std::chrono::steady_clock::now();
     metrics_.recordStep(std::chrono::duration<double>(now - last_).count(), loss_, batchSize_);
+    metrics_.setStep(step + 1);
     last_ = now;
     publish(readTotals(sync_, transport_));
     return {};

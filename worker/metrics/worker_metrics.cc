@@ -169,6 +169,8 @@ void WorkerMetrics::buildFamilies() {
   stepSeconds_ =
       &histogram("geotrain_step_seconds", "Wall time of one optimizer step", kStepBuckets);
   trainLoss_ = &gauge("geotrain_train_loss", "Training loss of the latest step");
+  trainStep_ = &gauge("geotrain_train_step",
+                      "Training steps completed (a resumed worker counts from its checkpoint)");
   evalAccuracy_ = &gauge("geotrain_eval_accuracy", "Accuracy of the latest evaluation (0..1)");
   samples_ = &counter("geotrain_samples_total", "Training samples consumed");
 }
@@ -253,6 +255,11 @@ void WorkerMetrics::recordStep(double seconds, double loss, uint64_t samples) {
   stepSeconds_->Observe(seconds);
   trainLoss_->Set(loss);
   samples_->Increment(static_cast<double>(samples));
+}
+
+void WorkerMetrics::setStep(int64_t stepsCompleted) {
+  std::lock_guard lock(mu_);
+  trainStep_->Set(static_cast<double>(stepsCompleted));
 }
 
 void WorkerMetrics::setEvalAccuracy(double accuracy) {

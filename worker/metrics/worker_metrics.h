@@ -123,6 +123,9 @@ class WorkerMetrics {
 
   // One optimizer step: its wall time, the loss and the samples it consumed.
   void recordStep(double seconds, double loss, uint64_t samples);
+  // Steps completed, counting those before a resume from a checkpoint
+  // (geotrain_train_step; the controller reads it into TrainingJob status).
+  void setStep(int64_t stepsCompleted);
 
   void setEvalAccuracy(double accuracy);
 
@@ -171,6 +174,7 @@ class WorkerMetrics {
 
   prometheus::Histogram* stepSeconds_ = nullptr;
   prometheus::Gauge* trainLoss_ = nullptr;
+  prometheus::Gauge* trainStep_ = nullptr;
   prometheus::Gauge* evalAccuracy_ = nullptr;
   prometheus::Counter* samples_ = nullptr;
 };

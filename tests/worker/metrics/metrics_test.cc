@@ -301,6 +301,7 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
   s.roundSecondsSum = 0.3;
   m->updateSync(s);
   m->recordStep(0.02, 1.5, 64);
+  m->setStep(41);
   m->setEvalAccuracy(0.5);
 
   const Exposition e = parseExposition(httpGet(m->port()));
@@ -316,6 +317,7 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
       {"geotrain_peer_rtt_seconds", "gauge"},
       {"geotrain_step_seconds", "histogram"},
       {"geotrain_train_loss", "gauge"},
+      {"geotrain_train_step", "gauge"},
       {"geotrain_eval_accuracy", "gauge"},
       {"geotrain_samples_total", "counter"},
       {"geotrain_codec_seconds_total", "counter"},
@@ -365,6 +367,7 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
   EXPECT_EQ(valueOf(e, "geotrain_sync_round_seconds_bucket", {{"le", "0.5"}}), 1);
   EXPECT_EQ(valueOf(e, "geotrain_step_seconds_count"), 1);
   EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_train_loss"), 1.5);
+  EXPECT_EQ(valueOf(e, "geotrain_train_step"), 41);
   EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_eval_accuracy"), 0.5);
   EXPECT_EQ(valueOf(e, "geotrain_samples_total"), 64);
 }
