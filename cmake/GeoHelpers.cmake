@@ -36,7 +36,13 @@ function(geo_add_test name)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   geo_set_warnings(${name})
+  # PROPERTIES reach the generated CTest file through two rounds of list
+  # expansion (CMake 3.25's GoogleTestAddTests), which split an unescaped
+  # list into separate arguments and kept only the first label: each ';'
+  # needs four backslashes (written eight times here) to arrive as one
+  # LABELS value. `ctest -N -L reconcile` lists the tests of a later label.
+  string(REPLACE ";" "\\\\\\\\\\\\\\\\;" labels "${ARG_LABELS}")
   gtest_discover_tests(${name}
-    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}" RUN_SERIAL ${serial}
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${labels}" RUN_SERIAL ${serial}
     DISCOVERY_TIMEOUT 60)
 endfunction()
