@@ -94,6 +94,7 @@ ObjectStore::ObjectStore(ResourceRegistry& registry, size_t retention)
 
 ObjectStore::Bucket& ObjectStore::bucketLocked(const ResourceType& type) {
   Bucket& b = buckets_[type.storageKey()];
+  b.key = type.storageKey();
   b.group = type.group;
   b.resource = type.resource;
   b.kind = type.kind;
@@ -151,21 +152,79 @@ void ObjectStore::validateLocked(const ResourceType& type, const Json& object) c
 
 void ObjectStore::emitLocked(const Bucket& bucket, const std::string& ns, std::string type,
                              Json object, Json previous) {
-  const std::string key = bucket.group + "/" + bucket.resource;
-  log_.push_back(
-      {resourceVersion_, key, ns, std::move(type), std::move(object), std::move(previous)});
+  log_.push_back(std::make_shared<const WatchEvent>(WatchEvent{
+      resourceVersion_, bucket.key, ns, std::move(type), std::move(object), std::move(previous)}));
   while (log_.size() > retention_) {
-    compactedRv_ = log_.front().resourceVersion;
+    compactedRv_ = log_.front()->resourceVersion;
     log_.pop_front();
   }
   eventsChanged_.notify_all();
 }
 
+namespace {
+const Json kNoRefs = Json::array();
+
+// metadata.ownerReferences, or an empty array; no copy.
+const Json& ownerRefsOf(const Json& o) {
+  auto m = o.find("metadata");
+  if (m == o.end() || !m->is_object()) return kNoRefs;
+  auto refs = m->find("ownerReferences");
+  return refs != m->end() && refs->is_array() ? *refs : kNoRefs;
+}
+
+std::string refUid(const Json& ref) {
+  auto uid = ref.is_object() ? ref.find("uid") : ref.end();
+  return uid != ref.end() && uid->is_string() ? uid->get<std::string>() : "";
+}
+}  // namespace
+
+void ObjectStore::indexLocked(const ObjectKey& key, const Json& object) {
+  uids_[metaString(object, "uid")] = key;
+  const Json& refs = ownerRefsOf(object);
+  for (const Json& ref : refs) dependents_[refUid(ref)].insert(key);
+  if (beingDeleted(object)) {
+    deleting_.insert(key);
+  } else if (!refs.empty()) {
+    orphanCandidates_.insert(key);
+  }
+}
+
+void ObjectStore::unindexLocked(const ObjectKey& key, const Json& object) {
+  auto uid = uids_.find(metaString(object, "uid"));
+  if (uid != uids_.end() && uid->second == key) uids_.erase(uid);
+  for (const Json& ref : ownerRefsOf(object)) {
+    auto deps = dependents_.find(refUid(ref));
+    if (deps == dependents_.end()) continue;
+    deps->second.erase(key);
+    if (deps->second.empty()) dependents_.erase(deps);
+  }
+  deleting_.erase(key);
+}
+
+std::vector<ObjectStore::ObjectKey> ObjectStore::dependentsLocked(const std::string& uid) const {
+  auto deps = dependents_.find(uid);
+  if (deps == dependents_.end()) return {};
+  return {deps->second.begin(), deps->second.end()};
+}
+
+Json* ObjectStore::objectLocked(const ObjectKey& key, Bucket** bucket) {
+  auto b = buckets_.find(std::get<0>(key));
+  if (b == buckets_.end()) return nullptr;
+  auto it = b->second.objects.find({std::get<1>(key), std::get<2>(key)});
+  if (it == b->second.objects.end()) return nullptr;
+  if (bucket != nullptr) *bucket = &b->second;
+  return &it->second;
+}
+
 void ObjectStore::commitLocked(Bucket& bucket, Json object, const Json* previous) {
   const std::string ns = metaString(object, "namespace");
   const std::string name = metaString(object, "name");
+  const ObjectKey key{bucket.key, ns, name};
   Json prev = previous != nullptr ? *previous : Json();
-  bucket.objects[{ns, name}] = object;
+  Json& slot = bucket.objects[{ns, name}];
+  if (!slot.is_null()) unindexLocked(key, slot);
+  slot = object;
+  indexLocked(key, slot);
   emitLocked(bucket, ns, previous != nullptr ? "MODIFIED" : "ADDED", std::move(object),
              std::move(prev));
 }
@@ -175,8 +234,13 @@ void ObjectStore::eraseLocked(Bucket& bucket, const std::string& ns, const std::
   if (it == bucket.objects.end()) return;
   Json object = std::move(it->second);
   bucket.objects.erase(it);
+  unindexLocked({bucket.key, ns, name}, object);
+  // Its dependents may have lost their last owner.
+  for (ObjectKey& dep : dependentsLocked(metaString(object, "uid"))) {
+    orphanCandidates_.insert(std::move(dep));
+  }
   meta(object)["resourceVersion"] = std::to_string(++resourceVersion_);
-  if (bucket.group + "/" + bucket.resource == kCrdKey) registry_.removeCrd(object);
+  if (bucket.key == kCrdKey) registry_.removeCrd(object);
   emitLocked(bucket, ns, "DELETED", std::move(object), Json());
 }
 
@@ -452,11 +516,17 @@ Json ObjectStore::list(const ResourceType& type, const std::string& ns,
   auto b = buckets_.find(type.storageKey());
   if (b != buckets_.end()) {
     const auto& objects = b->second.objects;
-    auto it = options.continueToken.empty() ? objects.begin() : objects.upper_bound(start);
+    // Objects are ordered by (namespace, name): a namespace's are one range.
+    auto it = !options.continueToken.empty() ? objects.upper_bound(start)
+              : ns.empty()                   ? objects.begin()
+                                             : objects.lower_bound({ns, ""});
+    if (!ns.empty() && it != objects.end() && it->first.first < ns) {
+      it = objects.lower_bound({ns, ""});
+    }
     int64_t remaining = 0;
     for (; it != objects.end(); ++it) {
       const Json& o = it->second;
-      if (!ns.empty() && it->first.first != ns) continue;
+      if (!ns.empty() && it->first.first != ns) break;
       if (!options.labels.matches(o)) continue;
       if (options.fields && !options.fields->matches(o)) continue;
       if (options.limit > 0 && int64_t(items.size()) == options.limit) {
@@ -630,116 +700,117 @@ void ObjectStore::dropFinalizerLocked(Bucket& bucket, const std::string& ns,
   if (beingDeleted(next) && finalizers.empty()) eraseLocked(bucket, ns, name);
 }
 
+// One step of the garbage collector and the namespace and CRD controllers,
+// as a walk of the store in order would take it (first the first orphaned
+// dependent, then the first object being deleted that has work to do), but
+// reading the indexes instead of walking every object.
 bool ObjectStore::collectOnceLocked() {
-  std::map<std::string, std::pair<Bucket*, std::pair<std::string, std::string>>> byUid;
-  for (auto& [key, bucket] : buckets_) {
-    for (auto& [id, o] : bucket.objects) byUid[metaString(o, "uid")] = {&bucket, id};
-  }
-  auto dependentsOf = [&](const std::string& uid) {
-    std::vector<std::pair<Bucket*, std::pair<std::string, std::string>>> deps;
-    for (auto& [key, bucket] : buckets_) {
-      for (auto& [id, o] : bucket.objects) {
-        for (const auto& ref : o["metadata"].value("ownerReferences", Json::array())) {
-          if (ref.value("uid", "") == uid) deps.push_back({&bucket, id});
-        }
-      }
+  // Dependents all of whose owners are gone go too (background).
+  while (!orphanCandidates_.empty()) {
+    const ObjectKey key = *orphanCandidates_.begin();
+    orphanCandidates_.erase(orphanCandidates_.begin());
+    Bucket* bucket = nullptr;
+    const Json* o = objectLocked(key, &bucket);
+    if (o == nullptr || beingDeleted(*o)) continue;
+    const Json& refs = ownerRefsOf(*o);
+    if (refs.empty() || std::any_of(refs.begin(), refs.end(),
+                                    [&](const Json& r) { return uids_.contains(refUid(r)); })) {
+      continue;
     }
-    return deps;
-  };
-  for (auto& [key, bucket] : buckets_) {
-    for (auto& [id, o] : bucket.objects) {
-      // Dependents all of whose owners are gone go too (background).
-      const Json refs = o["metadata"].value("ownerReferences", Json::array());
-      if (!refs.empty() && !beingDeleted(o) &&
-          std::none_of(refs.begin(), refs.end(),
-                       [&](const Json& r) { return byUid.contains(r.value("uid", "")); })) {
-        const auto target = id;
-        removeLocked(bucket, target.first, target.second,
-                     DeleteOptions{"Background", {}, {}, false});
-        return true;
-      }
-    }
+    removeLocked(*bucket, std::get<1>(key), std::get<2>(key),
+                 DeleteOptions{"Background", {}, {}, false});
+    return true;
   }
-  for (auto& [key, bucket] : buckets_) {
-    for (auto& [id, o] : bucket.objects) {
-      if (!beingDeleted(o)) continue;
-      const auto target = id;
-      const std::string uid = metaString(o, "uid");
-      const auto finalizers = finalizersOf(o);
-      auto has = [&](const std::string& f) {
-        return std::find(finalizers.begin(), finalizers.end(), f) != finalizers.end();
-      };
-      if (has("orphan")) {
-        for (auto& [depBucket, depId] : dependentsOf(uid)) {
-          const Json previous = depBucket->objects[depId];
-          Json next = previous;
-          Json refs = Json::array();
-          for (const auto& r : next["metadata"]["ownerReferences"]) {
-            if (r.value("uid", "") != uid) refs.push_back(r);
-          }
-          if (refs.empty()) {
-            next["metadata"].erase("ownerReferences");
-          } else {
-            next["metadata"]["ownerReferences"] = refs;
-          }
-          next["metadata"]["resourceVersion"] = std::to_string(++resourceVersion_);
-          commitLocked(*depBucket, next, &previous);
+  // Objects being deleted whose finalizers the control plane handles. Each
+  // branch acts and returns at once: the loop's iterator may not survive
+  // the write.
+  for (const ObjectKey& deletingKey : deleting_) {
+    const ObjectKey target = deletingKey;
+    Bucket* bucketPtr = nullptr;
+    Json* found = objectLocked(target, &bucketPtr);
+    if (found == nullptr) continue;
+    Bucket& bucket = *bucketPtr;
+    Json& o = *found;
+    const std::string& key = std::get<0>(target);
+    const std::string& targetNs = std::get<1>(target);
+    const std::string& targetName = std::get<2>(target);
+    const std::string uid = metaString(o, "uid");
+    const auto finalizers = finalizersOf(o);
+    auto has = [&](const std::string& f) {
+      return std::find(finalizers.begin(), finalizers.end(), f) != finalizers.end();
+    };
+    if (has("orphan")) {
+      for (const ObjectKey& depKey : dependentsLocked(uid)) {
+        Bucket* depBucket = nullptr;
+        const Json* dep = objectLocked(depKey, &depBucket);
+        if (dep == nullptr) continue;
+        const Json previous = *dep;
+        Json next = previous;
+        Json refs = Json::array();
+        for (const auto& r : next["metadata"]["ownerReferences"]) {
+          if (r.value("uid", "") != uid) refs.push_back(r);
         }
-        dropFinalizerLocked(bucket, target.first, target.second, "orphan");
-        return true;
-      }
-      if (has("foregroundDeletion")) {
-        const auto deps = dependentsOf(uid);
-        bool acted = false;
-        for (auto& [depBucket, depId] : deps) {
-          if (!beingDeleted(depBucket->objects[depId])) {
-            removeLocked(*depBucket, depId.first, depId.second,
-                         DeleteOptions{"Foreground", {}, {}, false});
-            acted = true;
-            break;
-          }
-        }
-        if (acted) return true;
-        if (deps.empty()) {
-          dropFinalizerLocked(bucket, target.first, target.second, "foregroundDeletion");
-          return true;
-        }
-      }
-      if (key == kNamespacesKey) {
-        // The namespace controller: delete the content, then the namespace.
-        bool any = false;
-        for (auto& [otherKey, other] : buckets_) {
-          for (auto& [otherId, obj] : other.objects) {
-            if (otherId.first != target.second) continue;
-            any = true;
-            if (!beingDeleted(obj)) {
-              const auto victim = otherId;
-              removeLocked(other, victim.first, victim.second, DeleteOptions{});
-              return true;
-            }
-          }
-        }
-        if (!any && finalizers.empty()) {
-          eraseLocked(bucket, target.first, target.second);
-          return true;
-        }
-      }
-      if (key == kCrdKey && has(kCrdCleanup)) {
-        const std::string crKey =
-            o["spec"].value("group", "") + "/" + o["spec"]["names"].value("plural", "");
-        auto crs = buckets_.find(crKey);
-        if (crs != buckets_.end() && !crs->second.objects.empty()) {
-          for (auto& [crId, cr] : crs->second.objects) {
-            if (!beingDeleted(cr)) {
-              const auto victim = crId;
-              removeLocked(crs->second, victim.first, victim.second, DeleteOptions{});
-              return true;
-            }
-          }
+        if (refs.empty()) {
+          next["metadata"].erase("ownerReferences");
         } else {
-          dropFinalizerLocked(bucket, target.first, target.second, kCrdCleanup);
+          next["metadata"]["ownerReferences"] = refs;
+        }
+        next["metadata"]["resourceVersion"] = std::to_string(++resourceVersion_);
+        commitLocked(*depBucket, next, &previous);
+      }
+      dropFinalizerLocked(bucket, targetNs, targetName, "orphan");
+      return true;
+    }
+    if (has("foregroundDeletion")) {
+      const auto deps = dependentsLocked(uid);
+      for (const ObjectKey& depKey : deps) {
+        Bucket* depBucket = nullptr;
+        const Json* dep = objectLocked(depKey, &depBucket);
+        if (dep != nullptr && !beingDeleted(*dep)) {
+          removeLocked(*depBucket, std::get<1>(depKey), std::get<2>(depKey),
+                       DeleteOptions{"Foreground", {}, {}, false});
           return true;
         }
+      }
+      if (deps.empty()) {
+        dropFinalizerLocked(bucket, targetNs, targetName, "foregroundDeletion");
+        return true;
+      }
+    }
+    if (key == kNamespacesKey) {
+      // The namespace controller: delete the content, then the namespace.
+      bool any = false;
+      for (auto& [otherKey, other] : buckets_) {
+        for (auto it = other.objects.lower_bound({targetName, ""});
+             it != other.objects.end() && it->first.first == targetName; ++it) {
+          any = true;
+          if (!beingDeleted(it->second)) {
+            const auto victim = it->first;
+            removeLocked(other, victim.first, victim.second, DeleteOptions{});
+            return true;
+          }
+        }
+      }
+      if (!any && finalizers.empty()) {
+        eraseLocked(bucket, targetNs, targetName);
+        return true;
+      }
+    }
+    if (key == kCrdKey && has(kCrdCleanup)) {
+      const std::string crKey =
+          o["spec"].value("group", "") + "/" + o["spec"]["names"].value("plural", "");
+      auto crs = buckets_.find(crKey);
+      if (crs != buckets_.end() && !crs->second.objects.empty()) {
+        for (auto& [crId, cr] : crs->second.objects) {
+          if (!beingDeleted(cr)) {
+            const auto victim = crId;
+            removeLocked(crs->second, victim.first, victim.second, DeleteOptions{});
+            return true;
+          }
+        }
+      } else {
+        dropFinalizerLocked(bucket, targetNs, targetName, kCrdCleanup);
+        return true;
       }
     }
   }
@@ -767,27 +838,32 @@ std::pair<std::vector<Json>, uint64_t> ObjectStore::snapshot(const ResourceType&
   std::vector<Json> out;
   auto b = buckets_.find(type.storageKey());
   if (b != buckets_.end()) {
-    for (const auto& [id, o] : b->second.objects) {
-      if (ns.empty() || id.first == ns) out.push_back(o);
+    const auto& objects = b->second.objects;
+    for (auto it = ns.empty() ? objects.begin() : objects.lower_bound({ns, ""});
+         it != objects.end() && (ns.empty() || it->first.first == ns); ++it) {
+      out.push_back(it->second);
     }
   }
   return {out, resourceVersion_};
 }
 
-std::optional<std::vector<WatchEvent>> ObjectStore::eventsAfter(uint64_t fromRv,
-                                                                std::chrono::milliseconds wait,
-                                                                uint64_t* currentRv) {
+std::optional<std::vector<WatchEventPtr>> ObjectStore::eventsAfter(uint64_t fromRv,
+                                                                   std::chrono::milliseconds wait,
+                                                                   uint64_t* currentRv,
+                                                                   const std::string& storageKey) {
   std::unique_lock lock(mutex_);
   if (fromRv < compactedRv_) return std::nullopt;
   eventsChanged_.wait_for(lock, wait, [&] {
-    return fromRv < compactedRv_ || (!log_.empty() && log_.back().resourceVersion > fromRv);
+    return fromRv < compactedRv_ || (!log_.empty() && log_.back()->resourceVersion > fromRv);
   });
   if (fromRv < compactedRv_) return std::nullopt;
-  std::vector<WatchEvent> out;
+  std::vector<WatchEventPtr> out;
   auto it =
       std::upper_bound(log_.begin(), log_.end(), fromRv,
-                       [](uint64_t rv, const WatchEvent& e) { return rv < e.resourceVersion; });
-  for (; it != log_.end(); ++it) out.push_back(*it);
+                       [](uint64_t rv, const WatchEventPtr& e) { return rv < e->resourceVersion; });
+  for (; it != log_.end(); ++it) {
+    if (storageKey.empty() || (*it)->storageKey == storageKey) out.push_back(*it);
+  }
   *currentRv = resourceVersion_;
   return out;
 }
@@ -808,7 +884,7 @@ void ObjectStore::setRetention(size_t events) {
   std::lock_guard lock(mutex_);
   retention_ = events;
   while (log_.size() > retention_) {
-    compactedRv_ = log_.front().resourceVersion;
+    compactedRv_ = log_.front()->resourceVersion;
     log_.pop_front();
   }
 }

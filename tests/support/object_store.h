@@ -21,9 +21,13 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -57,6 +61,9 @@ struct DeleteOptions {
 
 // One entry of the event log; `previous` is the object before a MODIFIED
 // (selector-filtered watches turn it into ADDED or DELETED as needed).
+// Entries are immutable once logged and shared (WatchEventPtr) between the
+// log and every watch that reads them, so that a watch's read copies
+// pointers, not objects.
 struct WatchEvent {
   uint64_t resourceVersion = 0;
   std::string storageKey;
@@ -65,6 +72,7 @@ struct WatchEvent {
   Json object;
   Json previous;
 };
+using WatchEventPtr = std::shared_ptr<const WatchEvent>;
 
 class ObjectStore {
  public:
@@ -101,10 +109,13 @@ class ObjectStore {
                                                   const std::string& ns) const;
   // Events with a version above `fromRv`, waiting up to `wait` for the first.
   // nullopt when `fromRv` fell out of the log (410 Gone). `*currentRv` gets
-  // the version every returned event is at or below.
-  std::optional<std::vector<WatchEvent>> eventsAfter(uint64_t fromRv,
-                                                     std::chrono::milliseconds wait,
-                                                     uint64_t* currentRv);
+  // the version every returned event is at or below. With `storageKey`
+  // (ResourceType::storageKey()) only that resource's events come back (the
+  // wait still ends at the first event of any resource).
+  std::optional<std::vector<WatchEventPtr>> eventsAfter(uint64_t fromRv,
+                                                        std::chrono::milliseconds wait,
+                                                        uint64_t* currentRv,
+                                                        const std::string& storageKey = "");
   uint64_t currentResourceVersion() const;
   // Drops every logged event: watches and continues from any older version
   // get 410 (etcd compaction).
@@ -115,11 +126,16 @@ class ObjectStore {
 
  private:
   struct Bucket {
+    std::string key;  // ResourceType::storageKey()
     std::string group;
     std::string resource;
     std::string kind;
     std::map<std::pair<std::string, std::string>, Json> objects;  // (ns, name)
   };
+  // (storage key, namespace, name). Ordered like a walk of buckets_ and then
+  // of each bucket's objects, so sets of keys visit objects in the order the
+  // garbage collector has always visited them.
+  using ObjectKey = std::tuple<std::string, std::string, std::string>;
 
   Bucket& bucketLocked(const ResourceType& type);
   Json* findLocked(const std::string& storageKey, const std::string& ns, const std::string& name);
@@ -132,6 +148,14 @@ class ObjectStore {
   // Stores `object` (already at a new version) over the old one and emits.
   void commitLocked(Bucket& bucket, Json object, const Json* previous);
   void eraseLocked(Bucket& bucket, const std::string& ns, const std::string& name);
+  // Keep the garbage collector's indexes (below) in step with the objects;
+  // commitLocked and eraseLocked, the only places that change a bucket's
+  // objects, call them.
+  void indexLocked(const ObjectKey& key, const Json& object);
+  void unindexLocked(const ObjectKey& key, const Json& object);
+  // Dependents of `uid` (objects with an ownerReference to it), in walk order.
+  std::vector<ObjectKey> dependentsLocked(const std::string& uid) const;
+  Json* objectLocked(const ObjectKey& key, Bucket** bucket);
   void emitLocked(const Bucket& bucket, const std::string& ns, std::string type, Json object,
                   Json previous);
   // Removes `finalizer` from the stored object (deleting it if it was the
@@ -148,8 +172,24 @@ class ObjectStore {
   mutable std::mutex mutex_;
   std::condition_variable eventsChanged_;
   std::map<std::string, Bucket> buckets_;  // by ResourceType::storageKey()
+  // Indexes of the garbage collector, which runs after every write: with
+  // them a write costs what it touches, not a walk of the whole store (which
+  // made every request slower as the store grew). Invariants, under mutex_:
+  // - uids_: the uid of every stored object -> its key.
+  // - dependents_: owner uid -> keys of the stored objects whose
+  //   ownerReferences name it (the owner may be gone).
+  // - deleting_: keys of the stored objects with a deletionTimestamp.
+  // - orphanCandidates_: a superset of the stored objects that have
+  //   ownerReferences, are not being deleted and none of whose owners exists:
+  //   an object enters when it is written with ownerReferences or one of its
+  //   owners is erased (the only ways to become such an object), and leaves
+  //   when the collector finds it is not (or no longer) one.
+  std::unordered_map<std::string, ObjectKey> uids_;
+  std::unordered_map<std::string, std::set<ObjectKey>> dependents_;
+  std::set<ObjectKey> deleting_;
+  std::set<ObjectKey> orphanCandidates_;
   uint64_t resourceVersion_ = 1;
-  std::deque<WatchEvent> log_;
+  std::deque<WatchEventPtr> log_;
   uint64_t compactedRv_ = 0;
   size_t retention_;
 };

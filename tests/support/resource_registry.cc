@@ -93,6 +93,8 @@ ResourceRegistry::ResourceRegistry() {
   addLocked(builtin("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, false,
                     {"sa"}));
   addLocked(builtin("", "v1", "pods", "pod", "Pod", true, true, {"po"}, all));
+  addLocked(builtin("", "v1", "persistentvolumeclaims", "persistentvolumeclaim",
+                    "PersistentVolumeClaim", true, true, {"pvc"}, all));
   addLocked(builtin("", "v1", "events", "event", "Event", true, false, {"ev"}));
   addLocked(builtin("apps", "v1", "deployments", "deployment", "Deployment", true, true, {"deploy"},
                     all));

@@ -33,12 +33,20 @@ struct Target {
 struct TestApiServer::Impl {
   explicit Impl(ServerOptions opts);
 
+  // Every request: compression (see test_apiserver.cc) around dispatch().
   void handle(const httplib::Request& req, httplib::Response& res);
+  // Authentication, fault injection, then the endpoint.
+  void dispatch(const httplib::Request& req, httplib::Response& res);
   // /api..., /apis...: discovery or a resource request.
   void route(const httplib::Request& req, httplib::Response& res);
   void serveResource(const httplib::Request& req, httplib::Response& res, const Target& target);
   void serveWatch(const httplib::Request& req, httplib::Response& res, const Target& target);
   void serveOpenApi(const httplib::Request& req, httplib::Response& res);
+  // pods/{id}/proxy[/path] (proxy.cc): forwards to the pod's status.podIP.
+  // `consumedSegments`: how many path segments, up to and including
+  // "proxy", come before the path to forward.
+  void serveProxy(const httplib::Request& req, httplib::Response& res, const Target& target,
+                  size_t consumedSegments);
 
   ServerOptions options;
   ResourceRegistry registry;

@@ -1,7 +1,9 @@
 #include "tests/support/test_apiserver.h"
 
 #include <fmt/format.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -52,7 +54,69 @@ TestApiServer::Impl::Impl(ServerOptions opts)
       store(registry, options.watchRetention),
       bookmarkIntervalMs(options.bookmarkInterval.count()) {}
 
+namespace {
+
+// What kube-apiserver compresses: answers of at least 128 KiB, with gzip at
+// level 1, to clients that accept gzip (never brotli).
+constexpr size_t kGzipThresholdBytes = 128 * 1024;
+
+// Whether Accept-Encoding ("gzip, deflate, br", "gzip;q=0.5") offers gzip.
+bool acceptsGzip(std::string acceptEncoding) {
+  acceptEncoding.erase(std::remove(acceptEncoding.begin(), acceptEncoding.end(), ' '),
+                       acceptEncoding.end());
+  std::stringstream ss(acceptEncoding);
+  std::string coding;
+  while (std::getline(ss, coding, ',')) {
+    const size_t semi = coding.find(';');
+    const std::string params = semi == std::string::npos ? "" : coding.substr(semi + 1);
+    coding = coding.substr(0, semi);
+    if ((coding == "gzip" || coding == "*") && params != "q=0" && params != "q=0.0") return true;
+  }
+  return false;
+}
+
+// gzip (RFC 1952) of `data` at level 1; nullopt if zlib fails.
+std::optional<std::string> gzip(const std::string& data) {
+  z_stream zs{};
+  if (deflateInit2(&zs, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return std::nullopt;
+  std::string out(deflateBound(&zs, uLong(data.size())), '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  zs.avail_in = uInt(data.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = uInt(out.size());
+  const int rc = deflate(&zs, Z_FINISH);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  if (rc != Z_STREAM_END) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+// Response compression. cpp-httplib compresses every answer whose
+// Content-Type is compressible (application/json, text/...) for a client
+// whose Accept-Encoding names br or gzip, preferring brotli at quality 11:
+// that cost more CPU than the rest of a request together (a third of the
+// server's time under the controller benchmark) and is not what the real
+// server does. So the request's Accept-Encoding is taken out before
+// cpp-httplib sees it (its handlers get `const Request&`, but the object is
+// a non-const local of the connection loop, so the const_cast is well
+// defined), and JSON answers are gzipped here as kube-apiserver does.
 void TestApiServer::Impl::handle(const httplib::Request& req, httplib::Response& res) {
+  const bool gzipOk = acceptsGzip(req.get_header_value("Accept-Encoding"));
+  const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
+  dispatch(req, res);
+  if (gzipOk && res.body.size() >= kGzipThresholdBytes &&
+      res.get_header_value("Content-Type") == "application/json" &&
+      !res.has_header("Content-Encoding")) {
+    if (auto compressed = gzip(res.body)) {
+      res.body = std::move(*compressed);
+      res.set_header("Content-Encoding", "gzip");
+    }
+  }
+}
+
+void TestApiServer::Impl::dispatch(const httplib::Request& req, httplib::Response& res) {
   try {
     const std::string auth = req.get_header_value("Authorization");
     if (!options.token.empty() && auth != "Bearer " + options.token &&
@@ -147,6 +211,14 @@ void TestApiServer::Impl::route(const httplib::Request& req, httplib::Response& 
   }
   if (segs.size() >= 2) target.name = segs[1];
   if (segs.size() >= 3) target.subresource = segs[2];
+  // pods/{id}/proxy takes the rest of the path, whatever its length, as the
+  // path to forward (only in a namespace, like every pods subresource).
+  if (target.subresource == "proxy" && target.type->group.empty() &&
+      target.type->resource == "pods" && !target.ns.empty()) {
+    // api/v1 or apis/g/v, then namespaces/{ns}/pods/{id}/proxy.
+    serveProxy(req, res, target, rest + 5);
+    return;
+  }
   if (segs.size() > 3) throw notFoundPath();
   if (!target.subresource.empty() &&
       !(target.subresource == "status" && target.type->statusSubresource)) {

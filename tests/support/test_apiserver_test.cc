@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -343,6 +346,116 @@ TEST_F(ApiServerTest, GarbageCollectionBackgroundForegroundOrphan) {
   EXPECT_FALSE(child.body["metadata"].contains("ownerReferences"));
 }
 
+// The collector works from indexes (owner uid -> dependents, objects being
+// deleted, candidates for orphan collection); every way of becoming garbage
+// must still be seen.
+TEST_F(ApiServerTest, GarbageCollectionFindsEveryDependent) {
+  auto ref = [](const Json& owner) {
+    return Json{{"apiVersion", "v1"},
+                {"kind", owner["kind"]},
+                {"name", owner["metadata"]["name"]},
+                {"uid", owner["metadata"]["uid"]}};
+  };
+  const std::string secrets = "/api/v1/namespaces/default/secrets";
+  // A chain across kinds: a -> b (Secret) -> c; deleting a takes all.
+  Json a = api_->call("POST", kCms, configMap("a")).body;
+  Json b = {{"apiVersion", "v1"},
+            {"kind", "Secret"},
+            {"metadata", {{"name", "b"}, {"ownerReferences", {ref(a)}}}}};
+  b = api_->call("POST", secrets, b).body;
+  Json c = configMap("c");
+  c["metadata"]["ownerReferences"] = {ref(b)};
+  ASSERT_EQ(api_->call("POST", kCms, c).code, 201);
+  EXPECT_EQ(api_->call("DELETE", kCms + "/a").code, 200);
+  EXPECT_EQ(api_->call("GET", secrets + "/b").code, 404);
+  EXPECT_EQ(api_->call("GET", kCms + "/c").code, 404);
+
+  // Two owners: the dependent stays while one is left.
+  Json p1 = api_->call("POST", kCms, configMap("p1")).body;
+  Json p2 = api_->call("POST", kCms, configMap("p2")).body;
+  Json both = configMap("both");
+  both["metadata"]["ownerReferences"] = {ref(p1), ref(p2)};
+  ASSERT_EQ(api_->call("POST", kCms, both).code, 201);
+  EXPECT_EQ(api_->call("DELETE", kCms + "/p1").code, 200);
+  EXPECT_EQ(api_->call("GET", kCms + "/both").code, 200);
+  // Orphaning p2 keeps the dependent, without p2's reference; it still
+  // names p1, which is gone, so the collector takes it.
+  EXPECT_EQ(api_->call("DELETE", kCms + "/p2?propagationPolicy=Orphan").code, 200);
+  EXPECT_EQ(api_->call("GET", kCms + "/both").code, 404);
+
+  // Written with (or given by a later write) a reference to an owner that
+  // does not exist: collected at once.
+  Json ghost = configMap("ghost-owned");
+  ghost["metadata"]["ownerReferences"] = {
+      {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"name", "x"}, {"uid", "no-such-uid"}}};
+  EXPECT_EQ(api_->call("POST", kCms, ghost).code, 201);
+  EXPECT_EQ(api_->call("GET", kCms + "/ghost-owned").code, 404);
+  Json gone = api_->call("POST", kCms, configMap("gone")).body;
+  ASSERT_EQ(api_->call("POST", kCms, configMap("late-ref")).code, 201);
+  EXPECT_EQ(api_->call("DELETE", kCms + "/gone").code, 200);
+  EXPECT_EQ(api_->call("PATCH", kCms + "/late-ref",
+                       Json{{"metadata", {{"ownerReferences", {ref(gone)}}}}},
+                       "application/merge-patch+json")
+                .code,
+            200);
+  EXPECT_EQ(api_->call("GET", kCms + "/late-ref").code, 404);
+
+  // A dependent in another namespace than its (cluster-scoped) owner, and
+  // foreground deletion through two levels.
+  Json nsOwner = api_->call("POST", "/api/v1/namespaces",
+                            Json{{"apiVersion", "v1"},
+                                 {"kind", "Namespace"},
+                                 {"metadata", {{"name", "owner-ns"}}}})
+                     .body;
+  Json top = api_->call("POST", kCms, configMap("top")).body;
+  Json mid = configMap("mid");
+  mid["metadata"]["ownerReferences"] = {ref(top)};
+  mid = api_->call("POST", kCms, mid).body;
+  Json leaf = configMap("leaf");
+  leaf["metadata"]["ownerReferences"] = {ref(mid), ref(nsOwner)};
+  leaf["metadata"]["finalizers"] = {"test/hold"};
+  ASSERT_EQ(api_->call("POST", kCms, leaf).code, 201);
+  EXPECT_EQ(api_->call("DELETE", kCms + "/top?propagationPolicy=Foreground").code, 200);
+  EXPECT_TRUE(api_->call("GET", kCms + "/leaf").body["metadata"].contains("deletionTimestamp"));
+  EXPECT_EQ(api_->call("GET", kCms + "/mid").code, 200);
+  EXPECT_EQ(api_->call("GET", kCms + "/top").code, 200);
+  api_->call("PATCH", kCms + "/leaf", Json{{"metadata", {{"finalizers", nullptr}}}},
+             "application/merge-patch+json");
+  EXPECT_EQ(api_->call("GET", kCms + "/leaf").code, 404);
+  EXPECT_EQ(api_->call("GET", kCms + "/mid").code, 404);
+  EXPECT_EQ(api_->call("GET", kCms + "/top").code, 404);
+}
+
+// Answers are compressed as kube-apiserver compresses them: gzip, only from
+// 128 KiB, never brotli (cpp-httplib alone would brotli everything).
+TEST_F(ApiServerTest, LargeAnswersAreGzippedSmallOnesNot) {
+  const std::string big(4000, 'x');
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_EQ(api_->call("POST", kCms, configMap(fmt::format("big-{}", i), {{"v", big}})).code,
+              201);
+  }
+  httplib::Client client("127.0.0.1", server_->port());
+  client.set_decompress(false);
+  const httplib::Headers offer = {{"Accept-Encoding", "br, gzip, deflate"}};
+  auto list = client.Get(kCms.c_str(), offer);
+  ASSERT_TRUE(list);
+  EXPECT_EQ(list->get_header_value("Content-Encoding"), "gzip");
+  EXPECT_LT(list->body.size(), 40u * 4000u / 4);
+  auto one = client.Get((kCms + "/big-0").c_str(), offer);
+  ASSERT_TRUE(one);
+  EXPECT_FALSE(one->has_header("Content-Encoding"));
+  EXPECT_EQ(Json::parse(one->body)["data"]["v"], big);
+  auto brOnly = client.Get(kCms.c_str(), {{"Accept-Encoding", "br"}});
+  ASSERT_TRUE(brOnly);
+  EXPECT_FALSE(brOnly->has_header("Content-Encoding"));
+  EXPECT_EQ(Json::parse(brOnly->body)["items"].size(), 40u);
+  // And a decompressing client reads the gzipped list.
+  httplib::Client plain("127.0.0.1", server_->port());
+  auto decoded = plain.Get(kCms.c_str(), offer);
+  ASSERT_TRUE(decoded);
+  EXPECT_EQ(Json::parse(decoded->body)["items"].size(), 40u);
+}
+
 TEST_F(ApiServerTest, NamespaceDeletionRemovesContent) {
   api_->call("POST", "/api/v1/namespaces",
              Json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "tmp"}}}});
@@ -628,6 +741,159 @@ TEST_F(ApiServerTest, DecodesProtobufBodiesOfTypedClients) {
       client.Post("/api/v1/namespaces/default/pods", pod, "application/vnd.kubernetes.protobuf");
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->status, 415) << "kinds it cannot decode are refused, not guessed";
+}
+
+// A loopback HTTP server standing in for a pod (a worker's /metrics).
+class FakePod {
+ public:
+  FakePod() {
+    server_.Get("/metrics", [](const httplib::Request& req, httplib::Response& res) {
+      res.set_content("geotrain_steps_total 42\n# target " + req.target + "\n",
+                      "text/plain; version=0.0.4; charset=utf-8");
+    });
+    server_.Get("/echo/.*", [](const httplib::Request& req, httplib::Response& res) {
+      res.status = 418;
+      res.set_header("X-Saw-Authorization", req.has_header("Authorization") ? "yes" : "no");
+      res.set_content(req.target + " accept=" + req.get_header_value("Accept"), "text/x-echo");
+    });
+    server_.Post("/echo/.*", [](const httplib::Request& req, httplib::Response& res) {
+      res.set_content("posted " + req.body, "text/plain");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakePod() {
+    server_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  httplib::Server server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+// A loopback port nothing listens on: bound (so the kernel picks a free one),
+// never listened on, released.
+int closedPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+Json pod(const std::string& name, int containerPort = 0) {
+  Json container = {{"name", "worker"}, {"image", "geotrain/worker:test"}};
+  if (containerPort > 0)
+    container["ports"] = {{{"name", "metrics"}, {"containerPort", containerPort}}};
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}}},
+          {"spec", {{"containers", {container}}}}};
+}
+
+TEST_F(ApiServerTest, PodProxyForwardsToThePodIp) {
+  FakePod target;
+  const std::string pods = "/api/v1/namespaces/default/pods";
+  ASSERT_EQ(api_->call("POST", pods, pod("worker-0", target.port())).code, 201);
+  ASSERT_EQ(api_->call("PATCH", pods + "/worker-0/status", {{"status", {{"podIP", "127.0.0.1"}}}},
+                       "application/merge-patch+json")
+                .code,
+            200);
+  httplib::Client client("127.0.0.1", server_->port());
+  client.set_read_timeout(10, 0);
+  client.set_url_encode(false);  // send the query below byte for byte
+
+  // Explicit port; path and query (encoded as sent) reach the pod; status,
+  // Content-Type and body come back unchanged.
+  const std::string base = fmt::format("{}/worker-0:{}/proxy", pods, target.port());
+  auto metrics = client.Get((base + "/metrics?name%5B%5D=a+b&x=1").c_str());
+  ASSERT_TRUE(metrics) << httplib::to_string(metrics.error());
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_EQ(metrics->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(metrics->body, "geotrain_steps_total 42\n# target /metrics?name%5B%5D=a+b&x=1\n");
+
+  // The first declared containerPort when none is named; the http: form.
+  for (const std::string& id :
+       {std::string("worker-0"), fmt::format("http:worker-0:{}", target.port())}) {
+    auto r = client.Get((pods + "/" + id + "/proxy/metrics").c_str());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << id;
+    EXPECT_EQ(r->body, "geotrain_steps_total 42\n# target /metrics\n") << id;
+  }
+
+  // Any upstream status passes through; request headers are forwarded.
+  auto echo = client.Get((base + "/echo/a/b").c_str(), {{"Accept", "application/openmetrics-text"},
+                                                        {"Authorization", "Bearer x"}});
+  ASSERT_TRUE(echo);
+  EXPECT_EQ(echo->status, 418);
+  EXPECT_EQ(echo->get_header_value("Content-Type"), "text/x-echo");
+  EXPECT_EQ(echo->body, "/echo/a/b accept=application/openmetrics-text");
+  EXPECT_EQ(echo->get_header_value("X-Saw-Authorization"), "no")
+      << "the apiserver's credential is not passed on";
+  auto posted = client.Post((base + "/echo/p").c_str(), "payload", "text/plain");
+  ASSERT_TRUE(posted);
+  EXPECT_EQ(posted->status, 200);
+  EXPECT_EQ(posted->body, "posted payload");
+
+  // No path: a redirect to ".../proxy/", as the real server answers.
+  auto root = client.Get((base + "?a=1").c_str());
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->status, 301);
+  EXPECT_EQ(root->get_header_value("Location"), base + "/?a=1");
+
+  // A missing pod is the usual 404.
+  auto missing = api_->call("GET", pods + "/ghost:8080/proxy/metrics");
+  EXPECT_EQ(missing.code, 404);
+  EXPECT_EQ(missing.body["reason"], "NotFound");
+  EXPECT_EQ(missing.body["message"], "pods \"ghost\" not found");
+
+  // No podIP yet: the real server's 400 "address not allowed".
+  ASSERT_EQ(api_->call("POST", pods, pod("pending")).code, 201);
+  auto pending = api_->call("GET", pods + "/pending:8080/proxy/metrics");
+  EXPECT_EQ(pending.code, 400);
+  EXPECT_EQ(pending.body["reason"], "BadRequest");
+  EXPECT_EQ(pending.body["message"], "address not allowed");
+
+  // Nothing listening: 503 naming the address.
+  const int closed = closedPort();
+  auto refused = api_->call("GET", fmt::format("{}/worker-0:{}/proxy/metrics", pods, closed));
+  EXPECT_EQ(refused.code, 503);
+  EXPECT_EQ(refused.body["reason"], "ServiceUnavailable");
+  EXPECT_EQ(refused.body["message"],
+            fmt::format("error trying to reach service: dial tcp 127.0.0.1:{}: connect: "
+                        "connection refused",
+                        closed));
+
+  // Container port names are not resolved (as on the real server), and
+  // malformed ids are 400.
+  auto named = api_->call("GET", pods + "/worker-0:metrics/proxy/metrics");
+  EXPECT_EQ(named.code, 503);
+  EXPECT_NE(named.body["message"].get<std::string>().find("unknown port"), std::string::npos);
+  EXPECT_EQ(api_->call("GET", pods + "/ftp:worker-0:21/proxy/").code, 400);
+  EXPECT_EQ(api_->call("GET", pods + "/a:b:c:d/proxy/").code, 400);
+}
+
+TEST(TestApiServerProxy, PodProxyNeedsTheToken) {
+  ServerOptions options;
+  options.token = "s3cret";
+  TestApiServer server(options);
+  server.start();
+  httplib::Client client("127.0.0.1", server.port());
+  auto anonymous = client.Get("/api/v1/namespaces/default/pods/p:80/proxy/metrics");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+  client.set_bearer_token_auth("s3cret");
+  auto authed = client.Get("/api/v1/namespaces/default/pods/p:80/proxy/metrics");
+  ASSERT_TRUE(authed);
+  EXPECT_EQ(authed->status, 404);
 }
 
 TEST(TestApiServerTls, TokenAndKubeconfig) {

@@ -117,7 +117,8 @@ void TestApiServer::Impl::serveWatch(const httplib::Request& req, httplib::Respo
         const auto wait = std::min<std::chrono::milliseconds>(
             std::chrono::milliseconds(100),
             std::chrono::duration_cast<std::chrono::milliseconds>(w->deadline - now));
-        auto events = store.eventsAfter(w->cursor, wait, &current);
+        const std::string storageKey = w->type->storageKey();
+        auto events = store.eventsAfter(w->cursor, wait, &current, storageKey);
         if (!events) {
           const Json status = gone(fmt::format("too old resource version: {} ({})", w->cursor,
                                                store.currentResourceVersion()))
@@ -126,8 +127,8 @@ void TestApiServer::Impl::serveWatch(const httplib::Request& req, httplib::Respo
           sink.done();
           return true;
         }
-        const std::string storageKey = w->type->storageKey();
-        for (const auto& e : *events) {
+        for (const auto& event : *events) {
+          const WatchEvent& e = *event;
           if (e.storageKey != storageKey || (!w->ns.empty() && e.ns != w->ns)) continue;
           const bool now_ = selected(*w, e.object);
           const bool before = e.type == "MODIFIED" && selected(*w, e.previous);
