@@ -123,8 +123,8 @@ void runController(const Flags& f, kube::KubeClient& hub, rec::Reconciler& recon
   kube::Informer informer(hub, rec::kTrainingJobs, "");
   kube::EventHandlers handlers;
   handlers.onAdd = [&](const nlohmann::json& o) { queue.add(kube::objectKey(o)); };
-  handlers.onUpdate = [&](const nlohmann::json&, const nlohmann::json& o) {
-    queue.add(kube::objectKey(o));
+  handlers.onUpdate = [&](const nlohmann::json& before, const nlohmann::json& o) {
+    if (rec::needsReconcile(before, o)) queue.add(kube::objectKey(o));
   };
   handlers.onDelete = [&](const nlohmann::json& o) { queue.add(kube::objectKey(o)); };
   informer.addHandlers(std::move(handlers));

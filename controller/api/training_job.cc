@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -141,6 +142,27 @@ bool isHostPort(const std::string& s) {
   }
   const int p = std::stoi(port);
   return p <= 65535 && s.find_first_of(" \t\n\r\f\v/") == std::string::npos;
+}
+
+// A Kubernetes resource.Quantity as storage sizes are written: a decimal
+// number and an optional binary (Ki..Ei) or decimal (k, M..E) suffix, > 0.
+bool isStorageQuantity(const std::string& s) {
+  static const std::regex kQuantity(
+      R"(([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?)");
+  if (!std::regex_match(s, kQuantity)) return false;
+  return s.find_first_of("123456789") < s.find_first_not_of("0123456789.");
+}
+
+// An RFC 1123 subdomain: dot-separated DNS labels, at most 253 characters.
+bool isDnsSubdomain(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = s.find('.', start);
+    if (!isDnsLabel(std::string_view(s).substr(start, dot - start))) return false;
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
 }
 
 // Reads the members of one object, reporting unknown ones.
@@ -347,6 +369,11 @@ std::string joinErrors(const std::vector<FieldError>& errors) {
   return out;
 }
 
+std::string CheckpointVolume::accessModeFor(int64_t replicas) const {
+  if (!accessMode.empty()) return accessMode;
+  return replicas == 1 ? "ReadWriteOnce" : "ReadWriteMany";
+}
+
 WorkerConfig TrainingJobSpec::defaultWorkerConfig() {
   WorkerConfig c;
   c.sync.algorithm = "dts";
@@ -441,13 +468,45 @@ ParsedSpec parseSpec(const json& object) {
           {"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"});
     }
   }
+  if (const json* cv = in.get("checkpointVolume")) {
+    if (!cv->is_object()) {
+      in.invalid("checkpointVolume",
+                 fmt::format("{} is not allowed (allowed: an object)", jsonKind(*cv)));
+    } else {
+      CheckpointVolume volume;
+      ObjectReader v(*cv, "spec.checkpointVolume", errors);
+      const size_t before = errors.size();
+      v.string("size", volume.size, "a quantity of storage, e.g. 20Gi or 500M", isStorageQuantity);
+      if (errors.size() == before && volume.size.empty()) {
+        errors.push_back({FieldError::Type::kRequired, "spec.checkpointVolume.size",
+                          "Required value (a quantity of storage, e.g. 20Gi)"});
+      }
+      v.string("storageClassName", volume.storageClassName,
+               "the name of a StorageClass (a DNS subdomain), or empty for the default",
+               [](const std::string& s) { return s.empty() || isDnsSubdomain(s); });
+      v.string("accessMode", volume.accessMode,
+               "ReadWriteOnce, ReadWriteMany, ReadWriteOncePod, or empty for ReadWriteOnce with "
+               "one replica and ReadWriteMany with several",
+               [](const std::string& s) {
+                 return s.empty() || s == "ReadWriteOnce" || s == "ReadWriteMany" ||
+                        s == "ReadWriteOncePod";
+               });
+      v.unknownMembers({"size", "storageClassName", "accessMode"});
+      spec.checkpointVolume = std::move(volume);
+    }
+  }
   std::vector<std::string> allowed = {"image", "seed"};
   allowed.insert(allowed.end(), workerSections().begin(), workerSections().end());
-  allowed.insert(allowed.end(), {"regions", "runPolicy"});
+  allowed.insert(allowed.end(), {"regions", "runPolicy", "checkpointVolume"});
   in.unknownMembers(allowed);
   if (!errors.empty()) return out;
 
   // Across fields, on the job as a whole.
+  if (spec.checkpointVolume && spec.worker.checkpoint.dir.empty()) {
+    errors.push_back({FieldError::Type::kRequired, "spec.checkpoint.dir",
+                      "Required value (spec.checkpointVolume is mounted there: set a folder, "
+                      "e.g. /checkpoints)"});
+  }
   for (size_t i = 0; i < spec.regions.size(); ++i) {
     if (spec.worker.dataset.name != "synthetic" && spec.dataPath(spec.regions[i]).empty()) {
       errors.push_back({FieldError::Type::kRequired, fmt::format("spec.regions[{}].dataPath", i),
@@ -551,6 +610,16 @@ json specToJson(const TrainingJobSpec& spec) {
     rp["ttlSecondsAfterFinished"] = *spec.runPolicy.ttlSecondsAfterFinished;
   }
   out["runPolicy"] = std::move(rp);
+  if (spec.checkpointVolume) {
+    json cv = {{"size", spec.checkpointVolume->size}};
+    if (!spec.checkpointVolume->storageClassName.empty()) {
+      cv["storageClassName"] = spec.checkpointVolume->storageClassName;
+    }
+    if (!spec.checkpointVolume->accessMode.empty()) {
+      cv["accessMode"] = spec.checkpointVolume->accessMode;
+    }
+    out["checkpointVolume"] = std::move(cv);
+  }
   return out;
 }
 

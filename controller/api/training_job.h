@@ -15,6 +15,9 @@
 //                                    nodeSelector, tolerations, dataPath, gateway
 //   spec.runPolicy                   backoffLimit, activeDeadlineSeconds,
 //                                    ttlSecondsAfterFinished, suspend
+//   spec.checkpointVolume            size, storageClassName, accessMode: a
+//                                    PersistentVolumeClaim per region for
+//                                    spec.checkpoint.dir
 // The worker.yaml sections that describe one worker's place and wiring
 // (worker, transport, metrics, job.id, dataset.shardIndex/shardCount) are the
 // controller's to render per pod and are not part of the spec.
@@ -109,6 +112,23 @@ struct RunPolicy {
   bool operator==(const RunPolicy&) const = default;
 };
 
+// spec.checkpointVolume: one PersistentVolumeClaim per region, mounted at
+// spec.checkpoint.dir, each worker in a folder of its own (index-<completion
+// index>), so checkpoints outlive the pods: suspend and resume, evictions,
+// node loss. Without it checkpoints live in an emptyDir and die with the pod.
+struct CheckpointVolume {
+  std::string size;              // a Kubernetes quantity, e.g. 20Gi (required)
+  std::string storageClassName;  // "": the cluster's default StorageClass
+  // ReadWriteOnce, ReadWriteMany or ReadWriteOncePod; "": ReadWriteOnce for a
+  // region of one replica, ReadWriteMany otherwise (its pods share the claim
+  // and may run on different nodes).
+  std::string accessMode;
+
+  // The access mode a region of `replicas` workers gets.
+  std::string accessModeFor(int64_t replicas) const;
+  bool operator==(const CheckpointVolume&) const = default;
+};
+
 struct TrainingJobSpec {
   std::string image;  // empty: the controller's --worker-image
   // model, dataset (name, path, syntheticSamples), training, sync,
@@ -117,6 +137,7 @@ struct TrainingJobSpec {
   WorkerConfig worker = defaultWorkerConfig();
   std::vector<Region> regions;
   RunPolicy runPolicy;
+  std::optional<CheckpointVolume> checkpointVolume;
 
   int64_t totalReplicas() const;
   // The data path of a region: its dataPath, else spec.dataset.path.

@@ -64,6 +64,7 @@ inline const ResourceRef kPods{"", "v1", "pods", true};
 inline const ResourceRef kServices{"", "v1", "services", true};
 inline const ResourceRef kConfigMaps{"", "v1", "configmaps", true};
 inline const ResourceRef kSecrets{"", "v1", "secrets", true};
+inline const ResourceRef kPersistentVolumeClaims{"", "v1", "persistentvolumeclaims", true};
 inline const ResourceRef kEvents{"", "v1", "events", true};
 inline const ResourceRef kEventsV1{"events.k8s.io", "v1", "events", true};
 inline const ResourceRef kJobs{"batch", "v1", "jobs", true};

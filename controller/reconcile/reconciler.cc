@@ -4,9 +4,13 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
 
 #include "common/logging.h"
 #include "controller/kube/config.h"
+#include "controller/reconcile/progress.h"
 #include "controller/reconcile/status.h"
 #include "worker/transport/keys.h"
 
@@ -59,7 +63,108 @@ std::string describe(const kube::ApiError& e) {
   return e.toStatus().message();
 }
 
+// What phase 4 learns about one region, for phase 5.
+struct RegionWork {
+  kube::KubeClient* client = nullptr;  // null: the region failed this pass
+  json secret, claim, configMap;       // as read; null when absent
+  bool retry = false;
+};
+
+// Runs f(0..n-1) at once, one thread per region beyond the first: a pass
+// takes as long as its slowest region, not the sum of all of them (each
+// region is another cluster, often on another continent). An exception is
+// rethrown on the caller's thread once every call has ended.
+void forEachRegion(size_t n, const std::function<void(size_t)>& f) {
+  std::vector<std::exception_ptr> errors(n);
+  auto guarded = [&](size_t i) {
+    try {
+      f(i);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < n; ++i) threads.emplace_back(guarded, i);
+  if (n > 0) guarded(0);
+  for (std::thread& t : threads) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// GET into `out` (null when not found); "" or what went wrong.
+std::string read(kube::KubeClient& c, const kube::ResourceRef& resource, const std::string& ns,
+                 const std::string& name, json& out) {
+  auto g = c.get(resource, ns, name);
+  if (g.ok()) {
+    out = std::move(*g);
+    return "";
+  }
+  if (g.error().isNotFound()) {
+    out = nullptr;
+    return "";
+  }
+  return describe(g.error());
+}
+
+constexpr std::string_view kAppliedHash = "geotrain.io/applied-hash";
+
+// FNV-1a (64 bit) of the object as rendered, in hex: stable across builds
+// and hosts, which std::hash is not.
+std::string contentHash(const json& object) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const char c : object.dump()) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ULL;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+// Server-side applies `desired` (stamped with the hash of its content)
+// unless `live` already carries that hash and `full` is false; returns the
+// object as it is now.
+kube::ApiResult<json> applyChanged(kube::KubeClient& c, const kube::ResourceRef& resource,
+                                   const std::string& ns, const json& live, json desired,
+                                   bool full) {
+  const std::string hash = contentHash(desired);
+  if (!full && live.is_object()) {
+    const json annotations = live["metadata"].value("annotations", json::object());
+    if (annotations.value(std::string(kAppliedHash), "") == hash) return live;
+  }
+  desired["metadata"]["annotations"][std::string(kAppliedHash)] = hash;
+  kube::PatchOptions force;
+  force.force = true;
+  return c.apply(resource, ns, desired, force);
+}
+
 }  // namespace
+
+bool needsReconcile(const json& oldObject, const json& newObject) {
+  auto strip = [](json o) {
+    o.erase("status");
+    if (o.contains("metadata") && o["metadata"].is_object()) {
+      o["metadata"].erase("resourceVersion");
+      o["metadata"].erase("managedFields");
+    }
+    return o;
+  };
+  return strip(oldObject) != strip(newObject);
+}
+
+bool Reconciler::dueForFullApply(const std::string& key) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(fullApplyMu_);
+  auto [it, isNew] = lastFullApply_.try_emplace(key, now);
+  if (isNew) return true;
+  if (now - it->second < options_.fullApplyEvery) return false;
+  it->second = now;
+  return true;
+}
+
+void Reconciler::forgetFullApply(const std::string& key) {
+  std::lock_guard lock(fullApplyMu_);
+  lastFullApply_.erase(key);
+}
 
 Reconciler::Reconciler(kube::KubeClient& hub, Clusters& clusters, kube::EventRecorder* events,
                        ReconcilerOptions options, std::function<std::string()> now)
@@ -106,14 +211,14 @@ Status Reconciler::writeStatus(const json& object, const api::TrainingJobStatus&
 StatusOr<ReconcileResult> Reconciler::cleanup(const json& object, const JobRef& job) {
   ReconcileResult result;
   if (!hasFinalizer(object)) return result;  // someone else's finalizers remain
-  bool done = true;
-  std::vector<std::string> failures;
-  for (const api::Region& r : looseRegions(object)) {
+  const std::vector<api::Region> regions = looseRegions(object);
+  std::vector<std::string> regionFailure(regions.size());
+  forEachRegion(regions.size(), [&](size_t i) {
+    const api::Region& r = regions[i];
     auto client = clusters_.client(r.cluster);
     if (!client.ok()) {
-      done = false;
-      failures.push_back(r.name + ": " + client.status().message());
-      continue;
+      regionFailure[i] = r.name + ": " + client.status().message();
+      return;
     }
     kube::DeleteOptions background;
     background.propagationPolicy = kube::PropagationPolicy::kBackground;
@@ -122,17 +227,22 @@ StatusOr<ReconcileResult> Reconciler::cleanup(const json& object, const JobRef& 
         {res::kServices, gatewayServiceName(job, r.name)},
         {res::kServices, headlessServiceName(job, r.name)},
         {res::kConfigMaps, configMapName(job, r.name)},
-        {res::kSecrets, keysSecretName(job, r.name)}};
+        {res::kSecrets, keysSecretName(job, r.name)},
+        {res::kPersistentVolumeClaims, checkpointClaimName(job, r.name)}};
     for (const auto& [resource, name] : objects) {
       auto d = (*client)->remove(resource, job.ns, name, background);
       if (!d.ok() && !d.error().isNotFound()) {
-        done = false;
-        failures.push_back(fmt::format("{}: delete {} {}: {}", r.name, resource.resource, name,
-                                       describe(d.error())));
-        break;
+        regionFailure[i] = fmt::format("{}: delete {} {}: {}", r.name, resource.resource, name,
+                                       describe(d.error()));
+        return;
       }
     }
+  });
+  std::vector<std::string> failures;
+  for (std::string& f : regionFailure) {
+    if (!f.empty()) failures.push_back(std::move(f));
   }
+  const bool done = failures.empty();
   if (!done) {
     logger()->warn("trainingjob {}/{}: cleanup incomplete, retrying: {}", job.ns, job.name,
                    fmt::join(failures, "; "));
@@ -169,7 +279,10 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   ReconcileResult result;
   auto got = hub_.get(kTrainingJobs, ns, name);
   if (!got.ok()) {
-    if (got.error().isNotFound()) return result;  // gone: nothing left to do
+    if (got.error().isNotFound()) {  // gone: nothing left to do
+      forgetFullApply(ns + "/" + name);
+      return result;
+    }
     return got.status("get TrainingJob " + ns + "/" + name);
   }
   json object = std::move(*got);
@@ -219,49 +332,45 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   const std::vector<RegionPlan> plan = planRanks(spec);
   const RenderSettings& settings = options_.render;
 
-  // 4. Services, gateway addresses, keys and the Jobs as they are.
-  std::vector<kube::KubeClient*> clients(spec.regions.size(), nullptr);
-  std::map<std::string, std::string> endpoints;
+  // 4. Every region at once: the Services, the gateway address, the keys and
+  // the objects as they are. A region's objects are written only when what
+  // the controller would apply differs from what it applied last (the hash
+  // annotation), or on the periodic full apply that undoes edits by hand.
+  const size_t n = spec.regions.size();
+  const bool full = dueForFullApply(ns + "/" + name);
+  std::vector<RegionWork> work(n);
+  obs.regions.resize(n);
   std::vector<RankKeys> keys(static_cast<size_t>(spec.totalReplicas()));
-  kube::PatchOptions force;
-  force.force = true;
-  for (size_t i = 0; i < spec.regions.size(); ++i) {
+  forEachRegion(n, [&](size_t i) {
     const api::Region& r = spec.regions[i];
-    RegionObservation ro;
+    RegionObservation& ro = obs.regions[i];
+    RegionWork& w = work[i];
     ro.name = r.name;
     ro.replicas = r.replicas;
     auto unreachable = [&](const std::string& why) {
       ro.reachable = false;
       ro.unreachableReason = why;
-      result.retry = true;
+      w.retry = true;
     };
     auto client = clusters_.client(r.cluster);
-    if (!client.ok()) {
-      unreachable(client.status().message());
-      obs.regions.push_back(std::move(ro));
-      continue;
-    }
+    if (!client.ok()) return unreachable(client.status().message());
     kube::KubeClient& c = **client;
-    auto headless =
-        c.apply(res::kServices, ns, renderHeadlessService(job, spec, i, settings), force);
-    auto gateway = headless.ok()
-                       ? c.apply(res::kServices, ns, renderGatewayService(job, spec, i), force)
-                       : headless;
-    if (!gateway.ok()) {
-      unreachable("apply Services: " + describe(gateway.error()));
-      obs.regions.push_back(std::move(ro));
-      continue;
-    }
-    ro.endpoint = gatewayEndpoint(job, r, *gateway, settings);
-    if (!ro.endpoint.empty()) endpoints[r.name] = ro.endpoint;
-    auto secret = c.get(res::kSecrets, ns, keysSecretName(job, r.name));
-    if (secret.ok()) {
-      readKeys(*secret, plan[i].firstRank, plan[i].replicas, keys);
-    } else if (!secret.error().isNotFound()) {
-      unreachable("read the key Secret: " + describe(secret.error()));
-      obs.regions.push_back(std::move(ro));
-      continue;
-    }
+    json headless, gateway;
+    if (auto s = read(c, res::kServices, ns, headlessServiceName(job, r.name), headless);
+        !s.empty())
+      return unreachable("read the headless Service: " + s);
+    if (auto s = read(c, res::kServices, ns, gatewayServiceName(job, r.name), gateway); !s.empty())
+      return unreachable("read the gateway Service: " + s);
+    auto h = applyChanged(c, res::kServices, ns, headless,
+                          renderHeadlessService(job, spec, i, settings), full);
+    auto g = h.ok() ? applyChanged(c, res::kServices, ns, gateway,
+                                   renderGatewayService(job, spec, i), full)
+                    : h;
+    if (!g.ok()) return unreachable("apply Services: " + describe(g.error()));
+    ro.endpoint = gatewayEndpoint(job, r, *g, settings);
+    if (auto s = read(c, res::kSecrets, ns, keysSecretName(job, r.name), w.secret); !s.empty())
+      return unreachable("read the key Secret: " + s);
+    if (w.secret.is_object()) readKeys(w.secret, plan[i].firstRank, plan[i].replicas, keys);
     for (int64_t k = plan[i].firstRank; k < plan[i].firstRank + plan[i].replicas; ++k) {
       RankKeys& rk = keys[static_cast<size_t>(k)];
       if (rk.secretKey.empty()) {
@@ -269,16 +378,22 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
         rk = {pair.publicKey, pair.secretKey};
       }
     }
-    auto existing = c.get(res::kJobs, ns, workerJobName(job, r.name));
-    if (existing.ok()) {
-      ro.job = std::move(*existing);
-    } else if (!existing.error().isNotFound()) {
-      unreachable("read the Job: " + describe(existing.error()));
-      obs.regions.push_back(std::move(ro));
-      continue;
+    if (auto s = read(c, res::kConfigMaps, ns, configMapName(job, r.name), w.configMap); !s.empty())
+      return unreachable("read the ConfigMap: " + s);
+    if (spec.checkpointVolume) {
+      if (auto s =
+              read(c, res::kPersistentVolumeClaims, ns, checkpointClaimName(job, r.name), w.claim);
+          !s.empty())
+        return unreachable("read the checkpoint claim: " + s);
     }
-    clients[i] = &c;
-    obs.regions.push_back(std::move(ro));
+    if (auto s = read(c, res::kJobs, ns, workerJobName(job, r.name), ro.job); !s.empty())
+      return unreachable("read the Job: " + s);
+    w.client = &c;
+  });
+  std::map<std::string, std::string> endpoints;
+  for (size_t i = 0; i < n; ++i) {
+    result.retry = result.retry || work[i].retry;
+    if (!obs.regions[i].endpoint.empty()) endpoints[spec.regions[i].name] = obs.regions[i].endpoint;
   }
   for (const api::Region& r : spec.regions) {
     if (!endpoints.count(r.name)) {
@@ -288,49 +403,84 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   }
 
   // 5. The workloads, once everything they need is known: every Secret
-  // first, then every ConfigMap, then the Jobs, so that no worker starts
-  // with keys or peers another region does not have yet.
-  const bool allReachable =
-      std::all_of(clients.begin(), clients.end(), [](auto* c) { return c != nullptr; });
-  bool createdJobs = false;
+  // first, then every claim, every ConfigMap, then the Jobs, so that no
+  // worker starts with keys or peers another region does not have yet.
+  const bool allReachable = std::all_of(work.begin(), work.end(),
+                                        [](const RegionWork& w) { return w.client != nullptr; });
+  std::vector<char> createdJob(n, 0);
   if (obs.waitingForGateway.empty() && allReachable) {
-    bool ok = true;
+    std::vector<json> configMaps;
+    for (size_t i = 0; i < n; ++i) {
+      auto cm = renderConfigMap(job, spec, i, endpoints, keys, settings);
+      if (!cm.ok()) return cm.status();
+      configMaps.push_back(std::move(*cm));
+    }
+    std::atomic<bool> ok{true};
     auto failRegion = [&](size_t i, const std::string& what, const kube::ApiError& e) {
       obs.regions[i].reachable = false;
       obs.regions[i].unreachableReason = what + ": " + describe(e);
-      result.retry = true;
+      work[i].retry = true;
       ok = false;
       if (e.isInvalid() || e.isForbidden())
         event(object, true, "ApplyFailed", obs.regions[i].unreachableReason);
     };
-    for (size_t i = 0; ok && i < spec.regions.size(); ++i) {
-      auto s = clients[i]->apply(res::kSecrets, ns, renderKeysSecret(job, spec, i, keys), force);
-      if (!s.ok()) failRegion(i, "apply the key Secret", s.error());
+    auto step = [&](const std::function<void(size_t, RegionWork&)>& apply) {
+      if (ok) forEachRegion(n, [&](size_t i) { apply(i, work[i]); });
+    };
+    step([&](size_t i, RegionWork& w) {
+      auto a = applyChanged(*w.client, res::kSecrets, ns, w.secret,
+                            renderKeysSecret(job, spec, i, keys), full);
+      if (!a.ok()) failRegion(i, "apply the key Secret", a.error());
+    });
+    if (spec.checkpointVolume) {
+      step([&](size_t i, RegionWork& w) {
+        auto a = applyChanged(*w.client, res::kPersistentVolumeClaims, ns, w.claim,
+                              renderCheckpointClaim(job, spec, i), full);
+        if (!a.ok()) failRegion(i, "apply the checkpoint PersistentVolumeClaim", a.error());
+      });
     }
-    for (size_t i = 0; ok && i < spec.regions.size(); ++i) {
-      auto cm = renderConfigMap(job, spec, i, endpoints, keys, settings);
-      if (!cm.ok()) return cm.status();
-      auto a = clients[i]->apply(res::kConfigMaps, ns, *cm, force);
+    step([&](size_t i, RegionWork& w) {
+      auto a = applyChanged(*w.client, res::kConfigMaps, ns, w.configMap, configMaps[i], full);
       if (!a.ok()) failRegion(i, "apply the ConfigMap", a.error());
-    }
-    for (size_t i = 0; ok && i < spec.regions.size(); ++i) {
+    });
+    step([&](size_t i, RegionWork& w) {
       const bool isNew = obs.regions[i].job.is_null();
-      auto a = clients[i]->apply(res::kJobs, ns, renderWorkerJob(job, spec, i, settings), force);
-      if (!a.ok()) {
-        failRegion(i, "apply the Job", a.error());
-        continue;
-      }
-      createdJobs = createdJobs || isNew;
+      auto a = applyChanged(*w.client, res::kJobs, ns, obs.regions[i].job,
+                            renderWorkerJob(job, spec, i, settings), full);
+      if (!a.ok()) return failRegion(i, "apply the Job", a.error());
+      createdJob[i] = isNew;
       obs.regions[i].job = std::move(*a);
-    }
+    });
+    for (const RegionWork& w : work) result.retry = result.retry || w.retry;
+    if (!ok) forgetFullApply(ns + "/" + name);  // the next pass applies everything again
   }
-  if (createdJobs) {
+  std::vector<kube::KubeClient*> clients(n, nullptr);
+  for (size_t i = 0; i < n; ++i) clients[i] = work[i].client;
+  if (std::any_of(createdJob.begin(), createdJob.end(), [](char c) { return c != 0; })) {
     event(object, false, "Created",
           fmt::format("workers of {} regions created ({} in all)", spec.regions.size(),
                       spec.totalReplicas()));
   }
 
-  // 6. Status.
+  // 6. Progress from rank 0 while its region's workers run. A failed scrape
+  // keeps the last progress: metrics are a view, never a reason to retry.
+  if (options_.scrapeProgress && !spec.runPolicy.suspend && clients[0] != nullptr &&
+      obs.regions[0].job.is_object() &&
+      obs.regions[0].job.value("status", json::object()).value("active", int64_t{0}) > 0) {
+    auto pod = leaderPod(*clients[0], ns, name, spec.regions[0].name);
+    StatusOr<api::Progress> progress =
+        !pod.ok() ? StatusOr<api::Progress>(pod.status())
+        : pod->empty()
+            ? StatusOr<api::Progress>(unavailable("rank 0 has no running pod"))
+            : scrapeProgress(*clients[0], ns, *pod, settings.metricsPort, options_.scrapeTimeout);
+    if (progress.ok()) {
+      if (progress->step) obs.progress = *progress;
+    } else {
+      logger()->debug("trainingjob {}/{}: no progress: {}", ns, name, progress.status().message());
+    }
+  }
+
+  // 7. Status.
   for (const RegionObservation& ro : obs.regions) result.regionReachable[ro.name] = ro.reachable;
   const api::TrainingJobStatus status = aggregateStatus(previous, obs);
   if (Status s = writeStatus(object, previous, status); !s.ok()) {

@@ -20,14 +20,20 @@
 //      (generated with libsodium the first time; a secret key is only ever
 //      written into its own region's cluster).
 //   5. when every gateway address and every region's keys are known: per
-//      region the Secret, the ConfigMap and the Indexed Job.
-//   6. the status from the regions' Jobs (written only when it changed).
+//      region the Secret, the checkpoint claim (spec.checkpointVolume), the
+//      ConfigMap and the Indexed Job. spec.runPolicy.suspend suspends the
+//      Jobs (Kubernetes deletes their pods; the claims stay), and unsetting
+//      it lets the pods start again from the newest checkpoints.
+//   6. progress (step, loss, accuracy) from rank 0's /metrics through the
+//      first region's API server (pods proxy), while its workers are active.
+//   7. the status from the regions' Jobs (written only when it changed).
 // A region whose cluster fails is skipped for this pass (RegionDegraded);
 // the other regions go on.
 //
 // Threading: a Reconciler may be used from several threads for different
-// jobs (the work queue never hands one key to two workers at once); it keeps
-// no per-job state between passes. Errors: reconcile() returns what to do
+// jobs (the work queue never hands one key to two workers at once); within a
+// pass it works on all regions at once, one thread per region. Between
+// passes it keeps only when each job last had a full apply. Errors: reconcile() returns what to do
 // next; only an unexpected failure of the hub itself is an error.
 
 #include <chrono>
@@ -46,6 +52,14 @@
 namespace geo::reconcile {
 
 inline const kube::ResourceRef kTrainingJobs{"geotrain.io", "v1alpha1", "trainingjobs", true};
+
+// Whether an update of a TrainingJob seen by the informer asks for a pass:
+// anything but status, resourceVersion and managedFields changed (spec,
+// generation, labels, annotations, finalizers, deletionTimestamp). The
+// controller's own status writes are thereby no reason for another pass,
+// which matters once status carries scraped progress: a pass that writes
+// status would otherwise cause the next pass, forever.
+bool needsReconcile(const nlohmann::json& oldObject, const nlohmann::json& newObject);
 
 // The clients of the clusters TrainingJobs name in spec.regions[].cluster.
 class Clusters {
@@ -73,6 +87,15 @@ struct ReconcilerOptions {
   RenderSettings render;
   std::chrono::milliseconds pollRunning{10000};  // while workers run
   std::chrono::milliseconds pollGateways{3000};  // while a gateway has no address
+  // status.progress from rank 0's /metrics (progress.h) on every pass while
+  // the first region's workers are active.
+  bool scrapeProgress = true;
+  std::chrono::milliseconds scrapeTimeout{3000};
+  // Objects are written only when their rendered content changed (hash
+  // annotation geotrain.io/applied-hash), except that a job's first pass in
+  // this process and one pass per this period apply everything, which also
+  // undoes changes made by hand to fields the controller owns.
+  std::chrono::milliseconds fullApplyEvery{std::chrono::minutes(10)};
 };
 
 class Reconciler {
@@ -91,12 +114,18 @@ class Reconciler {
              const std::string& message);
   Status writeStatus(const nlohmann::json& object, const api::TrainingJobStatus& previous,
                      const api::TrainingJobStatus& status);
+  // Whether this pass of job `key` applies every object (and, if so, notes
+  // the time); forgetFullApply makes the next pass a full one.
+  bool dueForFullApply(const std::string& key);
+  void forgetFullApply(const std::string& key);
 
   kube::KubeClient& hub_;
   Clusters& clusters_;
   kube::EventRecorder* events_;
   ReconcilerOptions options_;
   std::function<std::string()> now_;
+  std::mutex fullApplyMu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> lastFullApply_;
 };
 
 }  // namespace geo::reconcile

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "common/enforce.h"
+
 namespace geo::reconcile {
 
 namespace {
@@ -71,6 +73,9 @@ std::string gatewayServiceName(const JobRef& job, const std::string& region) {
 }
 std::string workerJobName(const JobRef& job, const std::string& region) {
   return baseName(job, region);
+}
+std::string checkpointClaimName(const JobRef& job, const std::string& region) {
+  return baseName(job, region) + "-checkpoints";
 }
 
 Status checkNames(const JobRef& job, const api::TrainingJobSpec& spec) {
@@ -258,6 +263,19 @@ json renderKeysSecret(const JobRef& job, const api::TrainingJobSpec& spec, size_
           {"data", std::move(data)}};
 }
 
+json renderCheckpointClaim(const JobRef& job, const api::TrainingJobSpec& spec, size_t index) {
+  const api::Region& r = regionAt(spec, index);
+  GEO_ENFORCE(spec.checkpointVolume.has_value(), "renderCheckpointClaim: no spec.checkpointVolume");
+  const api::CheckpointVolume& v = *spec.checkpointVolume;
+  json claimSpec = {{"accessModes", {v.accessModeFor(r.replicas)}},
+                    {"resources", {{"requests", {{"storage", v.size}}}}}};
+  if (!v.storageClassName.empty()) claimSpec["storageClassName"] = v.storageClassName;
+  return {{"apiVersion", "v1"},
+          {"kind", "PersistentVolumeClaim"},
+          {"metadata", metadata(job, checkpointClaimName(job, r.name), r.name, "checkpoints")},
+          {"spec", std::move(claimSpec)}};
+}
+
 json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t index,
                      const RenderSettings& settings) {
   const api::Region& r = regionAt(spec, index);
@@ -305,6 +323,8 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
       {"subdomain", headlessServiceName(job, r.name)},
       {"restartPolicy", "Never"},
       {"enableServiceLinks", false},
+      // Workers never call the Kubernetes API: no token in the pod.
+      {"automountServiceAccountToken", false},
       {"securityContext",
        {{"runAsUser", settings.runAsUser},
         {"runAsGroup", settings.runAsUser},
@@ -324,10 +344,22 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
         {{"name", "tmp"}, {"emptyDir", json::object()}}}}};
   if (!spec.worker.checkpoint.dir.empty()) {
     // The root file system is read-only: checkpoints need a volume. An
-    // emptyDir keeps them across container restarts of one pod only.
-    podSpec["volumes"].push_back({{"name", "checkpoints"}, {"emptyDir", json::object()}});
-    podSpec["containers"][0]["volumeMounts"].push_back(
-        {{"name", "checkpoints"}, {"mountPath", spec.worker.checkpoint.dir}});
+    // emptyDir keeps them across container restarts of one pod only; the
+    // region's claim keeps them across pods, each worker in its own folder
+    // (the Job controller sets JOB_COMPLETION_INDEX in every container).
+    if (spec.checkpointVolume) {
+      podSpec["volumes"].push_back(
+          {{"name", "checkpoints"},
+           {"persistentVolumeClaim", {{"claimName", checkpointClaimName(job, r.name)}}}});
+      podSpec["containers"][0]["volumeMounts"].push_back(
+          {{"name", "checkpoints"},
+           {"mountPath", spec.worker.checkpoint.dir},
+           {"subPathExpr", "index-$(JOB_COMPLETION_INDEX)"}});
+    } else {
+      podSpec["volumes"].push_back({{"name", "checkpoints"}, {"emptyDir", json::object()}});
+      podSpec["containers"][0]["volumeMounts"].push_back(
+          {{"name", "checkpoints"}, {"mountPath", spec.worker.checkpoint.dir}});
+    }
   }
   if (!r.nodeSelector.empty()) podSpec["nodeSelector"] = r.nodeSelector;
   if (!r.tolerations.empty()) podSpec["tolerations"] = r.tolerations;

@@ -14,6 +14,9 @@
 //                              reached from the other regions
 //   Job        <base>          Indexed, one pod per worker; the pod passes its
 //                              $(JOB_COMPLETION_INDEX) to --completion-index
+//   PersistentVolumeClaim <base>-checkpoints   with spec.checkpointVolume:
+//                              spec.checkpoint.dir of every pod of the region,
+//                              a folder index-<completion index> each
 // Every object carries app.kubernetes.io/{name,instance,component,managed-by,
 // part-of} and geotrain.io/{job,region}.
 //
@@ -72,6 +75,7 @@ std::string configMapName(const JobRef& job, const std::string& region);
 std::string headlessServiceName(const JobRef& job, const std::string& region);
 std::string gatewayServiceName(const JobRef& job, const std::string& region);
 std::string workerJobName(const JobRef& job, const std::string& region);
+std::string checkpointClaimName(const JobRef& job, const std::string& region);
 
 // Whether the names derived from the job and its regions fit Kubernetes'
 // limits (pod host names <base>-<index> and <base>-gateway are DNS labels).
@@ -116,6 +120,11 @@ StatusOr<nlohmann::json> renderConfigMap(const JobRef& job, const api::TrainingJ
                                          const RenderSettings& settings);
 nlohmann::json renderKeysSecret(const JobRef& job, const api::TrainingJobSpec& spec, size_t index,
                                 const std::vector<RankKeys>& keys);
+
+// The checkpoint claim of region `index`; spec.checkpointVolume must be set.
+// Kept across suspend and resume (only deleting the TrainingJob removes it).
+nlohmann::json renderCheckpointClaim(const JobRef& job, const api::TrainingJobSpec& spec,
+                                     size_t index);
 
 // The Indexed Job of region `index`. Its pod template is immutable once the
 // Job exists (batch/v1): the reconciler creates the Job only when every

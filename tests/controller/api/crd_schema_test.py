@@ -73,6 +73,8 @@ def world():
         "sync": {"algorithm": "dts", "period": 8, "delay": "auto", "codec": "qsgd", "bits": 4,
                  "timeoutSeconds": 2.5},
         "checkpoint": {"dir": "/ckpt", "interval": 250},
+        "checkpointVolume": {"size": "50Gi", "storageClassName": "standard",
+                             "accessMode": "ReadWriteMany"},
         "regions": [
             {"name": "london", "cluster": "eu", "replicas": 2,
              "resources": {"limits": {"nvidia.com/gpu": 1}}, "nodeSelector": {"gpu": "h100"},
@@ -104,6 +106,10 @@ GOOD = [
     merged({"sync": {"algorithm": "swarm", "swarmH": 2, "codec": "bf16"}}),
     merged({"training": {"lr": 1e-4, "momentum": 0, "stepGamma": 1}}),
     merged({"regions": [{"name": "a", "replicas": 4096, "gateway": {"port": 65535}}]}),
+    merged({"checkpoint": {"dir": "/ckpt"}, "checkpointVolume": {"size": "20Gi"}}),
+    merged({"checkpoint": {"dir": "/ckpt"},
+            "checkpointVolume": {"size": "1.5T", "storageClassName": "fast-ssd.example.com",
+                                 "accessMode": "ReadWriteMany"}}),
 ]
 
 # Rejected by the schema's types, enums, ranges and patterns.
@@ -136,6 +142,9 @@ BAD = [
     merged({"runPolicy": {"activeDeadlineSeconds": 0}}),
     merged({"runPolicy": {"ttlSecondsAfterFinished": -1}}),
     merged({"runPolicy": {"suspend": "yes"}}),
+    merged({"checkpoint": {"dir": "/c"}, "checkpointVolume": {"size": "20GB"}}),
+    merged({"checkpoint": {"dir": "/c"}, "checkpointVolume": {"storageClassName": "x"}}),
+    merged({"checkpoint": {"dir": "/c"}, "checkpointVolume": {"size": "1Gi", "accessMode": "RWX"}}),
 ]
 
 # Caught only by CEL rules or list-map keys, which this schema dialect cannot
@@ -156,6 +165,7 @@ CEL_ONLY = [
     (merged({"sync": {"hierarchical": False},
              "regions": [{"name": "a", "replicas": 2}, {"name": "b"}]}),
      "sync.hierarchical must be true"),
+    (merged({"checkpointVolume": {"size": "20Gi"}}), "checkpointVolume is mounted at checkpoint.dir"),
 ]
 
 

@@ -101,6 +101,26 @@ TEST(TrainingJobSpec, FullSpecIsReadFieldByField) {
   EXPECT_EQ(s.runPolicy.ttlSecondsAfterFinished, 0);
 }
 
+TEST(TrainingJobSpec, CheckpointVolume) {
+  json spec = minimal();
+  spec["checkpoint"] = {{"dir", "/ckpt"}};
+  spec["checkpointVolume"] = {{"size", "1.5Ti"}, {"storageClassName", "fast.example.com"}};
+  const ParsedSpec p = parseSpec(object(spec));
+  ASSERT_TRUE(p.errors.empty()) << joinErrors(p.errors);
+  ASSERT_TRUE(p.spec.checkpointVolume.has_value());
+  EXPECT_EQ(p.spec.checkpointVolume->size, "1.5Ti");
+  EXPECT_EQ(p.spec.checkpointVolume->accessModeFor(1), "ReadWriteOnce");
+  EXPECT_EQ(p.spec.checkpointVolume->accessModeFor(2), "ReadWriteMany");
+  CheckpointVolume pinned = *p.spec.checkpointVolume;
+  pinned.accessMode = "ReadWriteOncePod";
+  EXPECT_EQ(pinned.accessModeFor(2), "ReadWriteOncePod");
+  EXPECT_EQ(specToJson(p.spec)["checkpointVolume"],
+            json({{"size", "1.5Ti"}, {"storageClassName", "fast.example.com"}}));
+  EXPECT_EQ(parseSpec(object(specToJson(p.spec))).spec, p.spec);
+  EXPECT_FALSE(parseSpec(object(minimal())).spec.checkpointVolume.has_value());
+  EXPECT_FALSE(specToJson(parseSpec(object(minimal())).spec).contains("checkpointVolume"));
+}
+
 TEST(TrainingJobSpec, DefaultsWrittenOutReadBackTheSame) {
   for (const json& spec : {minimal(), world()}) {
     const ParsedSpec p = parseSpec(object(spec));
@@ -188,7 +208,26 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{{"runPolicy", {{"activeDeadlineSeconds", 0}}}},
                 "spec.runPolicy.activeDeadlineSeconds: 0 is not allowed"},
         BadCase{{{"runPolicy", {{"suspend", "yes"}}}},
-                "spec.runPolicy.suspend: \"yes\" is not allowed (allowed: true, false)"}));
+                "spec.runPolicy.suspend: \"yes\" is not allowed (allowed: true, false)"},
+        BadCase{{{"checkpointVolume", {{"size", "20Gi"}}}},
+                "spec.checkpoint.dir: Required value (spec.checkpointVolume is mounted there"},
+        BadCase{{{"checkpoint", {{"dir", "/c"}}}, {"checkpointVolume", json::object()}},
+                "spec.checkpointVolume.size: Required value (a quantity of storage, e.g. 20Gi)"},
+        BadCase{{{"checkpoint", {{"dir", "/c"}}}, {"checkpointVolume", {{"size", "20GB"}}}},
+                "spec.checkpointVolume.size: \"20GB\" is not allowed (allowed: a quantity of "
+                "storage, e.g. 20Gi or 500M)"},
+        BadCase{{{"checkpoint", {{"dir", "/c"}}}, {"checkpointVolume", {{"size", "0"}}}},
+                "spec.checkpointVolume.size: \"0\" is not allowed"},
+        BadCase{{{"checkpoint", {{"dir", "/c"}}},
+                 {"checkpointVolume", {{"size", "1Gi"}, {"accessMode", "RWX"}}}},
+                "spec.checkpointVolume.accessMode: \"RWX\" is not allowed (allowed: "
+                "ReadWriteOnce, ReadWriteMany, ReadWriteOncePod"},
+        BadCase{{{"checkpoint", {{"dir", "/c"}}},
+                 {"checkpointVolume", {{"size", "1Gi"}, {"storageClassName", "Fast_SSD"}}}},
+                "spec.checkpointVolume.storageClassName: \"Fast_SSD\" is not allowed"},
+        BadCase{{{"checkpoint", {{"dir", "/c"}}},
+                 {"checkpointVolume", {{"size", "1Gi"}, {"class", "x"}}}},
+                "spec.checkpointVolume.class: unknown field"}));
 
 TEST(TrainingJobSpec, EveryErrorIsReportedAtOnce) {
   json spec = minimal();

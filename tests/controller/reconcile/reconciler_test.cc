@@ -7,6 +7,7 @@
 #include "controller/reconcile/reconciler.h"
 #include "controller/reconcile/clusters.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -14,7 +15,9 @@
 #include <fstream>
 
 #include "controller/kube/config.h"
+#include "controller/reconcile/progress.h"
 #include "tests/support/test_apiserver.h"
+#include "worker/metrics/worker_metrics.h"
 
 namespace geo::reconcile {
 namespace {
@@ -105,7 +108,7 @@ class ReconcilerTest : public ::testing::Test {
     ReconcilerOptions options;
     options.render.workerImage = "registry.example/worker:1";
     reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options,
-                                               [this] { return "t" + std::to_string(++tick_); });
+                                               [this] { return fmt::format("t{}", ++tick_); });
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -265,6 +268,228 @@ TEST_F(ReconcilerTest, CreatesEveryRegionRunsSucceedsAndCleansUp) {
   }
   EXPECT_TRUE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
   EXPECT_TRUE(get(*memberClient_, res::kSecrets, "world-tokyo-keys").is_null());
+}
+
+// Progress comes from rank 0's /metrics, served by the worker's own
+// exporter (geo::metrics::WorkerMetrics) on loopback and read through the
+// region cluster's API server (pods proxy), as the hub reaches a member's pod.
+TEST_F(ReconcilerTest, ProgressComesFromRankZerosMetricsThroughTheApiServer) {
+  auto metrics = metrics::WorkerMetrics::start("127.0.0.1:0", {"world", "london", 0}, {});
+  ASSERT_TRUE(metrics.ok()) << metrics.status().toString();
+  ReconcilerOptions options;
+  options.render.workerImage = "registry.example/worker:1";
+  options.render.metricsPort = (*metrics)->port();
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options,
+                                             [this] { return fmt::format("t{}", ++tick_); });
+  json spec = twoRegions();
+  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+  pass();
+  setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 2}});
+  setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 1}});
+
+  // No pod yet (the test apiserver runs no Job controller): no progress.
+  pass();
+  EXPECT_EQ(trainingJob()["status"]["progress"], json::object()) << trainingJob()["status"].dump();
+
+  // The Job controller's pods: index 1 and an old index-0 pod that failed,
+  // then the running index-0 pod on 127.0.0.1.
+  auto addPod = [&](const std::string& podName, const std::string& index, const std::string& phase,
+                    const std::string& created) {
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata",
+                 {{"name", podName},
+                  {"namespace", "ml"},
+                  {"labels",
+                   {{"geotrain.io/job", "world"},
+                    {"geotrain.io/region", "london"},
+                    {"batch.kubernetes.io/job-completion-index", index}}}}},
+                {"spec", {{"containers", {{{"name", "worker"}, {"image", "w"}}}}}}};
+    ASSERT_TRUE(hubClient_->create(res::kPods, "ml", pod).ok());
+    auto type = hub_->registry().find("", "v1", "pods");
+    bool isNew = false;
+    hub_->store().modify(
+        *type, "ml", podName, testapi::WriteContext{"kubelet", "status", false},
+        [&](const testapi::Json* current) {
+          testapi::Json o = *current;
+          o["metadata"]["creationTimestamp"] = created;
+          o["status"] = {{"phase", phase}, {"podIP", "127.0.0.1"}};
+          return o;
+        },
+        false, &isNew);
+  };
+  addPod("world-london-1-abcde", "1", "Running", "2026-11-23T10:00:00Z");
+  addPod("world-london-0-old00", "0", "Failed", "2026-11-23T09:00:00Z");
+  auto leader = leaderPod(*hubClient_, "ml", "world", "london");
+  ASSERT_TRUE(leader.ok()) << leader.status().toString();
+  EXPECT_EQ(*leader, "");
+  addPod("world-london-0-fghij", "0", "Running", "2026-11-23T10:00:01Z");
+  leader = leaderPod(*hubClient_, "ml", "world", "london");
+  ASSERT_TRUE(leader.ok());
+  EXPECT_EQ(*leader, "world-london-0-fghij");
+
+  (*metrics)->recordStep(0.05, 0.4375, 64);
+  (*metrics)->setStep(120);
+  (*metrics)->setEvalAccuracy(0.8125);
+  pass();
+  json progress = trainingJob()["status"]["progress"];
+  EXPECT_EQ(progress, json({{"step", 120}, {"loss", 0.4375}, {"accuracy", 0.8125}}));
+
+  (*metrics)->setStep(130);
+  pass();
+  EXPECT_EQ(trainingJob()["status"]["progress"]["step"], 130);
+
+  // The worker goes away: the last progress stays.
+  metrics->reset();
+  pass();
+  EXPECT_EQ(trainingJob()["status"]["progress"]["step"], 130);
+}
+
+// Suspend stops the workers and keeps their checkpoints; resume starts them
+// on the same claims; delete removes the claims with everything else.
+TEST_F(ReconcilerTest, SuspendKeepsTheCheckpointClaimsAndResumeUsesThem) {
+  json spec = twoRegions();
+  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  spec["checkpoint"] = {{"dir", "/checkpoints"}, {"interval", 100}};
+  spec["checkpointVolume"] = {{"size", "5Gi"}};
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+  pass();
+  const json londonClaim =
+      get(*hubClient_, res::kPersistentVolumeClaims, "world-london-checkpoints");
+  const json tokyoClaim =
+      get(*memberClient_, res::kPersistentVolumeClaims, "world-tokyo-checkpoints");
+  ASSERT_FALSE(londonClaim.is_null());
+  ASSERT_FALSE(tokyoClaim.is_null());
+  EXPECT_EQ(londonClaim["spec"]["accessModes"], json({"ReadWriteMany"}));  // 2 replicas
+  EXPECT_EQ(tokyoClaim["spec"]["accessModes"], json({"ReadWriteOnce"}));
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["template"]["spec"]["volumes"]
+                .back()["persistentVolumeClaim"]["claimName"],
+            "world-tokyo-checkpoints");
+  setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 1}});
+
+  auto setSuspend = [&](bool suspend) {
+    json tj = trainingJob();
+    tj["spec"]["runPolicy"]["suspend"] = suspend;
+    auto u = hubClient_->update(kTrainingJobs, "ml", tj);
+    ASSERT_TRUE(u.ok()) << u.status().toString();
+  };
+  setSuspend(true);
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], true);
+  EXPECT_EQ(get(*hubClient_, res::kJobs, "world-london")["spec"]["suspend"], true);
+  setJobStatus(*member_, "world-tokyo", {{"active", 0}});  // Kubernetes deleted the pods
+  pass();
+  json tj = trainingJob();
+  EXPECT_EQ(tj["status"]["state"], "Suspended");
+  EXPECT_EQ(condition(tj, "Suspended"), "True");
+  // The claims are the same objects: the checkpoints are still there.
+  EXPECT_EQ(get(*memberClient_, res::kPersistentVolumeClaims,
+                "world-tokyo-checkpoints")["metadata"]["uid"],
+            tokyoClaim["metadata"]["uid"]);
+
+  setSuspend(false);
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], false);
+  EXPECT_EQ(get(*memberClient_, res::kPersistentVolumeClaims,
+                "world-tokyo-checkpoints")["metadata"]["uid"],
+            tokyoClaim["metadata"]["uid"]);
+  EXPECT_EQ(condition(trainingJob(), "Suspended"), "False");
+
+  ASSERT_TRUE(hubClient_->remove(kTrainingJobs, "ml", "world").ok());
+  pass();
+  EXPECT_TRUE(trainingJob().is_null());
+  EXPECT_TRUE(
+      get(*memberClient_, res::kPersistentVolumeClaims, "world-tokyo-checkpoints").is_null());
+  EXPECT_TRUE(get(*hubClient_, res::kPersistentVolumeClaims, "world-london-checkpoints").is_null());
+}
+
+// Between full applies a pass writes only objects whose rendered content
+// changed or that are gone; a full apply (every fullApplyEvery) also undoes
+// edits made by hand.
+TEST_F(ReconcilerTest, WritesOnlyWhatChangedAndAFullApplyUndoesHandEdits) {
+  json spec = twoRegions();
+  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+  pass();
+  const json config = get(*memberClient_, res::kConfigMaps, "world-tokyo-config");
+  ASSERT_FALSE(config.is_null());
+  EXPECT_FALSE(config["metadata"]["annotations"]["geotrain.io/applied-hash"].is_null());
+
+  // Gone objects come back on the next pass.
+  ASSERT_TRUE(memberClient_->remove(res::kServices, "ml", "world-tokyo-gateway").ok());
+  ASSERT_TRUE(memberClient_->remove(res::kConfigMaps, "ml", "world-tokyo-config").ok());
+  pass();
+  EXPECT_FALSE(get(*memberClient_, res::kServices, "world-tokyo-gateway").is_null());
+  EXPECT_EQ(get(*memberClient_, res::kConfigMaps, "world-tokyo-config")["data"], config["data"]);
+
+  // A hand edit stays until the next full apply...
+  json edited = get(*memberClient_, res::kConfigMaps, "world-tokyo-config");
+  edited["data"]["worker.yaml"] = "edited by hand";
+  ASSERT_TRUE(memberClient_->update(res::kConfigMaps, "ml", edited).ok());
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kConfigMaps, "world-tokyo-config")["data"]["worker.yaml"],
+            "edited by hand");
+  // ...which is a job's first pass in a process, and every pass with
+  // fullApplyEvery 0.
+  ReconcilerOptions options;
+  options.render.workerImage = "registry.example/worker:1";
+  options.fullApplyEvery = std::chrono::milliseconds(0);
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options,
+                                             [this] { return fmt::format("t{}", ++tick_); });
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kConfigMaps, "world-tokyo-config")["data"], config["data"]);
+  edited = get(*memberClient_, res::kConfigMaps, "world-tokyo-config");
+  edited["data"]["worker.yaml"] = "edited by hand again";
+  ASSERT_TRUE(memberClient_->update(res::kConfigMaps, "ml", edited).ok());
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kConfigMaps, "world-tokyo-config")["data"], config["data"]);
+}
+
+TEST(ProgressTest, ReadsTheThreeSeriesOfAnExposition) {
+  const std::string text =
+      "# HELP geotrain_train_step Training steps completed\n"
+      "# TYPE geotrain_train_step gauge\n"
+      "geotrain_train_steps_other 9\n"
+      "geotrain_train_step{job=\"a}b\",region=\"x\",rank=\"0\"} 250\n"
+      "geotrain_train_loss{job=\"a\"} 3.5e-01\n"
+      "geotrain_eval_accuracy 0.875 1700000000000\n";
+  const api::Progress p = progressFromExposition(text);
+  EXPECT_EQ(p.step, 250);
+  EXPECT_EQ(p.loss, 0.35);
+  EXPECT_EQ(p.accuracy, 0.875);
+  // Before the first step nothing is reported; an accuracy of 0 is "not yet
+  // evaluated"; garbage is skipped.
+  EXPECT_EQ(progressFromExposition("geotrain_train_step 0\ngeotrain_train_loss 0\n"),
+            api::Progress{});
+  const api::Progress q = progressFromExposition(
+      "geotrain_train_step 3\ngeotrain_eval_accuracy 0\ngeotrain_train_loss NaN\n"
+      "geotrain_train_loss{ 1\n\x01\xff garbage\n");
+  EXPECT_EQ(q.step, 3);
+  EXPECT_FALSE(q.accuracy.has_value());
+  EXPECT_FALSE(q.loss.has_value());
+}
+
+TEST(NeedsReconcileTest, StatusAndBookkeepingAloneAreNoReason) {
+  const json before = {{"metadata", {{"name", "a"}, {"generation", 1}, {"resourceVersion", "5"}}},
+                       {"spec", {{"x", 1}}},
+                       {"status", {{"state", "Running"}}}};
+  json after = before;
+  after["metadata"]["resourceVersion"] = "6";
+  after["metadata"]["managedFields"] = json::array({{{"manager", "m"}}});
+  after["status"]["progress"] = {{"step", 5}};
+  EXPECT_FALSE(needsReconcile(before, after));
+  for (auto change : std::vector<std::function<void(json&)>>{
+           [](json& o) { o["spec"]["x"] = 2; }, [](json& o) { o["metadata"]["generation"] = 2; },
+           [](json& o) { o["metadata"]["deletionTimestamp"] = "t"; },
+           [](json& o) { o["metadata"]["finalizers"] = {"f"}; },
+           [](json& o) {
+             o["metadata"]["labels"] = {{"a", "b"}};
+           }}) {
+    json changed = after;
+    change(changed);
+    EXPECT_TRUE(needsReconcile(before, changed)) << changed.dump();
+  }
 }
 
 TEST_F(ReconcilerTest, KeysSurviveAPassAndAreNeverCopiedAcrossRegions) {

@@ -238,6 +238,32 @@ TEST(Render, CheckpointsGetAWritableVolume) {
   EXPECT_EQ(pod["containers"][0]["volumeMounts"].back()["mountPath"], "/ckpt");
 }
 
+TEST(Render, CheckpointVolumeIsAClaimPerRegionAndAFolderPerWorker) {
+  api::TrainingJobSpec spec = spec2x2();
+  spec.worker.checkpoint.dir = "/ckpt";
+  spec.regions[1].replicas = 1;
+  spec.checkpointVolume = api::CheckpointVolume{"20Gi", "fast-ssd", ""};
+  const json london = renderCheckpointClaim(kJob, spec, 0);
+  EXPECT_EQ(london["kind"], "PersistentVolumeClaim");
+  EXPECT_EQ(london["metadata"]["name"], "world-london-checkpoints");
+  EXPECT_EQ(london["metadata"]["labels"]["geotrain.io/region"], "london");
+  EXPECT_EQ(london["spec"], json({{"accessModes", {"ReadWriteMany"}},  // two pods, maybe two nodes
+                                  {"resources", {{"requests", {{"storage", "20Gi"}}}}},
+                                  {"storageClassName", "fast-ssd"}}));
+  EXPECT_EQ(renderCheckpointClaim(kJob, spec, 1)["spec"]["accessModes"], json({"ReadWriteOnce"}));
+  spec.checkpointVolume->storageClassName = "";
+  EXPECT_FALSE(renderCheckpointClaim(kJob, spec, 1)["spec"].contains("storageClassName"));
+
+  const json pod = renderWorkerJob(kJob, spec, 0, {})["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["volumes"].back(),
+            json({{"name", "checkpoints"},
+                  {"persistentVolumeClaim", {{"claimName", "world-london-checkpoints"}}}}));
+  EXPECT_EQ(pod["containers"][0]["volumeMounts"].back(),
+            json({{"name", "checkpoints"},
+                  {"mountPath", "/ckpt"},
+                  {"subPathExpr", "index-$(JOB_COMPLETION_INDEX)"}}));
+}
+
 TEST(Render, SameInputsSameObjects) {
   const api::TrainingJobSpec spec = spec2x2();
   const auto keys = keysFor(4);
@@ -265,10 +291,15 @@ TEST(Render, MemberRoleCoversEveryRenderedKind) {
   }
   ASSERT_FALSE(allowed.empty()) << GEO_MEMBER_RBAC;
   const api::TrainingJobSpec spec = spec2x2();
-  const std::vector<json> objects = {
-      renderHeadlessService(kJob, spec, 0, {}), renderGatewayService(kJob, spec, 0),
-      *renderConfigMap(kJob, spec, 0, kEndpoints, keysFor(4), {}),
-      renderKeysSecret(kJob, spec, 0, keysFor(4)), renderWorkerJob(kJob, spec, 0, {})};
+  api::TrainingJobSpec withVolume = spec;
+  withVolume.worker.checkpoint.dir = "/ckpt";
+  withVolume.checkpointVolume = api::CheckpointVolume{"1Gi", "", ""};
+  const std::vector<json> objects = {renderHeadlessService(kJob, spec, 0, {}),
+                                     renderGatewayService(kJob, spec, 0),
+                                     *renderConfigMap(kJob, spec, 0, kEndpoints, keysFor(4), {}),
+                                     renderKeysSecret(kJob, spec, 0, keysFor(4)),
+                                     renderWorkerJob(kJob, spec, 0, {}),
+                                     renderCheckpointClaim(kJob, withVolume, 0)};
   for (const json& o : objects) {
     const std::string apiVersion = o["apiVersion"];
     const std::string group =
@@ -281,6 +312,9 @@ TEST(Render, MemberRoleCoversEveryRenderedKind) {
           << group << "/" << resource << " lacks " << verb;
     }
   }
+  // Progress: rank 0's pod found by a list, its /metrics read through the proxy.
+  EXPECT_TRUE(allowed["/pods"].count("list"));
+  EXPECT_TRUE(allowed["/pods/proxy"].count("get"));
 }
 
 }  // namespace
