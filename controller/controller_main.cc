@@ -116,11 +116,20 @@ std::string stateOf(const nlohmann::json& object) {
 }
 
 // Runs the informer and the workers until `stop` is cancelled.
-void runController(const Flags& f, kube::KubeClient& hub, rec::Reconciler& reconciler,
-                   ControllerMetrics& metrics, std::atomic<bool>& synced,
-                   const kube::CancelToken& stop) {
+void runController(const Flags& f, kube::KubeClient& hub, rec::SecretClusters& clusters,
+                   rec::Reconciler& reconciler, ControllerMetrics& metrics,
+                   std::atomic<bool>& synced, const kube::CancelToken& stop) {
   kube::WorkQueue queue;
-  kube::Informer informer(hub, rec::kTrainingJobs, "");
+  // A change in a region's cluster (a Job's status, a load balancer's
+  // address, a deleted object) starts a pass of its TrainingJob at once.
+  clusters.enableCaches(
+      [&queue](const std::string& ns, const std::string& job) { queue.add(ns + "/" + job); });
+  kube::InformerOptions informerOptions;
+  informerOptions.transform = [](nlohmann::json o) {  // nobody reads managedFields
+    if (o.contains("metadata") && o["metadata"].is_object()) o["metadata"].erase("managedFields");
+    return o;
+  };
+  kube::Informer informer(hub, rec::kTrainingJobs, "", informerOptions);
   kube::EventHandlers handlers;
   handlers.onAdd = [&](const nlohmann::json& o) { queue.add(kube::objectKey(o)); };
   handlers.onUpdate = [&](const nlohmann::json& before, const nlohmann::json& o) {
@@ -131,6 +140,7 @@ void runController(const Flags& f, kube::KubeClient& hub, rec::Reconciler& recon
   informer.start();
   while (!informer.waitForSync(milliseconds(500))) {
     if (stop.cancelled()) {
+      clusters.setOnChange({});
       informer.stop();
       return;
     }
@@ -178,6 +188,7 @@ void runController(const Flags& f, kube::KubeClient& hub, rec::Reconciler& recon
     for (const auto& o : informer.store().list()) counts[stateOf(*o)] += 1;
     for (const auto& [state, n] : counts) metrics.jobs.Add({{"state", state}}).Set(n);
   }
+  clusters.setOnChange({});
   queue.shutdown();
   for (auto& t : workers) t.join();
   informer.stop();
@@ -347,7 +358,7 @@ int main(int argc, char** argv) {
 
   int code = kExitOk;
   if (!f.leaderElect) {
-    runController(f, **hub, reconciler, metrics, synced, stop);
+    runController(f, **hub, clusters, reconciler, metrics, synced, stop);
   } else {
     kube::CancelToken leaderStop;
     std::thread active;
@@ -361,8 +372,8 @@ int main(int argc, char** argv) {
     le.onStartedLeading = [&] {
       geo::logger()->info("leading (Lease {}/{})", f.ns, f.leaseName);
       leading = true;
-      active =
-          std::thread([&] { runController(f, **hub, reconciler, metrics, synced, leaderStop); });
+      active = std::thread(
+          [&] { runController(f, **hub, clusters, reconciler, metrics, synced, leaderStop); });
     };
     le.onStoppedLeading = [&] {
       // Lost the Lease while another replica may already act: stop at once;

@@ -1,11 +1,23 @@
 #include "controller/kube/backoff.h"
 
+#include <atomic>
+
 #include <algorithm>
 #include <cmath>
 
 #include "common/enforce.h"
 
 namespace geo::kube {
+
+uint64_t freshSeed() {
+  static const uint64_t base = (static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                               static_cast<uint64_t>(std::random_device{}());
+  static std::atomic<uint64_t> counter{0};
+  uint64_t z = base + 0x9e3779b97f4a7c15ULL * (counter.fetch_add(1, std::memory_order_relaxed) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
 
 Backoff::Backoff(BackoffPolicy policy, uint64_t seed) : policy_(policy), rng_(seed) {
   GEO_ENFORCE(policy_.initial.count() >= 0 && policy_.max >= policy_.initial,

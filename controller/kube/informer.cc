@@ -145,7 +145,8 @@ bool Informer::relist() {
     std::vector<ObjectPtr> objects;
     objects.reserve(result->items.size());
     for (auto& item : result->items) {
-      objects.push_back(std::make_shared<const nlohmann::json>(std::move(item)));
+      objects.push_back(std::make_shared<const nlohmann::json>(
+          options_.transform ? options_.transform(std::move(item)) : std::move(item)));
     }
     const std::vector<ObjectPtr> current = objects;
     auto previous = store_.replace(std::move(objects));
@@ -185,7 +186,8 @@ void Informer::onWatchEvent(WatchEvent&& event) {
     setResourceVersion(std::move(version));
   }
   if (event.type == WatchEventType::kBookmark) return;
-  auto object = std::make_shared<const nlohmann::json>(std::move(event.object));
+  auto object = std::make_shared<const nlohmann::json>(
+      options_.transform ? options_.transform(std::move(event.object)) : std::move(event.object));
   if (event.type == WatchEventType::kDeleted) {
     store_.erase(objectKey(*object));
     for (const EventHandlers& handlers : handlers_) {

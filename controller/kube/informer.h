@@ -71,6 +71,11 @@ struct InformerOptions {
   int64_t pageSize = 500;
   std::chrono::seconds watchTimeout{300};
   BackoffPolicy backoff{std::chrono::milliseconds(800), std::chrono::milliseconds(30000)};
+  // Applied to every object before it is stored or handed to a handler (as
+  // client-go's SetTransform): drop what the owner never reads (managedFields,
+  // a Job's pod template) to keep the cache small. Must keep metadata.name,
+  // metadata.namespace and metadata.resourceVersion.
+  std::function<nlohmann::json(nlohmann::json)> transform;
 };
 
 class Informer {

@@ -34,9 +34,39 @@ SecretClusters::SecretClusters(kube::KubeClient& hub, std::string ns,
   for (auto& [name, secret] : members) members_[name].secret = std::move(secret);
 }
 
-StatusOr<kube::KubeClient*> SecretClusters::client(const std::string& cluster) {
-  if (cluster == api::kLocalCluster) return &hub_;
+void SecretClusters::enableCaches(ClusterCache::OnChange onChange) {
+  {
+    std::lock_guard lock(mu_);
+    caching_ = true;
+  }
+  setOnChange(std::move(onChange));
+}
+
+void SecretClusters::setOnChange(ClusterCache::OnChange onChange) {
+  std::lock_guard lock(notifyMu_);
+  onChange_ = std::move(onChange);
+}
+
+void SecretClusters::notify(const std::string& ns, const std::string& job) {
+  std::lock_guard lock(notifyMu_);
+  if (onChange_) onChange_(ns, job);
+}
+
+const ClusterCache* SecretClusters::cache(const std::string& cluster) {
   std::lock_guard lock(mu_);
+  if (cluster == api::kLocalCluster) return localCache_.get();
+  auto it = members_.find(cluster);
+  return it == members_.end() ? nullptr : it->second.cache.get();
+}
+
+StatusOr<kube::KubeClient*> SecretClusters::client(const std::string& cluster) {
+  std::lock_guard lock(mu_);
+  if (cluster == api::kLocalCluster) {
+    if (caching_ && !localCache_)
+      localCache_ = std::make_unique<ClusterCache>(
+          hub_, [this](const std::string& ns, const std::string& job) { notify(ns, job); });
+    return &hub_;
+  }
   auto it = members_.find(cluster);
   if (it == members_.end()) {
     std::string known = std::string(api::kLocalCluster);
@@ -78,6 +108,9 @@ StatusOr<kube::KubeClient*> SecretClusters::client(const std::string& cluster) {
   }
   m.client = std::move(*client);
   m.lastError = {};
+  if (caching_)
+    m.cache = std::make_unique<ClusterCache>(
+        *m.client, [this](const std::string& ns, const std::string& job) { notify(ns, job); });
   return m.client.get();
 }
 

@@ -8,6 +8,7 @@
 // or holds no usable kubeconfig is an error naming it, tried again on the
 // next call (the user may create it later) but not more than every
 // `retryAfter`, so a broken member cannot slow every reconcile down.
+// With enableCaches(), each cluster also gets a ClusterCache on first use.
 // Thread-safe.
 
 #include <chrono>
@@ -37,11 +38,21 @@ class SecretClusters : public Clusters {
                  std::chrono::milliseconds retryAfter = std::chrono::seconds(10));
 
   StatusOr<kube::KubeClient*> client(const std::string& cluster) override;
+  // With caching on, a cluster's cache starts with its first client() call.
+  const ClusterCache* cache(const std::string& cluster) override;
+
+  // Turns the clusters' informer caches on; `onChange` (may be empty) hears
+  // of changes in any cluster (ClusterCache::OnChange). Before the first
+  // client() call.
+  void enableCaches(ClusterCache::OnChange onChange);
+  // Replaces the listener (empty: none), e.g. before the queue it feeds ends.
+  void setOnChange(ClusterCache::OnChange onChange);
 
  private:
   struct Member {
     MemberSecret secret;
     std::unique_ptr<kube::KubeClient> client;
+    std::unique_ptr<ClusterCache> cache;
     Status lastError;
     std::chrono::steady_clock::time_point lastTry{};
   };
@@ -51,6 +62,12 @@ class SecretClusters : public Clusters {
   const std::chrono::milliseconds retryAfter_;
   std::mutex mu_;
   std::map<std::string, Member> members_;
+  void notify(const std::string& ns, const std::string& job);
+
+  bool caching_ = false;
+  std::mutex notifyMu_;
+  ClusterCache::OnChange onChange_;  // guarded by notifyMu_
+  std::unique_ptr<ClusterCache> localCache_;
 };
 
 }  // namespace geo::reconcile

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/logging.h"
@@ -69,28 +71,6 @@ struct RegionWork {
   json secret, claim, configMap;       // as read; null when absent
   bool retry = false;
 };
-
-// Runs f(0..n-1) at once, one thread per region beyond the first: a pass
-// takes as long as its slowest region, not the sum of all of them (each
-// region is another cluster, often on another continent). An exception is
-// rethrown on the caller's thread once every call has ended.
-void forEachRegion(size_t n, const std::function<void(size_t)>& f) {
-  std::vector<std::exception_ptr> errors(n);
-  auto guarded = [&](size_t i) {
-    try {
-      f(i);
-    } catch (...) {
-      errors[i] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < n; ++i) threads.emplace_back(guarded, i);
-  if (n > 0) guarded(0);
-  for (std::thread& t : threads) t.join();
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
 
 // GET into `out` (null when not found); "" or what went wrong.
 std::string read(kube::KubeClient& c, const kube::ResourceRef& resource, const std::string& ns,
@@ -172,7 +152,8 @@ Reconciler::Reconciler(kube::KubeClient& hub, Clusters& clusters, kube::EventRec
       clusters_(clusters),
       events_(events),
       options_(std::move(options)),
-      now_(std::move(now)) {}
+      now_(std::move(now)),
+      pool_(options_.regionThreads) {}
 
 void Reconciler::event(const json& object, bool warning, std::string_view reason,
                        const std::string& message) {
@@ -213,7 +194,7 @@ StatusOr<ReconcileResult> Reconciler::cleanup(const json& object, const JobRef& 
   if (!hasFinalizer(object)) return result;  // someone else's finalizers remain
   const std::vector<api::Region> regions = looseRegions(object);
   std::vector<std::string> regionFailure(regions.size());
-  forEachRegion(regions.size(), [&](size_t i) {
+  pool_.parallelFor(regions.size(), [&](size_t i) {
     const api::Region& r = regions[i];
     auto client = clusters_.client(r.cluster);
     if (!client.ok()) {
@@ -341,7 +322,7 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   std::vector<RegionWork> work(n);
   obs.regions.resize(n);
   std::vector<RankKeys> keys(static_cast<size_t>(spec.totalReplicas()));
-  forEachRegion(n, [&](size_t i) {
+  pool_.parallelFor(n, [&](size_t i) {
     const api::Region& r = spec.regions[i];
     RegionObservation& ro = obs.regions[i];
     RegionWork& w = work[i];
@@ -355,20 +336,44 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
     auto client = clusters_.client(r.cluster);
     if (!client.ok()) return unreachable(client.status().message());
     kube::KubeClient& c = **client;
+    // From the cluster's cache when it holds the object, else a GET.
+    const ClusterCache* cache = clusters_.cache(r.cluster);
+    // A synced cache that lacks an object is believed too, except for the
+    // key Secret: applying an object that exists after all rewrites it
+    // with the same content, but keys generated for a Secret that exists
+    // would replace the region's keys.
+    auto fetch = [&](const kube::ResourceRef& resource, const std::string& objectName, json& out) {
+      if (cache != nullptr && cache->synced(resource)) {
+        if (kube::ObjectPtr hit = cache->get(resource, ns, objectName)) {
+          out = *hit;
+          return std::string();
+        }
+        if (resource.resource != res::kSecrets.resource) {
+          out = nullptr;
+          return std::string();
+        }
+      }
+      return read(c, resource, ns, objectName, out);
+    };
     json headless, gateway;
-    if (auto s = read(c, res::kServices, ns, headlessServiceName(job, r.name), headless);
-        !s.empty())
+    if (auto s = fetch(res::kServices, headlessServiceName(job, r.name), headless); !s.empty())
       return unreachable("read the headless Service: " + s);
-    if (auto s = read(c, res::kServices, ns, gatewayServiceName(job, r.name), gateway); !s.empty())
+    if (auto s = fetch(res::kServices, gatewayServiceName(job, r.name), gateway); !s.empty())
       return unreachable("read the gateway Service: " + s);
-    auto h = applyChanged(c, res::kServices, ns, headless,
-                          renderHeadlessService(job, spec, i, settings), full);
-    auto g = h.ok() ? applyChanged(c, res::kServices, ns, gateway,
-                                   renderGatewayService(job, spec, i), full)
-                    : h;
-    if (!g.ok()) return unreachable("apply Services: " + describe(g.error()));
-    ro.endpoint = gatewayEndpoint(job, r, *g, settings);
-    if (auto s = read(c, res::kSecrets, ns, keysSecretName(job, r.name), w.secret); !s.empty())
+    // Both Services at once.
+    std::optional<kube::ApiResult<json>> h, g;
+    pool_.parallelFor(2, [&](size_t k) {
+      if (k == 0) {
+        h = applyChanged(c, res::kServices, ns, headless,
+                         renderHeadlessService(job, spec, i, settings), full);
+      } else {
+        g = applyChanged(c, res::kServices, ns, gateway, renderGatewayService(job, spec, i), full);
+      }
+    });
+    if (!h->ok()) return unreachable("apply the headless Service: " + describe(h->error()));
+    if (!g->ok()) return unreachable("apply the gateway Service: " + describe(g->error()));
+    ro.endpoint = gatewayEndpoint(job, r, **g, settings);
+    if (auto s = fetch(res::kSecrets, keysSecretName(job, r.name), w.secret); !s.empty())
       return unreachable("read the key Secret: " + s);
     if (w.secret.is_object()) readKeys(w.secret, plan[i].firstRank, plan[i].replicas, keys);
     for (int64_t k = plan[i].firstRank; k < plan[i].firstRank + plan[i].replicas; ++k) {
@@ -378,15 +383,14 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
         rk = {pair.publicKey, pair.secretKey};
       }
     }
-    if (auto s = read(c, res::kConfigMaps, ns, configMapName(job, r.name), w.configMap); !s.empty())
+    if (auto s = fetch(res::kConfigMaps, configMapName(job, r.name), w.configMap); !s.empty())
       return unreachable("read the ConfigMap: " + s);
     if (spec.checkpointVolume) {
-      if (auto s =
-              read(c, res::kPersistentVolumeClaims, ns, checkpointClaimName(job, r.name), w.claim);
+      if (auto s = fetch(res::kPersistentVolumeClaims, checkpointClaimName(job, r.name), w.claim);
           !s.empty())
         return unreachable("read the checkpoint claim: " + s);
     }
-    if (auto s = read(c, res::kJobs, ns, workerJobName(job, r.name), ro.job); !s.empty())
+    if (auto s = fetch(res::kJobs, workerJobName(job, r.name), ro.job); !s.empty())
       return unreachable("read the Job: " + s);
     w.client = &c;
   });
@@ -402,9 +406,9 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
     }
   }
 
-  // 5. The workloads, once everything they need is known: every Secret
-  // first, then every claim, every ConfigMap, then the Jobs, so that no
-  // worker starts with keys or peers another region does not have yet.
+  // 5. The workloads, once everything they need is known: every Secret,
+  // claim and ConfigMap first (at once), then the Jobs, so that no worker
+  // starts with keys or peers another region does not have yet.
   const bool allReachable = std::all_of(work.begin(), work.end(),
                                         [](const RegionWork& w) { return w.client != nullptr; });
   std::vector<char> createdJob(n, 0);
@@ -416,7 +420,9 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
       configMaps.push_back(std::move(*cm));
     }
     std::atomic<bool> ok{true};
+    std::mutex failMu;
     auto failRegion = [&](size_t i, const std::string& what, const kube::ApiError& e) {
+      std::lock_guard lock(failMu);
       obs.regions[i].reachable = false;
       obs.regions[i].unreachableReason = what + ": " + describe(e);
       work[i].retry = true;
@@ -424,25 +430,34 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
       if (e.isInvalid() || e.isForbidden())
         event(object, true, "ApplyFailed", obs.regions[i].unreachableReason);
     };
+    // Every region's Secret, claim and ConfigMap at once.
+    const size_t kinds = 3;
+    pool_.parallelFor(n * kinds, [&](size_t task) {
+      const size_t i = task / kinds;
+      RegionWork& w = work[i];
+      switch (task % kinds) {
+        case 0: {
+          auto a = applyChanged(*w.client, res::kSecrets, ns, w.secret,
+                                renderKeysSecret(job, spec, i, keys), full);
+          if (!a.ok()) failRegion(i, "apply the key Secret", a.error());
+          break;
+        }
+        case 1: {
+          if (!spec.checkpointVolume) break;
+          auto a = applyChanged(*w.client, res::kPersistentVolumeClaims, ns, w.claim,
+                                renderCheckpointClaim(job, spec, i), full);
+          if (!a.ok()) failRegion(i, "apply the checkpoint PersistentVolumeClaim", a.error());
+          break;
+        }
+        default: {
+          auto a = applyChanged(*w.client, res::kConfigMaps, ns, w.configMap, configMaps[i], full);
+          if (!a.ok()) failRegion(i, "apply the ConfigMap", a.error());
+        }
+      }
+    });
     auto step = [&](const std::function<void(size_t, RegionWork&)>& apply) {
-      if (ok) forEachRegion(n, [&](size_t i) { apply(i, work[i]); });
+      if (ok) pool_.parallelFor(n, [&](size_t i) { apply(i, work[i]); });
     };
-    step([&](size_t i, RegionWork& w) {
-      auto a = applyChanged(*w.client, res::kSecrets, ns, w.secret,
-                            renderKeysSecret(job, spec, i, keys), full);
-      if (!a.ok()) failRegion(i, "apply the key Secret", a.error());
-    });
-    if (spec.checkpointVolume) {
-      step([&](size_t i, RegionWork& w) {
-        auto a = applyChanged(*w.client, res::kPersistentVolumeClaims, ns, w.claim,
-                              renderCheckpointClaim(job, spec, i), full);
-        if (!a.ok()) failRegion(i, "apply the checkpoint PersistentVolumeClaim", a.error());
-      });
-    }
-    step([&](size_t i, RegionWork& w) {
-      auto a = applyChanged(*w.client, res::kConfigMaps, ns, w.configMap, configMaps[i], full);
-      if (!a.ok()) failRegion(i, "apply the ConfigMap", a.error());
-    });
     step([&](size_t i, RegionWork& w) {
       const bool isNew = obs.regions[i].job.is_null();
       auto a = applyChanged(*w.client, res::kJobs, ns, obs.regions[i].job,

@@ -47,7 +47,9 @@
 #include "common/status.h"
 #include "controller/kube/client.h"
 #include "controller/kube/events.h"
+#include "controller/reconcile/cluster_cache.h"
 #include "controller/reconcile/render.h"
+#include "controller/reconcile/task_pool.h"
 
 namespace geo::reconcile {
 
@@ -69,6 +71,13 @@ class Clusters {
   // there is none (unknown name, unreadable kubeconfig Secret). The pointer
   // stays valid while the Clusters lives.
   virtual StatusOr<kube::KubeClient*> client(const std::string& cluster) = 0;
+  // The informer cache of `cluster` (cluster_cache.h), or null when there
+  // is none (yet): the reconciler then GETs every object. Call client()
+  // first; the pointer stays valid while the Clusters lives.
+  virtual const ClusterCache* cache(const std::string& cluster) {
+    (void)cluster;
+    return nullptr;
+  }
 };
 
 // What the caller should do with the key after a pass.
@@ -96,6 +105,9 @@ struct ReconcilerOptions {
   // this process and one pass per this period apply everything, which also
   // undoes changes made by hand to fields the controller owns.
   std::chrono::milliseconds fullApplyEvery{std::chrono::minutes(10)};
+  // Threads that work on the regions of passes alongside the pass's own
+  // thread (0: one region after another).
+  size_t regionThreads = 8;
 };
 
 class Reconciler {
@@ -124,6 +136,10 @@ class Reconciler {
   kube::EventRecorder* events_;
   ReconcilerOptions options_;
   std::function<std::string()> now_;
+  // The regions of a pass at once: a pass takes as long as its slowest
+  // region, not the sum of all (each is another cluster, often on another
+  // continent).
+  TaskPool pool_;
   std::mutex fullApplyMu_;
   std::map<std::string, std::chrono::steady_clock::time_point> lastFullApply_;
 };

@@ -13,7 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kManager = "geotrain-controller";
 constexpr std::string_view kConfigDir = "/etc/geotrain/config";
 constexpr std::string_view kKeyDir = "/etc/geotrain/keys";
 constexpr size_t kMaxBaseName = 55;  // + "-gateway" = 63; pod host names <base>-<index>

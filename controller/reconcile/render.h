@@ -38,6 +38,10 @@
 
 namespace geo::reconcile {
 
+// The field manager of every write, and the value of the label
+// app.kubernetes.io/managed-by on every object the controller renders.
+inline constexpr std::string_view kManager = "geotrain-controller";
+
 // Identity of the TrainingJob object.
 struct JobRef {
   std::string name;

@@ -11,8 +11,11 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "controller/kube/config.h"
 #include "controller/reconcile/progress.h"
@@ -444,6 +447,94 @@ TEST_F(ReconcilerTest, WritesOnlyWhatChangedAndAFullApplyUndoesHandEdits) {
   ASSERT_TRUE(memberClient_->update(res::kConfigMaps, "ml", edited).ok());
   pass();
   EXPECT_EQ(get(*memberClient_, res::kConfigMaps, "world-tokyo-config")["data"], config["data"]);
+}
+
+// With the clusters' informer caches: a converged pass reads from memory
+// and writes nothing, and a change in a region's cluster (a Job's status, a
+// deleted object) is reported for its TrainingJob at once.
+TEST_F(ReconcilerTest, ClusterCachesServeReadsAndReportChanges) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> changes;
+  auto onChange = [&](const std::string& ns, const std::string& job) {
+    std::lock_guard lock(mu);
+    changes.push_back(ns + "/" + job);
+    cv.notify_all();
+  };
+  ClusterCache hubCache(*hubClient_, onChange), memberCache(*memberClient_, onChange);
+  struct CachedClusters : TestClusters {
+    std::map<std::string, const ClusterCache*> caches;
+    const ClusterCache* cache(const std::string& cluster) override { return caches[cluster]; }
+  } clusters;
+  clusters.clients = clusters_.clients;
+  clusters.caches = {{"local", &hubCache}, {"tokyo", &memberCache}};
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters, nullptr, ReconcilerOptions{},
+                                             [this] { return fmt::format("t{}", ++tick_); });
+  auto waitFor = [&](const std::function<bool()>& done) {
+    for (int i = 0; i < 200 && !done(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return done();
+  };
+  ASSERT_TRUE(waitFor([&] { return hubCache.synced() && memberCache.synced(); }));
+
+  json spec = twoRegions();
+  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+  pass();
+  ASSERT_TRUE(waitFor([&] {
+    return memberCache.get(res::kJobs, "ml", "world-tokyo") != nullptr &&
+           hubCache.get(res::kJobs, "ml", "world-london") != nullptr;
+  }));
+  // What the cache keeps: no managedFields, no pod template.
+  const kube::ObjectPtr cached = memberCache.get(res::kJobs, "ml", "world-tokyo");
+  EXPECT_FALSE(cached->contains("spec"));
+  EXPECT_FALSE((*cached)["metadata"].contains("managedFields"));
+  EXPECT_TRUE((*cached)["metadata"]["annotations"].contains("geotrain.io/applied-hash"));
+
+  // A converged pass changes nothing anywhere.
+  const std::string tokyoJob =
+      get(*memberClient_, res::kJobs, "world-tokyo")["metadata"]["resourceVersion"];
+  const std::string tokyoConfig =
+      get(*memberClient_, res::kConfigMaps, "world-tokyo-config")["metadata"]["resourceVersion"];
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["metadata"]["resourceVersion"],
+            tokyoJob);
+  EXPECT_EQ(
+      get(*memberClient_, res::kConfigMaps, "world-tokyo-config")["metadata"]["resourceVersion"],
+      tokyoConfig);
+
+  // The Job controller updates tokyo's Job: the job hears of it.
+  {
+    std::lock_guard lock(mu);
+    changes.clear();
+  }
+  setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 1}});
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return !changes.empty(); }));
+    EXPECT_EQ(changes.front(), "ml/world");
+  }
+  ASSERT_TRUE(waitFor([&] {
+    auto j = memberCache.get(res::kJobs, "ml", "world-tokyo");
+    return j && (*j)["status"].value("ready", 0) == 1;
+  }));
+  pass();
+  EXPECT_EQ(trainingJob()["status"]["regions"][1]["ready"], 1);
+
+  // Someone deletes tokyo's ConfigMap: reported, and the next pass puts it back.
+  {
+    std::lock_guard lock(mu);
+    changes.clear();
+  }
+  ASSERT_TRUE(memberClient_->remove(res::kConfigMaps, "ml", "world-tokyo-config").ok());
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return !changes.empty(); }));
+  }
+  ASSERT_TRUE(waitFor(
+      [&] { return memberCache.get(res::kConfigMaps, "ml", "world-tokyo-config") == nullptr; }));
+  pass();
+  EXPECT_FALSE(get(*memberClient_, res::kConfigMaps, "world-tokyo-config").is_null());
 }
 
 TEST(ProgressTest, ReadsTheThreeSeriesOfAnExposition) {
