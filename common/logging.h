@@ -20,6 +20,13 @@ namespace geo {
 // anything else is an InvalidArgument naming the allowed values. Thread-safe.
 Status initLogging(std::string_view level = "info");
 
+// How every line is written: "text" (default; "2026-11-23T12:00:00.000 I
+// message", local time) or "json" (one object a line, for log collectors:
+// {"time":"2026-11-23T12:00:00.000Z","level":"info","msg":"..."}, UTC, the
+// message JSON-escaped). Anything else is an InvalidArgument naming the
+// allowed values. Thread-safe.
+Status setLogFormat(std::string_view format);
+
 // The "geo" logger (created at level info on first use).
 std::shared_ptr<spdlog::logger> logger();
 

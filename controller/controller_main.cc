@@ -61,6 +61,7 @@ struct Flags {
   std::string healthListen = "0.0.0.0:8081";
   int workers = 2;
   std::string logLevel = "info";
+  std::string logFormat = "text";
 };
 
 int fail(const std::string& message, int code = kExitFailure) {
@@ -258,6 +259,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", f.logLevel, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
+  app.add_option("--log-format", f.logFormat,
+                 "text, or json: one object a line (time, level, msg) for log collectors")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -265,6 +269,7 @@ int main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   if (auto s = geo::initLogging(f.logLevel); !s.ok()) return fail(s.message(), kExitUsage);
+  if (auto s = geo::setLogFormat(f.logFormat); !s.ok()) return fail(s.message(), kExitUsage);
   if (f.renewDeadlineSeconds >= f.leaseDurationSeconds) {
     return fail(fmt::format("--renew-deadline {}s is not allowed (allowed: less than "
                             "--lease-duration {}s)",
