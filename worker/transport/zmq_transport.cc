@@ -25,6 +25,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/logging.h"
+#include "worker/transport/buffer_pool.h"
 #include "worker/transport/keys.h"
 
 namespace geo::transport {
@@ -156,6 +157,9 @@ class ZmqTransport final : public Transport {
   std::thread io_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> closed_{false};
+
+  // Buffers of joined multi-chunk payloads: at most 4 idle, 256 MiB.
+  std::shared_ptr<BufferPool> joinBuffers_ = BufferPool::create(4, size_t{256} << 20);
 
   mutable std::mutex inboxMu_;
   std::condition_variable inboxCv_;
@@ -549,8 +553,8 @@ void ZmqTransport::handleInbound() {
                                             msg->size());
       body = Payload(std::move(msg), view);
     } else {
-      // Uninitialized: every byte is written below.
-      std::shared_ptr<std::byte[]> joined(new std::byte[payloadSize]);
+      // Uninitialized (every byte is written below), recycled when it can be.
+      std::shared_ptr<std::byte[]> joined = joinBuffers_->acquire(payloadSize);
       size_t off = 0;
       for (size_t i = 2; i < parts.size(); ++i) {
         std::memcpy(joined.get() + off, parts[i].data(), parts[i].size());
