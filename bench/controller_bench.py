@@ -10,7 +10,7 @@ as Prometheus' histogram_quantile does) over that burst and over the
 following --steady seconds (every job converged and polled), reconciles
 done, and the controller's peak RSS (VmHWM). Targets (issue 7): p99 <= 50 ms, RSS <= 100 MiB.
 
-Usage: bench/controller_bench.py [--jobs N] [--build DIR]
+Usage: bench/controller_bench.py [--jobs N] [--workers W] [--steady S] [--build DIR]
   (DIR defaults to build/; kubectl from .tools/bin)
 """
 
@@ -52,6 +52,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--build", default="build")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="the controller's --workers (TrainingJobs reconciled at once)")
     ap.add_argument("--steady", type=int, default=15,
                     help="seconds of steady state measured after every job is created")
     args = ap.parse_args()
@@ -109,7 +111,8 @@ def main():
                                 "geotrain-system", "--member", "tokyo=member-tokyo",
                                 "--member", "oregon=member-oregon", "--leader-elect=false",
                                 "--metrics-listen", f"127.0.0.1:{metrics}", "--health-listen",
-                                f"127.0.0.1:{free_port()}", "--log-level", "warn"],
+                                f"127.0.0.1:{free_port()}", "--log-level", "warn",
+                                "--workers", str(args.workers)],
                                stdout=subprocess.DEVNULL, stderr=open(f"{work}/controller.log", "w"))
         procs.append(ctl)
 
