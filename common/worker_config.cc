@@ -654,7 +654,8 @@ std::vector<Section> buildSchema() {
   schema.push_back(
       {"log",
        {makeField("level", &W::log, &W::Log::level, string,
-                  oneOf({"trace", "debug", "info", "warn", "error", "critical", "off"}))}});
+                  oneOf({"trace", "debug", "info", "warn", "error", "critical", "off"})),
+        makeField("format", &W::log, &W::Log::format, string, oneOf({"text", "json"}))}});
   return schema;
 }
 

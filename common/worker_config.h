@@ -162,7 +162,8 @@ struct WorkerConfig {
   };
 
   struct Log {
-    std::string level = "info";  // trace|debug|info|warn|error|critical|off
+    std::string level = "info";   // trace|debug|info|warn|error|critical|off
+    std::string format = "text";  // text|json (common/logging.h)
 
     bool operator==(const Log&) const = default;
   };

@@ -339,6 +339,7 @@ geo::sync::SyncOptions syncOptions(const geo::WorkerConfig& c) {
 
 int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
   if (auto s = geo::initLogging(c.log.level); !s.ok()) return fail(s);
+  if (auto s = geo::setLogFormat(c.log.format); !s.ok()) return fail(s);
   if (c.training.threads > 0) torch::set_num_threads(static_cast<int>(c.training.threads));
   torch::Device device = torch::kCPU;
   if (c.training.device == "cuda" || (c.training.device == "auto" && torch::cuda::is_available())) {
@@ -505,6 +506,7 @@ int main(int argc, char** argv) {
   addShort("--checkpoint-dir", "checkpoint.dir", "Where to write and resume checkpoints");
   addShort("--metrics-listen", "metrics.listen", "host:port of the Prometheus /metrics endpoint");
   addShort("--log-level", "log.level", "trace, debug, info, warn, error, critical or off");
+  addShort("--log-format", "log.format", "text, or json: one object a line for log collectors");
   std::optional<int64_t> completionIndex;
   app.add_option("--completion-index", completionIndex,
                  "Place this worker as the N-th (0-based) of worker.region: sets worker.localRank "

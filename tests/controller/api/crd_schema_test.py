@@ -123,6 +123,7 @@ BAD = [
     merged({"training": {"optimizer": "lamb"}}), merged({"training": {"device": "tpu"}}),
     merged({"dataset": {"name": "imagenet"}}), merged({"dataset": {"syntheticSamples": 0}}),
     merged({"checkpoint": {"keep": 0}}), merged({"log": {"level": "loud"}}),
+    merged({"log": {"format": "xml"}}),
     merged({"model": {"builtin": "vgg"}}), merged({"seed": -1}),
     {"regions": []}, {"image": "x"}, {"regions": [{"replicas": 2}]},
     {"regions": [{"name": "London"}]}, {"regions": [{"name": "a-"}]},
