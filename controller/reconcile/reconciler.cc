@@ -469,8 +469,6 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
     for (const RegionWork& w : work) result.retry = result.retry || w.retry;
     if (!ok) forgetFullApply(ns + "/" + name);  // the next pass applies everything again
   }
-  std::vector<kube::KubeClient*> clients(n, nullptr);
-  for (size_t i = 0; i < n; ++i) clients[i] = work[i].client;
   if (std::any_of(createdJob.begin(), createdJob.end(), [](char c) { return c != 0; })) {
     event(object, false, "Created",
           fmt::format("workers of {} regions created ({} in all)", spec.regions.size(),
@@ -479,15 +477,16 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
 
   // 6. Progress from rank 0 while its region's workers run. A failed scrape
   // keeps the last progress: metrics are a view, never a reason to retry.
-  if (options_.scrapeProgress && !spec.runPolicy.suspend && clients[0] != nullptr &&
+  kube::KubeClient* first = work[0].client;  // rank 0's region
+  if (options_.scrapeProgress && !spec.runPolicy.suspend && first != nullptr &&
       obs.regions[0].job.is_object() &&
       obs.regions[0].job.value("status", json::object()).value("active", int64_t{0}) > 0) {
-    auto pod = leaderPod(*clients[0], ns, name, spec.regions[0].name);
+    auto pod = leaderPod(*first, ns, name, spec.regions[0].name);
     StatusOr<api::Progress> progress =
         !pod.ok() ? StatusOr<api::Progress>(pod.status())
         : pod->empty()
             ? StatusOr<api::Progress>(unavailable("rank 0 has no running pod"))
-            : scrapeProgress(*clients[0], ns, *pod, settings.metricsPort, options_.scrapeTimeout);
+            : scrapeProgress(*first, ns, *pod, settings.metricsPort, options_.scrapeTimeout);
     if (progress.ok()) {
       if (progress->step) obs.progress = *progress;
     } else {
