@@ -455,17 +455,17 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
         }
       }
     });
-    auto step = [&](const std::function<void(size_t, RegionWork&)>& apply) {
-      if (ok) pool_.parallelFor(n, [&](size_t i) { apply(i, work[i]); });
-    };
-    step([&](size_t i, RegionWork& w) {
-      const bool isNew = obs.regions[i].job.is_null();
-      auto a = applyChanged(*w.client, res::kJobs, ns, obs.regions[i].job,
-                            renderWorkerJob(job, spec, i, settings), full);
-      if (!a.ok()) return failRegion(i, "apply the Job", a.error());
-      createdJob[i] = isNew;
-      obs.regions[i].job = std::move(*a);
-    });
+    // Then the Jobs, once all of that is in place everywhere.
+    if (ok) {
+      pool_.parallelFor(n, [&](size_t i) {
+        const bool isNew = obs.regions[i].job.is_null();
+        auto a = applyChanged(*work[i].client, res::kJobs, ns, obs.regions[i].job,
+                              renderWorkerJob(job, spec, i, settings), full);
+        if (!a.ok()) return failRegion(i, "apply the Job", a.error());
+        createdJob[i] = isNew;
+        obs.regions[i].job = std::move(*a);
+      });
+    }
     for (const RegionWork& w : work) result.retry = result.retry || w.retry;
     if (!ok) forgetFullApply(ns + "/" + name);  // the next pass applies everything again
   }

@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "tests/support/server_impl.h"
+#include "tests/support/yaml_json.h"
 
 namespace geo::testapi {
 
@@ -126,6 +127,8 @@ std::map<std::string, std::vector<std::string>> groupsOf(const ResourceRegistry&
   return groups;
 }
 
+}  // namespace
+
 Json yamlNodeToJson(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
@@ -161,8 +164,6 @@ Json yamlNodeToJson(const YAML::Node& node) {
   if (std::regex_match(s, kFloat)) return std::stod(s);
   return s;
 }
-
-}  // namespace
 
 Rendering negotiate(const std::string& accept) {
   if (trim(accept).empty()) return {};

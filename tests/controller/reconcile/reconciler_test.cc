@@ -14,12 +14,14 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 
 #include "controller/kube/config.h"
 #include "controller/reconcile/progress.h"
 #include "tests/support/test_apiserver.h"
+#include "tests/support/yaml_json.h"
 #include "worker/metrics/worker_metrics.h"
 
 namespace geo::reconcile {
@@ -28,34 +30,6 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 namespace res = kube::resources;
-
-json yamlToJson(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: {
-      json o = json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = yamlToJson(kv.second);
-      return o;
-    }
-    case YAML::NodeType::Sequence: {
-      json a = json::array();
-      for (const auto& item : n) a.push_back(yamlToJson(item));
-      return a;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string s = n.Scalar();
-      if (n.Tag() == "!") return s;  // quoted
-      if (s == "true" || s == "false") return s == "true";
-      try {
-        size_t used = 0;
-        const long long i = std::stoll(s, &used);
-        if (used == s.size()) return i;
-      } catch (...) {
-      }
-      return s;
-    }
-    default: return nullptr;
-  }
-}
 
 // A cluster list for the test: "local" is the hub, "tokyo" the member.
 class TestClusters : public Clusters {
@@ -98,7 +72,7 @@ class ReconcilerTest : public ::testing::Test {
     hubClient_ = clientFor(*hub_, dir_, "hub");
     memberClient_ = clientFor(*member_, dir_, "tokyo");
     clusters_.clients = {{"local", hubClient_.get()}, {"tokyo", memberClient_.get()}};
-    const json crd = yamlToJson(YAML::LoadFile(GEO_CRD_FILE));
+    const json crd = testapi::yamlNodeToJson(YAML::LoadFile(GEO_CRD_FILE));
     const kube::ResourceRef crds{"apiextensions.k8s.io", "v1", "customresourcedefinitions", false};
     auto created = hubClient_->create(crds, "", crd);
     ASSERT_TRUE(created.ok()) << created.status().toString();
@@ -129,6 +103,13 @@ class ReconcilerTest : public ::testing::Test {
                {"cluster", "tokyo"},
                {"gateway", {{"serviceType", "NodePort"}, {"endpoint", "tk.example.org:31000"}}}}}}};
   }
+  // twoRegions() with london's gateway a ClusterIP: every address is known
+  // at once, so the first pass creates the workloads.
+  json twoRegionsClusterIp() {
+    json spec = twoRegions();
+    spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+    return spec;
+  }
   json get(kube::KubeClient& c, const kube::ResourceRef& r, const std::string& name) {
     auto g = c.get(r, "ml", name);
     return g.ok() ? *g : json();
@@ -145,31 +126,32 @@ class ReconcilerTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << r.status().toString();
     return r.ok() ? *r : ReconcileResult{};
   }
-  // The cloud: give london's LoadBalancer gateway an address.
-  void provisionLoadBalancer() {
-    auto type = hub_->registry().find("", "v1", "services");
+  // What a cluster's own controllers do (the test apiserver runs none):
+  // `manager` changes object `name` of `resource` through the status path.
+  void writeAsController(testapi::TestApiServer& server, const kube::ResourceRef& resource,
+                         const std::string& name, const std::string& manager,
+                         const std::function<void(testapi::Json&)>& change) {
+    auto type = server.registry().find(resource.group, resource.version, resource.resource);
     bool created = false;
-    hub_->store().modify(
-        *type, "ml", "world-london-gateway", testapi::WriteContext{"cloud", "status", false},
-        [](const testapi::Json* current) {
+    server.store().modify(
+        *type, "ml", name, testapi::WriteContext{manager, "status", false},
+        [&](const testapi::Json* current) {
           testapi::Json o = *current;
-          o["status"]["loadBalancer"]["ingress"] = {{{"ip", "203.0.113.7"}}};
+          change(o);
           return o;
         },
         false, &created);
   }
+  // The cloud: give london's LoadBalancer gateway an address.
+  void provisionLoadBalancer() {
+    writeAsController(*hub_, res::kServices, "world-london-gateway", "cloud", [](testapi::Json& o) {
+      o["status"]["loadBalancer"]["ingress"] = {{{"ip", "203.0.113.7"}}};
+    });
+  }
   // The Job controller: set a region Job's status.
   void setJobStatus(testapi::TestApiServer& server, const std::string& name, const json& status) {
-    auto type = server.registry().find("batch", "v1", "jobs");
-    bool created = false;
-    server.store().modify(
-        *type, "ml", name, testapi::WriteContext{"job-controller", "status", false},
-        [&](const testapi::Json* current) {
-          testapi::Json o = *current;
-          o["status"] = status;
-          return o;
-        },
-        false, &created);
+    writeAsController(server, res::kJobs, name, "job-controller",
+                      [&](testapi::Json& o) { o["status"] = status; });
   }
 
   std::unique_ptr<testapi::TestApiServer> hub_, member_;
@@ -284,8 +266,7 @@ TEST_F(ReconcilerTest, ProgressComesFromRankZerosMetricsThroughTheApiServer) {
   options.render.metricsPort = (*metrics)->port();
   reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options,
                                              [this] { return fmt::format("t{}", ++tick_); });
-  json spec = twoRegions();
-  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  json spec = twoRegionsClusterIp();
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
   pass();
   setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 2}});
@@ -310,17 +291,10 @@ TEST_F(ReconcilerTest, ProgressComesFromRankZerosMetricsThroughTheApiServer) {
                     {"batch.kubernetes.io/job-completion-index", index}}}}},
                 {"spec", {{"containers", {{{"name", "worker"}, {"image", "w"}}}}}}};
     ASSERT_TRUE(hubClient_->create(res::kPods, "ml", pod).ok());
-    auto type = hub_->registry().find("", "v1", "pods");
-    bool isNew = false;
-    hub_->store().modify(
-        *type, "ml", podName, testapi::WriteContext{"kubelet", "status", false},
-        [&](const testapi::Json* current) {
-          testapi::Json o = *current;
-          o["metadata"]["creationTimestamp"] = created;
-          o["status"] = {{"phase", phase}, {"podIP", "127.0.0.1"}};
-          return o;
-        },
-        false, &isNew);
+    writeAsController(*hub_, res::kPods, podName, "kubelet", [&](testapi::Json& o) {
+      o["metadata"]["creationTimestamp"] = created;
+      o["status"] = {{"phase", phase}, {"podIP", "127.0.0.1"}};
+    });
   };
   addPod("world-london-1-abcde", "1", "Running", "2026-11-23T10:00:00Z");
   addPod("world-london-0-old00", "0", "Failed", "2026-11-23T09:00:00Z");
@@ -352,8 +326,7 @@ TEST_F(ReconcilerTest, ProgressComesFromRankZerosMetricsThroughTheApiServer) {
 // Suspend stops the workers and keeps their checkpoints; resume starts them
 // on the same claims; delete removes the claims with everything else.
 TEST_F(ReconcilerTest, SuspendKeepsTheCheckpointClaimsAndResumeUsesThem) {
-  json spec = twoRegions();
-  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  json spec = twoRegionsClusterIp();
   spec["checkpoint"] = {{"dir", "/checkpoints"}, {"interval", 100}};
   spec["checkpointVolume"] = {{"size", "5Gi"}};
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
@@ -411,8 +384,7 @@ TEST_F(ReconcilerTest, SuspendKeepsTheCheckpointClaimsAndResumeUsesThem) {
 // changed or that are gone; a full apply (every fullApplyEvery) also undoes
 // edits made by hand.
 TEST_F(ReconcilerTest, WritesOnlyWhatChangedAndAFullApplyUndoesHandEdits) {
-  json spec = twoRegions();
-  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  json spec = twoRegionsClusterIp();
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
   pass();
   const json config = get(*memberClient_, res::kConfigMaps, "world-tokyo-config");
@@ -477,8 +449,7 @@ TEST_F(ReconcilerTest, ClusterCachesServeReadsAndReportChanges) {
   };
   ASSERT_TRUE(waitFor([&] { return hubCache.synced() && memberCache.synced(); }));
 
-  json spec = twoRegions();
-  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  json spec = twoRegionsClusterIp();
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
   pass();
   ASSERT_TRUE(waitFor([&] {
@@ -584,8 +555,7 @@ TEST(NeedsReconcileTest, StatusAndBookkeepingAloneAreNoReason) {
 }
 
 TEST_F(ReconcilerTest, KeysSurviveAPassAndAreNeverCopiedAcrossRegions) {
-  json spec = twoRegions();
-  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  json spec = twoRegionsClusterIp();
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
   pass();
   const json first = get(*memberClient_, res::kSecrets, "world-tokyo-keys");
@@ -636,8 +606,7 @@ TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
 }
 
 TEST_F(ReconcilerTest, SpecChangesReachTheRegionsAndObservedGenerationAdvances) {
-  json spec = twoRegions();
-  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  json spec = twoRegionsClusterIp();
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
   pass();
   json tj = trainingJob();
@@ -681,8 +650,7 @@ TEST_F(ReconcilerTest, ConvergesThroughApiFaultsAcrossThreeClusters) {
                    {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "ml"}}}})
           .ok());
   clusters_.clients["oregon"] = oregonClient.get();
-  json spec = twoRegions();
-  spec["regions"][0]["gateway"] = {{"serviceType", "ClusterIP"}};
+  json spec = twoRegionsClusterIp();
   spec["regions"].push_back(
       {{"name", "oregon"}, {"cluster", "oregon"}, {"gateway", {{"serviceType", "ClusterIP"}}}});
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());

@@ -29,13 +29,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "controller/reconcile/render.h"
+#include "tests/support/yaml_json.h"
 
 namespace geo::reconcile {
 namespace {
@@ -53,34 +53,9 @@ bool updating() {
   return v != nullptr && std::string(v) == "1";
 }
 
-// ---- YAML -> JSON (as sigs.k8s.io/yaml resolves plain scalars) ----------
-
+// YAML -> JSON as Kubernetes reads manifests (tests/support/yaml_json.h).
 json yamlToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined: return nullptr;
-    case YAML::NodeType::Sequence: {
-      json out = json::array();
-      for (const auto& child : node) out.push_back(yamlToJson(child));
-      return out;
-    }
-    case YAML::NodeType::Map: {
-      json out = json::object();
-      for (const auto& kv : node) out[kv.first.as<std::string>()] = yamlToJson(kv.second);
-      return out;
-    }
-    case YAML::NodeType::Scalar: break;
-  }
-  const std::string s = node.Scalar();
-  if (node.Tag() == "!") return s;  // quoted or block scalar
-  if (s == "null" || s == "~" || s == "Null" || s == "NULL") return nullptr;
-  if (s == "true" || s == "True" || s == "TRUE") return true;
-  if (s == "false" || s == "False" || s == "FALSE") return false;
-  static const std::regex kInt(R"([-+]?[0-9]+)");
-  static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
-  if (std::regex_match(s, kInt)) return std::stoll(s);
-  if (std::regex_match(s, kFloat)) return std::stod(s);
-  return s;
+  return testapi::yamlNodeToJson(node);
 }
 
 // ---- JSON -> block YAML (kubectl-like; strings that could read as anything
