@@ -136,10 +136,28 @@ void exchange(Pair& p, int messages, const Payload& payload, uint64_t& round) {
     }
   }
   for (int i = 0; i < messages; ++i) {
-    auto m = p.b->receive(MessageKind::kUpdate, first + i, 0, std::chrono::seconds(60));
+    auto m = p.b->receive(MessageKind::kUpdate, first + i, 0, std::chrono::seconds(10));
     if (!m.ok()) {
       std::fprintf(stderr, "receive: %s\n", m.status().toString().c_str());
       ++failures;
+      // What each end saw, to tell a lost message from a refused one.
+      for (const Transport* t : {p.a.get(), p.b.get()}) {
+        const auto c = t->counters();
+        for (const auto& pc : t->peerCounters()) {
+          std::fprintf(stderr,
+                       "  rank %u -> %u: sent %llu B in %llu, received %llu B in %llu, queued "
+                       "%llu B, reconnects %llu; frames rejected %llu (%s)\n",
+                       t->rank(), pc.peer, static_cast<unsigned long long>(pc.bytesSent),
+                       static_cast<unsigned long long>(pc.messagesSent),
+                       static_cast<unsigned long long>(pc.bytesReceived),
+                       static_cast<unsigned long long>(pc.messagesReceived),
+                       static_cast<unsigned long long>(pc.queuedBytes),
+                       static_cast<unsigned long long>(pc.reconnects),
+                       static_cast<unsigned long long>(c.framesRejected),
+                       c.lastRejectReason.c_str());
+        }
+      }
+      return;
     }
   }
 }

@@ -4,15 +4,15 @@
 // Input layout, chosen so that one input drives every argument and every
 // branch of the decoder is reachable, including the accept path:
 //   byte  0     flags
-//                 bit 0: the actual payload size is the header's own
-//                        payloadBytes field (reaches the elementCount checks);
-//                        otherwise bytes 2..9
+//                 bit 0: the chunk size is the header's own payloadBytes
+//                        minus its payloadOffset (when that does not wrap;
+//                        reaches the elementCount checks); otherwise bytes 2..9
 //                 bit 1: maxPayloadBytes is bytes 10..17; otherwise 2^31
 //                 bit 2: the expected job hash is the header's own jobHash
 //                        field (gets past the job check); otherwise
 //                        jobIdHash("fuzz-job")
 //   byte  1     worldSize (0..255; 0 rejects every sender)
-//   bytes 2..9  actual payload size, little-endian
+//   bytes 2..9  chunk size, little-endian
 //   bytes 10..17 maxPayloadBytes, little-endian
 //   bytes 18..  the header frame, of any length (lengths other than 64 test
 //               the size check; ASan catches any read past its end, because
@@ -70,10 +70,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.maxPayloadBytes = (flags & 2) != 0 ? loadLe64(control + 10) : uint64_t{1} << 31;
   limits.jobHash = (flags & 4) != 0 && headerHasFields ? loadLe64(fields + 8)
                                                        : geo::transport::jobIdHash("fuzz-job");
-  const uint64_t payloadBytes =
-      (flags & 1) != 0 && headerHasFields ? loadLe64(fields + 48) : loadLe64(control + 2);
+  uint64_t chunkBytes = loadLe64(control + 2);
+  if ((flags & 1) != 0 && headerHasFields) {
+    const uint64_t payloadBytes = loadLe64(fields + 48);
+    const uint64_t payloadOffset = loadLe64(fields + 56);
+    chunkBytes = payloadOffset <= payloadBytes ? payloadBytes - payloadOffset : 0;
+  }
 
-  auto decoded = geo::transport::decodeFrameHeader(headerSpan, payloadBytes, limits);
+  auto decoded = geo::transport::decodeFrameHeader(headerSpan, chunkBytes, limits);
   if (!decoded.ok()) {
     check(!decoded.status().message().empty());
     return 0;
@@ -81,7 +85,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const geo::transport::FrameHeader& h = *decoded;
   check(headerSize == kFrameHeaderBytes);
-  check(h.payloadBytes == payloadBytes);
+  check(h.payloadOffset <= h.payloadBytes);
+  check(chunkBytes <= h.payloadBytes - h.payloadOffset);
+  check(chunkBytes > 0 || h.payloadBytes == 0);
   check(h.payloadBytes <= limits.maxPayloadBytes);
   check(h.jobHash == limits.jobHash);
   check(h.sender < limits.worldSize);

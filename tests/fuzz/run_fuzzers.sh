@@ -62,5 +62,9 @@ run_target() {
 
 build_target frame \
   tests/fuzz/frame_fuzzer.cc worker/transport/frame.cc common/status.cc common/enforce.cc
+build_target assembler \
+  tests/fuzz/assembler_fuzzer.cc worker/transport/assembler.cc worker/transport/buffer_pool.cc \
+  worker/transport/frame.cc common/status.cc common/enforce.cc
 run_target frame
+run_target assembler
 echo "run_fuzzers.sh: all fuzz targets passed"

@@ -1,11 +1,11 @@
 #pragma once
-// BufferPool: recycles the large buffers that received payloads are joined
-// into. A fresh buffer of tens of MiB is mapped by malloc and faulted in
-// page by page on first write (16,384 page faults for 64 MiB, which on a
-// virtual machine cost as much as the copy itself; `perf` showed them at a
-// quarter of a receiver's time); a recycled one is mapped already. A
-// worker receives payloads of the same sizes round after round, so the
-// pool settles at a handful of buffers.
+// BufferPool: recycles the large buffers that received payloads of several
+// chunks are reassembled in (PayloadAssembler). A fresh buffer of tens of
+// MiB is mapped by malloc and faulted in page by page on first write (16,384
+// page faults for 64 MiB, which on a virtual machine cost as much as the
+// copy itself; `perf` showed them at a quarter of a receiver's time); a
+// recycled one is mapped already. A worker receives payloads of the same
+// sizes round after round, so the pool settles at a handful of buffers.
 //
 // acquire() hands out a buffer of at least `size` bytes, owned by the
 // returned shared_ptr; when the last owner lets go, the buffer goes back to

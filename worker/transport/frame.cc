@@ -17,8 +17,8 @@ constexpr size_t kOffCodec = 36;
 constexpr size_t kOffReserved16 = 38;
 constexpr size_t kOffElementCount = 40;
 constexpr size_t kOffPayloadBytes = 48;
-constexpr size_t kOffReserved64 = 56;
-static_assert(kOffReserved64 + 8 == kFrameHeaderBytes);
+constexpr size_t kOffPayloadOffset = 56;
+static_assert(kOffPayloadOffset + 8 == kFrameHeaderBytes);
 
 // Explicit little-endian packing with shifts: the wire format does not depend
 // on the host's byte order or on struct layout, and no unaligned loads happen.
@@ -149,10 +149,10 @@ void encodeFrameHeader(const FrameHeader& h, std::span<std::byte, kFrameHeaderBy
   storeLe<uint16_t>(out, kOffReserved16, 0);
   storeLe<uint64_t>(out, kOffElementCount, h.elementCount);
   storeLe<uint64_t>(out, kOffPayloadBytes, h.payloadBytes);
-  storeLe<uint64_t>(out, kOffReserved64, 0);
+  storeLe<uint64_t>(out, kOffPayloadOffset, h.payloadOffset);
 }
 
-StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint64_t payloadBytes,
+StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint64_t chunkBytes,
                                         const FrameLimits& limits) {
   // Size first: every later read is in bounds only because of this check.
   if (header.size() != kFrameHeaderBytes) {
@@ -218,23 +218,26 @@ StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint6
                        fmt::format("reserved field at offset {} is {:#06x}, must be 0",
                                    kOffReserved16, reserved16));
   }
-  const uint64_t reserved64 = loadLe<uint64_t>(header, kOffReserved64);
-  if (reserved64 != 0) {
-    return headerError(StatusCode::kInvalidArgument,
-                       fmt::format("reserved field at offset {} is {:#018x}, must be 0",
-                                   kOffReserved64, reserved64));
-  }
 
-  const uint64_t headerPayloadBytes = loadLe<uint64_t>(header, kOffPayloadBytes);
-  if (headerPayloadBytes > limits.maxPayloadBytes) {
+  const uint64_t payloadBytes = loadLe<uint64_t>(header, kOffPayloadBytes);
+  if (payloadBytes > limits.maxPayloadBytes) {
     return headerError(StatusCode::kInvalidArgument,
-                       fmt::format("payloadBytes {} exceeds the limit of {} bytes",
-                                   headerPayloadBytes, limits.maxPayloadBytes));
+                       fmt::format("payloadBytes {} exceeds the limit of {} bytes", payloadBytes,
+                                   limits.maxPayloadBytes));
   }
-  if (headerPayloadBytes != payloadBytes) {
+  // Written without an addition, so that no offset, however large, overflows.
+  const uint64_t payloadOffset = loadLe<uint64_t>(header, kOffPayloadOffset);
+  if (payloadOffset > payloadBytes || chunkBytes > payloadBytes - payloadOffset) {
     return headerError(StatusCode::kDataLoss,
-                       fmt::format("payloadBytes is {} but the payload frame holds {} bytes",
-                                   headerPayloadBytes, payloadBytes));
+                       fmt::format("a chunk of {} bytes at payloadOffset {} does not fit in "
+                                   "payloadBytes {}",
+                                   chunkBytes, payloadOffset, payloadBytes));
+  }
+  if (chunkBytes == 0 && payloadBytes != 0) {
+    return headerError(StatusCode::kInvalidArgument,
+                       fmt::format("an empty chunk at payloadOffset {} of a payload of {} bytes: "
+                                   "only an empty payload has an empty chunk",
+                                   payloadOffset, payloadBytes));
   }
 
   const uint64_t elementCount = loadLe<uint64_t>(header, kOffElementCount);
@@ -248,7 +251,8 @@ StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint6
   h.sender = sender;
   h.codec = static_cast<CodecId>(codec);
   h.elementCount = elementCount;
-  h.payloadBytes = headerPayloadBytes;
+  h.payloadBytes = payloadBytes;
+  h.payloadOffset = payloadOffset;
   return h;
 }
 

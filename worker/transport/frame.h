@@ -1,9 +1,21 @@
 #pragma once
 // The geotrain wire frame: a fixed, versioned 64-byte binary header followed
-// by the payload. A message on the wire is one ZeroMQ multipart message:
-// [header][payload chunk]...[payload chunk], at least one chunk (possibly
-// empty); the chunks concatenated are the payload. The sender slices the
-// payload into chunks without copying it.
+// by the payload. A payload travels as one or more ZeroMQ messages of two
+// frames each, [header][chunk], sent in order on one connection: the chunk at
+// byte payloadOffset of a payload of payloadBytes. A payload of up to 4 MiB is
+// one message (offset 0, the whole payload; an empty payload is one empty
+// chunk); a larger one is cut into 4 MiB chunks, each with its own header
+// that differs only in payloadOffset. The sender slices the payload into
+// chunks without copying it; the receiver (PayloadAssembler) copies each chunk
+// into place as it arrives and lets the chunk go, so neither end ever holds a
+// large payload twice, and no ZeroMQ message is larger than a chunk.
+//
+// Why chunks are messages rather than frames of one multipart message:
+// ZeroMQ delivers a multipart message only once all of its frames are in, so
+// a receiver held every frame of a 64 MiB payload (and ZeroMQ allocated them
+// all) before it could copy any out; those allocations were freed and faulted
+// in again for every payload, a quarter of the receiver's time on a VM
+// (geo_transport_bench, docs in README "WAN emulation").
 //
 // Header layout (little-endian, packed, kFrameHeaderBytes = 64):
 //   off size field
@@ -17,21 +29,23 @@
 //    36    2 codec            CodecId of the payload
 //    38    2 reserved         must be 0
 //    40    8 elementCount     values encoded in the payload
-//    48    8 payloadBytes     length of the payload frame
-//    56    8 reserved         must be 0
+//    48    8 payloadBytes     length of the whole payload
+//    56    8 payloadOffset    where this message's chunk starts in the payload
+//                             (version 2; reserved and 0 in version 1)
 //
 // decodeFrameHeader validates every field against what the receiver expects
 // and returns a Status that names the field, the value and what was allowed.
 // It never reads outside the given bytes and never throws. The code tells the
 // caller what kind of failure it was:
 //   kDataLoss          the bytes are not what the sender wrote: a header frame
-//                      that is not 64 bytes, or a payload frame whose size
-//                      differs from the header's payloadBytes;
+//                      that is not 64 bytes, or a chunk that does not fit in
+//                      the payload at its offset;
 //   kPermissionDenied  a well-formed frame of another job (jobHash differs);
 //   kInvalidArgument   everything else: bad magic, an unsupported version,
-//                      kind or codec, non-zero reserved fields, a sender rank
-//                      outside the world, payloadBytes above the limit, or an
-//                      elementCount that does not fit the codec.
+//                      kind or codec, a non-zero reserved field, a sender rank
+//                      outside the world, payloadBytes above the limit, an
+//                      elementCount that does not fit the codec, or an empty
+//                      chunk of a payload that is not empty.
 // Size, magic and version are checked before anything else, so a frame of
 // another protocol version is reported as such rather than as garbage.
 
@@ -45,7 +59,10 @@
 namespace geo::transport {
 
 inline constexpr uint32_t kFrameMagic = 0x544F4547u;  // "GEOT" little-endian
-inline constexpr uint16_t kFrameVersion = 1;
+inline constexpr uint16_t kFrameVersion = 2;
+// The largest chunk a sender puts in one message (the last one may be
+// shorter). Receivers refuse larger ZeroMQ frames (ZMQ_MAXMSGSIZE).
+inline constexpr size_t kMaxChunkBytes = size_t{1} << 22;
 inline constexpr size_t kFrameHeaderBytes = 64;
 
 // Message kinds. Values below kFirstUserKind are the transport's own.
@@ -81,7 +98,8 @@ struct FrameHeader {
   uint32_t sender = 0;
   CodecId codec = CodecId::kRaw;
   uint64_t elementCount = 0;
-  uint64_t payloadBytes = 0;
+  uint64_t payloadBytes = 0;   // the whole payload
+  uint64_t payloadOffset = 0;  // where this message's chunk starts in it
 };
 
 // 64-bit FNV-1a of the job id: cheap, stable across builds and hosts.
@@ -98,16 +116,16 @@ struct FrameLimits {
   uint64_t maxPayloadBytes = uint64_t{1} << 31;
 };
 
-// Parses and validates a header frame. `payloadBytes` is the size of the
-// payload actually received (all chunks); it must equal the header's
-// payloadBytes.
+// Parses and validates a header frame. `chunkBytes` is the size of the chunk
+// that came with it: payloadOffset + chunkBytes must not pass the header's
+// payloadBytes, and a chunk is empty only when the payload is.
 // For kRaw / kFp32 / kFp16 / kBf16 the element count must match the payload
 // size exactly (1, 4, 2, 2 bytes per value); for kQsgd, whose exact size
 // depends on the job's bits and bucket size, it must satisfy
 // ceil(elementCount * 2 / 8) <= payloadBytes (2 bits per value at least).
 // Returns the header or an error naming the field, its value and what is
 // allowed.
-StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint64_t payloadBytes,
+StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint64_t chunkBytes,
                                         const FrameLimits& limits);
 
 }  // namespace geo::transport

@@ -25,6 +25,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/logging.h"
+#include "worker/transport/assembler.h"
 #include "worker/transport/buffer_pool.h"
 #include "worker/transport/keys.h"
 
@@ -44,12 +45,12 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Payloads travel as frames of at most 4 MiB: CURVE encrypts each frame into
-// a buffer of its own, and buffers below glibc's 32 MiB mmap ceiling are
-// recycled by malloc instead of being mapped, faulted in and unmapped for
-// every message (64 MiB frames ran at half this throughput), and encrypting
-// one chunk overlaps sending the previous one.
-constexpr size_t kChunkBytes = size_t{1} << 22;
+// Payloads travel in chunks of at most kMaxChunkBytes (frame.h), one message
+// each: CURVE encrypts each message into a buffer of its own, and buffers
+// below glibc's 32 MiB mmap ceiling are recycled by malloc instead of being
+// mapped, faulted in and unmapped for every message (64 MiB frames ran at half
+// this throughput); encrypting one chunk overlaps sending the previous one;
+// and the receiver copies each chunk out as it arrives.
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "geotrain";
 constexpr int kMonitorEvents =
@@ -74,9 +75,10 @@ std::string bytesKey(const void* data, size_t size) {
 }
 
 struct Outgoing {
-  std::array<std::byte, kFrameHeaderBytes> header{};
+  FrameHeader header;
   Payload payload;
   Clock::time_point release;
+  size_t chunksSent = 0;  // chunks ZeroMQ took so far; the rest go on POLLOUT
 };
 
 struct PeerState {
@@ -158,8 +160,10 @@ class ZmqTransport final : public Transport {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> closed_{false};
 
-  // Buffers of joined multi-chunk payloads: at most 4 idle, 256 MiB.
+  // Payloads of several chunks are copied into buffers from this pool: at
+  // most 4 idle, 256 MiB. The assembler is the I/O thread's.
   std::shared_ptr<BufferPool> joinBuffers_ = BufferPool::create(4, size_t{256} << 20);
+  PayloadAssembler assembler_{limits_.worldSize, joinBuffers_};
 
   mutable std::mutex inboxMu_;
   std::condition_variable inboxCv_;
@@ -249,8 +253,15 @@ Status ZmqTransport::start() {
 
     router_.emplace(ctx_, zmq::socket_type::router);
     router_->set(zmq::sockopt::linger, 0);
+    // No frame a peer sends is larger than a chunk: anything larger is not
+    // geotrain's, and ZeroMQ drops the connection before buffering it. The
+    // 256 bytes are room for the security mechanism's framing (a CURVE
+    // MESSAGE adds 33 bytes to the frame it carries).
     router_->set(zmq::sockopt::maxmsgsize,
-                 static_cast<int64_t>(cfg_.maxPayloadBytes + kFrameHeaderBytes));
+                 static_cast<int64_t>(
+                     std::max<uint64_t>(kFrameHeaderBytes,
+                                        std::min<uint64_t>(cfg_.maxPayloadBytes, kMaxChunkBytes)) +
+                     256));
     if (cfg_.encrypt) {
       router_->set(zmq::sockopt::curve_server, 1);
       setCurveKey(*router_, zmq::sockopt::curve_secretkey, cfg_.secretKey);
@@ -351,7 +362,7 @@ Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payloa
     }
     if (closed_ || stopping_) return Status(StatusCode::kCancelled, "transport: closed");
     Outgoing o;
-    encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(o.header));
+    o.header = h;
     o.payload = std::move(payload);
     auto now = Clock::now();
     if (!cfg_.uplinkPeers.empty() && cfg_.uplinkPeers[peer] && cfg_.uplink.shaped()) {
@@ -514,16 +525,14 @@ void ZmqTransport::handleInbound() {
       return;
     }
     if (!got) return;
-    if (parts.size() < 3) {
-      reject(fmt::format("expected a header frame and payload frames, got {} frame(s)",
+    if (parts.size() != 3) {
+      reject(fmt::format("expected a header frame and a chunk frame, got {} frame(s)",
                          parts.size() - 1));
       continue;
     }
-    uint64_t payloadSize = 0;
-    for (size_t i = 2; i < parts.size(); ++i) payloadSize += parts[i].size();
     auto header = decodeFrameHeader(
         std::span<const std::byte>(static_cast<const std::byte*>(parts[1].data()), parts[1].size()),
-        payloadSize, limits_);
+        parts[2].size(), limits_);
     if (!header.ok()) {
       reject(header.status().message());
       continue;
@@ -542,27 +551,17 @@ void ZmqTransport::handleInbound() {
       continue;
     }
     PeerState& p = peers_[header->sender];
-    p.bytesReceived += kFrameHeaderBytes + payloadSize;
-    ++p.messagesReceived;
+    p.bytesReceived += kFrameHeaderBytes + parts[2].size();
 
-    // One chunk is handed out as is; several are joined (one copy).
-    Payload body;
-    if (parts.size() == 3) {
-      auto msg = std::make_shared<zmq::message_t>(std::move(parts[2]));
-      const std::span<const std::byte> view(static_cast<const std::byte*>(msg->data()),
-                                            msg->size());
-      body = Payload(std::move(msg), view);
-    } else {
-      // Uninitialized (every byte is written below), recycled when it can be.
-      std::shared_ptr<std::byte[]> joined = joinBuffers_->acquire(payloadSize);
-      size_t off = 0;
-      for (size_t i = 2; i < parts.size(); ++i) {
-        std::memcpy(joined.get() + off, parts[i].data(), parts[i].size());
-        off += parts[i].size();
-      }
-      const std::span<const std::byte> view(joined.get(), payloadSize);
-      body = Payload(std::shared_ptr<const void>(joined), view);
-    }
+    // The chunk's message is let go as soon as it is copied into place; a
+    // payload of one chunk is handed out as is.
+    auto msg = std::make_shared<zmq::message_t>(std::move(parts[2]));
+    const std::span<const std::byte> view(static_cast<const std::byte*>(msg->data()), msg->size());
+    auto added = assembler_.add(*header, Payload(std::move(msg), view));
+    if (!added.dropped.ok()) reject(added.dropped.message());
+    if (!added.complete) continue;
+    Payload body = std::move(*added.complete);
+    ++p.messagesReceived;
 
     if (header->kind == MessageKind::kPing) {
       FrameHeader pong = *header;
@@ -619,41 +618,51 @@ std::optional<Clock::time_point> ZmqTransport::flush(uint32_t peer, Clock::time_
       p.queue.pop_front();
     }
     const uint64_t bytes = kFrameHeaderBytes + o.payload.size();
-    bool sent = false;
+    const size_t size = o.payload.size();
+    const size_t chunks = std::max<size_t>(1, (size + kMaxChunkBytes - 1) / kMaxChunkBytes);
+    uint64_t wireBytes = 0;  // headers and chunks ZeroMQ took in this call
+    bool sent = true;
     try {
-      const size_t size = o.payload.size();
-      const size_t chunks = std::max<size_t>(1, (size + kChunkBytes - 1) / kChunkBytes);
-      sent = p.dealer
-                 ->send(zmq::buffer(o.header.data(), o.header.size()),
+      // Each chunk is one [header][chunk] message. The chunks of a payload
+      // go out back to back: nothing else is sent to this peer before its
+      // last one (the queue's head stays until then).
+      for (; o.chunksSent < chunks; ++o.chunksSent) {
+        const size_t off = o.chunksSent * kMaxChunkBytes;
+        const size_t len = std::min(kMaxChunkBytes, size - std::min(size, off));
+        std::array<std::byte, kFrameHeaderBytes> header;
+        FrameHeader h = o.header;
+        h.payloadOffset = off;
+        encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(header));
+        if (!p.dealer
+                 ->send(zmq::buffer(header.data(), header.size()),
                         zmq::send_flags::sndmore | zmq::send_flags::dontwait)
-                 .has_value();
-      // Once the first frame is accepted ZeroMQ accepts the whole message.
-      for (size_t c = 0; sent && c < chunks; ++c) {
-        const size_t off = c * kChunkBytes;
-        const size_t len = std::min(kChunkBytes, size - std::min(size, off));
-        // Zero copy: each chunk frame references the payload and keeps its
+                 .has_value()) {
+          sent = false;  // no live connection or HWM reached
+          break;
+        }
+        // Once the first frame is accepted ZeroMQ accepts the whole message.
+        // Zero copy: the chunk frame references the payload and keeps its
         // owner alive until ZeroMQ has encrypted and sent it.
         auto* keep = new Payload(o.payload.owner(), o.payload.bytes().subspan(off, len));
         zmq::message_t chunk(
             const_cast<std::byte*>(keep->data()), keep->size(),
             [](void*, void* hint) { delete static_cast<Payload*>(hint); }, keep);
-        (void)p.dealer->send(chunk, c + 1 < chunks
-                                        ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
-                                        : zmq::send_flags::dontwait);
+        (void)p.dealer->send(chunk, zmq::send_flags::dontwait);
+        wireBytes += kFrameHeaderBytes + len;
       }
     } catch (const zmq::error_t& e) {
       logger()->warn("transport rank {}: send to rank {} failed: {}", cfg_.rank, peer, e.what());
-      sent = true;  // drop it: at-most-once delivery
+      sent = true;  // drop the rest: at-most-once delivery
     }
     std::lock_guard lock(p.mu);
-    if (!sent) {  // no live connection or HWM reached: retry on POLLOUT
+    p.bytesSent += wireBytes;
+    if (!sent) {  // retry the remaining chunks on POLLOUT
       p.queue.push_front(std::move(o));
       p.blocked = true;
       return std::nullopt;
     }
     p.queuedBytes -= bytes;
     p.space.notify_all();
-    p.bytesSent += bytes;
     ++p.messagesSent;
   }
 }
@@ -678,10 +687,9 @@ void ZmqTransport::dropQueuedPings() {
   for (auto& p : peers_) {
     std::lock_guard lock(p.mu);
     std::erase_if(p.queue, [&](const Outgoing& o) {
-      const auto kind = static_cast<uint16_t>(o.header[6]) | static_cast<uint16_t>(o.header[7])
-                                                                 << 8;
-      const bool ping = kind == static_cast<uint16_t>(MessageKind::kPing) ||
-                        kind == static_cast<uint16_t>(MessageKind::kPong);
+      // A payload partly handed to ZeroMQ goes on: its chunks must not stop.
+      const bool ping = o.chunksSent == 0 && (o.header.kind == MessageKind::kPing ||
+                                              o.header.kind == MessageKind::kPong);
       if (ping) p.queuedBytes -= kFrameHeaderBytes + o.payload.size();
       return ping;
     });

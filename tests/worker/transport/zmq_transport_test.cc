@@ -53,7 +53,18 @@ TEST_P(TransportExchange, AllPairsManySizes) {
   World w(static_cast<size_t>(n));
   auto ts = startWorld(w);
   ASSERT_EQ(ts.size(), static_cast<size_t>(n));
-  const std::vector<size_t> sizes = {0, 1, 63, 64, 4096, 1 << 20, (3 << 20) + 7};
+  // Around the chunk size too: one whole chunk, one byte more (a chunk of
+  // one byte follows), and three chunks.
+  const std::vector<size_t> sizes = {0,
+                                     1,
+                                     63,
+                                     64,
+                                     4096,
+                                     1 << 20,
+                                     (3 << 20) + 7,
+                                     kMaxChunkBytes,
+                                     kMaxChunkBytes + 1,
+                                     2 * kMaxChunkBytes + 5};
   for (int s = 0; s < n; ++s) {
     for (int d = 0; d < n; ++d) {
       if (s == d) continue;
@@ -80,11 +91,19 @@ TEST_P(TransportExchange, AllPairsManySizes) {
       }
     }
   }
-  // Counters agree between the two ends of every pair.
+  // Every payload was counted, with a header per chunk (pings come on top).
+  uint64_t wireBytes = 0;
+  for (size_t size : sizes) {
+    wireBytes += size + kFrameHeaderBytes *
+                            std::max<size_t>(1, (size + kMaxChunkBytes - 1) / kMaxChunkBytes);
+  }
   for (int s = 0; s < n; ++s) {
     for (const auto& c : ts[s]->peerCounters()) {
+      if (c.peer == static_cast<uint32_t>(s)) continue;
       EXPECT_GE(c.messagesSent, sizes.size());
-      EXPECT_GE(c.bytesSent, 64 * sizes.size() + (1 << 20) + (3 << 20));
+      EXPECT_GE(c.bytesSent, wireBytes);
+      EXPECT_GE(c.messagesReceived, sizes.size());
+      EXPECT_GE(c.bytesReceived, wireBytes);
     }
   }
 }
@@ -314,15 +333,21 @@ TEST(TransportSecurity, MalformedFramesAreRejectedAndServingContinues) {
   oversized.payloadBytes = uint64_t{1} << 40;
   FrameHeader spoofed = validHeader(0, 1, 4);  // claims to be rank 0
   FrameHeader outOfRange = validHeader(5, 1, 4);
+  FrameHeader pastTheEnd = validHeader(1, 1, 4);
+  pastTheEnd.payloadOffset = 2;
+  FrameHeader noStart = validHeader(1, 1, 8);
+  noStart.payloadOffset = 4;
   const std::vector<Case> cases = {
-      {{pattern(10, 1)}, "expected a header frame and payload frames, got 1"},
+      {{pattern(10, 1)}, "expected a header frame and a chunk frame, got 1"},
       {{pattern(30, 2), pattern(4, 2)}, "header"},
       {{wrongVersionBytes, pattern(4, 3)}, "version"},
       {{headerBytes(otherJob), pattern(4, 4)}, "job"},
       {{headerBytes(oversized), pattern(4, 5)}, "payload"},
       {{headerBytes(spoofed), pattern(4, 6)}, "authenticated as 1"},
       {{headerBytes(outOfRange), pattern(4, 7)}, "sender"},
-      {{headerBytes(validHeader(1, 1, 4)), pattern(4, 8), pattern(4, 8)}, "payload"},
+      {{headerBytes(validHeader(1, 1, 4)), pattern(4, 8), pattern(4, 8)}, "got 3 frame(s)"},
+      {{headerBytes(pastTheEnd), pattern(4, 9)}, "does not fit"},
+      {{headerBytes(noStart), pattern(4, 10)}, "no payload in progress"},
   };
   uint64_t rejected = 0;
   for (const auto& c : cases) {
@@ -339,6 +364,41 @@ TEST(TransportSecurity, MalformedFramesAreRejectedAndServingContinues) {
   auto m = (*t)->receive(MessageKind::kUpdate, 42, 1, 5s);
   ASSERT_TRUE(m.ok()) << m.status().toString();
   EXPECT_TRUE(sameBytes(m->payload.bytes(), payload));
+}
+
+// The chunked wire format as frame.h documents it, written by hand: a
+// payload in chunks of any size, each [header with its payloadOffset][chunk],
+// arrives whole; an unfinished one is dropped when the next begins.
+TEST(TransportSecurity, ChunksWrittenByHandArriveAsOnePayload) {
+  World w(2);
+  auto t = makeZmqTransport(w.config(0));
+  ASSERT_TRUE(t.ok());
+  RawClient client(w.endpoints[0], w.keys[0].publicKey, w.keys[1]);
+  const auto payload = pattern(1000, 5);
+  auto sendChunk = [&](uint64_t round, uint64_t offset, uint64_t size) {
+    FrameHeader h = validHeader(1, round, payload.size());
+    h.payloadOffset = offset;
+    client.sendFrames({headerBytes(h), std::vector<std::byte>(payload.begin() + offset,
+                                                              payload.begin() + offset + size)});
+  };
+  sendChunk(7, 0, 100);
+  sendChunk(7, 100, 899);
+  sendChunk(7, 999, 1);
+  auto m = (*t)->receive(MessageKind::kUpdate, 7, 1, 5s);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), payload));
+  EXPECT_EQ(m->header.payloadBytes, 1000u);
+
+  sendChunk(8, 0, 500);  // never finished
+  sendChunk(9, 0, 1000);
+  m = (*t)->receive(MessageKind::kUpdate, 9, 1, 5s);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), payload));
+  EXPECT_EQ((*t)->counters().framesRejected, 1u);
+  EXPECT_NE((*t)->counters().lastRejectReason.find("round 8 from rank 1 ended after 500 of 1000"),
+            std::string::npos)
+      << (*t)->counters().lastRejectReason;
+  EXPECT_FALSE((*t)->receive(MessageKind::kUpdate, 8, 1, 100ms).ok());
 }
 
 // Link emulation: 50 ms one way in each direction is a 100 ms round trip,

@@ -1,0 +1,204 @@
+#include "worker/transport/assembler.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/enforce.h"
+
+namespace geo::transport {
+namespace {
+
+std::vector<std::byte> bytesOf(size_t size, uint32_t seed) {
+  std::vector<std::byte> out(size);
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& b : out) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<std::byte>(x >> 24);
+  }
+  return out;
+}
+
+FrameHeader headerFor(uint32_t sender, uint64_t round, uint64_t payloadBytes, uint64_t offset = 0) {
+  FrameHeader h;
+  h.kind = MessageKind::kUpdate;
+  h.round = round;
+  h.step = 7 * round;
+  h.sender = sender;
+  h.codec = CodecId::kRaw;
+  h.elementCount = payloadBytes;
+  h.payloadBytes = payloadBytes;
+  h.payloadOffset = offset;
+  return h;
+}
+
+// The chunk [offset, offset + size) of `payload`, as its own Payload (a copy,
+// as a received ZeroMQ message would be).
+Payload chunkOf(const std::vector<std::byte>& payload, size_t offset, size_t size) {
+  return Payload::copyOf(std::span<const std::byte>(payload).subspan(offset, size));
+}
+
+bool sameBytes(const Payload& p, const std::vector<std::byte>& expected) {
+  return p.size() == expected.size() &&
+         std::equal(p.bytes().begin(), p.bytes().end(), expected.begin());
+}
+
+// Feeds `payload` from `sender` in chunks of the given sizes and returns what
+// the last add() gave back; every earlier add() must give back nothing.
+PayloadAssembler::Added feed(PayloadAssembler& a, uint32_t sender, uint64_t round,
+                             const std::vector<std::byte>& payload,
+                             const std::vector<size_t>& chunks) {
+  size_t offset = 0;
+  PayloadAssembler::Added last;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    last = a.add(headerFor(sender, round, payload.size(), offset),
+                 chunkOf(payload, offset, chunks[i]));
+    EXPECT_TRUE(last.dropped.ok()) << last.dropped.toString();
+    if (i + 1 < chunks.size()) {
+      EXPECT_FALSE(last.complete.has_value()) << "after chunk " << i;
+    }
+    offset += chunks[i];
+  }
+  return last;
+}
+
+TEST(PayloadAssembler, HandsBackAOneChunkPayloadWithoutACopy) {
+  PayloadAssembler a(4, BufferPool::create(4, 1 << 20));
+  const auto payload = bytesOf(1000, 1);
+  Payload chunk = chunkOf(payload, 0, 1000);
+  const std::byte* data = chunk.data();
+  auto added = a.add(headerFor(1, 5, 1000), std::move(chunk));
+  ASSERT_TRUE(added.dropped.ok());
+  ASSERT_TRUE(added.complete.has_value());
+  EXPECT_EQ(added.complete->data(), data);
+  EXPECT_TRUE(sameBytes(*added.complete, payload));
+  EXPECT_EQ(a.unfinished(), 0u);
+}
+
+TEST(PayloadAssembler, HandsBackAnEmptyPayload) {
+  PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
+  auto added = a.add(headerFor(0, 1, 0), Payload());
+  ASSERT_TRUE(added.dropped.ok());
+  ASSERT_TRUE(added.complete.has_value());
+  EXPECT_EQ(added.complete->size(), 0u);
+}
+
+TEST(PayloadAssembler, JoinsChunksInOrderIntoARecycledBuffer) {
+  auto pool = BufferPool::create(4, 1 << 20);
+  PayloadAssembler a(4, pool);
+  const auto first = bytesOf(10000, 2);
+  // Uneven chunks, the last one short, as the sender cuts them.
+  auto added = feed(a, 3, 1, first, {4096, 4096, 1808});
+  ASSERT_TRUE(added.complete.has_value());
+  EXPECT_TRUE(sameBytes(*added.complete, first));
+  const std::byte* buffer = added.complete->data();
+  EXPECT_EQ(a.unfinished(), 0u);
+  added.complete.reset();  // the buffer goes back to the pool
+
+  const auto second = bytesOf(9000, 3);
+  added = feed(a, 3, 2, second, {1, 8998, 1});
+  ASSERT_TRUE(added.complete.has_value());
+  EXPECT_TRUE(sameBytes(*added.complete, second));
+  EXPECT_EQ(added.complete->data(), buffer);
+  EXPECT_EQ(pool->reused(), 1u);
+}
+
+TEST(PayloadAssembler, KeepsEachSendersPayloadApart) {
+  PayloadAssembler a(3, BufferPool::create(4, 1 << 20));
+  const auto fromOne = bytesOf(300, 4);
+  const auto fromTwo = bytesOf(500, 5);
+  EXPECT_FALSE(a.add(headerFor(1, 9, 300, 0), chunkOf(fromOne, 0, 100)).complete);
+  EXPECT_FALSE(a.add(headerFor(2, 9, 500, 0), chunkOf(fromTwo, 0, 250)).complete);
+  EXPECT_EQ(a.unfinished(), 2u);
+  EXPECT_EQ(a.unfinishedBytes(), 800u);
+  EXPECT_FALSE(a.add(headerFor(1, 9, 300, 100), chunkOf(fromOne, 100, 100)).complete);
+  auto two = a.add(headerFor(2, 9, 500, 250), chunkOf(fromTwo, 250, 250));
+  auto one = a.add(headerFor(1, 9, 300, 200), chunkOf(fromOne, 200, 100));
+  ASSERT_TRUE(one.complete && two.complete);
+  EXPECT_TRUE(one.dropped.ok() && two.dropped.ok());
+  EXPECT_TRUE(sameBytes(*one.complete, fromOne));
+  EXPECT_TRUE(sameBytes(*two.complete, fromTwo));
+  EXPECT_EQ(a.unfinished(), 0u);
+  EXPECT_EQ(a.unfinishedBytes(), 0u);
+}
+
+TEST(PayloadAssembler, ANewPayloadDropsTheUnfinishedOne) {
+  PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
+  const auto old = bytesOf(100, 6);
+  const auto next = bytesOf(60, 7);
+  EXPECT_FALSE(a.add(headerFor(1, 3, 100, 0), chunkOf(old, 0, 40)).complete);
+  // The sender restarted: its next payload begins (here whole in one chunk).
+  auto added = a.add(headerFor(1, 4, 60, 0), chunkOf(next, 0, 60));
+  ASSERT_TRUE(added.complete.has_value());
+  EXPECT_TRUE(sameBytes(*added.complete, next));
+  EXPECT_EQ(added.dropped.code(), StatusCode::kDataLoss);
+  for (const char* mention :
+       {"update payload of round 3 from rank 1", "after 40 of 100 bytes", "a new payload began"}) {
+    EXPECT_NE(added.dropped.message().find(mention), std::string::npos) << added.dropped.message();
+  }
+  EXPECT_EQ(a.unfinished(), 0u);
+}
+
+TEST(PayloadAssembler, DropsAChunkWithNoPayloadInProgress) {
+  PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
+  const auto payload = bytesOf(100, 8);
+  auto added = a.add(headerFor(1, 3, 100, 40), chunkOf(payload, 40, 60));
+  EXPECT_FALSE(added.complete.has_value());
+  EXPECT_EQ(added.dropped.code(), StatusCode::kDataLoss);
+  EXPECT_NE(added.dropped.message().find("offset 40"), std::string::npos);
+  EXPECT_NE(added.dropped.message().find("no payload in progress"), std::string::npos);
+  EXPECT_EQ(a.unfinished(), 0u);
+}
+
+TEST(PayloadAssembler, ALostChunkDropsThePayload) {
+  PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
+  const auto payload = bytesOf(300, 9);
+  EXPECT_FALSE(a.add(headerFor(1, 3, 300, 0), chunkOf(payload, 0, 100)).complete);
+  // [100, 200) never came.
+  auto added = a.add(headerFor(1, 3, 300, 200), chunkOf(payload, 200, 100));
+  EXPECT_FALSE(added.complete.has_value());
+  EXPECT_EQ(added.dropped.code(), StatusCode::kDataLoss);
+  EXPECT_NE(added.dropped.message().find("next offset 100"), std::string::npos)
+      << added.dropped.message();
+  EXPECT_EQ(a.unfinished(), 0u);
+  // What follows is not put together into something that never was sent.
+  added = a.add(headerFor(1, 3, 300, 100), chunkOf(payload, 100, 100));
+  EXPECT_FALSE(added.complete.has_value());
+  EXPECT_FALSE(added.dropped.ok());
+}
+
+TEST(PayloadAssembler, AChunkOfAnotherPayloadAtTheRightOffsetIsDropped) {
+  PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
+  const auto payload = bytesOf(200, 10);
+  // Every field a chunk repeats must match the payload in progress.
+  const std::vector<std::pair<std::string, void (*)(FrameHeader&)>> changes = {
+      {"round", [](FrameHeader& h) { ++h.round; }},
+      {"step", [](FrameHeader& h) { ++h.step; }},
+      {"kind", [](FrameHeader& h) { h.kind = MessageKind::kGossip; }},
+      {"codec", [](FrameHeader& h) { h.codec = CodecId::kQsgd; }},
+      {"elementCount", [](FrameHeader& h) { --h.elementCount; }},
+      {"payloadBytes", [](FrameHeader& h) { h.payloadBytes += 10; }},
+  };
+  for (const auto& [field, change] : changes) {
+    EXPECT_FALSE(a.add(headerFor(1, 3, 200, 0), chunkOf(payload, 0, 100)).complete);
+    FrameHeader h = headerFor(1, 3, 200, 100);
+    change(h);
+    auto added = a.add(h, chunkOf(payload, 100, 100));
+    EXPECT_FALSE(added.complete.has_value()) << field;
+    EXPECT_NE(added.dropped.message().find("does not continue"), std::string::npos)
+        << field << ": " << added.dropped.message();
+    EXPECT_EQ(a.unfinished(), 0u) << field;
+  }
+}
+
+TEST(PayloadAssembler, RefusesInputOutsideItsContract) {
+  PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
+  const auto payload = bytesOf(10, 11);
+  EXPECT_THROW(a.add(headerFor(2, 1, 10), chunkOf(payload, 0, 10)), geo::Error);     // rank 2 of 2
+  EXPECT_THROW(a.add(headerFor(1, 1, 10, 5), chunkOf(payload, 0, 10)), geo::Error);  // past the end
+  EXPECT_THROW(PayloadAssembler(2, nullptr), geo::Error);
+}
+
+}  // namespace
+}  // namespace geo::transport

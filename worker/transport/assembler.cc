@@ -1,0 +1,88 @@
+#include "worker/transport/assembler.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "common/enforce.h"
+
+namespace geo::transport {
+namespace {
+
+// The fields every chunk of one payload repeats unchanged.
+bool samePayload(const FrameHeader& a, const FrameHeader& b) {
+  return a.kind == b.kind && a.round == b.round && a.step == b.step && a.codec == b.codec &&
+         a.elementCount == b.elementCount && a.payloadBytes == b.payloadBytes;
+}
+
+std::string describe(const FrameHeader& h) {
+  return fmt::format("{} payload of round {} from rank {}", messageKindName(h.kind), h.round,
+                     h.sender);
+}
+
+}  // namespace
+
+PayloadAssembler::PayloadAssembler(uint32_t worldSize, std::shared_ptr<BufferPool> pool)
+    : bySender_(worldSize), pool_(std::move(pool)) {
+  GEO_ENFORCE(pool_ != nullptr, "PayloadAssembler needs a buffer pool");
+}
+
+PayloadAssembler::Added PayloadAssembler::add(const FrameHeader& h, Payload chunk) {
+  GEO_ENFORCE(h.sender < bySender_.size(), "sender rank {} is outside the world of {}", h.sender,
+              bySender_.size());
+  GEO_ENFORCE(h.payloadOffset <= h.payloadBytes && chunk.size() <= h.payloadBytes - h.payloadOffset,
+              "a chunk of {} bytes at offset {} does not fit in {} bytes", chunk.size(),
+              h.payloadOffset, h.payloadBytes);
+  Added out;
+  std::optional<Unfinished>& slot = bySender_[h.sender];
+
+  if (h.payloadOffset == 0) {
+    if (slot) {
+      out.dropped =
+          Status(StatusCode::kDataLoss,
+                 fmt::format("{} ended after {} of {} bytes: a new payload began",
+                             describe(slot->header), slot->filled, slot->header.payloadBytes));
+      slot.reset();
+    }
+    if (chunk.size() == h.payloadBytes) {
+      out.complete = std::move(chunk);
+      return out;
+    }
+    Unfinished u{h, pool_->acquire(h.payloadBytes), 0};
+    slot = std::move(u);
+  } else if (!slot || !samePayload(slot->header, h) || slot->filled != h.payloadOffset) {
+    out.dropped = Status(
+        StatusCode::kDataLoss,
+        slot ? fmt::format("a chunk at offset {} of a {} does not continue the {} in progress "
+                           "(next offset {}); both dropped",
+                           h.payloadOffset, describe(h), describe(slot->header), slot->filled)
+             : fmt::format("a chunk at offset {} of a {} arrived with no payload in progress "
+                           "(its first chunk was lost); dropped",
+                           h.payloadOffset, describe(h)));
+    slot.reset();
+    return out;
+  }
+
+  std::memcpy(slot->buffer.get() + slot->filled, chunk.data(), chunk.size());
+  slot->filled += chunk.size();
+  if (slot->filled == slot->header.payloadBytes) {
+    const std::span<const std::byte> view(slot->buffer.get(), slot->filled);
+    out.complete = Payload(std::shared_ptr<const void>(std::move(slot->buffer)), view);
+    slot.reset();
+  }
+  return out;
+}
+
+size_t PayloadAssembler::unfinished() const {
+  size_t n = 0;
+  for (const auto& u : bySender_) n += u.has_value();
+  return n;
+}
+
+uint64_t PayloadAssembler::unfinishedBytes() const {
+  uint64_t n = 0;
+  for (const auto& u : bySender_) n += u ? u->header.payloadBytes : 0;
+  return n;
+}
+
+}  // namespace geo::transport
