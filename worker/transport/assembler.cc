@@ -34,9 +34,11 @@ PayloadAssembler::Added PayloadAssembler::add(const FrameHeader& h, Payload chun
               "a chunk of {} bytes at offset {} does not fit in {} bytes", chunk.size(),
               h.payloadOffset, h.payloadBytes);
   Added out;
-  std::optional<Unfinished>& slot = bySender_[h.sender];
+  Sender& sender = bySender_[h.sender];
+  std::optional<Unfinished>& slot = sender.unfinished;
 
   if (h.payloadOffset == 0) {
+    sender.dropped.reset();
     if (slot) {
       out.dropped =
           Status(StatusCode::kDataLoss,
@@ -50,16 +52,20 @@ PayloadAssembler::Added PayloadAssembler::add(const FrameHeader& h, Payload chun
     }
     Unfinished u{h, pool_->acquire(h.payloadBytes), 0};
     slot = std::move(u);
+  } else if (!slot && sender.dropped && samePayload(*sender.dropped, h)) {
+    ++discarded_;  // the rest of a payload that was reported when it broke
+    return out;
   } else if (!slot || !samePayload(slot->header, h) || slot->filled != h.payloadOffset) {
     out.dropped = Status(
         StatusCode::kDataLoss,
         slot ? fmt::format("a chunk at offset {} of a {} does not continue the {} in progress "
-                           "(next offset {}); both dropped",
+                           "(next offset {}); both dropped, with the rest of the first",
                            h.payloadOffset, describe(h), describe(slot->header), slot->filled)
              : fmt::format("a chunk at offset {} of a {} arrived with no payload in progress "
-                           "(its first chunk was lost); dropped",
+                           "(its first chunk was lost); dropped, with the rest of it",
                            h.payloadOffset, describe(h)));
     slot.reset();
+    sender.dropped = h;
     return out;
   }
 
@@ -75,13 +81,13 @@ PayloadAssembler::Added PayloadAssembler::add(const FrameHeader& h, Payload chun
 
 size_t PayloadAssembler::unfinished() const {
   size_t n = 0;
-  for (const auto& u : bySender_) n += u.has_value();
+  for (const auto& s : bySender_) n += s.unfinished.has_value();
   return n;
 }
 
 uint64_t PayloadAssembler::unfinishedBytes() const {
   uint64_t n = 0;
-  for (const auto& u : bySender_) n += u ? u->header.payloadBytes : 0;
+  for (const auto& s : bySender_) n += s.unfinished ? s.unfinished->header.payloadBytes : 0;
   return n;
 }
 

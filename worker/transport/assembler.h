@@ -17,7 +17,9 @@
 //    at the offset where the previous chunk ended. A chunk that does not
 //    (a chunk was lost, or the sender restarted mid-payload) is dropped along
 //    with the unfinished payload, and a first chunk that arrives while one is
-//    unfinished drops the unfinished one; add() says so in `dropped`.
+//    unfinished drops the unfinished one; add() says so in `dropped`, once
+//    per payload: the later chunks of a payload already dropped are dropped
+//    quietly (counted in discardedChunks()) until its sender begins another.
 //    Delivery is at most once: a payload is whole or not at all.
 //  - One sender's chunks never affect another's. Not thread-safe: the
 //    transport's I/O thread owns it.
@@ -49,6 +51,8 @@ class PayloadAssembler {
   // Payloads begun and not yet complete, and the bytes they will take.
   size_t unfinished() const;
   uint64_t unfinishedBytes() const;
+  // Chunks dropped quietly because their payload had been dropped already.
+  uint64_t discardedChunks() const { return discarded_; }
 
  private:
   struct Unfinished {
@@ -56,8 +60,13 @@ class PayloadAssembler {
     std::shared_ptr<std::byte[]> buffer;
     uint64_t filled = 0;
   };
-  std::vector<std::optional<Unfinished>> bySender_;
+  struct Sender {
+    std::optional<Unfinished> unfinished;
+    std::optional<FrameHeader> dropped;  // the payload whose chunks are being dropped
+  };
+  std::vector<Sender> bySender_;
   std::shared_ptr<BufferPool> pool_;
+  uint64_t discarded_ = 0;
 };
 
 }  // namespace geo::transport

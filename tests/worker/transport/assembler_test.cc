@@ -162,10 +162,39 @@ TEST(PayloadAssembler, ALostChunkDropsThePayload) {
   EXPECT_NE(added.dropped.message().find("next offset 100"), std::string::npos)
       << added.dropped.message();
   EXPECT_EQ(a.unfinished(), 0u);
-  // What follows is not put together into something that never was sent.
+  // What follows is not put together into something that never was sent,
+  // and the payload is reported once, not once per chunk.
   added = a.add(headerFor(1, 3, 300, 100), chunkOf(payload, 100, 100));
   EXPECT_FALSE(added.complete.has_value());
+  EXPECT_TRUE(added.dropped.ok()) << added.dropped.toString();
+  EXPECT_EQ(a.discardedChunks(), 1u);
+  // The sender's next payload is put together as usual.
+  const auto next = bytesOf(250, 12);
+  added = feed(a, 1, 4, next, {200, 50});
+  ASSERT_TRUE(added.complete.has_value());
+  EXPECT_TRUE(sameBytes(*added.complete, next));
+  EXPECT_EQ(a.discardedChunks(), 1u);
+}
+
+TEST(PayloadAssembler, ReportsABrokenPayloadOnceAndOnlyItsOwnChunksQuietly) {
+  PayloadAssembler a(3, BufferPool::create(4, 1 << 20));
+  const auto payload = bytesOf(400, 13);
+  // Rank 1's first chunk was lost: one report, then its other chunks go
+  // quietly.
+  auto added = a.add(headerFor(1, 5, 400, 100), chunkOf(payload, 100, 100));
   EXPECT_FALSE(added.dropped.ok());
+  for (uint64_t offset : {200, 300}) {
+    added = a.add(headerFor(1, 5, 400, offset), chunkOf(payload, offset, 100));
+    EXPECT_TRUE(added.dropped.ok()) << offset;
+    EXPECT_FALSE(added.complete.has_value());
+  }
+  EXPECT_EQ(a.discardedChunks(), 2u);
+  // A chunk of another payload, or from another sender, is not one of them.
+  added = a.add(headerFor(1, 6, 400, 100), chunkOf(payload, 100, 100));
+  EXPECT_FALSE(added.dropped.ok());
+  added = a.add(headerFor(2, 5, 400, 100), chunkOf(payload, 100, 100));
+  EXPECT_FALSE(added.dropped.ok());
+  EXPECT_EQ(a.discardedChunks(), 2u);
 }
 
 TEST(PayloadAssembler, AChunkOfAnotherPayloadAtTheRightOffsetIsDropped) {

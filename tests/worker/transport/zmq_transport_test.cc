@@ -399,6 +399,20 @@ TEST(TransportSecurity, ChunksWrittenByHandArriveAsOnePayload) {
             std::string::npos)
       << (*t)->counters().lastRejectReason;
   EXPECT_FALSE((*t)->receive(MessageKind::kUpdate, 8, 1, 100ms).ok());
+
+  // A lost chunk breaks its payload: reported once, the rest dropped
+  // quietly, and the next payload arrives.
+  sendChunk(10, 0, 100);
+  sendChunk(10, 500, 499);  // [100, 500) was lost
+  sendChunk(10, 999, 1);
+  sendChunk(11, 0, 1000);
+  m = (*t)->receive(MessageKind::kUpdate, 11, 1, 5s);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), payload));
+  EXPECT_EQ((*t)->counters().framesRejected, 2u);
+  EXPECT_NE((*t)->counters().lastRejectReason.find("next offset 100"), std::string::npos)
+      << (*t)->counters().lastRejectReason;
+  EXPECT_FALSE((*t)->receive(MessageKind::kUpdate, 10, 1, 100ms).ok());
 }
 
 // Link emulation: 50 ms one way in each direction is a 100 ms round trip,
