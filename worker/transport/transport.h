@@ -86,7 +86,7 @@ struct PeerCounters {
 struct TransportCounters {
   uint64_t refusedKeys = 0;        // CURVE clients whose key is not allowed (ZAP)
   uint64_t handshakeFailures = 0;  // other failed handshakes (e.g. no CURVE)
-  uint64_t framesRejected = 0;     // malformed / foreign / spoofed frames
+  uint64_t framesRejected = 0;     // malformed / foreign / spoofed frames, broken payloads
   std::string lastRejectReason;
 };
 
