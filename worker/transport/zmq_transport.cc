@@ -45,12 +45,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Payloads travel in chunks of at most kMaxChunkBytes (frame.h), one message
-// each: CURVE encrypts each message into a buffer of its own, and buffers
-// below glibc's 32 MiB mmap ceiling are recycled by malloc instead of being
-// mapped, faulted in and unmapped for every message (64 MiB frames ran at half
-// this throughput); encrypting one chunk overlaps sending the previous one;
-// and the receiver copies each chunk out as it arrives.
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "geotrain";
 constexpr int kMonitorEvents =
@@ -162,8 +156,8 @@ class ZmqTransport final : public Transport {
 
   // Payloads of several chunks are copied into buffers from this pool: at
   // most 4 idle, 256 MiB. The assembler is the I/O thread's.
-  std::shared_ptr<BufferPool> joinBuffers_ = BufferPool::create(4, size_t{256} << 20);
-  PayloadAssembler assembler_{limits_.worldSize, joinBuffers_};
+  std::shared_ptr<BufferPool> reassemblyBuffers_ = BufferPool::create(4, size_t{256} << 20);
+  PayloadAssembler assembler_{limits_.worldSize, reassemblyBuffers_};
 
   mutable std::mutex inboxMu_;
   std::condition_variable inboxCv_;
