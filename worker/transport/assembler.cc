@@ -33,6 +33,8 @@ PayloadAssembler::Added PayloadAssembler::add(const FrameHeader& h, Payload chun
   GEO_ENFORCE(h.payloadOffset <= h.payloadBytes && chunk.size() <= h.payloadBytes - h.payloadOffset,
               "a chunk of {} bytes at offset {} does not fit in {} bytes", chunk.size(),
               h.payloadOffset, h.payloadBytes);
+  GEO_ENFORCE(chunk.size() > 0 || h.payloadBytes == 0, "an empty chunk of a payload of {} bytes",
+              h.payloadBytes);
   Added out;
   Sender& sender = bySender_[h.sender];
   std::optional<Unfinished>& slot = sender.unfinished;
@@ -50,8 +52,7 @@ PayloadAssembler::Added PayloadAssembler::add(const FrameHeader& h, Payload chun
       out.complete = std::move(chunk);
       return out;
     }
-    Unfinished u{h, pool_->acquire(h.payloadBytes), 0};
-    slot = std::move(u);
+    slot.emplace(Unfinished{h, pool_->acquire(h.payloadBytes), 0});
   } else if (!slot && sender.dropped && samePayload(*sender.dropped, h)) {
     ++discarded_;  // the rest of a payload that was reported when it broke
     return out;

@@ -6,7 +6,8 @@
 //
 // Contract:
 //  - add() takes a header that decodeFrameHeader accepted (the chunk fits in
-//    the payload at its offset) and the chunk, owned by the Payload passed in.
+//    the payload at its offset, and is empty only if the payload is) and the
+//    chunk, owned by the Payload passed in; anything else throws geo::Error.
 //  - A payload that is one chunk (offset 0, the whole payload) is handed back
 //    as that chunk, without a copy.
 //  - A larger one is copied into a buffer from the pool, acquired when its

@@ -226,6 +226,7 @@ TEST(PayloadAssembler, RefusesInputOutsideItsContract) {
   const auto payload = bytesOf(10, 11);
   EXPECT_THROW(a.add(headerFor(2, 1, 10), chunkOf(payload, 0, 10)), geo::Error);     // rank 2 of 2
   EXPECT_THROW(a.add(headerFor(1, 1, 10, 5), chunkOf(payload, 0, 10)), geo::Error);  // past the end
+  EXPECT_THROW(a.add(headerFor(1, 1, 10, 0), Payload()), geo::Error);                // empty chunk
   EXPECT_THROW(PayloadAssembler(2, nullptr), geo::Error);
 }
 
