@@ -6,19 +6,13 @@
 #include <vector>
 
 #include "common/enforce.h"
+#include "tests/worker/transport/transport_fixture.h"
 
 namespace geo::transport {
 namespace {
 
-std::vector<std::byte> bytesOf(size_t size, uint32_t seed) {
-  std::vector<std::byte> out(size);
-  uint32_t x = seed * 2654435761u + 1;
-  for (auto& b : out) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return out;
-}
+using testing::pattern;
+using testing::sameBytes;
 
 FrameHeader headerFor(uint32_t sender, uint64_t round, uint64_t payloadBytes, uint64_t offset = 0) {
   FrameHeader h;
@@ -39,9 +33,15 @@ Payload chunkOf(const std::vector<std::byte>& payload, size_t offset, size_t siz
   return Payload::copyOf(std::span<const std::byte>(payload).subspan(offset, size));
 }
 
-bool sameBytes(const Payload& p, const std::vector<std::byte>& expected) {
-  return p.size() == expected.size() &&
-         std::equal(p.bytes().begin(), p.bytes().end(), expected.begin());
+// Expects `added` to report a dropped payload (kDataLoss) whose message
+// mentions every string of `mentions`, and to hand nothing back.
+void expectDropped(const PayloadAssembler::Added& added, const std::vector<std::string>& mentions) {
+  EXPECT_FALSE(added.complete.has_value());
+  EXPECT_EQ(added.dropped.code(), StatusCode::kDataLoss);
+  for (const auto& m : mentions) {
+    EXPECT_NE(added.dropped.message().find(m), std::string::npos)
+        << "'" << added.dropped.message() << "' does not mention '" << m << "'";
+  }
 }
 
 // Feeds `payload` from `sender` in chunks of the given sizes and returns what
@@ -65,14 +65,14 @@ PayloadAssembler::Added feed(PayloadAssembler& a, uint32_t sender, uint64_t roun
 
 TEST(PayloadAssembler, HandsBackAOneChunkPayloadWithoutACopy) {
   PayloadAssembler a(4, BufferPool::create(4, 1 << 20));
-  const auto payload = bytesOf(1000, 1);
+  const auto payload = pattern(1000, 1);
   Payload chunk = chunkOf(payload, 0, 1000);
   const std::byte* data = chunk.data();
   auto added = a.add(headerFor(1, 5, 1000), std::move(chunk));
   ASSERT_TRUE(added.dropped.ok());
   ASSERT_TRUE(added.complete.has_value());
   EXPECT_EQ(added.complete->data(), data);
-  EXPECT_TRUE(sameBytes(*added.complete, payload));
+  EXPECT_TRUE(sameBytes(added.complete->bytes(), payload));
   EXPECT_EQ(a.unfinished(), 0u);
 }
 
@@ -87,27 +87,27 @@ TEST(PayloadAssembler, HandsBackAnEmptyPayload) {
 TEST(PayloadAssembler, JoinsChunksInOrderIntoARecycledBuffer) {
   auto pool = BufferPool::create(4, 1 << 20);
   PayloadAssembler a(4, pool);
-  const auto first = bytesOf(10000, 2);
+  const auto first = pattern(10000, 2);
   // Uneven chunks, the last one short, as the sender cuts them.
   auto added = feed(a, 3, 1, first, {4096, 4096, 1808});
   ASSERT_TRUE(added.complete.has_value());
-  EXPECT_TRUE(sameBytes(*added.complete, first));
+  EXPECT_TRUE(sameBytes(added.complete->bytes(), first));
   const std::byte* buffer = added.complete->data();
   EXPECT_EQ(a.unfinished(), 0u);
   added.complete.reset();  // the buffer goes back to the pool
 
-  const auto second = bytesOf(9000, 3);
+  const auto second = pattern(9000, 3);
   added = feed(a, 3, 2, second, {1, 8998, 1});
   ASSERT_TRUE(added.complete.has_value());
-  EXPECT_TRUE(sameBytes(*added.complete, second));
+  EXPECT_TRUE(sameBytes(added.complete->bytes(), second));
   EXPECT_EQ(added.complete->data(), buffer);
   EXPECT_EQ(pool->reused(), 1u);
 }
 
 TEST(PayloadAssembler, KeepsEachSendersPayloadApart) {
   PayloadAssembler a(3, BufferPool::create(4, 1 << 20));
-  const auto fromOne = bytesOf(300, 4);
-  const auto fromTwo = bytesOf(500, 5);
+  const auto fromOne = pattern(300, 4);
+  const auto fromTwo = pattern(500, 5);
   EXPECT_FALSE(a.add(headerFor(1, 9, 300, 0), chunkOf(fromOne, 0, 100)).complete);
   EXPECT_FALSE(a.add(headerFor(2, 9, 500, 0), chunkOf(fromTwo, 0, 250)).complete);
   EXPECT_EQ(a.unfinished(), 2u);
@@ -117,21 +117,21 @@ TEST(PayloadAssembler, KeepsEachSendersPayloadApart) {
   auto one = a.add(headerFor(1, 9, 300, 200), chunkOf(fromOne, 200, 100));
   ASSERT_TRUE(one.complete && two.complete);
   EXPECT_TRUE(one.dropped.ok() && two.dropped.ok());
-  EXPECT_TRUE(sameBytes(*one.complete, fromOne));
-  EXPECT_TRUE(sameBytes(*two.complete, fromTwo));
+  EXPECT_TRUE(sameBytes(one.complete->bytes(), fromOne));
+  EXPECT_TRUE(sameBytes(two.complete->bytes(), fromTwo));
   EXPECT_EQ(a.unfinished(), 0u);
   EXPECT_EQ(a.unfinishedBytes(), 0u);
 }
 
 TEST(PayloadAssembler, ANewPayloadDropsTheUnfinishedOne) {
   PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
-  const auto old = bytesOf(100, 6);
-  const auto next = bytesOf(60, 7);
+  const auto old = pattern(100, 6);
+  const auto next = pattern(60, 7);
   EXPECT_FALSE(a.add(headerFor(1, 3, 100, 0), chunkOf(old, 0, 40)).complete);
   // The sender restarted: its next payload begins (here whole in one chunk).
   auto added = a.add(headerFor(1, 4, 60, 0), chunkOf(next, 0, 60));
   ASSERT_TRUE(added.complete.has_value());
-  EXPECT_TRUE(sameBytes(*added.complete, next));
+  EXPECT_TRUE(sameBytes(added.complete->bytes(), next));
   EXPECT_EQ(added.dropped.code(), StatusCode::kDataLoss);
   for (const char* mention :
        {"update payload of round 3 from rank 1", "after 40 of 100 bytes", "a new payload began"}) {
@@ -142,25 +142,19 @@ TEST(PayloadAssembler, ANewPayloadDropsTheUnfinishedOne) {
 
 TEST(PayloadAssembler, DropsAChunkWithNoPayloadInProgress) {
   PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
-  const auto payload = bytesOf(100, 8);
-  auto added = a.add(headerFor(1, 3, 100, 40), chunkOf(payload, 40, 60));
-  EXPECT_FALSE(added.complete.has_value());
-  EXPECT_EQ(added.dropped.code(), StatusCode::kDataLoss);
-  EXPECT_NE(added.dropped.message().find("offset 40"), std::string::npos);
-  EXPECT_NE(added.dropped.message().find("no payload in progress"), std::string::npos);
+  const auto payload = pattern(100, 8);
+  expectDropped(a.add(headerFor(1, 3, 100, 40), chunkOf(payload, 40, 60)),
+                {"offset 40", "no payload in progress"});
   EXPECT_EQ(a.unfinished(), 0u);
 }
 
 TEST(PayloadAssembler, ALostChunkDropsThePayload) {
   PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
-  const auto payload = bytesOf(300, 9);
+  const auto payload = pattern(300, 9);
   EXPECT_FALSE(a.add(headerFor(1, 3, 300, 0), chunkOf(payload, 0, 100)).complete);
   // [100, 200) never came.
   auto added = a.add(headerFor(1, 3, 300, 200), chunkOf(payload, 200, 100));
-  EXPECT_FALSE(added.complete.has_value());
-  EXPECT_EQ(added.dropped.code(), StatusCode::kDataLoss);
-  EXPECT_NE(added.dropped.message().find("next offset 100"), std::string::npos)
-      << added.dropped.message();
+  expectDropped(added, {"next offset 100"});
   EXPECT_EQ(a.unfinished(), 0u);
   // What follows is not put together into something that never was sent,
   // and the payload is reported once, not once per chunk.
@@ -169,20 +163,20 @@ TEST(PayloadAssembler, ALostChunkDropsThePayload) {
   EXPECT_TRUE(added.dropped.ok()) << added.dropped.toString();
   EXPECT_EQ(a.discardedChunks(), 1u);
   // The sender's next payload is put together as usual.
-  const auto next = bytesOf(250, 12);
+  const auto next = pattern(250, 12);
   added = feed(a, 1, 4, next, {200, 50});
   ASSERT_TRUE(added.complete.has_value());
-  EXPECT_TRUE(sameBytes(*added.complete, next));
+  EXPECT_TRUE(sameBytes(added.complete->bytes(), next));
   EXPECT_EQ(a.discardedChunks(), 1u);
 }
 
 TEST(PayloadAssembler, ReportsABrokenPayloadOnceAndOnlyItsOwnChunksQuietly) {
   PayloadAssembler a(3, BufferPool::create(4, 1 << 20));
-  const auto payload = bytesOf(400, 13);
+  const auto payload = pattern(400, 13);
   // Rank 1's first chunk was lost: one report, then its other chunks go
   // quietly.
   auto added = a.add(headerFor(1, 5, 400, 100), chunkOf(payload, 100, 100));
-  EXPECT_FALSE(added.dropped.ok());
+  expectDropped(added, {"round 5 from rank 1"});
   for (uint64_t offset : {200, 300}) {
     added = a.add(headerFor(1, 5, 400, offset), chunkOf(payload, offset, 100));
     EXPECT_TRUE(added.dropped.ok()) << offset;
@@ -190,16 +184,16 @@ TEST(PayloadAssembler, ReportsABrokenPayloadOnceAndOnlyItsOwnChunksQuietly) {
   }
   EXPECT_EQ(a.discardedChunks(), 2u);
   // A chunk of another payload, or from another sender, is not one of them.
-  added = a.add(headerFor(1, 6, 400, 100), chunkOf(payload, 100, 100));
-  EXPECT_FALSE(added.dropped.ok());
-  added = a.add(headerFor(2, 5, 400, 100), chunkOf(payload, 100, 100));
-  EXPECT_FALSE(added.dropped.ok());
+  expectDropped(a.add(headerFor(1, 6, 400, 100), chunkOf(payload, 100, 100)),
+                {"round 6 from rank 1"});
+  expectDropped(a.add(headerFor(2, 5, 400, 100), chunkOf(payload, 100, 100)),
+                {"round 5 from rank 2"});
   EXPECT_EQ(a.discardedChunks(), 2u);
 }
 
 TEST(PayloadAssembler, AChunkOfAnotherPayloadAtTheRightOffsetIsDropped) {
   PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
-  const auto payload = bytesOf(200, 10);
+  const auto payload = pattern(200, 10);
   // Every field a chunk repeats must match the payload in progress.
   const std::vector<std::pair<std::string, void (*)(FrameHeader&)>> changes = {
       {"round", [](FrameHeader& h) { ++h.round; }},
@@ -213,17 +207,15 @@ TEST(PayloadAssembler, AChunkOfAnotherPayloadAtTheRightOffsetIsDropped) {
     EXPECT_FALSE(a.add(headerFor(1, 3, 200, 0), chunkOf(payload, 0, 100)).complete);
     FrameHeader h = headerFor(1, 3, 200, 100);
     change(h);
-    auto added = a.add(h, chunkOf(payload, 100, 100));
-    EXPECT_FALSE(added.complete.has_value()) << field;
-    EXPECT_NE(added.dropped.message().find("does not continue"), std::string::npos)
-        << field << ": " << added.dropped.message();
+    SCOPED_TRACE(field);
+    expectDropped(a.add(h, chunkOf(payload, 100, 100)), {"does not continue"});
     EXPECT_EQ(a.unfinished(), 0u) << field;
   }
 }
 
 TEST(PayloadAssembler, RefusesInputOutsideItsContract) {
   PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
-  const auto payload = bytesOf(10, 11);
+  const auto payload = pattern(10, 11);
   EXPECT_THROW(a.add(headerFor(2, 1, 10), chunkOf(payload, 0, 10)), geo::Error);     // rank 2 of 2
   EXPECT_THROW(a.add(headerFor(1, 1, 10, 5), chunkOf(payload, 0, 10)), geo::Error);  // past the end
   EXPECT_THROW(a.add(headerFor(1, 1, 10, 0), Payload()), geo::Error);                // empty chunk

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,11 @@ inline std::vector<std::byte> pattern(size_t size, uint32_t seed) {
     b = static_cast<std::byte>(x);
   }
   return v;
+}
+
+// Whether `a` holds exactly the bytes of `b`.
+inline bool sameBytes(std::span<const std::byte> a, const std::vector<std::byte>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0);
 }
 
 }  // namespace geo::transport::testing

@@ -21,6 +21,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::freePort;
 using testing::pattern;
+using testing::sameBytes;
 using testing::World;
 
 std::vector<std::unique_ptr<Transport>> startAll(const std::vector<TransportConfig>& configs) {
@@ -38,10 +39,6 @@ std::vector<std::unique_ptr<Transport>> startWorld(const World& w) {
   std::vector<TransportConfig> configs;
   for (uint32_t r = 0; r < w.keys.size(); ++r) configs.push_back(w.config(r));
   return startAll(configs);
-}
-
-bool sameBytes(std::span<const std::byte> a, const std::vector<std::byte>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0);
 }
 
 class TransportExchange : public ::testing::TestWithParam<int> {};
