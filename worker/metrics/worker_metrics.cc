@@ -166,6 +166,39 @@ void WorkerMetrics::buildFamilies() {
   codecSeconds_ =
       &counter("geotrain_codec_seconds_total", "Total time spent encoding and decoding updates");
 
+  peerUp_ = &prometheus::BuildGauge()
+                 .Name("geotrain_peer_up")
+                 .Help(
+                     "1 while a peer this worker synchronizes with is live, 0 while it is "
+                     "suspected or partitioned")
+                 .Labels(constant)
+                 .Register(reg);
+  degradedSeconds_ = &counter("geotrain_degraded_seconds_total",
+                              "Time this worker ran with at least one of its peers suspected");
+  rejoins_ = &counter("geotrain_rejoins_total",
+                      "Times this worker joined a running job by state transfer from a live peer");
+  peerRejoins_ =
+      &counter("geotrain_peer_rejoins_total",
+               "Times a peer rejoined through this worker (it served the state transfer)");
+  auto& transferBytes = prometheus::BuildCounter()
+                            .Name("geotrain_state_transfer_bytes_total")
+                            .Help("State-transfer bytes (model and step), by direction")
+                            .Labels(constant)
+                            .Register(reg);
+  stateTransferBytesSent_ = &transferBytes.Add({{"direction", "sent"}});
+  stateTransferBytesReceived_ = &transferBytes.Add({{"direction", "received"}});
+  stateTransferSeconds_ = &counter("geotrain_state_transfer_seconds_total",
+                                   "Time spent receiving state transfers (the joiner's side)");
+  auto& late = prometheus::BuildCounter()
+                   .Name("geotrain_late_updates_total")
+                   .Help(
+                       "Contributions that arrived after their round had completed without "
+                       "them: applied late, or dropped as too old")
+                   .Labels(constant)
+                   .Register(reg);
+  lateApplied_ = &late.Add({{"result", "applied"}});
+  lateDropped_ = &late.Add({{"result", "dropped"}});
+
   stepSeconds_ =
       &histogram("geotrain_step_seconds", "Wall time of one optimizer step", kStepBuckets);
   trainLoss_ = &gauge("geotrain_train_loss", "Training loss of the latest step");
@@ -239,6 +272,18 @@ void WorkerMetrics::updateSync(const SyncSnapshot& s) {
   const double stalenessSum = advance(s.stalenessSum, l.stalenessSum);
   if (any) staleness_->ObserveMultiple(increments, stalenessSum);
 
+  degradedSeconds_->Increment(advance(s.degradedSeconds, l.degradedSeconds));
+  rejoins_->Increment(static_cast<double>(advance(s.rejoins, l.rejoins)));
+  peerRejoins_->Increment(static_cast<double>(advance(s.peerRejoins, l.peerRejoins)));
+  stateTransferBytesSent_->Increment(
+      static_cast<double>(advance(s.stateTransferBytesSent, l.stateTransferBytesSent)));
+  stateTransferBytesReceived_->Increment(
+      static_cast<double>(advance(s.stateTransferBytesReceived, l.stateTransferBytesReceived)));
+  stateTransferSeconds_->Increment(advance(s.stateTransferSeconds, l.stateTransferSeconds));
+  lateApplied_->Increment(static_cast<double>(advance(s.lateApplied, l.lateApplied)));
+  lateDropped_->Increment(static_cast<double>(advance(s.lateDropped, l.lateDropped)));
+  updatePeerUp(s.peerUp);
+
   // Rounds completed since the last update, observed at their mean duration.
   const uint64_t newRounds = advance(s.roundSecondsCount, l.roundSecondsCount);
   const double newRoundSeconds = advance(s.roundSecondsSum, l.roundSecondsSum);
@@ -248,6 +293,28 @@ void WorkerMetrics::updateSync(const SyncSnapshot& s) {
         static_cast<double>(newRounds);
     roundSeconds_->ObserveMultiple(roundIncrements, newRoundSeconds);
   }
+}
+
+void WorkerMetrics::updatePeerUp(const std::vector<std::pair<uint32_t, bool>>& peerUp) {
+  std::map<uint32_t, prometheus::Gauge*> listed;
+  for (const auto& [peer, up] : peerUp) {
+    prometheus::Gauge*& gauge = listed[peer];
+    if (gauge == nullptr) {
+      if (auto known = peerUpSeries_.find(peer); known != peerUpSeries_.end()) {
+        gauge = known->second;
+        peerUpSeries_.erase(known);
+      } else {
+        auto info = peerInfo_.find(peer);
+        gauge = &peerUp_->Add({{"peer", std::to_string(peer)},
+                               {"peer_region", info != peerInfo_.end() ? info->second.region
+                                                                       : std::string("unknown")}});
+      }
+    }
+    gauge->Set(up ? 1 : 0);
+  }
+  // What is left was listed before and is not now.
+  for (const auto& [peer, gauge] : peerUpSeries_) peerUp_->Remove(gauge);
+  peerUpSeries_ = std::move(listed);
 }
 
 void WorkerMetrics::recordStep(double seconds, double loss, uint64_t samples) {

@@ -7,7 +7,7 @@
 // job, region and rank of this worker (so one `region` selector filters every
 // panel of a dashboard alike); geotrain_bytes_sent_total and
 // geotrain_bytes_received_total add the other end: peer, peer_region and
-// link=wan|lan.
+// link=wan|lan; geotrain_peer_up adds peer and peer_region.
 // The endpoint also serves prometheus-cpp's own exposer_* series (scrapes,
 // bytes transferred, latency), without those labels.
 //
@@ -41,6 +41,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -88,6 +89,29 @@ struct SyncSnapshot {
   double codecSeconds = 0;
   double roundSecondsSum = 0;  // send -> applied, summed over completed rounds
   uint64_t roundSecondsCount = 0;
+
+  // Membership. (peer rank, live?) for the peers this worker synchronizes
+  // with: false while suspected (silent longer than sync.peerTimeoutSeconds)
+  // or partitioned. Not cumulative: each update replaces the list.
+  std::vector<std::pair<uint32_t, bool>> peerUp;
+  // Cumulative: time this worker ran with at least one of those peers
+  // suspected.
+  double degradedSeconds = 0;
+  // Cumulative: times this worker joined a running job by state transfer
+  // (took model and step from a live peer).
+  uint64_t rejoins = 0;
+  // Cumulative: times a peer rejoined through this worker (this worker served
+  // its state transfer).
+  uint64_t peerRejoins = 0;
+  uint64_t stateTransferBytesSent = 0;      // cumulative
+  uint64_t stateTransferBytesReceived = 0;  // cumulative
+  // Cumulative: time spent receiving state transfers (the joiner's side).
+  double stateTransferSeconds = 0;
+  // Cumulative: contributions applied after their round had completed
+  // without them.
+  uint64_t lateApplied = 0;
+  // Cumulative: late contributions too old to apply (counted, logged).
+  uint64_t lateDropped = 0;
 };
 
 // Bucket upper bounds of geotrain_update_staleness_steps.
@@ -118,7 +142,11 @@ class WorkerMetrics {
   // Totals from Synchronizer::stats(). The staleness histogram's _count
   // follows appliedUpdates; an overflow entry (the last one) is counted in the
   // +Inf bucket. Round durations between two updates are observed at their
-  // mean, exact when updates come once per step.
+  // mean, exact when updates come once per step. geotrain_peer_up lists
+  // exactly the peers of the latest `s.peerUp`: a peer no longer listed (this
+  // worker stopped synchronizing with it) loses its series rather than
+  // keeping a stale value; a listed peer not in the start() table gets
+  // peer_region "unknown".
   void updateSync(const SyncSnapshot& s);
 
   // One optimizer step: its wall time, the loss and the samples it consumed.
@@ -139,7 +167,9 @@ class WorkerMetrics {
 
   WorkerMetrics(WorkerIdentity id, std::vector<PeerInfo> peers);
   void buildFamilies();
-  PeerSeries& peerSeries(uint32_t peer);  // requires mu_
+  // Both require mu_.
+  PeerSeries& peerSeries(uint32_t peer);
+  void updatePeerUp(const std::vector<std::pair<uint32_t, bool>>& peerUp);
 
   const WorkerIdentity id_;
   std::map<uint32_t, PeerInfo> peerInfo_;
@@ -151,6 +181,7 @@ class WorkerMetrics {
 
   std::mutex mu_;
   std::map<uint32_t, std::unique_ptr<PeerSeries>> peerSeries_;
+  std::map<uint32_t, prometheus::Gauge*> peerUpSeries_;  // the peers of the latest updateSync()
   std::unique_ptr<Last> last_;
 
   prometheus::Family<prometheus::Counter>* bytesSent_ = nullptr;
@@ -171,6 +202,16 @@ class WorkerMetrics {
   prometheus::Counter* missing_ = nullptr;
   prometheus::Counter* waitSeconds_ = nullptr;
   prometheus::Counter* codecSeconds_ = nullptr;
+
+  prometheus::Family<prometheus::Gauge>* peerUp_ = nullptr;
+  prometheus::Counter* degradedSeconds_ = nullptr;
+  prometheus::Counter* rejoins_ = nullptr;
+  prometheus::Counter* peerRejoins_ = nullptr;
+  prometheus::Counter* stateTransferBytesSent_ = nullptr;
+  prometheus::Counter* stateTransferBytesReceived_ = nullptr;
+  prometheus::Counter* stateTransferSeconds_ = nullptr;
+  prometheus::Counter* lateApplied_ = nullptr;
+  prometheus::Counter* lateDropped_ = nullptr;
 
   prometheus::Histogram* stepSeconds_ = nullptr;
   prometheus::Gauge* trainLoss_ = nullptr;

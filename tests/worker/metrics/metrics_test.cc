@@ -299,6 +299,15 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
   s.rounds = 1;
   s.roundSecondsCount = 1;
   s.roundSecondsSum = 0.3;
+  s.peerUp = {{0, true}, {1, false}, {2, true}};
+  s.degradedSeconds = 1.5;
+  s.rejoins = 1;
+  s.peerRejoins = 2;
+  s.stateTransferBytesSent = 700;
+  s.stateTransferBytesReceived = 900;
+  s.stateTransferSeconds = 0.75;
+  s.lateApplied = 3;
+  s.lateDropped = 4;
   m->updateSync(s);
   m->recordStep(0.02, 1.5, 64);
   m->setStep(41);
@@ -327,6 +336,13 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
       {"geotrain_sync_wait_seconds_total", "counter"},
       {"geotrain_transport_refused_total", "counter"},
       {"geotrain_transport_reconnects_total", "counter"},
+      {"geotrain_peer_up", "gauge"},
+      {"geotrain_degraded_seconds_total", "counter"},
+      {"geotrain_rejoins_total", "counter"},
+      {"geotrain_peer_rejoins_total", "counter"},
+      {"geotrain_state_transfer_bytes_total", "counter"},
+      {"geotrain_state_transfer_seconds_total", "counter"},
+      {"geotrain_late_updates_total", "counter"},
   };
   for (const auto& [name, type] : expected) {
     EXPECT_EQ(e.type.count(name) ? e.type.at(name) : "<none>", type) << name;
@@ -350,6 +366,11 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
       EXPECT_NE(label("peer_region"), "<none>") << sample.name;
       EXPECT_TRUE(label("link") == "wan" || label("link") == "lan") << sample.name;
     }
+    if (family == "geotrain_peer_up") {
+      EXPECT_NE(label("peer"), "<none>") << sample.name;
+      EXPECT_NE(label("peer_region"), "<none>") << sample.name;
+      EXPECT_EQ(label("link"), "<none>") << sample.name;
+    }
   }
 
   EXPECT_EQ(valueOf(e, "geotrain_bytes_sent_total",
@@ -370,6 +391,149 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
   EXPECT_EQ(valueOf(e, "geotrain_train_step"), 41);
   EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_eval_accuracy"), 0.5);
   EXPECT_EQ(valueOf(e, "geotrain_samples_total"), 64);
+
+  EXPECT_EQ(valueOf(e, "geotrain_peer_up", {{"peer", "0"}, {"peer_region", "eu-west"}}), 1);
+  EXPECT_EQ(valueOf(e, "geotrain_peer_up", {{"peer", "1"}, {"peer_region", "us-east"}}), 0);
+  EXPECT_EQ(valueOf(e, "geotrain_peer_up", {{"peer", "2"}, {"peer_region", "ap-south"}}), 1);
+  EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_degraded_seconds_total"), 1.5);
+  EXPECT_EQ(valueOf(e, "geotrain_rejoins_total"), 1);
+  EXPECT_EQ(valueOf(e, "geotrain_peer_rejoins_total"), 2);
+  EXPECT_EQ(valueOf(e, "geotrain_state_transfer_bytes_total", {{"direction", "sent"}}), 700);
+  EXPECT_EQ(valueOf(e, "geotrain_state_transfer_bytes_total", {{"direction", "received"}}), 900);
+  EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_state_transfer_seconds_total"), 0.75);
+  EXPECT_EQ(valueOf(e, "geotrain_late_updates_total", {{"result", "applied"}}), 3);
+  EXPECT_EQ(valueOf(e, "geotrain_late_updates_total", {{"result", "dropped"}}), 4);
+}
+
+// The membership counters exist from the start, at zero, every label value
+// included, so that rate() and increase() answer before the first event.
+TEST(WorkerMetricsTest, MembershipCountersStartAtZero) {
+  auto m = startMetrics();
+  ASSERT_NE(m, nullptr);
+  const Exposition e = parseExposition(httpGet(m->port()));
+  ASSERT_TRUE(e.errors.empty()) << ::testing::PrintToString(e.errors);
+  EXPECT_EQ(valueOf(e, "geotrain_degraded_seconds_total"), 0);
+  EXPECT_EQ(valueOf(e, "geotrain_rejoins_total"), 0);
+  EXPECT_EQ(valueOf(e, "geotrain_peer_rejoins_total"), 0);
+  EXPECT_EQ(valueOf(e, "geotrain_state_transfer_bytes_total", {{"direction", "sent"}}), 0);
+  EXPECT_EQ(valueOf(e, "geotrain_state_transfer_bytes_total", {{"direction", "received"}}), 0);
+  EXPECT_EQ(valueOf(e, "geotrain_state_transfer_seconds_total"), 0);
+  EXPECT_EQ(valueOf(e, "geotrain_late_updates_total", {{"result", "applied"}}), 0);
+  EXPECT_EQ(valueOf(e, "geotrain_late_updates_total", {{"result", "dropped"}}), 0);
+  // No peer is reported live or dead before the synchronizer says so.
+  EXPECT_FALSE(hasSample(e, "geotrain_peer_up"));
+}
+
+TEST(WorkerMetricsTest, MembershipCountersFollowTotalsAndNeverDecreaseOnReset) {
+  auto m = startMetrics();
+  ASSERT_NE(m, nullptr);
+  SyncSnapshot s = syncSnapshot({});
+  for (uint64_t i = 1; i <= 4; ++i) {
+    s.degradedSeconds = 2.5 * static_cast<double>(i);
+    s.rejoins = i / 2;
+    s.peerRejoins = i;
+    s.stateTransferBytesSent = 1000 * i;
+    s.stateTransferBytesReceived = 3000 * i;
+    s.stateTransferSeconds = 0.5 * static_cast<double>(i);
+    s.lateApplied = 2 * i;
+    s.lateDropped = i;
+    m->updateSync(s);
+    m->updateSync(s);  // the same totals again add nothing
+  }
+  const Exposition before = parseExposition(httpGet(m->port()));
+  ASSERT_TRUE(before.errors.empty()) << ::testing::PrintToString(before.errors);
+  EXPECT_DOUBLE_EQ(valueOf(before, "geotrain_degraded_seconds_total"), 10);
+  EXPECT_EQ(valueOf(before, "geotrain_rejoins_total"), 2);
+  EXPECT_EQ(valueOf(before, "geotrain_peer_rejoins_total"), 4);
+  EXPECT_EQ(valueOf(before, "geotrain_state_transfer_bytes_total", {{"direction", "sent"}}), 4000);
+  EXPECT_EQ(valueOf(before, "geotrain_state_transfer_bytes_total", {{"direction", "received"}}),
+            12000);
+  EXPECT_DOUBLE_EQ(valueOf(before, "geotrain_state_transfer_seconds_total"), 2);
+  EXPECT_EQ(valueOf(before, "geotrain_late_updates_total", {{"result", "applied"}}), 8);
+  EXPECT_EQ(valueOf(before, "geotrain_late_updates_total", {{"result", "dropped"}}), 4);
+
+  // The synchronizer is recreated (e.g. the worker rejoined): its totals
+  // restart from zero, and each new total is taken as the increment.
+  SyncSnapshot restarted = syncSnapshot({});
+  restarted.degradedSeconds = 1;
+  restarted.rejoins = 1;
+  restarted.stateTransferBytesReceived = 500;
+  restarted.stateTransferSeconds = 0.25;
+  restarted.lateDropped = 1;
+  m->updateSync(restarted);
+  const Exposition after = parseExposition(httpGet(m->port()));
+  ASSERT_TRUE(after.errors.empty()) << ::testing::PrintToString(after.errors);
+  EXPECT_DOUBLE_EQ(valueOf(after, "geotrain_degraded_seconds_total"), 11);
+  EXPECT_EQ(valueOf(after, "geotrain_rejoins_total"), 3);
+  EXPECT_EQ(valueOf(after, "geotrain_peer_rejoins_total"), 4);
+  EXPECT_EQ(valueOf(after, "geotrain_state_transfer_bytes_total", {{"direction", "sent"}}), 4000);
+  EXPECT_EQ(valueOf(after, "geotrain_state_transfer_bytes_total", {{"direction", "received"}}),
+            12500);
+  EXPECT_DOUBLE_EQ(valueOf(after, "geotrain_state_transfer_seconds_total"), 2.25);
+  EXPECT_EQ(valueOf(after, "geotrain_late_updates_total", {{"result", "applied"}}), 8);
+  EXPECT_EQ(valueOf(after, "geotrain_late_updates_total", {{"result", "dropped"}}), 5);
+
+  // Whatever the field, no exported counter went down.
+  for (const Sample& b : before.samples) {
+    if (familyOf(before, b.name).empty() || before.type.at(familyOf(before, b.name)) != "counter") {
+      continue;
+    }
+    for (const Sample& a : after.samples) {
+      if (a.name == b.name && a.labels == b.labels) {
+        EXPECT_GE(a.value, b.value) << b.name;
+      }
+    }
+  }
+
+  // Counting on from the restarted totals.
+  restarted.rejoins = 2;
+  restarted.stateTransferBytesReceived = 800;
+  m->updateSync(restarted);
+  const Exposition later = parseExposition(httpGet(m->port()));
+  EXPECT_EQ(valueOf(later, "geotrain_rejoins_total"), 4);
+  EXPECT_EQ(valueOf(later, "geotrain_state_transfer_bytes_total", {{"direction", "received"}}),
+            12800);
+}
+
+TEST(WorkerMetricsTest, PeerUpFollowsTheLatestPeerList) {
+  auto m = startMetrics();
+  ASSERT_NE(m, nullptr);
+  SyncSnapshot s = syncSnapshot({});
+  s.peerUp = {{1, true}, {2, true}};
+  m->updateSync(s);
+  Exposition e = parseExposition(httpGet(m->port()));
+  ASSERT_TRUE(e.errors.empty()) << ::testing::PrintToString(e.errors);
+  EXPECT_EQ(valueOf(e, "geotrain_peer_up", {{"peer", "1"}, {"peer_region", "us-east"}}), 1);
+  EXPECT_EQ(valueOf(e, "geotrain_peer_up", {{"peer", "2"}, {"peer_region", "ap-south"}}), 1);
+
+  // Peer 2 is suspected; peer 7, not in the start() table, joins the list.
+  s.peerUp = {{1, true}, {2, false}, {7, true}};
+  m->updateSync(s);
+  e = parseExposition(httpGet(m->port()));
+  ASSERT_TRUE(e.errors.empty()) << ::testing::PrintToString(e.errors);
+  EXPECT_EQ(valueOf(e, "geotrain_peer_up", {{"peer", "2"}}), 0);
+  EXPECT_EQ(valueOf(e, "geotrain_peer_up", {{"peer", "7"}, {"peer_region", "unknown"}}), 1);
+
+  // Peer 2 is back; peer 1 is no longer synchronized with: its series goes.
+  s.peerUp = {{2, true}, {7, false}};
+  m->updateSync(s);
+  e = parseExposition(httpGet(m->port()));
+  ASSERT_TRUE(e.errors.empty()) << ::testing::PrintToString(e.errors);
+  EXPECT_EQ(valueOf(e, "geotrain_peer_up", {{"peer", "2"}}), 1);
+  EXPECT_EQ(valueOf(e, "geotrain_peer_up", {{"peer", "7"}}), 0);
+  int series = 0;
+  for (const Sample& sample : e.samples) {
+    if (sample.name != "geotrain_peer_up") continue;
+    ++series;
+    EXPECT_NE(sample.labels.at("peer"), "1") << "a peer no longer listed keeps its series";
+  }
+  EXPECT_EQ(series, 2);
+
+  // Listed again, it is back with its labels.
+  s.peerUp = {{1, false}, {2, true}, {7, true}};
+  m->updateSync(s);
+  e = parseExposition(httpGet(m->port()));
+  EXPECT_EQ(valueOf(e, "geotrain_peer_up", {{"peer", "1"}, {"peer_region", "us-east"}}), 0);
 }
 
 TEST(WorkerMetricsTest, CountersFollowCumulativeTotals) {

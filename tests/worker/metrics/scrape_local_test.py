@@ -18,7 +18,9 @@ qsgd-4 over an emulated 40 ms WAN, the built-in mlp on Fashion-MNIST):
    equal the totals the worker reported in its `done` event (progress.csv):
    WAN bytes sent and received (the transport's own counts), payload bytes,
    missing contributions, and the staleness histogram's count equals the
-   number of applied updates (its mean the reported mean staleness);
+   number of applied updates (its mean the reported mean staleness); each
+   worker reports geotrain_peer_up for the other one, and every label value
+   of the state-transfer and late-update counters;
 5. every metric named in a PromQL expression of the Grafana dashboard, and
    every label it selects on, exists in this real scrape;
 6. a real Prometheus server (Debian's prometheus), started on the scrape
@@ -384,6 +386,18 @@ def main():
                 mean = total(s, "geotrain_update_staleness_steps_sum") / count
                 check(abs(mean - float(row["staleness_mean"])) < 1e-3,
                       f"rank {rank}: staleness mean {mean} vs reported {row['staleness_mean']}")
+            # Membership: each worker synchronizes with the other one only.
+            other = 1 - rank
+            up = s.get("geotrain_peer_up", [])
+            check(len(up) == 1 and up[0][0].get("peer") == str(other) and
+                  up[0][0].get("peer_region") == ("east", "west")[other] and up[0][1] in (0, 1),
+                  f"rank {rank}: geotrain_peer_up {up}, expected one series for rank {other}")
+            for name, label, values in (("geotrain_state_transfer_bytes_total", "direction",
+                                         {"sent", "received"}),
+                                        ("geotrain_late_updates_total", "result",
+                                         {"applied", "dropped"})):
+                got = {l.get(label) for l, _ in s.get(name, [])}
+                check(got == values, f"rank {rank}: {name} has {label} {got}, expected {values}")
             own = [l for name, series in s.items() if not name.startswith("exposer_")
                    for l, _ in series]
             check(all(l.get("region") == ("east", "west")[rank] and l.get("rank") == str(rank)
