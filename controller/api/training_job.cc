@@ -191,17 +191,18 @@ class ObjectReader {
         v->is_number_float() ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
     if (value < minimum || value > maximum) {
       invalid(key, fmt::format("{} is not allowed (allowed: an integer {})", value,
-                               maximum >= INT32_MAX ? fmt::format(">= {}", minimum)
+                               maximum == INT64_MAX ? fmt::format(">= {}", minimum)
                                                     : fmt::format("{}..{}", minimum, maximum)));
       return;
     }
     out = value;
   }
-  void optionalInteger(const std::string& key, std::optional<int64_t>& out, int64_t minimum) {
+  void optionalInteger(const std::string& key, std::optional<int64_t>& out, int64_t minimum,
+                       int64_t maximum = INT64_MAX) {
     if (get(key) == nullptr) return;
     int64_t value = minimum - 1;
     const size_t before = errors_.size();
-    integer(key, value, minimum, INT64_MAX);
+    integer(key, value, minimum, maximum);
     if (errors_.size() == before) out = value;
   }
   void boolean(const std::string& key, bool& out) {
@@ -460,12 +461,14 @@ ParsedSpec parseSpec(const json& object) {
       in.invalid("runPolicy", fmt::format("{} is not allowed (allowed: an object)", jsonKind(*rp)));
     } else {
       ObjectReader p(*rp, "spec.runPolicy", errors);
-      p.integer("backoffLimit", spec.runPolicy.backoffLimit, 0, INT32_MAX);
+      // The Job fields these become are int32.
+      p.integer("backoffLimitPerIndex", spec.runPolicy.backoffLimitPerIndex, 0, INT32_MAX);
+      p.optionalInteger("backoffLimit", spec.runPolicy.backoffLimit, 0, INT32_MAX);
       p.optionalInteger("activeDeadlineSeconds", spec.runPolicy.activeDeadlineSeconds, 1);
       p.optionalInteger("ttlSecondsAfterFinished", spec.runPolicy.ttlSecondsAfterFinished, 0);
       p.boolean("suspend", spec.runPolicy.suspend);
-      p.unknownMembers(
-          {"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"});
+      p.unknownMembers({"backoffLimitPerIndex", "backoffLimit", "activeDeadlineSeconds",
+                        "ttlSecondsAfterFinished", "suspend"});
     }
   }
   if (const json* cv = in.get("checkpointVolume")) {
@@ -602,7 +605,9 @@ json specToJson(const TrainingJobSpec& spec) {
     regions.push_back(std::move(region));
   }
   out["regions"] = std::move(regions);
-  json rp = {{"backoffLimit", spec.runPolicy.backoffLimit}, {"suspend", spec.runPolicy.suspend}};
+  json rp = {{"backoffLimitPerIndex", spec.runPolicy.backoffLimitPerIndex},
+             {"suspend", spec.runPolicy.suspend}};
+  if (spec.runPolicy.backoffLimit) rp["backoffLimit"] = *spec.runPolicy.backoffLimit;
   if (spec.runPolicy.activeDeadlineSeconds) {
     rp["activeDeadlineSeconds"] = *spec.runPolicy.activeDeadlineSeconds;
   }
@@ -662,7 +667,8 @@ json statusToJson(const TrainingJobStatus& s) {
   json regions = json::array();
   for (const auto& r : s.regions) {
     json region = {{"name", r.name},           {"ready", r.ready},   {"active", r.active},
-                   {"succeeded", r.succeeded}, {"failed", r.failed}, {"reachable", r.reachable}};
+                   {"succeeded", r.succeeded}, {"failed", r.failed}, {"reachable", r.reachable},
+                   {"started", r.started}};
     if (!r.endpoint.empty()) region["endpoint"] = r.endpoint;
     regions.push_back(std::move(region));
   }
@@ -712,6 +718,10 @@ TrainingJobStatus statusFromJson(const json& j) {
       rs.endpoint = str(r, "endpoint");
       auto reachable = r.find("reachable");
       rs.reachable = reachable == r.end() || !reachable->is_boolean() || reachable->get<bool>();
+      // Absent (a status from before the field): not started, so nothing is
+      // reported degraded until the region's workers have all been ready once.
+      auto started = r.find("started");
+      rs.started = started != r.end() && started->is_boolean() && started->get<bool>();
       s.regions.push_back(std::move(rs));
     }
   }

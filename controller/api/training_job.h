@@ -13,8 +13,9 @@
 //                                    that spec.sync.algorithm defaults to dts
 //   spec.regions[]                   name, cluster, replicas, resources,
 //                                    nodeSelector, tolerations, dataPath, gateway
-//   spec.runPolicy                   backoffLimit, activeDeadlineSeconds,
-//                                    ttlSecondsAfterFinished, suspend
+//   spec.runPolicy                   backoffLimitPerIndex, backoffLimit,
+//                                    activeDeadlineSeconds, ttlSecondsAfterFinished,
+//                                    suspend
 //   spec.checkpointVolume            size, storageClassName, accessMode: a
 //                                    PersistentVolumeClaim per region for
 //                                    spec.checkpoint.dir
@@ -104,7 +105,22 @@ struct Region {
 };
 
 struct RunPolicy {
-  int64_t backoffLimit = 3;                        // >= 0: pod failures tolerated per region Job
+  // Failures of one worker (one completion index of its region's Job: a
+  // crash, a signal, an OOM kill; not an eviction or preemption) that are
+  // retried, each time on a new pod that resumes from the worker's newest
+  // checkpoint; the next failure fails the region's Job, and so the job.
+  // 0..2^31-1. The default of 6 rides out a transient cause (a peer region
+  // restarting, a node's memory pressure) with Kubernetes' back-off between
+  // retries (10 s doubling, at most 6 min: about 10 minutes for all six),
+  // while a worker that crashes every time fails the job within minutes
+  // instead of holding its accelerators. The count of a worker never resets:
+  // a run of days with sporadic crashes may need more.
+  int64_t backoffLimitPerIndex = 6;
+  // Failures of all the workers of one region together, when set (0..2^31-1).
+  // Unset: no limit of its own (the region's Job gets replicas *
+  // (backoffLimitPerIndex + 1), which backoffLimitPerIndex always reaches
+  // first). A limit below that fails a region of sporadic crashes sooner.
+  std::optional<int64_t> backoffLimit;
   std::optional<int64_t> activeDeadlineSeconds;    // >= 1 when set
   std::optional<int64_t> ttlSecondsAfterFinished;  // >= 0 when set
   bool suspend = false;  // true: delete the workers; false again: resume from checkpoints
@@ -204,6 +220,11 @@ struct RegionStatus {
   int64_t failed = 0;
   std::string endpoint;   // host:port of the gateway, once known
   bool reachable = true;  // the member cluster answered the last reconcile
+  // Every worker of the region's current run has been ready (or done) at the
+  // same time: from then on, fewer is a worker lost and being restarted
+  // (RegionDegraded), not a start-up. False again while the region's Job is
+  // absent, suspended or finished (reconcile/status.h).
+  bool started = false;
 
   bool operator==(const RegionStatus&) const = default;
 };

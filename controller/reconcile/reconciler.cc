@@ -182,9 +182,23 @@ Status Reconciler::writeStatus(const json& object, const api::TrainingJobStatus&
     event(object, true, "Failed",
           api::findCondition(status.conditions, api::kConditionFailed)->message);
   }
+  // RegionDegraded both ways: a region lost (its cluster, or a worker that
+  // is being restarted) and every region whole again, so that `kubectl
+  // describe` tells how long a restart took. A job that failed, succeeded
+  // or was suspended meanwhile is not degraded any more either, but has
+  // not recovered: its own event says what happened.
   if (flipped(api::kConditionRegionDegraded)) {
     event(object, true, "RegionDegraded",
           api::findCondition(status.conditions, api::kConditionRegionDegraded)->message);
+  }
+  const api::Condition* degradedBefore =
+      api::findCondition(previous.conditions, api::kConditionRegionDegraded);
+  const api::Condition* degradedNow =
+      api::findCondition(status.conditions, api::kConditionRegionDegraded);
+  if (degradedBefore != nullptr && degradedBefore->status == "True" && degradedNow != nullptr &&
+      degradedNow->status == "False" && (status.state == "Running" || status.state == "Pending")) {
+    event(object, false, "RegionRecovered",
+          "no region is degraded any more (was: " + degradedBefore->message + ")");
   }
   return {};
 }
@@ -461,6 +475,19 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
         const bool isNew = obs.regions[i].job.is_null();
         auto a = applyChanged(*work[i].client, res::kJobs, ns, obs.regions[i].job,
                               renderWorkerJob(job, spec, i, settings), full);
+        if (!a.ok() && !isNew && a.error().isInvalid()) {
+          // The Job exists and refuses the change: Kubernetes keeps its pod
+          // template, podFailurePolicy and backoffLimitPerIndex as created,
+          // and the spec now renders others (a spec change, or a Job that an
+          // earlier controller version created). The Job runs on as it is,
+          // so the region is reachable and its status still counts; only
+          // this write is refused, and retrying it cannot help.
+          event(object, true, "ApplyFailed",
+                fmt::format("region {}: the Job keeps its current spec (these fields cannot "
+                            "change): {}",
+                            spec.regions[i].name, describe(a.error())));
+          return;
+        }
         if (!a.ok()) return failRegion(i, "apply the Job", a.error());
         createdJob[i] = isNew;
         obs.regions[i].job = std::move(*a);

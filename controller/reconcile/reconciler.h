@@ -23,7 +23,12 @@
 //      region the Secret, the checkpoint claim (spec.checkpointVolume), the
 //      ConfigMap and the Indexed Job. spec.runPolicy.suspend suspends the
 //      Jobs (Kubernetes deletes their pods; the claims stay), and unsetting
-//      it lets the pods start again from the newest checkpoints.
+//      it lets the pods start again from the newest checkpoints. A Job that
+//      refuses the change as invalid (fields Kubernetes keeps as created:
+//      its pod template, failure policy, per-worker retries) runs on as it
+//      is: an ApplyFailed Event, and its status still counts.
+//      Once created, a Job retries each failed worker by itself
+//      (render.h); the status reports it while it does (status.h).
 //   6. progress (step, loss, accuracy) from rank 0's /metrics through the
 //      first region's API server (pods proxy), while its workers are active.
 //   7. the status from the regions' Jobs (written only when it changed).

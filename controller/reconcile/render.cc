@@ -4,6 +4,7 @@
 #include <sodium.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/enforce.h"
 
@@ -343,9 +344,10 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
         {{"name", "tmp"}, {"emptyDir", json::object()}}}}};
   if (!spec.worker.checkpoint.dir.empty()) {
     // The root file system is read-only: checkpoints need a volume. An
-    // emptyDir keeps them across container restarts of one pod only; the
-    // region's claim keeps them across pods, each worker in its own folder
-    // (the Job controller sets JOB_COMPLETION_INDEX in every container).
+    // emptyDir ends with its pod, so a worker retried on a new pod starts
+    // over; the region's claim keeps them across pods, each worker in its
+    // own folder (the Job controller sets JOB_COMPLETION_INDEX in every
+    // container), so the retried worker resumes where it left off.
     if (spec.checkpointVolume) {
       podSpec["volumes"].push_back(
           {{"name", "checkpoints"},
@@ -363,21 +365,51 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
   if (!r.nodeSelector.empty()) podSpec["nodeSelector"] = r.nodeSelector;
   if (!r.tolerations.empty()) podSpec["tolerations"] = r.tolerations;
 
+  // Failures are counted per worker (completion index): a worker that
+  // crashes is retried on a new pod of the same index, which mounts the same
+  // checkpoint folder and rejoins the job from its newest checkpoint, and
+  // only a worker out of retries fails the region. The region-wide limit,
+  // unless the spec sets one, is what the per-worker limits add up to plus
+  // one per worker, so the per-worker limit always decides first. It is
+  // written out, not left to Kubernetes' default (2^31-1 next to
+  // backoffLimitPerIndex), so that failures stay bounded where an API server
+  // drops backoffLimitPerIndex (before 1.29, or with the
+  // JobBackoffLimitPerIndex gate off): there the workers share that many.
+  const int64_t perWorker = spec.runPolicy.backoffLimitPerIndex;
+  const int64_t regionLimit = spec.runPolicy.backoffLimit.value_or(
+      std::min<int64_t>(INT32_MAX, r.replicas * (perWorker + 1)));
   json jobSpec = {
       {"completionMode", "Indexed"},
       {"completions", r.replicas},
       {"parallelism", r.replicas},
-      {"backoffLimit", spec.runPolicy.backoffLimit},
+      {"backoffLimitPerIndex", perWorker},
+      // A worker out of retries fails the region's Job at once: left to
+      // Kubernetes' default, the Job would run on without that worker until
+      // the others finished (allreduce waits for it forever; DTS and swarm
+      // train without its data shard) and fail only then.
+      {"maxFailedIndexes", 0},
+      {"backoffLimit", regionLimit},
       {"suspend", spec.runPolicy.suspend},
-      // A usage or configuration error (exit 2) fails at once: retrying the
-      // same worker.yaml cannot help. Evictions and preemptions do not count
-      // against backoffLimit.
+      // Rules apply in order, the first match decides; restartPolicy must be
+      // Never for them (and so a failed pod is replaced only once it has
+      // stopped: podReplacementPolicy is Failed with a podFailurePolicy, so
+      // two pods of one worker never share its name or checkpoint folder).
+      //  1. A pod the cluster took away (eviction, preemption, node drain:
+      //     condition DisruptionTarget) is replaced without counting against
+      //     any limit, whatever its exit code: it is never the spec's fault.
+      //  2. A usage or configuration error (the worker exits 2 for exactly
+      //     that) fails the region's Job at once: retrying the same
+      //     worker.yaml cannot help. FailJob, not FailIndex (which
+      //     maxFailedIndexes 0 would turn into the same outcome), for the
+      //     Job's message naming the container, exit code and index.
+      // Anything else (exit 1, a signal, an OOM kill) counts against the
+      // worker's backoffLimitPerIndex and is retried.
       {"podFailurePolicy",
        {{"rules",
-         {{{"action", "FailJob"},
-           {"onExitCodes", {{"containerName", "worker"}, {"operator", "In"}, {"values", {2}}}}},
-          {{"action", "Ignore"},
-           {"onPodConditions", {{{"type", "DisruptionTarget"}, {"status", "True"}}}}}}}}},
+         {{{"action", "Ignore"},
+           {"onPodConditions", {{{"type", "DisruptionTarget"}, {"status", "True"}}}}},
+          {{"action", "FailJob"},
+           {"onExitCodes", {{"containerName", "worker"}, {"operator", "In"}, {"values", {2}}}}}}}}},
       {"template",
        {{"metadata",
          {{"labels", labels(job, r.name, "worker")},

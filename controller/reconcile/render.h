@@ -13,7 +13,10 @@
 //   Service    <base>-gateway  the region's leader (completion index 0), as
 //                              reached from the other regions
 //   Job        <base>          Indexed, one pod per worker; the pod passes its
-//                              $(JOB_COMPLETION_INDEX) to --completion-index
+//                              $(JOB_COMPLETION_INDEX) to --completion-index;
+//                              a failed worker is retried on a new pod of its
+//                              index (spec.runPolicy.backoffLimitPerIndex),
+//                              a configuration error (exit 2) fails the Job
 //   PersistentVolumeClaim <base>-checkpoints   with spec.checkpointVolume:
 //                              spec.checkpoint.dir of every pod of the region,
 //                              a folder index-<completion index> each

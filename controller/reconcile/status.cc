@@ -27,10 +27,24 @@ const json* jobCondition(const json& job, const std::string& type) {
   return nullptr;
 }
 
-std::string joinNames(const std::vector<std::string>& names) {
+std::string join(const std::vector<std::string>& parts, std::string_view separator) {
   std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  for (const auto& p : parts) {
+    if (!out.empty()) out += separator;
+    out += p;
+  }
   return out;
+}
+
+// Whether the Job is over or on its way there: its pods are being deleted or
+// are gone, so fewer of them ready is no loss. FailureTarget and
+// SuccessCriteriaMet come first (Kubernetes >= 1.31) while the Job controller
+// still deletes the pods, Failed and Complete after.
+bool finishing(const json& job) {
+  for (const char* type : {"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"}) {
+    if (jobCondition(job, type) != nullptr) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -55,7 +69,7 @@ api::TrainingJobStatus aggregateStatus(const api::TrainingJobStatus& previous,
 
   // Per-region counts; an unreachable region keeps what was last seen.
   std::vector<api::RegionStatus> regions;
-  std::vector<std::string> unreachable, failedRegions;
+  std::vector<std::string> unreachable, failedRegions, restarting;
   std::string failedMessage;
   int64_t ready = 0, complete = 0, withJob = 0, anyActive = 0;
   for (const RegionObservation& r : o.regions) {
@@ -76,9 +90,16 @@ api::TrainingJobStatus aggregateStatus(const api::TrainingJobStatus& previous,
       rs.failed = count(r.job, "failed");
     } else {
       rs.ready = rs.active = rs.succeeded = rs.failed = 0;
+      rs.started = false;  // no Job (yet, or any more): the next one starts afresh
     }
+    // Every worker ready or done (status.h).
+    const bool up = rs.ready + rs.succeeded >= r.replicas;
     if (r.reachable && !r.job.is_null()) {
-      if (const json* c = jobCondition(r.job, "Failed")) {
+      // FailureTarget: the Job controller has decided, and deletes the pods
+      // before it sets Failed (Kubernetes >= 1.31).
+      const json* c = jobCondition(r.job, "Failed");
+      if (c == nullptr) c = jobCondition(r.job, "FailureTarget");
+      if (c != nullptr) {
         failedRegions.push_back(r.name);
         if (failedMessage.empty()) {
           failedMessage = fmt::format("region {}: {}: {}", r.name, c->value("reason", "Failed"),
@@ -86,8 +107,20 @@ api::TrainingJobStatus aggregateStatus(const api::TrainingJobStatus& previous,
         }
       }
       if (jobCondition(r.job, "Complete") != nullptr) ++complete;
+      if (o.suspended || finishing(r.job)) {
+        rs.started = false;
+      } else if (up) {
+        rs.started = true;
+      } else if (rs.started) {
+        const int64_t missing = r.replicas - rs.ready - rs.succeeded;
+        restarting.push_back(fmt::format(
+            "{}: {}/{} workers ready{} ({})", r.name, rs.ready, r.replicas,
+            rs.succeeded > 0 ? fmt::format(", {} done", rs.succeeded) : "",
+            missing == 1 ? "a worker failed and is being restarted"
+                         : fmt::format("{} workers failed and are being restarted", missing)));
+      }
     }
-    if (rs.ready >= r.replicas || rs.succeeded >= r.replicas) ++ready;
+    if (up) ++ready;
     anyActive += rs.active;
     regions.push_back(std::move(rs));
   }
@@ -120,6 +153,11 @@ api::TrainingJobStatus aggregateStatus(const api::TrainingJobStatus& previous,
   if (succeeded && s.completionTime.empty()) s.completionTime = now;
 
   const bool allReady = total > 0 && ready == total;
+  // Every region is up or restarting a worker: the job has started and runs
+  // on (DTS and swarm train without the missing worker meanwhile, allreduce
+  // waits for it), so it stays Running rather than going back to Pending.
+  const bool runningDegraded =
+      !allReady && total > 0 && ready + static_cast<int64_t>(restarting.size()) == total;
   if (failed || succeeded) {
     set(api::kConditionRunning, false, "Finished", failed ? "a region failed" : "training done");
   } else if (o.suspended) {
@@ -127,13 +165,21 @@ api::TrainingJobStatus aggregateStatus(const api::TrainingJobStatus& previous,
   } else if (allReady) {
     set(api::kConditionRunning, true, "AllWorkersReady",
         fmt::format("every worker of all {} regions is ready", total));
+  } else if (runningDegraded) {
+    set(api::kConditionRunning, true, "WorkersRestarting",
+        "running with fewer workers: " + join(restarting, "; "));
   } else {
     set(api::kConditionRunning, false, "Pending",
         fmt::format("{} of {} regions have all their workers ready", ready, total));
   }
-  set(api::kConditionRegionDegraded, !unreachable.empty(),
-      unreachable.empty() ? "AllRegionsReachable" : "RegionUnreachable",
-      unreachable.empty() ? "" : "cannot reach: " + joinNames(unreachable));
+  std::vector<std::string> degraded;
+  if (!unreachable.empty()) degraded.push_back("cannot reach: " + join(unreachable, ", "));
+  degraded.insert(degraded.end(), restarting.begin(), restarting.end());
+  set(api::kConditionRegionDegraded, !degraded.empty(),
+      !unreachable.empty()  ? "RegionUnreachable"
+      : !restarting.empty() ? "WorkersRestarting"
+                            : "AllRegionsHealthy",
+      join(degraded, "; "));
 
   if (anyActive > 0 && s.startTime.empty()) s.startTime = now;
   if (o.progress) s.progress = *o.progress;
@@ -144,7 +190,7 @@ api::TrainingJobStatus aggregateStatus(const api::TrainingJobStatus& previous,
     s.state = "Succeeded";
   } else if (o.suspended) {
     s.state = "Suspended";
-  } else if (allReady) {
+  } else if (allReady || runningDegraded) {
     s.state = "Running";
   } else {
     s.state = "Pending";

@@ -8,18 +8,50 @@
 //   Created         True once every region's workload exists; False with
 //                   InvalidSpec (the spec's errors), WaitingForGateway (a
 //                   region's gateway has no address yet) or Creating.
-//   Running         True while every region has all its workers ready;
+//   Running         True while every region has all its workers ready
+//                   (AllWorkersReady), or once started has fewer while they
+//                   are restarted (WorkersRestarting: the job runs on);
 //                   False with Pending (not all ready yet), Suspended,
 //                   Finished (succeeded or failed).
 //   Succeeded       True once every region's Job is Complete.
-//   Failed          True once any region's Job has Failed (its reason and
-//                   message are quoted); the other regions are not stopped
-//                   by this function (that is the reconciler's decision).
+//   Failed          True once any region's Job has Failed, or is failing
+//                   (FailureTarget) (its reason and message are quoted); the
+//                   other regions are not stopped by this function (that is
+//                   the reconciler's decision).
 //   Suspended       True while spec.runPolicy.suspend.
-//   RegionDegraded  True while a region's cluster cannot be reached; the
-//                   message names them. Its counts keep their last values.
+//   RegionDegraded  True while a region's cluster cannot be reached
+//                   (RegionUnreachable; its counts keep their last values),
+//                   or while a region that had started has fewer workers
+//                   ready than its replicas (WorkersRestarting); the message
+//                   names each region, e.g. "cannot reach: ohio (...)" or
+//                   "tokyo: 1/2 workers ready (a worker failed and is being
+//                   restarted)". False (AllRegionsHealthy) otherwise.
 // state (printer column): Invalid, Failed, Succeeded, Suspended, Running,
-// Pending, in that precedence. regionsReady: "<ready>/<regions>".
+// Pending, in that precedence (a job with restarting workers is Running).
+// regionsReady: "<regions with every worker ready or done>/<regions>".
+//
+// A region's workers, from its batch/v1 Job's status:
+//   up       ready + succeeded >= replicas: every worker answers its
+//            readiness probe (it loaded its data, model and keys and joined
+//            the job) or has finished.
+//   started  RegionStatus.started: the region has been up since its Job was
+//            last created or resumed. Set by the first pass that sees it
+//            up; cleared while the Job is absent, suspended
+//            (spec.runPolicy.suspend) or finishing (condition Complete,
+//            Failed, SuccessCriteriaMet or FailureTarget: Kubernetes is
+//            deleting its pods); kept while the cluster cannot be reached.
+//   degraded started and not up, while not suspended or finishing: a
+//            worker's pod failed (a crash, an OOM kill, an eviction) and the
+//            Job is replacing it, or its replacement is not ready yet.
+// So the first start-up of a Job, and the one after a resume, is Pending
+// and never degraded, however long its pods take to schedule or load data.
+// Only `ready` says that a worker is working now: `active` counts pods still
+// starting; `failed` only grows over the Job's life (and leaves out
+// evictions and preemptions, which the pod failure policy ignores);
+// `failedIndexes` and `uncountedTerminatedPods` name workers out of retries
+// (the Job then fails: Failed) or pods the Job controller is still
+// counting. A Job status without `ready` (Kubernetes before 1.24) never
+// starts, so it is never reported degraded.
 // startTime: first time any worker was active; completionTime: when
 // Succeeded became True. Both are kept once set.
 

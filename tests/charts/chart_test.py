@@ -6,7 +6,8 @@
 2. helm template for hub (default values and tests/charts/values-hub.yaml)
    and member: every object well formed, namespaced ones in the release
    namespace, the output passes yamllint (.yamllint);
-3. values.schema.json refuses bad values, naming them;
+3. values.schema.json refuses bad values, naming them, and the chart refuses
+   a Kubernetes older than its kubeVersion;
 4. no drift from manifests/: the chart's CRD is byte-identical to
    manifests/crd, its RBAC has the same rules, roleRefs and subjects as
    manifests/rbac, and the dashboard ConfigMap holds the dashboard file;
@@ -114,7 +115,9 @@ def main():
                         (["--set", "replicaCount=0"], "/replicaCount"),
                         (["--set", "logLevel=loud"], "/logLevel"),
                         (["--set", "members[0].name=Tokyo,members[0].kubeconfigSecret=s"],
-                         "/members/0/name")):
+                         "/members/0/name"),
+                        # The region Jobs' per-worker retries (docs/kubernetes.md).
+                        (["--kube-version", "1.28.9"], "kubeVersion")):
         r = run([helm, "template", "geotrain", chart] + bad, env, ok=False)
         check(r.returncode != 0 and phrase in r.stderr, f"{bad} accepted or unclear: {r.stderr}")
 

@@ -82,8 +82,8 @@ def world():
              "gateway": {"serviceType": "NodePort", "endpoint": "london.example.org:31000"}},
             {"name": "tokyo", "replicas": 2, "dataPath": "/mnt/tokyo",
              "gateway": {"endpoint": "[2001:db8::1]:7000"}}],
-        "runPolicy": {"backoffLimit": 1, "activeDeadlineSeconds": 7200,
-                      "ttlSecondsAfterFinished": 0},
+        "runPolicy": {"backoffLimitPerIndex": 2, "backoffLimit": 1,
+                      "activeDeadlineSeconds": 7200, "ttlSecondsAfterFinished": 0},
     }
 
 
@@ -105,6 +105,7 @@ GOOD = [
     merged({"dataset": {"name": "synthetic", "path": ""}}),
     merged({"sync": {"algorithm": "swarm", "swarmH": 2, "codec": "bf16"}}),
     merged({"training": {"lr": 1e-4, "momentum": 0, "stepGamma": 1}}),
+    merged({"runPolicy": {"backoffLimitPerIndex": 0, "backoffLimit": 2**31 - 1}}),
     merged({"regions": [{"name": "a", "replicas": 4096, "gateway": {"port": 65535}}]}),
     merged({"checkpoint": {"dir": "/ckpt"}, "checkpointVolume": {"size": "20Gi"}}),
     merged({"checkpoint": {"dir": "/ckpt"},
@@ -140,6 +141,10 @@ BAD = [
     {"regions": [{"name": "a", "resources": []}]},
     {"regions": [{"name": f"r{i}"} for i in range(65)]},
     merged({"runPolicy": {"backoffLimit": -1}}),
+    merged({"runPolicy": {"backoffLimit": 2**31}}),
+    merged({"runPolicy": {"backoffLimitPerIndex": -1}}),
+    merged({"runPolicy": {"backoffLimitPerIndex": 2**31}}),
+    merged({"runPolicy": {"backoffLimitPerIndex": "6"}}),
     merged({"runPolicy": {"activeDeadlineSeconds": 0}}),
     merged({"runPolicy": {"ttlSecondsAfterFinished": -1}}),
     merged({"runPolicy": {"suspend": "yes"}}),

@@ -37,7 +37,8 @@ TEST(TrainingJobSpec, MinimalSpecTakesEveryDefault) {
   EXPECT_EQ(r.replicas, 1);
   EXPECT_EQ(r.gateway.serviceType, "LoadBalancer");
   EXPECT_EQ(r.gateway.port, 7000);
-  EXPECT_EQ(p.spec.runPolicy.backoffLimit, 3);
+  EXPECT_EQ(p.spec.runPolicy.backoffLimitPerIndex, 6);
+  EXPECT_FALSE(p.spec.runPolicy.backoffLimit.has_value());  // only the per-worker limit
   EXPECT_FALSE(p.spec.runPolicy.suspend);
   // The worker sections are worker.yaml's defaults, except the algorithm.
   WorkerConfig expected;
@@ -70,7 +71,10 @@ json world() {
              {"gateway", {{"serviceType", "NodePort"}, {"endpoint", "london.example.org:31000"}}}},
             {{"name", "tokyo"}, {"replicas", 2}, {"dataPath", "/mnt/tokyo"}}}},
           {"runPolicy",
-           {{"backoffLimit", 1}, {"activeDeadlineSeconds", 7200}, {"ttlSecondsAfterFinished", 0}}}};
+           {{"backoffLimitPerIndex", 2},
+            {"backoffLimit", 1},
+            {"activeDeadlineSeconds", 7200},
+            {"ttlSecondsAfterFinished", 0}}}};
 }
 
 TEST(TrainingJobSpec, FullSpecIsReadFieldByField) {
@@ -96,6 +100,7 @@ TEST(TrainingJobSpec, FullSpecIsReadFieldByField) {
   EXPECT_EQ(s.dataPath(s.regions[0]), "/data/fmnist");
   EXPECT_EQ(s.dataPath(s.regions[1]), "/mnt/tokyo");
   EXPECT_EQ(s.totalReplicas(), 4);
+  EXPECT_EQ(s.runPolicy.backoffLimitPerIndex, 2);
   EXPECT_EQ(s.runPolicy.backoffLimit, 1);
   EXPECT_EQ(s.runPolicy.activeDeadlineSeconds, 7200);
   EXPECT_EQ(s.runPolicy.ttlSecondsAfterFinished, 0);
@@ -204,7 +209,21 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.sync.hierarchical: false is not allowed when a region has several "
                 "replicas"},
         BadCase{{{"runPolicy", {{"backoffLimit", -1}}}},
-                "spec.runPolicy.backoffLimit: -1 is not allowed (allowed: an integer >= 0)"},
+                "spec.runPolicy.backoffLimit: -1 is not allowed (allowed: an integer "
+                "0..2147483647)"},
+        BadCase{{{"runPolicy", {{"backoffLimit", 2147483648LL}}}},
+                "spec.runPolicy.backoffLimit: 2147483648 is not allowed (allowed: an integer "
+                "0..2147483647)"},
+        BadCase{{{"runPolicy", {{"backoffLimitPerIndex", -1}}}},
+                "spec.runPolicy.backoffLimitPerIndex: -1 is not allowed (allowed: an integer "
+                "0..2147483647)"},
+        BadCase{{{"runPolicy", {{"backoffLimitPerIndex", 2147483648LL}}}},
+                "spec.runPolicy.backoffLimitPerIndex: 2147483648 is not allowed"},
+        BadCase{{{"runPolicy", {{"backoffLimitPerIndex", "6"}}}},
+                "spec.runPolicy.backoffLimitPerIndex: \"6\" is not allowed (allowed: an "
+                "integer)"},
+        BadCase{{{"runPolicy", {{"maxFailedIndexes", 1}}}},
+                "spec.runPolicy.maxFailedIndexes: unknown field"},
         BadCase{{{"runPolicy", {{"activeDeadlineSeconds", 0}}}},
                 "spec.runPolicy.activeDeadlineSeconds: 0 is not allowed"},
         BadCase{{{"runPolicy", {{"suspend", "yes"}}}},
@@ -270,8 +289,8 @@ TEST(TrainingJobStatus, JsonRoundTripAndLenientRead) {
   s.regionsReady = "1/2";
   s.observedGeneration = 3;
   s.conditions.push_back({"Running", "True", 3, "2026-11-22T08:00:00Z", "Running", "ok"});
-  s.regions.push_back({"london", 2, 2, 0, 0, "10.0.0.1:7000", true});
-  s.regions.push_back({"tokyo", 0, 0, 0, 0, "", false});
+  s.regions.push_back({"london", 2, 2, 0, 0, "10.0.0.1:7000", true, true});
+  s.regions.push_back({"tokyo", 0, 0, 0, 0, "", false, false});
   s.progress = {1200, 0.31, 0.86};
   s.startTime = "2026-11-22T07:59:00Z";
   EXPECT_EQ(statusFromJson(statusToJson(s)), s);
@@ -285,6 +304,12 @@ TEST(TrainingJobStatus, JsonRoundTripAndLenientRead) {
   ASSERT_EQ(read.regions.size(), 1u);
   EXPECT_EQ(read.regions[0].ready, 0);
   EXPECT_TRUE(read.regions[0].reachable);
+  // A status written before `started` existed: not started, so a region is
+  // not reported degraded until its workers have all been ready again.
+  EXPECT_FALSE(read.regions[0].started);
+  EXPECT_FALSE(statusFromJson({{"regions", {{{"name", "a"}, {"ready", 2}, {"active", 2}}}}})
+                   .regions[0]
+                   .started);
 }
 
 TEST(TrainingJobStatus, Rfc3339Now) {

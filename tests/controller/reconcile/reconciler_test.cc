@@ -11,14 +11,17 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "controller/kube/config.h"
+#include "controller/kube/events.h"
 #include "controller/reconcile/progress.h"
 #include "tests/support/test_apiserver.h"
 #include "tests/support/yaml_json.h"
@@ -42,6 +45,44 @@ class TestClusters : public Clusters {
     }
     return it->second;
   }
+};
+
+// What a real API server does and the test apiserver does not: refuse a
+// change to a Job's immutable fields (its pod template, podFailurePolicy,
+// backoffLimitPerIndex) with 422 Invalid. Everything else goes to `inner`.
+class ImmutableJobsClient : public kube::KubeClient {
+ public:
+  explicit ImmutableJobsClient(kube::KubeClient& inner) : inner_(inner) {}
+  std::atomic<bool> refuseJobChanges{false};
+
+  kube::ApiResult<json> call(const kube::ApiRequest& request,
+                             const kube::CancelToken* cancel) override {
+    if (refuseJobChanges && request.method == "PATCH" &&
+        request.path.rfind("/apis/batch/v1/namespaces/", 0) == 0 &&
+        request.path.find("/jobs/") != std::string::npos) {
+      const json status = {{"kind", "Status"},
+                           {"apiVersion", "v1"},
+                           {"status", "Failure"},
+                           {"reason", "Invalid"},
+                           {"code", 422},
+                           {"message",
+                            "Job.batch \"world-london\" is invalid: spec.backoffLimitPerIndex: "
+                            "Invalid value: 3: field is immutable"}};
+      return kube::decodeApiError(422, status.dump());
+    }
+    return inner_.call(request, cancel);
+  }
+  kube::ApiResult<std::monostate> stream(const kube::ApiRequest& request,
+                                         const std::function<void(std::string_view)>& onChunk,
+                                         std::chrono::milliseconds timeout,
+                                         const kube::CancelToken& cancel) override {
+    return inner_.stream(request, onChunk, timeout, cancel);
+  }
+  const std::string& defaultNamespace() const override { return inner_.defaultNamespace(); }
+  const kube::ClientOptions& options() const override { return inner_.options(); }
+
+ private:
+  kube::KubeClient& inner_;
 };
 
 std::unique_ptr<kube::KubeClient> clientFor(const testapi::TestApiServer& server,
@@ -603,6 +644,153 @@ TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
   clusters_.clients["tokyo"] = memberClient_.get();
   pass();
   EXPECT_TRUE(trainingJob().is_null());
+}
+
+// A worker's pod fails after the job had started. The region's Job retries
+// that worker on its own (per completion index) and its status goes from
+// all ready, to one ready less and one more failed pod, to the replacement
+// starting, to all ready again: the TrainingJob is RegionDegraded, naming the
+// region, until then, with an Event each way, and never Failed.
+TEST_F(ReconcilerTest, AFailedWorkerDegradesItsRegionUntilItIsBack) {
+  kube::EventRecorder events(*hubClient_, "geotrain-controller", "reconciler-test");
+  ReconcilerOptions options;
+  options.render.workerImage = "registry.example/worker:1";
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options,
+                                             [this] { return fmt::format("t{}", ++tick_); });
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
+  pass();
+  const json londonJob = get(*hubClient_, res::kJobs, "world-london");
+  ASSERT_FALSE(londonJob.is_null());
+  EXPECT_EQ(londonJob["spec"]["backoffLimitPerIndex"], 6);
+  EXPECT_EQ(londonJob["spec"]["maxFailedIndexes"], 0);
+  EXPECT_EQ(londonJob["spec"]["backoffLimit"], 14);  // 2 workers * (6 + 1)
+
+  auto expectNotFailed = [&](const json& tj) {
+    EXPECT_EQ(condition(tj, "Failed"), "False") << tj["status"].dump();
+    EXPECT_NE(tj["status"]["state"], "Failed");
+  };
+  // Start-up: the pods are scheduled but none is ready yet. Pending, not degraded.
+  setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 0}});
+  setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 0}});
+  pass();
+  json tj = trainingJob();
+  EXPECT_EQ(tj["status"]["state"], "Pending");
+  EXPECT_EQ(condition(tj, "RegionDegraded"), "False") << tj["status"].dump();
+
+  // Every worker ready.
+  setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 2}});
+  setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 1}});
+  pass();
+  tj = trainingJob();
+  EXPECT_EQ(tj["status"]["state"], "Running");
+  EXPECT_EQ(condition(tj, "RegionDegraded"), "False");
+  EXPECT_EQ(tj["status"]["regions"][0]["started"], true);
+
+  // london's worker 1 crashes (exit 1): its pod failed, Kubernetes waits out
+  // the back-off before it creates the replacement.
+  setJobStatus(*hub_, "world-london",
+               {{"active", 1}, {"ready", 1}, {"failed", 1}, {"failedIndexes", ""}});
+  ReconcileResult r = pass();
+  tj = trainingJob();
+  EXPECT_EQ(condition(tj, "RegionDegraded"), "True") << tj["status"].dump();
+  EXPECT_EQ(condition(tj, "RegionDegraded", "reason"), "WorkersRestarting");
+  EXPECT_EQ(condition(tj, "RegionDegraded", "message"),
+            "london: 1/2 workers ready (a worker failed and is being restarted)");
+  EXPECT_EQ(tj["status"]["state"], "Running");  // the job runs on
+  EXPECT_EQ(tj["status"]["regionsReady"], "1/2");
+  EXPECT_EQ(tj["status"]["regions"][0]["failed"], 1);
+  EXPECT_EQ(r.requeueAfter, std::chrono::milliseconds(10000));  // still watched
+  expectNotFailed(tj);
+  const std::string since = condition(tj, "RegionDegraded", "lastTransitionTime");
+
+  // The replacement pod runs, loading its checkpoint: not ready yet.
+  setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 1}, {"failed", 1}});
+  pass();
+  tj = trainingJob();
+  EXPECT_EQ(condition(tj, "RegionDegraded"), "True");
+  EXPECT_EQ(condition(tj, "RegionDegraded", "lastTransitionTime"), since);
+  expectNotFailed(tj);
+
+  // It rejoined: every worker ready again.
+  setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 2}, {"failed", 1}});
+  pass();
+  tj = trainingJob();
+  EXPECT_EQ(condition(tj, "RegionDegraded"), "False") << tj["status"].dump();
+  EXPECT_EQ(condition(tj, "RegionDegraded", "reason"), "AllRegionsHealthy");
+  EXPECT_EQ(tj["status"]["state"], "Running");
+  EXPECT_EQ(tj["status"]["regionsReady"], "2/2");
+  expectNotFailed(tj);
+
+  // kubectl describe: when the region degraded, naming it, and when it recovered.
+  events.flush();
+  auto listed = hubClient_->list(res::kEvents, "ml");
+  ASSERT_TRUE(listed.ok()) << listed.status().toString();
+  std::map<std::string, json> byReason;
+  for (const json& e : listed->items) byReason[e["reason"]] = e;
+  ASSERT_TRUE(byReason.count("RegionDegraded")) << json(listed->items).dump();
+  EXPECT_EQ(byReason["RegionDegraded"]["type"], "Warning");
+  EXPECT_EQ(byReason["RegionDegraded"]["message"],
+            "london: 1/2 workers ready (a worker failed and is being restarted)");
+  EXPECT_EQ(byReason["RegionDegraded"]["count"], 1);
+  EXPECT_EQ(byReason["RegionDegraded"]["involvedObject"]["name"], "world");
+  ASSERT_TRUE(byReason.count("RegionRecovered"));
+  EXPECT_EQ(byReason["RegionRecovered"]["type"], "Normal");
+  EXPECT_NE(byReason["RegionRecovered"]["message"].get<std::string>().find("london: 1/2"),
+            std::string::npos);
+  EXPECT_FALSE(byReason.count("Failed"));
+  reconciler_.reset();  // it holds `events`
+}
+
+// A region's Job that refuses what the spec renders now (its failure
+// policy changed, or an earlier controller version created it) runs on as it
+// is: the region stays reachable, its status counts to the end, and the
+// refusal is an ApplyFailed Event.
+TEST_F(ReconcilerTest, AJobThatRefusesANewSpecRunsOnAndStillCounts) {
+  ImmutableJobsClient hub(*hubClient_);
+  clusters_.clients["local"] = &hub;
+  kube::EventRecorder events(*hubClient_, "geotrain-controller", "reconciler-test");
+  ReconcilerOptions options;
+  options.render.workerImage = "registry.example/worker:1";
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options,
+                                             [this] { return fmt::format("t{}", ++tick_); });
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
+  pass();
+  ASSERT_EQ(get(*hubClient_, res::kJobs, "world-london")["spec"]["backoffLimitPerIndex"], 6);
+
+  hub.refuseJobChanges = true;
+  json tj = trainingJob();
+  tj["spec"]["runPolicy"]["backoffLimitPerIndex"] = 3;
+  ASSERT_TRUE(hubClient_->update(kTrainingJobs, "ml", tj).ok());
+  setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 2}});
+  setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 1}});
+  ReconcileResult r = pass();
+  EXPECT_FALSE(r.retry);
+  EXPECT_EQ(r.regionReachable, (std::map<std::string, bool>{{"london", true}, {"tokyo", true}}));
+  tj = trainingJob();
+  EXPECT_EQ(tj["status"]["state"], "Running") << tj["status"].dump();
+  EXPECT_EQ(condition(tj, "RegionDegraded"), "False");
+  EXPECT_EQ(tj["status"]["regions"][0]["ready"], 2);
+  EXPECT_EQ(get(*hubClient_, res::kJobs, "world-london")["spec"]["backoffLimitPerIndex"], 6);
+
+  const json complete = {{"succeeded", 2},
+                         {"conditions", {{{"type", "Complete"}, {"status", "True"}}}}};
+  setJobStatus(*hub_, "world-london", complete);
+  setJobStatus(*member_, "world-tokyo", complete);
+  pass();
+  EXPECT_EQ(trainingJob()["status"]["state"], "Succeeded");
+
+  events.flush();
+  auto listed = hubClient_->list(res::kEvents, "ml");
+  ASSERT_TRUE(listed.ok()) << listed.status().toString();
+  std::string applyFailed;
+  for (const json& e : listed->items) {
+    if (e["reason"] == "ApplyFailed") applyFailed = e["message"];
+  }
+  EXPECT_NE(applyFailed.find("region london: the Job keeps its current spec"), std::string::npos)
+      << applyFailed;
+  EXPECT_NE(applyFailed.find("field is immutable"), std::string::npos) << applyFailed;
+  reconciler_.reset();  // it holds `events`
+  clusters_.clients["local"] = hubClient_.get();
 }
 
 TEST_F(ReconcilerTest, SpecChangesReachTheRegionsAndObservedGenerationAdvances) {

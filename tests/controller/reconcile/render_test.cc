@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -196,7 +197,6 @@ TEST(Render, IndexedJob) {
   EXPECT_EQ(s["activeDeadlineSeconds"], 3600);
   EXPECT_FALSE(s.contains("ttlSecondsAfterFinished"));
   EXPECT_EQ(s["suspend"], false);
-  EXPECT_EQ(s["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"][0], 2);
   const json& pod = s["template"]["spec"];
   EXPECT_EQ(pod["subdomain"], "world-london");
   EXPECT_EQ(pod["restartPolicy"], "Never");
@@ -227,6 +227,43 @@ TEST(Render, IndexedJob) {
   EXPECT_EQ(
       renderWorkerJob(kJob, own, 0, settings)["spec"]["template"]["spec"]["containers"][0]["image"],
       "mine:2");
+}
+
+// A worker that fails is retried on its own (per completion index) and
+// rejoins from its checkpoint; a configuration error fails at once; an
+// eviction costs nothing.
+TEST(Render, FailedWorkersAreRetriedOneByOneAndABadSpecFailsAtOnce) {
+  api::TrainingJobSpec spec = spec2x2();
+  spec.runPolicy.backoffLimit.reset();
+  json s = renderWorkerJob(kJob, spec, 0, {})["spec"];
+  EXPECT_EQ(s["backoffLimitPerIndex"], 6);
+  EXPECT_EQ(s["maxFailedIndexes"], 0);  // a worker out of retries fails the region
+  // No region-wide limit of its own: 2 workers * (6 + 1), which the
+  // per-worker limit always reaches first.
+  EXPECT_EQ(s["backoffLimit"], 14);
+  EXPECT_EQ(s["template"]["spec"]["restartPolicy"], "Never");  // required by podFailurePolicy
+  const json rules = s["podFailurePolicy"]["rules"];
+  ASSERT_EQ(rules.size(), 2u);
+  // First match wins: a disrupted pod is never counted, whatever its exit code.
+  EXPECT_EQ(rules[0]["action"], "Ignore");
+  EXPECT_EQ(rules[0]["onPodConditions"],
+            json::parse(R"([{"type": "DisruptionTarget", "status": "True"}])"));
+  EXPECT_EQ(rules[1]["action"], "FailJob");
+  EXPECT_EQ(rules[1]["onExitCodes"],
+            json::parse(R"({"containerName": "worker", "operator": "In", "values": [2]})"));
+  EXPECT_EQ(rules[1]["onExitCodes"]["containerName"],
+            s["template"]["spec"]["containers"][0]["name"]);
+
+  // The spec's own limits.
+  spec.runPolicy.backoffLimitPerIndex = 0;
+  spec.runPolicy.backoffLimit = 5;
+  s = renderWorkerJob(kJob, spec, 1, {})["spec"];
+  EXPECT_EQ(s["backoffLimitPerIndex"], 0);
+  EXPECT_EQ(s["backoffLimit"], 5);
+  // The derived limit stays an int32.
+  spec.runPolicy.backoffLimit.reset();
+  spec.runPolicy.backoffLimitPerIndex = INT32_MAX;
+  EXPECT_EQ(renderWorkerJob(kJob, spec, 1, {})["spec"]["backoffLimit"], INT32_MAX);
 }
 
 TEST(Render, CheckpointsGetAWritableVolume) {

@@ -116,6 +116,140 @@ TEST(Status, UnreachableRegionDegradesAndKeepsItsLastCounts) {
   EXPECT_EQ(condition(s, "RegionDegraded").lastTransitionTime, "t3");
 }
 
+// The rule of status.h: a region that has been up and then has fewer
+// workers ready is degraded until they are back; the job runs on.
+TEST(Status, AWorkerLostAfterTheStartDegradesItsRegionUntilItIsBack) {
+  auto s = aggregateStatus({}, twoRegions(job(2, 2, 0, 0), job(2, 2, 0, 0), "t1"));
+  EXPECT_EQ(s.state, "Running");
+  EXPECT_TRUE(s.regions[0].started);
+  EXPECT_TRUE(s.regions[1].started);
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+  EXPECT_EQ(condition(s, "RegionDegraded").reason, "AllRegionsHealthy");
+
+  // tokyo's worker 1 crashes: its pod failed, the Job waits out its back-off.
+  s = aggregateStatus(s, twoRegions(job(2, 2, 0, 0), job(1, 1, 0, 1), "t2"));
+  const auto& degraded = condition(s, "RegionDegraded");
+  EXPECT_EQ(degraded.status, "True");
+  EXPECT_EQ(degraded.reason, "WorkersRestarting");
+  EXPECT_EQ(degraded.message, "tokyo: 1/2 workers ready (a worker failed and is being restarted)");
+  EXPECT_EQ(degraded.lastTransitionTime, "t2");
+  EXPECT_EQ(degraded.observedGeneration, 3);
+  EXPECT_EQ(s.state, "Running");  // the job runs on
+  EXPECT_EQ(condition(s, "Running").status, "True");
+  EXPECT_EQ(condition(s, "Running").reason, "WorkersRestarting");
+  EXPECT_EQ(condition(s, "Failed").status, "False");
+  EXPECT_EQ(s.regionsReady, "1/2");
+  EXPECT_EQ(s.regions[1].failed, 1);
+  EXPECT_TRUE(s.regions[1].started);
+
+  // The replacement pod runs but is not ready yet (loading its checkpoint):
+  // still degraded, every condition as it was; only the counts move.
+  const auto replacing = aggregateStatus(s, twoRegions(job(2, 2, 0, 0), job(2, 1, 0, 1), "t3"));
+  EXPECT_EQ(condition(replacing, "RegionDegraded").status, "True");
+  EXPECT_EQ(condition(replacing, "RegionDegraded").lastTransitionTime, "t2");
+  EXPECT_EQ(replacing.conditions, s.conditions);
+  EXPECT_EQ(replacing.regions[1].active, 2);
+
+  // Back: healthy again, Running as before.
+  s = aggregateStatus(replacing, twoRegions(job(2, 2, 0, 0), job(2, 2, 0, 1), "t4"));
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+  EXPECT_EQ(condition(s, "RegionDegraded").reason, "AllRegionsHealthy");
+  EXPECT_EQ(condition(s, "RegionDegraded").message, "");
+  EXPECT_EQ(condition(s, "RegionDegraded").lastTransitionTime, "t4");
+  EXPECT_EQ(condition(s, "Running").reason, "AllWorkersReady");
+  EXPECT_EQ(s.regionsReady, "2/2");
+  EXPECT_EQ(s.state, "Running");
+
+  // Both of a region's workers lost at once (their node went away).
+  s = aggregateStatus(s, twoRegions(job(2, 2, 0, 0), job(0, 0, 0, 3), "t5"));
+  EXPECT_EQ(condition(s, "RegionDegraded").message,
+            "tokyo: 0/2 workers ready (2 workers failed and are being restarted)");
+  s = aggregateStatus(s, twoRegions(job(2, 2, 0, 0), job(2, 2, 0, 3), "t6"));
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+
+  // A cluster out of reach and a worker lost elsewhere: both named.
+  Observation o = twoRegions(job(1, 1, 0, 1), json(), "t7");
+  o.regions[1].reachable = false;
+  o.regions[1].unreachableReason = "connection refused";
+  s = aggregateStatus(s, o);
+  EXPECT_EQ(condition(s, "RegionDegraded").reason, "RegionUnreachable");
+  EXPECT_EQ(condition(s, "RegionDegraded").message,
+            "cannot reach: tokyo (connection refused); london: 1/2 workers ready (a worker "
+            "failed and is being restarted)");
+}
+
+TEST(Status, TheStartUpIsPendingNeverDegraded) {
+  // Pods being scheduled, pulling images, loading data: however long it
+  // takes, and even when one crashes on the way, the job is Pending.
+  auto s = aggregateStatus({}, twoRegions(job(0, 0, 0, 0), job(0, 0, 0, 0), "t1"));
+  for (const json& tokyo : {job(2, 0, 0, 0), job(2, 1, 0, 0), job(1, 1, 0, 1), job(2, 1, 0, 1)}) {
+    s = aggregateStatus(s, twoRegions(job(2, 2, 0, 0), tokyo, "t2"));
+    EXPECT_EQ(condition(s, "RegionDegraded").status, "False") << tokyo.dump();
+    EXPECT_EQ(s.state, "Pending") << tokyo.dump();
+    EXPECT_EQ(condition(s, "Running").reason, "Pending");
+    EXPECT_FALSE(s.regions[1].started);
+    EXPECT_TRUE(s.regions[0].started);
+  }
+  // A Job without status.ready (Kubernetes before 1.24) never starts.
+  s = aggregateStatus(
+      {}, twoRegions(json{{"status", {{"active", 2}}}}, json{{"status", {{"active", 2}}}}, "t3"));
+  EXPECT_FALSE(s.regions[0].started);
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+}
+
+TEST(Status, SuspendAndResumeStartAfresh) {
+  auto s = aggregateStatus({}, twoRegions(job(2, 2, 0, 0), job(2, 2, 0, 0), "t1"));
+  // Suspended: Kubernetes deletes the pods; that is no loss.
+  Observation suspended = twoRegions(job(1, 0, 0, 0), job(0, 0, 0, 0), "t2");
+  suspended.suspended = true;
+  s = aggregateStatus(s, suspended);
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+  EXPECT_EQ(s.state, "Suspended");
+  EXPECT_FALSE(s.regions[0].started);
+  EXPECT_FALSE(s.regions[1].started);
+  // Resumed: a start-up like the first.
+  s = aggregateStatus(s, twoRegions(job(2, 1, 0, 0), job(2, 0, 0, 0), "t3"));
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+  EXPECT_EQ(s.state, "Pending");
+  s = aggregateStatus(s, twoRegions(job(2, 2, 0, 0), job(2, 2, 0, 0), "t4"));
+  EXPECT_EQ(s.state, "Running");
+  EXPECT_TRUE(s.regions[1].started);
+  // A Job that is gone (deleted by hand) starts afresh when it is back.
+  s = aggregateStatus(s, twoRegions(job(2, 2, 0, 0), json(), "t5"));
+  EXPECT_FALSE(s.regions[1].started);
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+}
+
+TEST(Status, WorkersThatFinishOrAJobThatEndsAreNoDegradation) {
+  auto s = aggregateStatus({}, twoRegions(job(2, 2, 0, 0), job(2, 2, 0, 0), "t1"));
+  // One worker of tokyo done, the other still at it: every worker accounted for.
+  s = aggregateStatus(s, twoRegions(job(2, 2, 0, 0), job(1, 1, 1, 0), "t2"));
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+  EXPECT_EQ(s.regionsReady, "2/2");
+  EXPECT_EQ(s.state, "Running");
+  // A worker out of retries: the Job controller marks the Job
+  // (FailureTarget) and deletes its pods, then fails it.
+  const json failureTarget = {
+      {{"type", "FailureTarget"}, {"status", "True"}, {"reason", "MaxFailedIndexesExceeded"}}};
+  s = aggregateStatus(s, twoRegions(job(2, 2, 0, 0), job(1, 0, 0, 7, failureTarget), "t3"));
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+  EXPECT_FALSE(s.regions[1].started);
+  EXPECT_EQ(s.state, "Failed");  // decided: no detour through Pending
+  EXPECT_EQ(condition(s, "Failed").message, "region tokyo: MaxFailedIndexesExceeded: ");
+  const json failed = {{{"type", "Failed"},
+                        {"status", "True"},
+                        {"reason", "MaxFailedIndexesExceeded"},
+                        {"message",
+                         "Job has exceeded the specified maximal number of failed "
+                         "indexes"}}};
+  s = aggregateStatus(s, twoRegions(job(2, 2, 0, 0), job(0, 0, 0, 7, failed), "t4"));
+  EXPECT_EQ(s.state, "Failed");
+  EXPECT_EQ(condition(s, "Failed").message,
+            "region tokyo: MaxFailedIndexesExceeded: Job has exceeded the specified maximal "
+            "number of failed indexes");
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+}
+
 TEST(Status, SuspendedAndProgress) {
   Observation o = twoRegions(job(0, 0, 0, 0), job(0, 0, 0, 0), "t1");
   o.suspended = true;
