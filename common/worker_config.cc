@@ -630,7 +630,9 @@ std::vector<Section> buildSchema() {
         makeField("errorFeedback", &W::sync, &W::Sync::errorFeedback, boolean, anyBool()),
         makeField("hierarchical", &W::sync, &W::Sync::hierarchical, boolean, anyBool()),
         makeField("lanCodec", &W::sync, &W::Sync::lanCodec, string, oneOf({"identity", "bf16"})),
-        makeField("timeoutSeconds", &W::sync, &W::Sync::timeoutSeconds, number, above(0))}});
+        makeField("timeoutSeconds", &W::sync, &W::Sync::timeoutSeconds, number, above(0)),
+        makeField("peerTimeoutSeconds", &W::sync, &W::Sync::peerTimeoutSeconds, number,
+                  atLeastNumber(0))}});
   schema.push_back(
       {"transport",
        {makeField("listen", &W::transport, &W::Transport::listen, string, nonEmptyString()),

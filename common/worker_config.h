@@ -111,7 +111,9 @@ struct WorkerConfig {
     bool errorFeedback = true;          // keep the quantization residual per tensor
     bool hierarchical = true;           // LAN reduce to the region leader first
     std::string lanCodec = "identity";  // identity|bf16 (inside a region)
-    double timeoutSeconds = 60;         // > 0; a peer silent this long fails the round
+    double timeoutSeconds = 60;         // > 0; the last resort for a peer that is heard but
+                                        // does not deliver (a straggler)
+    double peerTimeoutSeconds = 0;      // >= 0; silence that makes a peer suspected; 0: auto
 
     bool operator==(const Sync&) const = default;
   };

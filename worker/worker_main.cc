@@ -5,12 +5,23 @@
 // training.logInterval steps: log lines on stderr, or with
 // `--progress-format jsonl` one JSON object per line on stdout (the contract
 // `geotrain local` reads; see docs/worker-progress.md). Exit code 0 on
-// success, 1 on a failure (with the reason on stderr), 2 on a usage error.
+// success (also when the job had finished before this worker could rejoin
+// it), 1 on a failure (with the reason on stderr), 2 on a usage or
+// configuration error (retrying the same configuration cannot help: the
+// Kubernetes pod failure policy fails the job on it).
+//
+// Fault injection for `geotrain local`: SIGUSR1 cuts this worker off from the
+// other regions (the emulated links drop everything both ways) until
+// SIGUSR2; --emulate-slowdown stretches every step.
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -84,6 +95,30 @@ int fail(const geo::Status& s) {
   std::cerr << "geotrain-worker: " << s.message() << "\n";
   if (gProgress != nullptr) gProgress->emit("error", "\"message\":" + jsonString(s.message()));
   return kExitFailure;
+}
+
+// A configuration that cannot work: exit 2, so nobody retries it.
+int failConfig(const geo::Status& s) {
+  (void)fail(s);
+  return kExitUsage;
+}
+
+// SIGUSR1 / SIGUSR2 start and end an emulated partition. main() blocks both
+// before any thread exists (every thread inherits the mask); this thread
+// takes them with sigwait and tells the transport, outside any signal
+// handler. It lives until the process exits.
+void watchPartitionSignals(geo::transport::Transport* transport) {
+  std::thread([transport] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
+    while (true) {
+      int signal = 0;
+      if (sigwait(&set, &signal) != 0) return;
+      transport->setPartitioned(signal == SIGUSR1);
+    }
+  }).detach();
 }
 
 geo::train::TrainerOptions trainerOptions(const geo::WorkerConfig& c, torch::Device device) {
@@ -223,36 +258,68 @@ std::string syncFields(const Totals& t, const geo::sync::Topology& topology) {
   const geo::sync::SyncStats& s = t.sync;
   return fmt::format(
       "\"sync\":{{\"delay\":{},\"rounds\":{},\"appliedUpdates\":{},\"stalenessMean\":{:.4g},"
-      "\"stalenessMax\":{},\"missing\":{},\"waitSeconds\":{:.4g},\"codecSeconds\":{:.4g}}},"
+      "\"stalenessMax\":{},\"missing\":{},\"waitSeconds\":{:.4g},\"codecSeconds\":{:.4g},"
+      "\"peersDown\":{},\"degradedSeconds\":{:.4g},\"rejoins\":{},\"peerRejoins\":{},"
+      "\"stateTransferBytes\":{},\"lateApplied\":{},\"lateDropped\":{}}},"
       "\"bytes\":{{\"wanSent\":{},\"wanReceived\":{},\"lanSent\":{},\"lanReceived\":{},"
       "\"payload\":{}}}",
       s.delay, s.rounds, s.appliedUpdates, s.stalenessMean(), s.stalenessMax, s.missing,
-      s.waitSeconds, s.codecSeconds, wanSent, wanReceived, lanSent, lanReceived, s.payloadBytes);
+      s.waitSeconds, s.codecSeconds,
+      std::count_if(s.peerUp.begin(), s.peerUp.end(), [](const auto& p) { return !p.second; }),
+      s.degradedSeconds, s.rejoins, s.peerRejoins,
+      s.stateTransferBytesSent + s.stateTransferBytesReceived, s.lateApplied, s.lateDropped,
+      wanSent, wanReceived, lanSent, lanReceived, s.payloadBytes);
 }
 
-// Feeds the Prometheus metrics once per step and forwards everything else
-// to the synchronizer (which may be null: a single worker).
-class MetricsHook final : public geo::train::StepHook {
+// Around the synchronizer (which may be null: a single worker): feeds the
+// Prometheus metrics once per step (when there are metrics), measures the
+// longest step (a stall shows there), and reports a join as a progress event.
+class WorkerHook final : public geo::train::StepHook {
  public:
-  MetricsHook(geo::metrics::WorkerMetrics& metrics, geo::sync::Synchronizer* sync,
-              const geo::transport::Transport* transport, uint64_t batchSize)
-      : metrics_(metrics), sync_(sync), transport_(transport), batchSize_(batchSize) {}
+  WorkerHook(geo::metrics::WorkerMetrics* metrics, geo::sync::Synchronizer* sync,
+             const geo::transport::Transport* transport, uint64_t batchSize,
+             const Progress& progress)
+      : metrics_(metrics),
+        sync_(sync),
+        transport_(transport),
+        batchSize_(batchSize),
+        progress_(progress) {}
 
+  geo::StatusOr<geo::train::JoinResult> join(int64_t step,
+                                             geo::train::FlatParameters& flat) override {
+    if (sync_ == nullptr) return geo::train::JoinResult{step, false};
+    auto joined = sync_->join(step, flat);
+    if (joined.ok()) {
+      const geo::sync::SyncStats s = sync_->stats();
+      progress_.emit("joined",
+                     fmt::format("\"step\":{},\"fromStep\":{},\"transferred\":{},"
+                                 "\"jobFinished\":{},\"stateTransferSeconds\":{:.4g}",
+                                 joined->step, step, s.rejoins > 0 ? "true" : "false",
+                                 joined->jobFinished ? "true" : "false", s.stateTransferSeconds));
+    }
+    last_ = std::chrono::steady_clock::now();
+    return joined;
+  }
   geo::Status afterBackward(int64_t step, geo::train::FlatParameters& flat) override {
     return sync_ != nullptr ? sync_->afterBackward(step, flat) : geo::Status();
   }
   geo::Status afterStep(int64_t step, geo::train::FlatParameters& flat) override {
     if (sync_ != nullptr) GEO_RETURN_IF_ERROR(sync_->afterStep(step, flat));
     const auto now = std::chrono::steady_clock::now();
-    metrics_.recordStep(std::chrono::duration<double>(now - last_).count(), loss_, batchSize_);
-    metrics_.setStep(step + 1);
+    const double seconds = std::chrono::duration<double>(now - last_).count();
+    // The first step includes connection set-up and warm-up.
+    if (++steps_ > 1) longestStep_ = std::max(longestStep_, seconds);
+    if (metrics_ != nullptr) {
+      metrics_->recordStep(seconds, loss_, batchSize_);
+      metrics_->setStep(step + 1);
+      publish(readTotals(sync_, transport_));
+    }
     last_ = now;
-    publish(readTotals(sync_, transport_));
     return {};
   }
   geo::Status finish(int64_t steps, geo::train::FlatParameters& flat) override {
     if (sync_ != nullptr) GEO_RETURN_IF_ERROR(sync_->finish(steps, flat));
-    publish(readTotals(sync_, transport_));
+    if (metrics_ != nullptr) publish(readTotals(sync_, transport_));
     return {};
   }
   void saveState(torch::serialize::OutputArchive& archive) override {
@@ -264,10 +331,13 @@ class MetricsHook final : public geo::train::StepHook {
   // The trainer reports the loss with its progress (every logInterval steps);
   // the gauge shows the latest reported value.
   void setLoss(double loss) { loss_ = loss; }
+  // The longest step so far, after the first (seconds).
+  double longestStep() const { return longestStep_; }
 
   // Sets the transport and synchronizer metrics to `t`.
   void publish(const Totals& t) {
-    if (transport_ != nullptr) metrics_.updateTransport(t.peers, t.transport);
+    if (metrics_ == nullptr) return;
+    if (transport_ != nullptr) metrics_->updateTransport(t.peers, t.transport);
     if (sync_ == nullptr) return;
     const geo::sync::SyncStats& s = t.sync;
     geo::metrics::SyncSnapshot m;
@@ -283,15 +353,27 @@ class MetricsHook final : public geo::train::StepHook {
     m.codecSeconds = s.codecSeconds;
     m.roundSecondsSum = s.roundSecondsSum;
     m.roundSecondsCount = s.roundSecondsCount;
-    metrics_.updateSync(m);
+    m.peerUp = s.peerUp;
+    m.degradedSeconds = s.degradedSeconds;
+    m.rejoins = s.rejoins;
+    m.peerRejoins = s.peerRejoins;
+    m.stateTransferBytesSent = s.stateTransferBytesSent;
+    m.stateTransferBytesReceived = s.stateTransferBytesReceived;
+    m.stateTransferSeconds = s.stateTransferSeconds;
+    m.lateApplied = s.lateApplied;
+    m.lateDropped = s.lateDropped;
+    metrics_->updateSync(m);
   }
 
  private:
-  geo::metrics::WorkerMetrics& metrics_;
+  geo::metrics::WorkerMetrics* metrics_;
   geo::sync::Synchronizer* sync_;
   const geo::transport::Transport* transport_;
   uint64_t batchSize_;
+  const Progress& progress_;
   double loss_ = 0;
+  int64_t steps_ = 0;
+  double longestStep_ = 0;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
@@ -333,11 +415,24 @@ geo::sync::SyncOptions syncOptions(const geo::WorkerConfig& c) {
   o.errorFeedback = c.sync.errorFeedback;
   o.hierarchical = c.sync.hierarchical;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.sync.timeoutSeconds * 1000));
+  o.peerTimeout = std::chrono::milliseconds(static_cast<int64_t>(c.sync.peerTimeoutSeconds * 1000));
   o.seed = c.job.seed;
   return o;
 }
 
-int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
+// 64-bit FNV-1a of the model's bytes: workers that agree on the final model
+// print the same value.
+std::string modelHash(const torch::Tensor& values) {
+  const torch::Tensor v = values.contiguous().to(torch::kCPU);
+  const auto* bytes = static_cast<const unsigned char*>(v.data_ptr());
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < static_cast<size_t>(v.numel()) * v.element_size(); ++i) {
+    h = (h ^ bytes[i]) * 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+int runWorker(const geo::WorkerConfig& c, const Progress& progress, double slowdown) {
   if (auto s = geo::initLogging(c.log.level); !s.ok()) return fail(s);
   if (auto s = geo::setLogFormat(c.log.format); !s.ok()) return fail(s);
   if (c.training.threads > 0) torch::set_num_threads(static_cast<int>(c.training.threads));
@@ -359,6 +454,7 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
       auto t = makeTransport(c, *topology);
       if (!t.ok()) return fail(t.status());
       transport = std::move(*t);
+      watchPartitionSignals(transport.get());
     }
     auto s = geo::sync::makeSynchronizer(syncOptions(c), *topology, transport.get());
     if (!s.ok()) return fail(s.status());
@@ -390,19 +486,17 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
   const std::string describe = (*model)->describe();
   const int64_t params = (*model)->parameterCount();
   auto options = trainerOptions(c, device);
+  options.slowdown = slowdown;
   // An evaluation over the test set costs as much as many steps, and a
   // worker that evaluates falls behind its peers: only rank 0 evaluates
   // every training.evalInterval steps; every worker evaluates its final
   // model (the same on all once the synchronizer has averaged them).
   if (c.worker.rank != 0 && c.sync.algorithm != "none") options.evalInterval = 0;
   const auto metrics = startMetrics(c, *topology);
-  std::unique_ptr<MetricsHook> metricsHook;
-  geo::train::StepHook* hook = sync.get();
-  if (metrics) {
-    metricsHook = std::make_unique<MetricsHook>(*metrics, sync.get(), transport.get(),
-                                                static_cast<uint64_t>(c.training.batchSize));
-    hook = metricsHook.get();
-  }
+  auto workerHook =
+      std::make_unique<WorkerHook>(metrics.get(), sync.get(), transport.get(),
+                                   static_cast<uint64_t>(c.training.batchSize), progress);
+  geo::train::StepHook* hook = workerHook.get();
   auto trainer =
       geo::train::Trainer::create(std::move(*model), std::move(shard), *test, options, hook);
   if (!trainer.ok()) return fail(trainer.status());
@@ -429,13 +523,14 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
       finalAccuracy = st.evalAccuracy;
       finalLoss = st.loss;
     }
-    if (metricsHook) metricsHook->setLoss(st.loss);
+    workerHook->setLoss(st.loss);
     if (metrics && st.evalAccuracy) metrics->setEvalAccuracy(*st.evalAccuracy);
     if (progress.jsonl()) {
       std::string fields =
           fmt::format("\"step\":{},\"loss\":{:.6g},\"lr\":{:.6g},\"samplesPerSecond\":{:.1f}",
                       st.step, st.loss, st.lr, st.samplesPerSecond);
       if (st.evalAccuracy) fields += fmt::format(",\"evalAccuracy\":{:.6g}", *st.evalAccuracy);
+      fields += fmt::format(",\"stepSecondsMax\":{:.4g}", workerHook->longestStep());
       progress.emit("progress",
                     fields + "," + syncFields(readTotals(sync.get(), transport.get()), *topology));
       return;
@@ -452,12 +547,26 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress) {
                         st.lr, st.samplesPerSecond, syncText, eval);
   });
   if (!s.ok()) return fail(s);
-  std::string done = fmt::format("\"step\":{},\"loss\":{:.6g}", c.training.steps, finalLoss);
+  if ((*trainer)->arrivedAfterEnd()) {
+    // Nothing to do: the job ended without us (exit 0, so that a supervisor
+    // does not restart us again and again).
+    geo::logger()->warn(
+        "the job finished before this worker could rejoin it (every peer that answered had "
+        "completed {} steps); nothing to do",
+        c.training.steps);
+    progress.emit("done", fmt::format("\"step\":{},\"arrivedAfterEnd\":true", c.training.steps));
+    return kExitOk;
+  }
+  std::string done = fmt::format(
+      "\"step\":{},\"loss\":{:.6g},\"stepSecondsMax\":{:.4g},"
+      "\"modelHash\":\"{}\"",
+      c.training.steps, finalLoss, workerHook->longestStep(), modelHash((*trainer)->flat().values));
+  if (auto joinedAt = (*trainer)->joinedAt()) done += fmt::format(",\"joinedAt\":{}", *joinedAt);
   if (finalAccuracy) done += fmt::format(",\"testAccuracy\":{:.6g}", *finalAccuracy);
   // The last metrics and the done event come from one reading, so a scraper
   // that finds the worker lingering sees exactly the totals of the event.
   const Totals totals = readTotals(sync.get(), transport.get());
-  if (metricsHook) metricsHook->publish(totals);
+  workerHook->publish(totals);
   progress.emit("done", done + "," + syncFields(totals, *topology));
   if (finalAccuracy) {
     geo::logger()->info("done: {} steps, test accuracy {:.2f}%", c.training.steps,
@@ -507,6 +616,12 @@ int main(int argc, char** argv) {
   addShort("--metrics-listen", "metrics.listen", "host:port of the Prometheus /metrics endpoint");
   addShort("--log-level", "log.level", "trace, debug, info, warn, error, critical or off");
   addShort("--log-format", "log.format", "text, or json: one object a line for log collectors");
+  double slowdown = 1;
+  app.add_option("--emulate-slowdown", slowdown,
+                 "Fault injection: stretch every step to this many times its duration, emulating a "
+                 "slower machine (geotrain local --slow)")
+      ->check(CLI::Range(1.0, 100.0))
+      ->capture_default_str();
   std::optional<int64_t> completionIndex;
   app.add_option("--completion-index", completionIndex,
                  "Place this worker as the N-th (0-based) of worker.region: sets worker.localRank "
@@ -518,6 +633,13 @@ int main(int argc, char** argv) {
                  "stdout (events start, progress, done, error; see docs/worker-progress.md)")
       ->check(CLI::IsMember({"text", "jsonl"}))
       ->capture_default_str();
+  // Before any thread exists, so that every thread inherits it: SIGUSR1 and
+  // SIGUSR2 (emulated partitions) are taken by one thread with sigwait.
+  sigset_t partitionSignals;
+  sigemptyset(&partitionSignals);
+  sigaddset(&partitionSignals, SIGUSR1);
+  sigaddset(&partitionSignals, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &partitionSignals, nullptr);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -528,11 +650,11 @@ int main(int argc, char** argv) {
   geo::WorkerConfig config;
   if (!configPath.empty()) {
     auto loaded = geo::loadWorkerConfig(configPath, geo::ConfigCheck::kFieldsOnly);
-    if (!loaded.ok()) return fail(loaded.status());
+    if (!loaded.ok()) return failConfig(loaded.status());
     config = std::move(*loaded);
   }
   for (const auto& [key, value] : shorthand) {
-    if (auto s = geo::applyOverride(config, key, value); !s.ok()) return fail(s);
+    if (auto s = geo::applyOverride(config, key, value); !s.ok()) return failConfig(s);
   }
   for (const auto& kv : sets) {
     const auto eq = kv.find('=');
@@ -541,15 +663,15 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
     if (auto s = geo::applyOverride(config, kv.substr(0, eq), kv.substr(eq + 1)); !s.ok()) {
-      return fail(s);
+      return failConfig(s);
     }
   }
   if (completionIndex) {
     if (auto s = geo::placeByCompletionIndex(config, *completionIndex); !s.ok()) {
-      return fail(s.withContext("--completion-index"));
+      return failConfig(s.withContext("--completion-index"));
     }
   }
-  if (auto s = geo::validateWorkerConfig(config); !s.ok()) return fail(s);
+  if (auto s = geo::validateWorkerConfig(config); !s.ok()) return failConfig(s);
   if (printConfig) {
     std::cout << geo::toYaml(config);
     return kExitOk;
@@ -557,7 +679,7 @@ int main(int argc, char** argv) {
   const Progress progress(progressFormat == "jsonl", config.worker.rank);
   gProgress = &progress;
   try {
-    return runWorker(config, progress);
+    return runWorker(config, progress, slowdown);
   } catch (const std::exception& e) {
     return fail(geo::internalError(e.what()));
   }

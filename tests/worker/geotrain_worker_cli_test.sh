@@ -24,8 +24,8 @@ check() {  # check NAME EXPECTED_EXIT PATTERN -- command...
 check help 0 'worker.yaml' -- "$worker" --help
 check unknown-flag 2 'unknown|extra|not expected|The following argument' -- "$worker" --no-such-flag
 printf 'training:\n  lrr: 0.1\n' >"$tmp/typo.yaml"
-check unknown-key 1 "training.lrr.*did you mean 'lr'" -- "$worker" --config "$tmp/typo.yaml"
-check bad-value 1 "sync.bits.*3.*2, 4, 8" -- "$worker" --set sync.bits=3
+check unknown-key 2 "training.lrr.*did you mean 'lr'" -- "$worker" --config "$tmp/typo.yaml"
+check bad-value 2 "sync.bits.*3.*2, 4, 8" -- "$worker" --set sync.bits=3
 check bad-set 2 "key=value" -- "$worker" --set training.lr
 check missing-data 1 "/nonexistent" -- "$worker" --data-path /nonexistent --steps 1
 check print-config 0 "batchSize: 64" -- "$worker" --print-config

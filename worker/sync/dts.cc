@@ -9,6 +9,21 @@
 // flight. With D = 0 and the identity codec it computes x <- x_start - q̄
 // instead, which keeps all replicas bitwise equal.
 //
+// Membership (worker/sync/internal.h): a round is completed with the
+// contributions of the peers expected in it -- not suspected (silent for the
+// peer time-out), not rejoining, and joined at or before the round -- waited
+// for up to the round time-out; the mean is taken over those that arrived,
+// weights renormalized: q̄_S = sum_{j in S} w_j q_j / W_S. Every survivor
+// applies the same rule to the same bytes, so survivors that saw the same
+// set stay as consistent as without a fault. A contribution that arrives
+// after its round completed without it (a peer suspected wrongly, or late
+// through a partition's edge) is applied when it arrives, as if it had been
+// in the mean: x <- x - w_j (q_j - q̄_S) / (W_S + w_j), for rounds up to
+// kLateWindow back; older ones are counted as dropped and logged.
+// A worker that starts while the others are ahead takes the model of the
+// nearest live peer, the job's step and round, and contributes from the
+// round that its first K-boundary closes; its own rounds in flight are void.
+//
 // `auto` delay: after every round the worker knows, to the step, when the
 // last contribution of that round arrived (it polls its inbox after every
 // step, and a wait at the due step counts in measured step times); the next
@@ -35,7 +50,9 @@ using transport::CodecId;
 using transport::Message;
 using transport::MessageKind;
 
-constexpr size_t kLagWindow = 4;  // rounds the auto delay looks back on
+constexpr size_t kLagWindow = 4;   // rounds the auto delay looks back on
+constexpr size_t kLateWindow = 4;  // incomplete rounds a late contribution may still join
+constexpr auto kPoll = std::chrono::milliseconds(20);
 
 class Dts final : public Base {
  public:
@@ -43,8 +60,7 @@ class Dts final : public Base {
       : Base(o, t, tr, std::move(g)),
         auto_(!o.delay.has_value()),
         delay_(o.delay.value_or(o.period)),
-        loggedDelay_(delay_),
-        absent_(group_.size(), false) {
+        loggedDelay_(delay_) {
     stats_.setDelay(delay_);
   }
 
@@ -72,7 +88,9 @@ class Dts final : public Base {
       stepSeconds_ = stepSeconds_ <= 0 ? seconds : 0.9 * stepSeconds_ + 0.1 * seconds;
     }
     if (resend_) GEO_RETURN_IF_ERROR(resendPending());
+    GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
     pollArrivals(t);
+    applyLate(t, flat);
     if (t % options_.period == 0) GEO_RETURN_IF_ERROR(closeRound(t, flat));
     while (!pending_.empty() && pending_.front().dueStep <= t) {
       GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat));
@@ -82,6 +100,30 @@ class Dts final : public Base {
     return {};
   }
 
+  StatusOr<train::JoinResult> join(int64_t step, train::FlatParameters& flat) override {
+    if (group_.size() <= 1) return train::JoinResult{step, false};
+    init(flat);
+    auto joined = membership_.join(step, options_.period, flat.values, &flat);
+    if (!joined.ok()) return joined.status();
+    if (joined->jobFinished) return train::JoinResult{step, true};
+    if (joined->transferred) {
+      // Our rounds in flight (from a checkpoint) are void: the peers have
+      // completed them long ago. Start the next round from the new model.
+      base_.copy_(flat.values);
+      if (residual_.defined()) residual_.zero_();
+      pending_.clear();
+      late_.clear();
+      lags_.clear();
+      resend_ = false;
+      nextRound_ = static_cast<uint64_t>(joined->step / options_.period);
+    }
+    // A worker resumed from its checkpoint sends its rounds in flight again:
+    // it contributes from the oldest of them.
+    const uint64_t first = pending_.empty() ? nextRound_ : pending_.front().round;
+    GEO_RETURN_IF_ERROR(membership_.announce(first, joined->step));
+    return train::JoinResult{joined->step, false};
+  }
+
   Status finish(int64_t steps, train::FlatParameters& flat) override {
     if (group_.size() <= 1) return {};
     init(flat);
@@ -89,7 +131,7 @@ class Dts final : public Base {
       GEO_RETURN_IF_ERROR(complete(pending_.front(), steps, flat));
       pending_.pop_front();
     }
-    return averageModels(flat, absent_);
+    return averageModels(flat, steps);
   }
 
   void saveState(torch::serialize::OutputArchive& archive) override {
@@ -177,12 +219,84 @@ class Dts final : public Base {
     }
   }
 
+  // Whom a round's contribution goes to: every peer not suspected. (A
+  // rejoining one gets it too: it may already count on this round, and it
+  // drops the rounds it does not need.)
   std::vector<uint32_t> presentPeers() const {
     std::vector<uint32_t> to;
     for (size_t i = 0; i < group_.size(); ++i) {
-      if (i != group_.self && !absent_[i]) to.push_back(group_.ranks[i]);
+      const uint32_t r = group_.ranks[i];
+      if (i != group_.self && !membership_.suspected(r)) to.push_back(r);
     }
     return to;
+  }
+
+  // Serves joins; a peer heard again gets our rounds still in flight, which
+  // it may be waiting for (we did not send them while it was suspected).
+  Status serveAndResend(int64_t t, const train::FlatParameters& flat) {
+    auto served = membership_.serve(t, flat.values, false, &flat);
+    if (!served.ok()) return served.status();
+    for (uint32_t peer : served->heardAgain) {
+      for (const Pending& p : pending_) {
+        GEO_RETURN_IF_ERROR(sendTo({peer}, MessageKind::kUpdate, p.round, p.sendStep, codec_->id(),
+                                   static_cast<uint64_t>(codec_->numel()), p.bytes));
+      }
+    }
+    return {};
+  }
+
+  // A contribution that came after `p` completed without it.
+  void applyLate(int64_t t, train::FlatParameters& flat) {
+    for (Late& l : late_) {
+      for (size_t i = 0; i < group_.size(); ++i) {
+        if (i == group_.self || l.had[i]) continue;
+        auto m = transport_->receive(MessageKind::kUpdate, l.round, group_.ranks[i],
+                                     std::chrono::milliseconds(0));
+        if (!m.ok()) continue;
+        l.had[i] = true;
+        membership_.delivered(group_.ranks[i]);
+        const auto bytes = m->payload.bytes();
+        if (static_cast<int64_t>(bytes.size()) != codec_->encodedBytes()) {
+          logger()->warn("dts: dropping a late update of {} for round {}: {} bytes, expected {}",
+                         topology_.describe(group_.ranks[i]), l.round, bytes.size(),
+                         codec_->encodedBytes());
+          stats_.late(false);
+          continue;
+        }
+        torch::Tensor q = torch::zeros_like(flat.values);
+        codec_->decodeAccumulate(bytes, 1.0f, q);
+        const double w = group_.weights[i];
+        const torch::Tensor correction = (q - l.mean).mul_(static_cast<float>(-w / (l.weight + w)));
+        flat.values.add_(correction);
+        base_.add_(correction);
+        l.mean.add_(correction, -1.0);  // the mean now includes it
+        l.weight += w;
+        modified_ = true;
+        stats_.late(true);
+        stats_.applied(t - static_cast<int64_t>(m->header.step));
+        logger()->info("dts: applied the late update of {} for round {} ({} steps after sending)",
+                       topology_.describe(group_.ranks[i]), l.round,
+                       t - static_cast<int64_t>(m->header.step));
+      }
+    }
+  }
+
+  // Updates of rounds that no one will ask for any more (completed, and past
+  // the late window) are dropped from the inbox: a restarted peer's queue, a
+  // straggler far behind. A dropped one that had not been applied is counted.
+  void discardStale() {
+    uint64_t keepFrom = nextRound_;
+    if (!pending_.empty()) keepFrom = std::min(keepFrom, pending_.front().round);
+    if (!late_.empty()) keepFrom = std::min(keepFrom, late_.front().round);
+    if (keepFrom == 0) return;
+    const size_t n = transport_->discard([&](const transport::FrameHeader& h) {
+      return h.kind == MessageKind::kUpdate && h.round < keepFrom;
+    });
+    for (size_t i = 0; i < n; ++i) stats_.late(false);
+    if (n > 0) {
+      logger()->info("dts: dropped {} update(s) for rounds before {} that arrived too late", n,
+                     keepFrom);
+    }
   }
 
   Status resendPending() {
@@ -205,11 +319,7 @@ class Dts final : public Base {
         if (!m.ok()) continue;
         p.got[i] = std::move(*m);
         p.arrivalStep[i] = t;
-        if (absent_[i]) {
-          absent_[i] = false;
-          logger()->info("dts: {} is back (round {})", topology_.describe(group_.ranks[i]),
-                         p.round);
-        }
+        membership_.delivered(group_.ranks[i]);
       }
     }
   }
@@ -242,38 +352,65 @@ class Dts final : public Base {
   }
 
   Status complete(Pending& p, int64_t t, train::FlatParameters& flat) {
-    // Wait (bounded) for what is still missing; an absent peer is not
-    // waited for.
+    // Wait (bounded) for the contributions expected in this round, serving
+    // joins meanwhile; a peer suspected while we wait is not waited for.
     double waitedSteps = 0;
+    const auto t0 = Clock::now();
+    const auto deadline = t0 + options_.timeout;
+    while (true) {
+      GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
+      pollArrivals(t);
+      std::vector<size_t> waiting;
+      for (size_t i = 0; i < group_.size(); ++i) {
+        if (i != group_.self && !p.got[i] && membership_.expected(group_.ranks[i], p.round)) {
+          waiting.push_back(i);
+        }
+      }
+      if (waiting.empty()) break;
+      if (Clock::now() >= deadline) {
+        for (size_t i : waiting) {
+          membership_.giveUp(group_.ranks[i]);
+          logger()->warn(
+              "dts: no update for round {} from {} within {:.3g} s although it is heard (a "
+              "straggler?); going on without it (its contributions count as missing until it "
+              "delivers again)",
+              p.round, topology_.describe(group_.ranks[i]),
+              std::chrono::duration<double>(options_.timeout).count());
+        }
+        break;
+      }
+      auto m = transport_->receive(MessageKind::kUpdate, p.round, transport::kAnyPeer, kPoll);
+      if (!m.ok()) continue;
+      const auto it = std::find(group_.ranks.begin(), group_.ranks.end(), m->header.sender);
+      const auto i = static_cast<size_t>(it - group_.ranks.begin());
+      if (it == group_.ranks.end() || i == group_.self || p.got[i]) continue;  // a duplicate
+      p.got[i] = std::move(*m);
+      p.arrivalStep[i] = t;
+      membership_.delivered(group_.ranks[i]);
+    }
+    const double waited = secondsSince(t0);
+    stats_.waited(waited);
+    if (stepSeconds_ > 0) waitedSteps = waited / stepSeconds_;
     for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self || p.got[i]) continue;
-      const auto t0 = Clock::now();
-      const auto timeout = absent_[i] ? std::chrono::milliseconds(0) : options_.timeout;
-      auto m = receiveFrom(group_.ranks[i], MessageKind::kUpdate, p.round, timeout,
-                           fmt::format("update for round {}", p.round));
-      const double waited = secondsSince(t0);
-      if (m.ok()) {
-        p.got[i] = std::move(*m);
-        p.arrivalStep[i] = t;
-        if (stepSeconds_ > 0) waitedSteps = std::max(waitedSteps, waited / stepSeconds_);
-        if (absent_[i]) absent_[i] = false;
-        continue;
-      }
-      stats_.missed();
-      if (!absent_[i]) {
-        absent_[i] = true;
+      if (i == group_.self) continue;
+      if (p.got[i] && static_cast<int64_t>(p.got[i]->payload.size()) != codec_->encodedBytes()) {
+        // Nothing a peer sends may end this worker: a malformed contribution
+        // counts as a missing one.
         logger()->warn(
-            "dts: {}; going on without it (its contributions count as missing until "
-            "it delivers again)",
-            m.status().message());
+            "dts: dropping the update of {} for round {}: {} bytes, expected {} ({}); do all "
+            "workers run the same model and codec?",
+            topology_.describe(group_.ranks[i]), p.round, p.got[i]->payload.size(),
+            codec_->encodedBytes(), codec_->describe());
+        p.got[i].reset();
       }
+      if (!p.got[i]) stats_.missed();
     }
     // q̄ in rank order from the same bytes on every worker.
     double total = 0;
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self || p.got[i]) total += group_.weights[i];
     }
-    const auto t0 = Clock::now();
+    const auto t1 = Clock::now();
     torch::Tensor mean = torch::zeros_like(flat.values);
     int64_t lag = 0;
     for (size_t i = 0; i < group_.size(); ++i) {
@@ -283,15 +420,7 @@ class Dts final : public Base {
         continue;
       }
       if (!p.got[i]) continue;
-      const auto bytes = p.got[i]->payload.bytes();
-      if (static_cast<int64_t>(bytes.size()) != codec_->encodedBytes()) {
-        return dataLoss(fmt::format(
-            "dts: the update of {} for round {} has {} bytes, expected {} ({}): do all workers "
-            "run the same model and codec?",
-            topology_.describe(group_.ranks[i]), p.round, bytes.size(), codec_->encodedBytes(),
-            codec_->describe()));
-      }
-      codec_->decodeAccumulate(bytes, alpha, mean);
+      codec_->decodeAccumulate(p.got[i]->payload.bytes(), alpha, mean);
       stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
       lag = std::max(lag, p.arrivalStep[i] - p.sendStep);
     }
@@ -303,9 +432,17 @@ class Dts final : public Base {
       flat.values.add_(correction);
       base_.add_(correction);
     }
-    stats_.coded(secondsSince(t0));
+    stats_.coded(secondsSince(t1));
     stats_.roundDone(secondsSince(p.sentAt));
     modified_ = true;
+    if (total < 1.0 - 1e-9) {
+      Late l{p.round, mean, total, std::vector<bool>(group_.size(), false)};
+      for (size_t i = 0; i < group_.size(); ++i)
+        l.had[i] = i == group_.self || p.got[i].has_value();
+      late_.push_back(std::move(l));
+      if (late_.size() > kLateWindow) late_.pop_front();
+    }
+    discardStale();
     if (auto_) chooseDelay(p, lag + static_cast<int64_t>(std::ceil(waitedSteps)));
     return {};
   }
@@ -349,10 +486,19 @@ class Dts final : public Base {
     stats_.setDelay(delay_);
   }
 
+  // A round completed without some contributions: its mean and the weight
+  // it covers, for contributions that arrive later.
+  struct Late {
+    uint64_t round = 0;
+    torch::Tensor mean;
+    double weight = 0;
+    std::vector<bool> had;  // by group index: in the mean already
+  };
+
   bool auto_;
   int64_t delay_;
   int64_t loggedDelay_;
-  std::vector<bool> absent_;
+  std::deque<Late> late_;
   torch::Tensor base_;      // x at the round's start plus the corrections applied since
   torch::Tensor residual_;  // error feedback
   std::deque<Pending> pending_;

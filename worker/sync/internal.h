@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "worker/sync/synchronizer.h"
@@ -24,6 +25,18 @@ using Clock = std::chrono::steady_clock;
 inline constexpr uint64_t kFinalAverageRound = ~uint64_t{0};
 inline constexpr uint64_t kFinishedRound = ~uint64_t{0} - 1;
 inline constexpr uint64_t kResyncRound = ~uint64_t{0} - 2;
+// Membership (Membership below): a joining worker's query, the offers that
+// answer it, its request for state, the state, and its announcement that it
+// contributes from a given round on.
+inline constexpr uint64_t kJoinQueryRound = ~uint64_t{0} - 3;
+inline constexpr uint64_t kJoinOfferRound = ~uint64_t{0} - 4;
+inline constexpr uint64_t kJoinFetchRound = ~uint64_t{0} - 5;
+inline constexpr uint64_t kJoinStateRound = ~uint64_t{0} - 6;
+inline constexpr uint64_t kJoinedRound = ~uint64_t{0} - 7;
+inline constexpr uint64_t kResyncReplyRound = ~uint64_t{0} - 8;
+inline constexpr uint64_t kFinalContributionRound = ~uint64_t{0} - 9;
+// Rounds at or above this are control rounds, never an algorithm's.
+inline constexpr uint64_t kFirstControlRound = ~uint64_t{0} - 63;
 
 // The ranks a WAN algorithm runs among (all ranks, or the region leaders),
 // ascending, with the weight of each in an average (they sum to 1: uniform,
@@ -101,6 +114,7 @@ class StatsRecorder {
   void encoded(uint64_t payloadBytes, uint64_t encodedBytes, uint64_t destinations);
   void roundDone(double seconds);
   void setDelay(int64_t delay);
+  void late(bool applied);
   SyncStats snapshot() const;
   void merge(const SyncStats& inner);  // adds another recorder's snapshot
 
@@ -109,11 +123,139 @@ class StatsRecorder {
   SyncStats stats_;
 };
 
+// Who of a set of peers is alive and taking part, from the transport's
+// liveness (PeerCounters::silentSeconds: every frame counts, and pings run
+// every second from the I/O thread), plus the join protocol by which a
+// worker that starts while its peers are training takes their state.
+//
+// Liveness. A peer heard before is *suspected* once silent for longer than
+// the peer time-out (SyncOptions::peerTimeout; auto: max(3 s, 4 x its ping
+// RTT + 2 s)); a peer never heard is suspected once the transport has run for
+// the start-up grace (the round time-out, at most 20 s), so a job waits for
+// its slow starters a while but not for a worker that never comes. A
+// suspected peer is heard again the moment any frame of it arrives; it is
+// expected again once it delivers a contribution (both sides went on without
+// each other and may be rounds apart). A
+// straggler is not suspected: its I/O thread keeps answering pings while its
+// training thread is slow, so it is waited for (up to the round time-out).
+//
+// Join protocol (kControl messages; every worker runs it once at start):
+//   joiner -> all peers   kJoinQueryRound  header.step = its own step
+//   peer -> joiner        kJoinOfferRound  header.step = the peer's step;
+//                                          payload: 1 byte, bit 0 finished,
+//                                          bit 1 itself still joining
+//   joiner -> one peer    kJoinFetchRound  (the nearest by RTT among those
+//                                          within a round of the furthest)
+//   peer -> joiner        kJoinStateRound  header.step; payload: the fp32 model,
+//                                          then the optimizer's state (bytes)
+//   joiner -> all peers   kJoinedRound     header.round field of the payload:
+//                                          the first round it contributes to
+// A peer that receives a query from a worker a round or more behind it marks
+// the sender *joining*: not expected in any round until its kJoinedRound
+// names the first round it contributes to (or until it is served our state,
+// which fixes that round). A query from our own round (a common start) keeps
+// the sender expected.
+// The joiner adopts the state only when some peer is ahead of it and none is
+// itself still joining (then it is a common start); when no peer answers
+// within the start-up grace it keeps its own (a whole-job restart from
+// checkpoints, or a single survivor).
+//
+// Threading: the synchronizer's thread, except addTo(), which may be called
+// from any thread (stats()).
+class Membership {
+ public:
+  // `stepsPerRound`: a peer served our state at step s is expected from
+  // round s / stepsPerRound on (what its announcement will say).
+  Membership(transport::Transport* transport, const Topology& topology, std::vector<uint32_t> peers,
+             const SyncOptions& options, std::string name, int64_t stepsPerRound = 1);
+
+  // Reads the transport's liveness; logs and counts every change.
+  void refresh();
+  // Peers heard again by refresh() since the last call (and forgets them).
+  std::vector<uint32_t> takeHeardAgain() { return std::exchange(heardAgain_, {}); }
+  bool suspected(uint32_t peer) const;
+  bool joining(uint32_t peer) const;
+  // Whether `peer`'s contribution to `round` is expected: alive, not
+  // joining, and joined at or before that round.
+  bool expected(uint32_t peer, uint64_t round) const;
+  // A heard peer that did not deliver within the round time-out (a
+  // straggler) is marked absent: not waited for until it delivers again.
+  void giveUp(uint32_t peer);
+  void delivered(uint32_t peer);
+  bool absent(uint32_t peer) const;
+
+  struct Served {
+    std::vector<uint32_t> queried;     // peers that (re)started: their old state is void
+    std::vector<uint32_t> joined;      // peers that announced their first round
+    std::vector<uint32_t> heardAgain;  // suspected peers heard again since the last call
+  };
+
+  // Answers pending queries and fetches (`step`, `values`; `finished` once
+  // this worker has completed training) and takes announcements.
+  StatusOr<Served> serve(int64_t step, const torch::Tensor& values, bool finished,
+                         const train::FlatParameters* flat = nullptr);
+
+  struct Joined {
+    int64_t step = 0;          // the step to continue from
+    bool transferred = false;  // the model in `values` came from a peer
+    bool jobFinished = false;  // every peer that answered had finished
+    uint32_t from = 0;         // who served it, when transferred
+  };
+  // The joiner's side, before the first step: query, wait for offers (all
+  // peers, or the grace), fetch from the nearest peer ahead, write the model
+  // into `values`. Answers the others' queries meanwhile.
+  // `flat`, when given, also carries the optimizer state across (its
+  // saveOptimizer / loadOptimizer); the model goes to `values` either way.
+  StatusOr<Joined> join(int64_t ownStep, int64_t roundSteps, torch::Tensor& values,
+                        train::FlatParameters* flat = nullptr);
+  // Tells every peer that this worker contributes from `round` on.
+  Status announce(uint64_t round, int64_t step);
+
+  // peerUp, degradedSeconds, rejoins, peerRejoins, state-transfer figures.
+  void addTo(SyncStats& stats) const;
+  const std::vector<uint32_t>& peers() const { return peers_; }
+  std::chrono::milliseconds peerTimeout(uint32_t peer) const;
+
+ private:
+  struct PeerLife {
+    bool suspected = false;
+    bool joining = false;
+    bool absent = false;
+    uint64_t expectFrom = 0;
+    double rtt = -1;
+  };
+  PeerLife& life(uint32_t peer);
+  const PeerLife* find(uint32_t peer) const;
+  Status sendControl(uint32_t to, uint64_t round, int64_t step,
+                     std::shared_ptr<const std::vector<std::byte>> bytes, transport::CodecId codec,
+                     uint64_t elements);
+
+  transport::Transport* transport_;
+  Topology topology_;
+  std::vector<uint32_t> peers_;
+  std::vector<PeerLife> lives_;  // by index in peers_
+  SyncOptions options_;
+  std::string name_;  // "dts", "hierarchical sync": log prefix
+  int64_t stepsPerRound_;
+  bool inJoin_ = false;  // in join(): offers say so
+  std::vector<uint32_t> heardAgain_;
+  // Guards what addTo() reads; the synchronizer's thread writes under it
+  // and reads without it.
+  mutable std::mutex mu_;
+  std::optional<Clock::time_point> lastRefresh_;
+  double degradedSeconds_ = 0;
+  uint64_t rejoins_ = 0;
+  uint64_t peerRejoins_ = 0;
+  uint64_t transferSent_ = 0;
+  uint64_t transferReceived_ = 0;
+  double transferSeconds_ = 0;
+};
+
 // Common state and helpers of an algorithm running among `group` ranks.
 class Base : public Synchronizer {
  public:
   Base(SyncOptions options, Topology topology, transport::Transport* transport, Group group);
-  SyncStats stats() const override { return stats_.snapshot(); }
+  SyncStats stats() const override;
 
   // Whether the last afterStep() changed the parameters (the hierarchical
   // wrapper forwards them to the region's members only then).
@@ -132,10 +274,22 @@ class Base : public Synchronizer {
   StatusOr<transport::Message> receiveFrom(uint32_t peer, transport::MessageKind kind,
                                            uint64_t round, std::chrono::milliseconds timeout,
                                            const std::string& what);
-  // Averages the fp32 models of the group (weights, rank order) so that
-  // every member ends with the same bits. Absent peers are skipped; the
-  // weights of those present are renormalized.
-  Status averageModels(train::FlatParameters& flat, const std::vector<bool>& absent);
+  // Agrees on the final model among the group members alive at the end:
+  // everyone sends its fp32 model to the coordinator (the lowest rank it
+  // does not suspect), which waits for every member it does not suspect,
+  // averages what arrived (weights renormalized, rank order) and sends that
+  // one buffer back, so every survivor ends with the same bytes. A member
+  // whose coordinator goes silent keeps its own model and says so.
+  Status averageModels(train::FlatParameters& flat, int64_t steps);
+  // Waits for `what` while serving joins; gives up on a peer once it is
+  // suspected, or after the round time-out (then it is counted absent).
+  StatusOr<transport::Message> awaitFrom(uint32_t peer, transport::MessageKind kind, uint64_t round,
+                                         int64_t step, const train::FlatParameters& flat,
+                                         bool finished, const std::string& what,
+                                         std::chrono::milliseconds timeout);
+  // Serves joins; the algorithm hears of restarted and joined peers.
+  Status serveMembership(int64_t step, const train::FlatParameters& flat, bool finished);
+  virtual void peerRestarted(uint32_t peer) { (void)peer; }
 
   SyncOptions options_;
   Topology topology_;
@@ -144,6 +298,7 @@ class Base : public Synchronizer {
   StatsRecorder stats_;
   std::unique_ptr<FlatCodec> codec_;
   bool modified_ = false;
+  Membership membership_;
 };
 
 std::unique_ptr<Base> makeAllreduce(const SyncOptions& o, const Topology& t,

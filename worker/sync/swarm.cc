@@ -17,12 +17,23 @@
 // frame's round), and are applied strictly in that order.
 //
 // Checkpoints keep the model and optimizer (the trainer's part); the
-// reference copies are not saved. A resumed worker instead re-synchronizes
-// them once, before its first step: it sends its full fp32 model to every
-// peer and takes theirs (all workers of a job resume together).
+// reference copies are not saved. A worker that resumed from a checkpoint or
+// took a peer's model when joining re-synchronizes them before its first
+// step: it sends its full fp32 model to every live peer (kResyncRound, the
+// header's step = its step) and takes theirs in the replies
+// (kResyncReplyRound). Both ends of a pair then restart its sequence numbers
+// at 0 and drop the gossip of the pair's earlier life: the peer drops every
+// exchange message of the (re)starting worker (which sends none before its
+// resync), the starting worker drops those of the peer older than the reply.
+//
+// Membership: partners are chosen among peers that are not suspected,
+// rejoining or given up on; an exchange in flight with a peer that becomes
+// suspected is abandoned at once (the round time-out is the last resort), and
+// the next exchange picks another partner.
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 
@@ -55,12 +66,24 @@ class Swarm final : public Base {
     return {};
   }
 
+  StatusOr<train::JoinResult> join(int64_t step, train::FlatParameters& flat) override {
+    if (group_.size() <= 1) return train::JoinResult{step, false};
+    init(flat);
+    auto joined = membership_.join(step, options_.swarmH, flat.values, &flat);
+    if (!joined.ok()) return joined.status();
+    if (joined->jobFinished) return train::JoinResult{step, true};
+    if (resumed_ || joined->transferred) GEO_RETURN_IF_ERROR(resync(joined->step, flat));
+    resumed_ = false;
+    GEO_RETURN_IF_ERROR(membership_.announce(0, joined->step));
+    return train::JoinResult{joined->step, false};
+  }
+
   Status afterStep(int64_t step, train::FlatParameters& flat) override {
     modified_ = false;
     if (group_.size() <= 1) return {};
     init(flat);
-    if (resumed_) GEO_RETURN_IF_ERROR(resync(flat));
     const int64_t t = step + 1;
+    GEO_RETURN_IF_ERROR(serveMembership(t, flat, false));
     GEO_RETURN_IF_ERROR(serve(t, flat));
     if (t % options_.swarmH == 0) GEO_RETURN_IF_ERROR(initiate(t, flat));
     expireOutstanding();
@@ -72,6 +95,7 @@ class Swarm final : public Base {
     init(flat);
     // 1. Complete our own exchanges, answering others meanwhile.
     while (anyOutstanding()) {
+      GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
       GEO_RETURN_IF_ERROR(serve(steps, flat));
       expireOutstanding();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -80,18 +104,20 @@ class Swarm final : public Base {
     // peer has said the same (it has then no request to us in flight).
     std::vector<uint32_t> to;
     for (size_t i = 0; i < group_.size(); ++i) {
-      if (i != group_.self && !absent_(i)) to.push_back(group_.ranks[i]);
+      if (i != group_.self && !gone(i)) to.push_back(group_.ranks[i]);
     }
     GEO_RETURN_IF_ERROR(sendTo(to, MessageKind::kControl, kFinishedRound, steps, CodecId::kRaw, 0,
                                std::make_shared<std::vector<std::byte>>()));
     for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self || absent_(i)) continue;
+      if (i == group_.self || gone(i)) continue;
       const auto deadline = Clock::now() + options_.timeout;
       while (true) {
+        GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
         GEO_RETURN_IF_ERROR(serve(steps, flat));
         auto m = transport_->receive(MessageKind::kControl, kFinishedRound, group_.ranks[i],
                                      std::chrono::milliseconds(1));
         if (m.ok()) break;
+        if (gone(i)) break;  // suspected while we waited
         if (Clock::now() > deadline) {
           markAbsent(i, fmt::format("{} did not finish its exchanges within {:.3g} s",
                                     topology_.describe(group_.ranks[i]),
@@ -100,10 +126,11 @@ class Swarm final : public Base {
         }
       }
     }
-    // 3. Agree on the average model.
-    std::vector<bool> absent(group_.size());
-    for (size_t i = 0; i < group_.size(); ++i) absent[i] = absent_(i);
-    return averageModels(flat, absent);
+    // 3. Agree on the average model among those alive.
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i != group_.self && peers_[i].absent) membership_.giveUp(group_.ranks[i]);
+    }
+    return averageModels(flat, steps);
   }
 
   Status loadState(torch::serialize::InputArchive& archive) override {
@@ -123,7 +150,20 @@ class Swarm final : public Base {
     bool absent = false;
   };
 
-  bool absent_(size_t i) const { return peers_[i].absent; }
+  // Not to be exchanged with: given up on, suspected or rejoining.
+  bool gone(size_t i) const {
+    const uint32_t r = group_.ranks[i];
+    return peers_[i].absent || membership_.suspected(r) || membership_.joining(r);
+  }
+
+  // A peer that (re)starts: the pair's state is void until its resync.
+  void peerRestarted(uint32_t peer) override {
+    const auto it = std::find(group_.ranks.begin(), group_.ranks.end(), peer);
+    if (it == group_.ranks.end()) return;
+    Peer& p = peers_[static_cast<size_t>(it - group_.ranks.begin())];
+    p.outstanding = false;
+    p.absent = false;
+  }
 
   void init(const train::FlatParameters& flat) {
     if (codec_) return;
@@ -136,8 +176,8 @@ class Swarm final : public Base {
   }
 
   bool anyOutstanding() const {
-    for (const Peer& p : peers_) {
-      if (p.outstanding && !p.absent) return true;
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      if (peers_[i].outstanding && !gone(i)) return true;
     }
     return false;
   }
@@ -154,6 +194,14 @@ class Swarm final : public Base {
   void expireOutstanding() {
     for (size_t i = 0; i < group_.size(); ++i) {
       Peer& p = peers_[i];
+      if (p.outstanding && membership_.suspected(group_.ranks[i])) {
+        // Its reply, should it still come, is applied when it arrives.
+        p.outstanding = false;
+        stats_.missed();
+        logger()->info("swarm: abandoning the exchange with suspected {}",
+                       topology_.describe(group_.ranks[i]));
+        continue;
+      }
       if (p.outstanding && Clock::now() - p.sentAt > options_.timeout) {
         markAbsent(
             i, fmt::format("no reply from {} within {:.3g} s", topology_.describe(group_.ranks[i]),
@@ -179,6 +227,7 @@ class Swarm final : public Base {
   }
 
   Status serve(int64_t t, train::FlatParameters& flat) {
+    GEO_RETURN_IF_ERROR(answerResyncs(t, flat));
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self) continue;
       Peer& p = peers_[i];
@@ -193,11 +242,13 @@ class Swarm final : public Base {
         }
         if (!m.ok()) break;
         if (static_cast<int64_t>(m->payload.size()) != codec_->encodedBytes()) {
-          return dataLoss(fmt::format(
-              "swarm: a model from {} has {} bytes, expected {} ({}): do all workers run the "
-              "same model and codec?",
-              topology_.describe(group_.ranks[i]), m->payload.size(), codec_->encodedBytes(),
-              codec_->describe()));
+          // Nothing a peer sends may end this worker; without its difference
+          // the pair's reference copies disagree, so no more exchanges with it.
+          markAbsent(i, fmt::format("a model from {} has {} bytes, expected {} ({}): do all "
+                                    "workers run the same model and codec?",
+                                    topology_.describe(group_.ranks[i]), m->payload.size(),
+                                    codec_->encodedBytes(), codec_->describe()));
+          break;
         }
         const auto t0 = Clock::now();
         codec_->decodeAccumulate(m->payload.bytes(), 1.0f, p.refIn);
@@ -223,9 +274,7 @@ class Swarm final : public Base {
   Status initiate(int64_t t, train::FlatParameters& flat) {
     std::vector<size_t> candidates;
     for (size_t i = 0; i < group_.size(); ++i) {
-      if (i != group_.self && !peers_[i].outstanding && !peers_[i].absent) {
-        candidates.push_back(i);
-      }
+      if (i != group_.self && !peers_[i].outstanding && !gone(i)) candidates.push_back(i);
     }
     if (candidates.empty()) return {};  // every peer busy: skip this exchange
     std::uniform_int_distribution<size_t> pick(0, candidates.size() - 1);
@@ -236,24 +285,80 @@ class Swarm final : public Base {
     return {};
   }
 
-  // After a resume: exchange full models so both sides of every pair hold
-  // the same reference copies again.
-  Status resync(train::FlatParameters& flat) {
-    resumed_ = false;
-    std::vector<uint32_t> to;
-    for (size_t i = 0; i < group_.size(); ++i) {
-      if (i != group_.self) to.push_back(group_.ranks[i]);
-    }
-    GEO_RETURN_IF_ERROR(sendTo(to, MessageKind::kControl, kResyncRound, 0, CodecId::kFp32,
-                               static_cast<uint64_t>(flat.values.numel()),
-                               tensorBytes(flat.values)));
+  // Resets the pair with peer i to reference copies `mine` (ours, as the
+  // peer now knows it) and `theirs`, dropping the pair's earlier exchange
+  // messages from the peer older than `fromStep` (all when fromStep < 0).
+  void resetPair(size_t i, const torch::Tensor& mine, std::span<const std::byte> theirs,
+                 int64_t fromStep) {
+    Peer& p = peers_[i];
+    p.refOut.copy_(mine);
+    copyBytesTo(theirs, p.refIn);
+    p.seqOut = 0;
+    p.seqIn = 0;
+    p.outstanding = false;
+    p.absent = false;
+    const uint32_t r = group_.ranks[i];
+    transport_->discard([&](const transport::FrameHeader& h) {
+      return h.sender == r &&
+             (h.kind == MessageKind::kGossip || h.kind == MessageKind::kGossipReply) &&
+             (fromStep < 0 || static_cast<int64_t>(h.step) < fromStep);
+    });
+  }
+
+  // Answers resync requests of (re)started peers with our model.
+  Status answerResyncs(int64_t t, train::FlatParameters& flat) {
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self) continue;
-      auto m = receiveFrom(group_.ranks[i], MessageKind::kControl, kResyncRound, options_.timeout,
-                           "model after resuming");
-      if (!m.ok()) return Status(m.status().code(), "swarm: " + m.status().message());
-      peers_[i].refOut = flat.values.clone();
-      copyBytesTo(m->payload.bytes(), peers_[i].refIn);
+      const uint32_t r = group_.ranks[i];
+      for (auto m = transport_->receive(MessageKind::kControl, kResyncRound, r,
+                                        std::chrono::milliseconds(0));
+           m.ok(); m = transport_->receive(MessageKind::kControl, kResyncRound, r,
+                                           std::chrono::milliseconds(0))) {
+        if (m->payload.size() != static_cast<size_t>(flat.values.numel()) * 4) {
+          logger()->warn("swarm: ignoring a resync of {} with {} bytes (expected {})",
+                         topology_.describe(r), m->payload.size(), flat.values.numel() * 4);
+          continue;
+        }
+        resetPair(i, flat.values, m->payload.bytes(), -1);
+        GEO_RETURN_IF_ERROR(sendTo({r}, MessageKind::kControl, kResyncReplyRound, t, CodecId::kFp32,
+                                   static_cast<uint64_t>(flat.values.numel()),
+                                   tensorBytes(flat.values)));
+      }
+    }
+    return {};
+  }
+
+  // Before the first step after a resume or a join: full models with every
+  // live peer, so both sides of each pair hold the same reference copies.
+  Status resync(int64_t step, train::FlatParameters& flat) {
+    std::vector<size_t> to;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i != group_.self && !membership_.suspected(group_.ranks[i])) to.push_back(i);
+    }
+    const auto mine = tensorBytes(flat.values);
+    for (size_t i : to) {
+      GEO_RETURN_IF_ERROR(sendTo({group_.ranks[i]}, MessageKind::kControl, kResyncRound, step,
+                                 CodecId::kFp32, static_cast<uint64_t>(flat.values.numel()), mine));
+    }
+    for (size_t i : to) {
+      const uint32_t r = group_.ranks[i];
+      const auto deadline = Clock::now() + options_.timeout;
+      std::optional<Message> reply;
+      while (Clock::now() < deadline && !membership_.suspected(r)) {
+        GEO_RETURN_IF_ERROR(serveMembership(step, flat, false));
+        GEO_RETURN_IF_ERROR(answerResyncs(step, flat));
+        auto m = receiveFrom(r, MessageKind::kControl, kResyncReplyRound,
+                             std::chrono::milliseconds(20), "model after (re)starting");
+        if (m.ok()) {
+          reply = std::move(*m);
+          break;
+        }
+      }
+      if (!reply || reply->payload.size() != mine->size()) {
+        markAbsent(i, fmt::format("{} did not answer our resync", topology_.describe(r)));
+        continue;
+      }
+      resetPair(i, flat.values, reply->payload.bytes(), static_cast<int64_t>(reply->header.step));
     }
     return {};
   }

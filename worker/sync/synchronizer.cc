@@ -9,6 +9,7 @@
 #include <cstring>
 #include <numeric>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "common/enforce.h"
@@ -290,15 +291,76 @@ void StatsRecorder::merge(const SyncStats& in) {
   stats_.codecSeconds += in.codecSeconds;
   stats_.roundSecondsSum += in.roundSecondsSum;
   stats_.roundSecondsCount += in.roundSecondsCount;
+  stats_.lateApplied += in.lateApplied;
+  stats_.lateDropped += in.lateDropped;
+}
+
+void StatsRecorder::late(bool applied) {
+  std::lock_guard lock(mu_);
+  ++(applied ? stats_.lateApplied : stats_.lateDropped);
 }
 
 // ---- Base ------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<uint32_t> othersOf(const Group& g) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (i != g.self) out.push_back(g.ranks[i]);
+  }
+  return out;
+}
+
+}  // namespace
 
 Base::Base(SyncOptions options, Topology topology, transport::Transport* transport, Group group)
     : options_(std::move(options)),
       topology_(std::move(topology)),
       transport_(transport),
-      group_(std::move(group)) {}
+      group_(std::move(group)),
+      membership_(transport_, topology_, othersOf(group_), options_, options_.algorithm,
+                  options_.algorithm == "dts" ? options_.period : 1) {}
+
+SyncStats Base::stats() const {
+  SyncStats s = stats_.snapshot();
+  membership_.addTo(s);
+  return s;
+}
+
+Status Base::serveMembership(int64_t step, const train::FlatParameters& flat, bool finished) {
+  auto served = membership_.serve(step, flat.values, finished, &flat);
+  if (!served.ok()) return served.status();
+  for (uint32_t p : served->queried) peerRestarted(p);
+  return {};
+}
+
+StatusOr<Message> Base::awaitFrom(uint32_t peer, MessageKind kind, uint64_t round, int64_t step,
+                                  const train::FlatParameters& flat, bool finished,
+                                  const std::string& what, std::chrono::milliseconds timeout) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + timeout;
+  while (true) {
+    GEO_RETURN_IF_ERROR(serveMembership(step, flat, finished));
+    if (membership_.suspected(peer) || membership_.joining(peer)) {
+      stats_.waited(secondsSince(t0));
+      return unavailable(fmt::format("no {} from {}: it is {}", what, topology_.describe(peer),
+                                     membership_.joining(peer) ? "rejoining" : "suspected"));
+    }
+    auto m = transport_->receive(kind, round, peer, std::chrono::milliseconds(20));
+    if (m.ok()) {
+      stats_.waited(secondsSince(t0));
+      return m;
+    }
+    if (m.status().code() != StatusCode::kDeadlineExceeded) return m.status();
+    if (Clock::now() >= deadline) {
+      stats_.waited(secondsSince(t0));
+      return deadlineExceeded(fmt::format("no {} from {} within {:.3g} s; is that worker alive?",
+                                          what, topology_.describe(peer),
+                                          std::chrono::duration<double>(timeout).count()));
+    }
+  }
+}
 
 void Base::ensureCodec(const train::FlatParameters& flat) {
   if (codec_) return;
@@ -323,56 +385,74 @@ StatusOr<Message> Base::receiveFrom(uint32_t peer, MessageKind kind, uint64_t ro
   return receiveBounded(*transport_, topology_, peer, kind, round, timeout, what, stats_);
 }
 
-Status Base::averageModels(train::FlatParameters& flat, const std::vector<bool>& absent) {
+Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   if (group_.size() <= 1) return {};
+  membership_.refresh();
+  const auto alive = [&](size_t i) {
+    return i == group_.self ||
+           (!membership_.suspected(group_.ranks[i]) && !membership_.joining(group_.ranks[i]) &&
+            !membership_.absent(group_.ranks[i]));
+  };
+  size_t coordinator = 0;
+  while (!alive(coordinator)) ++coordinator;  // self is alive: terminates
   auto own = tensorBytes(flat.values);
-  std::vector<uint32_t> to;
-  for (size_t i = 0; i < group_.size(); ++i) {
-    if (i != group_.self && !absent[i]) to.push_back(group_.ranks[i]);
-  }
   const auto numel = static_cast<uint64_t>(flat.values.numel());
-  stats_.encoded(numel * 4, own->size(), to.size());
-  GEO_RETURN_IF_ERROR(
-      sendTo(to, MessageKind::kControl, kFinalAverageRound, 0, CodecId::kFp32, numel, own));
+  if (coordinator != group_.self) {
+    const uint32_t c = group_.ranks[coordinator];
+    stats_.encoded(numel * 4, own->size(), 1);
+    GEO_RETURN_IF_ERROR(sendTo({c}, MessageKind::kControl, kFinalContributionRound, steps,
+                               CodecId::kFp32, numel, own));
+    // The coordinator may wait a round time-out for a straggler first.
+    auto m = awaitFrom(c, MessageKind::kControl, kFinalAverageRound, steps, flat, true,
+                       "final model", 2 * options_.timeout);
+    if (!m.ok() || m->payload.size() != own->size()) {
+      logger()->warn("sync: keeping our own final model: {}",
+                     m.ok() ? fmt::format("the final model of {} has {} bytes, expected {}",
+                                          topology_.describe(c), m->payload.size(), own->size())
+                            : m.status().message());
+      stats_.missed();
+      return {};
+    }
+    copyBytesTo(m->payload.bytes(), flat.values);
+    modified_ = true;
+    return {};
+  }
   std::vector<std::optional<Message>> got(group_.size());
   for (size_t i = 0; i < group_.size(); ++i) {
-    if (i == group_.self || absent[i]) continue;
-    auto m = receiveFrom(group_.ranks[i], MessageKind::kControl, kFinalAverageRound,
-                         options_.timeout, "final model");
-    if (m.ok()) {
+    if (i == group_.self || !alive(i)) continue;
+    auto m = awaitFrom(group_.ranks[i], MessageKind::kControl, kFinalContributionRound, steps, flat,
+                       true, "final model", options_.timeout);
+    if (m.ok() && m->payload.size() == own->size()) {
       got[i] = std::move(*m);
-    } else {
-      logger()->warn("sync: final average without {}: {}", topology_.describe(group_.ranks[i]),
-                     m.status().message());
-      stats_.missed();
+      continue;
     }
+    logger()->warn(
+        "sync: final average without {}: {}", topology_.describe(group_.ranks[i]),
+        m.ok() ? fmt::format("its model has {} bytes, expected {}", m->payload.size(), own->size())
+               : m.status().message());
+    stats_.missed();
   }
   double total = 0;
+  std::vector<uint32_t> to;
   for (size_t i = 0; i < group_.size(); ++i) {
     if (i == group_.self || got[i]) total += group_.weights[i];
+    if (got[i]) to.push_back(group_.ranks[i]);
   }
   auto identity = codec::makeCodec({.name = "identity"});
   GEO_ENFORCE(identity.ok(), "identity codec: {}", identity.status().message());
   torch::Tensor sum = torch::zeros_like(flat.values);
   for (size_t i = 0; i < group_.size(); ++i) {
-    std::span<const std::byte> bytes;
-    if (i == group_.self) {
-      bytes = std::span<const std::byte>(own->data(), own->size());
-    } else if (got[i]) {
-      bytes = got[i]->payload.bytes();
-      if (bytes.size() != own->size()) {
-        return dataLoss(fmt::format("final model from {} has {} bytes, expected {}",
-                                    topology_.describe(group_.ranks[i]), bytes.size(),
-                                    own->size()));
-      }
-    } else {
-      continue;
-    }
+    if (i != group_.self && !got[i]) continue;
+    const auto bytes = i == group_.self ? std::span<const std::byte>(own->data(), own->size())
+                                        : got[i]->payload.bytes();
     (*identity)->decodeAccumulate(bytes, static_cast<float>(group_.weights[i] / total), sum);
   }
   flat.values.copy_(sum);
   modified_ = true;
-  return {};
+  auto result = tensorBytes(flat.values);
+  stats_.encoded(numel * 4, result->size(), to.size());
+  return sendTo(to, MessageKind::kControl, kFinalAverageRound, steps, CodecId::kFp32, numel,
+                result);
 }
 
 // ---- allreduce ---------------------------------------------------------------------------
@@ -449,6 +529,14 @@ class Allreduce final : public Base {
 // same gradient and, from the same start, holds the same bits. After the
 // optimizer step the leader runs the WAN algorithm's parameter hook (dts,
 // swarm) and, when it changed the parameters, sends them to its members.
+//
+// Membership on the LAN: the leader averages over the members it expects --
+// not suspected (silent for the peer time-out), not rejoining -- so a dead
+// member costs the region a few seconds once, not a time-out per step. A
+// restarted member joins through its leader (the leader's model and step)
+// and is expected from its first step on. A member whose leader goes away
+// cannot train on (the leader holds the region's model and WAN state): it
+// fails, naming the leader, and rejoins when restarted (as its pod would be).
 class Hierarchical final : public Synchronizer {
  public:
   Hierarchical(SyncOptions options, Topology topology, transport::Transport* transport,
@@ -458,7 +546,8 @@ class Hierarchical final : public Synchronizer {
         transport_(transport),
         inner_(std::move(inner)),
         members_(topology_.regionMembers(topology_.rank())),
-        leader_(members_.front()) {
+        leader_(members_.front()),
+        lanMembers_(transport_, topology_, lanPeers(), options_, "hierarchical sync") {
     // A member waits for its leader, which may itself wait up to a timeout
     // for the WAN: give the LAN wait room for that.
     lanTimeout_ = 2 * options_.timeout + std::chrono::milliseconds(30000);
@@ -476,7 +565,20 @@ class Hierarchical final : public Synchronizer {
     const SyncStats lan = lanStats_.snapshot();
     s.waitSeconds += lan.waitSeconds;
     s.codecSeconds += lan.codecSeconds;
+    s.missing += lan.missing;
+    lanMembers_.addTo(s);
     return s;
+  }
+
+  StatusOr<train::JoinResult> join(int64_t step, train::FlatParameters& flat) override {
+    if (isLeader()) {
+      return inner_ ? inner_->join(step, flat) : train::JoinResult{step, false};
+    }
+    auto joined = lanMembers_.join(step, 1, flat.values, &flat);
+    if (!joined.ok()) return joined.status();
+    if (joined->jobFinished) return train::JoinResult{step, true};
+    GEO_RETURN_IF_ERROR(lanMembers_.announce(static_cast<uint64_t>(joined->step), joined->step));
+    return train::JoinResult{joined->step, false};
   }
 
   Status afterBackward(int64_t step, train::FlatParameters& flat) override {
@@ -487,33 +589,94 @@ class Hierarchical final : public Synchronizer {
           lan_->encode(flat.grads, options_.seed, mixStream(4, topology_.rank(), round), nullptr));
       GEO_RETURN_IF_ERROR(send({leader_}, MessageKind::kLanReduce, round, step, lan_->id(),
                                static_cast<uint64_t>(lan_->numel()), bytes));
-      auto m = receive(leader_, MessageKind::kLanBroadcast, round,
-                       fmt::format("region-average gradient for step {}", step + 1));
+      auto m = fromLeader(round, step, flat,
+                          fmt::format("region-average gradient for step {}", step + 1));
       if (!m.ok()) return m.status();
       copyBytesTo(m->payload.bytes(), flat.grads);
       return {};
     }
+    // Gather the gradients of the members expected at this step.
+    std::vector<std::optional<Message>> got(members_.size());
+    const auto t0 = Clock::now();
+    const auto deadline = t0 + options_.timeout;
+    while (true) {
+      auto served = lanMembers_.serve(step, flat.values, false, &flat);
+      if (!served.ok()) return served.status();
+      // Whatever arrived counts, from a member given up on too (it is then
+      // expected again).
+      for (size_t i = 1; i < members_.size(); ++i) {
+        if (got[i]) continue;
+        auto m = transport_->receive(MessageKind::kLanReduce, round, members_[i],
+                                     std::chrono::milliseconds(0));
+        if (m.ok() && static_cast<int64_t>(m->payload.size()) == lan_->encodedBytes()) {
+          got[i] = std::move(*m);
+          lanMembers_.delivered(members_[i]);
+        }
+      }
+      std::optional<size_t> waitFor;
+      for (size_t i = 1; i < members_.size(); ++i) {
+        if (!got[i] && lanMembers_.expected(members_[i], static_cast<uint64_t>(step))) {
+          waitFor = i;
+          break;
+        }
+      }
+      if (!waitFor) break;
+      if (Clock::now() >= deadline) {
+        for (size_t i = 1; i < members_.size(); ++i) {
+          if (got[i] || !lanMembers_.expected(members_[i], static_cast<uint64_t>(step))) continue;
+          lanMembers_.giveUp(members_[i]);
+          logger()->warn(
+              "hierarchical sync: no gradient for step {} from {} within {:.3g} s; "
+              "the region goes on without it until it delivers again",
+              step + 1, topology_.describe(members_[i]),
+              std::chrono::duration<double>(options_.timeout).count());
+        }
+        break;
+      }
+      const uint32_t member = members_[*waitFor];
+      auto m = transport_->receive(MessageKind::kLanReduce, round, member,
+                                   std::chrono::milliseconds(20));
+      if (!m.ok()) continue;
+      if (static_cast<int64_t>(m->payload.size()) != lan_->encodedBytes()) {
+        logger()->warn(
+            "hierarchical sync: dropping the gradient of {} for step {}: {} bytes, expected {}",
+            topology_.describe(member), step + 1, m->payload.size(), lan_->encodedBytes());
+        lanMembers_.giveUp(member);
+        continue;
+      }
+      got[*waitFor] = std::move(*m);
+      lanMembers_.delivered(member);
+    }
+    lanStats_.waited(secondsSince(t0));
+    size_t present = 1;
+    for (size_t i = 1; i < members_.size(); ++i) {
+      if (got[i]) {
+        ++present;
+      } else {
+        lanStats_.missed();
+      }
+    }
     if (!sum_.defined()) sum_ = torch::zeros_like(flat.grads);
-    const float alpha = 1.0f / static_cast<float>(members_.size());
+    const float alpha = 1.0f / static_cast<float>(present);
     sum_.copy_(flat.grads);
     sum_.mul_(alpha);
     for (size_t i = 1; i < members_.size(); ++i) {
-      auto m = receive(members_[i], MessageKind::kLanReduce, round,
-                       fmt::format("gradient for step {}", step + 1));
-      if (!m.ok()) return m.status();
-      lan_->decodeAccumulate(m->payload.bytes(), alpha, sum_);
+      if (got[i]) lan_->decodeAccumulate(got[i]->payload.bytes(), alpha, sum_);
     }
     flat.grads.copy_(sum_);
     if (inner_) GEO_RETURN_IF_ERROR(inner_->afterBackward(step, flat));
-    return send(otherMembers(), MessageKind::kLanBroadcast, round, step, CodecId::kFp32,
+    current_.clear();
+    for (size_t i = 1; i < members_.size(); ++i) {
+      if (got[i]) current_.push_back(members_[i]);
+    }
+    return send(current_, MessageKind::kLanBroadcast, round, step, CodecId::kFp32,
                 static_cast<uint64_t>(flat.grads.numel()), tensorBytes(flat.grads));
   }
 
   Status afterStep(int64_t step, train::FlatParameters& flat) override {
     const auto round = static_cast<uint64_t>(step) * 2 + 1;
     if (!isLeader()) {
-      auto m = receive(leader_, MessageKind::kLanBroadcast, round,
-                       fmt::format("parameters after step {}", step + 1));
+      auto m = fromLeader(round, step, flat, fmt::format("parameters after step {}", step + 1));
       if (!m.ok()) return m.status();
       if (m->payload.size() > 0) copyBytesTo(m->payload.bytes(), flat.values);
       return {};
@@ -521,22 +684,30 @@ class Hierarchical final : public Synchronizer {
     if (inner_) GEO_RETURN_IF_ERROR(inner_->afterStep(step, flat));
     const bool changed = inner_ && inner_->modifiedParameters();
     auto bytes = changed ? tensorBytes(flat.values) : std::make_shared<std::vector<std::byte>>();
-    return send(otherMembers(), MessageKind::kLanBroadcast, round, step,
-                changed ? CodecId::kFp32 : CodecId::kRaw,
-                changed ? static_cast<uint64_t>(flat.values.numel()) : 0, bytes);
+    GEO_RETURN_IF_ERROR(send(current_, MessageKind::kLanBroadcast, round, step,
+                             changed ? CodecId::kFp32 : CodecId::kRaw,
+                             changed ? static_cast<uint64_t>(flat.values.numel()) : 0, bytes));
+    // A member that joins now starts from the model after this step.
+    auto served = lanMembers_.serve(step + 1, flat.values, false, &flat);
+    return served.ok() ? Status() : served.status();
   }
 
   Status finish(int64_t steps, train::FlatParameters& flat) override {
     if (!isLeader()) {
-      auto m = receive(leader_, MessageKind::kLanBroadcast, kFinalAverageRound, "final model");
+      auto m = fromLeader(kFinalAverageRound, steps, flat, "final model");
       if (!m.ok()) return m.status();
       copyBytesTo(m->payload.bytes(), flat.values);
       return {};
     }
     if (inner_) GEO_RETURN_IF_ERROR(inner_->finish(steps, flat));
-    return send(otherMembers(), MessageKind::kLanBroadcast, kFinalAverageRound, steps,
-                CodecId::kFp32, static_cast<uint64_t>(flat.values.numel()),
-                tensorBytes(flat.values));
+    lanMembers_.refresh();
+    std::vector<uint32_t> to;
+    for (size_t i = 1; i < members_.size(); ++i) {
+      if (lanMembers_.expected(members_[i], static_cast<uint64_t>(steps)))
+        to.push_back(members_[i]);
+    }
+    return send(to, MessageKind::kLanBroadcast, kFinalAverageRound, steps, CodecId::kFp32,
+                static_cast<uint64_t>(flat.values.numel()), tensorBytes(flat.values));
   }
 
   void saveState(torch::serialize::OutputArchive& archive) override {
@@ -548,8 +719,9 @@ class Hierarchical final : public Synchronizer {
 
  private:
   bool isLeader() const { return leader_ == topology_.rank(); }
-  std::vector<uint32_t> otherMembers() const {
-    return std::vector<uint32_t>(members_.begin() + 1, members_.end());
+  std::vector<uint32_t> lanPeers() const {
+    if (isLeader()) return std::vector<uint32_t>(members_.begin() + 1, members_.end());
+    return {leader_};
   }
 
   void ensureCodec(const train::FlatParameters& flat) {
@@ -571,13 +743,36 @@ class Hierarchical final : public Synchronizer {
     return s.ok() ? s : Status(s.code(), "hierarchical sync: " + s.message());
   }
 
-  StatusOr<Message> receive(uint32_t peer, MessageKind kind, uint64_t round,
-                            const std::string& what) {
-    auto m =
-        receiveBounded(*transport_, topology_, peer, kind, round, lanTimeout_, what, lanStats_);
-    if (!m.ok()) return Status(m.status().code(), "hierarchical sync: " + m.status().message());
-    return m;
+  // A member waits for its leader: bounded by the LAN time-out, and given up
+  // at once when the leader is suspected (it cannot train on without it).
+  StatusOr<Message> fromLeader(uint64_t round, int64_t step, const train::FlatParameters& flat,
+                               const std::string& what) {
+    const auto t0 = Clock::now();
+    while (true) {
+      auto served = lanMembers_.serve(step, flat.values, false, &flat);
+      if (!served.ok()) return served.status();
+      if (lanMembers_.suspected(leader_)) {
+        lanStats_.waited(secondsSince(t0));
+        return unavailable(fmt::format(
+            "hierarchical sync: no {} from the region leader {}: it is suspected (silent for the "
+            "peer time-out); a member cannot train on without its leader -- restart this worker "
+            "to rejoin once the leader is back",
+            what, topology_.describe(leader_)));
+      }
+      auto m = transport_->receive(kindFor(round), round, leader_, std::chrono::milliseconds(20));
+      if (m.ok()) {
+        lanStats_.waited(secondsSince(t0));
+        return m;
+      }
+      if (Clock::now() - t0 > lanTimeout_) {
+        lanStats_.waited(secondsSince(t0));
+        return deadlineExceeded(fmt::format(
+            "hierarchical sync: no {} from {} within {:.3g} s; is that worker alive?", what,
+            topology_.describe(leader_), std::chrono::duration<double>(lanTimeout_).count()));
+      }
+    }
   }
+  static MessageKind kindFor(uint64_t) { return MessageKind::kLanBroadcast; }
 
   SyncOptions options_;
   Topology topology_;
@@ -589,6 +784,8 @@ class Hierarchical final : public Synchronizer {
   std::unique_ptr<FlatCodec> lan_;
   torch::Tensor sum_;
   StatsRecorder lanStats_;
+  Membership lanMembers_;
+  std::vector<uint32_t> current_;  // members whose gradient this step's average holds
 };
 
 }  // namespace

@@ -22,12 +22,21 @@
 //
 // Errors: nothing throws across the StepHook boundary; failures come back as
 // Status naming the peer (rank and region), the round or step and how long
-// was waited. Waits are bounded by SyncOptions::timeout: allreduce and the
-// hierarchical LAN exchange fail after it (a synchronous step cannot go on
-// without a gradient); dts and swarm degrade instead -- a peer that misses
-// the deadline once is marked absent and logged, later rounds use whatever
-// it still delivers without waiting for it, and the contributions it missed
-// are counted in SyncStats::missing.
+// was waited. allreduce fails fast: a synchronous step cannot go on without
+// a gradient, so a missing one ends the worker after SyncOptions::timeout,
+// naming the peer.
+//
+// Membership (dts, swarm, and the hierarchical LAN): a peer silent for
+// SyncOptions::peerTimeout (a few seconds) is suspected and nobody waits for
+// it; the round time-out is only the last resort for a peer that is heard
+// (pings answered) but does not deliver -- a straggler, which is waited for.
+// dts completes a round with the contributions of the peers expected in it
+// (weights renormalized over them) and applies a late one when it arrives;
+// swarm picks another partner; a region leader steps on without a silent
+// member. A worker that starts while its peers are ahead (restarted, or from
+// an older checkpoint) takes the model and step of the nearest live peer and
+// contributes from the next round; the final model is agreed among the
+// workers alive at the end. docs/membership.md tells the whole story.
 
 #include <torch/torch.h>
 
@@ -83,6 +92,9 @@ struct SyncOptions {
   bool errorFeedback = true;          // keep the quantization residual (allreduce, dts)
   bool hierarchical = true;           // LAN reduce inside regions, WAN among leaders
   std::chrono::milliseconds timeout{60000};
+  // How long a peer may be silent (no frame, pings included) before it is
+  // suspected and nobody waits for it; 0: auto, max(3 s, 4 x RTT + 2 s).
+  std::chrono::milliseconds peerTimeout{0};
   uint64_t seed = 42;          // QSGD's stochastic rounding and swarm's choice of peers
   int64_t maxAutoDelay = 256;  // dts auto: the largest D it may choose
 };
@@ -107,6 +119,16 @@ struct SyncStats {
   double codecSeconds = 0;     // time spent encoding and decoding
   double roundSecondsSum = 0;  // send -> applied, summed over completed rounds
   uint64_t roundSecondsCount = 0;
+  // Membership (worker/sync/internal.h, Membership).
+  std::vector<std::pair<uint32_t, bool>> peerUp;  // (peer, not suspected)
+  double degradedSeconds = 0;                     // time with at least one peer suspected
+  uint64_t rejoins = 0;                           // joins of a running job by state transfer
+  uint64_t peerRejoins = 0;                       // state transfers served to restarted peers
+  uint64_t stateTransferBytesSent = 0;
+  uint64_t stateTransferBytesReceived = 0;
+  double stateTransferSeconds = 0;  // receiving them
+  uint64_t lateApplied = 0;         // contributions applied after their round completed
+  uint64_t lateDropped = 0;         // late contributions too old to apply
 
   double stalenessMean() const {
     return appliedUpdates == 0 ? 0.0 : stalenessSum / static_cast<double>(appliedUpdates);

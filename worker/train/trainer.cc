@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <regex>
+#include <sstream>
+#include <thread>
 
 #include "common/logging.h"
 
@@ -144,6 +146,26 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(std::unique_ptr<Model> model,
         new Trainer(std::move(model), std::move(train), std::move(test), options, hook));
     t->flat_ = flattenParameters(*t->model_, options.device);
     t->optimizer_ = makeOptimizer(t->options_, t->flat_.params);
+    torch::optim::Optimizer* optimizer = t->optimizer_.get();
+    t->flat_.saveOptimizer = [optimizer] {
+      torch::serialize::OutputArchive archive;
+      optimizer->save(archive);
+      std::ostringstream out;
+      archive.save_to(out);
+      return out.str();
+    };
+    t->flat_.loadOptimizer = [optimizer](const std::string& bytes) -> Status {
+      try {
+        std::istringstream in(bytes);
+        torch::serialize::InputArchive archive;
+        archive.load_from(in);
+        optimizer->load(archive);
+      } catch (const c10::Error& e) {
+        return dataLoss(
+            fmt::format("the optimizer state cannot be read: {}", e.what_without_backtrace()));
+      }
+      return {};
+    };
     return t;
   } catch (const c10::Error& e) {
     return internalError(fmt::format("setting up training failed: {}", e.what_without_backtrace()));
@@ -152,6 +174,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(std::unique_ptr<Model> model,
 
 StatusOr<StepStats> Trainer::step() {
   StepStats stats;
+  const auto started = std::chrono::steady_clock::now();
   try {
     const auto indices = sampler_.next();
     const auto x = train_.inputs.index_select(0, indices).to(options_.device);
@@ -170,6 +193,10 @@ StatusOr<StepStats> Trainer::step() {
     stats.step = step_;
     stats.loss = loss.item<double>();
     stats.lr = lr;
+    if (options_.slowdown > 1) {
+      std::this_thread::sleep_for((std::chrono::steady_clock::now() - started) *
+                                  (options_.slowdown - 1));
+    }
   } catch (const c10::Error& e) {
     return internalError(
         fmt::format("training step {} failed: {}", step_ + 1, e.what_without_backtrace()));
@@ -193,6 +220,25 @@ double Trainer::evaluate() {
 }
 
 Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
+  if (hook_ != nullptr && step_ < options_.steps) {
+    StatusOr<JoinResult> joined = internalError("join did not run");
+    try {
+      joined = hook_->join(step_, flat_);
+    } catch (const c10::Error& e) {
+      return internalError(fmt::format("joining the job failed: {}", e.what_without_backtrace()));
+    }
+    if (!joined.ok()) return joined.status();
+    if (joined->jobFinished || joined->step >= options_.steps) {
+      arrivedAfterEnd_ = true;
+      return {};
+    }
+    if (joined->step != step_) {
+      // The LR schedule, checkpoint names and the end follow the job's step;
+      // the sampler keeps its own order (any batch order is as good).
+      joinedAt_ = joined->step;
+      step_ = std::min(joined->step, options_.steps);
+    }
+  }
   auto last = std::chrono::steady_clock::now();
   int64_t lastStep = step_;
   while (step_ < options_.steps) {

@@ -45,6 +45,11 @@ struct TrainerOptions {
   int64_t checkpointInterval = 500;
   int keepCheckpoints = 3;
   bool resume = true;  // start from the newest good checkpoint in checkpointDir
+
+  // Fault injection (`geotrain local --slow REGION=3x`): every step is
+  // stretched to this many times its duration by sleeping after it, to
+  // emulate a slower machine (a straggler). 1: off.
+  double slowdown = 1;
 };
 
 // Throws nothing; names the field and the allowed values.
@@ -61,6 +66,18 @@ struct FlatParameters {
   torch::Tensor values;
   torch::Tensor grads;
   std::vector<torch::Tensor> params;  // the views, in order
+  // The optimizer's state (momentum buffers, Adam moments) as bytes and back,
+  // so that a synchronizer can hand a joining worker the whole training
+  // state, not only the parameters. Set by the Trainer; empty otherwise.
+  // loadOptimizer returns DataLoss for bytes that are not such a state.
+  std::function<std::string()> saveOptimizer;
+  std::function<Status(const std::string&)> loadOptimizer;
+};
+
+// What StepHook::join() decided.
+struct JoinResult {
+  int64_t step = 0;          // the step training continues from
+  bool jobFinished = false;  // the job already ended without this worker: do not train
 };
 
 // Around every optimizer step. afterBackward sees the local gradients (an
@@ -69,6 +86,14 @@ struct FlatParameters {
 class StepHook {
  public:
   virtual ~StepHook() = default;
+  // Once, before the first step of run(), with the step the worker is at
+  // (0, or resumed from its checkpoint): a synchronizer whose peers are
+  // ahead replaces `flat.values` by a live peer's model and returns the
+  // job's step, which the trainer adopts (its optimizer state stays its own).
+  virtual StatusOr<JoinResult> join(int64_t step, FlatParameters& flat) {
+    (void)flat;
+    return JoinResult{step, false};
+  }
   virtual Status afterBackward(int64_t step, FlatParameters& flat) {
     (void)step;
     (void)flat;
@@ -133,6 +158,11 @@ class Trainer {
   Status saveCheckpoint();
 
   int64_t currentStep() const { return step_; }
+  // After run(): the hook's join() found that the job had finished without
+  // this worker, so run() took no step.
+  bool arrivedAfterEnd() const { return arrivedAfterEnd_; }
+  // After run(): the step join() adopted from a peer, if it did.
+  std::optional<int64_t> joinedAt() const { return joinedAt_; }
   FlatParameters& flat() { return flat_; }
   Model& model() { return *model_; }
 
@@ -153,6 +183,8 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   BatchSampler sampler_;
   int64_t step_ = 0;
+  bool arrivedAfterEnd_ = false;
+  std::optional<int64_t> joinedAt_;
 };
 
 }  // namespace geo::train

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -81,12 +82,19 @@ struct PeerCounters {
   uint64_t reconnects = 0;   // connections re-established after the first
   double rttSeconds = -1;    // last ping round trip, -1 before the first
   uint64_t queuedBytes = 0;  // accepted by send(), not yet on the wire
+  // Liveness: every frame from the peer counts, and pings run every
+  // pingInterval from the I/O thread whatever the caller does, so a live but
+  // busy peer is heard at least that often. silentSeconds is the time since
+  // its last frame, or since the transport started when `heard` is false.
+  bool heard = false;
+  double silentSeconds = 0;
 };
 
 struct TransportCounters {
   uint64_t refusedKeys = 0;        // CURVE clients whose key is not allowed (ZAP)
   uint64_t handshakeFailures = 0;  // other failed handshakes (e.g. no CURVE)
   uint64_t framesRejected = 0;     // malformed / foreign / spoofed frames, broken payloads
+  uint64_t partitionDropped = 0;   // frames dropped by an emulated partition (both ways)
   std::string lastRejectReason;
 };
 
@@ -107,6 +115,19 @@ class Transport {
   // (kAnyPeer: any sender) and removes it from the inbox.
   virtual StatusOr<Message> receive(MessageKind kind, uint64_t round, uint32_t from,
                                     std::chrono::milliseconds timeout) = 0;
+
+  // Removes every inbox message for which `match` returns true and returns
+  // how many went. Synchronizers use it for messages they will never ask for
+  // (rounds long completed, the traffic of a peer's earlier incarnation), so
+  // that the inbox cannot fill with them.
+  virtual size_t discard(const std::function<bool(const FrameHeader&)>& match) = 0;
+
+  // Link emulation: while `cut` is true, every frame to or from a rank of
+  // another region (TransportConfig::uplinkPeers) is dropped, pings included,
+  // as a severed WAN link would lose them; queued frames to them that have
+  // not started leaving are dropped at once. Sends still return OK (a sender
+  // cannot tell a partition from a slow link). Counted in partitionDropped.
+  virtual void setPartitioned(bool cut) = 0;
 
   virtual std::vector<PeerCounters> peerCounters() const = 0;
   virtual TransportCounters counters() const = 0;

@@ -89,6 +89,7 @@ struct PeerState {
   std::atomic<uint64_t> messagesReceived{0};
   std::atomic<uint64_t> handshakes{0};
   std::atomic<double> rttSeconds{-1};
+  std::atomic<int64_t> lastHeardNs{0};  // steady clock of the last frame; 0: never
 
   // I/O thread only.
   std::optional<zmq::socket_t> dealer;
@@ -116,6 +117,8 @@ class ZmqTransport final : public Transport {
               milliseconds timeout) override;
   StatusOr<Message> receive(MessageKind kind, uint64_t round, uint32_t from,
                             milliseconds timeout) override;
+  size_t discard(const std::function<bool(const FrameHeader&)>& match) override;
+  void setPartitioned(bool cut) override;
   std::vector<PeerCounters> peerCounters() const override;
   TransportCounters counters() const override;
 
@@ -124,6 +127,11 @@ class ZmqTransport final : public Transport {
   Status enqueue(uint32_t peer, const FrameHeader& h, Payload payload, milliseconds wait);
   // Whether this rank connects to `peer` (not itself, and it has an endpoint).
   bool reachable(uint32_t peer) const { return peer != cfg_.rank && !cfg_.endpoints[peer].empty(); }
+  // Whether traffic with `peer` crosses the emulated WAN uplink.
+  bool wanPeer(uint32_t peer) const {
+    return peer < cfg_.uplinkPeers.size() && cfg_.uplinkPeers[peer];
+  }
+  bool cutOff(uint32_t peer) const { return partitioned_ && wanPeer(peer); }
   void wake();
   void shutdown();
 
@@ -153,6 +161,9 @@ class ZmqTransport final : public Transport {
   std::thread io_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> closed_{false};
+  std::atomic<bool> partitioned_{false};
+  std::atomic<uint64_t> partitionDropped_{0};
+  const Clock::time_point started_ = Clock::now();
 
   // Payloads of several chunks are copied into buffers from this pool: at
   // most 4 idle, 256 MiB. The assembler is the I/O thread's.
@@ -343,6 +354,10 @@ Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payloa
   }
   PeerState& p = peers_[peer];
   const uint64_t bytes = kFrameHeaderBytes + payload.size();
+  if (cutOff(peer)) {
+    ++partitionDropped_;
+    return {};
+  }
   {
     std::unique_lock lock(p.mu);
     // A message larger than the whole queue may go when the queue is empty.
@@ -441,6 +456,10 @@ std::vector<PeerCounters> ZmqTransport::peerCounters() const {
     const uint64_t handshakes = p.handshakes;
     c.reconnects = handshakes > 1 ? handshakes - 1 : 0;
     c.rttSeconds = p.rttSeconds;
+    const int64_t heardNs = p.lastHeardNs;
+    c.heard = heardNs != 0;
+    const auto since = c.heard ? Clock::time_point(Clock::duration(heardNs)) : started_;
+    c.silentSeconds = std::max(0.0, std::chrono::duration<double>(Clock::now() - since).count());
     {
       std::lock_guard lock(p.mu);
       c.queuedBytes = p.queuedBytes;
@@ -455,9 +474,52 @@ TransportCounters ZmqTransport::counters() const {
   c.refusedKeys = refusedKeys_;
   c.handshakeFailures = handshakeFailures_;
   c.framesRejected = framesRejected_;
+  c.partitionDropped = partitionDropped_;
   std::lock_guard lock(rejectMu_);
   c.lastRejectReason = lastRejectReason_;
   return c;
+}
+
+size_t ZmqTransport::discard(const std::function<bool(const FrameHeader&)>& match) {
+  size_t n = 0;
+  {
+    std::lock_guard lock(inboxMu_);
+    for (auto it = inbox_.begin(); it != inbox_.end();) {
+      auto& q = it->second;
+      for (auto m = q.begin(); m != q.end();) {
+        if (match(m->header)) {
+          inboxBytes_ -= m->payload.size();
+          m = q.erase(m);
+          ++n;
+        } else {
+          ++m;
+        }
+      }
+      it = q.empty() ? inbox_.erase(it) : std::next(it);
+    }
+  }
+  if (n > 0) wake();  // reading may have paused on a full inbox
+  return n;
+}
+
+void ZmqTransport::setPartitioned(bool cut) {
+  if (partitioned_.exchange(cut) == cut) return;
+  logger()->info("transport rank {}: emulated partition {}", cfg_.rank,
+                 cut ? "begins: traffic with other regions is dropped" : "ends");
+  if (!cut) return;
+  for (uint32_t r = 0; r < limits_.worldSize; ++r) {
+    if (!wanPeer(r) || !reachable(r)) continue;
+    PeerState& p = peers_[r];
+    std::lock_guard lock(p.mu);
+    const auto dropped = std::erase_if(p.queue, [&](const Outgoing& o) {
+      // A payload partly handed to ZeroMQ goes on: its chunks must not stop.
+      if (o.chunksSent != 0) return false;
+      p.queuedBytes -= kFrameHeaderBytes + o.payload.size();
+      return true;
+    });
+    partitionDropped_ += dropped;
+    p.space.notify_all();
+  }
 }
 
 void ZmqTransport::reject(std::string reason) {
@@ -544,8 +606,13 @@ void ZmqTransport::handleInbound() {
       reject("frame claims to come from this rank");
       continue;
     }
+    if (cutOff(header->sender)) {
+      ++partitionDropped_;
+      continue;
+    }
     PeerState& p = peers_[header->sender];
     p.bytesReceived += kFrameHeaderBytes + parts[2].size();
+    p.lastHeardNs = Clock::now().time_since_epoch().count();
 
     // The chunk's message is let go as soon as it is copied into place; a
     // payload of one chunk is handed out as is.
@@ -610,6 +677,16 @@ std::optional<Clock::time_point> ZmqTransport::flush(uint32_t peer, Clock::time_
       if (p.queue.front().release > now) return p.queue.front().release;
       o = std::move(p.queue.front());
       p.queue.pop_front();
+      // A ping or pong that waited for a connection longer than a ping
+      // interval (the peer was away) would report that wait as its round
+      // trip: drop it, the next ping measures the link.
+      const bool probe = o.header.kind == MessageKind::kPing || o.header.kind == MessageKind::kPong;
+      if (probe && o.chunksSent == 0 && cfg_.pingInterval.count() > 0 &&
+          now - o.release > cfg_.pingInterval) {
+        p.queuedBytes -= kFrameHeaderBytes + o.payload.size();
+        p.space.notify_all();
+        continue;
+      }
     }
     const uint64_t bytes = kFrameHeaderBytes + o.payload.size();
     const size_t size = o.payload.size();

@@ -55,12 +55,18 @@ uint64_t hashOf(const torch::Tensor& t) {
 class Recorder final : public train::StepHook {
  public:
   explicit Recorder(Synchronizer* inner) : inner_(inner) {}
+  StatusOr<train::JoinResult> join(int64_t step, train::FlatParameters& flat) override {
+    auto j = inner_->join(step, flat);
+    if (j.ok()) joinedAt = j->step;
+    return j;
+  }
   Status afterBackward(int64_t step, train::FlatParameters& flat) override {
     return inner_->afterBackward(step, flat);
   }
   Status afterStep(int64_t step, train::FlatParameters& flat) override {
     GEO_RETURN_IF_ERROR(inner_->afterStep(step, flat));
     hashes.push_back(hashOf(flat.values));
+    stepsTaken.store(step + 1);
     return {};
   }
   Status finish(int64_t steps, train::FlatParameters& flat) override {
@@ -74,6 +80,8 @@ class Recorder final : public train::StepHook {
   }
   std::vector<uint64_t> hashes;
   torch::Tensor finalValues;
+  int64_t joinedAt = -1;
+  std::atomic<int64_t> stepsTaken{0};
 
  private:
   Synchronizer* inner_;
@@ -85,6 +93,8 @@ struct RunResult {
   std::vector<Status> status;                 // [rank]
   std::vector<SyncStats> stats;
   std::vector<double> accuracy;
+  std::vector<int64_t> joinedAt;  // [rank]: the step join() continued from
+  double seconds = 0;             // wall time of the whole job
 };
 
 struct JobSpec {
@@ -102,6 +112,11 @@ struct JobSpec {
   // interrupted); a later run with the same folder resumes from there.
   std::filesystem::path checkpointDir;
   int64_t stopAfter = 0;
+  // A rank that starts late (a worker restarted, or one that came up after
+  // the others): its transport, synchronizer and trainer are made once rank 0
+  // has taken lateAtStep steps; -1: none.
+  int lateRank = -1;
+  int64_t lateAtStep = 0;
 };
 
 // Runs one job: every worker in its own thread with its own transport,
@@ -132,7 +147,7 @@ RunResult runJob(const JobSpec& job) {
   std::vector<std::unique_ptr<Synchronizer>> syncs(world);
   std::vector<std::unique_ptr<Recorder>> recorders(world);
   std::vector<std::unique_ptr<train::Trainer>> trainers(world);
-  for (uint32_t r = 0; r < world; ++r) {
+  const auto setUp = [&](uint32_t r) {
     transport::TransportConfig tc;
     tc.jobId = "sync-test";
     tc.rank = r;
@@ -175,10 +190,18 @@ RunResult runJob(const JobSpec& job) {
     if (!job.checkpointDir.empty()) {
       EXPECT_TRUE(trainers[r]->resume().ok());
     }
+  };
+  for (uint32_t r = 0; r < world; ++r) {
+    if (static_cast<int>(r) != job.lateRank) setUp(r);
   }
   std::vector<std::thread> threads;
+  const auto start = std::chrono::steady_clock::now();
   for (uint32_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
+      if (static_cast<int>(r) == job.lateRank) {
+        while (recorders[0]->stepsTaken.load() < job.lateAtStep) std::this_thread::sleep_for(5ms);
+        setUp(r);
+      }
       if (static_cast<int>(r) == job.deadRank) {
         for (int64_t i = 0; i < job.deadAfter; ++i) {
           auto st = trainers[r]->step();
@@ -201,7 +224,10 @@ RunResult runJob(const JobSpec& job) {
     });
   }
   for (auto& th : threads) th.join();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.joinedAt.resize(world);
   for (uint32_t r = 0; r < world; ++r) {
+    result.joinedAt[r] = recorders[r]->joinedAt;
     result.hashes[r] = recorders[r]->hashes;
     result.finalValues[r] = recorders[r]->finalValues.defined()
                                 ? recorders[r]->finalValues
@@ -448,6 +474,91 @@ TEST(DeadPeer, DtsGoesOnAllreduceFailsClearly) {
         << allreduce.status[rank].message();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
+}
+
+// Suspect fast, give up late: a dead peer is suspected after the peer
+// time-out (0.5 s here), not the round time-out (30 s), and the survivors
+// finish without it, reporting it down and the time spent degraded.
+TEST(Membership, ADeadPeerIsSuspectedAfterThePeerTimeout) {
+  JobSpec job;
+  job.steps = 60;
+  job.deadRank = 3;
+  job.deadAfter = 8;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = 1;
+  job.sync.timeout = 30s;
+  job.sync.peerTimeout = 500ms;
+  const auto r = runJob(job);
+  EXPECT_LT(r.seconds, 15) << "the survivors waited for the round time-out";
+  for (size_t rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_GT(r.stats[rank].missing, 0u);
+    EXPECT_GT(r.stats[rank].degradedSeconds, 0.0);
+    bool sawDown = false;
+    for (const auto& [peer, up] : r.stats[rank].peerUp) sawDown |= peer == 3 && !up;
+    EXPECT_TRUE(sawDown) << "rank " << rank << " does not report rank 3 down";
+    // The survivors agree on the final model among themselves.
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
+// Rejoin by state transfer: a worker that starts while the others are at
+// step >= 40 takes a live peer's model and the job's step, contributes from
+// the next round, and ends with the same final model as everyone.
+TEST(Membership, ALateWorkerJoinsByStateTransfer) {
+  for (const std::string algorithm : {"dts", "swarm"}) {
+    SCOPED_TRACE(algorithm);
+    JobSpec job;
+    job.steps = 400;
+    job.lateRank = 3;
+    job.lateAtStep = 40;
+    job.sync = options(algorithm, "qsgd");
+    job.sync.period = 4;
+    job.sync.delay = 1;
+    job.sync.timeout = 2s;  // also the start-up grace for the late one
+    job.sync.peerTimeout = 1s;
+    const auto r = runJob(job);
+    for (size_t rank = 0; rank < 4; ++rank) {
+      ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+      EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+    }
+    EXPECT_GE(r.joinedAt[3], 40);
+    EXPECT_EQ(r.hashes[3].size(), static_cast<size_t>(job.steps - r.joinedAt[3]));
+    EXPECT_EQ(r.stats[3].rejoins, 1u);
+    // The model and the optimizer's state (SGD momentum: as large again).
+    EXPECT_GT(r.stats[3].stateTransferBytesReceived, r.finalValues[3].numel() * 4u * 3 / 2);
+    uint64_t served = 0;
+    for (size_t rank = 0; rank < 3; ++rank) served += r.stats[rank].peerRejoins;
+    EXPECT_EQ(served, 1u);
+    EXPECT_GT(r.stats[3].appliedUpdates, 0u) << "the late worker never took part";
+  }
+}
+
+// Hierarchical: a member that starts late joins through its leader and
+// holds the region's model bit for bit from then on.
+TEST(Membership, ALateMemberJoinsItsLeader) {
+  JobSpec job;
+  job.steps = 300;
+  job.lateRank = 3;
+  job.lateAtStep = 30;
+  job.sync = options("dts", "qsgd");
+  job.sync.hierarchical = true;
+  job.sync.period = 4;
+  job.sync.delay = 1;
+  job.sync.timeout = 2s;
+  job.sync.peerTimeout = 1s;
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  ASSERT_GE(r.joinedAt[3], 30);
+  // From its first step on, the member holds its leader's (rank 2's) bits.
+  const size_t offset = static_cast<size_t>(r.joinedAt[3]);
+  for (size_t i = 0; i < r.hashes[3].size(); ++i) {
+    ASSERT_EQ(r.hashes[3][i], r.hashes[2][offset + i]) << "step " << offset + i + 1;
+  }
 }
 
 }  // namespace

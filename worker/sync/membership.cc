@@ -1,0 +1,394 @@
+// Membership: liveness from the transport and the join protocol (see
+// worker/sync/internal.h for the rules, docs/membership.md for the story).
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "common/enforce.h"
+#include "common/logging.h"
+#include "worker/sync/internal.h"
+
+namespace geo::sync::detail {
+
+using transport::CodecId;
+using transport::Message;
+using transport::MessageKind;
+
+namespace {
+
+// How long one wait for a message lasts before membership is looked at again.
+constexpr auto kPoll = std::chrono::milliseconds(20);
+// A peer never heard is waited for this long at most (or the round time-out,
+// when shorter): a slow starter joins later by state transfer anyway.
+constexpr auto kStartGrace = std::chrono::seconds(20);
+
+double seconds(std::chrono::milliseconds d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+Membership::Membership(transport::Transport* transport, const Topology& topology,
+                       std::vector<uint32_t> peers, const SyncOptions& options, std::string name,
+                       int64_t stepsPerRound)
+    : transport_(transport),
+      topology_(topology),
+      peers_(std::move(peers)),
+      lives_(peers_.size()),
+      options_(options),
+      name_(std::move(name)),
+      stepsPerRound_(std::max<int64_t>(1, stepsPerRound)) {}
+
+const Membership::PeerLife* Membership::find(uint32_t peer) const {
+  const auto it = std::find(peers_.begin(), peers_.end(), peer);
+  return it == peers_.end() ? nullptr : &lives_[static_cast<size_t>(it - peers_.begin())];
+}
+
+Membership::PeerLife& Membership::life(uint32_t peer) {
+  const PeerLife* l = find(peer);
+  GEO_ENFORCE(l != nullptr, "membership: rank {} is not a peer of this group", peer);
+  return const_cast<PeerLife&>(*l);
+}
+
+std::chrono::milliseconds Membership::peerTimeout(uint32_t peer) const {
+  if (options_.peerTimeout.count() > 0) return options_.peerTimeout;
+  const PeerLife* l = find(peer);
+  const double rtt = l != nullptr ? std::max(l->rtt, 0.0) : 0.0;
+  // Pings leave every second: 3 s is three missed pings; a long link gets
+  // room for a few of its round trips on top.
+  const double s = std::max(3.0, 4 * rtt + 2.0);
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+void Membership::refresh() {
+  if (transport_ == nullptr || peers_.empty()) return;
+  const auto counters = transport_->peerCounters();
+  std::lock_guard lock(mu_);
+  const auto now = Clock::now();
+  const bool degraded =
+      std::any_of(lives_.begin(), lives_.end(), [](const PeerLife& l) { return l.suspected; });
+  if (lastRefresh_ && degraded) {
+    degradedSeconds_ += std::chrono::duration<double>(now - *lastRefresh_).count();
+  }
+  lastRefresh_ = now;
+  const auto grace = std::min<std::chrono::milliseconds>(options_.timeout, kStartGrace);
+  for (const auto& c : counters) {
+    const auto it = std::find(peers_.begin(), peers_.end(), c.peer);
+    if (it == peers_.end()) continue;
+    PeerLife& l = lives_[static_cast<size_t>(it - peers_.begin())];
+    if (c.rttSeconds > 0) l.rtt = c.rttSeconds;
+    const double limit = c.heard ? seconds(peerTimeout(c.peer))
+                                 : std::max(seconds(grace), seconds(peerTimeout(c.peer)));
+    const bool silent = c.silentSeconds > limit;
+    if (silent && !l.suspected) {
+      l.suspected = true;
+      logger()->warn(
+          "{}: {} is suspected: {} for {:.1f} s (limit {:.1f} s); going on without it until it "
+          "is heard again",
+          name_, topology_.describe(c.peer), c.heard ? "silent" : "never heard", c.silentSeconds,
+          limit);
+    } else if (!silent && l.suspected) {
+      // Both sides went on without each other and may be rounds apart now:
+      // it is expected again once it delivers a contribution (it sends to us
+      // again from now on), not from a round we would have to guess.
+      l.suspected = false;
+      l.absent = true;
+      heardAgain_.push_back(c.peer);
+      logger()->info("{}: {} is heard again; expected again once it delivers", name_,
+                     topology_.describe(c.peer));
+    }
+  }
+}
+
+bool Membership::suspected(uint32_t peer) const {
+  const PeerLife* l = find(peer);
+  return l != nullptr && l->suspected;
+}
+
+bool Membership::joining(uint32_t peer) const {
+  const PeerLife* l = find(peer);
+  return l != nullptr && l->joining;
+}
+
+bool Membership::expected(uint32_t peer, uint64_t round) const {
+  const PeerLife* l = find(peer);
+  return l != nullptr && !l->suspected && !l->joining && !l->absent && round >= l->expectFrom;
+}
+
+bool Membership::absent(uint32_t peer) const {
+  const PeerLife* l = find(peer);
+  return l != nullptr && l->absent;
+}
+
+void Membership::giveUp(uint32_t peer) {
+  life(peer).absent = true;
+}
+
+void Membership::delivered(uint32_t peer) {
+  PeerLife& l = life(peer);
+  if (l.absent) {
+    l.absent = false;
+    logger()->info("{}: {} delivers again", name_, topology_.describe(peer));
+  }
+}
+
+Status Membership::sendControl(uint32_t to, uint64_t round, int64_t step,
+                               std::shared_ptr<const std::vector<std::byte>> bytes, CodecId codec,
+                               uint64_t elements) {
+  return sendBuffer(*transport_, topology_, {to}, MessageKind::kControl,
+                    {round, static_cast<uint64_t>(std::max<int64_t>(step, 0)), codec, elements},
+                    std::move(bytes), options_.timeout);
+}
+
+StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor& values,
+                                               bool finished, const train::FlatParameters* flat) {
+  Served out;
+  if (transport_ == nullptr) return out;
+  refresh();
+  out.heardAgain = takeHeardAgain();
+  const auto now = std::chrono::milliseconds(0);
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    const uint32_t p = peers_[i];
+    PeerLife& l = lives_[i];
+    for (auto q = transport_->receive(MessageKind::kControl, kJoinQueryRound, p, now); q.ok();
+         q = transport_->receive(MessageKind::kControl, kJoinQueryRound, p, now)) {
+      // Behind by a round or more: it will take a peer's state and announce
+      // the round it starts with; until then it is not waited for. In our
+      // round (a common start, a whole-job restart) it takes part in the
+      // current round whatever it does, so it stays expected.
+      const auto itsRound = static_cast<int64_t>(q->header.step) / stepsPerRound_;
+      l.joining = itsRound < std::max<int64_t>(step, 0) / stepsPerRound_;
+      l.absent = false;
+      out.queried.push_back(p);
+      auto offer = std::make_shared<std::vector<std::byte>>(
+          1, std::byte{static_cast<unsigned char>((finished ? 1 : 0) | (inJoin_ ? 2 : 0))});
+      GEO_RETURN_IF_ERROR(
+          sendControl(p, kJoinOfferRound, step, std::move(offer), CodecId::kRaw, 0));
+      if (q->header.step > 0 || step > 0) {
+        logger()->info("{}: {} starts at step {} and asks to join; we are at step {}{}", name_,
+                       topology_.describe(p), q->header.step, step,
+                       finished ? " and have finished" : "");
+      }
+    }
+    for (auto f = transport_->receive(MessageKind::kControl, kJoinFetchRound, p, now); f.ok();
+         f = transport_->receive(MessageKind::kControl, kJoinFetchRound, p, now)) {
+      auto bytes = tensorBytes(values.contiguous());
+      if (flat != nullptr && flat->saveOptimizer) {
+        const std::string optimizer = flat->saveOptimizer();
+        const auto* begin = reinterpret_cast<const std::byte*>(optimizer.data());
+        bytes->insert(bytes->end(), begin, begin + optimizer.size());
+      }
+      {
+        std::lock_guard lock(mu_);
+        transferSent_ += bytes->size();
+        ++peerRejoins_;
+      }
+      logger()->info("{}: sending our model at step {} to {} ({:.2f} MB)", name_, step,
+                     topology_.describe(p), static_cast<double>(bytes->size()) / 1e6);
+      // Raw: the model's fp32 values followed by the optimizer's bytes.
+      GEO_RETURN_IF_ERROR(
+          sendControl(p, kJoinStateRound, step, std::move(bytes), CodecId::kRaw, 0));
+      // It continues from our step: expect it from that round on (its
+      // announcement will say the same), so a synchronous partner -- a
+      // region leader -- waits for it from its very first step.
+      l.joining = false;
+      l.absent = false;
+      l.expectFrom = static_cast<uint64_t>(std::max<int64_t>(step, 0) / stepsPerRound_);
+    }
+    for (auto j = transport_->receive(MessageKind::kControl, kJoinedRound, p, now); j.ok();
+         j = transport_->receive(MessageKind::kControl, kJoinedRound, p, now)) {
+      uint64_t round = 0;
+      if (j->payload.size() != sizeof round) {
+        logger()->warn("{}: ignoring a join announcement of {} with {} bytes (expected {})", name_,
+                       topology_.describe(p), j->payload.size(), sizeof round);
+        continue;
+      }
+      std::memcpy(&round, j->payload.data(), sizeof round);
+      l.joining = false;
+      l.absent = false;
+      l.expectFrom = round;
+      out.joined.push_back(p);
+      logger()->debug("{}: {} contributes from round {} (its step {})", name_,
+                      topology_.describe(p), round, j->header.step);
+    }
+  }
+  return out;
+}
+
+StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundSteps,
+                                              torch::Tensor& values, train::FlatParameters* flat) {
+  Joined out;
+  out.step = ownStep;
+  if (transport_ == nullptr || peers_.empty()) return out;
+  inJoin_ = true;
+  struct Leave {
+    bool& flag;
+    ~Leave() { flag = false; }
+  } leave{inJoin_};
+  const auto t0 = Clock::now();
+  for (uint32_t p : peers_) {
+    GEO_RETURN_IF_ERROR(sendControl(p, kJoinQueryRound, ownStep,
+                                    std::make_shared<std::vector<std::byte>>(), CodecId::kRaw, 0));
+  }
+  struct Offer {
+    int64_t step = 0;
+    bool finished = false;
+    bool joining = false;  // the peer is itself still in this phase
+  };
+  std::vector<std::optional<Offer>> offers(peers_.size());
+  const auto deadline = t0 + std::min<std::chrono::milliseconds>(
+                                 options_.timeout, std::chrono::milliseconds(kStartGrace));
+  while (true) {
+    auto served = serve(ownStep, values, false, flat);
+    if (!served.ok()) return served.status();
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      if (offers[i]) continue;
+      auto m = transport_->receive(MessageKind::kControl, kJoinOfferRound, peers_[i],
+                                   std::chrono::milliseconds(0));
+      if (!m.ok()) continue;
+      const auto flags = m->payload.size() == 1 ? static_cast<unsigned>(m->payload.data()[0]) : 0u;
+      offers[i] = Offer{static_cast<int64_t>(m->header.step), (flags & 1) != 0, (flags & 2) != 0};
+    }
+    // Done when every peer answered or is known to be away (heard before and
+    // silent now); at the latest after the start-up grace.
+    bool waiting = false;
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      if (!offers[i] && !lives_[i].suspected) waiting = true;
+    }
+    if (!waiting || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(kPoll);
+  }
+
+  int64_t furthest = std::numeric_limits<int64_t>::min();
+  size_t answered = 0, finished = 0;
+  bool commonStart = false;
+  for (const auto& o : offers) {
+    if (!o) continue;
+    ++answered;
+    commonStart = commonStart || o->joining;
+    if (o->finished) {
+      ++finished;
+      continue;
+    }
+    furthest = std::max(furthest, o->step);
+  }
+  if (answered == 0) {
+    logger()->info("{}: no peer answered within {:.1f} s; starting from our own state (step {})",
+                   name_, secondsSince(t0), ownStep);
+    return out;
+  }
+  if (finished == answered) {
+    out.jobFinished = true;
+    logger()->warn("{}: every peer that answered ({}) has finished training; nothing to rejoin",
+                   name_, answered);
+    return out;
+  }
+  // Nobody ahead; or some peer is starting with us (a common start or a
+  // whole-job restart, where the first ones may have taken a few steps
+  // already: they count on us in their current rounds, and our
+  // contributions to rounds they completed are applied late).
+  if (furthest <= ownStep || commonStart) return out;
+
+  // Peers within a round of the furthest, nearest first (unknown RTTs last).
+  std::vector<size_t> candidates;
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (offers[i] && !offers[i]->finished && offers[i]->step + roundSteps >= furthest) {
+      candidates.push_back(i);
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
+    const double ra = lives_[a].rtt > 0 ? lives_[a].rtt : 1e9;
+    const double rb = lives_[b].rtt > 0 ? lives_[b].rtt : 1e9;
+    return ra < rb;
+  });
+  for (size_t i : candidates) {
+    const uint32_t p = peers_[i];
+    const auto f0 = Clock::now();
+    GEO_RETURN_IF_ERROR(sendControl(p, kJoinFetchRound, ownStep,
+                                    std::make_shared<std::vector<std::byte>>(), CodecId::kRaw, 0));
+    const auto fetchDeadline = f0 + options_.timeout;
+    std::optional<Message> state;
+    while (Clock::now() < fetchDeadline) {
+      auto served = serve(ownStep, values, false, flat);
+      if (!served.ok()) return served.status();
+      if (lives_[i].suspected) break;
+      auto m = transport_->receive(MessageKind::kControl, kJoinStateRound, p, kPoll);
+      if (m.ok()) {
+        state = std::move(*m);
+        break;
+      }
+    }
+    if (!state) {
+      logger()->warn("{}: {} did not send its state; trying the next peer", name_,
+                     topology_.describe(p));
+      continue;
+    }
+    const auto modelBytes = static_cast<size_t>(values.numel()) * 4;
+    if (state->payload.size() < modelBytes) {
+      logger()->warn(
+          "{}: the state of {} has {} bytes, expected at least {} (the same model everywhere?); "
+          "trying the next peer",
+          name_, topology_.describe(p), state->payload.size(), modelBytes);
+      continue;
+    }
+    if (flat != nullptr && flat->loadOptimizer && state->payload.size() > modelBytes) {
+      const auto rest = state->payload.bytes().subspan(modelBytes);
+      const Status loaded =
+          flat->loadOptimizer(std::string(reinterpret_cast<const char*>(rest.data()), rest.size()));
+      if (!loaded.ok()) {
+        logger()->warn("{}: the state of {}: {}; trying the next peer", name_,
+                       topology_.describe(p), loaded.message());
+        continue;
+      }
+    }
+    torch::Tensor contiguous = values.contiguous();
+    copyBytesTo(state->payload.bytes().first(modelBytes), contiguous);
+    if (!contiguous.is_same(values)) values.copy_(contiguous);
+    const double took = secondsSince(f0);
+    {
+      std::lock_guard lock(mu_);
+      ++rejoins_;
+      transferReceived_ += state->payload.size();
+      transferSeconds_ += took;
+    }
+    out.step = static_cast<int64_t>(state->header.step);
+    out.transferred = true;
+    out.from = p;
+    logger()->info(
+        "{}: joined the running job at step {} (we were at step {}): took the model of {} "
+        "({:.2f} MB in {:.2f} s, {:.2f} s after start)",
+        name_, out.step, ownStep, topology_.describe(p),
+        static_cast<double>(state->payload.size()) / 1e6, took, secondsSince(t0));
+    return out;
+  }
+  logger()->warn("{}: no peer ahead of us sent its state; going on from our own (step {})", name_,
+                 ownStep);
+  return out;
+}
+
+Status Membership::announce(uint64_t round, int64_t step) {
+  if (transport_ == nullptr) return {};
+  auto bytes = std::make_shared<std::vector<std::byte>>(sizeof round);
+  std::memcpy(bytes->data(), &round, sizeof round);
+  for (uint32_t p : peers_) {
+    GEO_RETURN_IF_ERROR(sendControl(p, kJoinedRound, step, bytes, CodecId::kRaw, 0));
+  }
+  return {};
+}
+
+void Membership::addTo(SyncStats& s) const {
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < peers_.size(); ++i) s.peerUp.emplace_back(peers_[i], !lives_[i].suspected);
+  s.degradedSeconds += degradedSeconds_;
+  s.rejoins += rejoins_;
+  s.peerRejoins += peerRejoins_;
+  s.stateTransferBytesSent += transferSent_;
+  s.stateTransferBytesReceived += transferReceived_;
+  s.stateTransferSeconds += transferSeconds_;
+}
+
+}  // namespace geo::sync::detail
