@@ -200,6 +200,27 @@ void addLocal(CLI::App& app, geo::local::LocalOptions& options, int& result) {
                    "(prometheus --config.file=FILE; default: none)")
       ->type_name("FILE");
   local
+      ->add_option("--kill", options.faults.kill,
+                   "Fault injection: SIGKILL a worker at a time after launch, e.g. tokyo@20s, or "
+                   "tokyo:1@20s for local index 1 (repeatable; default index 0, the leader)")
+      ->type_name("REGION[:I]@TIME");
+  local
+      ->add_option_function<std::string>(
+          "--restart-after", [&options](const std::string& v) { options.faults.restartAfter = v; },
+          "Start a --kill'ed worker again this long after its kill, e.g. 10s (it rejoins the "
+          "running job; default: it stays dead)")
+      ->type_name("DURATION");
+  local
+      ->add_option("--partition", options.faults.partition,
+                   "Fault injection: cut a region off from the others (the emulated links drop "
+                   "everything both ways), e.g. tokyo@20s+30s (repeatable)")
+      ->type_name("REGION@TIME+DURATION");
+  local
+      ->add_option("--slow", options.faults.slow,
+                   "Fault injection: the region's workers take FACTOR times as long per step, "
+                   "e.g. oregon=3x (a straggler; repeatable)")
+      ->type_name("REGION=FACTORx");
+  local
       ->add_option("--worker-binary", options.workerBinary,
                    "geotrain-worker executable to run (default: geotrain-worker next to this "
                    "geotrain)")

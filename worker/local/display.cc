@@ -189,6 +189,30 @@ std::string renderSummary(const RunSummary& summary, const RunPaths& paths) {
                        seconds ? fmt::format("{:.1f} s", *seconds) : std::string("not reached"));
   }
   out += fmt::format("  time to accuracy (rank 0)  {}\n", tta);
+  if (summary.modelsAgree) {
+    out += fmt::format("  final models   {}\n", *summary.modelsAgree
+                                                    ? "identical on every worker that finished"
+                                                    : "DIFFER between workers");
+  }
+  const auto sec = [](const std::optional<double>& v) {
+    return v ? fmt::format("{:.1f} s", *v) : std::string("-");
+  };
+  for (const FaultSummary& f : summary.faults) {
+    if (f.kind == "kill") {
+      out += fmt::format(
+          "  fault kill {} at {:.1f} s: down {}, rejoined {} after restart{}; others' longest "
+          "step {}; finished {} after the others\n",
+          f.what, f.atSeconds, sec(f.downSeconds), sec(f.rejoinSeconds),
+          f.rejoinStep ? fmt::format(" (at step {})", *f.rejoinStep) : std::string(),
+          sec(f.othersStallSeconds), sec(f.finishSkewSeconds));
+    } else {
+      out += fmt::format(
+          "  fault partition {} {:.1f}-{} s: others' longest step {}; finished {} after the "
+          "others\n",
+          f.what, f.atSeconds, f.endSeconds ? fmt::format("{:.1f}", *f.endSeconds) : "?",
+          sec(f.othersStallSeconds), sec(f.finishSkewSeconds));
+    }
+  }
   out += fmt::format("  progress CSV   {}\n", paths.csv.string());
   out += fmt::format("  summary JSON   {}\n", paths.summaryJson.string());
   out += fmt::format("  worker logs    {}/worker-<rank>.log\n", paths.logsDir.string());

@@ -21,6 +21,7 @@
 
 #include "common/worker_config.h"
 #include "worker/local/display.h"
+#include "worker/local/faults.h"
 #include "worker/local/plot.h"
 #include "worker/local/ports.h"
 #include "worker/local/process.h"
@@ -96,6 +97,9 @@ struct Worker {
   int64_t rank = 0;
   SpawnSpec spec;
   std::unique_ptr<ChildProcess> process;  // null until spawned (or when spawning failed)
+  bool killedByPlan = false;              // --kill: its death is not a failure
+  std::optional<double> restartAt;        // --restart-after: launcher time to start it again
+  std::optional<size_t> killRecord;       // index in the fault records of its latest kill
 };
 
 struct Failure {
@@ -110,23 +114,29 @@ struct Failure {
 class JobRunner {
  public:
   JobRunner(const LocalIo& io, RunState& state, CsvWriter& csv, std::ofstream& runLog,
-            SignalWatch& signals, std::vector<Worker> workers)
+            SignalWatch& signals, std::vector<Worker> workers, FaultPlan plan)
       : io_(io),
         state_(state),
         csv_(csv),
         runLog_(runLog),
         signals_(signals),
         workers_(std::move(workers)),
+        plan_(std::move(plan)),
+        killsDone_(plan_.kills.size(), false),
+        partitionState_(plan_.partitions.size(), 0),
         live_(*io.out, io.tty),
         start_(Clock::now()) {}
+
+  const std::vector<FaultRecord>& faultRecords() const { return records_; }
 
   double now() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
   LocalOutcome run() {
     spawnAll();
     double lastFlush = 0;
-    while (anyRunning() && failures_.empty() && interrupts_ == 0) {
-      pump(kPollMillis);
+    while ((anyRunning() || restartPending()) && failures_.empty() && interrupts_ == 0) {
+      pump(plan_.any() ? 50 : kPollMillis);
+      injectFaults(now());
       const double t = now();
       live_.update(state_, t);
       if (t - lastFlush >= 1.0) {
@@ -142,6 +152,8 @@ class JobRunner {
     if (!failures_.empty()) return LocalOutcome::kFailed;
     for (const Worker& w : workers_) {
       if (!w.process || !w.process->exitStatus() || !w.process->exitStatus()->success()) {
+        // A worker killed by the plan and never restarted is not a failure.
+        if (w.killedByPlan && !w.restartAt) continue;
         return LocalOutcome::kFailed;
       }
     }
@@ -182,6 +194,77 @@ class JobRunner {
 
  private:
   void log(const std::string& line) { runLog_ << fmt::format("[{:9.3f}] {}\n", now(), line); }
+
+  bool restartPending() const {
+    for (const Worker& w : workers_) {
+      if (w.restartAt) return true;
+    }
+    return false;
+  }
+
+  // Carries out the plan's kills, restarts and partitions that are due.
+  void injectFaults(double t) {
+    for (size_t i = 0; i < plan_.kills.size(); ++i) {
+      const KillFault& k = plan_.kills[i];
+      if (killsDone_[i] || t < k.atSeconds) continue;
+      killsDone_[i] = true;
+      Worker& w = workers_[static_cast<size_t>(k.rank)];
+      if (!w.process || !w.process->running()) continue;
+      w.killedByPlan = true;
+      w.process->signalGroup(SIGKILL);
+      FaultRecord r;
+      r.kind = "kill";
+      r.what = fmt::format("{} (rank {})", k.what, k.rank);
+      r.region = state_.rank(k.rank).region;
+      r.atSeconds = t;
+      records_.push_back(r);
+      w.killRecord = records_.size() - 1;
+      if (plan_.restartAfterSeconds) w.restartAt = t + *plan_.restartAfterSeconds;
+      log(fmt::format(
+          "fault: killed worker {} ({}) with SIGKILL{}", k.rank, k.what,
+          w.restartAt ? fmt::format("; restarting it at {:.1f} s", *w.restartAt) : std::string()));
+    }
+    for (Worker& w : workers_) {
+      if (!w.restartAt || t < *w.restartAt || (w.process && w.process->running())) continue;
+      w.restartAt.reset();
+      readFrom(w);
+      auto child = ChildProcess::spawn(w.spec);
+      if (!child.ok()) {
+        addFailure({w.rank, "could not restart: " + child.status().message(), false});
+        continue;
+      }
+      w.process = std::move(*child);
+      w.killedByPlan = false;
+      if (w.killRecord) records_[*w.killRecord].endSeconds = t;
+      log(fmt::format("fault: worker {} restarted as pid {}", w.rank, w.process->pid()));
+    }
+    for (size_t i = 0; i < plan_.partitions.size(); ++i) {
+      const PartitionFault& p = plan_.partitions[i];
+      const int next = t >= p.atSeconds + p.forSeconds ? 2 : t >= p.atSeconds ? 1 : 0;
+      while (partitionState_[i] < next) {
+        const bool begin = partitionState_[i] == 0;
+        ++partitionState_[i];
+        const std::string& region = state_.topology().regions[static_cast<size_t>(p.regionIndex)];
+        for (Worker& w : workers_) {
+          if (state_.rank(w.rank).regionIndex != p.regionIndex) continue;
+          if (w.process && w.process->running()) w.process->signalGroup(begin ? SIGUSR1 : SIGUSR2);
+        }
+        if (begin) {
+          FaultRecord r;
+          r.kind = "partition";
+          r.what = region;
+          r.region = region;
+          r.atSeconds = t;
+          records_.push_back(r);
+          partitionRecord_.resize(plan_.partitions.size());
+          partitionRecord_[i] = records_.size() - 1;
+        } else {
+          records_[partitionRecord_[i]].endSeconds = t;
+        }
+        log(fmt::format("fault: partition of {} {}", region, begin ? "begins" : "ends"));
+      }
+    }
+  }
 
   void flushCsv() {
     if (Status s = csv_.flush(); !s.ok() && !csvBroken_) {
@@ -244,8 +327,11 @@ class JobRunner {
       if (!w.process || !w.process->running() || !w.process->tryReap()) continue;
       readFrom(w);  // whatever it wrote before exiting is in the pipe now
       const ExitStatus exit = *w.process->exitStatus();
-      log(fmt::format("worker {} (pid {}) ended: {}", w.rank, w.process->pid(), exit.describe()));
-      if (!exit.success() && !stopping_) addFailure({w.rank, exit.describe(), false});
+      log(fmt::format("worker {} (pid {}) ended: {}{}", w.rank, w.process->pid(), exit.describe(),
+                      w.killedByPlan ? " (killed by --kill)" : ""));
+      if (!exit.success() && !stopping_ && !w.killedByPlan) {
+        addFailure({w.rank, exit.describe(), false});
+      }
     }
   }
 
@@ -274,6 +360,18 @@ class JobRunner {
         log(fmt::format("worker {} ({}) running: model {}, {} parameters, {} samples, {}", rank,
                         event->region, event->model, event->parameters.value_or(0),
                         event->shardSamples.value_or(0), event->algorithm));
+        break;
+      case EventKind::kJoined:
+        log(fmt::format("worker {} continues from step {}{}", rank, event->step.value_or(0),
+                        event->transferred.value_or(false) ? " with a live peer's model" : ""));
+        if (Worker& w = workers_[static_cast<size_t>(rank)]; w.killRecord) {
+          FaultRecord& r = records_[*w.killRecord];
+          if (!r.joinedSeconds && r.endSeconds) {
+            r.joinedSeconds = t;
+            r.joinedStep = event->step;
+            r.stateTransferSeconds = event->stateTransferSeconds;
+          }
+        }
         break;
       case EventKind::kProgress:
       case EventKind::kDone:
@@ -326,6 +424,11 @@ class JobRunner {
   std::ofstream& runLog_;
   SignalWatch& signals_;
   std::vector<Worker> workers_;
+  FaultPlan plan_;
+  std::vector<bool> killsDone_;
+  std::vector<int> partitionState_;  // 0 before, 1 during, 2 after
+  std::vector<size_t> partitionRecord_;
+  std::vector<FaultRecord> records_;
   LiveProgress live_;
   Clock::time_point start_;
   double end_ = 0;
@@ -341,6 +444,40 @@ std::string yamlFor(const WorkerConfig& c, const fs::path& workerBinary, const f
       "with:\n#   {} --config {}\n{}",
       c.worker.rank, c.worker.region, c.worker.localRank, workerBinary.string(), self.string(),
       toYaml(c));
+}
+
+// What each injected fault cost: the others' longest step (their stall),
+// the time down and to rejoin of a killed worker, and how much later its
+// region finished than the others.
+std::vector<FaultSummary> summarizeFaults(const std::vector<FaultRecord>& records,
+                                          const RunState& state) {
+  std::vector<FaultSummary> out;
+  for (const FaultRecord& r : records) {
+    FaultSummary f;
+    f.kind = r.kind;
+    f.what = r.what;
+    f.atSeconds = r.atSeconds;
+    f.endSeconds = r.endSeconds;
+    if (r.kind == "kill" && r.endSeconds) {
+      f.downSeconds = *r.endSeconds - r.atSeconds;
+      if (r.joinedSeconds) f.rejoinSeconds = *r.joinedSeconds - *r.endSeconds;
+      f.rejoinStep = r.joinedStep;
+    }
+    std::optional<double> regionDone, othersDone;
+    for (const RankProgress& p : state.ranks()) {
+      const bool inside = p.region == r.region;
+      if (!inside && p.stepSecondsMax) {
+        f.othersStallSeconds = std::max(f.othersStallSeconds.value_or(0), *p.stepSecondsMax);
+      }
+      if (p.doneWallSeconds) {
+        auto& done = inside ? regionDone : othersDone;
+        done = std::max(done.value_or(0), *p.doneWallSeconds);
+      }
+    }
+    if (regionDone && othersDone) f.finishSkewSeconds = *regionDone - *othersDone;
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 }  // namespace
@@ -419,6 +556,8 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   topologyOptions.uplink = options.uplink;
   auto topology = makeTopology(topologyOptions);
   if (!topology.ok()) return topology.status();
+  auto plan = makeFaultPlan(options.faults, *topology);
+  if (!plan.ok()) return plan.status();
   auto base = buildBaseConfig(options);
   if (!base.ok()) return base.status();
   auto workerBinary = resolveWorkerBinary(options.workerBinary);
@@ -479,6 +618,9 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
     w.rank = r;
     w.spec.program = workerBinary->string();
     w.spec.args = {"--config", configPath.string(), "--progress-format", "jsonl"};
+    if (const double f = plan->slowdown[static_cast<size_t>(r)]; f > 1) {
+      w.spec.args.insert(w.spec.args.end(), {"--emulate-slowdown", fmt::format("{}", f)});
+    }
     w.spec.stderrPath = paths.logsDir / fmt::format("worker-{}.log", r);
     workers.push_back(std::move(w));
   }
@@ -505,12 +647,13 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   for (Worker& w : workers) w.spec.childSignalMask = &signals->previousMask();
   RunState state(*topology, base->training.steps);
   ports->release();  // right before the workers bind them
-  JobRunner runner(io, state, *csv, runLog, *signals, std::move(workers));
+  JobRunner runner(io, state, *csv, runLog, *signals, std::move(workers), *plan);
   LocalOutcome outcome = runner.run();
 
   // ---- Report: the summary so far, then what went wrong (last, so it stays in view).
   RunSummary summary = state.summarize(runner.endSeconds());
   summary.outcome = std::string(outcomeName(outcome));
+  summary.faults = summarizeFaults(runner.faultRecords(), state);
   if (Status s = writeTextFile(paths.summaryJson, summaryJson(summary)); !s.ok()) {
     *io.err << "geotrain local: " << s.message() << "\n";
     if (outcome == LocalOutcome::kSucceeded) outcome = LocalOutcome::kFailed;

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "worker/local/faults.h"
+
 namespace geo::local {
 
 // One dedicated flag and the worker.yaml key it sets.
@@ -72,6 +74,9 @@ struct LocalOptions {
 
   // Processes.
   std::string workerBinary;  // empty: geotrain-worker next to /proc/self/exe
+
+  // Fault injection (faults.h): --kill, --restart-after, --partition, --slow.
+  FaultOptions faults;
 };
 
 }  // namespace geo::local

@@ -25,6 +25,10 @@ void merge(SyncStats& into, const SyncStats& s) {
   keep(into.stalenessMax, s.stalenessMax);
   keep(into.missing, s.missing);
   keep(into.waitSeconds, s.waitSeconds);
+  keep(into.peersDown, s.peersDown);
+  keep(into.degradedSeconds, s.degradedSeconds);
+  keep(into.rejoins, s.rejoins);
+  keep(into.stateTransferBytes, s.stateTransferBytes);
 }
 
 void merge(ByteCounts& into, const ByteCounts& b) {
@@ -107,7 +111,17 @@ void RunState::record(int64_t rank, double wallSeconds, const WorkerEvent& e) {
   RankProgress& p = ranks_[static_cast<size_t>(rank)];
   keep(p.workerTime, e.time);
   switch (e.kind) {
-    case EventKind::kStart: p.started = true; break;
+    case EventKind::kStart:
+      p.started = true;
+      ++p.starts;
+      break;
+    case EventKind::kJoined:
+      p.joinedWallSeconds = wallSeconds;
+      keep(p.joinedStep, e.step);
+      if (e.step) p.step = std::max(p.step, *e.step);
+      p.joinTransferred = e.transferred.value_or(false);
+      keep(p.stateTransferSeconds, e.stateTransferSeconds);
+      break;
     case EventKind::kProgress:
     case EventKind::kDone:
       p.started = true;
@@ -120,6 +134,8 @@ void RunState::record(int64_t rank, double wallSeconds, const WorkerEvent& e) {
       }
       merge(p.sync, e.sync);
       merge(p.bytes, e.bytes);
+      keep(p.stepSecondsMax, e.stepSecondsMax);
+      if (!e.modelHash.empty()) p.modelHash = e.modelHash;
       if (e.kind == EventKind::kDone) {
         p.done = true;
         p.doneWallSeconds = wallSeconds;
@@ -222,6 +238,14 @@ RunSummary RunState::summarize(double wallSeconds) const {
   const std::vector<double> thresholds(kAccuracyThresholds.begin(), kAccuracyThresholds.end());
   s.timeToAccuracy =
       timeToAccuracy(ranks_.empty() ? std::vector<EvalPoint>{} : ranks_[0].evals, thresholds);
+  std::vector<std::string> hashes;
+  for (const RankProgress& p : ranks_) {
+    if (!p.modelHash.empty()) hashes.push_back(p.modelHash);
+  }
+  if (hashes.size() >= 2) {
+    s.modelsAgree = std::all_of(hashes.begin(), hashes.end(),
+                                [&](const std::string& h) { return h == hashes.front(); });
+  }
   return s;
 }
 
@@ -252,6 +276,22 @@ std::string summaryJson(const RunSummary& summary) {
     tta[fmt::format("{:.2f}", threshold)] = orNull(seconds);
   }
   j["timeToAccuracy"] = std::move(tta);
+  j["modelsAgree"] = summary.modelsAgree ? nlohmann::ordered_json(*summary.modelsAgree)
+                                         : nlohmann::ordered_json(nullptr);
+  nlohmann::ordered_json faults = nlohmann::ordered_json::array();
+  for (const FaultSummary& f : summary.faults) {
+    faults.push_back({{"kind", f.kind},
+                      {"what", f.what},
+                      {"atSeconds", f.atSeconds},
+                      {"endSeconds", orNull(f.endSeconds)},
+                      {"downSeconds", orNull(f.downSeconds)},
+                      {"rejoinSeconds", orNull(f.rejoinSeconds)},
+                      {"rejoinStep", f.rejoinStep ? nlohmann::ordered_json(*f.rejoinStep)
+                                                  : nlohmann::ordered_json(nullptr)},
+                      {"othersStallSeconds", orNull(f.othersStallSeconds)},
+                      {"finishSkewSeconds", orNull(f.finishSkewSeconds)}});
+  }
+  j["faults"] = std::move(faults);
   return j.dump(2) + "\n";
 }
 

@@ -62,6 +62,16 @@ struct RankProgress {
   ByteCounts bytes;
   std::vector<EvalPoint> evals;
   std::string errorMessage;  // from an "error" event
+
+  // Membership: the longest step (a stall), the final model's hash, and the
+  // latest join of a (re)started worker.
+  std::optional<double> stepSecondsMax;
+  std::string modelHash;
+  int64_t starts = 0;  // "start" events: 1 + restarts
+  std::optional<double> joinedWallSeconds;
+  std::optional<int64_t> joinedStep;
+  bool joinTransferred = false;
+  std::optional<double> stateTransferSeconds;
 };
 
 // What the live display shows for one region.
@@ -95,8 +105,27 @@ struct GroupSummary {
   uint64_t lanBytes() const { return lanSentBytes + lanReceivedBytes; }
 };
 
+// One injected fault and what it cost (geotrain local --kill/--partition).
+struct FaultSummary {
+  std::string kind;  // kill | partition
+  std::string what;  // "tokyo:0 (rank 1)", "oregon"
+  double atSeconds = 0;
+  std::optional<double> endSeconds;     // restart of a killed worker; end of a partition
+  std::optional<double> downSeconds;    // kill: until restarted
+  std::optional<double> rejoinSeconds;  // kill: restart -> holding the job's state and step
+  std::optional<int64_t> rejoinStep;
+  // The longest step of the workers outside the fault's region: their stall.
+  std::optional<double> othersStallSeconds;
+  // Its region's last "done" minus the others' last "done".
+  std::optional<double> finishSkewSeconds;
+};
+
 struct RunSummary {
-  std::string outcome;  // succeeded | failed | interrupted (set by the launcher)
+  std::string outcome;               // succeeded | failed | interrupted (set by the launcher)
+  std::vector<FaultSummary> faults;  // set by the launcher
+  // Whether every worker that finished holds the same final model (by
+  // modelHash); nullopt when fewer than two reported one.
+  std::optional<bool> modelsAgree;
   GroupSummary overall;
   std::vector<std::pair<std::string, GroupSummary>> regions;  // --regions order
   // (threshold, wall seconds or nullopt when rank 0 never reached it)
@@ -135,7 +164,10 @@ std::vector<std::pair<double, std::optional<double>>> timeToAccuracy(
 //  "stepsPerSecond":..,"wanBytes":..,"wanSentBytes":..,"wanReceivedBytes":..,
 //  "lanBytes":..,"payloadBytes":..,"compressionRatio":..,"stalenessMean":..,
 //  "stalenessMax":..,"missing":..,"regions":{"london":{same keys}},
-//  "timeToAccuracy":{"0.80":seconds|null,"0.85":..,"0.88":..}}
+//  "timeToAccuracy":{"0.80":seconds|null,"0.85":..,"0.88":..},
+//  "modelsAgree":true|false|null, "faults":[{"kind":..,"what":..,"atSeconds":..,
+//  "endSeconds":..,"downSeconds":..,"rejoinSeconds":..,"rejoinStep":..,
+//  "othersStallSeconds":..,"finishSkewSeconds":..}]}
 // Unknown values are null.
 std::string summaryJson(const RunSummary& summary);
 

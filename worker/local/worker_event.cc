@@ -50,6 +50,12 @@ std::optional<uint64_t> count(const Json& object, const char* key) {
   return static_cast<uint64_t>(d);
 }
 
+std::optional<bool> flag(const Json& object, const char* key) {
+  const Json* v = member(object, key);
+  if (v == nullptr || !v->is_boolean()) return std::nullopt;
+  return v->get<bool>();
+}
+
 std::string text(const Json& object, const char* key) {
   const Json* v = member(object, key);
   if (v == nullptr || !v->is_string()) return {};
@@ -58,6 +64,7 @@ std::string text(const Json& object, const char* key) {
 
 EventKind kindOf(std::string_view name) {
   if (name == "start") return EventKind::kStart;
+  if (name == "joined") return EventKind::kJoined;
   if (name == "progress") return EventKind::kProgress;
   if (name == "done") return EventKind::kDone;
   if (name == "error") return EventKind::kError;
@@ -102,7 +109,16 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
     e.sync.stalenessMax = number(*sync, "stalenessMax");
     e.sync.missing = integer(*sync, "missing");
     e.sync.waitSeconds = number(*sync, "waitSeconds");
+    e.sync.peersDown = integer(*sync, "peersDown");
+    e.sync.degradedSeconds = number(*sync, "degradedSeconds");
+    e.sync.rejoins = integer(*sync, "rejoins");
+    e.sync.stateTransferBytes = integer(*sync, "stateTransferBytes");
   }
+  e.stepSecondsMax = number(j, "stepSecondsMax");
+  e.modelHash = text(j, "modelHash");
+  e.transferred = flag(j, "transferred");
+  e.jobFinished = flag(j, "jobFinished");
+  e.stateTransferSeconds = number(j, "stateTransferSeconds");
   if (const Json* bytes = member(j, "bytes")) {
     e.bytes.wanSent = count(*bytes, "wanSent");
     e.bytes.wanReceived = count(*bytes, "wanReceived");

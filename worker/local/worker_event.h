@@ -13,6 +13,14 @@
 //             "lanReceived":0,"payload":900000}}
 //   {"event":"done", ...progress keys..., "testAccuracy":0.874}
 //   {"event":"error","rank":0,"message":"..."}
+//   {"event":"joined","rank":1,"step":412,"fromStep":0,"transferred":true,
+//    "jobFinished":false,"stateTransferSeconds":0.05,"time":1.9}
+//     (before the first step: the step it continues from, and whether it
+//     took a live peer's model to get there)
+// progress and done also carry "stepSecondsMax" (the longest step so far,
+// after the first: a stall shows there), sync.peersDown, sync.rejoins and
+// the other membership counts; done carries "modelHash" (FNV-1a of the final
+// parameters: workers that agree on the final model print the same).
 // `time` is seconds since that worker started; bytes.* are cumulative.
 //
 // Parsing is lenient on content and strict on form: the line must be a JSON
@@ -30,7 +38,7 @@
 
 namespace geo::local {
 
-enum class EventKind { kStart, kProgress, kDone, kError, kOther };
+enum class EventKind { kStart, kJoined, kProgress, kDone, kError, kOther };
 
 struct SyncStats {
   std::optional<double> delay;  // the DTS delay D in steps now in force
@@ -39,6 +47,10 @@ struct SyncStats {
   std::optional<double> stalenessMax;
   std::optional<int64_t> missing;  // contributions that never arrived
   std::optional<double> waitSeconds;
+  std::optional<int64_t> peersDown;
+  std::optional<double> degradedSeconds;
+  std::optional<int64_t> rejoins;
+  std::optional<int64_t> stateTransferBytes;
 };
 
 struct ByteCounts {  // cumulative totals
@@ -75,6 +87,14 @@ struct WorkerEvent {
   std::optional<double> testAccuracy;  // done: the final (averaged) model
   SyncStats sync;
   ByteCounts bytes;
+
+  std::optional<double> stepSecondsMax;
+  std::string modelHash;  // done
+
+  // joined
+  std::optional<bool> transferred;
+  std::optional<bool> jobFinished;
+  std::optional<double> stateTransferSeconds;
 
   // error
   std::string message;

@@ -1,0 +1,133 @@
+#include "worker/local/faults.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+namespace geo::local {
+
+namespace {
+
+// The index of `region` in the topology, or an error naming the flag.
+StatusOr<int64_t> regionIndex(const Topology& t, const std::string& region, const char* flag,
+                              const std::string& value) {
+  const auto it = std::find(t.regions.begin(), t.regions.end(), region);
+  if (it == t.regions.end()) {
+    return invalidArgument(fmt::format("{} {}: '{}' is not a region of this job (regions: {})",
+                                       flag, value, region, fmt::join(t.regions, ", ")));
+  }
+  return static_cast<int64_t>(it - t.regions.begin());
+}
+
+StatusOr<double> parseNumber(std::string_view text) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v) || v < 0) {
+    return invalidArgument("not a non-negative number");
+  }
+  return v;
+}
+
+}  // namespace
+
+bool FaultPlan::anySlow() const {
+  return std::any_of(slowdown.begin(), slowdown.end(), [](double f) { return f > 1; });
+}
+
+StatusOr<double> parseSeconds(const std::string& text) {
+  std::string_view v = text;
+  double scale = 1;
+  if (v.ends_with("ms")) {
+    scale = 1e-3;
+    v.remove_suffix(2);
+  } else if (v.ends_with("s")) {
+    v.remove_suffix(1);
+  } else {
+    return invalidArgument(fmt::format("'{}' needs a unit: s or ms (e.g. 20s, 1500ms)", text));
+  }
+  auto n = parseNumber(v);
+  if (!n.ok())
+    return invalidArgument(fmt::format("'{}' is not a duration (e.g. 20s, 1500ms)", text));
+  return *n * scale;
+}
+
+StatusOr<FaultPlan> makeFaultPlan(const FaultOptions& o, const Topology& t) {
+  FaultPlan plan;
+  plan.slowdown.assign(static_cast<size_t>(t.worldSize()), 1.0);
+  for (const std::string& k : o.kill) {
+    const auto at = k.rfind('@');
+    if (at == std::string::npos) {
+      return invalidArgument(
+          fmt::format("--kill {}: expected REGION[:INDEX]@TIME, e.g. tokyo@20s or tokyo:1@20s", k));
+    }
+    std::string who = k.substr(0, at);
+    int64_t index = 0;
+    if (const auto colon = who.find(':'); colon != std::string::npos) {
+      const std::string idx = who.substr(colon + 1);
+      const auto [end, ec] = std::from_chars(idx.data(), idx.data() + idx.size(), index);
+      if (ec != std::errc() || end != idx.data() + idx.size() || index < 0 ||
+          index >= t.workersPerRegion) {
+        return invalidArgument(fmt::format(
+            "--kill {}: worker index '{}' is not allowed (allowed: 0..{}, --workers-per-region {})",
+            k, idx, t.workersPerRegion - 1, t.workersPerRegion));
+      }
+      who.resize(colon);
+    }
+    auto region = regionIndex(t, who, "--kill", k);
+    if (!region.ok()) return region.status();
+    auto seconds = parseSeconds(k.substr(at + 1));
+    if (!seconds.ok())
+      return invalidArgument(fmt::format("--kill {}: {}", k, seconds.status().message()));
+    plan.kills.push_back({rankOf(t, *region, index), fmt::format("{}:{}", who, index), *seconds});
+  }
+  if (o.restartAfter) {
+    auto seconds = parseSeconds(*o.restartAfter);
+    if (!seconds.ok()) {
+      return invalidArgument(fmt::format("--restart-after: {}", seconds.status().message()));
+    }
+    if (o.kill.empty()) return invalidArgument("--restart-after: needs a --kill to restart");
+    plan.restartAfterSeconds = *seconds;
+  }
+  for (const std::string& p : o.partition) {
+    const auto at = p.find('@');
+    const auto plus = p.find('+', at == std::string::npos ? 0 : at);
+    if (at == std::string::npos || plus == std::string::npos) {
+      return invalidArgument(
+          fmt::format("--partition {}: expected REGION@TIME+DURATION, e.g. tokyo@20s+30s", p));
+    }
+    auto region = regionIndex(t, p.substr(0, at), "--partition", p);
+    if (!region.ok()) return region.status();
+    auto start = parseSeconds(p.substr(at + 1, plus - at - 1));
+    auto length = parseSeconds(p.substr(plus + 1));
+    if (!start.ok() || !length.ok()) {
+      return invalidArgument(
+          fmt::format("--partition {}: {}", p, (!start.ok() ? start : length).status().message()));
+    }
+    if (t.regions.size() < 2) {
+      return invalidArgument(
+          fmt::format("--partition {}: a job of one region has no WAN to cut", p));
+    }
+    plan.partitions.push_back({*region, *start, *length});
+  }
+  for (const std::string& s : o.slow) {
+    const auto eq = s.find('=');
+    if (eq == std::string::npos || !s.ends_with("x")) {
+      return invalidArgument(fmt::format("--slow {}: expected REGION=FACTORx, e.g. oregon=3x", s));
+    }
+    auto region = regionIndex(t, s.substr(0, eq), "--slow", s);
+    if (!region.ok()) return region.status();
+    auto factor = parseNumber(std::string_view(s).substr(eq + 1, s.size() - eq - 2));
+    if (!factor.ok() || *factor < 1 || *factor > 100) {
+      return invalidArgument(
+          fmt::format("--slow {}: the factor must be a number from 1 to 100, then x", s));
+    }
+    for (int64_t i = 0; i < t.workersPerRegion; ++i) {
+      plan.slowdown[static_cast<size_t>(rankOf(t, *region, i))] = *factor;
+    }
+  }
+  return plan;
+}
+
+}  // namespace geo::local

@@ -1,0 +1,80 @@
+#pragma once
+// Fault injection for `geotrain local`: what --kill, --restart-after,
+// --partition and --slow ask for, checked against the job's topology, and
+// the record of what happened, for the summary.
+//
+//   --kill REGION[:INDEX]@TIME      SIGKILL that worker (local index INDEX of
+//                                   the region, default 0: its leader) TIME
+//                                   after launch; repeatable
+//   --restart-after DURATION        start a killed worker again this long
+//                                   after its kill, with the same config (it
+//                                   rejoins the running job); default: never
+//   --partition REGION@TIME+DURATION  cut every worker of the region off from
+//                                   the other regions for DURATION (the
+//                                   emulated links drop everything both ways:
+//                                   SIGUSR1 to start, SIGUSR2 to end)
+//   --slow REGION=FACTORx           every worker of the region takes FACTOR
+//                                   times as long per step (a straggler)
+// TIME and DURATION: a number with s or ms ("20s", "1500ms"). Parsing is
+// pure; errors name the flag, the value and what is allowed.
+//
+// With any fault, a worker killed by a --kill is not a failure of the job;
+// every other exit keeps its meaning.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/local/topology.h"
+
+namespace geo::local {
+
+struct FaultOptions {
+  std::vector<std::string> kill;  // --kill values
+  std::optional<std::string> restartAfter;
+  std::vector<std::string> partition;  // --partition values
+  std::vector<std::string> slow;       // --slow values
+};
+
+struct KillFault {
+  int64_t rank = 0;
+  std::string what;  // "tokyo:0"
+  double atSeconds = 0;
+};
+
+struct PartitionFault {
+  int64_t regionIndex = 0;
+  double atSeconds = 0;
+  double forSeconds = 0;
+};
+
+struct FaultPlan {
+  std::vector<KillFault> kills;
+  std::optional<double> restartAfterSeconds;
+  std::vector<PartitionFault> partitions;
+  std::vector<double> slowdown;  // by rank; 1 = none
+
+  bool any() const { return !kills.empty() || !partitions.empty() || anySlow(); }
+  bool anySlow() const;
+};
+
+StatusOr<FaultPlan> makeFaultPlan(const FaultOptions& options, const Topology& topology);
+
+// "20s", "1500ms", "2.5s" -> seconds (>= 0).
+StatusOr<double> parseSeconds(const std::string& text);
+
+// What happened to one injected fault (filled in by the launcher).
+struct FaultRecord {
+  std::string kind;  // kill | partition
+  std::string what;  // "tokyo:0 (rank 1)", "oregon"
+  std::string region;
+  double atSeconds = 0;
+  std::optional<double> endSeconds;     // partition end, or restart of a killed worker
+  std::optional<double> joinedSeconds;  // the restarted worker took the job's state
+  std::optional<int64_t> joinedStep;
+  std::optional<double> stateTransferSeconds;
+};
+
+}  // namespace geo::local
