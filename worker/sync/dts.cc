@@ -289,9 +289,19 @@ class Dts final : public Base {
     if (!pending_.empty()) keepFrom = std::min(keepFrom, pending_.front().round);
     if (!late_.empty()) keepFrom = std::min(keepFrom, late_.front().round);
     if (keepFrom == 0) return;
+    std::vector<uint32_t> senders;
     const size_t n = transport_->discard([&](const transport::FrameHeader& h) {
-      return h.kind == MessageKind::kUpdate && h.round < keepFrom;
+      if (h.kind != MessageKind::kUpdate || h.round >= keepFrom) return false;
+      senders.push_back(h.sender);
+      return true;
     });
+    // A peer that delivers, however late, is taking part again: waiting for
+    // it from now on is how the skew between us closes (see membership.md).
+    for (uint32_t sender : senders) {
+      if (std::find(group_.ranks.begin(), group_.ranks.end(), sender) != group_.ranks.end()) {
+        membership_.delivered(sender);
+      }
+    }
     for (size_t i = 0; i < n; ++i) stats_.late(false);
     if (n > 0) {
       logger()->info("dts: dropped {} update(s) for rounds before {} that arrived too late", n,

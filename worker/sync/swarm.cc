@@ -127,9 +127,6 @@ class Swarm final : public Base {
       }
     }
     // 3. Agree on the average model among those alive.
-    for (size_t i = 0; i < group_.size(); ++i) {
-      if (i != group_.self && peers_[i].absent) membership_.giveUp(group_.ranks[i]);
-    }
     return averageModels(flat, steps);
   }
 

@@ -388,10 +388,11 @@ StatusOr<Message> Base::receiveFrom(uint32_t peer, MessageKind kind, uint64_t ro
 Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   if (group_.size() <= 1) return {};
   membership_.refresh();
+  // Everyone heard and not rejoining takes part (a straggler given up on
+  // during training too: it is alive and will send its model).
   const auto alive = [&](size_t i) {
     return i == group_.self ||
-           (!membership_.suspected(group_.ranks[i]) && !membership_.joining(group_.ranks[i]) &&
-            !membership_.absent(group_.ranks[i]));
+           (!membership_.suspected(group_.ranks[i]) && !membership_.joining(group_.ranks[i]));
   };
   size_t coordinator = 0;
   while (!alive(coordinator)) ++coordinator;  // self is alive: terminates

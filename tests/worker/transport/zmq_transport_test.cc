@@ -525,5 +525,82 @@ TEST(TransportLink, SharedUplink) {
   EXPECT_NEAR(mbit, 20.0, 2.0) << seconds << " s";
 }
 
+// Liveness: a peer is heard through its pings alone; once it is gone its
+// silence grows, and a new incarnation on the same endpoint is heard again.
+TEST(TransportLiveness, SilenceGrowsWhenAPeerDiesAndEndsWhenItComesBack) {
+  World w(2);
+  auto a = makeZmqTransport(w.config(0));
+  ASSERT_TRUE(a.ok()) << a.status().toString();
+  const auto counters = [&] { return (*a)->peerCounters().front(); };
+  EXPECT_FALSE(counters().heard);
+  {
+    auto b = makeZmqTransport(w.config(1));
+    ASSERT_TRUE(b.ok()) << b.status().toString();
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!counters().heard && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+    }
+    ASSERT_TRUE(counters().heard) << "no ping from rank 1 within 5 s";
+    std::this_thread::sleep_for(600ms);  // three ping intervals: still heard
+    EXPECT_LT(counters().silentSeconds, 0.5);
+  }  // rank 1 is gone
+  std::this_thread::sleep_for(800ms);
+  EXPECT_GT(counters().silentSeconds, 0.6);
+  auto again = makeZmqTransport(w.config(1));
+  ASSERT_TRUE(again.ok()) << again.status().toString();
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (counters().silentSeconds > 0.3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_LT(counters().silentSeconds, 0.3) << "the restarted rank 1 is not heard";
+}
+
+// An emulated partition drops everything to and from the ranks behind the
+// uplink, pings included (so they fall silent), and nothing once it ends.
+TEST(TransportLiveness, APartitionDropsBothWaysUntilItEnds) {
+  World w(2);
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (uint32_t r = 0; r < 2; ++r) {
+    TransportConfig c = w.config(r);
+    c.uplinkPeers = {r != 0, r != 1};  // the other rank is across the WAN
+    auto t = makeZmqTransport(c);
+    ASSERT_TRUE(t.ok()) << t.status().toString();
+    ts.push_back(std::move(*t));
+  }
+  const auto payload = [] { return Payload(pattern(1000, 7)); };
+  ASSERT_TRUE(ts[0]->send(1, MessageKind::kUpdate, {1}, payload(), 1s).ok());
+  ASSERT_TRUE(ts[1]->receive(MessageKind::kUpdate, 1, 0, 5s).ok());
+  ts[1]->setPartitioned(true);
+  ASSERT_TRUE(ts[0]->send(1, MessageKind::kUpdate, {2}, payload(), 1s).ok());
+  ASSERT_TRUE(ts[1]->send(0, MessageKind::kUpdate, {3}, payload(), 1s).ok());  // "OK", dropped
+  EXPECT_FALSE(ts[1]->receive(MessageKind::kUpdate, 2, 0, 300ms).ok());
+  EXPECT_FALSE(ts[0]->receive(MessageKind::kUpdate, 3, 1, 300ms).ok());
+  std::this_thread::sleep_for(500ms);
+  EXPECT_GT(ts[0]->peerCounters().front().silentSeconds, 0.5) << "pings crossed the partition";
+  EXPECT_GE(ts[1]->counters().partitionDropped, 2u);
+  ts[1]->setPartitioned(false);
+  ASSERT_TRUE(ts[0]->send(1, MessageKind::kUpdate, {4}, payload(), 1s).ok());
+  auto m = ts[1]->receive(MessageKind::kUpdate, 4, 0, 5s);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(1000, 7)));
+}
+
+// discard() removes exactly the matching inbox messages.
+TEST(TransportInbox, DiscardRemovesWhatMatches) {
+  World w(2);
+  auto ts = startWorld(w);
+  ASSERT_EQ(ts.size(), 2u);
+  for (uint64_t round = 0; round < 6; ++round) {
+    ASSERT_TRUE(ts[0]->send(1, MessageKind::kUpdate, {round}, Payload(pattern(64, 1)), 1s).ok());
+  }
+  ASSERT_TRUE(ts[1]->receive(MessageKind::kUpdate, 5, 0, 5s).ok());  // all six have arrived
+  const size_t n = ts[1]->discard(
+      [](const FrameHeader& h) { return h.kind == MessageKind::kUpdate && h.round < 3; });
+  EXPECT_EQ(n, 3u);
+  EXPECT_FALSE(ts[1]->receive(MessageKind::kUpdate, 2, 0, 0ms).ok());
+  EXPECT_TRUE(ts[1]->receive(MessageKind::kUpdate, 3, 0, 0ms).ok());
+  EXPECT_TRUE(ts[1]->receive(MessageKind::kUpdate, 4, 0, 0ms).ok());
+}
+
 }  // namespace
 }  // namespace geo::transport
