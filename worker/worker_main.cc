@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -64,6 +65,11 @@ std::string jsonString(const std::string& text) {
     }
   }
   return out + "\"";
+}
+
+// A number for a JSON line: JSON has no NaN or infinity, so those are null.
+std::string jsonNumber(double v) {
+  return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string("null");
 }
 
 // Progress output: JSON lines on stdout for `--progress-format jsonl`.
@@ -527,8 +533,8 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress, double slowd
     if (metrics && st.evalAccuracy) metrics->setEvalAccuracy(*st.evalAccuracy);
     if (progress.jsonl()) {
       std::string fields =
-          fmt::format("\"step\":{},\"loss\":{:.6g},\"lr\":{:.6g},\"samplesPerSecond\":{:.1f}",
-                      st.step, st.loss, st.lr, st.samplesPerSecond);
+          fmt::format("\"step\":{},\"loss\":{},\"lr\":{:.6g},\"samplesPerSecond\":{:.1f}", st.step,
+                      jsonNumber(st.loss), st.lr, st.samplesPerSecond);
       if (st.evalAccuracy) fields += fmt::format(",\"evalAccuracy\":{:.6g}", *st.evalAccuracy);
       fields += fmt::format(",\"stepSecondsMax\":{:.4g}", workerHook->longestStep());
       progress.emit("progress",
@@ -558,9 +564,10 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress, double slowd
     return kExitOk;
   }
   std::string done = fmt::format(
-      "\"step\":{},\"loss\":{:.6g},\"stepSecondsMax\":{:.4g},"
+      "\"step\":{},\"loss\":{},\"stepSecondsMax\":{:.4g},"
       "\"modelHash\":\"{}\"",
-      c.training.steps, finalLoss, workerHook->longestStep(), modelHash((*trainer)->flat().values));
+      c.training.steps, jsonNumber(finalLoss), workerHook->longestStep(),
+      modelHash((*trainer)->flat().values));
   if (auto joinedAt = (*trainer)->joinedAt()) done += fmt::format(",\"joinedAt\":{}", *joinedAt);
   if (finalAccuracy) done += fmt::format(",\"testAccuracy\":{:.6g}", *finalAccuracy);
   // The last metrics and the done event come from one reading, so a scraper

@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 
 #include "common/logging.h"
 #include "worker/sync/internal.h"
@@ -255,16 +256,13 @@ class Dts final : public Base {
         if (!m.ok()) continue;
         l.had[i] = true;
         membership_.delivered(group_.ranks[i]);
-        const auto bytes = m->payload.bytes();
-        if (static_cast<int64_t>(bytes.size()) != codec_->encodedBytes()) {
-          logger()->warn("dts: dropping a late update of {} for round {}: {} bytes, expected {}",
-                         topology_.describe(group_.ranks[i]), l.round, bytes.size(),
-                         codec_->encodedBytes());
+        torch::Tensor q = torch::empty_like(flat.values);
+        std::string reason;
+        if (const Status ok = codec_->decodeChecked(m->payload.bytes(), q, reason); !ok.ok()) {
+          reject(group_.ranks[i], fmt::format("the late update for round {}", l.round), reason, ok);
           stats_.late(false);
           continue;
         }
-        torch::Tensor q = torch::zeros_like(flat.values);
-        codec_->decodeAccumulate(bytes, 1.0f, q);
         const double w = group_.weights[i];
         const torch::Tensor correction = (q - l.mean).mul_(static_cast<float>(-w / (l.weight + w)));
         flat.values.add_(correction);
@@ -341,6 +339,14 @@ class Dts final : public Base {
     p.dueStep = t + delay_;
     const auto t0 = Clock::now();
     torch::Tensor acc = base_ - flat.values;
+    // Our own state must be sound before it reaches anyone: a diverged
+    // worker stops (and is excluded) instead of spreading it.
+    if (std::string reason; !checkValues(acc, std::numeric_limits<float>::max(), reason).ok()) {
+      return failedPrecondition(fmt::format(
+          "dts: this worker's own update for round {} is not finite (training diverged at step "
+          "{}); stopping so that it does not reach the other workers",
+          p.round, t));
+    }
     p.bytes = std::make_shared<const std::vector<std::byte>>(
         codec_->encode(acc, options_.seed, mixStream(2, topology_.rank(), p.round),
                        residual_.defined() ? &residual_ : nullptr));
@@ -401,17 +407,21 @@ class Dts final : public Base {
     const double waited = secondsSince(t0);
     stats_.waited(waited);
     if (stepSeconds_ > 0) waitedSteps = waited / stepSeconds_;
+    // Every contribution is decoded and checked before it is used: nothing a
+    // peer sends may end this worker or poison its model. A refused one
+    // counts as a missing one.
+    std::vector<torch::Tensor> decoded(group_.size());
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self) continue;
-      if (p.got[i] && static_cast<int64_t>(p.got[i]->payload.size()) != codec_->encodedBytes()) {
-        // Nothing a peer sends may end this worker: a malformed contribution
-        // counts as a missing one.
-        logger()->warn(
-            "dts: dropping the update of {} for round {}: {} bytes, expected {} ({}); do all "
-            "workers run the same model and codec?",
-            topology_.describe(group_.ranks[i]), p.round, p.got[i]->payload.size(),
-            codec_->encodedBytes(), codec_->describe());
-        p.got[i].reset();
+      if (p.got[i]) {
+        decoded[i] = torch::empty_like(flat.values);
+        std::string reason;
+        const Status ok = codec_->decodeChecked(p.got[i]->payload.bytes(), decoded[i], reason);
+        if (!ok.ok()) {
+          reject(group_.ranks[i], fmt::format("the update for round {}", p.round), reason, ok);
+          p.got[i].reset();
+          decoded[i] = torch::Tensor();
+        }
       }
       if (!p.got[i]) stats_.missed();
     }
@@ -426,11 +436,11 @@ class Dts final : public Base {
     for (size_t i = 0; i < group_.size(); ++i) {
       const auto alpha = static_cast<float>(group_.weights[i] / total);
       if (i == group_.self) {
-        codec_->decodeAccumulate(*p.bytes, alpha, mean);
+        mean.add_(p.own, alpha);
         continue;
       }
       if (!p.got[i]) continue;
-      codec_->decodeAccumulate(p.got[i]->payload.bytes(), alpha, mean);
+      mean.add_(decoded[i], alpha);
       stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
       lag = std::max(lag, p.arrivalStep[i] - p.sendStep);
     }

@@ -68,6 +68,14 @@ class FlatCodec {
   std::vector<std::byte> encode(const torch::Tensor& values, uint64_t seed, uint64_t stream,
                                 torch::Tensor* residual) const;
   void decodeAccumulate(std::span<const std::byte> bytes, float alpha, torch::Tensor& out) const;
+  // Decodes a contribution from a peer into `out` (overwritten) and checks
+  // it: its size, the codec's own rules (e.g. a QSGD scale that is not a
+  // finite, non-negative number), and that every value is finite and within
+  // +-kMaxContribution. Never throws; on failure `reason` is set to a metric
+  // label (size, malformed, non_finite, out_of_range) and the Status says
+  // what was wrong (the caller adds the peer and round).
+  Status decodeChecked(std::span<const std::byte> bytes, torch::Tensor& out,
+                       std::string& reason) const;
 
  private:
   struct Segment {
@@ -85,6 +93,16 @@ class FlatCodec {
 };
 
 uint64_t mixStream(uint64_t a, uint64_t b, uint64_t c);
+
+// The largest magnitude a value of a peer's contribution may have. An update
+// is the progress of a few optimizer steps, a swarm message the difference of
+// two models: nothing a converging run sends comes near; a forged frame or a
+// diverged peer does (1e38 is finite).
+inline constexpr float kMaxContribution = 1e6f;
+
+// Whether `t` holds only finite values within +-limit; else a message
+// naming how many values broke the rule.
+Status checkValues(const torch::Tensor& t, float limit, std::string& reason);
 
 // Sends one buffer to each rank in `to` without copying it per peer; an
 // error names the peer and the message.
@@ -115,6 +133,8 @@ class StatsRecorder {
   void roundDone(double seconds);
   void setDelay(int64_t delay);
   void late(bool applied);
+  // A peer's contribution refused (`reason`: a metric label).
+  void rejected(uint32_t peer, const std::string& reason);
   SyncStats snapshot() const;
   void merge(const SyncStats& inner);  // adds another recorder's snapshot
 
@@ -175,6 +195,8 @@ class Membership {
   std::vector<uint32_t> takeHeardAgain() { return std::exchange(heardAgain_, {}); }
   bool suspected(uint32_t peer) const;
   bool joining(uint32_t peer) const;
+  // Whether some peer that is heard is in the middle of joining us.
+  bool anyJoining() const;
   // Whether `peer`'s contribution to `round` is expected: alive, not
   // joining, and joined at or before that round.
   bool expected(uint32_t peer, uint64_t round) const;
@@ -281,12 +303,20 @@ class Base : public Synchronizer {
   // one buffer back, so every survivor ends with the same bytes. A member
   // whose coordinator goes silent keeps its own model and says so.
   Status averageModels(train::FlatParameters& flat, int64_t steps);
+  // After the final average: while a restarted peer is in the middle of
+  // joining (it asked while we were finishing), keep answering it -- with
+  // "finished", or the final model at the last step -- for up to two peer
+  // time-outs, so it learns that the job is over instead of training alone.
+  Status lingerForJoiners(const train::FlatParameters& flat, int64_t steps);
   // Waits for `what` while serving joins; gives up on a peer once it is
   // suspected, or after the round time-out (then it is counted absent).
   StatusOr<transport::Message> awaitFrom(uint32_t peer, transport::MessageKind kind, uint64_t round,
                                          int64_t step, const train::FlatParameters& flat,
                                          bool finished, const std::string& what,
                                          std::chrono::milliseconds timeout);
+  // Counts a refused contribution and logs it, rate-limited per peer (the
+  // first three, then every 100th): nothing a peer sends may flood the log.
+  void reject(uint32_t peer, const std::string& what, const std::string& reason, const Status& why);
   // Serves joins; the algorithm hears of restarted and joined peers.
   Status serveMembership(int64_t step, const train::FlatParameters& flat, bool finished);
   virtual void peerRestarted(uint32_t peer) { (void)peer; }
@@ -299,6 +329,7 @@ class Base : public Synchronizer {
   std::unique_ptr<FlatCodec> codec_;
   bool modified_ = false;
   Membership membership_;
+  std::map<uint32_t, uint64_t> rejectedBy_;  // for the log's rate limit
 };
 
 std::unique_ptr<Base> makeAllreduce(const SyncOptions& o, const Topology& t,

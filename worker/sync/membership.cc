@@ -114,6 +114,11 @@ bool Membership::joining(uint32_t peer) const {
   return l != nullptr && l->joining;
 }
 
+bool Membership::anyJoining() const {
+  return std::any_of(lives_.begin(), lives_.end(),
+                     [](const PeerLife& l) { return l.joining && !l.suspected; });
+}
+
 bool Membership::expected(uint32_t peer, uint64_t round) const {
   const PeerLife* l = find(peer);
   return l != nullptr && !l->suspected && !l->joining && !l->absent && round >= l->expectFrom;

@@ -34,6 +34,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -213,6 +214,12 @@ class Swarm final : public Base {
     Peer& p = peers_[i];
     const auto t0 = Clock::now();
     const torch::Tensor diff = values - p.refOut;
+    if (std::string reason; !checkValues(diff, std::numeric_limits<float>::max(), reason).ok()) {
+      return failedPrecondition(fmt::format(
+          "swarm: this worker's own model is not finite (training diverged at step {}); stopping "
+          "so that it does not reach the other workers",
+          t));
+    }
     auto bytes = std::make_shared<const std::vector<std::byte>>(codec_->encode(
         diff, options_.seed, mixStream(3, topology_.rank() * 65536u + group_.ranks[i], p.seqOut),
         nullptr));
@@ -238,18 +245,21 @@ class Swarm final : public Base {
                                   std::chrono::milliseconds(0));
         }
         if (!m.ok()) break;
-        if (static_cast<int64_t>(m->payload.size()) != codec_->encodedBytes()) {
-          // Nothing a peer sends may end this worker; without its difference
-          // the pair's reference copies disagree, so no more exchanges with it.
-          markAbsent(i, fmt::format("a model from {} has {} bytes, expected {} ({}): do all "
-                                    "workers run the same model and codec?",
-                                    topology_.describe(group_.ranks[i]), m->payload.size(),
-                                    codec_->encodedBytes(), codec_->describe()));
+        const auto t0 = Clock::now();
+        torch::Tensor diff = torch::empty_like(p.refIn);
+        std::string reason;
+        const Status ok = codec_->decodeChecked(m->payload.bytes(), diff, reason);
+        stats_.coded(secondsSince(t0));
+        if (!ok.ok()) {
+          // Nothing a peer sends may end this worker or reach its model;
+          // without this difference the pair's reference copies disagree, so
+          // no more exchanges with it (until it resyncs).
+          reject(group_.ranks[i], "a model difference", reason, ok);
+          markAbsent(i, fmt::format("refused a model difference of {}",
+                                    topology_.describe(group_.ranks[i])));
           break;
         }
-        const auto t0 = Clock::now();
-        codec_->decodeAccumulate(m->payload.bytes(), 1.0f, p.refIn);
-        stats_.coded(secondsSince(t0));
+        p.refIn.add_(diff);
         ++p.seqIn;
         p.absent = false;
         if (request) {

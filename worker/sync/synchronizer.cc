@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -224,6 +225,39 @@ void FlatCodec::decodeAccumulate(std::span<const std::byte> bytes, float alpha,
   }
 }
 
+Status checkValues(const torch::Tensor& t, float limit, std::string& reason) {
+  const int64_t nonFinite = t.numel() - torch::isfinite(t).sum().item<int64_t>();
+  if (nonFinite > 0) {
+    reason = "non_finite";
+    return dataLoss(fmt::format("{} of {} values are NaN or infinite", nonFinite, t.numel()));
+  }
+  const float largest = t.numel() == 0 ? 0.0f : t.abs().max().item<float>();
+  if (largest > limit) {
+    reason = "out_of_range";
+    return dataLoss(
+        fmt::format("a value of magnitude {:.3g} exceeds the limit of {:.0e}", largest, limit));
+  }
+  return {};
+}
+
+Status FlatCodec::decodeChecked(std::span<const std::byte> bytes, torch::Tensor& out,
+                                std::string& reason) const {
+  if (static_cast<int64_t>(bytes.size()) != bytes_) {
+    reason = "size";
+    return dataLoss(
+        fmt::format("{} bytes, expected {} ({}): do all workers run the same model and codec?",
+                    bytes.size(), bytes_, codec_->describe()));
+  }
+  out.zero_();
+  try {
+    decodeAccumulate(bytes, 1.0f, out);
+  } catch (const std::exception& e) {
+    reason = "malformed";
+    return dataLoss(fmt::format("cannot be decoded: {}", e.what()));
+  }
+  return checkValues(out, kMaxContribution, reason);
+}
+
 // ---- StatsRecorder --------------------------------------------------------------------
 
 void StatsRecorder::applied(int64_t staleness) {
@@ -293,6 +327,30 @@ void StatsRecorder::merge(const SyncStats& in) {
   stats_.roundSecondsCount += in.roundSecondsCount;
   stats_.lateApplied += in.lateApplied;
   stats_.lateDropped += in.lateDropped;
+  for (const auto& r : in.rejected) {
+    for (uint64_t i = 0; i < r.count; ++i) {
+      bool found = false;
+      for (auto& mine : stats_.rejected) {
+        if (mine.peer == r.peer && mine.reason == r.reason) {
+          ++mine.count;
+          found = true;
+          break;
+        }
+      }
+      if (!found) stats_.rejected.push_back({r.peer, r.reason, 1});
+    }
+  }
+}
+
+void StatsRecorder::rejected(uint32_t peer, const std::string& reason) {
+  std::lock_guard lock(mu_);
+  for (auto& r : stats_.rejected) {
+    if (r.peer == peer && r.reason == reason) {
+      ++r.count;
+      return;
+    }
+  }
+  stats_.rejected.push_back({peer, reason, 1});
 }
 
 void StatsRecorder::late(bool applied) {
@@ -326,6 +384,16 @@ SyncStats Base::stats() const {
   SyncStats s = stats_.snapshot();
   membership_.addTo(s);
   return s;
+}
+
+void Base::reject(uint32_t peer, const std::string& what, const std::string& reason,
+                  const Status& why) {
+  stats_.rejected(peer, reason);
+  const uint64_t n = ++rejectedBy_[peer];
+  if (n <= 3 || n % 100 == 0) {
+    logger()->warn("{}: refused {} of {} ({}; refusal #{} from it): {}; it counts as missing",
+                   options_.algorithm, what, topology_.describe(peer), reason, n, why.message());
+  }
 }
 
 Status Base::serveMembership(int64_t step, const train::FlatParameters& flat, bool finished) {
@@ -385,6 +453,21 @@ StatusOr<Message> Base::receiveFrom(uint32_t peer, MessageKind kind, uint64_t ro
   return receiveBounded(*transport_, topology_, peer, kind, round, timeout, what, stats_);
 }
 
+Status Base::lingerForJoiners(const train::FlatParameters& flat, int64_t steps) {
+  GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
+  if (!membership_.anyJoining()) return {};
+  std::chrono::milliseconds longest{0};
+  for (uint32_t p : membership_.peers()) longest = std::max(longest, membership_.peerTimeout(p));
+  const auto deadline = Clock::now() + 2 * longest;
+  logger()->info("sync: a peer is rejoining as we finish; answering it for up to {:.1f} s",
+                 std::chrono::duration<double>(2 * longest).count());
+  while (membership_.anyJoining() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
+  }
+  return {};
+}
+
 Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   if (group_.size() <= 1) return {};
   membership_.refresh();
@@ -416,7 +499,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     }
     copyBytesTo(m->payload.bytes(), flat.values);
     modified_ = true;
-    return {};
+    return lingerForJoiners(flat, steps);
   }
   std::vector<std::optional<Message>> got(group_.size());
   for (size_t i = 0; i < group_.size(); ++i) {
@@ -424,6 +507,15 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     auto m = awaitFrom(group_.ranks[i], MessageKind::kControl, kFinalContributionRound, steps, flat,
                        true, "final model", options_.timeout);
     if (m.ok() && m->payload.size() == own->size()) {
+      torch::Tensor model = torch::empty_like(flat.values);
+      copyBytesTo(m->payload.bytes(), model);
+      std::string reason;
+      if (const Status ok = checkValues(model, std::numeric_limits<float>::max(), reason);
+          !ok.ok()) {
+        reject(group_.ranks[i], "the final model", reason, ok);
+        stats_.missed();
+        continue;
+      }
       got[i] = std::move(*m);
       continue;
     }
@@ -452,8 +544,9 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   modified_ = true;
   auto result = tensorBytes(flat.values);
   stats_.encoded(numel * 4, result->size(), to.size());
-  return sendTo(to, MessageKind::kControl, kFinalAverageRound, steps, CodecId::kFp32, numel,
-                result);
+  GEO_RETURN_IF_ERROR(
+      sendTo(to, MessageKind::kControl, kFinalAverageRound, steps, CodecId::kFp32, numel, result));
+  return lingerForJoiners(flat, steps);
 }
 
 // ---- allreduce ---------------------------------------------------------------------------
@@ -489,20 +582,40 @@ class Allreduce final : public Base {
     GEO_RETURN_IF_ERROR(sendTo(to, MessageKind::kUpdate, static_cast<uint64_t>(step), step,
                                codec_->id(), static_cast<uint64_t>(codec_->numel()), bytes));
     if (!sum_.defined()) sum_ = torch::zeros_like(flat.grads);
-    sum_.zero_();
+    // A missing gradient fails the step (fail fast); a malformed or
+    // non-finite one is refused and the step averages over the others.
+    std::vector<torch::Tensor> decoded(group_.size());
+    double total = 0;
     for (size_t i = 0; i < group_.size(); ++i) {
-      const auto alpha = static_cast<float>(group_.weights[i]);
       if (i == group_.self) {
-        codec_->decodeAccumulate(*bytes, alpha, sum_);
+        total += group_.weights[i];
         continue;
       }
       auto m = receiveFrom(group_.ranks[i], MessageKind::kUpdate, static_cast<uint64_t>(step),
                            options_.timeout, fmt::format("gradient for step {}", step + 1));
       if (!m.ok()) return Status(m.status().code(), "allreduce: " + m.status().message());
       const auto t1 = Clock::now();
-      codec_->decodeAccumulate(m->payload.bytes(), alpha, sum_);
+      decoded[i] = torch::empty_like(flat.grads);
+      std::string reason;
+      const Status ok = codec_->decodeChecked(m->payload.bytes(), decoded[i], reason);
       stats_.coded(secondsSince(t1));
+      if (!ok.ok()) {
+        reject(group_.ranks[i], fmt::format("the gradient for step {}", step + 1), reason, ok);
+        decoded[i] = torch::Tensor();
+        stats_.missed();
+        continue;
+      }
+      total += group_.weights[i];
       stats_.applied(step - static_cast<int64_t>(m->header.step));
+    }
+    sum_.zero_();
+    for (size_t i = 0; i < group_.size(); ++i) {
+      const auto alpha = static_cast<float>(group_.weights[i] / total);
+      if (i == group_.self) {
+        codec_->decodeAccumulate(*bytes, alpha, sum_);
+      } else if (decoded[i].defined()) {
+        sum_.add_(decoded[i], alpha);
+      }
     }
     flat.grads.copy_(sum_);
     stats_.roundDone(secondsSince(t0));
@@ -568,6 +681,7 @@ class Hierarchical final : public Synchronizer {
     s.codecSeconds += lan.codecSeconds;
     s.missing += lan.missing;
     lanMembers_.addTo(s);
+    for (const auto& r : lan.rejected) s.rejected.push_back(r);
     return s;
   }
 
@@ -609,7 +723,7 @@ class Hierarchical final : public Synchronizer {
         if (got[i]) continue;
         auto m = transport_->receive(MessageKind::kLanReduce, round, members_[i],
                                      std::chrono::milliseconds(0));
-        if (m.ok() && static_cast<int64_t>(m->payload.size()) == lan_->encodedBytes()) {
+        if (m.ok()) {
           got[i] = std::move(*m);
           lanMembers_.delivered(members_[i]);
         }
@@ -638,19 +752,29 @@ class Hierarchical final : public Synchronizer {
       auto m = transport_->receive(MessageKind::kLanReduce, round, member,
                                    std::chrono::milliseconds(20));
       if (!m.ok()) continue;
-      if (static_cast<int64_t>(m->payload.size()) != lan_->encodedBytes()) {
-        logger()->warn(
-            "hierarchical sync: dropping the gradient of {} for step {}: {} bytes, expected {}",
-            topology_.describe(member), step + 1, m->payload.size(), lan_->encodedBytes());
-        lanMembers_.giveUp(member);
-        continue;
-      }
       got[*waitFor] = std::move(*m);
       lanMembers_.delivered(member);
     }
     lanStats_.waited(secondsSince(t0));
+    // A member's gradient is checked like any contribution: a diverged
+    // member is refused, named, and the region averages without it.
+    std::vector<torch::Tensor> decoded(members_.size());
     size_t present = 1;
     for (size_t i = 1; i < members_.size(); ++i) {
+      if (got[i]) {
+        decoded[i] = torch::empty_like(flat.grads);
+        std::string reason;
+        const Status ok = lan_->decodeChecked(got[i]->payload.bytes(), decoded[i], reason);
+        if (!ok.ok()) {
+          lanStats_.rejected(members_[i], reason);
+          logger()->warn(
+              "hierarchical sync: refused the gradient of member {} for step {} ({}): {}; the "
+              "region averages without it",
+              topology_.describe(members_[i]), step + 1, reason, ok.message());
+          lanMembers_.giveUp(members_[i]);
+          got[i].reset();
+        }
+      }
       if (got[i]) {
         ++present;
       } else {
@@ -662,7 +786,7 @@ class Hierarchical final : public Synchronizer {
     sum_.copy_(flat.grads);
     sum_.mul_(alpha);
     for (size_t i = 1; i < members_.size(); ++i) {
-      if (got[i]) lan_->decodeAccumulate(got[i]->payload.bytes(), alpha, sum_);
+      if (got[i]) sum_.add_(decoded[i], alpha);
     }
     flat.grads.copy_(sum_);
     if (inner_) GEO_RETURN_IF_ERROR(inner_->afterBackward(step, flat));

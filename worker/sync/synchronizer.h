@@ -129,6 +129,19 @@ struct SyncStats {
   double stateTransferSeconds = 0;  // receiving them
   uint64_t lateApplied = 0;         // contributions applied after their round completed
   uint64_t lateDropped = 0;         // late contributions too old to apply
+  // Contributions refused (treated as missing), by peer and reason: size,
+  // malformed, non_finite, out_of_range.
+  struct Rejected {
+    uint32_t peer = 0;
+    std::string reason;
+    uint64_t count = 0;
+  };
+  std::vector<Rejected> rejected;
+  uint64_t rejectedTotal() const {
+    uint64_t n = 0;
+    for (const auto& r : rejected) n += r.count;
+    return n;
+  }
 
   double stalenessMean() const {
     return appliedUpdates == 0 ? 0.0 : stalenessSum / static_cast<double>(appliedUpdates);

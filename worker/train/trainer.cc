@@ -182,6 +182,15 @@ StatusOr<StepStats> Trainer::step() {
     model_->setTraining(true);
     flat_.grads.zero_();
     const auto loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
+    const double lossValue = loss.item<double>();
+    if (!std::isfinite(lossValue)) {
+      // A diverged worker stops and says so: its state must not reach its
+      // peers (the synchronizers check what they send as well).
+      return failedPrecondition(
+          fmt::format("training diverged at step {}: the loss is {} (lower training.lr, or set "
+                      "training.gradClip)",
+                      step_ + 1, lossValue));
+    }
     loss.backward();
     if (hook_ != nullptr) GEO_RETURN_IF_ERROR(hook_->afterBackward(step_, flat_));
     if (options_.gradClip > 0) torch::nn::utils::clip_grad_norm_(flat_.params, options_.gradClip);
@@ -191,7 +200,7 @@ StatusOr<StepStats> Trainer::step() {
     ++step_;
     if (hook_ != nullptr) GEO_RETURN_IF_ERROR(hook_->afterStep(step_ - 1, flat_));
     stats.step = step_;
-    stats.loss = loss.item<double>();
+    stats.loss = lossValue;
     stats.lr = lr;
     if (options_.slowdown > 1) {
       std::this_thread::sleep_for((std::chrono::steady_clock::now() - started) *

@@ -14,12 +14,15 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "worker/codec/codec.h"
+#include "worker/sync/internal.h"
 #include "worker/sync/synchronizer.h"
 #include "worker/train/trainer.h"
 #include "worker/transport/keys.h"
@@ -117,7 +120,23 @@ struct JobSpec {
   // has taken lateAtStep steps; -1: none.
   int lateRank = -1;
   int64_t lateAtStep = 0;
+  // A rank whose learning rate is absurd (it diverges), or -1.
+  int divergingRank = -1;
+  // A rank that does not train but sends, for every DTS round, an update
+  // made by `forge` (an authenticated peer gone bad), or -1.
+  int forgingRank = -1;
+  std::function<std::vector<std::byte>(int64_t bytes)> forge;
 };
+
+transport::CodecId codecIdOf(const std::string& name) {
+  if (name == "fp16") return transport::CodecId::kFp16;
+  if (name == "bf16") return transport::CodecId::kBf16;
+  if (name == "qsgd") return transport::CodecId::kQsgd;
+  return transport::CodecId::kFp32;
+}
+
+// The encoded size of one update of this model with these options.
+int64_t syncBytes(const SyncOptions& o, const train::FlatParameters& flat);
 
 // Runs one job: every worker in its own thread with its own transport,
 // synchronizer and trainer on a synthetic data set shard.
@@ -175,7 +194,7 @@ RunResult runJob(const JobSpec& job) {
     train::TrainerOptions o;
     o.steps = job.steps;
     o.batchSize = 32;
-    o.lr = 0.05;
+    o.lr = static_cast<int>(r) == job.divergingRank ? 1e30 : 0.05;
     o.momentum = 0.9;
     o.logInterval = job.steps;
     o.seed = 100 + r;
@@ -201,6 +220,26 @@ RunResult runJob(const JobSpec& job) {
       if (static_cast<int>(r) == job.lateRank) {
         while (recorders[0]->stepsTaken.load() < job.lateAtStep) std::this_thread::sleep_for(5ms);
         setUp(r);
+      }
+      if (static_cast<int>(r) == job.forgingRank) {
+        // Forged updates of the right size for every round, to every peer.
+        const int64_t bytes =
+            syncBytes(job.sync, trainers[r]->flat());  // what an honest update would take
+        for (int64_t round = 0; round <= job.steps / job.sync.period; ++round) {
+          for (uint32_t peer = 0; peer < world; ++peer) {
+            if (peer == r) continue;
+            (void)transports[r]->send(
+                peer, transport::MessageKind::kUpdate,
+                {static_cast<uint64_t>(round), static_cast<uint64_t>((round + 1) * job.sync.period),
+                 codecIdOf(job.sync.codec.name),
+                 static_cast<uint64_t>(trainers[r]->flat().values.numel())},
+                transport::Payload(job.forge(bytes)), 1s);
+          }
+          std::this_thread::sleep_for(5ms);
+        }
+        std::this_thread::sleep_for(500ms);  // let the frames leave
+        result.status[r] = Status(StatusCode::kCancelled, "forger");
+        return;
       }
       if (static_cast<int>(r) == job.deadRank) {
         for (int64_t i = 0; i < job.deadAfter; ++i) {
@@ -474,6 +513,107 @@ TEST(DeadPeer, DtsGoesOnAllreduceFailsClearly) {
         << allreduce.status[rank].message();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
+}
+
+int64_t syncBytes(const SyncOptions& o, const train::FlatParameters& flat) {
+  auto codec = codec::makeCodec(o.codec);
+  EXPECT_TRUE(codec.ok());
+  std::vector<int64_t> sizes;
+  for (const auto& p : flat.params) sizes.push_back(p.numel());
+  return detail::FlatCodec(std::shared_ptr<const codec::Codec>(std::move(*codec)), sizes,
+                           o.smallTensorThreshold)
+      .encodedBytes();
+}
+
+// An update whose first value (the first QSGD bucket's scale, or the first
+// value of an fp32 / fp16 / bf16 payload) is `bits`; every other byte is
+// 0x11: small values, and non-zero QSGD levels, so that a huge scale shows.
+std::function<std::vector<std::byte>(int64_t)> forgedWith(std::vector<uint8_t> bits) {
+  return [bits](int64_t size) {
+    std::vector<std::byte> v(static_cast<size_t>(size), std::byte{0x11});
+    for (size_t i = 0; i < bits.size(); ++i) v[i] = std::byte{bits[i]};
+    return v;
+  };
+}
+
+std::vector<uint8_t> floatBits(float f) {
+  std::vector<uint8_t> b(4);
+  std::memcpy(b.data(), &f, 4);
+  return b;
+}
+
+// Trust no input: forged updates carrying NaN, +-Inf and 1e38 in every
+// codec's encoding, from an authenticated peer, are refused and counted; the
+// healthy workers end with the same finite model.
+TEST(Integrity, ForgedUpdatesAreRefusedForEveryCodec) {
+  struct Case {
+    std::string codec, what;
+    std::vector<uint8_t> bits;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<Case> cases = {
+      {"identity", "NaN", floatBits(std::numeric_limits<float>::quiet_NaN())},
+      {"identity", "-Inf", floatBits(-inf)},
+      {"identity", "1e38", floatBits(1e38f)},
+      {"fp16", "NaN", {0x00, 0x7e}},
+      {"fp16", "Inf", {0x00, 0x7c}},
+      {"bf16", "NaN", {0xc0, 0x7f}},
+      {"bf16", "1e38", {0x96, 0x7e}},
+      {"qsgd", "NaN scale", floatBits(std::numeric_limits<float>::quiet_NaN())},
+      {"qsgd", "Inf scale", floatBits(inf)},
+      {"qsgd", "1e38 scale", floatBits(1e38f)},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.codec + " " + c.what);
+    JobSpec job;
+    job.steps = 24;
+    job.forgingRank = 3;
+    job.forge = forgedWith(c.bits);
+    job.sync = options("dts", c.codec);
+    job.sync.period = 4;
+    job.sync.delay = 1;
+    job.sync.timeout = 2s;
+    const auto r = runJob(job);
+    for (size_t rank = 0; rank < 3; ++rank) {
+      ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+      EXPECT_TRUE(torch::isfinite(r.finalValues[rank]).all().item<bool>()) << "rank " << rank;
+      EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+      EXPECT_GT(r.stats[rank].rejectedTotal(), 0u) << "rank " << rank;
+      for (const auto& rej : r.stats[rank].rejected) {
+        EXPECT_EQ(rej.peer, 3u);
+        // QSGD's decoder refuses a scale that is no finite number itself.
+        EXPECT_TRUE(rej.reason == "non_finite" || rej.reason == "out_of_range" ||
+                    (c.codec == "qsgd" && rej.reason == "malformed"))
+            << rej.reason;
+      }
+    }
+  }
+}
+
+// A diverging peer (lr 1e30) is refused while its updates are merely huge
+// and stops by itself once its loss is no number; the others end finite and
+// agree.
+TEST(Integrity, ADivergingPeerStopsAndDoesNotPoisonTheOthers) {
+  for (const bool hierarchical : {false, true}) {
+    SCOPED_TRACE(hierarchical ? "hierarchical" : "flat");
+    JobSpec job;
+    job.steps = 40;
+    job.divergingRank = 3;
+    job.sync = options("dts", "identity");
+    job.sync.hierarchical = hierarchical;
+    job.sync.period = 4;
+    job.sync.delay = 1;
+    job.sync.timeout = 3s;
+    job.sync.peerTimeout = 1s;
+    const auto r = runJob(job);
+    ASSERT_FALSE(r.status[3].ok());
+    EXPECT_NE(r.status[3].message().find("diverged"), std::string::npos) << r.status[3].message();
+    for (size_t rank = 0; rank < 3; ++rank) {
+      ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+      EXPECT_TRUE(torch::isfinite(r.finalValues[rank]).all().item<bool>()) << "rank " << rank;
+    }
+    EXPECT_TRUE(torch::equal(r.finalValues[1], r.finalValues[0]));
+  }
 }
 
 // Suspect fast, give up late: a dead peer is suspected after the peer
