@@ -266,7 +266,7 @@ std::string syncFields(const Totals& t, const geo::sync::Topology& topology) {
       "\"sync\":{{\"delay\":{},\"rounds\":{},\"appliedUpdates\":{},\"stalenessMean\":{:.4g},"
       "\"stalenessMax\":{},\"missing\":{},\"waitSeconds\":{:.4g},\"codecSeconds\":{:.4g},"
       "\"peersDown\":{},\"degradedSeconds\":{:.4g},\"rejoins\":{},\"peerRejoins\":{},"
-      "\"stateTransferBytes\":{},\"lateApplied\":{},\"lateDropped\":{}}},"
+      "\"stateTransferBytes\":{},\"lateApplied\":{},\"lateDropped\":{},\"rejected\":{}}},"
       "\"bytes\":{{\"wanSent\":{},\"wanReceived\":{},\"lanSent\":{},\"lanReceived\":{},"
       "\"payload\":{}}}",
       s.delay, s.rounds, s.appliedUpdates, s.stalenessMean(), s.stalenessMax, s.missing,
@@ -274,7 +274,7 @@ std::string syncFields(const Totals& t, const geo::sync::Topology& topology) {
       std::count_if(s.peerUp.begin(), s.peerUp.end(), [](const auto& p) { return !p.second; }),
       s.degradedSeconds, s.rejoins, s.peerRejoins,
       s.stateTransferBytesSent + s.stateTransferBytesReceived, s.lateApplied, s.lateDropped,
-      wanSent, wanReceived, lanSent, lanReceived, s.payloadBytes);
+      s.rejectedTotal(), wanSent, wanReceived, lanSent, lanReceived, s.payloadBytes);
 }
 
 // Around the synchronizer (which may be null: a single worker): feeds the
@@ -368,6 +368,7 @@ class WorkerHook final : public geo::train::StepHook {
     m.stateTransferSeconds = s.stateTransferSeconds;
     m.lateApplied = s.lateApplied;
     m.lateDropped = s.lateDropped;
+    for (const auto& r : s.rejected) m.rejected.push_back({r.peer, r.reason, r.count});
     metrics_->updateSync(m);
   }
 

@@ -198,6 +198,13 @@ void WorkerMetrics::buildFamilies() {
                    .Register(reg);
   lateApplied_ = &late.Add({{"result", "applied"}});
   lateDropped_ = &late.Add({{"result", "dropped"}});
+  rejected_ = &prometheus::BuildCounter()
+                   .Name("geotrain_sync_rejected_updates_total")
+                   .Help(
+                       "Contributions of peers refused before use (treated as missing), by "
+                       "peer and reason: size, malformed, non_finite, out_of_range")
+                   .Labels(constant)
+                   .Register(reg);
 
   stepSeconds_ =
       &histogram("geotrain_step_seconds", "Wall time of one optimizer step", kStepBuckets);
@@ -283,6 +290,16 @@ void WorkerMetrics::updateSync(const SyncSnapshot& s) {
   lateApplied_->Increment(static_cast<double>(advance(s.lateApplied, l.lateApplied)));
   lateDropped_->Increment(static_cast<double>(advance(s.lateDropped, l.lateDropped)));
   updatePeerUp(s.peerUp);
+  for (const auto& r : s.rejected) {
+    auto key = std::make_pair(r.peer, r.reason);
+    auto it = rejectedSeries_.find(key);
+    if (it == rejectedSeries_.end()) {
+      prometheus::Counter* c =
+          &rejected_->Add({{"peer", std::to_string(r.peer)}, {"reason", r.reason}});
+      it = rejectedSeries_.emplace(key, std::make_pair(c, uint64_t{0})).first;
+    }
+    it->second.first->Increment(static_cast<double>(advance(r.count, it->second.second)));
+  }
 
   // Rounds completed since the last update, observed at their mean duration.
   const uint64_t newRounds = advance(s.roundSecondsCount, l.roundSecondsCount);

@@ -112,6 +112,14 @@ struct SyncSnapshot {
   uint64_t lateApplied = 0;
   // Cumulative: late contributions too old to apply (counted, logged).
   uint64_t lateDropped = 0;
+  // Contributions refused, cumulative per (peer, reason): size, malformed,
+  // non_finite, out_of_range (geotrain_sync_rejected_updates_total).
+  struct Rejected {
+    uint32_t peer = 0;
+    std::string reason;
+    uint64_t count = 0;
+  };
+  std::vector<Rejected> rejected;
 };
 
 // Bucket upper bounds of geotrain_update_staleness_steps.
@@ -212,6 +220,10 @@ class WorkerMetrics {
   prometheus::Counter* stateTransferSeconds_ = nullptr;
   prometheus::Counter* lateApplied_ = nullptr;
   prometheus::Counter* lateDropped_ = nullptr;
+  prometheus::Family<prometheus::Counter>* rejected_ = nullptr;
+  // (peer, reason) -> its counter and the last total seen.
+  std::map<std::pair<uint32_t, std::string>, std::pair<prometheus::Counter*, uint64_t>>
+      rejectedSeries_;
 
   prometheus::Histogram* stepSeconds_ = nullptr;
   prometheus::Gauge* trainLoss_ = nullptr;

@@ -536,6 +536,25 @@ TEST(WorkerMetricsTest, PeerUpFollowsTheLatestPeerList) {
   EXPECT_EQ(valueOf(e, "geotrain_peer_up", {{"peer", "1"}, {"peer_region", "us-east"}}), 0);
 }
 
+// Refused contributions: one series per (peer, reason), following the
+// synchronizer's cumulative counts.
+TEST(WorkerMetricsTest, RejectedUpdatesByPeerAndReason) {
+  auto m = startMetrics();
+  ASSERT_NE(m, nullptr);
+  SyncSnapshot s = syncSnapshot({});
+  s.rejected = {{2, "non_finite", 3}};
+  m->updateSync(s);
+  s.rejected = {{2, "non_finite", 5}, {1, "size", 1}};
+  m->updateSync(s);
+  const Exposition e = parseExposition(httpGet(m->port()));
+  ASSERT_TRUE(e.errors.empty()) << ::testing::PrintToString(e.errors);
+  EXPECT_EQ(
+      valueOf(e, "geotrain_sync_rejected_updates_total", {{"peer", "2"}, {"reason", "non_finite"}}),
+      5);
+  EXPECT_EQ(valueOf(e, "geotrain_sync_rejected_updates_total", {{"peer", "1"}, {"reason", "size"}}),
+            1);
+}
+
 TEST(WorkerMetricsTest, CountersFollowCumulativeTotals) {
   auto m = startMetrics();
   ASSERT_NE(m, nullptr);
