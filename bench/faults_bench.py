@@ -20,7 +20,7 @@ Columns:
   transfer     state-transfer bytes received by the restarted worker
   agree        every worker that finished holds the same final model bytes
 
-Usage: bench/faults_bench.py [--geotrain build/worker/geotrain] [--steps 1200]
+Usage: bench/faults_bench.py [--geotrain build/worker/geotrain] [--steps 3000]
        [--at 15] [--down 10] [--partition 30] [--only dts-kill,...]
 """
 
@@ -77,7 +77,7 @@ def transfer_bytes(out, rank):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--geotrain", default="build/worker/geotrain")
-    ap.add_argument("--steps", type=int, default=1200)
+    ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--at", type=float, default=15)
     ap.add_argument("--down", type=float, default=10)
     ap.add_argument("--partition", type=float, default=30)
