@@ -18,8 +18,11 @@
 // TIME and DURATION: a number with s or ms ("20s", "1500ms"). Parsing is
 // pure; errors name the flag, the value and what is allowed.
 //
-// With any fault, a worker killed by a --kill is not a failure of the job;
-// every other exit keeps its meaning.
+// With any fault, a worker killed by a --kill is not a failure of the job.
+// With --restart-after, a worker that fails is started again after the same
+// delay, at most 3 times (as a Kubernetes Job retries a failed index): a
+// member whose region leader was killed fails and rejoins this way. Without
+// --restart-after every other exit keeps its meaning.
 
 #include <cstdint>
 #include <optional>

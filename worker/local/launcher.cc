@@ -100,6 +100,7 @@ struct Worker {
   bool killedByPlan = false;              // --kill: its death is not a failure
   std::optional<double> restartAt;        // --restart-after: launcher time to start it again
   std::optional<size_t> killRecord;       // index in the fault records of its latest kill
+  int retries = 0;                        // restarts after a failure (--restart-after)
 };
 
 struct Failure {
@@ -194,6 +195,23 @@ class JobRunner {
 
  private:
   void log(const std::string& line) { runLog_ << fmt::format("[{:9.3f}] {}\n", now(), line); }
+
+  // With --restart-after, a worker that fails (not only one --kill'ed) is
+  // started again after the same delay, at most kMaxRetries times: what a
+  // Kubernetes Job's per-index retries do. A member whose region leader was
+  // killed fails (it cannot train without it) and rejoins this way.
+  static constexpr int kMaxRetries = 3;
+  bool canRetry(const Worker& w) const {
+    return plan_.restartAfterSeconds.has_value() && w.retries < kMaxRetries;
+  }
+  bool retry(Worker& w, const std::string& cause) {
+    if (!canRetry(w)) return false;
+    ++w.retries;
+    w.restartAt = now() + *plan_.restartAfterSeconds;
+    log(fmt::format("worker {} failed ({}); restarting it at {:.1f} s (retry {} of {})", w.rank,
+                    cause, *w.restartAt, w.retries, kMaxRetries));
+    return true;
+  }
 
   bool restartPending() const {
     for (const Worker& w : workers_) {
@@ -330,7 +348,7 @@ class JobRunner {
       log(fmt::format("worker {} (pid {}) ended: {}{}", w.rank, w.process->pid(), exit.describe(),
                       w.killedByPlan ? " (killed by --kill)" : ""));
       if (!exit.success() && !stopping_ && !w.killedByPlan) {
-        addFailure({w.rank, exit.describe(), false});
+        if (!retry(w, exit.describe())) addFailure({w.rank, exit.describe(), false});
       }
     }
   }
@@ -384,7 +402,9 @@ class JobRunner {
         break;
       case EventKind::kError:
         log(fmt::format("worker {} error: {}", rank, event->message));
-        if (!stopping_) addFailure({rank, "sent an error event", true});
+        if (!stopping_ && !canRetry(workers_[static_cast<size_t>(rank)])) {
+          addFailure({rank, "sent an error event", true});
+        }
         break;
       case EventKind::kOther: break;
     }

@@ -7,6 +7,8 @@
 #   swarm-kill      4 regions, swarm; tokyo killed and restarted
 #   member-kill     2 regions x 2 workers (hierarchical); a member of tokyo
 #                   killed and restarted
+#   leader-kill     the same with tokyo's leader killed: its member fails and
+#                   is restarted as well
 #   allreduce-kill  4 regions, allreduce; tokyo killed: the others fail fast,
 #                   naming it
 # For the first four: the job succeeds; the others' longest step (their
@@ -89,6 +91,15 @@ check swarm-kill 1
 run member-kill --regions london,tokyo --workers-per-region 2 --algorithm dts --period 4 \
   --delay auto --steps 800 --kill tokyo:1@6s --restart-after 4s
 check member-kill 1
+
+# A region leader killed: its member cannot train without it, fails, and is
+# restarted too (--restart-after retries failed workers, as Kubernetes does);
+# both rejoin, the leader through the WAN, the member through its leader.
+run leader-kill --regions london,tokyo --workers-per-region 2 --algorithm dts --period 4 \
+  --delay auto --steps 1000 --kill tokyo:0@6s --restart-after 4s
+check leader-kill 1
+grep -q 'worker 3 failed .*restarting it' "$work/leader-kill/logs/launcher.log" ||
+  fail "leader-kill: the member was not restarted after its leader went away"
 
 # allreduce cannot go on without a gradient: the survivors fail, naming it.
 if "$geotrain" local "${common[@]}" --algorithm allreduce --codec identity --steps 2000 \
