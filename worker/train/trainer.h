@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -135,10 +136,15 @@ class Trainer {
                                                    TrainerOptions options,
                                                    StepHook* hook = nullptr);
 
-  // Loads the newest checkpoint that reads back completely (skipping
-  // partial or corrupt files, with a warning). Returns the step resumed
-  // from, 0 when there was none, and DataLoss when there were checkpoints
-  // but none could be read (the state may then be half loaded).
+  // Loads the newest checkpoint that verifies and fits this worker, newest
+  // first, skipping with a warning that names the file and the reason:
+  // one whose bytes do not match its checksum file (bit flips, truncation,
+  // zero-filled blocks), one LibTorch cannot read, one written for another
+  // optimizer or model, and one holding a NaN or an infinity. A checkpoint
+  // without a checksum file (written by an older version) is loaded
+  // unverified, with a warning. Returns the step resumed from, 0 when there
+  // was none, and DataLoss naming the folder when there were checkpoints but
+  // none could be used (the state may then be half loaded).
   StatusOr<int64_t> resume();
 
   // One optimizer step.
@@ -153,8 +159,12 @@ class Trainer {
   // Top-1 accuracy of the current parameters on the test set.
   double evaluate();
 
-  // Writes <dir>/ckpt-<step>.pt atomically (temporary file, fsync, rename,
-  // fsync of the directory) and keeps the newest keepCheckpoints.
+  // Writes <dir>/ckpt-<step>.pt and its checksum file ckpt-<step>.pt.sum,
+  // each atomically (temporary file, fsync, rename, fsync of the directory),
+  // then keeps the newest keepCheckpoints -- and, when none of those
+  // verifies, the newest one that does as well. A state with a NaN or an
+  // infinity in the parameters, buffers or optimizer state is never written:
+  // FailedPrecondition naming the step and the tensor, nothing renamed.
   Status saveCheckpoint();
 
   int64_t currentStep() const { return step_; }
@@ -173,6 +183,15 @@ class Trainer {
   Trainer(std::unique_ptr<Model> model, TensorDataset train, TensorDataset test,
           TrainerOptions options, StepHook* hook);
   Status loadCheckpoint(const std::filesystem::path& path);
+  // Deletes checkpoints beyond keepCheckpoints (see saveCheckpoint);
+  // `written` is the one just written.
+  void rotateCheckpoints(const std::filesystem::path& written);
+  // The first tensor of the training state holding a NaN or an infinity,
+  // named ("parameter 'fc1.weight'", "buffer 'bn1.running_var'", "the
+  // optimizer's momentum buffer of parameter 'fc1.weight'"); nullopt when
+  // all are finite. May throw c10::Error.
+  std::optional<std::string> nonFiniteModelState();
+  std::optional<std::string> nonFiniteOptimizerState();
 
   std::unique_ptr<Model> model_;
   TensorDataset train_;
@@ -185,6 +204,9 @@ class Trainer {
   int64_t step_ = 0;
   bool arrivedAfterEnd_ = false;
   std::optional<int64_t> joinedAt_;
+  // Checkpoints resume() refused (corrupt, or for another model or
+  // optimizer): rotation does not count them as good ones.
+  std::set<std::filesystem::path> refused_;
 };
 
 }  // namespace geo::train

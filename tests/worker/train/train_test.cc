@@ -1,12 +1,22 @@
 // The training runtime end to end on real Fashion-MNIST: convergence of the
-// built-in models, a TorchScript model trained from C++, bitwise resume, and
-// checkpoints that survive an interrupted write.
+// built-in models, a TorchScript model trained from C++, bitwise resume,
+// checkpoints that survive an interrupted write, and checkpoints that are
+// refused -- damaged, of another model or optimizer, not finite -- without
+// rotation deleting the last good one.
 
 #include <gtest/gtest.h>
 
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
 
+#include "common/logging.h"
 #include "worker/train/trainer.h"
 
 namespace geo::train {
@@ -187,7 +197,296 @@ TEST(TrainCheckpoint, KeepsOnlyTheNewest) {
     names.push_back(e.path().filename().string());
   }
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"ckpt-0000000040.pt", "ckpt-0000000050.pt"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"ckpt-0000000040.pt", "ckpt-0000000040.pt.sum",
+                                             "ckpt-0000000050.pt", "ckpt-0000000050.pt.sum"}));
+  fs::remove_all(o.checkpointDir);
+}
+
+// Checkpoint integrity: what resume() refuses, and what rotation keeps.
+
+// Collects what the "geo" logger writes while it lives.
+class LogCapture {
+ public:
+  LogCapture() { logger()->sinks().push_back(sink_); }
+  ~LogCapture() {
+    auto& sinks = logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::string text() {
+    sink_->flush();
+    return out_.str();
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_ =
+      std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+};
+
+std::vector<std::string> fileNames(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string readAll(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void writeAll(const fs::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+const ModelSpec kMlp{"mlp", {}};
+
+// Writes ckpt-10 and ckpt-20 (mlp, sgd) into `o.checkpointDir`, then lets
+// `spoil` write a ckpt-30 that must be refused. A new worker must resume from
+// ckpt-20 with a warning naming ckpt-30 and containing `expected`; keeping one
+// checkpoint, its next one is kept beside the refused ckpt-30 (which is the
+// newest by name), and a third worker resumes from that.
+void expectNewestRefused(const std::string& name, const std::function<void(TrainerOptions)>& spoil,
+                         const std::string& expected) {
+  SCOPED_TRACE(name);
+  TrainerOptions o;
+  o.steps = 20;
+  o.checkpointInterval = 10;
+  o.checkpointDir = tempDir(name);
+  auto good = makeTrainer(kMlp, o);
+  ASSERT_TRUE(good->run({}).ok());
+  const auto at20 = good->flat().values.clone();
+  good.reset();
+  spoil(o);
+  ASSERT_TRUE(fs::exists(o.checkpointDir / "ckpt-0000000030.pt"));
+
+  o.steps = 100;
+  o.keepCheckpoints = 1;
+  LogCapture log;
+  auto fresh = makeTrainer(kMlp, o, nullptr, /*initSeed=*/7);
+  auto resumed = fresh->resume();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().toString();
+  EXPECT_EQ(*resumed, 20);
+  EXPECT_TRUE(torch::equal(fresh->flat().values, at20));
+  const std::string warnings = log.text();
+  EXPECT_NE(warnings.find("skipping checkpoint: checkpoint " +
+                          (o.checkpointDir / "ckpt-0000000030.pt").string()),
+            std::string::npos)
+      << warnings;
+  EXPECT_NE(warnings.find(expected), std::string::npos) << warnings;
+  EXPECT_EQ(warnings.find("resumed from " + (o.checkpointDir / "ckpt-0000000030.pt").string()),
+            std::string::npos)
+      << warnings;
+
+  ASSERT_TRUE(fresh->step().ok());
+  ASSERT_TRUE(fresh->saveCheckpoint().ok());
+  const auto at21 = fresh->flat().values.clone();
+  fresh.reset();
+  EXPECT_EQ(fileNames(o.checkpointDir),
+            (std::vector<std::string>{"ckpt-0000000021.pt", "ckpt-0000000021.pt.sum",
+                                      "ckpt-0000000030.pt", "ckpt-0000000030.pt.sum"}));
+  auto again = makeTrainer(kMlp, o, nullptr, /*initSeed=*/8);
+  resumed = again->resume();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().toString();
+  EXPECT_EQ(*resumed, 21);
+  EXPECT_TRUE(torch::equal(again->flat().values, at21));
+  fs::remove_all(o.checkpointDir);
+}
+
+// A ckpt-30 of the same configuration (another seed), then damaged by `damage`.
+std::function<void(TrainerOptions)> damagedNewest(
+    const std::function<void(const fs::path&)>& damage) {
+  return [damage](TrainerOptions o) {
+    o.steps = 30;
+    o.checkpointInterval = 30;
+    auto other = makeTrainer(kMlp, o, nullptr, /*initSeed=*/3);
+    ASSERT_TRUE(other->run({}).ok());
+    damage(o.checkpointDir / "ckpt-0000000030.pt");
+  };
+}
+
+TEST(TrainCheckpointIntegrity, BitFlipsAreRefused) {
+  expectNewestRefused("geo-bitflip", damagedNewest([](const fs::path& p) {
+                        std::string bytes = readAll(p);
+                        for (size_t i = 0; i < 64; ++i) bytes[bytes.size() / 2 + i] ^= '\xff';
+                        writeAll(p, bytes);
+                      }),
+                      "is corrupt: its SHA-256 is");
+}
+
+TEST(TrainCheckpointIntegrity, TruncationIsRefused) {
+  expectNewestRefused("geo-truncated", damagedNewest([](const fs::path& p) {
+                        fs::resize_file(p, fs::file_size(p) / 2);
+                      }),
+                      "ckpt-0000000030.pt is truncated");
+}
+
+TEST(TrainCheckpointIntegrity, ZeroFilledBlockIsRefused) {
+  expectNewestRefused("geo-zeroed", damagedNewest([](const fs::path& p) {
+                        std::string bytes = readAll(p);
+                        const size_t start = bytes.size() / 2 / 4096 * 4096;
+                        std::fill_n(bytes.begin() + static_cast<std::ptrdiff_t>(start), 4096, '\0');
+                        writeAll(p, bytes);
+                      }),
+                      "is corrupt: its SHA-256 is");
+}
+
+TEST(TrainCheckpointIntegrity, AnotherModelIsRefusedByName) {
+  expectNewestRefused(
+      "geo-othermodel",
+      [](TrainerOptions o) {
+        o.steps = 30;
+        o.checkpointInterval = 30;
+        auto cnn = makeTrainer({"cnn", {}}, o);
+        ASSERT_TRUE(cnn->run({}).ok());
+      },
+      "was written for model 'cnn conv16-conv32-128' with");
+}
+
+TEST(TrainCheckpointIntegrity, AnotherOptimizerIsRefusedByName) {
+  expectNewestRefused(
+      "geo-otheroptimizer",
+      [](TrainerOptions o) {
+        o.steps = 30;
+        o.checkpointInterval = 30;
+        o.optimizer = "adam";
+        o.lr = 1e-3;
+        auto adam = makeTrainer(kMlp, o);
+        ASSERT_TRUE(adam->run({}).ok());
+      },
+      "was written for optimizer adam, this worker uses sgd (training.optimizer)");
+}
+
+// Checkpoints of an older version have no checksum file: loaded, with a
+// warning. One of those with a NaN in its parameters is refused.
+TEST(TrainCheckpointIntegrity, UncheckedCheckpointsLoadWithAWarningUnlessNotFinite) {
+  TrainerOptions o;
+  o.steps = 20;
+  o.checkpointInterval = 10;
+  o.checkpointDir = tempDir("geo-legacy");
+  auto t = makeTrainer(kMlp, o);
+  ASSERT_TRUE(t->run({}).ok());
+  const auto at20 = t->flat().values.clone();
+  // The last 16 values of the parameters (the output bias) as stored.
+  const auto tail = t->flat().values.narrow(0, t->flat().values.numel() - 16, 16).contiguous();
+  const std::string pattern(static_cast<const char*>(tail.data_ptr()), 16 * sizeof(float));
+  t.reset();
+  fs::remove(o.checkpointDir / "ckpt-0000000010.pt.sum");
+  fs::remove(o.checkpointDir / "ckpt-0000000020.pt.sum");
+  {
+    LogCapture log;
+    auto fresh = makeTrainer(kMlp, o, nullptr, 7);
+    auto resumed = fresh->resume();
+    ASSERT_TRUE(resumed.ok()) << resumed.status().toString();
+    EXPECT_EQ(*resumed, 20);
+    EXPECT_TRUE(torch::equal(fresh->flat().values, at20));
+    EXPECT_NE(log.text().find("ckpt-0000000020.pt has no checksum file"), std::string::npos)
+        << log.text();
+  }
+  std::string bytes = readAll(o.checkpointDir / "ckpt-0000000020.pt");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::string nans(16 * sizeof(float), '\0');
+  for (size_t i = 0; i < 16; ++i) std::memcpy(nans.data() + i * sizeof(float), &nan, sizeof nan);
+  size_t replaced = 0;
+  for (size_t at = bytes.find(pattern); at != std::string::npos; at = bytes.find(pattern, at)) {
+    bytes.replace(at, pattern.size(), nans);
+    ++replaced;
+  }
+  ASSERT_GT(replaced, 0u);
+  writeAll(o.checkpointDir / "ckpt-0000000020.pt", bytes);
+  LogCapture log;
+  auto fresh = makeTrainer(kMlp, o, nullptr, 7);
+  auto resumed = fresh->resume();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().toString();
+  EXPECT_EQ(*resumed, 10);
+  EXPECT_NE(log.text().find("ckpt-0000000020.pt is corrupt: parameter '"), std::string::npos)
+      << log.text();
+  EXPECT_TRUE(torch::isfinite(fresh->flat().values).all().item<bool>());
+  fs::remove_all(o.checkpointDir);
+}
+
+TEST(TrainCheckpointIntegrity, NoneVerifyingIsDataLossNamingTheFolder) {
+  TrainerOptions o;
+  o.steps = 10;
+  o.checkpointDir = tempDir("geo-noneverifies");
+  auto t = makeTrainer(kMlp, o);
+  ASSERT_TRUE(t->run({}).ok());
+  t.reset();
+  const fs::path p = o.checkpointDir / "ckpt-0000000010.pt";
+  std::string bytes = readAll(p);
+  for (size_t i = 0; i < 64; ++i) bytes[bytes.size() / 2 + i] ^= '\xff';
+  writeAll(p, bytes);
+  auto fresh = makeTrainer(kMlp, o, nullptr, 7);
+  auto resumed = fresh->resume();
+  ASSERT_FALSE(resumed.ok());
+  EXPECT_EQ(resumed.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(resumed.status().message().find("no checkpoint in " + o.checkpointDir.string()),
+            std::string::npos)
+      << resumed.status().toString();
+  EXPECT_NE(resumed.status().message().find("ckpt-0000000010.pt is corrupt"), std::string::npos)
+      << resumed.status().toString();
+  fs::remove_all(o.checkpointDir);
+}
+
+// Sets one gradient to NaN at `step` and the parameter back to a finite
+// value after the optimizer step: only the optimizer state is poisoned.
+class PoisonOptimizerHook : public StepHook {
+ public:
+  explicit PoisonOptimizerHook(int64_t step) : step_(step) {}
+  Status afterBackward(int64_t step, FlatParameters& flat) override {
+    if (step == step_) flat.grads[0] = std::numeric_limits<float>::quiet_NaN();
+    return {};
+  }
+  Status afterStep(int64_t step, FlatParameters& flat) override {
+    if (step == step_) flat.values[0] = 0.0f;
+    return {};
+  }
+
+ private:
+  int64_t step_;
+};
+
+TEST(TrainCheckpointIntegrity, NonFiniteStateIsNeverWritten) {
+  TrainerOptions o;
+  o.steps = 100;
+  o.checkpointDir = tempDir("geo-nonfinite");
+  PoisonOptimizerHook hook(/*step=*/13);
+  auto t = makeTrainer(kMlp, o, &hook);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(t->step().ok());
+  ASSERT_TRUE(t->saveCheckpoint().ok());
+  const auto written = fileNames(o.checkpointDir);
+  ASSERT_EQ(written, (std::vector<std::string>{"ckpt-0000000010.pt", "ckpt-0000000010.pt.sum"}));
+  const auto at10 = t->flat().values.clone();
+
+  // Parameters.
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(t->step().ok());
+  const float saved = t->flat().values[5].item<float>();
+  t->flat().values[5] = std::numeric_limits<float>::infinity();
+  Status s = t->saveCheckpoint();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("checkpoint for step 12 not written: parameter '"), std::string::npos)
+      << s.toString();
+  EXPECT_EQ(fileNames(o.checkpointDir), written);
+  t->flat().values[5] = saved;
+
+  // Optimizer state (the momentum buffer), the parameters finite.
+  ASSERT_TRUE(t->step().ok());
+  ASSERT_TRUE(t->step().ok());  // step index 13: poisoned
+  ASSERT_TRUE(torch::isfinite(t->flat().values).all().item<bool>());
+  s = t->saveCheckpoint();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("checkpoint for step 14 not written: the optimizer's momentum buffer "
+                             "of parameter '"),
+            std::string::npos)
+      << s.toString();
+  EXPECT_EQ(fileNames(o.checkpointDir), written);
+  t.reset();
+
+  auto fresh = makeTrainer(kMlp, o, nullptr, 7);
+  auto resumed = fresh->resume();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().toString();
+  EXPECT_EQ(*resumed, 10);
+  EXPECT_TRUE(torch::equal(fresh->flat().values, at10));
   fs::remove_all(o.checkpointDir);
 }
 
