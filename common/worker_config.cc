@@ -1,6 +1,7 @@
 #include "common/worker_config.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -28,10 +29,81 @@ namespace {
 
 // ---- Messages ----------------------------------------------------------------
 
-// A value as shown in a message: as given, and "" for an empty one.
+// The length of the UTF-8 sequence at text[i] when it is one printable
+// character: well formed (shortest form, no surrogate, at most U+10FFFF) and
+// no C0 or C1 control character or DEL. 0 otherwise.
+size_t printableCharLength(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char first = byte(i);
+  if (first < 0x80) return first >= 0x20 && first != 0x7f ? 1 : 0;
+  size_t length = 0;
+  char32_t code = 0;
+  char32_t shortest = 0;
+  if ((first & 0xe0) == 0xc0) {
+    length = 2;
+    code = first & 0x1f;
+    shortest = 0x80;
+  } else if ((first & 0xf0) == 0xe0) {
+    length = 3;
+    code = first & 0x0f;
+    shortest = 0x800;
+  } else if ((first & 0xf8) == 0xf0) {
+    length = 4;
+    code = first & 0x07;
+    shortest = 0x10000;
+  } else {
+    return 0;
+  }
+  if (text.size() - i < length) return 0;
+  for (size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xc0) != 0x80) return 0;
+    code = (code << 6) | (byte(i + k) & 0x3f);
+  }
+  if (code < shortest || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff) ||
+      (code >= 0x80 && code <= 0x9f)) {
+    return 0;
+  }
+  return length;
+}
+
+bool isPrintableUtf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const size_t length = printableCharLength(text, i);
+    if (length == 0) return false;
+    i += length;
+  }
+  return true;
+}
+
+// Text from the input as a message shows it: every byte that is not part of
+// a printable UTF-8 character as \xNN, and at most about 200 bytes of it.
+// Messages reach terminals, log lines and Kubernetes events: a value must not
+// carry control sequences or invalid UTF-8 there, nor make a message as
+// large as the input.
+std::string printable(std::string_view text) {
+  constexpr size_t kShownBytes = 200;
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    if (out.size() >= kShownBytes) {
+      out += fmt::format("... ({} bytes)", text.size());
+      break;
+    }
+    const size_t length = printableCharLength(text, i);
+    if (length == 0) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[i]));
+      ++i;
+    } else {
+      out.append(text.substr(i, length));
+      i += length;
+    }
+  }
+  return out;
+}
+
+// A value as shown in a message: printable() of it, and "" for an empty one.
 std::string shown(std::string_view text) {
   if (text.empty()) return "\"\"";
-  return std::string(text);
+  return printable(text);
 }
 
 // The one wording of a rejected value, without the key path (the caller
@@ -327,6 +399,11 @@ Rule<int64_t> atLeast(int64_t minimum) {
           [minimum](const int64_t& v) { return v >= minimum; }};
 }
 
+Rule<int64_t> between(int64_t minimum, int64_t maximum) {
+  return {fmt::format("an integer {}..{}", minimum, maximum),
+          [minimum, maximum](const int64_t& v) { return v >= minimum && v <= maximum; }};
+}
+
 Rule<int64_t> oneOf(std::initializer_list<int64_t> values) {
   std::vector<int64_t> list(values);
   return {fmt::format("{}", fmt::join(list, ", ")), [list](const int64_t& v) {
@@ -348,6 +425,33 @@ Rule<std::string> anyString() {
 
 Rule<std::string> nonEmptyString() {
   return {"a non-empty string", [](const std::string& v) { return !v.empty(); }};
+}
+
+constexpr std::string_view kRegionNameAllowed =
+    "a region name: lowercase letters, digits and '-', starting and ending with a letter or "
+    "digit, at most 63 characters";
+
+// Region names become metrics labels, link keys and Kubernetes names.
+Rule<std::string> regionName() {
+  return {std::string(kRegionNameAllowed), isRegionName};
+}
+
+// job.id becomes a metrics label; the controller writes namespace/name/uid.
+Rule<std::string> jobIdRule() {
+  return {fmt::format("1 to {} bytes of printable UTF-8 (no control characters)", kMaxJobIdBytes),
+          [](const std::string& v) {
+            return !v.empty() && v.size() <= kMaxJobIdBytes && isPrintableUtf8(v);
+          }};
+}
+
+// *Seconds keys (kMinSeconds, kMaxSeconds): the runtime counts in int64
+// milliseconds. With zeroMeansAuto, 0 is allowed too (and means "auto").
+Rule<double> seconds(double minimum, bool zeroMeansAuto = false) {
+  return {fmt::format("{}a number of seconds in [{}, {}]", zeroMeansAuto ? "0 (auto), or " : "",
+                      minimum, kMaxSeconds),
+          [minimum, zeroMeansAuto](const double& v) {
+            return (zeroMeansAuto && v == 0) || (v >= minimum && v <= kMaxSeconds);
+          }};
 }
 
 Rule<double> above(double minimum) {
@@ -430,13 +534,15 @@ Field makeField(std::string_view key, S WorkerConfig::*section, T S::*member, Va
 
 using W = WorkerConfig;
 
-// A list of strings (YAML sequence, or comma-separated in --set) whose items
-// must each satisfy `itemOk`; `itemAllowed` describes one item.
+// A list of strings (YAML sequence, or comma-separated in --set), one per
+// rank: at most kMaxWorldSize items, each satisfying `itemOk`; `itemAllowed`
+// describes one item.
 Field listField(std::string_view key, std::vector<std::string> W::Transport::*member,
                 const std::string& listAllowed, const std::string& itemAllowed,
                 const std::function<bool(const std::string&)>& itemOk) {
   Rule<std::vector<std::string>> rule{listAllowed, [itemOk](const std::vector<std::string>& v) {
-                                        return std::all_of(v.begin(), v.end(), itemOk);
+                                        return static_cast<int64_t>(v.size()) <= kMaxWorldSize &&
+                                               std::all_of(v.begin(), v.end(), itemOk);
                                       }};
   Field field = makeField(key, &W::transport, member, endpointListType(), rule);
   field.setCollection = [=](WorkerConfig& config, const YAML::Node& node, std::string_view source,
@@ -444,6 +550,12 @@ Field listField(std::string_view key, std::vector<std::string> W::Transport::*me
     if (!node.IsSequence()) {
       return invalidArgument(fmt::format("{}{}: {} is not allowed (allowed: {})",
                                          where(source, node), path, nodeKind(node), listAllowed));
+    }
+    if (static_cast<int64_t>(node.size()) > kMaxWorldSize) {
+      return invalidArgument(
+          fmt::format("{}{}: {} entries is not allowed (allowed: at most {}, one per rank: "
+                      "worker.worldSize is at most {})",
+                      where(source, node), path, node.size(), kMaxWorldSize, kMaxWorldSize));
     }
     std::vector<std::string> items;
     for (size_t i = 0; i < node.size(); ++i) {
@@ -469,17 +581,19 @@ Field listField(std::string_view key, std::vector<std::string> W::Transport::*me
 
 Field peersField() {
   return listField("peers", &W::Transport::peers,
-                   "a list of endpoints such as tcp://host:7000, one per rank",
+                   fmt::format("a list of endpoints such as tcp://host:7000, one per rank, at "
+                               "most {}",
+                               kMaxWorldSize),
                    "an endpoint such as tcp://host:7000, without spaces or commas, or none",
                    [](const std::string& e) { return e == "none" || isEndpoint(e); });
 }
 
 Field regionsField() {
   return listField("regions", &W::Transport::regions,
-                   "a list of region names (lowercase DNS labels such as us-east), one per rank",
-                   "a region name: lowercase letters, digits and '-', starting and ending with a "
-                   "letter or digit, at most 63 characters",
-                   isRegionName);
+                   fmt::format("a list of region names (lowercase DNS labels such as us-east), "
+                               "one per rank, at most {}",
+                               kMaxWorldSize),
+                   std::string(kRegionNameAllowed), isRegionName);
 }
 
 constexpr std::string_view kLinkAllowed =
@@ -513,7 +627,7 @@ Field linksField() {
             fmt::format("{}{}: {} key is not allowed (allowed: {})", where(source, name), path,
                         name.IsScalar() ? "an empty" : nodeKind(name), kLinkAllowed));
       }
-      const std::string entryPath = fmt::format("{}.{}", path, name.Scalar());
+      const std::string entryPath = fmt::format("{}.{}", path, printable(name.Scalar()));
       if (links.contains(name.Scalar())) {
         return invalidArgument(fmt::format("{}{}: duplicate key", where(source, name), entryPath));
       }
@@ -567,18 +681,21 @@ std::vector<Section> buildSchema() {
 
   std::vector<Section> schema;
   schema.push_back({"job",
-                    {makeField("id", &W::job, &W::Job::id, string, nonEmptyString()),
+                    {makeField("id", &W::job, &W::Job::id, string, jobIdRule()),
                      makeField("seed", &W::job, &W::Job::seed, unsignedType(),
                                Rule<uint64_t>{fmt::format("an integer 0..{}",
                                                           std::numeric_limits<uint64_t>::max()),
                                               [](const uint64_t&) { return true; }})}});
   schema.push_back(
       {"worker",
-       {makeField("rank", &W::worker, &W::Worker::rank, integer, atLeast(0)),
-        makeField("worldSize", &W::worker, &W::Worker::worldSize, integer, atLeast(1)),
-        makeField("region", &W::worker, &W::Worker::region, string, nonEmptyString()),
-        makeField("localRank", &W::worker, &W::Worker::localRank, integer, atLeast(0)),
-        makeField("regionSize", &W::worker, &W::Worker::regionSize, integer, atLeast(1))}});
+       {makeField("rank", &W::worker, &W::Worker::rank, integer, between(0, kMaxWorldSize - 1)),
+        makeField("worldSize", &W::worker, &W::Worker::worldSize, integer,
+                  between(1, kMaxWorldSize)),
+        makeField("region", &W::worker, &W::Worker::region, string, regionName()),
+        makeField("localRank", &W::worker, &W::Worker::localRank, integer,
+                  between(0, kMaxWorldSize - 1)),
+        makeField("regionSize", &W::worker, &W::Worker::regionSize, integer,
+                  between(1, kMaxWorldSize))}});
   schema.push_back(
       {"model",
        {makeField("builtin", &W::model, &W::Model::builtin, string,
@@ -594,7 +711,7 @@ std::vector<Section> buildSchema() {
                      makeField("shardCount", &W::dataset, &W::Dataset::shardCount, optionalInteger,
                                shardRule(1)),
                      makeField("syntheticSamples", &W::dataset, &W::Dataset::syntheticSamples,
-                               integer, atLeast(1))}});
+                               integer, between(1, kMaxSyntheticSamples))}});
   schema.push_back(
       {"training",
        {makeField("steps", &W::training, &W::Training::steps, integer, atLeast(1)),
@@ -615,7 +732,8 @@ std::vector<Section> buildSchema() {
         makeField("logInterval", &W::training, &W::Training::logInterval, integer, atLeast(0)),
         makeField("device", &W::training, &W::Training::device, string,
                   oneOf({"auto", "cpu", "cuda"})),
-        makeField("threads", &W::training, &W::Training::threads, integer, atLeast(0))}});
+        makeField("threads", &W::training, &W::Training::threads, integer,
+                  between(0, kMaxThreads))}});
   schema.push_back(
       {"sync",
        {makeField("algorithm", &W::sync, &W::Sync::algorithm, string,
@@ -626,13 +744,14 @@ std::vector<Section> buildSchema() {
         makeField("codec", &W::sync, &W::Sync::codec, string,
                   oneOf({"identity", "fp16", "bf16", "qsgd"})),
         makeField("bits", &W::sync, &W::Sync::bits, integer, oneOf({2, 4, 8})),
-        makeField("bucket", &W::sync, &W::Sync::bucket, integer, atLeast(1)),
+        makeField("bucket", &W::sync, &W::Sync::bucket, integer, between(1, kMaxBucket)),
         makeField("errorFeedback", &W::sync, &W::Sync::errorFeedback, boolean, anyBool()),
         makeField("hierarchical", &W::sync, &W::Sync::hierarchical, boolean, anyBool()),
         makeField("lanCodec", &W::sync, &W::Sync::lanCodec, string, oneOf({"identity", "bf16"})),
-        makeField("timeoutSeconds", &W::sync, &W::Sync::timeoutSeconds, number, above(0)),
+        makeField("timeoutSeconds", &W::sync, &W::Sync::timeoutSeconds, number,
+                  seconds(kMinSeconds)),
         makeField("peerTimeoutSeconds", &W::sync, &W::Sync::peerTimeoutSeconds, number,
-                  atLeastNumber(0))}});
+                  seconds(kMinSeconds, /*zeroMeansAuto=*/true))}});
   schema.push_back(
       {"transport",
        {makeField("listen", &W::transport, &W::Transport::listen, string, nonEmptyString()),
@@ -648,11 +767,11 @@ std::vector<Section> buildSchema() {
         makeField("interval", &W::checkpoint, &W::Checkpoint::interval, integer, atLeast(1)),
         makeField("keep", &W::checkpoint, &W::Checkpoint::keep, integer, atLeast(1)),
         makeField("resume", &W::checkpoint, &W::Checkpoint::resume, boolean, anyBool())}});
-  schema.push_back({"metrics",
-                    {makeField("listen", &W::metrics, &W::Metrics::listen, string, anyString()),
-                     makeField("enabled", &W::metrics, &W::Metrics::enabled, boolean, anyBool()),
-                     makeField("lingerSeconds", &W::metrics, &W::Metrics::lingerSeconds, number,
-                               atLeastNumber(0))}});
+  schema.push_back(
+      {"metrics",
+       {makeField("listen", &W::metrics, &W::Metrics::listen, string, anyString()),
+        makeField("enabled", &W::metrics, &W::Metrics::enabled, boolean, anyBool()),
+        makeField("lingerSeconds", &W::metrics, &W::Metrics::lingerSeconds, number, seconds(0))}});
   schema.push_back(
       {"log",
        {makeField("level", &W::log, &W::Log::level, string,
@@ -696,7 +815,7 @@ Status readSection(const Section& section, const YAML::Node& node, std::string_v
                                          join(section.keys())));
     }
     const std::string& key = keyNode.Scalar();
-    const std::string path = fmt::format("{}.{}", section.name, key);
+    const std::string path = fmt::format("{}.{}", section.name, printable(key));
     const Field* field = section.find(key);
     if (field == nullptr) {
       return unknownKey(where(source, keyNode), path, key, section.keys());
@@ -750,7 +869,9 @@ Status readDocument(const YAML::Node& document, std::string_view source, WorkerC
     }
     const std::string& name = keyNode.Scalar();
     const Section* section = findSection(name);
-    if (section == nullptr) return unknownKey(where(source, keyNode), name, name, sectionNames());
+    if (section == nullptr) {
+      return unknownKey(where(source, keyNode), printable(name), name, sectionNames());
+    }
     if (!seen.insert(name).second) {
       return invalidArgument(fmt::format("{}{}: duplicate key", where(source, keyNode), name));
     }
@@ -765,21 +886,104 @@ Status readDocument(const YAML::Node& document, std::string_view source, WorkerC
   return {};
 }
 
+// The first pass over a text: its YAML events, before yaml-cpp builds a tree
+// of them. It refuses nesting and node counts that no worker.yaml needs
+// while they cost nothing yet (a tree of a 1 MiB file of one-character list
+// items takes about 400 MB; deep nesting, yaml-cpp's recursion) and counts
+// the documents.
+class ShapeCheck final : public YAML::EventHandler {
+ public:
+  // Thrown out of the parser (yaml-cpp passes it through) to stop at once.
+  struct Exceeded {
+    YAML::Mark mark;
+    std::string message;
+  };
+
+  size_t documents() const { return documents_; }
+
+  void OnDocumentStart(const YAML::Mark&) override { ++documents_; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { node(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    node(mark);
+  }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    open(mark);
+  }
+  void OnSequenceEnd() override { --depth_; }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    open(mark);
+  }
+  void OnMapEnd() override { --depth_; }
+
+ private:
+  void node(const YAML::Mark& mark) {
+    if (++nodes_ > kMaxYamlNodes) {
+      throw Exceeded{mark,
+                     fmt::format("more than {} YAML nodes is not allowed (allowed: at most {}; a "
+                                 "worker.yaml lists at most {} peers and {} regions)",
+                                 kMaxYamlNodes, kMaxYamlNodes, kMaxWorldSize, kMaxWorldSize)};
+    }
+  }
+  void open(const YAML::Mark& mark) {
+    node(mark);
+    if (++depth_ > kMaxYamlDepth) {
+      throw Exceeded{mark, fmt::format("YAML nested more than {} levels deep is not allowed "
+                                       "(allowed: at most {} levels; worker.yaml uses 3)",
+                                       kMaxYamlDepth, kMaxYamlDepth)};
+    }
+  }
+
+  size_t documents_ = 0;
+  size_t nodes_ = 0;
+  int depth_ = 0;
+};
+
+Status syntaxError(std::string_view sourceName, const YAML::ParserException& e) {
+  if (e.mark.is_null()) {
+    return invalidArgument(fmt::format("{}: YAML syntax error: {}", sourceName, e.msg));
+  }
+  return invalidArgument(fmt::format("{}:{}:{}: YAML syntax error: {}", sourceName, e.mark.line + 1,
+                                     e.mark.column + 1, e.msg));
+}
+
+Status tooLarge(std::string_view sourceName, std::string_view size) {
+  return invalidArgument(fmt::format(
+      "{}: a worker config of {} bytes is not allowed (allowed: at most {} bytes, 1 MiB)",
+      sourceName, size, kMaxConfigBytes));
+}
+
 StatusOr<WorkerConfig> parse(std::string_view yamlText, std::string_view sourceName,
                              ConfigCheck check) {
+  if (yamlText.size() > kMaxConfigBytes) {
+    return tooLarge(sourceName, fmt::format("{}", yamlText.size()));
+  }
+  const std::string text(yamlText);
+  try {
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    ShapeCheck shape;
+    while (parser.HandleNextDocument(shape)) {
+    }
+    if (shape.documents() > 1) {
+      return invalidArgument(fmt::format("{}: {} YAML documents is not allowed (allowed: one)",
+                                         sourceName, shape.documents()));
+    }
+  } catch (const ShapeCheck::Exceeded& e) {
+    return invalidArgument(
+        fmt::format("{}:{}:{}: {}", sourceName, e.mark.line + 1, e.mark.column + 1, e.message));
+  } catch (const YAML::ParserException& e) {
+    return syntaxError(sourceName, e);
+  }
   std::vector<YAML::Node> documents;
   try {
-    documents = YAML::LoadAll(std::string(yamlText));
+    documents = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
-    if (e.mark.is_null()) {
-      return invalidArgument(fmt::format("{}: YAML syntax error: {}", sourceName, e.msg));
-    }
-    return invalidArgument(fmt::format("{}:{}:{}: YAML syntax error: {}", sourceName,
-                                       e.mark.line + 1, e.mark.column + 1, e.msg));
-  }
-  if (documents.size() > 1) {
-    return invalidArgument(fmt::format("{}: {} YAML documents is not allowed (allowed: one)",
-                                       sourceName, documents.size()));
+    return syntaxError(sourceName, e);
   }
   WorkerConfig config;
   if (!documents.empty()) GEO_RETURN_IF_ERROR(readDocument(documents[0], sourceName, config));
@@ -901,7 +1105,9 @@ Status applyOne(WorkerConfig& config, std::string_view dottedKey, std::string_vi
   const size_t dot = dottedKey.find('.');
   const std::string_view sectionName = dottedKey.substr(0, dot);
   const Section* section = findSection(sectionName);
-  if (section == nullptr) return unknownKey("", sectionName, sectionName, sectionNames());
+  if (section == nullptr) {
+    return unknownKey("", printable(sectionName), sectionName, sectionNames());
+  }
   if (dot == std::string_view::npos) {
     return invalidArgument(fmt::format("{}: a section cannot be set (allowed: one of its keys: {})",
                                        sectionName, join(section->keys())));
@@ -909,22 +1115,25 @@ Status applyOne(WorkerConfig& config, std::string_view dottedKey, std::string_vi
   const std::string_view rest = dottedKey.substr(dot + 1);
   const size_t subDot = rest.find('.');
   const std::string_view key = rest.substr(0, subDot);
-  const std::string path = fmt::format("{}.{}", sectionName, key);
+  const std::string path = fmt::format("{}.{}", sectionName, printable(key));
   const Field* field = section->find(key);
   if (field == nullptr) return unknownKey("", path, key, section->keys());
 
   if (subDot != std::string_view::npos) {
     const std::string entry(rest.substr(subDot + 1));
     if (!field->setEntry) {
-      return invalidArgument(
-          fmt::format("{}: unknown key ({} is a value, not a section)", dottedKey, path));
+      return invalidArgument(fmt::format("{}: unknown key ({} is a value, not a section)",
+                                         printable(dottedKey), path));
     }
     if (entry.empty()) {
-      return invalidArgument(fmt::format(
-          "{}: an empty entry name is not allowed (allowed: {}.<name>)", dottedKey, path));
+      return invalidArgument(
+          fmt::format("{}: an empty entry name is not allowed (allowed: {}.<name>)",
+                      printable(dottedKey), path));
     }
     Status status = field->setEntry(config, entry, value);
-    if (!status.ok()) return invalidArgument(fmt::format("{}: {}", dottedKey, status.message()));
+    if (!status.ok()) {
+      return invalidArgument(fmt::format("{}: {}", printable(dottedKey), status.message()));
+    }
     return {};
   }
   Status status = field->setText(config, value);
@@ -964,18 +1173,28 @@ StatusOr<WorkerConfig> loadWorkerConfig(const std::filesystem::path& path, Confi
       return invalidArgument(
           fmt::format("{}: cannot read worker config: is a directory", path.string()));
     }
+    // A regular file's size is known before reading; anything else (a
+    // device such as /dev/zero, a pipe) is read up to one byte past the bound.
+    if (std::filesystem::is_regular_file(status)) {
+      const auto size = std::filesystem::file_size(path, error);
+      if (!error && size > kMaxConfigBytes) return tooLarge(path.string(), fmt::format("{}", size));
+    }
     std::ifstream file(path, std::ios::binary);
     if (!file) {
       return invalidArgument(
           fmt::format("{}: cannot read worker config: {}", path.string(), std::strerror(errno)));
     }
-    std::ostringstream text;
-    text << file.rdbuf();
+    std::string text(kMaxConfigBytes + 1, '\0');
+    file.read(text.data(), static_cast<std::streamsize>(text.size()));
     if (file.bad()) {
       return invalidArgument(
           fmt::format("{}: cannot read worker config: {}", path.string(), std::strerror(errno)));
     }
-    return parse(text.str(), path.string(), check);
+    text.resize(static_cast<size_t>(file.gcount()));
+    if (text.size() > kMaxConfigBytes) {
+      return tooLarge(path.string(), fmt::format("more than {}", kMaxConfigBytes));
+    }
+    return parse(text, path.string(), check);
   });
 }
 
@@ -1003,7 +1222,7 @@ std::string toYaml(const WorkerConfig& config) {
 }
 
 Status applyOverride(WorkerConfig& config, std::string_view dottedKey, std::string_view value) {
-  return noThrow<Status>(dottedKey, [&] { return applyOne(config, dottedKey, value); });
+  return noThrow<Status>(printable(dottedKey), [&] { return applyOne(config, dottedKey, value); });
 }
 
 Status placeByCompletionIndex(WorkerConfig& config, int64_t index) {
@@ -1027,6 +1246,10 @@ Status placeByCompletionIndex(WorkerConfig& config, int64_t index) {
   config.worker.rank = ranks[static_cast<size_t>(index)];
   config.worker.regionSize = static_cast<int64_t>(ranks.size());
   return {};
+}
+
+std::string printableText(std::string_view text) {
+  return printable(text);
 }
 
 int64_t effectiveShardIndex(const WorkerConfig& config) {

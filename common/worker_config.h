@@ -31,20 +31,55 @@
 
 namespace geo {
 
+// Bounds on what a worker.yaml may ask for. The parser checks them before it
+// allocates anything sized by the input, so a hostile or mistyped file fails
+// with a message naming the bound instead of exhausting memory or threads
+// (docs/worker-config.md lists them with the keys).
+//
+// Ranks in a job (worker.worldSize, and the entries of transport.peers and
+// transport.regions): every worker keeps per-rank state and a connection to
+// each peer it talks to.
+inline constexpr int64_t kMaxWorldSize = 4096;
+// training.threads: intra-op threads of one worker.
+inline constexpr int64_t kMaxThreads = 1024;
+// Every *Seconds key: the runtime turns them into milliseconds (int64), so a
+// value must be a whole number of them at least (0.001 s) and far from the
+// overflow (1e6 s is 11.6 days).
+inline constexpr double kMinSeconds = 0.001;
+inline constexpr double kMaxSeconds = 1e6;
+// dataset.syntheticSamples: the synthetic set is generated in memory, 3 KiB
+// a sample (1e6 samples: about 3 GiB).
+inline constexpr int64_t kMaxSyntheticSamples = 1000000;
+// sync.bucket: the QSGD codec's own limit (worker/codec).
+inline constexpr int64_t kMaxBucket = int64_t{1} << 30;
+// job.id: printable UTF-8 (it becomes a metrics label), at most this many
+// bytes; the controller's namespace/name/uid needs at most 354.
+inline constexpr size_t kMaxJobIdBytes = 512;
+// The worker.yaml text: its size, how deeply its YAML nests (the schema needs
+// 3 levels: sections, keys, list or map entries) and how many YAML nodes it
+// has (a file for kMaxWorldSize ranks with links between 64 regions needs
+// about 12,500).
+inline constexpr size_t kMaxConfigBytes = size_t{1} << 20;
+inline constexpr int kMaxYamlDepth = 32;
+inline constexpr size_t kMaxYamlNodes = 65536;
+
 // Enumerated fields are strings (what the YAML says, and what the factories
 // that consume them — codecs, logging, models — take); the parser and
 // validateWorkerConfig() admit only the names documented per field.
 struct WorkerConfig {
   struct Job {
-    std::string id = "geotrain-local";  // non-empty; hashed into every frame header
-    uint64_t seed = 42;                 // model init, data order and QSGD rounding
+    // 1..kMaxJobIdBytes bytes of printable UTF-8 (no control characters): a
+    // metrics label; hashed into every frame header.
+    std::string id = "geotrain-local";
+    uint64_t seed = 42;  // model init, data order and QSGD rounding
 
     bool operator==(const Job&) const = default;
   };
 
   // Where this worker sits in the job. Ranks are global (0..worldSize-1);
   // localRank/regionSize place it inside its region (localRank 0 is the
-  // region leader, the only worker that talks across the WAN).
+  // region leader, the only worker that talks across the WAN). Counts are at
+  // most kMaxWorldSize; region is a lowercase DNS label (a metrics label).
   struct Worker {
     int64_t rank = 0;
     int64_t worldSize = 1;
@@ -72,7 +107,7 @@ struct WorkerConfig {
     // worker.worldSize; see effectiveShardIndex()/effectiveShardCount().
     std::optional<int64_t> shardIndex;
     std::optional<int64_t> shardCount;
-    int64_t syntheticSamples = 60000;  // size of the `synthetic` data set, >= 1
+    int64_t syntheticSamples = 60000;  // size of the `synthetic` data set, 1..kMaxSyntheticSamples
 
     bool operator==(const Dataset&) const = default;
   };
@@ -93,7 +128,7 @@ struct WorkerConfig {
     int64_t evalInterval = 200;         // >= 0; 0 = evaluate only at the end
     int64_t logInterval = 50;           // >= 0; 0 = no periodic log lines
     std::string device = "auto";        // auto|cpu|cuda
-    int64_t threads = 0;                // >= 0; intra-op threads, 0 = library default
+    int64_t threads = 0;                // 0..kMaxThreads; intra-op threads, 0 = library default
 
     bool operator==(const Training&) const = default;
   };
@@ -107,13 +142,15 @@ struct WorkerConfig {
     int64_t swarmH = 4;                 // SwarmSGD local steps between exchanges, >= 1
     std::string codec = "qsgd";         // identity|fp16|bf16|qsgd (WAN updates)
     int64_t bits = 4;                   // 2|4|8, qsgd only
-    int64_t bucket = 512;               // qsgd bucket size, >= 1
+    int64_t bucket = 512;               // qsgd bucket size, 1..kMaxBucket
     bool errorFeedback = true;          // keep the quantization residual per tensor
     bool hierarchical = true;           // LAN reduce to the region leader first
     std::string lanCodec = "identity";  // identity|bf16 (inside a region)
-    double timeoutSeconds = 60;         // > 0; the last resort for a peer that is heard but
-                                        // does not deliver (a straggler)
-    double peerTimeoutSeconds = 0;      // >= 0; silence that makes a peer suspected; 0: auto
+    // [kMinSeconds, kMaxSeconds]; the last resort for a peer that is heard
+    // but does not deliver (a straggler).
+    double timeoutSeconds = 60;
+    // Silence that makes a peer suspected: 0 (auto) or [kMinSeconds, kMaxSeconds].
+    double peerTimeoutSeconds = 0;
 
     bool operator==(const Sync&) const = default;
   };
@@ -158,7 +195,7 @@ struct WorkerConfig {
   struct Metrics {
     std::string listen = "0.0.0.0:9400";  // host:port of /metrics; non-empty when enabled
     bool enabled = true;
-    double lingerSeconds = 0;  // keep serving /metrics this long after training ends
+    double lingerSeconds = 0;  // [0, kMaxSeconds]; keep serving /metrics this long after training
 
     bool operator==(const Metrics&) const = default;
   };
@@ -199,14 +236,19 @@ enum class ConfigCheck {
 // YAML syntax ("<sourceName>:<line>:<column>: YAML syntax error: ..."), more
 // than one document, an unknown or duplicate key, a value of the wrong type or
 // out of range, both model.builtin and model.torchscript given; each names
-// sourceName:line:column and the key path. Then, with ConfigCheck::kFull, the
-// cross-field checks of validateWorkerConfig() (prefixed with sourceName).
+// sourceName:line:column and the key path. A text over kMaxConfigBytes, YAML
+// nested deeper than kMaxYamlDepth or with more than kMaxYamlNodes nodes is
+// refused before it is turned into a tree, with a message naming the bound. Then, with
+// ConfigCheck::kFull, the cross-field checks of validateWorkerConfig() (prefixed with sourceName).
 StatusOr<WorkerConfig> parseWorkerConfig(std::string_view yamlText, std::string_view sourceName,
                                          ConfigCheck check = ConfigCheck::kFull);
 
 // Reads and parses a file; the path is the sourceName of parse errors. A file
 // that is missing is NotFound, one that cannot be read (a directory, no
-// permission) is InvalidArgument; both messages name the path.
+// permission) is InvalidArgument; both messages name the path. At most
+// kMaxConfigBytes are read (a regular file's size is checked first, anything
+// else -- /dev/zero, a pipe -- is read up to the bound): a larger one is
+// InvalidArgument naming the path and the bound.
 StatusOr<WorkerConfig> loadWorkerConfig(const std::filesystem::path& path,
                                         ConfigCheck check = ConfigCheck::kFull);
 
@@ -263,6 +305,12 @@ Status applyOverride(WorkerConfig& config, std::string_view dottedKey, std::stri
 // region is InvalidArgument naming the region and its size; `config` is then
 // unchanged. Call validateWorkerConfig() after.
 Status placeByCompletionIndex(WorkerConfig& config, int64_t index);
+
+// `text` as the messages here show a value or key from the input: bytes that
+// are not part of a printable UTF-8 character as \xNN (so no control
+// sequence or invalid UTF-8 reaches a terminal or log), cut to about 200
+// bytes. For callers that quote user input in messages of their own.
+std::string printableText(std::string_view text);
 
 // The data shard this worker reads: the configured value, else derived from
 // the worker (rank of worldSize).

@@ -18,6 +18,7 @@
 #include "common/worker_config.h"
 #include "worker/local/launcher.h"
 #include "worker/local/options.h"
+#include "worker/local/topology.h"
 #include "worker/transport/keys.h"
 
 #ifndef GEO_VERSION
@@ -122,13 +123,16 @@ void addLocal(CLI::App& app, geo::local::LocalOptions& options, int& result) {
       ->type_name("KEY=VALUE");
   local
       ->add_option("--regions", options.regions,
-                   "Comma-separated region names, unique lowercase DNS labels; ranks are "
-                   "assigned region by region in this order")
+                   fmt::format("Comma-separated region names, unique lowercase DNS labels (at "
+                               "most {}); ranks are assigned region by region in this order",
+                               geo::local::kMaxLocalWorkers))
       ->type_name("LIST")
       ->capture_default_str();
   local
       ->add_option("--workers-per-region", options.workersPerRegion,
-                   "Workers in each region (>= 1); local index 0 leads its region")
+                   fmt::format("Workers in each region (>= 1; at most {} workers in all regions "
+                               "together); local index 0 leads its region",
+                               geo::local::kMaxLocalWorkers))
       ->type_name("N")
       ->capture_default_str();
   keyFlag("--algorithm", "NAME",
@@ -148,8 +152,8 @@ void addLocal(CLI::App& app, geo::local::LocalOptions& options, int& result) {
           keyHelp("Reduce inside each region before the WAN", "sync.hierarchical",
                   d.sync.hierarchical));
   keyFlag("--timeout-seconds", "S",
-          keyHelp("Seconds a silent peer may take before the round fails", "sync.timeoutSeconds",
-                  d.sync.timeoutSeconds));
+          keyHelp("Seconds (0.001 to 1000000) a silent peer may take before the round fails",
+                  "sync.timeoutSeconds", d.sync.timeoutSeconds));
   keyFlag("--steps", "N", keyHelp("Training steps", "training.steps", d.training.steps));
   keyFlag("--model", "NAME",
           keyHelp("Built-in model: mlp, cnn or resnet18", "model.builtin", d.model.builtin));
@@ -160,8 +164,9 @@ void addLocal(CLI::App& app, geo::local::LocalOptions& options, int& result) {
           keyHelp("Steps between evaluations, 0 = only at the end", "training.evalInterval",
                   d.training.evalInterval));
   keyFlag("--threads", "N",
-          "Intra-op threads per worker (training.threads; default: the config's when it sets "
-          "one, else max(1, hardware cores / workers))");
+          fmt::format("Intra-op threads per worker, 0..{} (training.threads; default: the "
+                      "config's when it sets one, else max(1, hardware cores / workers))",
+                      geo::kMaxThreads));
   local
       ->add_option("--preset", options.preset,
                    "Emulated network: world (round trips london-tokyo 230 ms, london-oregon "

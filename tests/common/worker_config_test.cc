@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -298,7 +299,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"training:\n  weightDecay: -0.1\n",
                   {"training.weightDecay: -0.1 is not allowed (allowed: a number >= 0)"}},
         ErrorCase{"metrics:\n  lingerSeconds: -1\n",
-                  {"metrics.lingerSeconds: -1 is not allowed (allowed: a number >= 0)"}},
+                  {"metrics.lingerSeconds: -1 is not allowed (allowed: a number of seconds in [0, "
+                   "1000000])"}},
         ErrorCase{"training:\n  steps: 0\n",
                   {"training.steps: 0 is not allowed (allowed: an integer >= 1)"}},
         ErrorCase{"training:\n  batchSize: 1.5\n",
@@ -329,7 +331,8 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"job:\n  seed: -1\n",
                   {"job.seed: -1 is not allowed (allowed: an integer 0..18446744073709551615)"}},
         ErrorCase{"job:\n  id: \"\"\n",
-                  {"job.id: \"\" is not allowed (allowed: a non-empty string)"}},
+                  {"job.id: \"\" is not allowed (allowed: 1 to 512 bytes of printable UTF-8 (no "
+                   "control characters))"}},
         ErrorCase{"log:\n  level: verbose\n",
                   {"log.level: verbose is not allowed (allowed: trace, debug, info, warn, error, "
                    "critical, off)"}},
@@ -407,6 +410,173 @@ INSTANTIATE_TEST_SUITE_P(
                   {"metrics.listen: \"\" is not allowed (allowed: host:port while "
                    "metrics.enabled is true)"}}));
 
+// Bounds: every count, size and duration has a maximum the runtime can
+// honour, checked before anything is allocated or converted for it.
+INSTANTIATE_TEST_SUITE_P(
+    Bounds, WorkerConfigError,
+    testing::Values(
+        ErrorCase{"worker:\n  worldSize: 9223372036854775807\n",
+                  {"test.yaml:2:14: worker.worldSize: 9223372036854775807 is not allowed "
+                   "(allowed: an integer 1..4096)"}},
+        ErrorCase{"worker:\n  worldSize: 4097\n",
+                  {"worker.worldSize: 4097 is not allowed (allowed: an integer 1..4096)"}},
+        ErrorCase{"worker:\n  rank: 4096\n",
+                  {"worker.rank: 4096 is not allowed (allowed: an integer 0..4095)"}},
+        ErrorCase{"worker:\n  regionSize: 5000\n",
+                  {"worker.regionSize: 5000 is not allowed (allowed: an integer 1..4096)"}},
+        ErrorCase{"training:\n  threads: 100000\n",
+                  {"training.threads: 100000 is not allowed (allowed: an integer 0..1024)"}},
+        ErrorCase{"sync:\n  timeoutSeconds: 1e308\n",
+                  {"sync.timeoutSeconds: 1e308 is not allowed (allowed: a number of seconds in "
+                   "[0.001, 1000000])"}},
+        ErrorCase{"sync:\n  timeoutSeconds: 0.0001\n",
+                  {"sync.timeoutSeconds: 0.0001 is not allowed (allowed: a number of seconds in "
+                   "[0.001, 1000000])"}},
+        ErrorCase{"sync:\n  peerTimeoutSeconds: 1e308\n",
+                  {"sync.peerTimeoutSeconds: 1e308 is not allowed (allowed: 0 (auto), or a number "
+                   "of seconds in [0.001, 1000000])"}},
+        ErrorCase{"sync:\n  peerTimeoutSeconds: 0.0005\n",
+                  {"sync.peerTimeoutSeconds: 0.0005 is not allowed"}},
+        ErrorCase{"metrics:\n  lingerSeconds: 1000001\n",
+                  {"metrics.lingerSeconds: 1000001 is not allowed (allowed: a number of seconds "
+                   "in [0, 1000000])"}},
+        ErrorCase{"dataset:\n  syntheticSamples: 1000001\n",
+                  {"dataset.syntheticSamples: 1000001 is not allowed (allowed: an integer "
+                   "1..1000000)"}},
+        ErrorCase{"sync:\n  bucket: 2147483648\n",
+                  {"sync.bucket: 2147483648 is not allowed (allowed: an integer 1..1073741824)"}},
+        // Names: what reaches metrics labels and paths.
+        ErrorCase{"worker:\n  region: London\n",
+                  {"worker.region: London is not allowed (allowed: a region name: lowercase "
+                   "letters, digits and '-', starting and ending with a letter or digit, at most "
+                   "63 characters)"}},
+        ErrorCase{"worker:\n  region: \"eu west\"\n", {"worker.region: eu west is not allowed"}},
+        ErrorCase{"job:\n  id: \"line\\nbreak\"\n",
+                  {"job.id: line\\x0abreak is not allowed (allowed: 1 to 512 bytes of printable "
+                   "UTF-8 (no control characters))"}},
+        ErrorCase{"job:\n  id: " + std::string(513, 'j') + "\n",
+                  {"job.id: jjjj", "... (513 bytes) is not allowed (allowed: 1 to 512 bytes"}},
+        // Shapes and sizes of the document itself.
+        ErrorCase{"worker:\n  worldSize: 2\ntransport:\n  peers: [" +
+                      [] {
+                        std::string items;
+                        for (int i = 0; i < 5000; ++i) items += "tcp://h:1,";
+                        return items;
+                      }() +
+                      "]\n",
+                  {"test.yaml:4:10: transport.peers: 5000 entries is not allowed (allowed: at "
+                   "most 4096, one per rank"}},
+        ErrorCase{"training:\n  lr: " + std::string(20000, '[') + std::string(20000, ']') + "\n",
+                  {"test.yaml:2:",
+                   ": YAML nested more than 32 levels deep is not allowed "
+                   "(allowed: at most 32 levels; worker.yaml uses 3)"}},
+        ErrorCase{"transport:\n  regions: [" +
+                      [] {
+                        std::string items;
+                        for (int i = 0; i < 70000; ++i) items += "a,";
+                        return items;
+                      }() +
+                      "]\n",
+                  {"test.yaml:2:",
+                   ": more than 65536 YAML nodes is not allowed (allowed: at "
+                   "most 65536;"}}));
+
+TEST(WorkerConfig, BoundsAdmitTheirLimits) {
+  WorkerConfig config = parseOk(
+      "job:\n  id: team-a/run-7/3f2a9c1e-0b4d-4c8e-9f00-123456789abc\n"
+      "worker:\n  rank: 4095\n  worldSize: 4096\n  localRank: 4095\n  regionSize: 4096\n"
+      "training:\n  threads: 1024\n"
+      "sync:\n  timeoutSeconds: 1000000\n  peerTimeoutSeconds: 0.001\n  bucket: 1073741824\n"
+      "metrics:\n  lingerSeconds: 1e6\n"
+      "dataset:\n  syntheticSamples: 1000000\n");
+  EXPECT_EQ(config.worker.worldSize, 4096);
+  EXPECT_EQ(config.sync.timeoutSeconds, 1e6);
+  EXPECT_EQ(
+      parseOk("sync:\n  timeoutSeconds: 0.001\n  peerTimeoutSeconds: 0\n").sync.timeoutSeconds,
+      0.001);
+  // job.id is any printable UTF-8, not only ASCII.
+  EXPECT_EQ(parseOk("job:\n  id: \"m\xc3\xbcnchen \xe3\x82\xb8\xe3\x83\xa7\xe3\x83\x96\"\n").job.id,
+            "m\xc3\xbcnchen \xe3\x82\xb8\xe3\x83\xa7\xe3\x83\x96");
+  EXPECT_TRUE(parseOk(std::string("job:\n  id: ") + std::string(512, 'j') + "\n").job.id.size() ==
+              512);
+}
+
+// Bytes that are not printable UTF-8 never reach a config (job.id is a
+// metrics label) nor a message (they go to terminals and logs): messages show
+// them as \xNN and cut long values short.
+TEST(WorkerConfig, HostileTextIsRefusedAndShownEscaped) {
+  WorkerConfig config;
+  const std::vector<std::pair<std::string, std::string>> ids = {
+      {"a\xff", "a\\xff"},                    // not UTF-8
+      {"a\xc0\xaf", "a\\xc0\\xaf"},           // overlong '/'
+      {"a\xed\xa0\x80", "a\\xed\\xa0\\x80"},  // a surrogate
+      {"a\x1b[2J", "a\\x1b[2J"},              // a terminal escape
+      {"a\xc2\x85", "a\\xc2\\x85"},           // C1 control NEL
+      {"a\x7f", "a\\x7f"},                    // DEL
+  };
+  for (const auto& [id, escaped] : ids) {
+    const Status status = applyOverride(config, "job.id", id);
+    EXPECT_EQ(status.message(), "job.id: " + escaped +
+                                    " is not allowed (allowed: 1 to 512 bytes of printable UTF-8 "
+                                    "(no control characters))")
+        << escaped;
+    WorkerConfig direct;
+    direct.job.id = id;
+    EXPECT_FALSE(validateWorkerConfig(direct).ok()) << escaped;
+  }
+  EXPECT_EQ(config, WorkerConfig{});
+
+  // Raw bytes in a file: refused or read as printable UTF-8, never kept raw.
+  auto parsed = parseWorkerConfig(
+      "job:\n  id: a\xff\x1b"
+      "b\n",
+      kSource);
+  if (parsed.ok()) {
+    EXPECT_EQ(parsed->job.id.find('\x1b'), std::string::npos);
+    EXPECT_EQ(parsed->job.id.find('\xff'), std::string::npos);
+  }
+
+  // Keys and values of any length and content are shown escaped and short.
+  const std::string message = parseError("training:\n  \"lr\\e[2J\": 1\n");
+  EXPECT_NE(message.find("training.lr\\x1b[2J: unknown key"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
+  const std::string huge(100000, 'x');
+  const std::string longValue = parseError("training:\n  optimizer: " + huge + "\n");
+  EXPECT_LT(longValue.size(), 400u) << longValue;
+  EXPECT_NE(longValue.find("... (100000 bytes) is not allowed (allowed: sgd, adam)"),
+            std::string::npos)
+      << longValue;
+  const Status longKey = applyOverride(config, "training." + huge, "1");
+  EXPECT_LT(longKey.message().size(), 600u);
+  const Status peers = applyOverride(config, "transport.peers", [] {
+    std::string list;
+    for (int i = 0; i < 5000; ++i) list += "tcp://h:1,";
+    return list + "tcp://h:1";
+  }());
+  EXPECT_NE(peers.message().find("(allowed: a list of endpoints such as tcp://host:7000, one per "
+                                 "rank, at most 4096)"),
+            std::string::npos)
+      << peers.message();
+}
+
+TEST(WorkerConfig, NestingAtTheLimitIsAShapeErrorNotADepthError) {
+  // 2 levels (sections, keys) + 30 brackets = 32: read, then refused by the
+  // schema; one more bracket is refused for its depth.
+  const std::string ok =
+      parseError("transport:\n  peers: " + std::string(30, '[') + std::string(30, ']') + "\n");
+  EXPECT_NE(ok.find("transport.peers[0]: a sequence is not allowed"), std::string::npos) << ok;
+  const std::string deep =
+      parseError("transport:\n  peers: " + std::string(31, '[') + std::string(31, ']') + "\n");
+  EXPECT_NE(deep.find("YAML nested more than 32 levels deep"), std::string::npos) << deep;
+}
+
+TEST(WorkerConfig, TextOverOneMebibyteIsRefused) {
+  std::string text = "# " + std::string(size_t{1} << 20, 'x') + "\n";
+  EXPECT_EQ(parseError(text),
+            "test.yaml: a worker config of 1048579 bytes is not allowed (allowed: at most 1048576 "
+            "bytes, 1 MiB)");
+}
+
 TEST(WorkerConfig, SyntaxErrorHasLineAndColumn) {
   const std::string message = parseError("training:\n  lr: 0.1\n  steps: [1, 2\n");
   EXPECT_EQ(message.rfind("test.yaml:4:1: YAML syntax error: ", 0), 0u) << message;
@@ -459,7 +629,7 @@ TEST(WorkerConfig, OverridesSetValues) {
   EXPECT_EQ(config.transport.regions, (std::vector<std::string>{"london", "us-east-1"}));
   EXPECT_EQ(applyOverride(config, "transport.regions", "london,-x").message(),
             "transport.regions: london,-x is not allowed (allowed: a list of region names "
-            "(lowercase DNS labels such as us-east), one per rank)");
+            "(lowercase DNS labels such as us-east), one per rank, at most 4096)");
   ASSERT_TRUE(applyOverride(config, "transport.uplink", "rate=100mbit").ok());
   EXPECT_EQ(config.transport.uplink, "rate=100mbit");
   ASSERT_TRUE(applyOverride(config, "transport.regions", "").ok());
@@ -599,6 +769,36 @@ TEST(WorkerConfig, LoadFile) {
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().message(),
             bad.string() + ":2:9: sync.bits: 5 is not allowed (allowed: 2, 4, 8)");
+}
+
+TEST(WorkerConfig, LoadReadsAtMostOneMebibyte) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const auto big = dir.path() / "big.yaml";
+  std::ofstream(big) << "# " << std::string(size_t{2} << 20, 'x') << "\n";
+  auto result = loadWorkerConfig(big);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(result.status().message(),
+            big.string() +
+                ": a worker config of 2097155 bytes is not allowed (allowed: at most 1048576 "
+                "bytes, 1 MiB)");
+
+  // A device of endless bytes is read up to the bound, not to the end.
+  const auto start = std::chrono::steady_clock::now();
+  result = loadWorkerConfig("/dev/zero");
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().message(),
+            "/dev/zero: a worker config of more than 1048576 bytes is not allowed (allowed: at "
+            "most 1048576 bytes, 1 MiB)");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+
+  // Exactly at the bound is read.
+  const auto edge = dir.path() / "edge.yaml";
+  std::ofstream(edge) << "# " << std::string((size_t{1} << 20) - 3, 'x') << "\n";
+  ASSERT_EQ(std::filesystem::file_size(edge), size_t{1} << 20);
+  result = loadWorkerConfig(edge);
+  EXPECT_TRUE(result.ok()) << result.status().toString();
 }
 
 // ---- Documentation ----

@@ -22,6 +22,7 @@
 #include "common/worker_config.h"
 #include "worker/local/display.h"
 #include "worker/local/faults.h"
+#include "worker/local/outputs.h"
 #include "worker/local/plot.h"
 #include "worker/local/ports.h"
 #include "worker/local/process.h"
@@ -607,14 +608,30 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   layout.metricsPorts.assign(static_cast<size_t>(world), 2);
   GEO_RETURN_IF_ERROR(validateRankConfigs(makeRankConfigs(*base, *topology, layout)));
 
-  // ---- The run folder.
+  // ---- Files the flags name, possibly outside the run folder: checked before
+  // anything is written, so that a bad path leaves no half-made run folder
+  // behind (which would block a rerun with the same --out).
   RunPaths paths;
   paths.outDir = *outDir;
   paths.logsDir = *outDir / "logs";
   paths.runLog = paths.logsDir / "launcher.log";
   paths.csv = options.csv.empty() ? *outDir / "progress.csv" : fs::absolute(options.csv, error);
   paths.summaryJson = *outDir / "summary.json";
+  if (!options.csv.empty()) GEO_RETURN_IF_ERROR(checkOutputFile("--csv", paths.csv, *outDir));
+  fs::path promPath;
+  if (!options.prometheusConfig.empty()) {
+    promPath = fs::absolute(options.prometheusConfig, error);
+    GEO_RETURN_IF_ERROR(checkOutputFile("--prometheus-config", promPath, *outDir));
+  }
+  if (!options.plot.empty()) GEO_RETURN_IF_ERROR(checkOutputFile("--plot", plotPath, *outDir));
+
+  // ---- The run folder. Until the workers start, an error takes back
+  // everything written so far (a file can still fail to be written: a full
+  // disk, /dev/full).
+  OutputRollback rollback;
+  rollback.folder(*outDir);
   GEO_RETURN_IF_ERROR(makeFolder(paths.logsDir));
+  rollback.file(paths.csv);
   auto csv = CsvWriter::create(paths.csv);
   if (!csv.ok()) return csv.status();
 
@@ -654,7 +671,7 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
     metricsLines += fmt::format(" ... :{} (rank {})", layout.metricsPorts.back(), world - 1);
   }
   if (!options.prometheusConfig.empty()) {
-    const fs::path promPath = fs::absolute(options.prometheusConfig, error);
+    rollback.file(promPath);
     GEO_RETURN_IF_ERROR(writeTextFile(promPath, prometheusScrapeConfig(configs, *outDir)));
     metricsLines +=
         fmt::format("\n  prometheus  {} (scrape config for all workers)", promPath.string());
@@ -666,6 +683,7 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   if (!signals.ok()) return signals.status();
   for (Worker& w : workers) w.spec.childSignalMask = &signals->previousMask();
   RunState state(*topology, base->training.steps);
+  rollback.keep();   // from here on the run folder records a run
   ports->release();  // right before the workers bind them
   JobRunner runner(io, state, *csv, runLog, *signals, std::move(workers), *plan);
   LocalOutcome outcome = runner.run();

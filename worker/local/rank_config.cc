@@ -32,12 +32,12 @@ StatusOr<WorkerConfig> buildBaseConfig(const LocalOptions& options) {
   for (const std::string& kv : options.sets) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos) {
-      return invalidArgument(
-          fmt::format("--set {}: expected key=value (e.g. --set training.lr=0.1)", kv));
+      return invalidArgument(fmt::format(
+          "--set {}: expected key=value (e.g. --set training.lr=0.1)", printableText(kv)));
     }
     const std::string_view key = std::string_view(kv).substr(0, eq);
     GEO_RETURN_IF_ERROR(applyOverride(config, key, std::string_view(kv).substr(eq + 1))
-                            .withContext(fmt::format("--set {}", kv)));
+                            .withContext(fmt::format("--set {}", printableText(kv))));
     algorithmNamed = algorithmNamed || key == "sync.algorithm";
   }
   for (const auto& [flag, value] : options.keyFlags) {

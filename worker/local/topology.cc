@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/enforce.h"
+#include "common/worker_config.h"
 #include "worker/transport/link.h"
 
 namespace geo::local {
@@ -61,7 +62,8 @@ std::optional<Microseconds> parseDuration(std::string_view text) {
 StatusOr<Preset> parsePreset(std::string_view name) {
   if (name == "world") return Preset::kWorld;
   if (name == "lan") return Preset::kLan;
-  return invalidArgument(fmt::format("--preset {}: unknown preset (allowed: world, lan)", name));
+  return invalidArgument(
+      fmt::format("--preset {}: unknown preset (allowed: world, lan)", printableText(name)));
 }
 
 std::string_view presetName(Preset preset) {
@@ -82,17 +84,27 @@ std::string presetUplink(Preset preset) {
   return preset == Preset::kWorld ? "rate=100mbit" : "";
 }
 
+std::string tooManyRegions(size_t count) {
+  return fmt::format(
+      "--regions: {} regions is not allowed (allowed: 1 to {}, as geotrain local runs at most {} "
+      "workers)",
+      count, kMaxLocalWorkers, kMaxLocalWorkers);
+}
+
 Status validateRegionNames(const std::vector<std::string>& regions) {
   if (regions.empty()) {
     return invalidArgument(
         "--regions: no region given (allowed: a comma-separated list such as "
         "london,tokyo)");
   }
+  if (regions.size() > static_cast<size_t>(kMaxLocalWorkers)) {
+    return invalidArgument(tooManyRegions(regions.size()));
+  }
   std::set<std::string_view> seen;
   for (const std::string& region : regions) {
     if (!isDnsLabel(region)) {
       return invalidArgument(fmt::format("--regions: '{}' is not a valid region name (allowed: {})",
-                                         region, kRegionRule));
+                                         printableText(region), kRegionRule));
     }
     if (!seen.insert(region).second) {
       return invalidArgument(
@@ -103,6 +115,8 @@ Status validateRegionNames(const std::vector<std::string>& regions) {
 }
 
 StatusOr<std::vector<std::string>> parseRegionList(std::string_view text) {
+  const size_t count = static_cast<size_t>(std::count(text.begin(), text.end(), ',')) + 1;
+  if (count > static_cast<size_t>(kMaxLocalWorkers)) return invalidArgument(tooManyRegions(count));
   std::vector<std::string> regions;
   if (!trim(text).empty()) {
     while (true) {
@@ -118,10 +132,13 @@ StatusOr<std::vector<std::string>> parseRegionList(std::string_view text) {
 
 StatusOr<RttOverride> parseRttOverride(std::string_view text,
                                        const std::vector<std::string>& regions) {
+  // Messages quote the flag's value only as printable text.
+  const std::string shownText = printableText(text);
   const size_t eq = text.find('=');
   if (eq == std::string_view::npos) {
     return invalidArgument(fmt::format(
-        "--rtt {}: expected <regionA>-<regionB>=<round-trip time>, e.g. london-tokyo=230ms", text));
+        "--rtt {}: expected <regionA>-<regionB>=<round-trip time>, e.g. london-tokyo=230ms",
+        shownText));
   }
   const std::string_view pair = text.substr(0, eq);
   const std::string_view value = text.substr(eq + 1);
@@ -142,26 +159,26 @@ StatusOr<RttOverride> parseRttOverride(std::string_view text,
     return invalidArgument(
         fmt::format("--rtt {}: '{}' is not <regionA>-<regionB> with both regions from --regions "
                     "(allowed regions: {})",
-                    text, pair, fmt::join(regions, ", ")));
+                    shownText, printableText(pair), fmt::join(regions, ", ")));
   }
   if (splits.size() > 1) {
     return invalidArgument(fmt::format(
-        "--rtt {}: '{}' can be read as more than one pair of regions; rename the regions", text,
-        pair));
+        "--rtt {}: '{}' can be read as more than one pair of regions; rename the regions",
+        shownText, printableText(pair)));
   }
   const auto [a, b] = splits.front();
   if (a == b) {
     return invalidArgument(fmt::format(
         "--rtt {}: a region's round trip to itself cannot be set (traffic inside a region is "
         "not shaped); give a pair of two different regions",
-        text));
+        shownText));
   }
   const auto rtt = parseDuration(value);
   if (!rtt) {
     return invalidArgument(fmt::format(
         "--rtt {}: round-trip time '{}' is not valid (allowed: a number >= 0 with unit us, ms or "
         "s, e.g. 230ms)",
-        text, value));
+        shownText, printableText(value)));
   }
   return RttOverride{a, b, *rtt};
 }
@@ -175,7 +192,7 @@ StatusOr<std::string> parseUplink(std::string_view text) {
     return invalidArgument(fmt::format(
         "--uplink {}: not a rate (allowed: a number with unit bit, kbit, mbit or gbit per second, "
         "e.g. 100mbit; 0 or none for unlimited)",
-        text));
+        printableText(text)));
   }
   if (parsed->bytesPerSecond <= 0) return std::string();
   return profile;
@@ -194,6 +211,16 @@ StatusOr<Topology> makeTopology(const TopologyOptions& options) {
     return invalidArgument(
         fmt::format("--workers-per-region {}: must be at least 1", options.workersPerRegion));
   }
+  // Checked before anything is sized by it (the rank configs list every
+  // rank: their size grows with the square of the workers).
+  const int64_t regionCount = static_cast<int64_t>(topology.regions.size());
+  if (options.workersPerRegion > kMaxLocalWorkers / regionCount) {
+    return invalidArgument(fmt::format(
+        "--workers-per-region {}: {} regions x {} workers is not allowed (allowed: at most {} "
+        "workers in all, each a process on this machine: 1..{} per region with {} regions)",
+        options.workersPerRegion, regionCount, options.workersPerRegion, kMaxLocalWorkers,
+        kMaxLocalWorkers / regionCount, regionCount));
+  }
   topology.workersPerRegion = options.workersPerRegion;
   auto preset = parsePreset(options.preset);
   if (!preset.ok()) return preset.status();
@@ -208,7 +235,8 @@ StatusOr<Topology> makeTopology(const TopologyOptions& options) {
     auto& slot = given[override->regionA][override->regionB];
     if (slot) {
       return invalidArgument(fmt::format(
-          "--rtt {}: the pair {} is given more than once (give each pair once)", text,
+          "--rtt {}: the pair {} is given more than once (give each pair once)",
+          printableText(text),
           linkKey(topology.regions[override->regionA], topology.regions[override->regionB])));
     }
     slot = override->rtt;

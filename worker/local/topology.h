@@ -32,6 +32,13 @@ namespace geo::local {
 
 using Microseconds = std::chrono::microseconds;
 
+// Most workers a `geotrain local` job may run, all regions together (so also
+// the most regions): each is a process on this machine with its own port,
+// metrics port and connections, and the launcher holds every rank's config
+// (which lists every rank). makeTopology checks it before allocating
+// anything per worker or per region.
+inline constexpr int64_t kMaxLocalWorkers = 256;
+
 enum class Preset { kWorld, kLan };
 
 // "world" | "lan".
@@ -47,10 +54,12 @@ std::optional<Microseconds> presetRtt(Preset preset, std::string_view a, std::st
 std::string presetUplink(Preset preset);
 
 // Region names are lowercase DNS labels (1-63 characters of a-z, 0-9 and
-// '-', starting and ending with a letter or digit), unique, at least one.
+// '-', starting and ending with a letter or digit), unique, at least one and
+// at most kMaxLocalWorkers.
 Status validateRegionNames(const std::vector<std::string>& regions);
 
-// Splits "london,tokyo" (surrounding spaces ignored) and validates the names.
+// Splits "london,tokyo" (surrounding spaces ignored) and validates the names;
+// more than kMaxLocalWorkers names are refused before any is copied.
 StatusOr<std::vector<std::string>> parseRegionList(std::string_view text);
 
 struct RttOverride {
@@ -95,7 +104,8 @@ struct TopologyOptions {
 };
 
 // Builds the topology: region list, preset times, --rtt overrides (a pair
-// given twice is an error), uplink. Every pair of distinct regions needs a
+// given twice is an error), uplink. --workers-per-region is 1 or more, and
+// times the number of regions at most kMaxLocalWorkers. Every pair of distinct regions needs a
 // time: one that the preset does not know and no --rtt gives is an error
 // naming the pair and the --rtt flag that sets it.
 StatusOr<Topology> makeTopology(const TopologyOptions& options);

@@ -20,8 +20,9 @@
 // large), DeadlineExceeded (the peer's bounded queue stayed full for the whole
 // timeout: backpressure) or Cancelled (closed). receive() returns
 // DeadlineExceeded when nothing matched in time, Cancelled when closed.
-// Malformed or unauthorised incoming frames never reach receive(); they are
-// counted (TransportCounters) and logged.
+// Malformed or unauthorised incoming frames and connections never reach
+// receive(); they are counted (TransportCounters) and logged, rate-limited:
+// the first 10 of each kind, then every 1000th.
 
 #include <chrono>
 #include <cstddef>
@@ -91,10 +92,13 @@ struct PeerCounters {
 };
 
 struct TransportCounters {
-  uint64_t refusedKeys = 0;        // CURVE clients whose key is not allowed (ZAP)
-  uint64_t handshakeFailures = 0;  // other failed handshakes (e.g. no CURVE)
-  uint64_t framesRejected = 0;     // malformed / foreign / spoofed frames, broken payloads
-  uint64_t partitionDropped = 0;   // frames dropped by an emulated partition (both ways)
+  uint64_t refusedKeys = 0;  // CURVE clients whose key is not allowed (ZAP)
+  // Other inbound connections that never completed a handshake: no CURVE, a
+  // ZMTP error, closed or timed out half-way, or not ZMTP at all (a port
+  // scanner, an HTTP request).
+  uint64_t handshakeFailures = 0;
+  uint64_t framesRejected = 0;    // malformed / foreign / spoofed frames, broken payloads
+  uint64_t partitionDropped = 0;  // frames dropped by an emulated partition (both ways)
   std::string lastRejectReason;
 };
 

@@ -48,8 +48,23 @@ using std::chrono::milliseconds;
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 constexpr const char* kZapDomain = "geotrain";
 constexpr int kMonitorEvents =
-    ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+    ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
     ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED;
+
+// Warnings about what peers (or strangers) send are rate-limited, so that a
+// hostile or broken client cannot flood the log: the first kLoggedFirst of a
+// kind, then every kLoggedEvery-th, each with its running count.
+constexpr uint64_t kLoggedFirst = 10;
+constexpr uint64_t kLoggedEvery = 1000;
+
+bool logged(uint64_t n) {
+  return n <= kLoggedFirst || n % kLoggedEvery == 0;
+}
+
+// Appended to the last line logged before the rate limit takes over.
+const char* rateLimitNote(uint64_t n) {
+  return n == kLoggedFirst ? " (from now on only every 1000th of these is logged)" : "";
+}
 
 std::array<uint8_t, 32> decodeKey(const std::string& z85) {
   std::array<uint8_t, 32> key{};
@@ -139,6 +154,11 @@ class ZmqTransport final : public Transport {
   void handleZap();
   void handleInbound();
   void handleMonitor(zmq::socket_t& monitor, PeerState* peer);
+  // The ROUTER's connections, from its monitor events (see the definition).
+  void trackRouterConnection(uint16_t event, uint32_t value);
+  void settleRouterConnection(int fd);
+  void countClosedJunk();
+  void countHandshakeFailure(std::string_view what);
   // Sends the released heads of a peer's queue; returns the next release time.
   std::optional<Clock::time_point> flush(uint32_t peer, Clock::time_point now);
   void reject(std::string reason);
@@ -177,6 +197,13 @@ class ZmqTransport final : public Transport {
 
   std::atomic<uint64_t> refusedKeys_{0};
   std::atomic<uint64_t> handshakeFailures_{0};
+
+  // I/O thread only: the ROUTER's accepted connections by file descriptor,
+  // true once it is known to have completed its handshake.
+  std::map<int, bool> routerConnections_;
+  uint64_t unattributedSuccesses_ = 0;  // handshakes that succeeded, connection unknown
+  uint64_t failuresToClose_ = 0;        // failed handshakes whose disconnect is still due
+  uint64_t closedUnknown_ = 0;  // closed in their handshake, perhaps an unattributed success
   std::atomic<uint64_t> framesRejected_{0};
   mutable std::mutex rejectMu_;
   std::string lastRejectReason_;
@@ -524,9 +551,9 @@ void ZmqTransport::setPartitioned(bool cut) {
 
 void ZmqTransport::reject(std::string reason) {
   const uint64_t n = ++framesRejected_;
-  // Log the first few and then every 1000th: a hostile peer must not flood logs.
-  if (n <= 10 || n % 1000 == 0) {
-    logger()->warn("transport rank {}: rejected frame #{}: {}", cfg_.rank, n, reason);
+  if (logged(n)) {
+    logger()->warn("transport rank {}: rejected frame #{}: {}{}", cfg_.rank, n, reason,
+                   rateLimitNote(n));
   }
   std::lock_guard lock(rejectMu_);
   lastRejectReason_ = std::move(reason);
@@ -552,9 +579,12 @@ void ZmqTransport::handleZap() {
     }
   }
   if (status != "200") {
-    ++refusedKeys_;
-    logger()->warn("transport rank {}: refused a connection from {}: {}", cfg_.rank,
-                   req.size() > 3 ? req[3].to_string() : std::string("?"), text);
+    const uint64_t n = ++refusedKeys_;
+    if (logged(n)) {
+      logger()->warn("transport rank {}: refused connection #{} from {}: {}{}", cfg_.rank, n,
+                     req.size() > 3 ? req[3].to_string() : std::string("?"), text,
+                     rateLimitNote(n));
+    }
   }
   std::array<zmq::const_buffer, 6> reply = {
       zmq::str_buffer("1.0"),
@@ -586,6 +616,8 @@ void ZmqTransport::handleInbound() {
                          parts.size() - 1));
       continue;
     }
+    // Whatever it carries, the connection it came in on completed its handshake.
+    settleRouterConnection(zmq_msg_get(parts[1].handle(), ZMQ_SRCFD));
     auto header = decodeFrameHeader(
         std::span<const std::byte>(static_cast<const std::byte*>(parts[1].data()), parts[1].size()),
         parts[2].size(), limits_);
@@ -658,12 +690,97 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
     if (event.more()) (void)monitor.recv(address, zmq::recv_flags::none);
     if (event.size() < 6) continue;
     uint16_t id;
+    uint32_t value;
     std::memcpy(&id, event.data(), sizeof id);
+    std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
     if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) ++peer->handshakes;
-    if (peer == nullptr &&
-        (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)) {
-      ++handshakeFailures_;  // key refusals (FAILED_AUTH) are counted by the ZAP handler
+    if (peer == nullptr) trackRouterConnection(id, value);
+  }
+}
+
+// Counts the ROUTER's connections that never become a peer. ZeroMQ reports a
+// failed handshake for most of them, but not for a client that opens with
+// bytes that are not ZMTP at all (a port scanner, an HTTP request): those
+// only show as accepted, then disconnected. So every accepted connection is
+// followed until it closes, by its file descriptor (the value of the
+// ACCEPTED and DISCONNECTED events); one that closes before it is known to
+// have completed a handshake, without a failure event, is such a junk
+// connection.
+//
+// A success event does not name its connection: it is attributed when only
+// one connection is in its handshake, and otherwise when a message names the
+// connection (ZMQ_SRCFD; every geotrain peer sends pings). Connections that
+// close in their handshake while successes are unattributed may be those
+// successes: they are counted only as far as they outnumber them, so a
+// junk connection is counted once the successes around it are attributed,
+// and a peer that completed its handshake is never counted as junk. A
+// failure event comes before the disconnect of its connection, and that
+// disconnect is not counted again.
+void ZmqTransport::trackRouterConnection(uint16_t event, uint32_t value) {
+  const int fd = static_cast<int>(value);
+  switch (event) {
+    case ZMQ_EVENT_ACCEPTED: routerConnections_[fd] = false; break;
+    case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: {
+      const auto open = std::count_if(routerConnections_.begin(), routerConnections_.end(),
+                                      [](const auto& c) { return !c.second; });
+      if (open == 1) {
+        std::find_if(routerConnections_.begin(), routerConnections_.end(), [](const auto& c) {
+          return !c.second;
+        })->second = true;
+      } else {
+        ++unattributedSuccesses_;
+      }
+      break;
     }
+    case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+      ++failuresToClose_;
+      countHandshakeFailure("the client closed or timed out before its handshake completed");
+      break;
+    case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+      ++failuresToClose_;
+      countHandshakeFailure("ZMTP protocol error (not a CURVE client of this job)");
+      break;
+    case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+      ++failuresToClose_;  // counted and logged by the ZAP handler
+      break;
+    case ZMQ_EVENT_DISCONNECTED: {
+      const auto it = routerConnections_.find(fd);
+      if (it == routerConnections_.end()) break;
+      const bool settled = it->second;
+      routerConnections_.erase(it);
+      if (settled) break;
+      if (failuresToClose_ > 0) {
+        --failuresToClose_;
+      } else {
+        ++closedUnknown_;
+        countClosedJunk();
+      }
+      break;
+    }
+    default: break;
+  }
+}
+
+void ZmqTransport::settleRouterConnection(int fd) {
+  const auto it = routerConnections_.find(fd);
+  if (it == routerConnections_.end() || it->second) return;
+  it->second = true;
+  if (unattributedSuccesses_ > 0) --unattributedSuccesses_;
+  countClosedJunk();
+}
+
+void ZmqTransport::countClosedJunk() {
+  while (closedUnknown_ > unattributedSuccesses_) {
+    --closedUnknown_;
+    countHandshakeFailure("a connection closed without a ZMTP handshake (not a ZeroMQ client)");
+  }
+}
+
+void ZmqTransport::countHandshakeFailure(std::string_view what) {
+  const uint64_t n = ++handshakeFailures_;
+  if (logged(n)) {
+    logger()->warn("transport rank {}: failed handshake #{}: {}{}", cfg_.rank, n, what,
+                   rateLimitNote(n));
   }
 }
 

@@ -358,6 +358,27 @@ TEST_F(LocalProcessTest, ProblemsFoundBeforeStartingSpawnNothing) {
       {{"--uplink", "fast"}, "--uplink fast: not a rate"},
       {{"--out", notEmpty.string()}, "the folder exists and is not empty"},
       {{"--worker-binary", (dir_ / "missing").string()}, "does not exist"},
+      // Bounds, checked before anything is allocated for them.
+      {{"--workers-per-region", "100000"},
+       "--workers-per-region 100000: 4 regions x 100000 workers is not allowed (allowed: at most "
+       "256 workers in all"},
+      {{"--config", "/dev/zero"},
+       "--config: /dev/zero: a worker config of more than 1048576 bytes is not allowed (allowed: "
+       "at most 1048576 bytes, 1 MiB)"},
+      {{"--threads", "100000"},
+       "--threads: training.threads: 100000 is not allowed (allowed: an integer 0..1024)"},
+      {{"--timeout-seconds", "1e308"},
+       "sync.timeoutSeconds: 1e308 is not allowed (allowed: a number of seconds in [0.001, "
+       "1000000])"},
+      {{"--set", "worker.worldSize=9223372036854775807"},
+       "worker.worldSize: 9223372036854775807 is not allowed (allowed: an integer 1..4096)"},
+      // Output files, checked before the run folder is made.
+      {{"--csv", (dir_ / "missing" / "p.csv").string()},
+       "--csv " + (dir_ / "missing" / "p.csv").string() + ": the folder " +
+           (dir_ / "missing").string() + " does not exist"},
+      {{"--prometheus-config", dir_.string()},
+       "--prometheus-config " + dir_.string() + ": is a folder (allowed: a file path)"},
+      {{"--csv", (notEmpty / "file" / "p.csv").string()}, "/file is not a folder"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"--steps", "100"};
@@ -381,6 +402,51 @@ TEST_F(LocalProcessTest, ProblemsFoundBeforeStartingSpawnNothing) {
   EXPECT_TRUE(contains(r.err, "worker 0 (region london, local index 0) failed: could not start"))
       << r.err;
   EXPECT_TRUE(contains(r.err, "No such file or directory")) << r.err;
+}
+
+// An output that cannot be written leaves no run folder behind, whether the
+// check up front finds it or writing it fails later (/dev/full passes every
+// check and fails on the write): the same command with the same --out then
+// runs.
+TEST_F(LocalProcessTest, UnwritableOutputsLeaveNothingBehindAndARerunWorks) {
+  const fs::path folder = dir_ / "run";
+  std::vector<std::string> args = fakeArgs("london,tokyo");
+  std::vector<std::string> bad = args;
+  bad.insert(bad.end(), {"--csv", (dir_ / "no-such-folder" / "p.csv").string()});
+  Result r = run(bad);
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "--csv " + (dir_ / "no-such-folder" / "p.csv").string() +
+                                  ": the folder " + (dir_ / "no-such-folder").string() +
+                                  " does not exist"))
+      << r.err;
+  EXPECT_FALSE(fs::exists(folder));
+  EXPECT_FALSE(fs::exists(pids_));
+
+  if (fs::exists("/dev/full")) {
+    bad = args;
+    bad.insert(bad.end(), {"--prometheus-config", "/dev/full", "--csv", (dir_ / "p.csv").string()});
+    r = run(bad);
+    ASSERT_TRUE(r.finished);
+    EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "cannot write /dev/full")) << r.err;
+    EXPECT_FALSE(fs::exists(folder)) << "the half-written run folder was left behind";
+    EXPECT_FALSE(fs::exists(dir_ / "p.csv")) << "the CSV the run created was left behind";
+    EXPECT_FALSE(fs::exists(pids_));
+
+    // --out that existed (empty) stays, empty.
+    fs::create_directory(folder);
+    r = run(bad);
+    EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+    ASSERT_TRUE(fs::is_directory(folder));
+    EXPECT_TRUE(fs::is_empty(folder));
+  }
+
+  r = run(args);
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  EXPECT_TRUE(fs::exists(folder / "summary.json"));
+  expectNoWorkerLeft();
 }
 
 TEST_F(LocalProcessTest, PlotWithoutGnuplotFailsBeforeSpawning) {

@@ -181,6 +181,36 @@ TEST(LocalTopology, UplinkAndPresetFlags) {
   EXPECT_NE(errorOf(o).find("--workers-per-region 0"), std::string::npos);
 }
 
+// Worker and region counts are bounded before anything is sized by them.
+TEST(LocalTopology, WorkerAndRegionCountsAreBounded) {
+  TopologyOptions o;  // four regions
+  o.workersPerRegion = 100000;
+  EXPECT_EQ(errorOf(o),
+            "--workers-per-region 100000: 4 regions x 100000 workers is not allowed (allowed: at "
+            "most 256 workers in all, each a process on this machine: 1..64 per region with 4 "
+            "regions)");
+  o.workersPerRegion = INT64_MAX;
+  EXPECT_NE(errorOf(o).find("4 regions x 9223372036854775807 workers is not allowed"),
+            std::string::npos);
+  o.workersPerRegion = 64;
+  auto t = makeTopology(o);
+  ASSERT_TRUE(t.ok()) << t.status().toString();
+  EXPECT_EQ(t->worldSize(), kMaxLocalWorkers);
+  o.workersPerRegion = 65;
+  EXPECT_NE(errorOf(o).find("--workers-per-region 65:"), std::string::npos);
+
+  std::string names;
+  for (int i = 0; i < 300; ++i) names += (i ? ",r" : "r") + std::to_string(i);
+  o = options(names);
+  o.preset = "lan";
+  EXPECT_EQ(errorOf(o),
+            "--regions: 300 regions is not allowed (allowed: 1 to 256, as geotrain local runs at "
+            "most 256 workers)");
+  // A huge list is refused before its names are copied or checked.
+  o = options(std::string(10000000, ','));
+  EXPECT_NE(errorOf(o).find("--regions: 10000001 regions is not allowed"), std::string::npos);
+}
+
 TEST(LocalTopology, RanksAreAssignedRegionByRegion) {
   TopologyOptions o = options("london,tokyo,oregon");
   o.workersPerRegion = 3;

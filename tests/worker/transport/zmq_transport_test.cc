@@ -3,14 +3,21 @@
 // restart_test.cc; the wire-privacy relay in wire_privacy_test.cc.)
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 #include <zmq.hpp>
 
+#include "common/logging.h"
 #include "tests/worker/transport/transport_fixture.h"
 #include "worker/transport/frame.h"
 #include "worker/transport/zmq_transport.h"
@@ -410,6 +417,177 @@ TEST(TransportSecurity, ChunksWrittenByHandArriveAsOnePayload) {
   EXPECT_NE((*t)->counters().lastRejectReason.find("next offset 100"), std::string::npos)
       << (*t)->counters().lastRejectReason;
   EXPECT_FALSE((*t)->receive(MessageKind::kUpdate, 10, 1, 100ms).ok());
+}
+
+// ---- Hostile clients: counted, and logged rate-limited ----
+
+// Collects what the "geo" logger writes while it exists.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
+    logger()->sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+
+  // Lines that contain `needle`.
+  std::vector<std::string> lines(const std::string& needle) {
+    sink_->flush();
+    std::vector<std::string> out;
+    std::istringstream in(text_.str());
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(needle) != std::string::npos) out.push_back(line);
+    }
+    return out;
+  }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+int portOf(const std::string& endpoint) {
+  return std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+}
+
+// A plain TCP client: connects to 127.0.0.1:port, writes `bytes` (maybe
+// none), then either closes at once or holds the connection until close().
+class TcpClient {
+ public:
+  explicit TcpClient(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~TcpClient() { close(); }
+  TcpClient(const TcpClient&) = delete;
+  TcpClient& operator=(const TcpClient&) = delete;
+
+  bool connected() const { return connected_; }
+  void write(const std::string& bytes) {
+    if (bytes.empty()) return;
+    ASSERT_EQ(::write(fd_, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+// Whatever a stranger sends that is not a ZMTP handshake with CURVE -- an
+// HTTP request, nothing, random bytes, a ZMTP greeting gone wrong -- is one
+// handshake failure per connection: in the counters (and so in
+// geotrain_transport_refused_total{reason="handshake"}) and, rate-limited,
+// in the log. A peer that completed its handshake is never counted, not
+// even when it goes away.
+TEST(TransportSecurity, JunkConnectionsAreCountedAndLoggedRateLimited) {
+  LogCapture log;
+  World w(2);
+  auto ts = startWorld(w);
+  ASSERT_EQ(ts.size(), 2u);
+  ASSERT_TRUE(ts[1]->send(0, MessageKind::kUpdate, {1, 0}, Payload(pattern(8, 1)), 5s).ok());
+  ASSERT_TRUE(ts[0]->receive(MessageKind::kUpdate, 1, 1, 5s).ok());
+  EXPECT_EQ(ts[0]->counters().handshakeFailures, 0u);
+
+  std::string garbage(64, '\0');
+  for (size_t i = 0; i < garbage.size(); ++i) garbage[i] = static_cast<char>(i * 37 + 11);
+  std::string badGreeting("\xff\0\0\0\0\0\0\0\x01\x7f\x03\x00NULL", 16);
+  badGreeting += std::string(48, '\x5a');
+  const std::vector<std::string> junk = {"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "", garbage,
+                                         badGreeting};
+  const int port = portOf(w.endpoints[0]);
+  constexpr uint64_t kConnections = 24;
+  for (uint64_t i = 0; i < kConnections; ++i) {
+    TcpClient client(port);
+    ASSERT_TRUE(client.connected());
+    client.write(junk[i % junk.size()]);
+    std::this_thread::sleep_for(20ms);  // the server reads before the client closes
+  }
+  EXPECT_TRUE(eventually([&] { return ts[0]->counters().handshakeFailures >= kConnections; }))
+      << ts[0]->counters().handshakeFailures;
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(ts[0]->counters().handshakeFailures, kConnections) << "each counted exactly once";
+  EXPECT_EQ(ts[0]->counters().refusedKeys, 0u);
+
+  // The peer that completed its handshake goes away: not a failure.
+  ts[1].reset();
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(ts[0]->counters().handshakeFailures, kConnections);
+
+  const auto lines = log.lines("transport rank 0: failed handshake #");
+  ASSERT_EQ(lines.size(), 10u) << "the first 10 are logged, then every 1000th";
+  EXPECT_NE(lines.back().find("failed handshake #10:"), std::string::npos) << lines.back();
+  EXPECT_NE(lines.back().find("from now on only every 1000th"), std::string::npos) << lines.back();
+}
+
+// A junk connection that is open while a peer completes its handshake (so
+// that ZeroMQ's success event could be either's) is still counted once it
+// closes, and the peer is not.
+TEST(TransportSecurity, JunkDuringAPeersHandshakeIsCountedOnce) {
+  World w(2);
+  auto t0 = makeZmqTransport(w.config(0));
+  ASSERT_TRUE(t0.ok());
+  TcpClient stranger(portOf(w.endpoints[0]));
+  ASSERT_TRUE(stranger.connected());
+  std::this_thread::sleep_for(100ms);
+  auto t1 = makeZmqTransport(w.config(1));
+  ASSERT_TRUE(t1.ok());
+  ASSERT_TRUE((*t1)->send(0, MessageKind::kUpdate, {1, 0}, Payload(pattern(8, 1)), 5s).ok());
+  ASSERT_TRUE((*t0)->receive(MessageKind::kUpdate, 1, 1, 5s).ok());
+  stranger.write("GET / HTTP/1.1\r\n\r\n");
+  std::this_thread::sleep_for(50ms);
+  stranger.close();
+  EXPECT_TRUE(eventually([&] { return (*t0)->counters().handshakeFailures >= 1; }));
+  t1->reset();
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ((*t0)->counters().handshakeFailures, 1u);
+}
+
+// 301 CURVE clients with a key that is not the job's: every one is refused
+// and counted, and only the first 10 are logged.
+TEST(TransportSecurity, RefusedKeysAreLoggedRateLimited) {
+  LogCapture log;
+  World w(1);
+  auto t = makeZmqTransport(w.config(0));
+  ASSERT_TRUE(t.ok());
+  zmq::context_t ctx;
+  const CurveKeyPair intruder = generateKeyPair();
+  constexpr uint64_t kClients = 301;
+  constexpr uint64_t kBatch = 50;
+  for (uint64_t done = 0; done < kClients;) {
+    const uint64_t n = std::min(kBatch, kClients - done);
+    std::vector<zmq::socket_t> clients;
+    for (uint64_t i = 0; i < n; ++i) {
+      clients.emplace_back(ctx, zmq::socket_type::dealer);
+      zmq::socket_t& c = clients.back();
+      c.set(zmq::sockopt::linger, 0);
+      c.set(zmq::sockopt::reconnect_ivl, -1);  // one attempt each
+      c.set(zmq::sockopt::curve_serverkey, w.keys[0].publicKey);
+      c.set(zmq::sockopt::curve_publickey, intruder.publicKey);
+      c.set(zmq::sockopt::curve_secretkey, intruder.secretKey);
+      c.connect(w.endpoints[0]);
+    }
+    done += n;
+    ASSERT_TRUE(eventually([&] { return (*t)->counters().refusedKeys >= done; }, 10s))
+        << (*t)->counters().refusedKeys << " of " << done;
+  }
+  EXPECT_GE((*t)->counters().refusedKeys, kClients);
+  EXPECT_EQ((*t)->counters().handshakeFailures, 0u) << "a refusal is not counted twice";
+  const auto lines = log.lines("transport rank 0: refused connection #");
+  ASSERT_EQ(lines.size(), 10u);
+  EXPECT_NE(lines.front().find("public key not allowed for this job"), std::string::npos)
+      << lines.front();
+  EXPECT_NE(lines.back().find("from now on only every 1000th"), std::string::npos) << lines.back();
 }
 
 // Link emulation: 50 ms one way in each direction is a 100 ms round trip,
