@@ -667,7 +667,8 @@ int main(int argc, char** argv) {
   for (const auto& kv : sets) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos) {
-      std::cerr << "geotrain-worker: --set expects key=value, got '" << kv << "'\n";
+      std::cerr << "geotrain-worker: --set expects key=value, got '" << geo::printableText(kv)
+                << "'\n";
       return kExitUsage;
     }
     if (auto s = geo::applyOverride(config, kv.substr(0, eq), kv.substr(eq + 1)); !s.ok()) {
