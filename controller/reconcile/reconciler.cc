@@ -305,6 +305,20 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   obs.generation = generation;
   obs.now = now_();
 
+  // 2b. Finished: terminal (reconciler.h). Nothing in the regions is read or
+  // applied, so nothing deleted there is ever recreated; the status stays
+  // (an observation of no regions keeps it, status.h).
+  if (isFinished(previous)) {
+    const api::TrainingJobStatus status = aggregateStatus(previous, obs);
+    if (Status s = writeStatus(object, previous, status); !s.ok()) {
+      logger()->info("trainingjob {}/{}: {} (retrying)", ns, name, s.message());
+      result.retry = true;
+    }
+    forgetFullApply(ns + "/" + name);
+    result.state = status.state;
+    return result;
+  }
+
   api::ParsedSpec parsed = api::parseSpec(object);
   if (parsed.errors.empty()) {
     if (Status s = checkNames(job, parsed.spec); !s.ok()) {

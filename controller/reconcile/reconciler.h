@@ -12,6 +12,12 @@
 //      geotrain.io/cleanup. A region that cannot be reached keeps the
 //      finalizer (RegionDegraded) and the pass asks to be retried.
 //   2. add the finalizer (ownerReferences cannot cross clusters).
+//   2b. a finished job (status.h: Succeeded or Failed recorded) is left as
+//      it is: its regions are neither read nor written again, so a region's
+//      Job that is deleted afterwards (ttlSecondsAfterFinished, by hand) is
+//      never recreated and the workers never run again; only
+//      observedGeneration follows spec edits. Deletion (1.) still cleans up
+//      every region.
 //   3. validate the spec (api::parseSpec, render::checkNames): errors go to
 //      the condition Created=False/InvalidSpec and a Warning Event; nothing
 //      is written to the regions.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace geo::reconcile {
 
 namespace {
@@ -47,9 +49,14 @@ bool finishing(const json& job) {
   return false;
 }
 
-}  // namespace
+bool conditionTrue(const api::TrainingJobStatus& s, std::string_view type) {
+  const api::Condition* c = api::findCondition(s.conditions, type);
+  return c != nullptr && c->status == "True";
+}
 
-api::TrainingJobStatus aggregateStatus(const api::TrainingJobStatus& previous,
+// The status as the observation alone says, for a job that has not
+// finished (aggregateStatus applies the rule for finished ones).
+api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
                                        const Observation& o) {
   api::TrainingJobStatus s = previous;
   s.observedGeneration = o.generation;
@@ -195,6 +202,34 @@ api::TrainingJobStatus aggregateStatus(const api::TrainingJobStatus& previous,
   } else {
     s.state = "Pending";
   }
+  return s;
+}
+
+}  // namespace
+
+bool isFinished(const api::TrainingJobStatus& status) {
+  return conditionTrue(status, api::kConditionSucceeded) ||
+         conditionTrue(status, api::kConditionFailed);
+}
+
+api::TrainingJobStatus aggregateStatus(const api::TrainingJobStatus& previous,
+                                       const Observation& o) {
+  if (!isFinished(previous)) return fromObservation(previous, o);
+  // Finished (status.h): the observation may only add detail to the same
+  // outcome, seen in every region's Job (a FailureTarget's message replaced
+  // by the Failed one, the last counts). A Job that is gone (the TTL
+  // controller, a user), unreachable, recreated or changed says nothing
+  // about a job that is over.
+  const bool everyJobSeen =
+      !o.regions.empty() && o.specErrors.empty() &&
+      std::all_of(o.regions.begin(), o.regions.end(),
+                  [](const RegionObservation& r) { return r.reachable && !r.job.is_null(); });
+  if (everyJobSeen) {
+    api::TrainingJobStatus fresh = fromObservation(previous, o);
+    if (isFinished(fresh) && fresh.state == previous.state) return fresh;
+  }
+  api::TrainingJobStatus s = previous;
+  s.observedGeneration = o.generation;
   return s;
 }
 

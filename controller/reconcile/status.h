@@ -54,6 +54,17 @@
 // starts, so it is never reported degraded.
 // startTime: first time any worker was active; completionTime: when
 // Succeeded became True. Both are kept once set.
+//
+// Finished jobs: Succeeded=True and Failed=True are terminal. Once either is
+// in `previous`, the status is never recomputed from Jobs that are missing,
+// unreachable, recreated or changed: the TTL controller deletes a finished
+// Job after ttlSecondsAfterFinished, and a job that is over must not go back
+// to Pending (nor look like it should run again). An observation may only
+// add detail to the same outcome while every region's Job is still there
+// (the Failed message replacing FailureTarget's, the last counts); anything
+// else, an invalid spec or an observation of no regions included (the
+// reconciler does not look at a finished job's regions, reconciler.h),
+// keeps the previous status, with only observedGeneration advanced.
 
 #include <nlohmann/json.hpp>
 
@@ -85,6 +96,9 @@ struct Observation {
   std::optional<api::Progress> progress;  // scraped from rank 0, when reachable
   std::string now;                        // RFC 3339
 };
+
+// Whether the status records a finished job (Succeeded or Failed True).
+bool isFinished(const api::TrainingJobStatus& status);
 
 api::TrainingJobStatus aggregateStatus(const api::TrainingJobStatus& previous,
                                        const Observation& observed);

@@ -296,6 +296,61 @@ TEST_F(ReconcilerTest, CreatesEveryRegionRunsSucceedsAndCleansUp) {
   EXPECT_TRUE(get(*memberClient_, res::kSecrets, "world-tokyo-keys").is_null());
 }
 
+// A finished job never runs again (reconciler.h): the TTL controller
+// deleting a region's Job after ttlSecondsAfterFinished does not make the
+// controller recreate it, the status stays Succeeded, and deleting the
+// TrainingJob still cleans up every region.
+TEST_F(ReconcilerTest, AFinishedJobWhoseJobIsDeletedIsNotRecreated) {
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
+  pass();
+  ASSERT_FALSE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
+  const json complete = {{"succeeded", 2},
+                         {"conditions", {{{"type", "Complete"}, {"status", "True"}}}}};
+  setJobStatus(*hub_, "world-london", complete);
+  setJobStatus(*member_, "world-tokyo", complete);
+  pass();
+  const json done = trainingJob();
+  ASSERT_EQ(done["status"]["state"], "Succeeded") << done["status"].dump();
+  const std::string completionTime = done["status"]["completionTime"];
+
+  // The TTL controller deletes tokyo's Job.
+  ASSERT_TRUE(memberClient_->remove(res::kJobs, "ml", "world-tokyo").ok());
+  ASSERT_TRUE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
+  for (int i = 0; i < 3; ++i) {
+    const ReconcileResult r = pass();
+    EXPECT_EQ(r.state, "Succeeded");
+    EXPECT_FALSE(r.retry);
+    EXPECT_FALSE(r.requeueAfter.has_value());
+  }
+  EXPECT_TRUE(get(*memberClient_, res::kJobs, "world-tokyo").is_null()) << "recreated";
+  json tj = trainingJob();
+  EXPECT_EQ(tj["status"]["state"], "Succeeded") << tj["status"].dump();
+  EXPECT_EQ(condition(tj, "Succeeded"), "True");
+  EXPECT_EQ(tj["status"]["regionsReady"], "2/2");
+  EXPECT_EQ(tj["status"]["completionTime"], completionTime);
+  EXPECT_EQ(tj["metadata"]["resourceVersion"], done["metadata"]["resourceVersion"])
+      << "a finished job's status was written again";
+
+  // A spec edit does not bring it back either.
+  tj["spec"]["training"] = {{"lr", 0.2}, {"steps", 3000}};
+  ASSERT_TRUE(hubClient_->update(kTrainingJobs, "ml", tj).ok());
+  pass();
+  tj = trainingJob();
+  EXPECT_EQ(tj["status"]["state"], "Succeeded");
+  EXPECT_EQ(tj["status"]["observedGeneration"], tj["metadata"]["generation"]);
+  EXPECT_TRUE(get(*memberClient_, res::kJobs, "world-tokyo").is_null()) << "recreated";
+
+  // Deletion still cleans up every region, and releases the finalizer.
+  ASSERT_TRUE(hubClient_->remove(kTrainingJobs, "ml", "world").ok());
+  pass();
+  EXPECT_TRUE(trainingJob().is_null());
+  EXPECT_TRUE(get(*hubClient_, res::kJobs, "world-london").is_null());
+  EXPECT_TRUE(get(*hubClient_, res::kConfigMaps, "world-london-config").is_null());
+  EXPECT_TRUE(get(*memberClient_, res::kConfigMaps, "world-tokyo-config").is_null());
+  EXPECT_TRUE(get(*memberClient_, res::kSecrets, "world-tokyo-keys").is_null());
+  EXPECT_TRUE(get(*memberClient_, res::kServices, "world-tokyo-gateway").is_null());
+}
+
 // Progress comes from rank 0's /metrics, served by the worker's own
 // exporter (geo::metrics::WorkerMetrics) on loopback and read through the
 // region cluster's API server (pods proxy), as the hub reaches a member's pod.

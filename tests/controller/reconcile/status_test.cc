@@ -250,6 +250,59 @@ TEST(Status, WorkersThatFinishOrAJobThatEndsAreNoDegradation) {
   EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
 }
 
+// Finished is terminal (status.h): the TTL controller deleting a region's
+// Job, or that Job recreated and starting again, never brings a job back.
+TEST(Status, SucceededStaysSucceededWhenARegionsJobIsGone) {
+  const json complete = {{{"type", "Complete"}, {"status", "True"}}};
+  const auto done =
+      aggregateStatus({}, twoRegions(job(0, 0, 2, 0, complete), job(0, 0, 2, 0, complete), "t1"));
+  ASSERT_EQ(done.state, "Succeeded");
+  ASSERT_EQ(done.completionTime, "t1");
+
+  auto s = aggregateStatus(done, twoRegions(job(0, 0, 2, 0, complete), json(), "t2"));
+  EXPECT_EQ(s, done);
+  EXPECT_EQ(s.state, "Succeeded");
+  EXPECT_EQ(condition(s, "Succeeded").status, "True");
+  EXPECT_EQ(s.regionsReady, "2/2");
+  EXPECT_EQ(s.completionTime, "t1");
+
+  // Recreated and running again: still the finished job's status.
+  s = aggregateStatus(done, twoRegions(job(0, 0, 2, 0, complete), job(2, 0, 0, 0), "t3"));
+  EXPECT_EQ(s, done);
+  // Neither Jobs, nor a region reached, nor an invalid spec change it;
+  // observedGeneration follows the spec.
+  Observation none;
+  none.generation = 4;
+  none.now = "t4";
+  s = aggregateStatus(done, none);
+  EXPECT_EQ(s.state, "Succeeded");
+  EXPECT_EQ(s.observedGeneration, 4);
+  EXPECT_EQ(s.conditions, done.conditions);
+  none.specErrors = {{api::FieldError::Type::kInvalid, "spec.sync.bits", "3 is not allowed"}};
+  EXPECT_EQ(aggregateStatus(done, none).state, "Succeeded");
+}
+
+TEST(Status, FailedStaysFailedWhenARegionsJobIsGone) {
+  const json failed = {{{"type", "Failed"},
+                        {"status", "True"},
+                        {"reason", "BackoffLimitExceeded"},
+                        {"message", "Job has reached the specified backoff limit"}}};
+  const auto done = aggregateStatus({}, twoRegions(job(2, 2, 0, 0), job(0, 0, 0, 2, failed), "t1"));
+  ASSERT_EQ(done.state, "Failed");
+
+  for (const Observation& o :
+       {twoRegions(job(2, 2, 0, 0), json(), "t2"), twoRegions(json(), json(), "t3"),
+        twoRegions(job(2, 2, 0, 0), job(2, 0, 0, 0), "t4")}) {
+    const auto s = aggregateStatus(done, o);
+    EXPECT_EQ(s, done);
+    EXPECT_EQ(s.state, "Failed");
+    EXPECT_EQ(condition(s, "Failed").status, "True");
+    EXPECT_EQ(condition(s, "Failed").message,
+              "region tokyo: BackoffLimitExceeded: Job has reached the specified backoff limit");
+    EXPECT_EQ(condition(s, "Running").reason, "Finished");
+  }
+}
+
 TEST(Status, SuspendedAndProgress) {
   Observation o = twoRegions(job(0, 0, 0, 0), job(0, 0, 0, 0), "t1");
   o.suspended = true;
