@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -160,10 +161,14 @@ class StatsRecorder {
 // training thread is slow, so it is waited for (up to the round time-out).
 //
 // Join protocol (kControl messages; every worker runs it once at start):
-//   joiner -> all peers   kJoinQueryRound  header.step = its own step
+//   joiner -> all peers   kJoinQueryRound  header.step = its own step;
+//                                          payload: its incarnation (random u64)
 //   peer -> joiner        kJoinOfferRound  header.step = the peer's step;
 //                                          payload: 1 byte, bit 0 finished,
-//                                          bit 1 itself still joining
+//                                          bit 1 itself still joining, bit 2
+//                                          it saw this joiner (incarnation)
+//                                          joining while it joined; then the
+//                                          peer's incarnation (u64)
 //   joiner -> one peer    kJoinFetchRound  (the nearest by RTT among those
 //                                          within a round of the furthest)
 //   peer -> joiner        kJoinStateRound  header.step; payload: the fp32 model,
@@ -175,8 +180,9 @@ class StatsRecorder {
 // names the first round it contributes to (or until it is served our state,
 // which fixes that round). A query from our own round (a common start) keeps
 // the sender expected.
-// The joiner adopts the state only when some peer is ahead of it and none is
-// itself still joining (then it is a common start); when no peer answers
+// The joiner adopts the state only when some peer is ahead of it, none is
+// itself still joining, and none saw it joining while joining itself (then
+// it is a common start, and the first ones may have taken a few steps); when no peer answers
 // within the start-up grace it keeps its own (a whole-job restart from
 // checkpoints, or a single survivor).
 //
@@ -260,6 +266,10 @@ class Membership {
   std::string name_;  // "dts", "hierarchical sync": log prefix
   int64_t stepsPerRound_;
   bool inJoin_ = false;  // in join(): offers say so
+  // This process's identity in the join protocol (random), and the peers
+  // (rank, their identity) that were joining while we joined: a common start.
+  uint64_t incarnation_;
+  std::set<std::pair<uint32_t, uint64_t>> coStarters_;
   std::vector<uint32_t> heardAgain_;
   // Guards what addTo() reads; the synchronizer's thread writes under it
   // and reads without it.

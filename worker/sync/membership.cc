@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <thread>
 
 #include "common/enforce.h"
@@ -41,7 +42,9 @@ Membership::Membership(transport::Transport* transport, const Topology& topology
       lives_(peers_.size()),
       options_(options),
       name_(std::move(name)),
-      stepsPerRound_(std::max<int64_t>(1, stepsPerRound)) {}
+      stepsPerRound_(std::max<int64_t>(1, stepsPerRound)),
+      incarnation_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
+                   static_cast<uint64_t>(Clock::now().time_since_epoch().count())) {}
 
 const Membership::PeerLife* Membership::find(uint32_t peer) const {
   const auto it = std::find(peers_.begin(), peers_.end(), peer);
@@ -169,8 +172,15 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       l.joining = itsRound < std::max<int64_t>(step, 0) / stepsPerRound_;
       l.absent = false;
       out.queried.push_back(p);
-      auto offer = std::make_shared<std::vector<std::byte>>(
-          1, std::byte{static_cast<unsigned char>((finished ? 1 : 0) | (inJoin_ ? 2 : 0))});
+      uint64_t itsIncarnation = 0;
+      if (q->payload.size() == sizeof itsIncarnation) {
+        std::memcpy(&itsIncarnation, q->payload.data(), sizeof itsIncarnation);
+      }
+      const bool coStarter = coStarters_.contains({p, itsIncarnation});
+      auto offer = std::make_shared<std::vector<std::byte>>(1 + sizeof incarnation_);
+      (*offer)[0] = std::byte{
+          static_cast<unsigned char>((finished ? 1 : 0) | (inJoin_ ? 2 : 0) | (coStarter ? 4 : 0))};
+      std::memcpy(offer->data() + 1, &incarnation_, sizeof incarnation_);
       GEO_RETURN_IF_ERROR(
           sendControl(p, kJoinOfferRound, step, std::move(offer), CodecId::kRaw, 0));
       if (q->header.step > 0 || step > 0) {
@@ -236,13 +246,16 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
   } leave{inJoin_};
   const auto t0 = Clock::now();
   for (uint32_t p : peers_) {
-    GEO_RETURN_IF_ERROR(sendControl(p, kJoinQueryRound, ownStep,
-                                    std::make_shared<std::vector<std::byte>>(), CodecId::kRaw, 0));
+    auto query = std::make_shared<std::vector<std::byte>>(sizeof incarnation_);
+    std::memcpy(query->data(), &incarnation_, sizeof incarnation_);
+    GEO_RETURN_IF_ERROR(
+        sendControl(p, kJoinQueryRound, ownStep, std::move(query), CodecId::kRaw, 0));
   }
   struct Offer {
     int64_t step = 0;
     bool finished = false;
-    bool joining = false;  // the peer is itself still in this phase
+    bool joining = false;    // the peer is itself still in this phase
+    bool coStarter = false;  // the peer saw us joining while it joined
   };
   std::vector<std::optional<Offer>> offers(peers_.size());
   const auto deadline = t0 + std::min<std::chrono::milliseconds>(
@@ -255,8 +268,17 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
       auto m = transport_->receive(MessageKind::kControl, kJoinOfferRound, peers_[i],
                                    std::chrono::milliseconds(0));
       if (!m.ok()) continue;
-      const auto flags = m->payload.size() == 1 ? static_cast<unsigned>(m->payload.data()[0]) : 0u;
-      offers[i] = Offer{static_cast<int64_t>(m->header.step), (flags & 1) != 0, (flags & 2) != 0};
+      const auto flags = m->payload.size() >= 1 ? static_cast<unsigned>(m->payload.data()[0]) : 0u;
+      offers[i] = Offer{static_cast<int64_t>(m->header.step), (flags & 1) != 0, (flags & 2) != 0,
+                        (flags & 4) != 0};
+      // A peer still joining as we join started with us: should it ask us
+      // later (it heard from us after it had finished joining), we tell it
+      // so, and it does not mistake the steps we took since for a restart.
+      if (offers[i]->joining && m->payload.size() == 1 + sizeof(uint64_t)) {
+        uint64_t itsIncarnation = 0;
+        std::memcpy(&itsIncarnation, m->payload.data() + 1, sizeof itsIncarnation);
+        coStarters_.insert({peers_[i], itsIncarnation});
+      }
     }
     // Done when every peer answered or is known to be away (heard before and
     // silent now); at the latest after the start-up grace.
@@ -274,7 +296,7 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
   for (const auto& o : offers) {
     if (!o) continue;
     ++answered;
-    commonStart = commonStart || o->joining;
+    commonStart = commonStart || o->joining || o->coStarter;
     if (o->finished) {
       ++finished;
       continue;
