@@ -137,7 +137,7 @@ struct WorkerConfig {
     std::string algorithm = "none";  // none|allreduce|dts|swarm
     int64_t period = 8;              // DTS period K in steps, >= 1
     // DTS delay D in steps (>= 0). nullopt means `auto`: the worker derives
-    // the smallest D that hides the measured link (ARCHITECTURE.md §3).
+    // the smallest D that hides the measured link (docs/architecture.md §3).
     std::optional<int64_t> delay = 0;
     int64_t swarmH = 4;                 // SwarmSGD local steps between exchanges, >= 1
     std::string codec = "qsgd";         // identity|fp16|bf16|qsgd (WAN updates)

@@ -84,7 +84,7 @@ geo::StatusOr<kube::ClusterConfig> hubConfig(const Flags& f) {
       "no cluster to talk to: not in a pod, and neither --kubeconfig nor $KUBECONFIG is set");
 }
 
-// ARCHITECTURE.md section 7, controller side.
+// docs/architecture.md section 7, controller side.
 struct ControllerMetrics {
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   prometheus::Family<prometheus::Counter>& reconciles =

@@ -1,6 +1,6 @@
 #pragma once
 // QSGD stochastic quantization (Alistarh et al., NeurIPS 2017) on raw fp32
-// buffers, CPU implementation. ARCHITECTURE section 3 is the contract; this
+// buffers, CPU implementation. docs/architecture.md section 3 is the contract; this
 // header pins down the exact arithmetic and the wire layout.
 //
 // Encoding of n values with b bits and bucket size d:

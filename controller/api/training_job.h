@@ -1,6 +1,6 @@
 #pragma once
 // TrainingJob (geotrain.io/v1alpha1, short name tj): the custom resource the
-// controller reconciles (ARCHITECTURE.md section 5).
+// controller reconciles (docs/architecture.md section 5).
 //
 // The spec is the worker.yaml schema of common/worker_config.h plus what only
 // a cluster needs:

@@ -1,6 +1,6 @@
 #pragma once
 // Training progress for TrainingJob status.progress, read from rank 0's
-// Prometheus endpoint (ARCHITECTURE.md section 7: geotrain_train_step,
+// Prometheus endpoint (docs/architecture.md section 7: geotrain_train_step,
 // geotrain_train_loss, geotrain_eval_accuracy).
 //
 // The hub controller usually cannot reach a member cluster's pod network, so

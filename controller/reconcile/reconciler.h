@@ -1,5 +1,5 @@
 #pragma once
-// Reconciler: one level-based pass over one TrainingJob (ARCHITECTURE.md
+// Reconciler: one level-based pass over one TrainingJob (docs/architecture.md
 // section 6). It reads the object from the hub, then the state of every
 // region's cluster, and writes only what differs from render.h's desired
 // objects (server-side apply, field manager geotrain-controller, force) and

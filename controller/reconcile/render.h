@@ -1,5 +1,5 @@
 #pragma once
-// The objects a TrainingJob needs in each region's cluster (ARCHITECTURE.md
+// The objects a TrainingJob needs in each region's cluster (docs/architecture.md
 // section 6), as pure functions of the job, its keys and the gateway
 // endpoints known so far: the reconciler applies what these return with
 // server-side apply, so rendering the same inputs twice gives the same

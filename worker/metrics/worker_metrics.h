@@ -1,5 +1,5 @@
 #pragma once
-// WorkerMetrics: one worker's Prometheus endpoint (ARCHITECTURE.md section 7).
+// WorkerMetrics: one worker's Prometheus endpoint (docs/architecture.md section 7).
 //
 // A WorkerMetrics owns a prometheus::Registry and an HTTP exposer serving it
 // at http://<listen>/metrics. The training loop pushes numbers into it; the

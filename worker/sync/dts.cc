@@ -1,4 +1,4 @@
-// DTS: delayed and temporally sparse updates (ARCHITECTURE.md section 3).
+// DTS: delayed and temporally sparse updates (docs/architecture.md section 3).
 //
 // Round r covers steps rK+1 .. (r+1)K. At its end the worker sends
 // q_i(r) = Q(acc_i + e_i), where acc_i is its own optimizer progress over the

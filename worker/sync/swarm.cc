@@ -1,4 +1,4 @@
-// SwarmSGD: decentralized, non-blocking pairwise averaging (ARCHITECTURE.md
+// SwarmSGD: decentralized, non-blocking pairwise averaging (docs/architecture.md
 // section 3).
 //
 // Every H steps a worker picks a peer uniformly at random among those it has

@@ -1,6 +1,6 @@
 #pragma once
 // Synchronizer: how the workers of one job combine their training -- the
-// rules of ARCHITECTURE.md section 3, plugged into the trainer as a StepHook.
+// rules of docs/architecture.md section 3, plugged into the trainer as a StepHook.
 //
 //   allreduce  synchronous data-parallel SGD: every step, all-gather each
 //              worker's encoded gradient and average it (the baseline);

@@ -11,7 +11,7 @@ qsgd-4 over an emulated 40 ms WAN, the built-in mlp on Fashion-MNIST):
 2. the scrape config written by --prometheus-config lists every worker's port;
 3. while training, the compression ratio a dashboard computes,
    rate(payload_bytes_total) / rate(bytes_sent_total{link="wan"}), is within 5%
-   of the ratio the codec's wire format gives for this model (ARCHITECTURE 3:
+   of the ratio the codec's wire format gives for this model (docs/architecture.md section 3:
    4 bytes per bucket + b bits per value; tensors under 10000 values as fp32;
    a 64-byte frame header per update);
 4. after training (metrics.lingerSeconds keeps the endpoint up), the counters

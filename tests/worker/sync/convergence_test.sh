@@ -9,7 +9,7 @@
 #   dts K = 4, D = 2, qsgd 4-bit         over an emulated 200 ms RTT
 #   swarm H = 4, qsgd 4-bit              over an emulated 200 ms RTT
 # Each must end within 1 point of allreduce's test accuracy (the final,
-# averaged model), and above 85% (ARCHITECTURE.md section 3's reference
+# averaged model), and above 85% (docs/architecture.md section 3's reference
 # simulation of the same rules reaches 87.5-87.7% for all three).
 # Usage: convergence_test.sh GEOTRAIN
 set -uo pipefail

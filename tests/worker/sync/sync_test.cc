@@ -1,6 +1,6 @@
 // Synchronizers over real ZeroMQ transports (CURVE, loopback) with real
 // LibTorch training, one thread per worker: the exact-equality properties
-// of ARCHITECTURE.md section 3, checked after every step, and the behaviour
+// of docs/architecture.md section 3, checked after every step, and the behaviour
 // with a dead peer. The multi-process convergence runs are in
 // sync_convergence_test.sh.
 
