@@ -214,7 +214,6 @@ class Membership {
 
   struct Served {
     std::vector<uint32_t> queried;     // peers that (re)started: their old state is void
-    std::vector<uint32_t> joined;      // peers that announced their first round
     std::vector<uint32_t> heardAgain;  // suspected peers heard again since the last call
   };
 
@@ -227,7 +226,6 @@ class Membership {
     int64_t step = 0;          // the step to continue from
     bool transferred = false;  // the model in `values` came from a peer
     bool jobFinished = false;  // every peer that answered had finished
-    uint32_t from = 0;         // who served it, when transferred
   };
   // The joiner's side, before the first step: query, wait for offers (all
   // peers, or the grace), fetch from the nearest peer ahead, write the model

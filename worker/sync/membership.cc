@@ -226,7 +226,6 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       l.joining = false;
       l.absent = false;
       l.expectFrom = round;
-      out.joined.push_back(p);
       logger()->debug("{}: {} contributes from round {} (its step {})", name_,
                       topology_.describe(p), round, j->header.step);
     }
@@ -384,7 +383,6 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
     }
     out.step = static_cast<int64_t>(state->header.step);
     out.transferred = true;
-    out.from = p;
     logger()->info(
         "{}: joined the running job at step {} (we were at step {}): took the model of {} "
         "({:.2f} MB in {:.2f} s, {:.2f} s after start)",

@@ -884,7 +884,8 @@ class Hierarchical final : public Synchronizer {
             "to rejoin once the leader is back",
             what, topology_.describe(leader_)));
       }
-      auto m = transport_->receive(kindFor(round), round, leader_, std::chrono::milliseconds(20));
+      auto m = transport_->receive(MessageKind::kLanBroadcast, round, leader_,
+                                   std::chrono::milliseconds(20));
       if (m.ok()) {
         lanStats_.waited(secondsSince(t0));
         return m;
@@ -897,7 +898,6 @@ class Hierarchical final : public Synchronizer {
       }
     }
   }
-  static MessageKind kindFor(uint64_t) { return MessageKind::kLanBroadcast; }
 
   SyncOptions options_;
   Topology topology_;
