@@ -18,7 +18,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,10 +34,12 @@ def check(ok, what):
     return ok
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../worker"))
+from free_ports import free_ports  # noqa: E402  (outside the ephemeral range)
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def wait_for(what, predicate, timeout=30):

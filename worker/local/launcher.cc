@@ -19,12 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/ports.h"
 #include "common/worker_config.h"
 #include "worker/local/display.h"
 #include "worker/local/faults.h"
 #include "worker/local/outputs.h"
 #include "worker/local/plot.h"
-#include "worker/local/ports.h"
 #include "worker/local/process.h"
 #include "worker/local/progress_csv.h"
 #include "worker/local/rank_config.h"

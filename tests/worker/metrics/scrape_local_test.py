@@ -39,7 +39,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -161,10 +160,12 @@ def encoded_update_bytes():
     return encoded + FRAME_HEADER
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from free_ports import free_ports  # noqa: E402  (outside the ephemeral range)
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def start_prometheus(config, out):

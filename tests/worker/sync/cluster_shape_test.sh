@@ -16,8 +16,7 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; for f in "$work"/err-*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
 
 for r in 0 1 2 3; do "$geotrain" keygen --out "$work/keys" --name "worker-$r" >/dev/null || fail keygen; done
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-p=("$(port)" "$(port)" "$(port)" "$(port)")
+mapfile -t p < <(python3 "$(dirname "$0")/../free_ports.py" 4)
 ep() { echo "tcp://127.0.0.1:$1"; }
 # Region london: ranks 0, 1; tokyo: ranks 2, 3. Rank 3 is not reachable from
 # london, nor rank 1 from tokyo.

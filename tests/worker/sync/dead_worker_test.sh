@@ -12,10 +12,7 @@ trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; for f in "$work"/*/err-*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
 
 for r in 0 1 2 3; do "$geotrain" keygen --out "$work/keys" --name "worker-$r" >/dev/null || fail keygen; done
-ports=()
-for r in 0 1 2 3; do
-  ports+=("$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')")
-done
+mapfile -t ports < <(python3 "$(dirname "$0")/../free_ports.py" 4)
 peers="tcp://127.0.0.1:${ports[0]},tcp://127.0.0.1:${ports[1]},tcp://127.0.0.1:${ports[2]},tcp://127.0.0.1:${ports[3]}"
 regions=(london london tokyo tokyo)
 

@@ -2,11 +2,6 @@
 // Helpers for transport tests: free loopback ports, a keyed world of N ranks,
 // and payload patterns.
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -14,25 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "common/ports.h"
 #include "worker/transport/keys.h"
 #include "worker/transport/zmq_transport.h"
 
 namespace geo::transport::testing {
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it
-// back, close). Tests use several at once; the kernel does not hand the same
-// ephemeral port out twice in a row.
+// A TCP port on 127.0.0.1 that was free a moment ago, outside the kernel's
+// ephemeral range so that no outgoing connection can take it before the
+// transport binds it (see common/ports.h).
 inline int freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  return geo::freeLoopbackPort();
 }
 
 inline std::string tcp(int port) {

@@ -4,8 +4,12 @@
 // which only this test-only build (geo_transport_plaintext_testonly) allows,
 // and which shows that the recording would catch plaintext.
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <mutex>

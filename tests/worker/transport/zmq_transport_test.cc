@@ -2,8 +2,12 @@
 // malformed frames, backpressure and link emulation. (Process restarts are in
 // restart_test.cc; the wire-privacy relay in wire_privacy_test.cc.)
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <spdlog/sinks/ostream_sink.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <algorithm>
