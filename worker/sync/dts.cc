@@ -255,7 +255,7 @@ class Dts final : public Base {
                                      std::chrono::milliseconds(0));
         if (!m.ok()) continue;
         l.had[i] = true;
-        membership_.delivered(group_.ranks[i]);
+        membership_.delivered(group_.ranks[i], l.round);
         torch::Tensor q = torch::empty_like(flat.values);
         std::string reason;
         if (const Status ok = codec_->decodeChecked(m->payload.bytes(), q, reason); !ok.ok()) {
@@ -288,16 +288,18 @@ class Dts final : public Base {
     if (!late_.empty()) keepFrom = std::min(keepFrom, late_.front().round);
     if (keepFrom == 0) return;
     std::vector<uint32_t> senders;
+    std::vector<uint64_t> rounds;
     const size_t n = transport_->discard([&](const transport::FrameHeader& h) {
       if (h.kind != MessageKind::kUpdate || h.round >= keepFrom) return false;
       senders.push_back(h.sender);
+      rounds.push_back(h.round);
       return true;
     });
     // A peer that delivers, however late, is taking part again: waiting for
     // it from now on is how the skew between us closes (see membership.md).
-    for (uint32_t sender : senders) {
-      if (std::find(group_.ranks.begin(), group_.ranks.end(), sender) != group_.ranks.end()) {
-        membership_.delivered(sender);
+    for (size_t k = 0; k < senders.size(); ++k) {
+      if (std::find(group_.ranks.begin(), group_.ranks.end(), senders[k]) != group_.ranks.end()) {
+        membership_.delivered(senders[k], rounds[k]);
       }
     }
     for (size_t i = 0; i < n; ++i) stats_.late(false);
@@ -327,7 +329,7 @@ class Dts final : public Base {
         if (!m.ok()) continue;
         p.got[i] = std::move(*m);
         p.arrivalStep[i] = t;
-        membership_.delivered(group_.ranks[i]);
+        membership_.delivered(group_.ranks[i], p.round);
       }
     }
   }
@@ -402,7 +404,7 @@ class Dts final : public Base {
       if (it == group_.ranks.end() || i == group_.self || p.got[i]) continue;  // a duplicate
       p.got[i] = std::move(*m);
       p.arrivalStep[i] = t;
-      membership_.delivered(group_.ranks[i]);
+      membership_.delivered(group_.ranks[i], p.round);
     }
     const double waited = secondsSince(t0);
     stats_.waited(waited);

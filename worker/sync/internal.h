@@ -1,7 +1,8 @@
 #pragma once
 // Pieces shared by the synchronizers (not a public interface): the group of
 // ranks an algorithm runs among, the encoding of a whole flat parameter
-// buffer, statistics, bounded receives and the final model average.
+// buffer (flat_codec.h), statistics, bounded receives and the final model
+// average.
 
 #include <torch/torch.h>
 
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "worker/sync/flat_codec.h"
 #include "worker/sync/synchronizer.h"
 
 namespace geo::sync::detail {
@@ -50,60 +52,6 @@ struct Group {
   size_t size() const { return ranks.size(); }
   uint32_t selfRank() const { return ranks[self]; }
 };
-
-// Encodes a flat fp32 buffer made of parameter tensors of the given sizes:
-// with qsgd, tensors under the small-tensor threshold travel as raw fp32 and
-// the others are quantized each on their own (buckets never straddle two
-// tensors); other codecs encode the whole buffer at once. The wire format is
-// the segments' encodings back to back.
-class FlatCodec {
- public:
-  FlatCodec(std::shared_ptr<const codec::Codec> codec, const std::vector<int64_t>& sizes,
-            int64_t smallTensorThreshold);
-
-  transport::CodecId id() const { return codec_->id(); }
-  std::string describe() const { return codec_->describe(); }
-  int64_t numel() const { return numel_; }
-  int64_t encodedBytes() const { return bytes_; }
-  // `stream` names the random stream (segments derive their own from it).
-  std::vector<std::byte> encode(const torch::Tensor& values, uint64_t seed, uint64_t stream,
-                                torch::Tensor* residual) const;
-  void decodeAccumulate(std::span<const std::byte> bytes, float alpha, torch::Tensor& out) const;
-  // Decodes a contribution from a peer into `out` (overwritten) and checks
-  // it: its size, the codec's own rules (e.g. a QSGD scale that is not a
-  // finite, non-negative number), and that every value is finite and within
-  // +-kMaxContribution. Never throws; on failure `reason` is set to a metric
-  // label (size, malformed, non_finite, out_of_range) and the Status says
-  // what was wrong (the caller adds the peer and round).
-  Status decodeChecked(std::span<const std::byte> bytes, torch::Tensor& out,
-                       std::string& reason) const;
-
- private:
-  struct Segment {
-    int64_t offset = 0;
-    int64_t numel = 0;
-    int64_t byteOffset = 0;
-    int64_t bytes = 0;
-    bool raw = false;
-  };
-  std::shared_ptr<const codec::Codec> codec_;
-  std::shared_ptr<const codec::Codec> raw_;
-  std::vector<Segment> segments_;
-  int64_t numel_ = 0;
-  int64_t bytes_ = 0;
-};
-
-uint64_t mixStream(uint64_t a, uint64_t b, uint64_t c);
-
-// The largest magnitude a value of a peer's contribution may have. An update
-// is the progress of a few optimizer steps, a swarm message the difference of
-// two models: nothing a converging run sends comes near; a forged frame or a
-// diverged peer does (1e38 is finite).
-inline constexpr float kMaxContribution = 1e6f;
-
-// Whether `t` holds only finite values within +-limit; else a message
-// naming how many values broke the rule.
-Status checkValues(const torch::Tensor& t, float limit, std::string& reason);
 
 // Sends one buffer to each rank in `to` without copying it per peer; an
 // error names the peer and the message.
@@ -209,7 +157,13 @@ class Membership {
   // A heard peer that did not deliver within the round time-out (a
   // straggler) is marked absent: not waited for until it delivers again.
   void giveUp(uint32_t peer);
-  void delivered(uint32_t peer);
+  // `peer`'s contribution to `round` arrived. An absent peer is expected
+  // again, from `round` on: a peer's contributions leave in round order over
+  // one ordered connection, so an earlier round that has not arrived by now
+  // was lost (sent while the two were cut off) and is never waited for.
+  // Waiting for it was a deadlock: after a partition, survivors waited for
+  // rounds the healed peer had completed alone and would never resend.
+  void delivered(uint32_t peer, uint64_t round);
   bool absent(uint32_t peer) const;
 
   struct Served {

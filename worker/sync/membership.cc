@@ -136,8 +136,9 @@ void Membership::giveUp(uint32_t peer) {
   life(peer).absent = true;
 }
 
-void Membership::delivered(uint32_t peer) {
+void Membership::delivered(uint32_t peer, uint64_t round) {
   PeerLife& l = life(peer);
+  l.expectFrom = std::max(l.expectFrom, round);
   if (l.absent) {
     l.absent = false;
     logger()->info("{}: {} delivers again", name_, topology_.describe(peer));

@@ -107,16 +107,6 @@ double secondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-uint64_t mixStream(uint64_t a, uint64_t b, uint64_t c) {
-  // splitmix64 finalizer over a simple combination: distinct (a, b, c) give
-  // unrelated Philox streams.
-  uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^
-               (c + 0x94D049BB133111EBull);
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 std::shared_ptr<std::vector<std::byte>> tensorBytes(const torch::Tensor& t) {
   GEO_ENFORCE(t.is_contiguous() && t.scalar_type() == torch::kFloat32 && t.device().is_cpu(),
               "sync: expected a contiguous fp32 CPU tensor");
@@ -163,99 +153,6 @@ StatusOr<Message> receiveBounded(transport::Transport& transport, const Topology
   }
   return Status(m.status().code(), fmt::format("no {} from {}: {}", what, topology.describe(peer),
                                                m.status().message()));
-}
-
-// ---- FlatCodec -----------------------------------------------------------------------
-
-FlatCodec::FlatCodec(std::shared_ptr<const codec::Codec> codec, const std::vector<int64_t>& sizes,
-                     int64_t smallTensorThreshold)
-    : codec_(std::move(codec)) {
-  auto raw = codec::makeCodec({.name = "identity"});
-  GEO_ENFORCE(raw.ok(), "identity codec: {}", raw.status().message());
-  raw_ = std::move(*raw);
-  numel_ = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
-  if (codec_->id() != CodecId::kQsgd) {
-    segments_.push_back({0, numel_, 0, codec_->encodedBytes(numel_), false});
-    bytes_ = segments_.back().bytes;
-    return;
-  }
-  int64_t offset = 0;
-  for (int64_t n : sizes) {
-    if (n == 0) continue;
-    Segment s;
-    s.offset = offset;
-    s.numel = n;
-    s.byteOffset = bytes_;
-    s.raw = n < smallTensorThreshold;
-    s.bytes = s.raw ? raw_->encodedBytes(n) : codec_->encodedBytes(n);
-    segments_.push_back(s);
-    offset += n;
-    bytes_ += s.bytes;
-  }
-}
-
-std::vector<std::byte> FlatCodec::encode(const torch::Tensor& values, uint64_t seed,
-                                         uint64_t stream, torch::Tensor* residual) const {
-  GEO_ENFORCE_EQ(values.numel(), numel_, "sync: parameter count changed");
-  std::vector<std::byte> out(static_cast<size_t>(bytes_));
-  for (size_t i = 0; i < segments_.size(); ++i) {
-    const Segment& s = segments_[i];
-    const auto view = values.narrow(0, s.offset, s.numel);
-    torch::Tensor residualView;
-    if (residual != nullptr) residualView = residual->narrow(0, s.offset, s.numel);
-    const codec::Codec& c = s.raw ? *raw_ : *codec_;
-    c.encode(view, {seed, mixStream(stream, i, 0x5e9)},
-             std::span<std::byte>(out.data() + s.byteOffset, static_cast<size_t>(s.bytes)),
-             residual != nullptr ? &residualView : nullptr);
-  }
-  return out;
-}
-
-void FlatCodec::decodeAccumulate(std::span<const std::byte> bytes, float alpha,
-                                 torch::Tensor& out) const {
-  GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), bytes_,
-                 "sync: an update of {} bytes does not match this model's encoding ({} bytes, {})",
-                 bytes.size(), bytes_, codec_->describe());
-  for (const Segment& s : segments_) {
-    auto view = out.narrow(0, s.offset, s.numel);
-    const codec::Codec& c = s.raw ? *raw_ : *codec_;
-    c.decodeAccumulate(
-        bytes.subspan(static_cast<size_t>(s.byteOffset), static_cast<size_t>(s.bytes)), alpha,
-        view);
-  }
-}
-
-Status checkValues(const torch::Tensor& t, float limit, std::string& reason) {
-  const int64_t nonFinite = t.numel() - torch::isfinite(t).sum().item<int64_t>();
-  if (nonFinite > 0) {
-    reason = "non_finite";
-    return dataLoss(fmt::format("{} of {} values are NaN or infinite", nonFinite, t.numel()));
-  }
-  const float largest = t.numel() == 0 ? 0.0f : t.abs().max().item<float>();
-  if (largest > limit) {
-    reason = "out_of_range";
-    return dataLoss(
-        fmt::format("a value of magnitude {:.3g} exceeds the limit of {:.0e}", largest, limit));
-  }
-  return {};
-}
-
-Status FlatCodec::decodeChecked(std::span<const std::byte> bytes, torch::Tensor& out,
-                                std::string& reason) const {
-  if (static_cast<int64_t>(bytes.size()) != bytes_) {
-    reason = "size";
-    return dataLoss(
-        fmt::format("{} bytes, expected {} ({}): do all workers run the same model and codec?",
-                    bytes.size(), bytes_, codec_->describe()));
-  }
-  out.zero_();
-  try {
-    decodeAccumulate(bytes, 1.0f, out);
-  } catch (const std::exception& e) {
-    reason = "malformed";
-    return dataLoss(fmt::format("cannot be decoded: {}", e.what()));
-  }
-  return checkValues(out, kMaxContribution, reason);
 }
 
 // ---- StatsRecorder --------------------------------------------------------------------
@@ -725,7 +622,7 @@ class Hierarchical final : public Synchronizer {
                                      std::chrono::milliseconds(0));
         if (m.ok()) {
           got[i] = std::move(*m);
-          lanMembers_.delivered(members_[i]);
+          lanMembers_.delivered(members_[i], static_cast<uint64_t>(step));
         }
       }
       std::optional<size_t> waitFor;
@@ -753,7 +650,7 @@ class Hierarchical final : public Synchronizer {
                                    std::chrono::milliseconds(20));
       if (!m.ok()) continue;
       got[*waitFor] = std::move(*m);
-      lanMembers_.delivered(member);
+      lanMembers_.delivered(member, static_cast<uint64_t>(step));
     }
     lanStats_.waited(secondsSince(t0));
     // A member's gradient is checked like any contribution: a diverged

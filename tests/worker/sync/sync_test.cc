@@ -5,8 +5,6 @@
 // sync_convergence_test.sh.
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -21,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/ports.h"
 #include "worker/codec/codec.h"
 #include "worker/sync/internal.h"
 #include "worker/sync/synchronizer.h"
@@ -34,16 +33,7 @@ namespace {
 using namespace std::chrono_literals;
 
 int freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  return geo::freeLoopbackPort();
 }
 
 uint64_t hashOf(const torch::Tensor& t) {
@@ -126,6 +116,12 @@ struct JobSpec {
   // made by `forge` (an authenticated peer gone bad), or -1.
   int forgingRank = -1;
   std::function<std::vector<std::byte>(int64_t bytes)> forge;
+  // A rank cut off from every other (its transport drops all traffic both
+  // ways) once rank 0 has taken partitionAtStep steps, for
+  // partitionDuration; -1: none.
+  int partitionedRank = -1;
+  int64_t partitionAtStep = 0;
+  std::chrono::milliseconds partitionDuration{0};
 };
 
 transport::CodecId codecIdOf(const std::string& name) {
@@ -174,7 +170,9 @@ RunResult runJob(const JobSpec& job) {
     tc.secretKey = keys[r].secretKey;
     for (const auto& k : keys) tc.publicKeys.push_back(k.publicKey);
     tc.links.resize(world);
+    tc.uplinkPeers.resize(world);
     for (uint32_t p = 0; p < world; ++p) {
+      tc.uplinkPeers[p] = job.regions[p] != job.regions[r];  // what a partition cuts
       const auto it = job.oneWayDelay.find(job.regions[r] + "-" + job.regions[p]);
       if (it != job.oneWayDelay.end()) tc.links[p] = *transport::parseLinkProfile(it->second);
     }
@@ -260,6 +258,17 @@ RunResult runJob(const JobSpec& job) {
       }
       result.status[r] = trainers[r]->run(nullptr);
       result.accuracy[r] = trainers[r]->evaluate();
+    });
+  }
+  if (job.partitionedRank >= 0) {
+    threads.emplace_back([&] {
+      while (recorders[0]->stepsTaken.load() < job.partitionAtStep) {
+        std::this_thread::sleep_for(2ms);
+      }
+      const auto r = static_cast<size_t>(job.partitionedRank);
+      transports[r]->setPartitioned(true);
+      std::this_thread::sleep_for(job.partitionDuration);
+      transports[r]->setPartitioned(false);
     });
   }
   for (auto& th : threads) th.join();
@@ -639,6 +648,32 @@ TEST(Membership, ADeadPeerIsSuspectedAfterThePeerTimeout) {
     for (const auto& [peer, up] : r.stats[rank].peerUp) sawDown |= peer == 3 && !up;
     EXPECT_TRUE(sawDown) << "rank " << rank << " does not report rank 3 down";
     // The survivors agree on the final model among themselves.
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
+// A partition heals without a stall: the cut-off worker and the others go
+// on alone, then each counts the other present again from the first
+// contribution that arrives, never waiting for a round sent into the cut
+// (that wait was a deadlock broken only by the 30 s round time-out).
+TEST(Membership, APartitionHealsWithoutWaitingForLostRounds) {
+  JobSpec job;
+  job.steps = 300;
+  job.partitionedRank = 2;
+  job.partitionAtStep = 20;
+  job.regions = {"a", "b", "c", "d"};
+  job.partitionDuration = 1500ms;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = 1;
+  job.sync.timeout = 30s;
+  job.sync.peerTimeout = 500ms;
+  const auto r = runJob(job);
+  EXPECT_LT(r.seconds, 25) << "a worker waited for the round time-out after the partition";
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_EQ(r.hashes[rank].size(), static_cast<size_t>(job.steps)) << "rank " << rank;
+    EXPECT_GT(r.stats[rank].degradedSeconds, 0.0) << "rank " << rank;
     EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
   }
 }

@@ -1,0 +1,77 @@
+#pragma once
+// The encoding of a whole flat parameter buffer for the wire, and the checks
+// every contribution from a peer passes before it is used. Shared by the
+// synchronizers and the codec fuzzer (tests/fuzz/codec_fuzzer.cc); depends on
+// the codecs and LibTorch only.
+
+#include <torch/torch.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/codec/codec.h"
+
+namespace geo::sync::detail {
+
+// Encodes a flat fp32 buffer made of parameter tensors of the given sizes:
+// with qsgd, tensors under the small-tensor threshold travel as raw fp32 and
+// the others are quantized each on their own (buckets never straddle two
+// tensors); other codecs encode the whole buffer at once. The wire format is
+// the segments' encodings back to back.
+class FlatCodec {
+ public:
+  FlatCodec(std::shared_ptr<const codec::Codec> codec, const std::vector<int64_t>& sizes,
+            int64_t smallTensorThreshold);
+
+  transport::CodecId id() const { return codec_->id(); }
+  std::string describe() const { return codec_->describe(); }
+  int64_t numel() const { return numel_; }
+  int64_t encodedBytes() const { return bytes_; }
+  // `stream` names the random stream (segments derive their own from it).
+  std::vector<std::byte> encode(const torch::Tensor& values, uint64_t seed, uint64_t stream,
+                                torch::Tensor* residual) const;
+  void decodeAccumulate(std::span<const std::byte> bytes, float alpha, torch::Tensor& out) const;
+  // Decodes a contribution from a peer into `out` (overwritten) and checks
+  // it: its size, the codec's own rules (e.g. a QSGD scale that is not a
+  // finite, non-negative number), and that every value is finite and within
+  // +-kMaxContribution. Never throws; on failure `reason` is set to a metric
+  // label (size, malformed, non_finite, out_of_range) and the Status says
+  // what was wrong (the caller adds the peer and round).
+  Status decodeChecked(std::span<const std::byte> bytes, torch::Tensor& out,
+                       std::string& reason) const;
+
+ private:
+  struct Segment {
+    int64_t offset = 0;
+    int64_t numel = 0;
+    int64_t byteOffset = 0;
+    int64_t bytes = 0;
+    bool raw = false;
+  };
+  std::shared_ptr<const codec::Codec> codec_;
+  std::shared_ptr<const codec::Codec> raw_;
+  std::vector<Segment> segments_;
+  int64_t numel_ = 0;
+  int64_t bytes_ = 0;
+};
+
+// A random stream id for (a, b, c): distinct triples give unrelated Philox
+// streams.
+uint64_t mixStream(uint64_t a, uint64_t b, uint64_t c);
+
+// The largest magnitude a value of a peer's contribution may have. An update
+// is the progress of a few optimizer steps, a swarm message the difference of
+// two models: nothing a converging run sends comes near; a forged frame or a
+// diverged peer does (1e38 is finite).
+inline constexpr float kMaxContribution = 1e6f;
+
+// Whether `t` holds only finite values within +-limit; else a message
+// naming how many values broke the rule.
+Status checkValues(const torch::Tensor& t, float limit, std::string& reason);
+
+}  // namespace geo::sync::detail
