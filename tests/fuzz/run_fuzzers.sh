@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang++-14 (ASan + UBSan) and runs each for
+# Builds the libFuzzer targets (ASan + UBSan): the frame decoder, the payload
+# assembler and the codecs' decode-and-apply; and runs each for
 # a bounded time on a copy of its seed corpus (tests/fuzz/corpus/<target>/; the
 # checked-in seeds are never modified). Fails on any crash, sanitizer report,
 # leak or per-input timeout; the failing input is left in
@@ -8,12 +9,20 @@
 # Usage: tests/fuzz/run_fuzzers.sh [BUILD_DIR]      (default: build/fuzz)
 # Environment: GEO_FUZZ_SECONDS  fuzzing time per target (default 60)
 #              GEO_FUZZ_CXX      compiler (default clang++-14)
+#              GEO_FUZZ_GXX      compiler of the LibTorch targets (default g++)
+#              GEO_FUZZ_TORCH_INCLUDE  LibTorch's C++ API headers
+#                                (default Debian's /usr/include/torch/csrc/api/include)
+#              GEO_FUZZ_TORCH    0: skip the LibTorch targets (a build without
+#                                the worker)
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$(mkdir -p "${1:-$repo/build/fuzz}" && cd "${1:-$repo/build/fuzz}" && pwd)
 seconds=${GEO_FUZZ_SECONDS:-60}
 cxx=${GEO_FUZZ_CXX:-clang++-14}
+gxx=${GEO_FUZZ_GXX:-g++}
+torch_include=${GEO_FUZZ_TORCH_INCLUDE:-/usr/include/torch/csrc/api/include}
+with_torch=${GEO_FUZZ_TORCH:-1}
 
 if ! command -v "$cxx" >/dev/null; then
   echo "run_fuzzers.sh: $cxx not found (Debian: apt-get install clang-14 libclang-rt-14-dev)" >&2
@@ -43,16 +52,47 @@ build_target() {
   fi
 }
 
-# run_target NAME: fuzzes NAME for $seconds on a fresh copy of its corpus.
+# build_torch_target NAME SOURCES...: like build_target, for a target that
+# uses LibTorch. LibTorch 1.13's headers do not compile with clang 14 in C++20
+# mode, so these are compiled by g++ with ASan + UBSan and trace-cmp coverage
+# and linked with clang's libFuzzer engine (see tests/fuzz/codec_fuzzer.cc).
+build_torch_target() {
+  local name=$1
+  shift
+  local binary="$build/${name}_fuzzer"
+  local sources=("$@")
+  local inputs=("${sources[@]/#/$repo/}" "$0")
+  inputs+=("$repo"/common/*.h "$repo"/worker/transport/*.h "$repo"/worker/codec/*.h
+           "$repo"/worker/sync/flat_codec.h "$repo"/kernels/*.h)
+  local stale=0
+  [[ -x $binary ]] || stale=1
+  for f in "${inputs[@]}"; do
+    [[ $f -nt $binary ]] && stale=1
+  done
+  if ((stale)); then
+    local engine
+    engine="$("$cxx" -print-runtime-dir)/libclang_rt.fuzzer-x86_64.a"
+    echo "== building $binary (g++, LibTorch)"
+    (cd "$repo" && "$gxx" -fsanitize=address,undefined -fno-sanitize-recover=all \
+      -fsanitize-coverage=trace-cmp -std=c++20 -g -O1 -fopenmp -ffp-contract=off \
+      -I"$repo" -isystem "$torch_include" -D_GLIBCXX_USE_CXX11_ABI=1 \
+      "-fmacro-prefix-map=$repo/=" "${sources[@]}" "$engine" \
+      -ltorch -ltorch_cpu -lc10 -lfmt -o "$binary")
+  fi
+}
+
+# run_target NAME [FLAGS...]: fuzzes NAME for $seconds on a fresh copy of its
+# corpus, with extra libFuzzer flags.
 run_target() {
   local name=$1
+  shift
   local binary="$build/${name}_fuzzer"
   local work="$build/$name"
   rm -rf "$work/corpus"
   mkdir -p "$work/corpus" "$work/artifacts"
   cp "$repo/tests/fuzz/corpus/$name/"* "$work/corpus/"
   echo "== fuzzing $name for ${seconds}s ($(ls "$work/corpus" | wc -l) seeds)"
-  if ! "$binary" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  if ! "$binary" "$@" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="$work/artifacts/" "$work/corpus"; then
     echo "run_fuzzers.sh: $name FAILED; reproduce with: $binary $work/artifacts/<file>" >&2
     ls -l "$work/artifacts" >&2 || true
@@ -65,6 +105,15 @@ build_target frame \
 build_target assembler \
   tests/fuzz/assembler_fuzzer.cc worker/transport/assembler.cc worker/transport/buffer_pool.cc \
   worker/transport/frame.cc common/status.cc common/enforce.cc
+if [[ $with_torch == 1 ]]; then
+  build_torch_target codec \
+    tests/fuzz/codec_fuzzer.cc worker/sync/flat_codec.cc worker/codec/codec.cc \
+    kernels/qsgd_cpu.cc kernels/casts_cpu.cc common/status.cc common/enforce.cc
+fi
 run_target frame
 run_target assembler
+if [[ $with_torch == 1 ]]; then
+  # Without edge coverage, comparison feedback (value profiles) guides it.
+  run_target codec -use_value_profile=1
+fi
 echo "run_fuzzers.sh: all fuzz targets passed"
