@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <exception>
 #include <numeric>
 #include <utility>
@@ -92,6 +93,22 @@ Status checkValues(const torch::Tensor& t, float limit, std::string& reason) {
     return dataLoss(
         fmt::format("a value of magnitude {:.3g} exceeds the limit of {:.0e}", largest, limit));
   }
+  return {};
+}
+
+Status checkedCopy(std::span<const std::byte> bytes, torch::Tensor& out, float limit,
+                   std::string& reason) {
+  if (static_cast<int64_t>(bytes.size()) != out.numel() * 4) {
+    reason = "size";
+    return dataLoss(fmt::format("{} bytes, expected {} ({} fp32 values)", bytes.size(),
+                                out.numel() * 4, out.numel()));
+  }
+  // Staged: the bytes may be unaligned, and a refused payload must not
+  // touch `out`.
+  torch::Tensor staged = torch::empty({out.numel()}, torch::kFloat32);
+  if (!bytes.empty()) std::memcpy(staged.data_ptr<float>(), bytes.data(), bytes.size());
+  GEO_RETURN_IF_ERROR(checkValues(staged, limit, reason));
+  out.view({-1}).copy_(staged);
   return {};
 }
 

@@ -74,4 +74,12 @@ inline constexpr float kMaxContribution = 1e6f;
 // naming how many values broke the rule.
 Status checkValues(const torch::Tensor& t, float limit, std::string& reason);
 
+// Copies a peer's raw fp32 values (a model, a region-average gradient, a
+// resync reference) into `out` (contiguous fp32) only if there are exactly
+// out.numel() of them and each is finite and within +-limit; otherwise
+// `out` is left untouched, `reason` is set to size, non_finite or
+// out_of_range, and the Status says what was wrong. Never throws.
+Status checkedCopy(std::span<const std::byte> bytes, torch::Tensor& out, float limit,
+                   std::string& reason);
+
 }  // namespace geo::sync::detail

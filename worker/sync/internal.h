@@ -303,8 +303,7 @@ std::unique_ptr<Base> makeSwarm(const SyncOptions& o, const Topology& t, transpo
 
 double secondsSince(Clock::time_point t0);
 
-// Tensor <-> byte buffers (contiguous fp32 CPU tensors).
+// A contiguous fp32 CPU tensor's bytes (what a peer's checkedCopy() takes).
 std::shared_ptr<std::vector<std::byte>> tensorBytes(const torch::Tensor& t);
-void copyBytesTo(std::span<const std::byte> bytes, torch::Tensor& out);
 
 }  // namespace geo::sync::detail

@@ -362,6 +362,16 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
           name_, topology_.describe(p), state->payload.size(), modelBytes);
       continue;
     }
+    // The model is checked before anything of the state is adopted.
+    torch::Tensor model = torch::empty({values.numel()}, torch::kFloat32);
+    std::string reason;
+    if (const Status ok = checkedCopy(state->payload.bytes().first(modelBytes), model,
+                                      std::numeric_limits<float>::max(), reason);
+        !ok.ok()) {
+      logger()->warn("{}: refused the model of {} ({}): {}; trying the next peer", name_,
+                     topology_.describe(p), reason, ok.message());
+      continue;
+    }
     if (flat != nullptr && flat->loadOptimizer && state->payload.size() > modelBytes) {
       const auto rest = state->payload.bytes().subspan(modelBytes);
       const Status loaded =
@@ -372,9 +382,7 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
         continue;
       }
     }
-    torch::Tensor contiguous = values.contiguous();
-    copyBytesTo(state->payload.bytes().first(modelBytes), contiguous);
-    if (!contiguous.is_same(values)) values.copy_(contiguous);
+    values.copy_(model.view(values.sizes()));
     const double took = secondsSince(f0);
     {
       std::lock_guard lock(mu_);

@@ -295,11 +295,18 @@ class Swarm final : public Base {
   // Resets the pair with peer i to reference copies `mine` (ours, as the
   // peer now knows it) and `theirs`, dropping the pair's earlier exchange
   // messages from the peer older than `fromStep` (all when fromStep < 0).
-  void resetPair(size_t i, const torch::Tensor& mine, std::span<const std::byte> theirs,
+  // A model that is not the right size or not finite is refused (the pair
+  // is left as it was, and the refusal counted).
+  bool resetPair(size_t i, const torch::Tensor& mine, std::span<const std::byte> theirs,
                  int64_t fromStep) {
     Peer& p = peers_[i];
+    std::string reason;
+    if (const Status ok = checkedCopy(theirs, p.refIn, std::numeric_limits<float>::max(), reason);
+        !ok.ok()) {
+      reject(group_.ranks[i], "a resync model", reason, ok);
+      return false;
+    }
     p.refOut.copy_(mine);
-    copyBytesTo(theirs, p.refIn);
     p.seqOut = 0;
     p.seqIn = 0;
     p.outstanding = false;
@@ -310,6 +317,7 @@ class Swarm final : public Base {
              (h.kind == MessageKind::kGossip || h.kind == MessageKind::kGossipReply) &&
              (fromStep < 0 || static_cast<int64_t>(h.step) < fromStep);
     });
+    return true;
   }
 
   // Answers resync requests of (re)started peers with our model.
@@ -321,12 +329,7 @@ class Swarm final : public Base {
                                         std::chrono::milliseconds(0));
            m.ok(); m = transport_->receive(MessageKind::kControl, kResyncRound, r,
                                            std::chrono::milliseconds(0))) {
-        if (m->payload.size() != static_cast<size_t>(flat.values.numel()) * 4) {
-          logger()->warn("swarm: ignoring a resync of {} with {} bytes (expected {})",
-                         topology_.describe(r), m->payload.size(), flat.values.numel() * 4);
-          continue;
-        }
-        resetPair(i, flat.values, m->payload.bytes(), -1);
+        if (!resetPair(i, flat.values, m->payload.bytes(), -1)) continue;
         GEO_RETURN_IF_ERROR(sendTo({r}, MessageKind::kControl, kResyncReplyRound, t, CodecId::kFp32,
                                    static_cast<uint64_t>(flat.values.numel()),
                                    tensorBytes(flat.values)));
@@ -361,11 +364,14 @@ class Swarm final : public Base {
           break;
         }
       }
-      if (!reply || reply->payload.size() != mine->size()) {
+      if (!reply) {
         markAbsent(i, fmt::format("{} did not answer our resync", topology_.describe(r)));
         continue;
       }
-      resetPair(i, flat.values, reply->payload.bytes(), static_cast<int64_t>(reply->header.step));
+      if (!resetPair(i, flat.values, reply->payload.bytes(),
+                     static_cast<int64_t>(reply->header.step))) {
+        markAbsent(i, fmt::format("the resync answer of {} was refused", topology_.describe(r)));
+      }
     }
     return {};
   }

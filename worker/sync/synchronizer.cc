@@ -115,12 +115,6 @@ std::shared_ptr<std::vector<std::byte>> tensorBytes(const torch::Tensor& t) {
   return bytes;
 }
 
-void copyBytesTo(std::span<const std::byte> bytes, torch::Tensor& out) {
-  GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), out.numel() * 4,
-                 "sync: payload size does not match the parameters");
-  std::memcpy(out.data_ptr<float>(), bytes.data(), bytes.size());
-}
-
 Status sendBuffer(transport::Transport& transport, const Topology& topology,
                   const std::vector<uint32_t>& to, MessageKind kind,
                   const transport::SendMeta& meta,
@@ -386,15 +380,20 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     // The coordinator may wait a round time-out for a straggler first.
     auto m = awaitFrom(c, MessageKind::kControl, kFinalAverageRound, steps, flat, true,
                        "final model", 2 * options_.timeout);
-    if (!m.ok() || m->payload.size() != own->size()) {
-      logger()->warn("sync: keeping our own final model: {}",
-                     m.ok() ? fmt::format("the final model of {} has {} bytes, expected {}",
-                                          topology_.describe(c), m->payload.size(), own->size())
-                            : m.status().message());
+    if (!m.ok()) {
+      logger()->warn("sync: keeping our own final model: {}", m.status().message());
       stats_.missed();
       return {};
     }
-    copyBytesTo(m->payload.bytes(), flat.values);
+    std::string reason;
+    if (const Status ok =
+            checkedCopy(m->payload.bytes(), flat.values, std::numeric_limits<float>::max(), reason);
+        !ok.ok()) {
+      reject(c, "the final average", reason, ok);
+      logger()->warn("sync: keeping our own final model");
+      stats_.missed();
+      return {};
+    }
     modified_ = true;
     return lingerForJoiners(flat, steps);
   }
@@ -403,24 +402,22 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     if (i == group_.self || !alive(i)) continue;
     auto m = awaitFrom(group_.ranks[i], MessageKind::kControl, kFinalContributionRound, steps, flat,
                        true, "final model", options_.timeout);
-    if (m.ok() && m->payload.size() == own->size()) {
-      torch::Tensor model = torch::empty_like(flat.values);
-      copyBytesTo(m->payload.bytes(), model);
-      std::string reason;
-      if (const Status ok = checkValues(model, std::numeric_limits<float>::max(), reason);
-          !ok.ok()) {
-        reject(group_.ranks[i], "the final model", reason, ok);
-        stats_.missed();
-        continue;
-      }
-      got[i] = std::move(*m);
+    if (!m.ok()) {
+      logger()->warn("sync: final average without {}: {}", topology_.describe(group_.ranks[i]),
+                     m.status().message());
+      stats_.missed();
       continue;
     }
-    logger()->warn(
-        "sync: final average without {}: {}", topology_.describe(group_.ranks[i]),
-        m.ok() ? fmt::format("its model has {} bytes, expected {}", m->payload.size(), own->size())
-               : m.status().message());
-    stats_.missed();
+    torch::Tensor model = torch::empty_like(flat.values);
+    std::string reason;
+    if (const Status ok =
+            checkedCopy(m->payload.bytes(), model, std::numeric_limits<float>::max(), reason);
+        !ok.ok()) {
+      reject(group_.ranks[i], "the final model", reason, ok);
+      stats_.missed();
+      continue;
+    }
+    got[i] = std::move(*m);
   }
   double total = 0;
   std::vector<uint32_t> to;
@@ -604,7 +601,10 @@ class Hierarchical final : public Synchronizer {
       auto m = fromLeader(round, step, flat,
                           fmt::format("region-average gradient for step {}", step + 1));
       if (!m.ok()) return m.status();
-      copyBytesTo(m->payload.bytes(), flat.grads);
+      // Refused: this step uses our own gradient; the leader's next model
+      // broadcast brings us back to the region's parameters.
+      acceptFromLeader(*m, flat.grads, kMaxContribution,
+                       fmt::format("the region-average gradient for step {}", step + 1));
       return {};
     }
     // Gather the gradients of the members expected at this step.
@@ -663,12 +663,16 @@ class Hierarchical final : public Synchronizer {
         std::string reason;
         const Status ok = lan_->decodeChecked(got[i]->payload.bytes(), decoded[i], reason);
         if (!ok.ok()) {
+          // Counted and logged (rate-limited); the member still delivers,
+          // so it stays expected: a bad gradient is not a missing member.
           lanStats_.rejected(members_[i], reason);
-          logger()->warn(
-              "hierarchical sync: refused the gradient of member {} for step {} ({}): {}; the "
-              "region averages without it",
-              topology_.describe(members_[i]), step + 1, reason, ok.message());
-          lanMembers_.giveUp(members_[i]);
+          const uint64_t n = ++refusedFromMember_[members_[i]];
+          if (n <= 3 || n % 100 == 0) {
+            logger()->warn(
+                "hierarchical sync: refused the gradient of member {} for step {} ({}; refusal "
+                "#{} from it): {}; the region averages without it",
+                topology_.describe(members_[i]), step + 1, reason, n, ok.message());
+          }
           got[i].reset();
         }
       }
@@ -700,7 +704,10 @@ class Hierarchical final : public Synchronizer {
     if (!isLeader()) {
       auto m = fromLeader(round, step, flat, fmt::format("parameters after step {}", step + 1));
       if (!m.ok()) return m.status();
-      if (m->payload.size() > 0) copyBytesTo(m->payload.bytes(), flat.values);
+      if (m->payload.size() > 0) {
+        acceptFromLeader(*m, flat.values, std::numeric_limits<float>::max(),
+                         fmt::format("the parameters after step {}", step + 1));
+      }
       return {};
     }
     if (inner_) GEO_RETURN_IF_ERROR(inner_->afterStep(step, flat));
@@ -718,7 +725,7 @@ class Hierarchical final : public Synchronizer {
     if (!isLeader()) {
       auto m = fromLeader(kFinalAverageRound, steps, flat, "final model");
       if (!m.ok()) return m.status();
-      copyBytesTo(m->payload.bytes(), flat.values);
+      acceptFromLeader(*m, flat.values, std::numeric_limits<float>::max(), "the final model");
       return {};
     }
     if (inner_) GEO_RETURN_IF_ERROR(inner_->finish(steps, flat));
@@ -765,6 +772,26 @@ class Hierarchical final : public Synchronizer {
     return s.ok() ? s : Status(s.code(), "hierarchical sync: " + s.message());
   }
 
+  // A member takes what its leader sends only if it is sound (the right size,
+  // finite, within `limit`): a leader gone bad must not poison its members
+  // either. A refusal is counted and logged (rate-limited); `into` is then
+  // left as it was. Returns whether it was taken.
+  bool acceptFromLeader(const Message& m, torch::Tensor& into, float limit,
+                        const std::string& what) {
+    std::string reason;
+    const Status ok = checkedCopy(m.payload.bytes(), into, limit, reason);
+    if (ok.ok()) return true;
+    lanStats_.rejected(leader_, reason);
+    const uint64_t n = ++refusedFromLeader_;
+    if (n <= 3 || n % 100 == 0) {
+      logger()->warn(
+          "hierarchical sync: refused {} from the region leader {} ({}; refusal #{}): {}; "
+          "keeping our own",
+          what, topology_.describe(leader_), reason, n, ok.message());
+    }
+    return false;
+  }
+
   // A member waits for its leader: bounded by the LAN time-out, and given up
   // at once when the leader is suspected (it cannot train on without it).
   StatusOr<Message> fromLeader(uint64_t round, int64_t step, const train::FlatParameters& flat,
@@ -806,6 +833,8 @@ class Hierarchical final : public Synchronizer {
   std::unique_ptr<FlatCodec> lan_;
   torch::Tensor sum_;
   StatsRecorder lanStats_;
+  uint64_t refusedFromLeader_ = 0;
+  std::map<uint32_t, uint64_t> refusedFromMember_;
   Membership lanMembers_;
   std::vector<uint32_t> current_;  // members whose gradient this step's average holds
 };

@@ -116,6 +116,10 @@ struct JobSpec {
   // made by `forge` (an authenticated peer gone bad), or -1.
   int forgingRank = -1;
   std::function<std::vector<std::byte>(int64_t bytes)> forge;
+  // Hierarchical jobs: the forger is a member that sends forged gradients
+  // to its leader (kLanReduce), or a leader that sends forged gradients and
+  // parameters to its member (kLanBroadcast), for every step.
+  bool forgeLan = false;
   // A rank cut off from every other (its transport drops all traffic both
   // ways) once rank 0 has taken partitionAtStep steps, for
   // partitionDuration; -1: none.
@@ -218,6 +222,45 @@ RunResult runJob(const JobSpec& job) {
       if (static_cast<int>(r) == job.lateRank) {
         while (recorders[0]->stepsTaken.load() < job.lateAtStep) std::this_thread::sleep_for(5ms);
         setUp(r);
+      }
+      if (static_cast<int>(r) == job.forgingRank && job.forgeLan) {
+        // Forged fp32 payloads of the right size for every step, inside the
+        // region: to the leader (a member forging) or to the members.
+        const auto topo = Topology::make(job.regions, r);
+        const uint32_t leader = topo->leaderOf(r);
+        std::vector<uint32_t> to;
+        transport::MessageKind kind = transport::MessageKind::kLanReduce;
+        if (leader == r) {
+          for (uint32_t m : topo->regionMembers(r)) {
+            if (m != r) to.push_back(m);
+          }
+          kind = transport::MessageKind::kLanBroadcast;
+        } else {
+          to.push_back(leader);
+        }
+        const int64_t numel = trainers[r]->flat().values.numel();
+        for (int64_t step = 0; step < job.steps; ++step) {
+          for (uint64_t round :
+               {static_cast<uint64_t>(step) * 2, static_cast<uint64_t>(step) * 2 + 1}) {
+            if (kind == transport::MessageKind::kLanReduce && round % 2 == 1) continue;
+            for (uint32_t peer : to) {
+              (void)transports[r]->send(peer, kind,
+                                        {round, static_cast<uint64_t>(step),
+                                         transport::CodecId::kFp32, static_cast<uint64_t>(numel)},
+                                        transport::Payload(job.forge(numel * 4)), 1s);
+            }
+          }
+          std::this_thread::sleep_for(2ms);
+        }
+        for (uint32_t peer : to) {  // the final model, forged as well
+          (void)transports[r]->send(peer, kind,
+                                    {detail::kFinalAverageRound, static_cast<uint64_t>(job.steps),
+                                     transport::CodecId::kFp32, static_cast<uint64_t>(numel)},
+                                    transport::Payload(job.forge(numel * 4)), 1s);
+        }
+        std::this_thread::sleep_for(500ms);  // let the frames leave
+        result.status[r] = Status(StatusCode::kCancelled, "forger");
+        return;
       }
       if (static_cast<int>(r) == job.forgingRank) {
         // Forged updates of the right size for every round, to every peer.
@@ -622,6 +665,51 @@ TEST(Integrity, ADivergingPeerStopsAndDoesNotPoisonTheOthers) {
       EXPECT_TRUE(torch::isfinite(r.finalValues[rank]).all().item<bool>()) << "rank " << rank;
     }
     EXPECT_TRUE(torch::equal(r.finalValues[1], r.finalValues[0]));
+  }
+}
+
+// Hierarchical: a member gone bad sends its leader forged gradients (NaN,
+// Inf, 1e38): the leader refuses each, names the member, and its region
+// trains on with finite, equal models. A leader gone bad sends its member
+// forged gradients, parameters and final model: the member refuses them and
+// keeps its own, finite model.
+TEST(Integrity, ForgedLanTrafficIsRefusedByLeadersAndMembers) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const auto& [what, bits] : std::vector<std::pair<std::string, std::vector<uint8_t>>>{
+           {"NaN", floatBits(std::numeric_limits<float>::quiet_NaN())},
+           {"-Inf", floatBits(-inf)},
+           {"1e38", floatBits(1e38f)}}) {
+    for (const bool leaderForges : {false, true}) {
+      SCOPED_TRACE(what + (leaderForges ? " from a leader" : " from a member"));
+      JobSpec job;
+      job.steps = 24;
+      job.forgingRank = leaderForges ? 2 : 3;  // regions a, a, b, b: 2 leads b
+      job.forgeLan = true;
+      job.forge = forgedWith(bits);
+      job.sync = options("dts", "qsgd");
+      job.sync.hierarchical = true;
+      job.sync.period = 4;
+      job.sync.delay = 1;
+      job.sync.timeout = 2s;
+      job.sync.peerTimeout = 1s;
+      const auto r = runJob(job);
+      const size_t victim = leaderForges ? 3 : 2;
+      for (size_t rank = 0; rank < 4; ++rank) {
+        if (static_cast<int>(rank) == job.forgingRank) continue;
+        ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+        EXPECT_TRUE(torch::isfinite(r.finalValues[rank]).all().item<bool>()) << "rank " << rank;
+      }
+      EXPECT_GT(r.stats[victim].rejectedTotal(), 0u);
+      for (const auto& rej : r.stats[victim].rejected) {
+        EXPECT_EQ(rej.peer, static_cast<uint32_t>(job.forgingRank));
+        EXPECT_TRUE(rej.reason == "non_finite" || rej.reason == "out_of_range") << rej.reason;
+      }
+      // Region a is untouched by region b's forger: its two workers agree.
+      EXPECT_TRUE(torch::equal(r.finalValues[1], r.finalValues[0]));
+      if (!leaderForges) {  // the forging member's leader ends like region a
+        EXPECT_TRUE(torch::equal(r.finalValues[2], r.finalValues[0]));
+      }
+    }
   }
 }
 
