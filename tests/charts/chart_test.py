@@ -202,6 +202,23 @@ def main():
           f"serviceAccount.annotations: {sa[('ServiceAccount', 'geotrain-controller')]}")
     check(sa[("Deployment", "geotrain-controller")]["spec"]["template"]["spec"]
           .get("priorityClassName") == "high", "priorityClassName")
+    # A writable HOME for exec credential plugins, and what users add.
+    extra = template("geotrain", "--set", "extraEnv[0].name=AWS_REGION",
+                     "--set", "extraEnv[0].value=ap-northeast-1",
+                     "--set", "extraVolumes[0].name=plugin,extraVolumes[0].emptyDir.medium=Memory",
+                     "--set", "extraVolumeMounts[0].name=plugin",
+                     "--set", "extraVolumeMounts[0].mountPath=/opt/plugin")
+    pod = extra[("Deployment", "geotrain-controller")]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    variables = {e["name"]: e.get("value") for e in container["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    check(variables.get("HOME") == "/home/geotrain" and mounts.get("home") == "/home/geotrain"
+          and container["securityContext"]["readOnlyRootFilesystem"] is True,
+          f"a writable HOME on a read-only root: {variables} {mounts}")
+    check(variables.get("AWS_REGION") == "ap-northeast-1" and
+          mounts.get("plugin") == "/opt/plugin" and
+          {"name": "plugin", "emptyDir": {"medium": "Memory"}} in pod["volumes"],
+          f"extraEnv, extraVolumes, extraVolumeMounts: {variables} {mounts} {pod['volumes']}")
     sa = template("geotrain", "--set", "serviceAccount.create=false",
                   "--set", "serviceAccount.name=ml-identity")
     check(("ServiceAccount", "geotrain-controller") not in sa, "serviceAccount.create=false")
