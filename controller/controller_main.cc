@@ -125,6 +125,9 @@ void runController(const Flags& f, kube::KubeClient& hub, rec::SecretClusters& c
   // address, a deleted object) starts a pass of its TrainingJob at once.
   clusters.enableCaches(
       [&queue](const std::string& ns, const std::string& job) { queue.add(ns + "/" + job); });
+  // A member's kubeconfig Secret that is replaced (a rotated token) is used
+  // from then on, without a restart.
+  clusters.watchSecrets();
   kube::InformerOptions informerOptions;
   informerOptions.transform = [](nlohmann::json o) {  // nobody reads managedFields
     if (o.contains("metadata") && o["metadata"].is_object()) o["metadata"].erase("managedFields");

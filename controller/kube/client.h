@@ -20,7 +20,9 @@
 // server's Retry-After (bounded); 5xx answers and lost connections for
 // idempotent requests (GET, PUT with a resourceVersion, DELETE, apply) with
 // jittered exponential backoff; refused connections for any verb (nothing was
-// sent). After a lost answer, a retried DELETE may report NotFound and a
+// sent); 401 Unauthorized once, for any verb, when the credentials came from
+// an exec plugin (ClusterConfig::exec), after running it again. After a lost
+// answer, a retried DELETE may report NotFound and a
 // retried PUT Conflict although the first attempt succeeded: both are what a
 // level-based caller handles anyway (re-read and compare).
 

@@ -119,6 +119,74 @@ class KubeconfigReader {
   fs::path origin_;
 };
 
+// users[].user.exec: what the plugin is and how to run it. `config` has the
+// cluster (for provideClusterInfo).
+StatusOr<std::shared_ptr<ExecCredentialSource>> parseExec(const YAML::Node& exec,
+                                                          const KubeconfigReader& reader,
+                                                          const std::string& field,
+                                                          const ClusterConfig& config) {
+  if (!exec.IsMap()) return reader.error(field, "must be a map");
+  ExecConfig c;
+  auto text = [&](const char* key, std::string& out) -> Status {
+    auto value = reader.string(exec, key, field + "." + key);
+    if (!value.ok()) return value.status();
+    out = *value;
+    return {};
+  };
+  GEO_RETURN_IF_ERROR(text("apiVersion", c.apiVersion));
+  GEO_RETURN_IF_ERROR(text("command", c.command));
+  GEO_RETURN_IF_ERROR(text("installHint", c.installHint));
+  std::string interactive;
+  GEO_RETURN_IF_ERROR(text("interactiveMode", interactive));
+  if (c.command.empty()) return reader.error(field + ".command", "missing");
+  if (c.apiVersion != "client.authentication.k8s.io/v1" &&
+      c.apiVersion != "client.authentication.k8s.io/v1beta1") {
+    return reader.error(field + ".apiVersion", fmt::format("\"{}\" is not supported (supported: "
+                                                           "client.authentication.k8s.io/v1, "
+                                                           "client.authentication.k8s.io/v1beta1)",
+                                                           c.apiVersion));
+  }
+  if (interactive == "Always") {
+    return reader.error(field + ".interactiveMode",
+                        "Always is not supported: the controller has no terminal for the plugin "
+                        "(use a plugin mode that needs no user, e.g. a service account or "
+                        "workload identity)");
+  }
+  if (!interactive.empty() && interactive != "Never" && interactive != "IfAvailable") {
+    return reader.error(
+        field + ".interactiveMode",
+        fmt::format("\"{}\" is not one of Never, IfAvailable, Always", interactive));
+  }
+  if (const YAML::Node args = exec["args"]; args && !args.IsNull()) {
+    if (!args.IsSequence()) return reader.error(field + ".args", "must be a list of strings");
+    for (const YAML::Node& a : args) {
+      if (!a.IsScalar()) return reader.error(field + ".args", "must be a list of strings");
+      c.args.push_back(a.as<std::string>());
+    }
+  }
+  if (const YAML::Node env = exec["env"]; env && !env.IsNull()) {
+    if (!env.IsSequence()) return reader.error(field + ".env", "must be a list of {name, value}");
+    for (size_t i = 0; i < env.size(); ++i) {
+      const YAML::Node& e = env[i];
+      const std::string at = fmt::format("{}.env[{}]", field, i);
+      if (!e.IsMap() || !e["name"] || !e["name"].IsScalar() ||
+          e["name"].as<std::string>().empty() || (e["value"] && !e["value"].IsScalar())) {
+        return reader.error(at, "must be {name, value} with a name");
+      }
+      c.env.emplace_back(e["name"].as<std::string>(),
+                         e["value"] && !e["value"].IsNull() ? e["value"].as<std::string>() : "");
+    }
+  }
+  auto provide = reader.boolean(exec, "provideClusterInfo", field + ".provideClusterInfo");
+  if (!provide.ok()) return provide.status();
+  c.provideClusterInfo = *provide;
+  c.dir = reader.resolve(".").parent_path();
+  c.server = config.server;
+  c.caPem = config.caPem;
+  c.insecureSkipTlsVerify = config.insecureSkipTlsVerify;
+  return std::make_shared<ExecCredentialSource>(std::move(c));
+}
+
 #define GEO_ASSIGN_OR_RETURN_STR(lhs, expr)     \
   auto lhs##Or_ = (expr);                       \
   if (!lhs##Or_.ok()) return lhs##Or_.status(); \
@@ -167,11 +235,24 @@ StatusOr<ClusterConfig> parseRoot(const YAML::Node& root, const KubeconfigReader
   auto user = reader.entry(root, "users", "user", userName);
   if (!user.ok()) return user.status();
   const std::string userField = fmt::format("users[name=\"{}\"].user", userName);
-  for (const char* unsupported : {"exec", "auth-provider", "username", "password"}) {
+  for (const char* unsupported : {"auth-provider", "username", "password"}) {
     if ((*user)[unsupported]) {
       return reader.error(userField + "." + unsupported,
-                          "not supported (use token, tokenFile or a client certificate)");
+                          "not supported (use token, tokenFile, a client certificate or exec)");
     }
+  }
+  if (const YAML::Node exec = (*user)["exec"]; exec && !exec.IsNull()) {
+    auto plugin = parseExec(exec, reader, userField + ".exec", config);
+    if (!plugin.ok()) return plugin.status();
+    for (const char* other : {"token", "tokenFile", "client-certificate", "client-certificate-data",
+                              "client-key", "client-key-data"}) {
+      if ((*user)[other]) {
+        return reader.error(userField + "." + other,
+                            "cannot be combined with exec (the plugin supplies the credentials)");
+      }
+    }
+    config.exec = std::move(*plugin);
+    return config;
   }
   GEO_ASSIGN_OR_RETURN_STR(token, reader.string(*user, "token", userField + ".token"));
   GEO_ASSIGN_OR_RETURN_STR(tokenFile, reader.string(*user, "tokenFile", userField + ".tokenFile"));

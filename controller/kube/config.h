@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "controller/kube/exec_credential.h"
 
 namespace geo::kube {
 
@@ -61,13 +62,20 @@ struct ClusterConfig {
   std::string defaultNamespace = "default";
   // Null: no Authorization header.
   std::shared_ptr<TokenSource> token;
+  // An exec credential plugin (users[].user.exec): a token or a client
+  // certificate from it on every request, instead of `token` and the
+  // certificate above. Null: none.
+  std::shared_ptr<ExecCredentialSource> exec;
 };
 
 // Loads `path` and resolves `context` ("" = current-context). Relative file
 // paths inside the kubeconfig are relative to its directory, as kubectl does.
 // Supported: server, certificate-authority(-data), insecure-skip-tls-verify,
-// token, tokenFile, client-certificate(-data), client-key(-data); exec and
-// auth-provider plugins and basic auth are rejected by name.
+// token, tokenFile, client-certificate(-data), client-key(-data), and exec
+// credential plugins (client.authentication.k8s.io/v1 and v1beta1:
+// command, args, env, installHint, provideClusterInfo, interactiveMode Never
+// or IfAvailable; see exec_credential.h); the plugin runs on first use, not
+// here. auth-provider plugins and basic auth are rejected by name.
 StatusOr<ClusterConfig> loadKubeconfig(const std::filesystem::path& path,
                                        const std::string& context = "");
 

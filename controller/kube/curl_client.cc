@@ -40,6 +40,8 @@ struct Exchange {
   std::string retryAfter;  // the Retry-After header of the final answer
   // What onChunk threw: libcurl is C, so it is carried past it and rethrown.
   std::exception_ptr thrown;
+  // The exec plugin's credentials this attempt sent (to invalidate on 401).
+  std::optional<ExecCredential> exec;
 };
 
 size_t onHeader(char* data, size_t size, size_t count, void* user) {
@@ -109,9 +111,18 @@ class CurlClient final : public KubeClient {
 
   ApiResult<json> call(const ApiRequest& request, const CancelToken* cancel) override {
     Backoff backoff(options_.retryBackoff);
+    bool renewed = false;
     while (true) {
       Exchange exchange;
       auto attempt = perform(request, exchange, options_.timeout, cancel);
+      // Credentials from an exec plugin that the server refuses (revoked,
+      // or expired earlier than they said): run the plugin again and repeat
+      // the request once; a 401 means it was not acted on.
+      if (!attempt.ok() && attempt.error().isUnauthorized() && exchange.exec && !renewed) {
+        config_.exec->invalidate(*exchange.exec);
+        renewed = true;
+        continue;
+      }
       if (attempt.ok()) {
         if (exchange.body.empty()) return json();
         json body = json::parse(exchange.body, nullptr, /*allow_exceptions=*/false);
@@ -139,7 +150,13 @@ class CurlClient final : public KubeClient {
                                    const CancelToken& cancel) override {
     Exchange exchange;
     exchange.onChunk = &onChunk;
-    return perform(request, exchange, timeout, &cancel);
+    auto result = perform(request, exchange, timeout, &cancel);
+    // No retry here (the watch's caller reconnects), but its next attempt
+    // gets fresh credentials.
+    if (!result.ok() && result.error().isUnauthorized() && exchange.exec) {
+      config_.exec->invalidate(*exchange.exec);
+    }
+    return result;
   }
 
   const std::string& defaultNamespace() const override { return config_.defaultNamespace; }
@@ -182,6 +199,15 @@ class CurlClient final : public KubeClient {
   // One attempt: ok for a 2xx answer (its body in `exchange` or streamed).
   ApiResult<std::monostate> perform(const ApiRequest& request, Exchange& exchange,
                                     std::chrono::milliseconds timeout, const CancelToken* cancel) {
+    if (config_.exec) {
+      auto credentials = config_.exec->credentials();
+      if (!credentials.ok()) {
+        return localError(
+            credentials.status().code(),
+            fmt::format("{} {}: {}", request.method, request.path, credentials.status().message()));
+      }
+      exchange.exec = std::move(*credentials);
+    }
     const Handle handle = acquire();
     CURL* easy = handle.easy;
     exchange.easy = easy;
@@ -211,7 +237,10 @@ class CurlClient final : public KubeClient {
     if (!request.contentType.empty()) {
       headers = curl_slist_append(headers, ("Content-Type: " + request.contentType).c_str());
     }
-    if (config_.token) {
+    if (exchange.exec && !exchange.exec->token.empty()) {
+      headers =
+          curl_slist_append(headers, ("Authorization: Bearer " + exchange.exec->token).c_str());
+    } else if (config_.token) {
       headers =
           curl_slist_append(headers, ("Authorization: Bearer " + config_.token->token()).c_str());
     }
@@ -221,10 +250,13 @@ class CurlClient final : public KubeClient {
       curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 0L);
       curl_easy_setopt(easy, CURLOPT_SSL_VERIFYHOST, 0L);
     }
-    if (!config_.clientCertPem.empty()) {
-      setBlob(easy, CURLOPT_SSLCERT_BLOB, config_.clientCertPem);
+    const bool execCert = exchange.exec && !exchange.exec->clientCertPem.empty();
+    const std::string& certPem = execCert ? exchange.exec->clientCertPem : config_.clientCertPem;
+    const std::string& keyPem = execCert ? exchange.exec->clientKeyPem : config_.clientKeyPem;
+    if (!certPem.empty()) {
+      setBlob(easy, CURLOPT_SSLCERT_BLOB, certPem);
       curl_easy_setopt(easy, CURLOPT_SSLCERTTYPE, "PEM");
-      setBlob(easy, CURLOPT_SSLKEY_BLOB, config_.clientKeyPem);
+      setBlob(easy, CURLOPT_SSLKEY_BLOB, keyPem);
       curl_easy_setopt(easy, CURLOPT_SSLKEYTYPE, "PEM");
     }
     curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, onHeader);

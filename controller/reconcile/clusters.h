@@ -9,6 +9,14 @@
 // next call (the user may create it later) but not more than every
 // `retryAfter`, so a broken member cannot slow every reconcile down.
 // With enableCaches(), each cluster also gets a ClusterCache on first use.
+//
+// With watchSecrets(), the member Secrets are watched: when one changes (a
+// rotated token, a new certificate, a moved API server), the member's
+// client switches to the new kubeconfig for every request from then on,
+// without a restart. The pointer client() returned stays the same (a
+// request in flight finishes on the old connection), so its ClusterCache
+// and every holder of it follow. A changed Secret that holds no usable
+// kubeconfig is logged and the member keeps the kubeconfig it has.
 // Thread-safe.
 
 #include <chrono>
@@ -18,6 +26,7 @@
 #include <string>
 
 #include "controller/kube/client.h"
+#include "controller/kube/informer.h"
 #include "controller/reconcile/reconciler.h"
 
 namespace geo::reconcile {
@@ -48,10 +57,23 @@ class SecretClusters : public Clusters {
   // Replaces the listener (empty: none), e.g. before the queue it feeds ends.
   void setOnChange(ClusterCache::OnChange onChange);
 
+  // Starts watching the member Secrets (one informer over the Secrets of
+  // the namespace, keeping only the members' keys); returns once it has
+  // listed them, or after `timeout`. Once; the destructor stops it.
+  void watchSecrets(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // How often a member's client has switched to a changed kubeconfig.
+  int reloads(const std::string& cluster);
+
+  ~SecretClusters() override;
+
  private:
+  class SwitchableClient;
   struct Member {
     MemberSecret secret;
-    std::unique_ptr<kube::KubeClient> client;
+    std::unique_ptr<SwitchableClient> client;
+    // The kubeconfig the client was made from.
+    std::string kubeconfig;
+    int reloads = 0;
     std::unique_ptr<ClusterCache> cache;
     Status lastError;
     std::chrono::steady_clock::time_point lastTry{};
@@ -63,11 +85,15 @@ class SecretClusters : public Clusters {
   std::mutex mu_;
   std::map<std::string, Member> members_;
   void notify(const std::string& ns, const std::string& job);
+  // A member Secret as the informer saw it.
+  void secretChanged(const nlohmann::json& secret);
 
   bool caching_ = false;
   std::mutex notifyMu_;
   ClusterCache::OnChange onChange_;  // guarded by notifyMu_
   std::unique_ptr<ClusterCache> localCache_;
+  // Last: stopped first, as its handler uses the members.
+  std::unique_ptr<kube::Informer> secrets_;
 };
 
 }  // namespace geo::reconcile

@@ -105,6 +105,8 @@ ResourceRegistry::ResourceRegistry() {
   addLocked(builtin("batch", "v1", "jobs", "job", "Job", true, true, {}, all));
   addLocked(builtin("coordination.k8s.io", "v1", "leases", "lease", "Lease", true, false));
   addLocked(builtin("events.k8s.io", "v1", "events", "event", "Event", true, false, {"ev"}));
+  addLocked(builtin("policy", "v1", "poddisruptionbudgets", "poddisruptionbudget",
+                    "PodDisruptionBudget", true, true, {"pdb"}));
   const std::string rbac = "rbac.authorization.k8s.io";
   addLocked(builtin(rbac, "v1", "roles", "role", "Role", true, false));
   addLocked(builtin(rbac, "v1", "clusterroles", "clusterrole", "ClusterRole", false, false));

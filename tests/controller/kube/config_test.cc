@@ -169,9 +169,10 @@ TEST_F(KubeconfigTest, ErrorsNameTheFileAndTheField) {
        "users[name=\"u\"].user.client-key: missing (a client certificate needs both certificate "
        "and key)"},
       {"contexts:\n- name: a\n  context: {cluster: c, user: u}\nclusters:\n- name: c\n  cluster: "
-       "{server: https://x}\nusers:\n- name: u\n  user: {exec: {command: aws}}\n",
+       "{server: https://x}\nusers:\n- name: u\n  user: {auth-provider: {name: gcp}}\n",
        "a",
-       "users[name=\"u\"].user.exec: not supported (use token, tokenFile or a client certificate)"},
+       "users[name=\"u\"].user.auth-provider: not supported (use token, tokenFile, a client "
+       "certificate or exec)"},
       {"contexts:\n- name: a\n  context: {cluster: c, user: u}\nclusters:\n- name: c\n  cluster: "
        "{server: https://x}\nusers:\n- name: u\n  user: {tokenFile: nope}\n",
        "a",

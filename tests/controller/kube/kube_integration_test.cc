@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -218,6 +219,47 @@ TEST_F(KubeIntegrationTest, WrongTokenIsUnauthorized) {
   const auto untrusted = client->get(resources::kConfigMaps, "default", "x");
   EXPECT_TRUE(untrusted.error().isTransport());
   EXPECT_EQ(untrusted.error().code, StatusCode::kFailedPrecondition);
+}
+
+// A kubeconfig whose user is an exec plugin, as EKS, GKE and AKS write them:
+// a script that prints an ExecCredential. Its first token is one the server
+// refuses (as a token revoked before it expired would be): the 401 makes the
+// client run the plugin again and repeat the request, for a write too.
+TEST_F(KubeIntegrationTest, ExecPluginCredentialsRenewedOn401) {
+  for (const std::string version : {"v1", "v1beta1"}) {
+    SCOPED_TRACE(version);
+    const fs::path plugin = kubeconfig_.string() + "-plugin-" + version;
+    const fs::path count = kubeconfig_.string() + "-count-" + version;
+    std::ofstream(plugin) << "#!/bin/sh\nn=$(( $(cat " << count.string()
+                          << " 2>/dev/null || echo 0) + 1 ))\necho $n > " << count.string()
+                          << "\nif [ $n = 1 ]; then token=revoked; else token=$GEO_TOKEN; fi\n"
+                          << R"(printf '{"apiVersion":"client.authentication.k8s.io/)" << version
+                          << R"(","kind":"ExecCredential","status":{"token":"%s"}}' "$token")"
+                          << "\n";
+    fs::permissions(plugin, fs::perms::owner_all);
+    std::ifstream in(kubeconfig_);
+    json config = json::parse(in);
+    config["users"][0]["user"] = {{"exec",
+                                   {{"apiVersion", "client.authentication.k8s.io/" + version},
+                                    {"command", plugin.string()},
+                                    {"env", {{{"name", "GEO_TOKEN"}, {"value", "secret-token"}}}},
+                                    {"interactiveMode", "Never"}}}};
+    const fs::path execKubeconfig = kubeconfig_.string() + "-exec-" + version;
+    std::ofstream(execKubeconfig) << config.dump();
+    auto loaded = loadKubeconfig(execKubeconfig);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+    const std::shared_ptr<ExecCredentialSource> source = loaded->exec;
+    ASSERT_TRUE(source);
+    auto client = std::move(makeKubeClient(*loaded)).value();
+    auto created = client->create(resources::kConfigMaps, "default", configMap("exec-" + version));
+    ASSERT_TRUE(created.ok()) << created.status().toString();
+    EXPECT_EQ(source->runs(), 2) << "a 401 with the first token, then the second";
+    EXPECT_TRUE(client->get(resources::kConfigMaps, "default", "exec-" + version).ok());
+    EXPECT_EQ(source->runs(), 2) << "a credential without expiry is kept";
+    fs::remove(plugin);
+    fs::remove(count);
+    fs::remove(execKubeconfig);
+  }
 }
 
 // Events arrive once each across dropped streams; a compacted version ends
