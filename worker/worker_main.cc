@@ -507,6 +507,17 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress, double slowd
   auto trainer =
       geo::train::Trainer::create(std::move(*model), std::move(shard), *test, options, hook);
   if (!trainer.ok()) return fail(trainer.status());
+  if (options.evalInterval > 0) {
+    // Periodic evaluations run on a snapshot in the background, on a second
+    // instance of the model, so that they never hold up a step (nor, through
+    // the synchronizer, every other worker).
+    auto evalModel =
+        geo::train::makeModel({c.model.builtin, c.model.torchscript}, inputShape, numClasses);
+    if (!evalModel.ok()) return fail(evalModel.status());
+    if (const geo::Status s = (*trainer)->evaluateInBackground(std::move(*evalModel)); !s.ok()) {
+      return fail(s);
+    }
+  }
   auto resumed = (*trainer)->resume();
   if (!resumed.ok()) return fail(resumed.status());
 
@@ -536,14 +547,20 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress, double slowd
       std::string fields =
           fmt::format("\"step\":{},\"loss\":{},\"lr\":{:.6g},\"samplesPerSecond\":{:.1f}", st.step,
                       jsonNumber(st.loss), st.lr, st.samplesPerSecond);
-      if (st.evalAccuracy) fields += fmt::format(",\"evalAccuracy\":{:.6g}", *st.evalAccuracy);
+      if (st.evalAccuracy) {
+        fields += fmt::format(",\"evalAccuracy\":{:.6g},\"evalStep\":{},\"evalAgeSeconds\":{:.4g}",
+                              *st.evalAccuracy, st.evalStep.value_or(st.step), st.evalAgeSeconds);
+      }
       fields += fmt::format(",\"stepSecondsMax\":{:.4g}", workerHook->longestStep());
       progress.emit("progress",
                     fields + "," + syncFields(readTotals(sync.get(), transport.get()), *topology));
       return;
     }
-    const std::string eval =
-        st.evalAccuracy ? fmt::format(" eval accuracy {:.2f}%", *st.evalAccuracy * 100) : "";
+    std::string eval;
+    if (st.evalAccuracy) {
+      eval = fmt::format(" eval accuracy {:.2f}%", *st.evalAccuracy * 100);
+      if (st.evalStep && *st.evalStep != st.step) eval += fmt::format(" (step {})", *st.evalStep);
+    }
     std::string syncText;
     if (sync) {
       const auto ss = sync->stats();

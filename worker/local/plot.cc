@@ -62,7 +62,7 @@ std::vector<std::string> writePlotData(const RunState& state, std::string& data)
     if (p.localIndex != 0) continue;
     std::vector<EvalPoint> points = p.evals;
     if (p.testAccuracy && p.doneWallSeconds)
-      points.push_back({*p.doneWallSeconds, *p.testAccuracy});
+      points.push_back({*p.doneWallSeconds, *p.testAccuracy, std::nullopt});
     if (points.empty()) continue;
     if (!regions.empty()) data += "\n\n";  // gnuplot: two blank lines end an index block
     data += fmt::format("# {} (rank {})\n", p.region, p.rank);

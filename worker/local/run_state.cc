@@ -130,7 +130,8 @@ void RunState::record(int64_t rank, double wallSeconds, const WorkerEvent& e) {
       keep(p.samplesPerSecond, e.samplesPerSecond);
       if (e.evalAccuracy) {
         p.evalAccuracy = e.evalAccuracy;
-        p.evals.push_back({wallSeconds, *e.evalAccuracy});
+        p.evals.push_back({std::max(0.0, wallSeconds - e.evalAgeSeconds.value_or(0)),
+                           *e.evalAccuracy, e.evalStep ? e.evalStep : e.step});
       }
       merge(p.sync, e.sync);
       merge(p.bytes, e.bytes);

@@ -38,9 +38,13 @@ namespace geo::local {
 
 inline constexpr std::array<double, 3> kAccuracyThresholds = {0.80, 0.85, 0.88};
 
+// An evaluation, placed at the wall time and step of the parameters it
+// measured (for a background evaluation, earlier than the line that
+// reported it).
 struct EvalPoint {
   double wallSeconds = 0;
   double accuracy = 0;
+  std::optional<int64_t> step;
 };
 
 struct RankProgress {

@@ -101,6 +101,8 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
   e.lr = number(j, "lr");
   e.samplesPerSecond = number(j, "samplesPerSecond");
   e.evalAccuracy = number(j, "evalAccuracy");
+  e.evalStep = integer(j, "evalStep");
+  e.evalAgeSeconds = number(j, "evalAgeSeconds");
   e.testAccuracy = number(j, "testAccuracy");
   if (const Json* sync = member(j, "sync")) {
     e.sync.delay = number(*sync, "delay");

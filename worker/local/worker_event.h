@@ -6,7 +6,8 @@
 //    "model":"mlp","parameters":203530,"shardSamples":15000,"steps":1000,
 //    "algorithm":"dts","time":0.01}
 //   {"event":"progress","rank":0,"step":50,"time":3.2,"loss":0.61,"lr":0.05,
-//    "samplesPerSecond":1200.5,"evalAccuracy":0.81,
+//    "samplesPerSecond":1200.5,"evalAccuracy":0.81,"evalStep":50,
+//    "evalAgeSeconds":0.4,
 //    "sync":{"delay":4,"appliedUpdates":12,"stalenessMean":4.0,
 //            "stalenessMax":4,"missing":0,"waitSeconds":0.2},
 //    "bytes":{"wanSent":123456,"wanReceived":120000,"lanSent":0,
@@ -21,6 +22,9 @@
 // after the first: a stall shows there), sync.peersDown, sync.rejoins and
 // the other membership counts; done carries "modelHash" (FNV-1a of the final
 // parameters: workers that agree on the final model print the same).
+// An evaluation in the background measures the parameters of an earlier
+// step: evalStep is that step and evalAgeSeconds how long before this line
+// they were taken (0 and the line's own step for one run in line).
 // `time` is seconds since that worker started; bytes.* are cumulative.
 //
 // Parsing is lenient on content and strict on form: the line must be a JSON
@@ -83,7 +87,9 @@ struct WorkerEvent {
   std::optional<double> loss;
   std::optional<double> lr;
   std::optional<double> samplesPerSecond;
-  std::optional<double> evalAccuracy;  // 0..1, only on steps that evaluated
+  std::optional<double> evalAccuracy;  // 0..1, only on lines that report one
+  std::optional<int64_t> evalStep;     // the step evaluated (may be earlier)
+  std::optional<double> evalAgeSeconds;
   std::optional<double> testAccuracy;  // done: the final (averaged) model
   SyncStats sync;
   ByteCounts bytes;

@@ -3,16 +3,22 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sodium.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -266,6 +272,22 @@ StatusOr<CheckpointFile> readCheckpointFile(const fs::path& path) {
 }
 
 // Whether a tensor holds only finite values (integer tensors always do).
+// Top-1 accuracy of `model` on `test`, in batches of 1000.
+double accuracyOf(Model& model, const TensorDataset& test, torch::Device device) {
+  torch::NoGradGuard noGrad;
+  model.setTraining(false);
+  int64_t correct = 0;
+  const int64_t n = test.size();
+  for (int64_t start = 0; start < n; start += 1000) {
+    const int64_t len = std::min<int64_t>(1000, n - start);
+    const auto x = test.inputs.narrow(0, start, len).to(device);
+    const auto y = test.targets.narrow(0, start, len).to(device);
+    correct += model.forward(x).argmax(1).eq(y).sum().item<int64_t>();
+  }
+  model.setTraining(true);
+  return n == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(n);
+}
+
 bool allFinite(const torch::Tensor& t) {
   if (!t.defined() || !t.is_floating_point()) return true;
   return torch::isfinite(t).all().item<bool>();
@@ -365,18 +387,178 @@ StatusOr<StepStats> Trainer::step() {
 }
 
 double Trainer::evaluate() {
-  torch::NoGradGuard noGrad;
-  model_->setTraining(false);
-  int64_t correct = 0;
-  const int64_t n = test_.size();
-  for (int64_t start = 0; start < n; start += 1000) {
-    const int64_t len = std::min<int64_t>(1000, n - start);
-    const auto x = test_.inputs.narrow(0, start, len).to(options_.device);
-    const auto y = test_.targets.narrow(0, start, len).to(options_.device);
-    correct += model_->forward(x).argmax(1).eq(y).sum().item<int64_t>();
+  return accuracyOf(*model_, test_, options_.device);
+}
+
+// ---- Background evaluation ---------------------------------------------------------
+
+// One evaluation thread with a slot for one snapshot. The trainer thread
+// submits and takes results; the evaluation thread owns the model.
+class BackgroundEvaluator {
+ public:
+  using Clock = std::chrono::steady_clock;
+  struct Result {
+    int64_t step = 0;
+    Clock::time_point takenAt;
+    std::optional<double> accuracy;  // nullopt: the evaluation failed (logged)
+  };
+
+  BackgroundEvaluator(std::unique_ptr<Model> model, const TensorDataset* test, torch::Device device,
+                      std::function<void()>* before)
+      : model_(std::move(model)), test_(test), device_(device), before_(before) {
+    thread_ = std::thread([this] { loop(); });
   }
-  model_->setTraining(true);
-  return n == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(n);
+
+  ~BackgroundEvaluator() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  // Hands a snapshot over; false (and a skip counted) while one is in flight.
+  bool submit(int64_t step, torch::Tensor params, std::vector<torch::Tensor> buffers) {
+    std::lock_guard lock(mu_);
+    if (busy_) {
+      ++skipped_;
+      return false;
+    }
+    busy_ = true;
+    job_ = Job{step, Clock::now(), std::move(params), std::move(buffers)};
+    cv_.notify_all();
+    return true;
+  }
+
+  // The results that finished since the last call, oldest first.
+  std::vector<Result> take() {
+    std::lock_guard lock(mu_);
+    return std::exchange(done_, {});
+  }
+
+  // Until no evaluation is in flight.
+  void wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !busy_; });
+  }
+
+  uint64_t skipped() const {
+    std::lock_guard lock(mu_);
+    return skipped_;
+  }
+
+ private:
+  struct Job {
+    int64_t step = 0;
+    Clock::time_point takenAt;
+    torch::Tensor params;
+    std::vector<torch::Tensor> buffers;
+  };
+
+  void loop() {
+    // Below everything else: SCHED_IDLE runs only on otherwise idle CPU
+    // time, so on a machine with few cores the training threads (of this
+    // worker and of any other on the machine) keep theirs. Where that policy
+    // is refused, the lowest nice value (Linux applies it per thread).
+    sched_param idle{};
+    if (::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle) != 0) {
+      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
+    }
+    while (true) {
+      Job job;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || job_.has_value(); });
+        if (stop_) return;
+        job = std::move(*job_);
+        job_.reset();
+      }
+      Result r{job.step, job.takenAt, std::nullopt};
+      try {
+        if (before_ != nullptr && *before_) (*before_)();
+        torch::NoGradGuard noGrad;
+        int64_t offset = 0;
+        for (torch::Tensor& p : model_->parameters()) {
+          p.view({-1}).copy_(job.params.narrow(0, offset, p.numel()));
+          offset += p.numel();
+        }
+        auto buffers = model_->namedBuffers();
+        for (size_t i = 0; i < buffers.size() && i < job.buffers.size(); ++i) {
+          buffers[i].second.copy_(job.buffers[i]);
+        }
+        r.accuracy = accuracyOf(*model_, *test_, device_);
+      } catch (const c10::Error& e) {
+        logger()->warn("background evaluation of step {} failed: {}", job.step,
+                       e.what_without_backtrace());
+      }
+      {
+        std::lock_guard lock(mu_);
+        done_.push_back(r);
+        busy_ = false;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  std::unique_ptr<Model> model_;
+  const TensorDataset* test_;
+  torch::Device device_;
+  std::function<void()>* before_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Job> job_;
+  bool busy_ = false;
+  bool stop_ = false;
+  uint64_t skipped_ = 0;
+  std::vector<Result> done_;
+  std::thread thread_;
+};
+
+Trainer::~Trainer() = default;
+
+Status Trainer::evaluateInBackground(std::unique_ptr<Model> evalModel) {
+  if (evalModel == nullptr) return invalidArgument("background evaluation: no model");
+  const auto mine = model_->namedParameters();
+  const auto theirs = evalModel->namedParameters();
+  const auto myBuffers = model_->namedBuffers();
+  const auto theirBuffers = evalModel->namedBuffers();
+  const auto sameShapes = [](const auto& a, const auto& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].second.sizes() != b[i].second.sizes()) return false;
+    }
+    return true;
+  };
+  if (!sameShapes(mine, theirs) || !sameShapes(myBuffers, theirBuffers)) {
+    return invalidArgument(
+        "background evaluation: the evaluation model's parameters or buffers differ from the "
+        "trained model's (not the same architecture)");
+  }
+  try {
+    evalModel->to(options_.device);
+  } catch (const c10::Error& e) {
+    return internalError(fmt::format("background evaluation: {}", e.what_without_backtrace()));
+  }
+  evaluator_ = std::make_unique<BackgroundEvaluator>(std::move(evalModel), &test_, options_.device,
+                                                     &beforeBackgroundEvaluation);
+  return {};
+}
+
+uint64_t Trainer::evalsSkipped() const {
+  return evaluator_ ? evaluator_->skipped() : 0;
+}
+
+void Trainer::reportBackground(StepStats& stats) {
+  for (const auto& r : evaluator_->take()) {
+    if (!r.accuracy) continue;
+    // At most one is in flight and results are taken every step: a second
+    // one here would be a newer snapshot, which wins.
+    stats.evalAccuracy = r.accuracy;
+    stats.evalStep = r.step;
+    stats.evalAgeSeconds =
+        std::chrono::duration<double>(BackgroundEvaluator::Clock::now() - r.takenAt).count();
+  }
 }
 
 Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
@@ -412,15 +594,44 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
             fmt::format("finishing training failed: {}", e.what_without_backtrace()));
       }
     }
-    const bool evalNow = step_ == options_.steps ||
-                         (options_.evalInterval > 0 && step_ % options_.evalInterval == 0);
-    if (step_ % options_.logInterval == 0 || evalNow) {
+    const bool atEnd = step_ == options_.steps;
+    const bool periodic = options_.evalInterval > 0 && step_ % options_.evalInterval == 0;
+    bool evalInLine = atEnd || (periodic && !evaluator_);
+    if (periodic && !atEnd && evaluator_) {
+      torch::NoGradGuard noGrad;
+      std::vector<torch::Tensor> buffers;
+      for (auto& [name, b] : model_->namedBuffers()) buffers.push_back(b.clone());
+      if (!evaluator_->submit(step_, flat_.values.clone(), std::move(buffers))) {
+        logger()->debug("evaluation of step {} skipped: the previous one is still running", step_);
+      }
+    }
+    // A background result is reported at once (with this step's figures).
+    bool background = false;
+    if (evaluator_) {
+      if (atEnd) evaluator_->wait();  // its result comes before the final one
+      StepStats withResult = *stats;
+      reportBackground(withResult);
+      if (withResult.evalAccuracy) {
+        background = true;
+        if (atEnd) {
+          withResult.samplesPerSecond = 0;  // the final report below carries it
+          if (progress) progress(withResult);
+        } else {
+          *stats = withResult;
+        }
+      }
+    }
+    if (step_ % options_.logInterval == 0 || evalInLine || (background && !atEnd)) {
       // Training throughput only: measured before the evaluation runs.
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();
       stats->samplesPerSecond =
           seconds > 0 ? static_cast<double>((step_ - lastStep) * options_.batchSize) / seconds : 0;
-      if (evalNow) stats->evalAccuracy = evaluate();
+      if (evalInLine) {
+        stats->evalAccuracy = evaluate();
+        stats->evalStep = step_;
+        stats->evalAgeSeconds = 0;
+      }
       last = std::chrono::steady_clock::now();
       lastStep = step_;
       if (progress) progress(*stats);
@@ -429,6 +640,12 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
         (step_ % options_.checkpointInterval == 0 || step_ == options_.steps)) {
       GEO_RETURN_IF_ERROR(saveCheckpoint());
     }
+  }
+  if (evalsSkipped() > 0) {
+    logger()->info(
+        "{} periodic evaluation(s) skipped because the previous one was still running (raise "
+        "training.evalInterval to see every one)",
+        evalsSkipped());
   }
   return {};
 }

@@ -124,12 +124,24 @@ struct StepStats {
   int64_t step = 0;  // steps completed
   double loss = 0;
   double lr = 0;
-  double samplesPerSecond = 0;         // since the previous report
-  std::optional<double> evalAccuracy;  // when evaluated at this step
+  double samplesPerSecond = 0;  // since the previous report
+  // An evaluation reported with this step: its accuracy, the step whose
+  // parameters it measured (this one, or an earlier one for a background
+  // evaluation), and how long before this report those parameters were
+  // taken (0 for an evaluation run in line).
+  std::optional<double> evalAccuracy;
+  std::optional<int64_t> evalStep;
+  double evalAgeSeconds = 0;
 };
+
+class BackgroundEvaluator;
 
 class Trainer {
  public:
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
   // `hook` may be null; it must outlive the Trainer.
   static StatusOr<std::unique_ptr<Trainer>> create(std::unique_ptr<Model> model,
                                                    TensorDataset train, TensorDataset test,
@@ -159,6 +171,24 @@ class Trainer {
   // Top-1 accuracy of the current parameters on the test set.
   double evaluate();
 
+  // From now on, periodic evaluations (every evalInterval steps) run in the
+  // background on `evalModel`, a second instance of the same architecture:
+  // at an evaluation step the trainer copies the parameters and buffers (a
+  // snapshot, one memcpy) and trains on at once; a thread at lower priority
+  // evaluates the snapshot, and the result is reported with the first step
+  // after it finished (StepStats::evalStep names the snapshot's step). At
+  // most one evaluation is in flight: an evaluation step that finds the
+  // previous one still running is skipped and counted (evalsSkipped()).
+  // The final evaluation still runs in line, on the final model, after the
+  // one in flight has finished. InvalidArgument when evalModel's parameters
+  // or buffers do not match this trainer's model in number and shapes.
+  Status evaluateInBackground(std::unique_ptr<Model> evalModel);
+  uint64_t evalsSkipped() const;
+
+  // Test seam: runs on the evaluation thread before each background
+  // evaluation.
+  std::function<void()> beforeBackgroundEvaluation;
+
   // Writes <dir>/ckpt-<step>.pt and its checksum file ckpt-<step>.pt.sum,
   // each atomically (temporary file, fsync, rename, fsync of the directory),
   // then keeps the newest keepCheckpoints -- and, when none of those
@@ -182,6 +212,8 @@ class Trainer {
  private:
   Trainer(std::unique_ptr<Model> model, TensorDataset train, TensorDataset test,
           TrainerOptions options, StepHook* hook);
+  // A background evaluation's result becomes `stats`' evaluation.
+  void reportBackground(StepStats& stats);
   Status loadCheckpoint(const std::filesystem::path& path);
   // Deletes checkpoints beyond keepCheckpoints (see saveCheckpoint);
   // `written` is the one just written.
@@ -207,6 +239,7 @@ class Trainer {
   // Checkpoints resume() refused (corrupt, or for another model or
   // optimizer): rotation does not count them as good ones.
   std::set<std::filesystem::path> refused_;
+  std::unique_ptr<BackgroundEvaluator> evaluator_;
 };
 
 }  // namespace geo::train

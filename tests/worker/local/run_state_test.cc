@@ -98,8 +98,9 @@ TEST(LocalWorkerEvent, LenientOnContentStrictOnForm) {
 
 TEST(LocalCsv, HeaderAndRows) {
   EXPECT_EQ(csvHeader(),
-            "wall_seconds,rank,region,step,loss,samples_per_second,eval_accuracy,wan_sent_bytes,"
-            "wan_received_bytes,lan_sent_bytes,lan_received_bytes,payload_bytes,staleness_mean,"
+            "wall_seconds,rank,region,step,loss,samples_per_second,eval_accuracy,eval_step,"
+            "wan_sent_bytes,wan_received_bytes,lan_sent_bytes,lan_received_bytes,payload_bytes,"
+            "staleness_mean,"
             "staleness_max,delay,applied_updates,missing,event\n");
   const WorkerEvent full = event(
       progress(2, 50, 3.2,
@@ -108,14 +109,21 @@ TEST(LocalCsv, HeaderAndRows) {
                R"("bytes":{"wanSent":10,"wanReceived":20,)"
                R"("lanSent":30,"lanReceived":40,"payload":80})"));
   EXPECT_EQ(csvRow(1.23456, 2, "tokyo", full),
-            "1.235,2,tokyo,50,0.61,1200.5,0.81,10,20,30,40,80,3.5,4,4,12,1,progress\n");
+            "1.235,2,tokyo,50,0.61,1200.5,0.81,50,10,20,30,40,80,3.5,4,4,12,1,progress\n");
   // Absent values are empty cells: no evaluation on this step.
   const WorkerEvent sparse = event(progress(0, 60, 4.0, R"(,"loss":0.5)"));
-  EXPECT_EQ(csvRow(2, 0, "london", sparse), "2.000,0,london,60,0.5,,,,,,,,,,,,,progress\n");
+  EXPECT_EQ(csvRow(2, 0, "london", sparse), "2.000,0,london,60,0.5,,,,,,,,,,,,,,progress\n");
+  // A background evaluation: the step it measured, earlier than the line's.
+  const WorkerEvent late = event(progress(
+      0, 70, 5.0, R"(,"loss":0.4,"evalAccuracy":0.83,"evalStep":50,"evalAgeSeconds":1.5)"));
+  EXPECT_EQ(late.evalStep, 50);
+  EXPECT_EQ(late.evalAgeSeconds, 1.5);
+  EXPECT_EQ(csvRow(3, 0, "london", late), "3.000,0,london,70,0.4,,0.83,50,,,,,,,,,,,progress\n");
 }
 
 TEST(LocalTimeToAccuracy, FirstEvaluationAtOrAboveEachThreshold) {
-  const std::vector<EvalPoint> evals = {{1, 0.5}, {2, 0.8}, {3, 0.79}, {4, 0.86}, {5, 0.9}};
+  const std::vector<EvalPoint> evals = {
+      {1, 0.5, {}}, {2, 0.8, {}}, {3, 0.79, {}}, {4, 0.86, {}}, {5, 0.9, {}}};
   const auto tta = timeToAccuracy(evals, {0.80, 0.85, 0.88, 0.95});
   ASSERT_EQ(tta.size(), 4u);
   EXPECT_EQ(tta[0].second, 2.0);  // "at or above"

@@ -9,12 +9,16 @@
 #include <spdlog/sinks/ostream_sink.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <sstream>
+#include <thread>
 
 #include "common/logging.h"
 #include "worker/train/trainer.h"
@@ -488,6 +492,114 @@ TEST(TrainCheckpointIntegrity, NonFiniteStateIsNeverWritten) {
   EXPECT_EQ(*resumed, 10);
   EXPECT_TRUE(torch::equal(fresh->flat().values, at10));
   fs::remove_all(o.checkpointDir);
+}
+
+// Records the parameters after every step that is a multiple of `every`.
+class SnapshotHook : public StepHook {
+ public:
+  explicit SnapshotHook(int64_t every) : every_(every) {}
+  Status afterStep(int64_t step, FlatParameters& flat) override {
+    if ((step + 1) % every_ == 0) snapshots[step + 1] = flat.values.clone();
+    return {};
+  }
+  std::map<int64_t, torch::Tensor> snapshots;
+
+ private:
+  int64_t every_;
+};
+
+// A background evaluation measures exactly the parameters of the step it
+// names: the same accuracy as a model loaded with that step's parameters
+// and evaluated in line.
+TEST(TrainBackgroundEval, ReportsTheAccuracyOfTheSnapshotsStep) {
+  TrainerOptions o;
+  o.steps = 120;
+  o.evalInterval = 20;
+  o.logInterval = 1000;
+  SnapshotHook hook(20);
+  auto t = makeTrainer({"mlp", {}}, o, &hook);
+  torch::manual_seed(99);  // a different initialisation: overwritten by the snapshot
+  auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
+  ASSERT_TRUE(evalModel.ok());
+  ASSERT_TRUE(t->evaluateInBackground(std::move(*evalModel)).ok());
+  std::vector<StepStats> reports;
+  ASSERT_TRUE(t->run([&](const StepStats& st) { reports.push_back(st); }).ok());
+  int background = 0;
+  for (const StepStats& st : reports) {
+    if (!st.evalAccuracy) continue;
+    ASSERT_TRUE(st.evalStep.has_value());
+    EXPECT_LE(*st.evalStep, st.step);
+    EXPECT_EQ(*st.evalStep % 20, 0);
+    if (*st.evalStep == o.steps) continue;  // the final one, in line
+    ++background;
+    EXPECT_GE(st.evalAgeSeconds, 0);
+    // Reference: the snapshot's parameters evaluated in line.
+    torch::manual_seed(1);
+    auto reference = makeTrainer({"mlp", {}}, o);
+    {
+      torch::NoGradGuard noGrad;
+      reference->flat().values.copy_(hook.snapshots.at(*st.evalStep));
+    }
+    EXPECT_EQ(*st.evalAccuracy, reference->evaluate()) << "step " << *st.evalStep;
+  }
+  EXPECT_EQ(background + static_cast<int>(t->evalsSkipped()), 5);  // steps 20..100
+  EXPECT_GT(background, 0);
+  ASSERT_FALSE(reports.empty());
+  EXPECT_EQ(reports.back().step, o.steps);
+  EXPECT_EQ(reports.back().evalStep, o.steps);
+}
+
+// Training never waits for an evaluation: one held on the evaluation thread
+// until every step has been taken does not stop the steps (were it in the
+// way, this would never end); the evaluations due meanwhile are skipped and
+// counted, and the held one is still reported before the final one.
+TEST(TrainBackgroundEval, NeverBlocksAStepAndSkipsWhileBusy) {
+  TrainerOptions o;
+  o.steps = 60;
+  o.evalInterval = 10;
+  o.logInterval = 1000;
+  std::atomic<int64_t> stepsDone{0};
+  struct Counter : StepHook {
+    std::atomic<int64_t>* done = nullptr;
+    Status afterStep(int64_t step, FlatParameters&) override {
+      done->store(step + 1);
+      return {};
+    }
+  } counter;
+  counter.done = &stepsDone;
+  auto t = makeTrainer({"mlp", {}}, o, &counter);
+  auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
+  ASSERT_TRUE(evalModel.ok());
+  ASSERT_TRUE(t->evaluateInBackground(std::move(*evalModel)).ok());
+  std::atomic<int> held{0};
+  t->beforeBackgroundEvaluation = [&] {
+    ++held;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (stepsDone.load() < o.steps && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  };
+  std::vector<StepStats> reports;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(t->run([&](const StepStats& st) { reports.push_back(st); }).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(100))
+      << "the steps waited for the held evaluation";
+  EXPECT_EQ(held.load(), 1);
+  EXPECT_EQ(t->evalsSkipped(), 4u);  // steps 20, 30, 40, 50 found step 10's running
+  ASSERT_GE(reports.size(), 2u);
+  EXPECT_EQ(reports[reports.size() - 2].evalStep, 10);  // the held one, before the final
+  EXPECT_EQ(reports.back().evalStep, o.steps);
+}
+
+TEST(TrainBackgroundEval, AnotherArchitectureIsRefused) {
+  TrainerOptions o;
+  o.steps = 10;
+  auto t = makeTrainer({"mlp", {}}, o);
+  auto cnn = makeModel({"cnn", {}}, {1, 28, 28}, 10);
+  ASSERT_TRUE(cnn.ok());
+  const Status s = t->evaluateInBackground(std::move(*cnn));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("not the same architecture"), std::string::npos) << s.message();
 }
 
 TEST(TrainConfig, BadOptionsAndModelsAreClearErrors) {
