@@ -67,9 +67,13 @@ std::string jsonString(const std::string& text) {
   return out + "\"";
 }
 
-// A number for a JSON line: JSON has no NaN or infinity, so those are null.
-std::string jsonNumber(double v) {
-  return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string("null");
+// "loss":X for a JSON line. JSON has no NaN or infinity: a loss that is no
+// finite number is null, with the flag
+// that says so: "nonFinite":["loss"], so that a reader can tell a diverged
+// loss from a missing one.
+std::string lossFields(double loss) {
+  return std::isfinite(loss) ? fmt::format("\"loss\":{:.6g}", loss)
+                             : std::string("\"loss\":null,\"nonFinite\":[\"loss\"]");
 }
 
 // Progress output: JSON lines on stdout for `--progress-format jsonl`.
@@ -544,9 +548,8 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress, double slowd
     workerHook->setLoss(st.loss);
     if (metrics && st.evalAccuracy) metrics->setEvalAccuracy(*st.evalAccuracy);
     if (progress.jsonl()) {
-      std::string fields =
-          fmt::format("\"step\":{},\"loss\":{},\"lr\":{:.6g},\"samplesPerSecond\":{:.1f}", st.step,
-                      jsonNumber(st.loss), st.lr, st.samplesPerSecond);
+      std::string fields = fmt::format("\"step\":{},{},\"lr\":{:.6g},\"samplesPerSecond\":{:.1f}",
+                                       st.step, lossFields(st.loss), st.lr, st.samplesPerSecond);
       if (st.evalAccuracy) {
         fields += fmt::format(",\"evalAccuracy\":{:.6g},\"evalStep\":{},\"evalAgeSeconds\":{:.4g}",
                               *st.evalAccuracy, st.evalStep.value_or(st.step), st.evalAgeSeconds);
@@ -582,9 +585,9 @@ int runWorker(const geo::WorkerConfig& c, const Progress& progress, double slowd
     return kExitOk;
   }
   std::string done = fmt::format(
-      "\"step\":{},\"loss\":{},\"stepSecondsMax\":{:.4g},"
+      "\"step\":{},{},\"stepSecondsMax\":{:.4g},"
       "\"modelHash\":\"{}\"",
-      c.training.steps, jsonNumber(finalLoss), workerHook->longestStep(),
+      c.training.steps, lossFields(finalLoss), workerHook->longestStep(),
       modelHash((*trainer)->flat().values));
   if (auto joinedAt = (*trainer)->joinedAt()) done += fmt::format(",\"joinedAt\":{}", *joinedAt);
   if (finalAccuracy) done += fmt::format(",\"testAccuracy\":{:.6g}", *finalAccuracy);

@@ -75,6 +75,8 @@ def events(path):
 done = {}
 for r in range(4):
     for e in events(os.path.join(d, f"out-{r}.jsonl")):
+        if "loss" in e and e["loss"] is None and "loss" not in e.get("nonFinite", []):
+            sys.exit(f"{name}: rank {r}: a null loss without the nonFinite flag: {e}")
         if e["event"] == "done":
             done[r] = e
 acc_clean = json.loads([l for l in open(os.path.join(clean, "out-0.jsonl")) if '"done"' in l][0])["testAccuracy"]
