@@ -32,6 +32,18 @@ fi
 flags=(-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -std=c++20 -g -O1
        -I"$repo" "-fmacro-prefix-map=$repo/=")
 
+# stale BINARY FILES...: whether BINARY is missing or older than any of FILES.
+stale() {
+  local binary=$1
+  shift
+  [[ -x $binary ]] || return 0
+  local f
+  for f in "$@"; do
+    [[ $f -nt $binary ]] && return 0
+  done
+  return 1
+}
+
 # build_target NAME SOURCES...: compiles <build>/NAME_fuzzer unless it is newer
 # than all of its sources and the headers they include from the repository.
 build_target() {
@@ -39,14 +51,8 @@ build_target() {
   shift
   local binary="$build/${name}_fuzzer"
   local sources=("$@")
-  local inputs=("${sources[@]/#/$repo/}" "$0")
-  inputs+=("$repo"/common/*.h "$repo"/worker/transport/*.h)
-  local stale=0
-  [[ -x $binary ]] || stale=1
-  for f in "${inputs[@]}"; do
-    [[ $f -nt $binary ]] && stale=1
-  done
-  if ((stale)); then
+  if stale "$binary" "${sources[@]/#/$repo/}" "$0" "$repo"/common/*.h \
+      "$repo"/worker/transport/*.h; then
     echo "== building $binary"
     (cd "$repo" && "$cxx" "${flags[@]}" "${sources[@]}" -lfmt -o "$binary")
   fi
@@ -61,15 +67,9 @@ build_torch_target() {
   shift
   local binary="$build/${name}_fuzzer"
   local sources=("$@")
-  local inputs=("${sources[@]/#/$repo/}" "$0")
-  inputs+=("$repo"/common/*.h "$repo"/worker/transport/*.h "$repo"/worker/codec/*.h
-           "$repo"/worker/sync/flat_codec.h "$repo"/kernels/*.h)
-  local stale=0
-  [[ -x $binary ]] || stale=1
-  for f in "${inputs[@]}"; do
-    [[ $f -nt $binary ]] && stale=1
-  done
-  if ((stale)); then
+  if stale "$binary" "${sources[@]/#/$repo/}" "$0" "$repo"/common/*.h \
+      "$repo"/worker/transport/*.h "$repo"/worker/codec/*.h "$repo"/worker/sync/flat_codec.h \
+      "$repo"/kernels/*.h; then
     local engine
     engine="$("$cxx" -print-runtime-dir)/libclang_rt.fuzzer-x86_64.a"
     echo "== building $binary (g++, LibTorch)"
