@@ -281,6 +281,10 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
   const api::Region& r = regionAt(spec, index);
   const RegionPlan p = planRanks(spec)[index];
   const std::string image = spec.image.empty() ? settings.workerImage : spec.image;
+  // spec.template with the region's fields over it; parseSpec() made sure
+  // that none of it takes the place of the worker's own env, volumes,
+  // mounts, labels or annotations, so it is added after them.
+  const api::PodOverrides pod = spec.podFor(r);
 
   // keys/: every public key (ConfigMap) and this region's secret keys
   // (Secret, group-readable for the pod's fsGroup: transport.keyGroupReadable).
@@ -303,7 +307,7 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
       {"ports",
        {{{"name", "transport"}, {"containerPort", r.gateway.port}, {"protocol", "TCP"}},
         {{"name", "metrics"}, {"containerPort", settings.metricsPort}, {"protocol", "TCP"}}}},
-      {"resources", r.resources},
+      {"resources", pod.resources},
       {"volumeMounts",
        {{{"name", "config"}, {"mountPath", std::string(kConfigDir)}, {"readOnly", true}},
         {{"name", "keys"}, {"mountPath", std::string(kKeyDir)}, {"readOnly", true}},
@@ -362,8 +366,23 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
           {{"name", "checkpoints"}, {"mountPath", spec.worker.checkpoint.dir}});
     }
   }
-  if (!r.nodeSelector.empty()) podSpec["nodeSelector"] = r.nodeSelector;
-  if (!r.tolerations.empty()) podSpec["tolerations"] = r.tolerations;
+  json& worker = podSpec["containers"][0];
+  if (!pod.env.empty()) worker["env"] = pod.env;
+  for (const json& m : pod.volumeMounts) worker["volumeMounts"].push_back(m);
+  for (const json& v : pod.volumes) podSpec["volumes"].push_back(v);
+  if (!pod.imagePullSecrets.empty()) podSpec["imagePullSecrets"] = pod.imagePullSecrets;
+  if (!pod.serviceAccountName.empty()) podSpec["serviceAccountName"] = pod.serviceAccountName;
+  if (!pod.priorityClassName.empty()) podSpec["priorityClassName"] = pod.priorityClassName;
+  if (!pod.affinity.empty()) podSpec["affinity"] = pod.affinity;
+  if (!pod.nodeSelector.empty()) podSpec["nodeSelector"] = pod.nodeSelector;
+  if (!pod.tolerations.empty()) podSpec["tolerations"] = pod.tolerations;
+  // The user's labels and annotations first, the controller's over them
+  // (parseSpec() refuses the controller's keys, so none is lost).
+  json podLabels = pod.labels;
+  podLabels.update(labels(job, r.name, "worker"));
+  json podAnnotations = pod.annotations;
+  podAnnotations.update({{"prometheus.io/scrape", "true"},
+                         {"prometheus.io/port", std::to_string(settings.metricsPort)}});
 
   // Failures are counted per worker (completion index): a worker that
   // crashes is retried on a new pod of the same index, which mounts the same
@@ -411,11 +430,7 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
           {{"action", "FailJob"},
            {"onExitCodes", {{"containerName", "worker"}, {"operator", "In"}, {"values", {2}}}}}}}}},
       {"template",
-       {{"metadata",
-         {{"labels", labels(job, r.name, "worker")},
-          {"annotations",
-           {{"prometheus.io/scrape", "true"},
-            {"prometheus.io/port", std::to_string(settings.metricsPort)}}}}},
+       {{"metadata", {{"labels", podLabels}, {"annotations", podAnnotations}}},
         {"spec", podSpec}}}};
   if (spec.runPolicy.activeDeadlineSeconds) {
     jobSpec["activeDeadlineSeconds"] = *spec.runPolicy.activeDeadlineSeconds;

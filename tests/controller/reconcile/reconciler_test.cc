@@ -476,6 +476,67 @@ TEST_F(ReconcilerTest, SuspendKeepsTheCheckpointClaimsAndResumeUsesThem) {
   EXPECT_TRUE(get(*hubClient_, res::kPersistentVolumeClaims, "world-london-checkpoints").is_null());
 }
 
+// manifests/samples/pvc-data.yaml as a user applies it: the data set and the
+// TorchScript model come from claims mounted through spec.template, and
+// tokyo's own claim name, node pool and priority override the job's.
+TEST_F(ReconcilerTest, ThePodTemplateSampleRendersIntoEveryRegionsJob) {
+  json sample = testapi::yamlNodeToJson(YAML::LoadFile(GEO_SAMPLES_DIR "/pvc-data.yaml"));
+  sample["metadata"]["namespace"] = "ml";
+  const std::string name = sample["metadata"]["name"];
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", sample).ok());
+  auto passOf = [&] {
+    auto r = reconciler_->reconcile("ml", name);
+    EXPECT_TRUE(r.ok()) << r.status().toString();
+  };
+  passOf();
+  // Both gateways are load balancers: the cloud gives them addresses.
+  for (auto [server, region] :
+       {std::pair{hub_.get(), "london"}, std::pair{member_.get(), "tokyo"}}) {
+    writeAsController(*server, res::kServices, name + "-" + region + "-gateway", "cloud",
+                      [](testapi::Json& o) {
+                        o["status"]["loadBalancer"]["ingress"] = {{{"ip", "203.0.113.9"}}};
+                      });
+  }
+  passOf();
+  const json tj = get(*hubClient_, kTrainingJobs, name);
+  EXPECT_EQ(condition(tj, "Created"), "True") << tj["status"].dump();
+  std::map<std::string, json> pods;
+  pods["london"] = get(*hubClient_, res::kJobs, name + "-london")["spec"]["template"];
+  pods["tokyo"] = get(*memberClient_, res::kJobs, name + "-tokyo")["spec"]["template"];
+  auto volume = [](const json& pod, const std::string& volumeName) {
+    for (const json& v : pod["spec"]["volumes"]) {
+      if (v["name"] == volumeName) return v;
+    }
+    return json();
+  };
+  for (const auto& [region, pod] : pods) {
+    SCOPED_TRACE(region);
+    ASSERT_TRUE(pod.is_object());
+    const json& worker = pod["spec"]["containers"][0];
+    EXPECT_EQ(pod["metadata"]["labels"]["team"], "vision");
+    EXPECT_EQ(pod["metadata"]["labels"]["geotrain.io/region"], region);
+    EXPECT_EQ(pod["metadata"]["annotations"]["example.com/owner"], "vision@example.com");
+    EXPECT_EQ(worker["env"], json({{{"name", "OMP_NUM_THREADS"}, {"value", "4"}}}));
+    EXPECT_EQ(volume(pod, "models")["persistentVolumeClaim"]["claimName"], "geotrain-models");
+    EXPECT_FALSE(volume(pod, "config").is_null()) << "the worker's own volumes stay";
+    EXPECT_EQ(worker["volumeMounts"].size(), 5u) << worker["volumeMounts"].dump();
+    EXPECT_EQ(worker["resources"]["limits"]["nvidia.com/gpu"], 1);
+    EXPECT_EQ(pod["spec"]["imagePullSecrets"], json({{{"name", "regcred"}}}));
+  }
+  EXPECT_EQ(volume(pods["london"], "dataset")["persistentVolumeClaim"]["claimName"], "cifar10");
+  EXPECT_EQ(volume(pods["tokyo"], "dataset")["persistentVolumeClaim"]["claimName"],
+            "cifar10-tokyo");
+  EXPECT_EQ(pods["london"]["spec"]["priorityClassName"], "training");
+  EXPECT_EQ(pods["tokyo"]["spec"]["priorityClassName"], "training-spot");
+  EXPECT_FALSE(pods["london"]["spec"].contains("nodeSelector"));
+  EXPECT_EQ(pods["tokyo"]["spec"]["nodeSelector"]["cloud.example.com/pool"], "gpu-a100");
+  // The workers read the data set where the claim is mounted.
+  const std::string yaml =
+      get(*memberClient_, res::kConfigMaps, name + "-tokyo-config")["data"]["worker.yaml"];
+  EXPECT_NE(yaml.find("/data/cifar10"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("/models/net.pt"), std::string::npos) << yaml;
+}
+
 // Between full applies a pass writes only objects whose rendered content
 // changed or that are gone; a full apply (every fullApplyEvery) also undoes
 // edits made by hand.
