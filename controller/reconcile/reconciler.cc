@@ -281,7 +281,7 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
     return got.status("get TrainingJob " + ns + "/" + name);
   }
   json object = std::move(*got);
-  const JobRef job{name, ns, kube::metadataField(object, "uid")};
+  const JobRef job = jobRefOf(object);
   if (object["metadata"].contains("deletionTimestamp")) return cleanup(object, job);
 
   if (!hasFinalizer(object)) {
@@ -487,8 +487,10 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
     if (ok) {
       pool_.parallelFor(n, [&](size_t i) {
         const bool isNew = obs.regions[i].job.is_null();
+        json desired = renderWorkerJob(job, spec, i, settings);
+        setJobSuspend(desired, spec.runPolicy.suspend, obs.regions[i].job);
         auto a = applyChanged(*work[i].client, res::kJobs, ns, obs.regions[i].job,
-                              renderWorkerJob(job, spec, i, settings), full);
+                              std::move(desired), full);
         if (!a.ok() && !isNew && a.error().isInvalid()) {
           // The Job exists and refuses the change: Kubernetes keeps its pod
           // template, podFailurePolicy and backoffLimitPerIndex as created,

@@ -29,7 +29,10 @@
 //      region the Secret, the checkpoint claim (spec.checkpointVolume), the
 //      ConfigMap and the Indexed Job. spec.runPolicy.suspend suspends the
 //      Jobs (Kubernetes deletes their pods; the claims stay), and unsetting
-//      it lets the pods start again from the newest checkpoints. A Job that
+//      it lets the pods start again from the newest checkpoints. A Job's
+//      spec.suspend is written only at creation and when that value
+//      changes (render.h, setJobSuspend()), so that another manager (Kueue)
+//      may suspend and resume it; the status says the job waits for it. A Job that
 //      refuses the change as invalid (fields Kubernetes keeps as created:
 //      its pod template, failure policy, per-worker retries) runs on as it
 //      is: an ApplyFailed Event, and its status still counts.

@@ -49,6 +49,15 @@ bool finishing(const json& job) {
   return false;
 }
 
+// Whether the Job's spec.suspend is true: suspended by the controller
+// (spec.runPolicy.suspend) or held back by another manager (Kueue, until it
+// admits the Job).
+bool jobSuspended(const json& job) {
+  if (!job.is_object() || !job.contains("spec") || !job["spec"].is_object()) return false;
+  const json& spec = job["spec"];
+  return spec.contains("suspend") && spec["suspend"].is_boolean() && spec["suspend"].get<bool>();
+}
+
 bool conditionTrue(const api::TrainingJobStatus& s, std::string_view type) {
   const api::Condition* c = api::findCondition(s.conditions, type);
   return c != nullptr && c->status == "True";
@@ -76,7 +85,7 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
 
   // Per-region counts; an unreachable region keeps what was last seen.
   std::vector<api::RegionStatus> regions;
-  std::vector<std::string> unreachable, failedRegions, restarting;
+  std::vector<std::string> unreachable, failedRegions, restarting, notAdmitted;
   std::string failedMessage;
   int64_t ready = 0, complete = 0, withJob = 0, anyActive = 0;
   for (const RegionObservation& r : o.regions) {
@@ -114,7 +123,9 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
         }
       }
       if (jobCondition(r.job, "Complete") != nullptr) ++complete;
-      if (o.suspended || finishing(r.job)) {
+      const bool heldBack = !o.suspended && !finishing(r.job) && jobSuspended(r.job);
+      if (heldBack) notAdmitted.push_back(r.name);
+      if (o.suspended || finishing(r.job) || heldBack) {
         rs.started = false;
       } else if (up) {
         rs.started = true;
@@ -169,6 +180,11 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
     set(api::kConditionRunning, false, "Finished", failed ? "a region failed" : "training done");
   } else if (o.suspended) {
     set(api::kConditionRunning, false, "Suspended", "");
+  } else if (!notAdmitted.empty()) {
+    set(api::kConditionRunning, false, "WaitingForAdmission",
+        fmt::format("the Job of {} is suspended by another manager (such as Kueue): waiting "
+                    "until every region is admitted",
+                    join(notAdmitted, ", ")));
   } else if (allReady) {
     set(api::kConditionRunning, true, "AllWorkersReady",
         fmt::format("every worker of all {} regions is ready", total));

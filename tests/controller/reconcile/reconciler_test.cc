@@ -169,13 +169,15 @@ class ReconcilerTest : public ::testing::Test {
   }
   // What a cluster's own controllers do (the test apiserver runs none):
   // `manager` changes object `name` of `resource` through the status path.
+  // `subresource` "" changes the object itself (spec, metadata).
   void writeAsController(testapi::TestApiServer& server, const kube::ResourceRef& resource,
                          const std::string& name, const std::string& manager,
-                         const std::function<void(testapi::Json&)>& change) {
+                         const std::function<void(testapi::Json&)>& change,
+                         const std::string& subresource = "status") {
     auto type = server.registry().find(resource.group, resource.version, resource.resource);
     bool created = false;
     server.store().modify(
-        *type, "ml", name, testapi::WriteContext{manager, "status", false},
+        *type, "ml", name, testapi::WriteContext{manager, subresource, false},
         [&](const testapi::Json* current) {
           testapi::Json o = *current;
           change(o);
@@ -537,6 +539,71 @@ TEST_F(ReconcilerTest, ThePodTemplateSampleRendersIntoEveryRegionsJob) {
   EXPECT_NE(yaml.find("/models/net.pt"), std::string::npos) << yaml;
 }
 
+// Kueue in a region cluster: the TrainingJob's queue-name label reaches the
+// region Jobs, a Job that field manager kueue suspends stays suspended
+// across passes and a controller restart (whose first pass applies
+// everything), the job says it waits for admission, and only a change of
+// spec.runPolicy.suspend is written into the Jobs.
+TEST_F(ReconcilerTest, AJobSuspendedByKueueStaysSuspendedAcrossARestart) {
+  json tj = job(twoRegionsClusterIp());
+  tj["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "gpu-queue"}};
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", tj).ok());
+  pass();
+  for (auto* c : {hubClient_.get(), memberClient_.get()}) {
+    const std::string name = c == hubClient_.get() ? "world-london" : "world-tokyo";
+    const json j = get(*c, res::kJobs, name);
+    ASSERT_FALSE(j.is_null()) << name;
+    EXPECT_EQ(j["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "gpu-queue") << name;
+    EXPECT_EQ(j["spec"]["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "gpu-queue")
+        << name;
+    EXPECT_EQ(j["spec"]["suspend"], false);
+  }
+  // Kueue's webhook and controller hold tokyo's Job back (no quota yet).
+  auto kueueSets = [&](bool suspend) {
+    writeAsController(
+        *member_, res::kJobs, "world-tokyo", "kueue",
+        [&](testapi::Json& o) { o["spec"]["suspend"] = suspend; }, "");
+  };
+  kueueSets(true);
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], true);
+  EXPECT_EQ(condition(trainingJob(), "Running", "reason"), "WaitingForAdmission");
+  // A restart: a new controller applies everything on its first pass.
+  ReconcilerOptions options;
+  options.render.workerImage = "registry.example/worker:1";
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options,
+                                             [this] { return fmt::format("t{}", ++tick_); });
+  pass();
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], true)
+      << "the controller took the Job back from kueue";
+  json now = trainingJob();
+  EXPECT_EQ(now["status"]["state"], "Pending");
+  EXPECT_EQ(condition(now, "Running", "reason"), "WaitingForAdmission");
+  EXPECT_NE(condition(now, "Running", "message").find("tokyo"), std::string::npos);
+  // Kueue admits it; the workers start.
+  kueueSets(false);
+  setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 2}});
+  setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 1}});
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], false);
+  EXPECT_EQ(trainingJob()["status"]["state"], "Running");
+  // The user's own suspend still reaches every region, and so does resuming.
+  auto setSuspend = [&](bool suspend) {
+    json t = trainingJob();
+    t["spec"]["runPolicy"]["suspend"] = suspend;
+    ASSERT_TRUE(hubClient_->update(kTrainingJobs, "ml", t).ok());
+  };
+  setSuspend(true);
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], true);
+  EXPECT_EQ(get(*hubClient_, res::kJobs, "world-london")["spec"]["suspend"], true);
+  EXPECT_EQ(trainingJob()["status"]["state"], "Suspended");
+  setSuspend(false);
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], false);
+}
+
 // Between full applies a pass writes only objects whose rendered content
 // changed or that are gone; a full apply (every fullApplyEvery) also undoes
 // edits made by hand.
@@ -613,9 +680,11 @@ TEST_F(ReconcilerTest, ClusterCachesServeReadsAndReportChanges) {
     return memberCache.get(res::kJobs, "ml", "world-tokyo") != nullptr &&
            hubCache.get(res::kJobs, "ml", "world-london") != nullptr;
   }));
-  // What the cache keeps: no managedFields, no pod template.
+  // What the cache keeps: no managedFields, no pod template; of the spec only
+  // suspend, which another manager may own (setJobSuspend()).
   const kube::ObjectPtr cached = memberCache.get(res::kJobs, "ml", "world-tokyo");
-  EXPECT_FALSE(cached->contains("spec"));
+  EXPECT_EQ((*cached)["spec"], json({{"suspend", false}}));
+  EXPECT_EQ((*cached)["metadata"]["annotations"]["geotrain.io/suspend"], "false");
   EXPECT_FALSE((*cached)["metadata"].contains("managedFields"));
   EXPECT_TRUE((*cached)["metadata"]["annotations"].contains("geotrain.io/applied-hash"));
 

@@ -303,6 +303,29 @@ TEST(Status, FailedStaysFailedWhenARegionsJobIsGone) {
   }
 }
 
+// A region's Job suspended by another manager (Kueue) while the TrainingJob
+// is not: the job waits, saying for which regions, and starts once admitted.
+TEST(Status, AJobHeldBackByAnotherManagerWaitsForAdmission) {
+  json held = job(0, 0, 0, 0);
+  held["spec"]["suspend"] = true;
+  json admitted = job(2, 2, 0, 0);
+  admitted["spec"]["suspend"] = false;
+  auto s = aggregateStatus({}, twoRegions(admitted, held, "t1"));
+  EXPECT_EQ(s.state, "Pending");
+  const auto& running = condition(s, "Running");
+  EXPECT_EQ(running.status, "False");
+  EXPECT_EQ(running.reason, "WaitingForAdmission");
+  EXPECT_NE(running.message.find("tokyo is suspended by another manager"), std::string::npos)
+      << running.message;
+  EXPECT_EQ(condition(s, "Suspended").status, "False");
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+  held["spec"]["suspend"] = false;
+  held["status"] = admitted["status"];
+  s = aggregateStatus(s, twoRegions(admitted, held, "t2"));
+  EXPECT_EQ(s.state, "Running");
+  EXPECT_EQ(condition(s, "Running").reason, "AllWorkersReady");
+}
+
 TEST(Status, SuspendedAndProgress) {
   Observation o = twoRegions(job(0, 0, 0, 0), job(0, 0, 0, 0), "t1");
   o.suspended = true;
