@@ -12,6 +12,7 @@
 
 #include "common/logging.h"
 #include "controller/kube/config.h"
+#include "controller/kube/kube_time.h"
 #include "controller/reconcile/progress.h"
 #include "controller/reconcile/status.h"
 #include "worker/transport/keys.h"
@@ -59,6 +60,12 @@ void readKeys(const json& secret, int64_t first, int64_t count, std::vector<Rank
     if (!pub.ok()) continue;
     keys[static_cast<size_t>(r)] = {*pub, *text};
   }
+}
+
+// 404 for the namespace itself: what an API server answers to a write
+// into a namespace it does not have.
+bool isMissingNamespace(const kube::ApiError& e) {
+  return e.isNotFound() && e.details.is_object() && e.details.value("kind", "") == "namespaces";
 }
 
 std::string describe(const kube::ApiError& e) {
@@ -118,6 +125,22 @@ kube::ApiResult<json> applyChanged(kube::KubeClient& c, const kube::ResourceRef&
 }
 
 }  // namespace
+
+std::vector<api::FieldError> unknownClusters(const api::TrainingJobSpec& spec,
+                                             const std::optional<std::vector<std::string>>& known) {
+  std::vector<api::FieldError> errors;
+  if (!known) return errors;
+  for (size_t i = 0; i < spec.regions.size(); ++i) {
+    const std::string& cluster = spec.regions[i].cluster;
+    if (std::find(known->begin(), known->end(), cluster) != known->end()) continue;
+    errors.push_back({api::FieldError::Type::kNotSupported,
+                      fmt::format("spec.regions[{}].cluster", i),
+                      fmt::format("{} is not a member cluster; known: {} (members are listed in "
+                                  "the hub chart's values, members[].name)",
+                                  json(cluster).dump(), fmt::join(*known, ", "))});
+  }
+  return errors;
+}
 
 bool needsReconcile(const json& oldObject, const json& newObject) {
   auto strip = [](json o) {
@@ -207,9 +230,13 @@ StatusOr<ReconcileResult> Reconciler::cleanup(const json& object, const JobRef& 
   ReconcileResult result;
   if (!hasFinalizer(object)) return result;  // someone else's finalizers remain
   const std::vector<api::Region> regions = looseRegions(object);
+  const std::optional<std::vector<std::string>> known = clusters_.known();
   std::vector<std::string> regionFailure(regions.size());
   pool_.parallelFor(regions.size(), [&](size_t i) {
     const api::Region& r = regions[i];
+    // A cluster that is no member was never written to (its spec was
+    // invalid): nothing to delete there.
+    if (known && std::find(known->begin(), known->end(), r.cluster) == known->end()) return;
     auto client = clusters_.client(r.cluster);
     if (!client.ok()) {
       regionFailure[i] = r.name + ": " + client.status().message();
@@ -237,24 +264,51 @@ StatusOr<ReconcileResult> Reconciler::cleanup(const json& object, const JobRef& 
   for (std::string& f : regionFailure) {
     if (!f.empty()) failures.push_back(std::move(f));
   }
-  const bool done = failures.empty();
-  if (!done) {
-    logger()->warn("trainingjob {}/{}: cleanup incomplete, retrying: {}", job.ns, job.name,
-                   fmt::join(failures, "; "));
-    api::TrainingJobStatus previous = api::statusFromJson(object.value("status", json::object()));
+  json current = object;
+  if (!failures.empty()) {
+    // How long deletion has waited (deletionTimestamp): past
+    // options_.cleanupTimeout the regions that still fail are given up, so
+    // that deleting a TrainingJob always completes.
+    const auto since = kube::parseTime(current["metadata"].value("deletionTimestamp", ""));
+    const auto waited = since ? std::chrono::duration_cast<std::chrono::seconds>(
+                                    std::chrono::system_clock::now() - *since)
+                              : std::chrono::seconds(0);
+    const bool giveUp = waited >= options_.cleanupTimeout;
+    const std::string list = fmt::format("{}", fmt::join(failures, "; "));
+    const std::string message =
+        giveUp ? fmt::format(
+                     "gave up deleting after {} s (cleanupTimeout); what is left stays in "
+                     "these regions (delete it there: label geotrain.io/job={}): {}",
+                     waited.count(), job.name, list)
+               : fmt::format("cannot delete in: {} (retrying; giving up {} s after the deletion)",
+                             list, options_.cleanupTimeout.count() / 1000);
+    api::TrainingJobStatus previous = api::statusFromJson(current.value("status", json::object()));
     api::TrainingJobStatus status = previous;
     api::setCondition(status.conditions,
                       {std::string(api::kConditionRegionDegraded), "True",
-                       object["metadata"].value("generation", int64_t{0}), "", "CleanupBlocked",
-                       "cannot delete in: " + fmt::format("{}", fmt::join(failures, "; "))},
+                       current["metadata"].value("generation", int64_t{0}), "",
+                       giveUp ? "CleanupAbandoned" : "CleanupBlocked", message},
                       now_());
-    (void)writeStatus(object, previous, status);
-    result.retry = true;
-    return result;
+    (void)writeStatus(current, previous, status);
+    if (!giveUp) {
+      logger()->warn("trainingjob {}/{}: cleanup incomplete, retrying: {}", job.ns, job.name, list);
+      result.retry = true;
+      return result;
+    }
+    logger()->warn("trainingjob {}/{}: {}", job.ns, job.name, message);
+    event(current, true, "CleanupAbandoned", message);
+    // The status write moved the resourceVersion on.
+    auto fresh = hub_.get(kTrainingJobs, job.ns, job.name);
+    if (!fresh.ok()) {
+      if (fresh.error().isNotFound()) return result;
+      result.retry = true;
+      return result;
+    }
+    current = std::move(*fresh);
   }
-  json updated = object;
+  json updated = current;
   json fin = json::array();
-  for (const json& f : object["metadata"]["finalizers"]) {
+  for (const json& f : current["metadata"]["finalizers"]) {
     if (f != std::string(api::kFinalizer)) fin.push_back(f);
   }
   updated["metadata"]["finalizers"] = fin;
@@ -321,6 +375,8 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
 
   api::ParsedSpec parsed = api::parseSpec(object);
   if (parsed.errors.empty()) {
+    for (api::FieldError& e : unknownClusters(parsed.spec, clusters_.known()))
+      parsed.errors.push_back(std::move(e));
     if (Status s = checkNames(job, parsed.spec); !s.ok()) {
       const std::string message = s.message();
       const size_t colon = message.find(": ");
@@ -398,6 +454,16 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
         g = applyChanged(c, res::kServices, ns, gateway, renderGatewayService(job, spec, i), full);
       }
     });
+    // The first writes into the region: a namespace that does not exist
+    // there is said as such, not as a cluster that cannot be reached.
+    for (const auto* a : {&*h, &*g}) {
+      if (!a->ok() && isMissingNamespace(a->error())) {
+        ro.missingNamespace =
+            fmt::format("namespace {} does not exist in cluster {} (region {}): create it there",
+                        ns, r.cluster, r.name);
+        return unreachable(ro.missingNamespace);
+      }
+    }
     if (!h->ok()) return unreachable("apply the headless Service: " + describe(h->error()));
     if (!g->ok()) return unreachable("apply the gateway Service: " + describe(g->error()));
     ro.endpoint = gatewayEndpoint(job, r, **g, settings);
@@ -538,7 +604,8 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   }
 
   // 7. Status.
-  for (const RegionObservation& ro : obs.regions) result.regionReachable[ro.name] = ro.reachable;
+  for (const RegionObservation& ro : obs.regions)
+    result.regionReachable[ro.name] = ro.reachable || !ro.missingNamespace.empty();
   const api::TrainingJobStatus status = aggregateStatus(previous, obs);
   if (Status s = writeStatus(object, previous, status); !s.ok()) {
     logger()->info("trainingjob {}/{}: {} (retrying)", ns, name, s.message());

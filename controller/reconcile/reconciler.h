@@ -10,7 +10,11 @@
 //   1. deleted (deletionTimestamp): delete the job's objects in every
 //      region's cluster; when all are gone, release the finalizer
 //      geotrain.io/cleanup. A region that cannot be reached keeps the
-//      finalizer (RegionDegraded) and the pass asks to be retried.
+//      finalizer (RegionDegraded, CleanupBlocked) and the pass asks to be
+//      retried, until options.cleanupTimeout after the deletion: then the
+//      region is given up (CleanupAbandoned, a Warning Event) and the
+//      finalizer released. A region of a cluster that is no member
+//      (Clusters::known()) has nothing to delete.
 //   2. add the finalizer (ownerReferences cannot cross clusters).
 //   2b. a finished job (status.h: Succeeded or Failed recorded) is left as
 //      it is: its regions are neither read nor written again, so a region's
@@ -18,7 +22,8 @@
 //      never recreated and the workers never run again; only
 //      observedGeneration follows spec edits. Deletion (1.) still cleans up
 //      every region.
-//   3. validate the spec (api::parseSpec, render::checkNames): errors go to
+//   3. validate the spec (api::parseSpec, render::checkNames, every region's
+//      cluster a known one: unknownClusters()): errors go to
 //      the condition Created=False/InvalidSpec and a Warning Event; nothing
 //      is written to the regions.
 //   4. per region: the headless and gateway Services, then read the gateway
@@ -57,6 +62,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "controller/kube/client.h"
@@ -77,6 +83,12 @@ inline const kube::ResourceRef kTrainingJobs{"geotrain.io", "v1alpha1", "trainin
 // status would otherwise cause the next pass, forever.
 bool needsReconcile(const nlohmann::json& oldObject, const nlohmann::json& newObject);
 
+// One error per region whose cluster is not in `known` (Clusters::known();
+// nullopt: none), naming the field: spec.regions[2].cluster: "paris" is not
+// a member cluster; known: local, tokyo (...).
+std::vector<api::FieldError> unknownClusters(const api::TrainingJobSpec& spec,
+                                             const std::optional<std::vector<std::string>>& known);
+
 // The clients of the clusters TrainingJobs name in spec.regions[].cluster.
 class Clusters {
  public:
@@ -85,6 +97,11 @@ class Clusters {
   // there is none (unknown name, unreadable kubeconfig Secret). The pointer
   // stays valid while the Clusters lives.
   virtual StatusOr<kube::KubeClient*> client(const std::string& cluster) = 0;
+  // Every cluster name a region may use ("local" first), or nullopt when
+  // the list is not known (any name is tried). A spec naming another
+  // cluster is invalid (InvalidSpec on spec.regions[i].cluster), and a
+  // region of a cluster not in the list has nothing to clean up.
+  virtual std::optional<std::vector<std::string>> known() const { return std::nullopt; }
   // The informer cache of `cluster` (cluster_cache.h), or null when there
   // is none (yet): the reconciler then GETs every object. Call client()
   // first; the pointer stays valid while the Clusters lives.
@@ -119,6 +136,11 @@ struct ReconcilerOptions {
   // this process and one pass per this period apply everything, which also
   // undoes changes made by hand to fields the controller owns.
   std::chrono::milliseconds fullApplyEvery{std::chrono::minutes(10)};
+  // How long after a TrainingJob's deletion (its deletionTimestamp) the
+  // cleanup of regions that still cannot be reached is given up: a Warning
+  // Event and condition CleanupAbandoned name what may be left, and the
+  // finalizer goes, so that `kubectl delete` always completes.
+  std::chrono::milliseconds cleanupTimeout{std::chrono::minutes(10)};
   // Threads that work on the regions of passes alongside the pass's own
   // thread (0: one region after another).
   size_t regionThreads = 8;

@@ -85,7 +85,7 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
 
   // Per-region counts; an unreachable region keeps what was last seen.
   std::vector<api::RegionStatus> regions;
-  std::vector<std::string> unreachable, failedRegions, restarting, notAdmitted;
+  std::vector<std::string> unreachable, noNamespace, failedRegions, restarting, notAdmitted;
   std::string failedMessage;
   int64_t ready = 0, complete = 0, withJob = 0, anyActive = 0;
   for (const RegionObservation& r : o.regions) {
@@ -96,7 +96,9 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
     rs.name = r.name;
     rs.reachable = r.reachable;
     if (!r.endpoint.empty()) rs.endpoint = r.endpoint;
-    if (!r.reachable) {
+    if (!r.missingNamespace.empty()) {
+      noNamespace.push_back(r.missingNamespace);
+    } else if (!r.reachable) {
       unreachable.push_back(r.name + " (" + r.unreachableReason + ")");
     } else if (!r.job.is_null()) {
       ++withJob;
@@ -148,7 +150,7 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
 
   // Created
   if (withJob + static_cast<int64_t>(unreachable.size()) >= total && total > 0 &&
-      o.waitingForGateway.empty()) {
+      noNamespace.empty() && o.waitingForGateway.empty()) {
     set(api::kConditionCreated, true, "Created",
         fmt::format("the workloads of all {} regions exist", total));
   } else if (!o.waitingForGateway.empty()) {
@@ -197,11 +199,13 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
   }
   std::vector<std::string> degraded;
   if (!unreachable.empty()) degraded.push_back("cannot reach: " + join(unreachable, ", "));
+  degraded.insert(degraded.end(), noNamespace.begin(), noNamespace.end());
   degraded.insert(degraded.end(), restarting.begin(), restarting.end());
   set(api::kConditionRegionDegraded, !degraded.empty(),
-      !unreachable.empty()  ? "RegionUnreachable"
-      : !restarting.empty() ? "WorkersRestarting"
-                            : "AllRegionsHealthy",
+      !unreachable.empty()   ? "RegionUnreachable"
+      : !noNamespace.empty() ? "NamespaceMissing"
+      : !restarting.empty()  ? "WorkersRestarting"
+                             : "AllRegionsHealthy",
       join(degraded, "; "));
 
   if (anyActive > 0 && s.startTime.empty()) s.startTime = now;

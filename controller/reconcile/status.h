@@ -25,6 +25,9 @@
 //   Suspended       True while spec.runPolicy.suspend.
 //   RegionDegraded  True while a region's cluster cannot be reached
 //                   (RegionUnreachable; its counts keep their last values),
+//                   or answers that the job's namespace does not exist there
+//                   (NamespaceMissing: "namespace ml does not exist in
+//                   cluster tokyo (region tokyo): create it there"),
 //                   or while a region that had started has fewer workers
 //                   ready than its replicas (WorkersRestarting); the message
 //                   names each region, e.g. "cannot reach: ohio (...)" or
@@ -88,6 +91,9 @@ struct RegionObservation {
   // The region's batch/v1 Job as read (null: none yet).
   nlohmann::json job;
   std::string endpoint;  // its gateway's address, "" while unknown
+  // The cluster answered, but the job's namespace does not exist there
+  // (then also !reachable: nothing of the region can be written or read).
+  std::string missingNamespace;
 };
 
 struct Observation {

@@ -9,7 +9,9 @@ Checks: a TrainingJob applied with kubectl gets its objects in both clusters
 status follows the Jobs (Pending, Running; `kubectl get tj` columns); only
 one replica leads; a region Job suspended by field manager kueue makes the
 job wait for admission and stays suspended when the leader is killed and the
-standby takes over within the Lease time (and applies everything); deleting the job
+standby takes over within the Lease time (and applies everything); a region
+in an unknown cluster is InvalidSpec naming the field, and `kubectl delete`
+of that job completes; deleting the job
 removes its objects from both clusters and then the job itself; /metrics,
 /healthz, /readyz answer; SIGTERM stops a replica cleanly.
 Usage: controller_e2e_test.py GEOTRAIN_CONTROLLER GEO_TEST_APISERVER TOOLS_BIN REPO
@@ -226,6 +228,30 @@ def main():
                 "--type=merge", "-p", '{"spec":{"suspend":false}}')
         wait_for("Running again", lambda: running_reason() == "AllWorkersReady")
         check(tokyo_suspended() is False, "tokyo's Job after admission")
+
+        # A region in a cluster that is no member: InvalidSpec naming the
+        # field, and `kubectl delete` completes.
+        paris = {"apiVersion": "geotrain.io/v1alpha1", "kind": "TrainingJob",
+                 "metadata": {"name": "paris", "namespace": "ml"},
+                 "spec": {"regions": [{"name": "london", "gateway": {"serviceType": "ClusterIP"}},
+                                      {"name": "paris", "cluster": "paris"}]}}
+        paris_path = os.path.join(work, "paris.json")
+        with open(paris_path, "w") as f:
+            json.dump(paris, f)
+        kubectl("hub", "apply", "-f", paris_path)
+
+        def created(name):
+            tj_now = get("hub", "tj", name, "-n", "ml") or {}
+            return next((c for c in tj_now.get("status", {}).get("conditions", [])
+                         if c.get("type") == "Created"), None)
+
+        c = wait_for("InvalidSpec", lambda: (created("paris") or {}).get("reason") == "InvalidSpec"
+                     and created("paris"))
+        check(c and 'spec.regions[1].cluster: "paris" is not a member cluster; known: local, tokyo'
+              in c.get("message", ""), f"paris: {c}")
+        check(c and "--member" not in c.get("message", ""), f"CLI wording in {c}")
+        r = kubectl("hub", "delete", "tj", "paris", "-n", "ml", "--timeout=30s")
+        check(get("hub", "tj", "paris", "-n", "ml") is None, f"paris not deleted: {r.stderr}")
 
         # Delete: both clusters are cleaned, then the finalizer goes.
         kubectl("hub", "delete", "tj", "world", "-n", "ml", "--wait=false")

@@ -45,6 +45,15 @@ class TestClusters : public Clusters {
     }
     return it->second;
   }
+  // Every name in `clients`, "local" first: a null client is a member that
+  // cannot be reached, not an unknown one.
+  std::optional<std::vector<std::string>> known() const override {
+    std::vector<std::string> names = {"local"};
+    for (const auto& [name, c] : clients) {
+      if (name != "local") names.push_back(name);
+    }
+    return names;
+  }
 };
 
 // What a real API server does and the test apiserver does not: refuse a
@@ -831,6 +840,96 @@ TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
   EXPECT_TRUE(trainingJob().is_null());
 }
 
+// A region in a cluster the controller does not know is an invalid spec that
+// names the field (not a network problem), nothing is written anywhere,
+// and deleting the job completes at once.
+TEST_F(ReconcilerTest, AnUnknownClusterIsAnInvalidSpecAndDeletionCompletes) {
+  json spec = twoRegionsClusterIp();
+  spec["regions"].push_back({{"name", "paris"}, {"cluster", "paris"}});
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+  const ReconcileResult r = pass();
+  EXPECT_EQ(r.state, "Invalid");
+  EXPECT_FALSE(r.retry);
+  const json tj = trainingJob();
+  EXPECT_EQ(condition(tj, "Created", "reason"), "InvalidSpec");
+  EXPECT_EQ(condition(tj, "Created", "message"),
+            "spec.regions[2].cluster: \"paris\" is not a member cluster; known: local, tokyo "
+            "(members are listed in the hub chart's values, members[].name)");
+  EXPECT_EQ(condition(tj, "RegionDegraded"), "<none>");
+  EXPECT_TRUE(get(*hubClient_, res::kServices, "world-london").is_null());
+  EXPECT_TRUE(get(*memberClient_, res::kServices, "world-tokyo").is_null());
+  ASSERT_TRUE(hubClient_->remove(kTrainingJobs, "ml", "world").ok());
+  EXPECT_FALSE(pass().retry);
+  EXPECT_TRUE(trainingJob().is_null());
+}
+
+// A member cluster without the job's namespace says so, rather than that
+// it cannot be reached.
+TEST_F(ReconcilerTest, AMissingNamespaceInAMemberIsReportedAsSuch) {
+  ASSERT_TRUE(memberClient_->remove(res::kNamespaces, "", "ml").ok());
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
+  const ReconcileResult r = pass();
+  EXPECT_TRUE(r.retry);
+  EXPECT_EQ(r.regionReachable.at("tokyo"), true);  // it answered
+  const json tj = trainingJob();
+  EXPECT_EQ(condition(tj, "RegionDegraded", "reason"), "NamespaceMissing") << tj["status"].dump();
+  EXPECT_EQ(condition(tj, "RegionDegraded", "message"),
+            "namespace ml does not exist in cluster tokyo (region tokyo): create it there");
+  EXPECT_EQ(condition(tj, "Created"), "False");
+  EXPECT_TRUE(get(*hubClient_, res::kJobs, "world-london").is_null());
+  // Created there, the job goes on.
+  ASSERT_TRUE(
+      memberClient_
+          ->create(res::kNamespaces, "",
+                   {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "ml"}}}})
+          .ok());
+  pass();
+  EXPECT_EQ(condition(trainingJob(), "Created"), "True");
+  EXPECT_EQ(condition(trainingJob(), "RegionDegraded"), "False");
+}
+
+// A region that stays unreachable holds the deletion only until
+// cleanupTimeout after it: then it is given up with an Event and the
+// condition, and the TrainingJob goes.
+TEST_F(ReconcilerTest, CleanupOfAnUnreachableRegionGivesUpAfterTheTimeout) {
+  kube::EventRecorder events(*hubClient_, "geotrain-controller", "reconciler-test");
+  ReconcilerOptions options;
+  options.render.workerImage = "registry.example/worker:1";
+  options.cleanupTimeout = std::chrono::seconds(2);
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options,
+                                             [this] { return fmt::format("t{}", ++tick_); });
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
+  pass();
+  ASSERT_FALSE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
+  clusters_.clients["tokyo"] = nullptr;  // tokyo goes away for good
+  ASSERT_TRUE(hubClient_->remove(kTrainingJobs, "ml", "world").ok());
+  EXPECT_TRUE(pass().retry);
+  json tj = trainingJob();
+  ASSERT_FALSE(tj.is_null());
+  EXPECT_EQ(condition(tj, "RegionDegraded", "reason"), "CleanupBlocked");
+  EXPECT_NE(condition(tj, "RegionDegraded", "message").find("giving up 2 s after the deletion"),
+            std::string::npos)
+      << condition(tj, "RegionDegraded", "message");
+  // london's objects are gone already.
+  EXPECT_TRUE(get(*hubClient_, res::kJobs, "world-london").is_null());
+  std::this_thread::sleep_for(std::chrono::milliseconds(3100));
+  EXPECT_FALSE(pass().retry);
+  EXPECT_TRUE(trainingJob().is_null());
+  events.flush();
+  auto listed = hubClient_->list(res::kEvents, "ml");
+  ASSERT_TRUE(listed.ok()) << listed.status().toString();
+  std::map<std::string, json> byReason;
+  for (const json& e : listed->items) byReason[e["reason"]] = e;
+  ASSERT_TRUE(byReason.count("CleanupAbandoned")) << json(listed->items).dump();
+  EXPECT_EQ(byReason["CleanupAbandoned"]["type"], "Warning");
+  const std::string message = byReason["CleanupAbandoned"]["message"];
+  EXPECT_NE(message.find("gave up deleting after"), std::string::npos) << message;
+  EXPECT_NE(message.find("tokyo"), std::string::npos) << message;
+  EXPECT_NE(message.find("geotrain.io/job=world"), std::string::npos) << message;
+  // tokyo's objects are still there (to delete by hand).
+  EXPECT_FALSE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
+}
+
 // A worker's pod fails after the job had started. The region's Job retries
 // that worker on its own (per completion index) and its status goes from
 // all ready, to one ready less and one more failed pod, to the replacement
@@ -1086,6 +1185,8 @@ TEST_F(ReconcilerTest, SecretClustersReadsMemberKubeconfigsFromSecrets) {
   auto unknown = clusters.client("ohio");
   EXPECT_NE(unknown.status().message().find("cluster ohio is not a member"), std::string::npos)
       << unknown.status().message();
+  EXPECT_EQ(unknown.status().message().find("--member"), std::string::npos);
+  EXPECT_EQ(clusters.known(), (std::vector<std::string>{"local", "tokyo"}));
   auto missing = clusters.client("tokyo");
   EXPECT_NE(missing.status().message().find("member tokyo: Secret ml/member-tokyo"),
             std::string::npos)

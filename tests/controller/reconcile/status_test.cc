@@ -21,8 +21,8 @@ Observation twoRegions(const json& london, const json& tokyo, const std::string&
   Observation o;
   o.generation = 3;
   o.now = now;
-  o.regions = {{"london", 2, true, "", london, "203.0.113.7:7000"},
-               {"tokyo", 2, true, "", tokyo, "tk.example.org:31000"}};
+  o.regions = {{"london", 2, true, "", london, "203.0.113.7:7000", ""},
+               {"tokyo", 2, true, "", tokyo, "tk.example.org:31000", ""}};
   return o;
 }
 
