@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "controller/kube/config.h"
 #include "controller/kube/kube_time.h"
+#include "controller/reconcile/pod_problems.h"
 #include "controller/reconcile/progress.h"
 #include "controller/reconcile/status.h"
 #include "worker/transport/keys.h"
@@ -96,6 +97,9 @@ std::string read(kube::KubeClient& c, const kube::ResourceRef& resource, const s
 
 constexpr std::string_view kAppliedHash = "geotrain.io/applied-hash";
 
+// Worker problems reported per region and pass (pod_problems.h).
+constexpr size_t kProblemsPerRegion = 5;
+
 // FNV-1a (64 bit) of the object as rendered, in hex: stable across builds
 // and hosts, which std::hash is not.
 std::string contentHash(const json& object) {
@@ -167,6 +171,25 @@ bool Reconciler::dueForFullApply(const std::string& key) {
 void Reconciler::forgetFullApply(const std::string& key) {
   std::lock_guard lock(fullApplyMu_);
   lastFullApply_.erase(key);
+}
+
+bool Reconciler::firstSighting(const std::string& job, const std::string& uid,
+                               const std::string& key) {
+  std::lock_guard lock(problemsMu_);
+  Sightings& seen = reportedProblems_[job];
+  // Another incarnation of the name, or bounded: a job whose pods keep
+  // failing for days forgets its old sightings rather than growing without
+  // end (a repeat is then one more Event, which the recorder aggregates).
+  if (seen.uid != uid || seen.keys.size() >= kMaxRememberedProblems) {
+    seen.uid = uid;
+    seen.keys.clear();
+  }
+  return seen.keys.insert(key).second;
+}
+
+void Reconciler::forgetProblems(const std::string& job) {
+  std::lock_guard lock(problemsMu_);
+  reportedProblems_.erase(job);
 }
 
 Reconciler::Reconciler(kube::KubeClient& hub, Clusters& clusters, kube::EventRecorder* events,
@@ -330,13 +353,17 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   if (!got.ok()) {
     if (got.error().isNotFound()) {  // gone: nothing left to do
       forgetFullApply(ns + "/" + name);
+      forgetProblems(ns + "/" + name);
       return result;
     }
     return got.status("get TrainingJob " + ns + "/" + name);
   }
   json object = std::move(*got);
   const JobRef job = jobRefOf(object);
-  if (object["metadata"].contains("deletionTimestamp")) return cleanup(object, job);
+  if (object["metadata"].contains("deletionTimestamp")) {
+    forgetProblems(ns + "/" + name);
+    return cleanup(object, job);
+  }
 
   if (!hasFinalizer(object)) {
     object["metadata"]["finalizers"] = object["metadata"].value("finalizers", json::array());
@@ -369,6 +396,7 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
       result.retry = true;
     }
     forgetFullApply(ns + "/" + name);
+    forgetProblems(ns + "/" + name);
     result.state = status.state;
     return result;
   }
@@ -584,6 +612,54 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
                       spec.totalReplicas()));
   }
 
+  // 5b. What goes wrong in the regions' clusters (pod_problems.h), as
+  // Events on the TrainingJob, each problem once. A region's pods are
+  // listed only while one of its workers is not ready, or one more has
+  // failed since the last status: a healthy job costs no request.
+  if (events_ != nullptr && !spec.runPolicy.suspend) {
+    std::vector<std::vector<Problem>> found(n);
+    pool_.parallelFor(n, [&](size_t i) {
+      const RegionObservation& ro = obs.regions[i];
+      if (work[i].client == nullptr || !ro.job.is_object()) return;
+      found[i] = jobProblems(ro.name, ro.job);
+      const json jobSpec = ro.job.value("spec", json::object());
+      if (jobSpec.is_object() && jobSpec.value("suspend", false)) return;
+      const json st = ro.job.value("status", json::object());
+      auto count = [&](const char* key) {
+        return st.is_object() && st.contains(key) && st[key].is_number_integer()
+                   ? st[key].get<int64_t>()
+                   : int64_t{0};
+      };
+      int64_t failedBefore = 0;
+      for (const api::RegionStatus& p : previous.regions) {
+        if (p.name == ro.name) failedBefore = p.failed;
+      }
+      if (count("ready") + count("succeeded") >= ro.replicas && count("failed") <= failedBefore)
+        return;
+      kube::ListOptions selector;
+      selector.labelSelector =
+          fmt::format("geotrain.io/job={},geotrain.io/region={}", job.name, ro.name);
+      auto pods = work[i].client->list(res::kPods, ns, selector);
+      if (!pods.ok()) {
+        logger()->debug("trainingjob {}/{}: region {}: list the pods: {}", ns, name, ro.name,
+                        describe(pods.error()));
+        return;
+      }
+      for (Problem& p : podProblems(ro.name, json(pods->items))) found[i].push_back(std::move(p));
+    });
+    for (const std::vector<Problem>& problems : found) {
+      size_t reported = 0;
+      for (const Problem& p : problems) {
+        // A region in trouble has many pods alike: a few Events say it.
+        if (reported == kProblemsPerRegion) break;
+        if (!firstSighting(ns + "/" + name, job.uid, p.key)) continue;
+        ++reported;
+        logger()->info("trainingjob {}/{}: {}", ns, name, p.message);
+        event(object, true, p.reason, p.message);
+      }
+    }
+  }
+
   // 6. Progress from rank 0 while its region's workers run. A failed scrape
   // keeps the last progress: metrics are a view, never a reason to retry.
   kube::KubeClient* first = work[0].client;  // rank 0's region
@@ -607,6 +683,28 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   for (const RegionObservation& ro : obs.regions)
     result.regionReachable[ro.name] = ro.reachable || !ro.missingNamespace.empty();
   const api::TrainingJobStatus status = aggregateStatus(previous, obs);
+  // Waiting for a load balancer: said once (an Event and the log), with
+  // what to do on a cluster that has no load-balancer controller, where the
+  // job would otherwise wait with no visible cause.
+  const api::Condition* created = api::findCondition(status.conditions, api::kConditionCreated);
+  const api::Condition* createdBefore =
+      api::findCondition(previous.conditions, api::kConditionCreated);
+  if (created != nullptr && created->reason == "WaitingForGateway" &&
+      (createdBefore == nullptr || createdBefore->reason != created->reason ||
+       createdBefore->message != created->message)) {
+    for (size_t i = 0; i < n; ++i) {
+      const api::Region& r = spec.regions[i];
+      if (r.name != obs.waitingForGateway) continue;
+      const std::string message = fmt::format(
+          "waiting for the load balancer of region {}: Service {} in cluster {} has no ingress "
+          "address yet (without a load-balancer controller there, set "
+          "spec.regions[{}].gateway.serviceType NodePort with an endpoint, or "
+          "gateway.endpoint)",
+          r.name, gatewayServiceName(job, r.name), r.cluster, i);
+      logger()->info("trainingjob {}/{}: {}", ns, name, message);
+      event(object, false, "WaitingForGateway", message);
+    }
+  }
   if (Status s = writeStatus(object, previous, status); !s.ok()) {
     logger()->info("trainingjob {}/{}: {} (retrying)", ns, name, s.message());
     result.retry = true;

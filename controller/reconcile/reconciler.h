@@ -43,6 +43,12 @@
 //      is: an ApplyFailed Event, and its status still counts.
 //      Once created, a Job retries each failed worker by itself
 //      (render.h); the status reports it while it does (status.h).
+//   5b. worker problems in the regions' clusters (pod_problems.h: image
+//      pulls, OOM kills, crash loops, failed pods, unschedulable pods, a
+//      failed Job) as Warning Events on the TrainingJob naming the region,
+//      each once per job and at most a few per region and pass; a region's
+//      pods are listed only while a worker is not ready or one more failed.
+//      With a waiting gateway: a WaitingForGateway Event and log line once.
 //   6. progress (step, loss, accuracy) from rank 0's /metrics through the
 //      first region's API server (pods proxy), while its workers are active.
 //   7. the status from the regions' Jobs (written only when it changed).
@@ -61,6 +67,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -167,6 +174,11 @@ class Reconciler {
   bool dueForFullApply(const std::string& key);
   void forgetFullApply(const std::string& key);
 
+  // Whether worker problem `key` (pod_problems.h) of job `job` ("ns/name",
+  // incarnation `uid`) is new, remembering it; forgetProblems drops a job's.
+  bool firstSighting(const std::string& job, const std::string& uid, const std::string& key);
+  void forgetProblems(const std::string& job);
+
   kube::KubeClient& hub_;
   Clusters& clusters_;
   kube::EventRecorder* events_;
@@ -178,6 +190,13 @@ class Reconciler {
   TaskPool pool_;
   std::mutex fullApplyMu_;
   std::map<std::string, std::chrono::steady_clock::time_point> lastFullApply_;
+  static constexpr size_t kMaxRememberedProblems = 1024;
+  struct Sightings {
+    std::string uid;
+    std::set<std::string> keys;
+  };
+  std::mutex problemsMu_;
+  std::map<std::string, Sightings> reportedProblems_;  // by "ns/name"
 };
 
 }  // namespace geo::reconcile

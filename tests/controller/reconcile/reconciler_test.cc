@@ -930,6 +930,94 @@ TEST_F(ReconcilerTest, CleanupOfAnUnreachableRegionGivesUpAfterTheTimeout) {
   EXPECT_FALSE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
 }
 
+// What goes wrong in a member cluster reaches the TrainingJob's Events with
+// the region in the message, each problem once: the wait for a load
+// balancer, a worker's image that cannot be pulled, an OOM kill, and the
+// region's Job failing.
+TEST_F(ReconcilerTest, MemberSideProblemsAndTheGatewayWaitBecomeEvents) {
+  kube::EventRecorder events(*hubClient_, "geotrain-controller", "reconciler-test");
+  ReconcilerOptions options;
+  options.render.workerImage = "registry.example/worker:1";
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options,
+                                             [this] { return fmt::format("t{}", ++tick_); });
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegions())).ok());
+  pass();
+  pass();  // still waiting: said once
+  provisionLoadBalancer();
+  pass();
+  ASSERT_FALSE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
+
+  // tokyo's worker pod: its image cannot be pulled, then (another pod) it
+  // was OOM-killed. The Job controller counts one failure, none ready.
+  auto workerPod = [&](const std::string& podName, const json& status) {
+    const json object = {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata",
+         {{"name", podName},
+          {"namespace", "ml"},
+          {"labels", {{"geotrain.io/job", "world"}, {"geotrain.io/region", "tokyo"}}}}},
+        {"spec", {{"containers", {{{"name", "worker"}, {"image", "x"}}}}}}};
+    ASSERT_TRUE(memberClient_->create(res::kPods, "ml", object).ok());
+    writeAsController(*member_, res::kPods, podName, "kubelet",
+                      [&](testapi::Json& o) { o["status"] = status; });
+  };
+  workerPod("world-tokyo-0-abcde",
+            {{"phase", "Pending"},
+             {"containerStatuses",
+              {{{"name", "worker"},
+                {"state",
+                 {{"waiting",
+                   {{"reason", "ImagePullBackOff"},
+                    {"message", "Back-off pulling image \"registry.example/worker:1\""}}}}}}}}});
+  workerPod("world-tokyo-0-fghij",
+            {{"phase", "Failed"},
+             {"containerStatuses",
+              {{{"name", "worker"},
+                {"state", {{"terminated", {{"exitCode", 137}, {"reason", "OOMKilled"}}}}}}}}});
+  setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 0}, {"failed", 1}});
+  setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 2}});
+  pass();
+  pass();  // the same problems again: no new Events
+  setJobStatus(*member_, "world-tokyo",
+               {{"failed", 7},
+                {"conditions",
+                 {{{"type", "Failed"},
+                   {"status", "True"},
+                   {"reason", "BackoffLimitExceeded"},
+                   {"message", "Job has reached the specified backoff limit"}}}}});
+  pass();
+  events.flush();
+  auto listed = hubClient_->list(res::kEvents, "ml");
+  ASSERT_TRUE(listed.ok()) << listed.status().toString();
+  std::map<std::string, json> byReason;
+  for (const json& e : listed->items) byReason[e["reason"]] = e;
+  const std::string all = json(listed->items).dump();
+  for (const char* reason :
+       {"WaitingForGateway", "WorkerImagePullFailed", "WorkerOOMKilled", "RegionJobFailed"}) {
+    SCOPED_TRACE(reason);
+    ASSERT_TRUE(byReason.count(reason)) << all;
+    EXPECT_EQ(byReason[reason]["count"], 1) << byReason[reason].dump();
+    EXPECT_EQ(byReason[reason]["involvedObject"]["name"], "world");
+  }
+  EXPECT_EQ(byReason["WaitingForGateway"]["type"], "Normal");
+  EXPECT_EQ(byReason["WaitingForGateway"]["message"],
+            "waiting for the load balancer of region london: Service world-london-gateway in "
+            "cluster local has no ingress address yet (without a load-balancer controller there, "
+            "set spec.regions[0].gateway.serviceType NodePort with an endpoint, or "
+            "gateway.endpoint)");
+  EXPECT_EQ(byReason["WorkerImagePullFailed"]["type"], "Warning");
+  EXPECT_EQ(byReason["WorkerImagePullFailed"]["message"],
+            "region tokyo: pod world-tokyo-0-abcde: container worker: ImagePullBackOff: Back-off "
+            "pulling image \"registry.example/worker:1\"");
+  EXPECT_NE(byReason["WorkerOOMKilled"]["message"].get<std::string>().find(
+                "region tokyo: pod world-tokyo-0-fghij: container worker was killed"),
+            std::string::npos);
+  EXPECT_EQ(byReason["RegionJobFailed"]["message"],
+            "region tokyo: Job world-tokyo failed: BackoffLimitExceeded: Job has reached the "
+            "specified backoff limit");
+}
+
 // A worker's pod fails after the job had started. The region's Job retries
 // that worker on its own (per completion index) and its status goes from
 // all ready, to one ready less and one more failed pod, to the replacement
