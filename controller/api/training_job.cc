@@ -732,7 +732,8 @@ ParsedSpec parseSpec(const json& object) {
       spec.checkpointVolume = std::move(volume);
     }
   }
-  std::vector<std::string> allowed = {"image", "seed"};
+  in.optionalInteger("ttlSecondsAfterFinished", spec.ttlSecondsAfterFinished, 0);
+  std::vector<std::string> allowed = {"image", "seed", "ttlSecondsAfterFinished"};
   allowed.insert(allowed.end(), workerSections().begin(), workerSections().end());
   allowed.insert(allowed.end(), {"template", "regions", "runPolicy", "checkpointVolume"});
   in.unknownMembers(allowed);
@@ -928,6 +929,7 @@ json specToJson(const TrainingJobSpec& spec) {
     }
     out["checkpointVolume"] = std::move(cv);
   }
+  if (spec.ttlSecondsAfterFinished) out["ttlSecondsAfterFinished"] = *spec.ttlSecondsAfterFinished;
   return out;
 }
 

@@ -21,6 +21,7 @@
 //   spec.checkpointVolume            size, storageClassName, accessMode: a
 //                                    PersistentVolumeClaim per region for
 //                                    spec.checkpoint.dir
+//   spec.ttlSecondsAfterFinished     delete the finished TrainingJob after this
 // The worker.yaml sections that describe one worker's place and wiring
 // (worker, transport, metrics, job.id, dataset.shardIndex/shardCount) are the
 // controller's to render per pod and are not part of the spec.
@@ -207,6 +208,12 @@ struct TrainingJobSpec {
   std::vector<Region> regions;
   RunPolicy runPolicy;
   std::optional<CheckpointVolume> checkpointVolume;
+  // spec.ttlSecondsAfterFinished (>= 0 when set): the TrainingJob itself is
+  // deleted this long after it finished (Succeeded or Failed), like a
+  // batch/v1 Job with the same field; its regions' objects go with it (the
+  // finalizer). Unset: kept. Unlike runPolicy.ttlSecondsAfterFinished, which
+  // the region Jobs get (their pods go, the TrainingJob stays finished).
+  std::optional<int64_t> ttlSecondsAfterFinished;
 
   int64_t totalReplicas() const;
   // The data path of a region: its dataPath, else spec.dataset.path.

@@ -128,6 +128,27 @@ kube::ApiResult<json> applyChanged(kube::KubeClient& c, const kube::ResourceRef&
   return c.apply(resource, ns, desired, force);
 }
 
+// How long until a finished job's spec.ttlSecondsAfterFinished is up (zero
+// or less: now), counted from the lastTransitionTime of its Succeeded or
+// Failed condition; nullopt when the job has not finished or sets no TTL.
+// The field is read loosely: a finished job's spec is not validated again.
+std::optional<std::chrono::milliseconds> ttlLeft(const json& object,
+                                                 const api::TrainingJobStatus& status) {
+  const json spec = object.value("spec", json::object());
+  if (!spec.is_object() || !spec.contains("ttlSecondsAfterFinished")) return std::nullopt;
+  const json& ttl = spec["ttlSecondsAfterFinished"];
+  if (!ttl.is_number_integer() || ttl.get<int64_t>() < 0) return std::nullopt;
+  for (std::string_view type : {api::kConditionSucceeded, api::kConditionFailed}) {
+    const api::Condition* c = api::findCondition(status.conditions, type);
+    if (c == nullptr || c->status != "True") continue;
+    const auto finished = kube::parseTime(c->lastTransitionTime);
+    if (!finished) return std::chrono::milliseconds(0);  // no time to count from: at once
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+        *finished + std::chrono::seconds(ttl.get<int64_t>()) - std::chrono::system_clock::now());
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::vector<api::FieldError> unknownClusters(const api::TrainingJobSpec& spec,
@@ -398,6 +419,26 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
     forgetFullApply(ns + "/" + name);
     forgetProblems(ns + "/" + name);
     result.state = status.state;
+    // spec.ttlSecondsAfterFinished: deleted once it is up, as the TTL
+    // controller deletes a Job; the finalizer then cleans every region.
+    if (const auto left = ttlLeft(object, status)) {
+      if (*left > std::chrono::milliseconds(0)) {
+        result.requeueAfter = *left;
+        return result;
+      }
+      kube::DeleteOptions once;
+      once.preconditionUid = job.uid;  // not a new job of the same name
+      once.propagationPolicy = kube::PropagationPolicy::kBackground;
+      auto d = hub_.remove(kTrainingJobs, ns, name, once);
+      if (!d.ok() && !d.error().isNotFound()) {
+        logger()->info("trainingjob {}/{}: delete after ttlSecondsAfterFinished: {} (retrying)", ns,
+                       name, describe(d.error()));
+        result.retry = true;
+        return result;
+      }
+      logger()->info("trainingjob {}/{}: {} and ttlSecondsAfterFinished is up: deleted", ns, name,
+                     status.state);
+    }
     return result;
   }
 
@@ -714,6 +755,9 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
     result.requeueAfter = options_.pollGateways;
   } else if (status.state == "Running" || status.state == "Pending") {
     result.requeueAfter = options_.pollRunning;
+  } else if (const auto left = ttlLeft(object, status)) {
+    // Just finished: the pass that deletes it when its TTL is up.
+    result.requeueAfter = std::max(*left, std::chrono::milliseconds(0));
   }
   return result;
 }

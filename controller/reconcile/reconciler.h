@@ -21,7 +21,9 @@
 //      Job that is deleted afterwards (ttlSecondsAfterFinished, by hand) is
 //      never recreated and the workers never run again; only
 //      observedGeneration follows spec edits. Deletion (1.) still cleans up
-//      every region.
+//      every region. With spec.ttlSecondsAfterFinished the TrainingJob is
+//      deleted that long after its Succeeded or Failed condition became
+//      True (the pass that finishes it asks to be run again then).
 //   3. validate the spec (api::parseSpec, render::checkNames, every region's
 //      cluster a known one: unknownClusters()): errors go to
 //      the condition Created=False/InvalidSpec and a Warning Event; nothing

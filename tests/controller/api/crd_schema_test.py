@@ -91,6 +91,7 @@ def world():
              "annotations": {"cost-center": "42"}}],
         "runPolicy": {"backoffLimitPerIndex": 2, "backoffLimit": 1,
                       "activeDeadlineSeconds": 7200, "ttlSecondsAfterFinished": 0},
+        "ttlSecondsAfterFinished": 3600,
         "template": {
             "metadata": {"labels": {"team": "ml"}, "annotations": {"owner": "ml@example.org"}},
             "spec": {"env": [{"name": "HF_HOME", "value": "/cache"}],
@@ -170,6 +171,7 @@ BAD = [
     merged({"runPolicy": {"backoffLimitPerIndex": "6"}}),
     merged({"runPolicy": {"activeDeadlineSeconds": 0}}),
     merged({"runPolicy": {"ttlSecondsAfterFinished": -1}}),
+    merged({"ttlSecondsAfterFinished": -1}), merged({"ttlSecondsAfterFinished": "1h"}),
     merged({"runPolicy": {"suspend": "yes"}}),
     merged({"checkpoint": {"dir": "/c"}, "checkpointVolume": {"size": "20GB"}}),
     merged({"checkpoint": {"dir": "/c"}, "checkpointVolume": {"storageClassName": "x"}}),

@@ -226,6 +226,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.runPolicy.maxFailedIndexes: unknown field"},
         BadCase{{{"runPolicy", {{"activeDeadlineSeconds", 0}}}},
                 "spec.runPolicy.activeDeadlineSeconds: 0 is not allowed"},
+        BadCase{{{"ttlSecondsAfterFinished", -1}},
+                "spec.ttlSecondsAfterFinished: -1 is not allowed (allowed: an integer >= 0)"},
         BadCase{{{"runPolicy", {{"suspend", "yes"}}}},
                 "spec.runPolicy.suspend: \"yes\" is not allowed (allowed: true, false)"},
         BadCase{{{"checkpointVolume", {{"size", "20Gi"}}}},

@@ -840,6 +840,35 @@ TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
   EXPECT_TRUE(trainingJob().is_null());
 }
 
+// spec.ttlSecondsAfterFinished: a finished TrainingJob is deleted after the
+// TTL like a Job, and its objects in every region with it; the pass that
+// finishes it asks to be run again when the TTL is up.
+TEST_F(ReconcilerTest, AFinishedJobIsDeletedAfterItsTtl) {
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, ReconcilerOptions{});
+  json spec = twoRegionsClusterIp();
+  spec["ttlSecondsAfterFinished"] = 2;
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+  pass();
+  const json complete = {{"succeeded", 2},
+                         {"conditions", {{{"type", "Complete"}, {"status", "True"}}}}};
+  setJobStatus(*hub_, "world-london", complete);
+  setJobStatus(*member_, "world-tokyo", complete);
+  ReconcileResult r = pass();
+  EXPECT_EQ(r.state, "Succeeded");
+  ASSERT_TRUE(r.requeueAfter.has_value());
+  EXPECT_GT(*r.requeueAfter, std::chrono::milliseconds(0));
+  EXPECT_LE(*r.requeueAfter, std::chrono::milliseconds(2000));
+  r = pass();  // before the TTL: kept, and asked to look again
+  EXPECT_FALSE(trainingJob().is_null());
+  ASSERT_TRUE(r.requeueAfter.has_value());
+  std::this_thread::sleep_for(*r.requeueAfter + std::chrono::milliseconds(1100));
+  pass();  // deletes it; the finalizer holds it until every region is clean
+  pass();
+  EXPECT_TRUE(trainingJob().is_null());
+  EXPECT_TRUE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
+  EXPECT_TRUE(get(*hubClient_, res::kConfigMaps, "world-london-config").is_null());
+}
+
 // A region in a cluster the controller does not know is an invalid spec that
 // names the field (not a network problem), nothing is written anywhere,
 // and deleting the job completes at once.
