@@ -397,8 +397,9 @@ void readPodFields(ObjectReader& in, PodOverrides& pod, std::vector<FieldError>&
       [](const std::string& s) { return isDnsLabel(s); },
       [](const std::string& s) { return among(s, kReservedVolumes); }, errors);
   readKeyedList(
-      in, "volumeMounts", pod.volumeMounts, "mountPath", "an absolute path",
-      [](const std::string& s) { return !s.empty() && s[0] == '/'; },
+      in, "volumeMounts", pod.volumeMounts, "mountPath",
+      "an absolute path of at most 1024 characters",
+      [](const std::string& s) { return !s.empty() && s[0] == '/' && s.size() <= 1024; },
       [](const std::string& s) { return among(s, kReservedMountPaths); }, errors);
   if (pod.volumeMounts.is_array()) {
     for (size_t i = 0; i < pod.volumeMounts.size(); ++i) {

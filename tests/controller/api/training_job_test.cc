@@ -275,7 +275,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{
             {{"template", {{"spec", {{"volumeMounts", {{{"name", "d"}, {"mountPath", "x"}}}}}}}}},
             "spec.template.spec.volumeMounts[0].mountPath: \"x\" is not allowed (allowed: an "
-            "absolute path)"},
+            "absolute path of at most 1024 characters)"},
         BadCase{{{"checkpoint", {{"dir", "/ckpt"}}},
                  {"template",
                   {{"spec",
