@@ -297,8 +297,8 @@ constexpr const char* kPodSpecFields[] = {
     "env",      "volumes",     "volumeMounts", "imagePullSecrets",  "serviceAccountName",
     "affinity", "tolerations", "nodeSelector", "priorityClassName", "resources"};
 
-template <size_t N>
-bool among(std::string_view s, const std::string_view (&list)[N]) {
+template <size_t kSize>
+bool among(std::string_view s, const std::string_view (&list)[kSize]) {
   return std::find(std::begin(list), std::end(list), s) != std::end(list);
 }
 
@@ -327,7 +327,7 @@ void readStringMap(ObjectReader& in, const std::string& key,
       in.invalid(key, "an empty key is not allowed");
       ok = false;
     } else if (reserved && reserved(k)) {
-      in.invalid(key + "." + k,
+      in.invalid(fmt::format("{}.{}", key, k),
                  fmt::format("{} is not allowed ({}: the controller sets it on the worker pods)",
                              json(k).dump(), what));
       ok = false;

@@ -24,8 +24,8 @@ const json& member(const json& o, const char* key) {
   return it != o.end() ? *it : kNull;
 }
 
-template <size_t N>
-bool among(const std::string& s, const std::array<const char*, N>& list) {
+template <size_t kSize>
+bool among(const std::string& s, const std::array<const char*, kSize>& list) {
   return std::any_of(list.begin(), list.end(), [&](const char* item) { return s == item; });
 }
 
@@ -61,9 +61,9 @@ std::vector<Problem> podProblems(const std::string& region, const json& pods) {
     const std::string uid = str(meta, "uid").empty() ? name : str(meta, "uid");
     const std::string where = fmt::format("region {}: pod {}", region, name);
     auto add = [&](const std::string& kind, const std::string& reason, const std::string& text) {
-      if (std::none_of(out.begin(), out.end(),
-                       [&](const Problem& p) { return p.key == uid + "/" + kind; })) {
-        out.push_back({uid + "/" + kind, reason, where + ": " + text});
+      const std::string key = fmt::format("{}/{}", uid, kind);
+      if (std::none_of(out.begin(), out.end(), [&](const Problem& p) { return p.key == key; })) {
+        out.push_back({key, reason, fmt::format("{}: {}", where, text)});
       }
     };
     std::vector<json> containers;

@@ -693,7 +693,7 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
       for (const Problem& p : problems) {
         // A region in trouble has many pods alike: a few Events say it.
         if (reported == kProblemsPerRegion) break;
-        if (!firstSighting(ns + "/" + name, job.uid, p.key)) continue;
+        if (!firstSighting(fmt::format("{}/{}", ns, name), job.uid, p.key)) continue;
         ++reported;
         logger()->info("trainingjob {}/{}: {}", ns, name, p.message);
         event(object, true, p.reason, p.message);
