@@ -280,7 +280,11 @@ StatusOr<ReconcileResult> Reconciler::cleanup(const json& object, const JobRef& 
     const api::Region& r = regions[i];
     // A cluster that is no member was never written to (its spec was
     // invalid): nothing to delete there.
-    if (known && std::find(known->begin(), known->end(), r.cluster) == known->end()) return;
+    if (known && std::find(known->begin(), known->end(), r.cluster) == known->end()) {
+      logger()->info("trainingjob {}/{}: region {}: cluster {} is no member, nothing to delete",
+                     job.ns, job.name, r.name, r.cluster);
+      return;
+    }
     auto client = clusters_.client(r.cluster);
     if (!client.ok()) {
       regionFailure[i] = r.name + ": " + client.status().message();
