@@ -60,6 +60,7 @@ struct Flags {
   std::string metricsListen = "0.0.0.0:8080";
   std::string healthListen = "0.0.0.0:8081";
   int workers = 2;
+  int cleanupTimeoutSeconds = 600;
   std::string logLevel = "info";
   std::string logFormat = "text";
 };
@@ -260,6 +261,11 @@ int main(int argc, char** argv) {
   app.add_option("--workers", f.workers, "TrainingJobs reconciled at once")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  app.add_option("--cleanup-timeout", f.cleanupTimeoutSeconds,
+                 "seconds after a TrainingJob's deletion after which regions that still cannot "
+                 "be reached are given up (their objects stay there; Event CleanupAbandoned)")
+      ->check(CLI::Range(0, 30 * 24 * 3600))
+      ->capture_default_str();
   app.add_option("--log-level", f.logLevel, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
   app.add_option("--log-format", f.logFormat,
@@ -359,6 +365,7 @@ int main(int argc, char** argv) {
   rec::ReconcilerOptions options;
   options.render.workerImage = f.workerImage;
   options.render.clusterDomain = f.clusterDomain;
+  options.cleanupTimeout = seconds(f.cleanupTimeoutSeconds);
   rec::Reconciler reconciler(**hub, clusters, &events, options);
   geo::logger()->info("geotrain-controller {} as {} in namespace {}; members: {}", GEO_VERSION,
                       f.identity, f.ns,

@@ -291,6 +291,205 @@ void parseWorkerSection(const std::string& section, const json& value, WorkerCon
   }
 }
 
+// The pod spec fields of PodOverrides, as spec.template.spec and a region
+// name them.
+constexpr const char* kPodSpecFields[] = {
+    "env",      "volumes",     "volumeMounts", "imagePullSecrets",  "serviceAccountName",
+    "affinity", "tolerations", "nodeSelector", "priorityClassName", "resources"};
+
+template <size_t kSize>
+bool among(std::string_view s, const std::string_view (&list)[kSize]) {
+  return std::find(std::begin(list), std::end(list), s) != std::end(list);
+}
+
+// An environment variable name as Kubernetes takes it (1.30 and later):
+// printable ASCII without '='.
+bool isEnvName(const std::string& s) {
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '='; });
+}
+
+// A map of strings (labels, annotations, nodeSelector); `reserved` (may be
+// empty) names keys the controller keeps for itself.
+void readStringMap(ObjectReader& in, const std::string& key,
+                   std::map<std::string, std::string>& out,
+                   const std::function<bool(std::string_view)>& reserved, std::string_view what) {
+  const json* v = in.get(key);
+  if (v == nullptr) return;
+  if (!v->is_object() ||
+      !std::all_of(v->begin(), v->end(), [](const json& item) { return item.is_string(); })) {
+    in.invalid(key, "must be an object of string values");
+    return;
+  }
+  bool ok = true;
+  for (const auto& [k, value] : v->items()) {
+    if (k.empty()) {
+      in.invalid(key, "an empty key is not allowed");
+      ok = false;
+    } else if (reserved && reserved(k)) {
+      in.invalid(fmt::format("{}.{}", key, k),
+                 fmt::format("{} is not allowed ({}: the controller sets it on the worker pods)",
+                             json(k).dump(), what));
+      ok = false;
+    }
+  }
+  if (ok) out = v->get<std::map<std::string, std::string>>();
+}
+
+// A list of objects keyed by the string member `keyField`, each checked by
+// `keyOk` (what it allows: `allowed`); `reserved` names the keys the
+// worker's pod has already. Duplicate keys are an error.
+void readKeyedList(ObjectReader& in, const std::string& key, json& out, const char* keyField,
+                   std::string_view allowed, const std::function<bool(const std::string&)>& keyOk,
+                   const std::function<bool(const std::string&)>& reserved,
+                   std::vector<FieldError>& errors) {
+  const json* v = in.get(key);
+  if (v == nullptr) return;
+  if (!v->is_array()) {
+    in.invalid(key, fmt::format("{} is not allowed (allowed: a list of objects)", jsonKind(*v)));
+    return;
+  }
+  const size_t before = errors.size();
+  std::set<std::string> seen;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& item = (*v)[i];
+    const std::string at = fmt::format("{}[{}]", in.at(key), i);
+    if (!item.is_object()) {
+      errors.push_back({FieldError::Type::kInvalid, at,
+                        fmt::format("{} is not allowed (allowed: an object)", jsonKind(item))});
+      continue;
+    }
+    const std::string field = at + "." + keyField;
+    auto k = item.find(keyField);
+    if (k == item.end() || k->is_null()) {
+      errors.push_back(
+          {FieldError::Type::kRequired, field, fmt::format("Required value ({})", allowed)});
+      continue;
+    }
+    if (!k->is_string() || !keyOk(k->get<std::string>())) {
+      errors.push_back({FieldError::Type::kInvalid, field,
+                        fmt::format("{} is not allowed (allowed: {})", k->dump(), allowed)});
+      continue;
+    }
+    const std::string name = k->get<std::string>();
+    if (reserved && reserved(name)) {
+      errors.push_back(
+          {FieldError::Type::kInvalid, field,
+           fmt::format("{} is not allowed (the worker container has it already)", k->dump())});
+      continue;
+    }
+    if (!seen.insert(name).second) {
+      errors.push_back(
+          {FieldError::Type::kDuplicate, field, fmt::format("Duplicate value: {}", k->dump())});
+    }
+  }
+  if (errors.size() == before) out = *v;
+}
+
+// The pod spec fields of PodOverrides from `in` (spec.template.spec, or a
+// region).
+void readPodFields(ObjectReader& in, PodOverrides& pod, std::vector<FieldError>& errors) {
+  readKeyedList(
+      in, "env", pod.env, "name", "an environment variable name: printable ASCII without '='",
+      isEnvName, [](const std::string& s) { return among(s, kReservedEnv); }, errors);
+  readKeyedList(
+      in, "volumes", pod.volumes, "name", kDnsLabel,
+      [](const std::string& s) { return isDnsLabel(s); },
+      [](const std::string& s) { return among(s, kReservedVolumes); }, errors);
+  readKeyedList(
+      in, "volumeMounts", pod.volumeMounts, "mountPath",
+      "an absolute path of at most 1024 characters",
+      [](const std::string& s) { return !s.empty() && s[0] == '/' && s.size() <= 1024; },
+      [](const std::string& s) { return among(s, kReservedMountPaths); }, errors);
+  if (pod.volumeMounts.is_array()) {
+    for (size_t i = 0; i < pod.volumeMounts.size(); ++i) {
+      const json& m = pod.volumeMounts[i];
+      auto name = m.find("name");
+      if (name == m.end() || !name->is_string() || !isDnsLabel(name->get<std::string>())) {
+        errors.push_back({FieldError::Type::kRequired,
+                          fmt::format("{}[{}].name", in.at("volumeMounts"), i),
+                          fmt::format("Required value (the name of a volume: {})", kDnsLabel)});
+      }
+    }
+  }
+  readKeyedList(in, "imagePullSecrets", pod.imagePullSecrets, "name",
+                "the name of a Secret (a DNS subdomain)", isDnsSubdomain, {}, errors);
+  in.string("serviceAccountName", pod.serviceAccountName,
+            "the name of a ServiceAccount (a DNS subdomain), or empty for the default",
+            [](const std::string& s) { return s.empty() || isDnsSubdomain(s); });
+  in.string("priorityClassName", pod.priorityClassName,
+            "the name of a PriorityClass (a DNS subdomain), or empty for none",
+            [](const std::string& s) { return s.empty() || isDnsSubdomain(s); });
+  if (const json* v = in.get("affinity")) {
+    if (v->is_object()) {
+      pod.affinity = *v;
+    } else {
+      in.invalid("affinity", fmt::format("{} is not allowed (allowed: an object with nodeAffinity, "
+                                         "podAffinity, podAntiAffinity)",
+                                         jsonKind(*v)));
+    }
+  }
+  if (const json* v = in.get("resources")) {
+    if (v->is_object()) {
+      pod.resources = *v;
+    } else {
+      in.invalid("resources", fmt::format("{} is not allowed (allowed: an object with limits "
+                                          "and requests)",
+                                          jsonKind(*v)));
+    }
+  }
+  readStringMap(in, "nodeSelector", pod.nodeSelector, {}, "");
+  if (const json* v = in.get("tolerations")) {
+    if (v->is_array() &&
+        std::all_of(v->begin(), v->end(), [](const json& item) { return item.is_object(); })) {
+      pod.tolerations = *v;
+    } else {
+      in.invalid("tolerations", "must be a list of tolerations (objects)");
+    }
+  }
+}
+
+// labels and annotations of PodOverrides from `in` (spec.template.metadata,
+// or a region).
+void readPodMetadata(ObjectReader& in, PodOverrides& pod) {
+  readStringMap(in, "labels", pod.labels, isReservedLabel, "a label key of the controller");
+  readStringMap(in, "annotations", pod.annotations, isReservedAnnotation,
+                "an annotation key of the controller");
+}
+
+// spec.template: {metadata: {labels, annotations}, spec: {<kPodSpecFields>}}.
+void readPodTemplate(const json& value, PodOverrides& pod, std::vector<FieldError>& errors) {
+  const std::string path = "spec.template";
+  if (!value.is_object()) {
+    errors.push_back({FieldError::Type::kInvalid, path,
+                      fmt::format("{} is not allowed (allowed: an object)", jsonKind(value))});
+    return;
+  }
+  ObjectReader in(value, path, errors);
+  if (const json* m = in.get("metadata")) {
+    if (!m->is_object()) {
+      in.invalid("metadata", fmt::format("{} is not allowed (allowed: an object with labels and "
+                                         "annotations)",
+                                         jsonKind(*m)));
+    } else {
+      ObjectReader meta(*m, in.at("metadata"), errors);
+      readPodMetadata(meta, pod);
+      meta.unknownMembers({"labels", "annotations"});
+    }
+  }
+  if (const json* sp = in.get("spec")) {
+    if (!sp->is_object()) {
+      in.invalid("spec", fmt::format("{} is not allowed (allowed: an object)", jsonKind(*sp)));
+    } else {
+      ObjectReader ps(*sp, in.at("spec"), errors);
+      readPodFields(ps, pod, errors);
+      ps.unknownMembers(
+          std::vector<std::string>(std::begin(kPodSpecFields), std::end(kPodSpecFields)));
+    }
+  }
+  in.unknownMembers({"metadata", "spec"});
+}
+
 Region parseRegion(const json& value, const std::string& path, std::vector<FieldError>& errors) {
   Region r;
   if (!value.is_object()) {
@@ -306,31 +505,8 @@ Region parseRegion(const json& value, const std::string& path, std::vector<Field
   in.string("name", r.name, kDnsLabel, isDnsLabel);
   in.string("cluster", r.cluster, "a member cluster name (a DNS label) or local", isDnsLabel);
   in.integer("replicas", r.replicas, 1, 4096);
-  if (const json* v = in.get("resources")) {
-    if (v->is_object()) {
-      r.resources = *v;
-    } else {
-      in.invalid("resources", fmt::format("{} is not allowed (allowed: an object with limits "
-                                          "and requests)",
-                                          jsonKind(*v)));
-    }
-  }
-  if (const json* v = in.get("nodeSelector")) {
-    if (v->is_object() &&
-        std::all_of(v->begin(), v->end(), [](const json& item) { return item.is_string(); })) {
-      r.nodeSelector = v->get<std::map<std::string, std::string>>();
-    } else {
-      in.invalid("nodeSelector", "must be an object of string values");
-    }
-  }
-  if (const json* v = in.get("tolerations")) {
-    if (v->is_array() &&
-        std::all_of(v->begin(), v->end(), [](const json& item) { return item.is_object(); })) {
-      r.tolerations = *v;
-    } else {
-      in.invalid("tolerations", "must be a list of tolerations (objects)");
-    }
-  }
+  readPodFields(in, r.pod, errors);
+  readPodMetadata(in, r.pod);
   in.string("dataPath", r.dataPath);
   if (const json* g = in.get("gateway")) {
     if (!g->is_object()) {
@@ -347,8 +523,10 @@ Region parseRegion(const json& value, const std::string& path, std::vector<Field
       gw.unknownMembers({"serviceType", "port", "endpoint"});
     }
   }
-  in.unknownMembers({"name", "cluster", "replicas", "resources", "nodeSelector", "tolerations",
-                     "dataPath", "gateway"});
+  std::vector<std::string> allowed = {"name",    "cluster", "replicas",   "dataPath",
+                                      "gateway", "labels",  "annotations"};
+  allowed.insert(allowed.end(), std::begin(kPodSpecFields), std::end(kPodSpecFields));
+  in.unknownMembers(allowed);
   return r;
 }
 
@@ -358,6 +536,61 @@ bool isDnsLabel(std::string_view s) {
   if (s.empty() || s.size() > 63) return false;
   auto ok = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; };
   return std::all_of(s.begin(), s.end(), ok) && s.front() != '-' && s.back() != '-';
+}
+
+bool isReservedLabel(std::string_view key) {
+  return among(key, kReservedLabels) ||
+         std::any_of(std::begin(kReservedPrefixes), std::end(kReservedPrefixes),
+                     [&](std::string_view p) { return key.substr(0, p.size()) == p; });
+}
+
+bool isReservedAnnotation(std::string_view key) {
+  return among(key, kReservedAnnotations) ||
+         std::any_of(std::begin(kReservedPrefixes), std::end(kReservedPrefixes),
+                     [&](std::string_view p) { return key.substr(0, p.size()) == p; });
+}
+
+namespace {
+
+// `base` with `over`'s entries merged in by the string member `key`: an
+// entry of `over` replaces the one of `base` with the same key in its place,
+// the others follow in `over`'s order.
+json mergeByKey(const json& base, const json& over, const char* key) {
+  json out = base;
+  for (const json& item : over) {
+    auto same = std::find_if(out.begin(), out.end(), [&](const json& b) {
+      return b.value(key, json()) == item.value(key, json());
+    });
+    if (same != out.end()) {
+      *same = item;
+    } else {
+      out.push_back(item);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+PodOverrides mergedPod(const PodOverrides& job, const PodOverrides& region) {
+  PodOverrides p = job;
+  for (const auto& [k, v] : region.labels) p.labels[k] = v;
+  for (const auto& [k, v] : region.annotations) p.annotations[k] = v;
+  for (const auto& [k, v] : region.nodeSelector) p.nodeSelector[k] = v;
+  p.env = mergeByKey(job.env, region.env, "name");
+  p.volumes = mergeByKey(job.volumes, region.volumes, "name");
+  p.volumeMounts = mergeByKey(job.volumeMounts, region.volumeMounts, "mountPath");
+  p.imagePullSecrets = mergeByKey(job.imagePullSecrets, region.imagePullSecrets, "name");
+  for (const json& t : region.tolerations) p.tolerations.push_back(t);
+  if (!region.serviceAccountName.empty()) p.serviceAccountName = region.serviceAccountName;
+  if (!region.priorityClassName.empty()) p.priorityClassName = region.priorityClassName;
+  if (!region.affinity.empty()) p.affinity = region.affinity;
+  if (!region.resources.empty()) p.resources = region.resources;
+  return p;
+}
+
+PodOverrides TrainingJobSpec::podFor(const Region& region) const {
+  return mergedPod(podTemplate, region.pod);
 }
 
 std::string FieldError::toString() const {
@@ -432,6 +665,8 @@ ParsedSpec parseSpec(const json& object) {
     }
   }
 
+  if (const json* t = in.get("template")) readPodTemplate(*t, spec.podTemplate, errors);
+
   const json* regions = in.get("regions");
   if (regions == nullptr || (regions->is_array() && regions->empty())) {
     errors.push_back({FieldError::Type::kRequired, "spec.regions",
@@ -498,9 +733,10 @@ ParsedSpec parseSpec(const json& object) {
       spec.checkpointVolume = std::move(volume);
     }
   }
-  std::vector<std::string> allowed = {"image", "seed"};
+  in.optionalInteger("ttlSecondsAfterFinished", spec.ttlSecondsAfterFinished, 0);
+  std::vector<std::string> allowed = {"image", "seed", "ttlSecondsAfterFinished"};
   allowed.insert(allowed.end(), workerSections().begin(), workerSections().end());
-  allowed.insert(allowed.end(), {"regions", "runPolicy", "checkpointVolume"});
+  allowed.insert(allowed.end(), {"template", "regions", "runPolicy", "checkpointVolume"});
   in.unknownMembers(allowed);
   if (!errors.empty()) return out;
 
@@ -516,6 +752,52 @@ ParsedSpec parseSpec(const json& object) {
                         fmt::format("Required value (dataset {} needs a path: set "
                                     "spec.dataset.path or this)",
                                     spec.worker.dataset.name)});
+    }
+  }
+  // The pod fields: the checkpoint folder is the worker's own mount, and
+  // every mount of a region's pods names a volume they have (the job's or
+  // the region's), else the API server would refuse the region's Job.
+  auto checkpointMount = [&](const PodOverrides& pod, const std::string& path) {
+    for (size_t k = 0; k < pod.volumeMounts.size(); ++k) {
+      if (!spec.worker.checkpoint.dir.empty() &&
+          pod.volumeMounts[k].value("mountPath", "") == spec.worker.checkpoint.dir) {
+        errors.push_back({FieldError::Type::kInvalid, fmt::format("{}[{}].mountPath", path, k),
+                          fmt::format("{} is not allowed (spec.checkpoint.dir: the worker's "
+                                      "checkpoints are mounted there)",
+                                      json(spec.worker.checkpoint.dir).dump())});
+      }
+    }
+  };
+  checkpointMount(spec.podTemplate, "spec.template.spec.volumeMounts");
+  std::set<size_t> jobMountsReported;  // each job-wide mount once, at the first region lacking it
+  for (size_t i = 0; i < spec.regions.size(); ++i) {
+    const std::string regionMounts = fmt::format("spec.regions[{}].volumeMounts", i);
+    checkpointMount(spec.regions[i].pod, regionMounts);
+    const PodOverrides pod = spec.podFor(spec.regions[i]);
+    auto lacks = [&](const json& mount) {
+      const json name = mount.value("name", json());
+      return std::none_of(pod.volumes.begin(), pod.volumes.end(),
+                          [&](const json& v) { return v.value("name", json()) == name; });
+    };
+    auto report = [&](const std::string& path, size_t k, const json& mount) {
+      errors.push_back({FieldError::Type::kInvalid, fmt::format("{}[{}].name", path, k),
+                        fmt::format("{} is not allowed (region {} has no such volume: add it to "
+                                    "spec.template.spec.volumes or spec.regions[{}].volumes)",
+                                    mount.value("name", json()).dump(), spec.regions[i].name, i)});
+    };
+    const json& own = spec.regions[i].pod.volumeMounts;
+    for (size_t k = 0; k < own.size(); ++k) {
+      if (lacks(own[k])) report(regionMounts, k, own[k]);
+    }
+    const json& shared = spec.podTemplate.volumeMounts;
+    for (size_t k = 0; k < shared.size(); ++k) {
+      // Replaced by the region's mount at the same path: that one counts.
+      const bool replaced = std::any_of(own.begin(), own.end(), [&](const json& m) {
+        return m.value("mountPath", "") == shared[k].value("mountPath", "");
+      });
+      if (!replaced && lacks(shared[k]) && jobMountsReported.insert(k).second) {
+        report("spec.template.spec.volumeMounts", k, shared[k]);
+      }
     }
   }
   for (size_t i = 0; i < spec.regions.size(); ++i) {
@@ -546,13 +828,31 @@ ParsedSpec parseSpec(const json& object) {
   whole.worker.worldSize = spec.totalReplicas();
   whole.worker.region = spec.regions.front().name;
   whole.worker.regionSize = spec.regions.front().replicas;
-  whole.dataset.path = spec.dataPath(spec.regions.front());
-  if (whole.dataset.path.empty()) whole.dataset.path = "-";  // reported above
+  const std::string path = spec.dataPath(spec.regions.front());
+  whole.dataset.path = path.empty() ? std::string(1, '-') : path;  // empty: reported above
   if (Status s = validateWorkerConfig(whole); !s.ok()) {
     errors.push_back(fromWorkerMessage(s.message()));
   }
   return out;
 }
+
+namespace {
+
+// The pod spec fields of `pod`, every one of them (empty when unset).
+json podFieldsToJson(const PodOverrides& pod) {
+  return {{"env", pod.env},
+          {"volumes", pod.volumes},
+          {"volumeMounts", pod.volumeMounts},
+          {"imagePullSecrets", pod.imagePullSecrets},
+          {"serviceAccountName", pod.serviceAccountName},
+          {"affinity", pod.affinity},
+          {"tolerations", pod.tolerations},
+          {"nodeSelector", pod.nodeSelector},
+          {"priorityClassName", pod.priorityClassName},
+          {"resources", pod.resources}};
+}
+
+}  // namespace
 
 json specToJson(const TrainingJobSpec& spec) {
   json out = json::object();
@@ -591,15 +891,20 @@ json specToJson(const TrainingJobSpec& spec) {
     }
     out[section][key] = value;
   }
+  out["template"] = {
+      {"metadata",
+       {{"labels", spec.podTemplate.labels}, {"annotations", spec.podTemplate.annotations}}},
+      {"spec", podFieldsToJson(spec.podTemplate)}};
   json regions = json::array();
   for (const auto& r : spec.regions) {
-    json region = {{"name", r.name},
-                   {"cluster", r.cluster},
-                   {"replicas", r.replicas},
-                   {"resources", r.resources},
-                   {"nodeSelector", r.nodeSelector},
-                   {"tolerations", r.tolerations},
-                   {"gateway", {{"serviceType", r.gateway.serviceType}, {"port", r.gateway.port}}}};
+    json region = podFieldsToJson(r.pod);
+    region.update(
+        json{{"name", r.name},
+             {"cluster", r.cluster},
+             {"replicas", r.replicas},
+             {"labels", r.pod.labels},
+             {"annotations", r.pod.annotations},
+             {"gateway", {{"serviceType", r.gateway.serviceType}, {"port", r.gateway.port}}}});
     if (!r.dataPath.empty()) region["dataPath"] = r.dataPath;
     if (!r.gateway.endpoint.empty()) region["gateway"]["endpoint"] = r.gateway.endpoint;
     regions.push_back(std::move(region));
@@ -625,6 +930,7 @@ json specToJson(const TrainingJobSpec& spec) {
     }
     out["checkpointVolume"] = std::move(cv);
   }
+  if (spec.ttlSecondsAfterFinished) out["ttlSecondsAfterFinished"] = *spec.ttlSecondsAfterFinished;
   return out;
 }
 

@@ -11,14 +11,17 @@
 //                                    key for key, with the same defaults, limits
 //                                    and messages (one schema, two doors), except
 //                                    that spec.sync.algorithm defaults to dts
-//   spec.regions[]                   name, cluster, replicas, resources,
-//                                    nodeSelector, tolerations, dataPath, gateway
+//   spec.template                    metadata.labels/annotations and a subset of
+//                                    the pod spec for every worker pod (PodOverrides)
+//   spec.regions[]                   name, cluster, replicas, dataPath, gateway, and
+//                                    the same pod fields for this region's pods
 //   spec.runPolicy                   backoffLimitPerIndex, backoffLimit,
 //                                    activeDeadlineSeconds, ttlSecondsAfterFinished,
 //                                    suspend
 //   spec.checkpointVolume            size, storageClassName, accessMode: a
 //                                    PersistentVolumeClaim per region for
 //                                    spec.checkpoint.dir
+//   spec.ttlSecondsAfterFinished     delete the finished TrainingJob after this
 // The worker.yaml sections that describe one worker's place and wiring
 // (worker, transport, metrics, job.id, dataset.shardIndex/shardCount) are the
 // controller's to render per pod and are not part of the spec.
@@ -91,14 +94,64 @@ struct Gateway {
   bool operator==(const Gateway&) const = default;
 };
 
+// What a user may shape of the worker pods, job-wide (spec.template:
+// metadata.labels/annotations, the rest under spec) and per region (the same
+// fields directly in spec.regions[i]). The lists and objects are core/v1 as
+// given; parseSpec() checks what the controller relies on (names, types, and
+// that nothing takes the place of the worker's own env, volumes, mounts,
+// labels and annotations) and leaves the rest to the API server.
+//
+// Merge (mergedPod()): the region's value overrides the job-wide one.
+//   serviceAccountName, priorityClassName, affinity, resources: the region's
+//     replaces the job's when set (non-empty).
+//   labels, annotations, nodeSelector: merged by key, the region's wins.
+//   env, volumes, imagePullSecrets: merged by name, volumeMounts by
+//     mountPath; a region's entry replaces the job's entry of the same key,
+//     in the job's place; new entries follow in the region's order.
+//   tolerations: the job's, then the region's.
+struct PodOverrides {
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+  nlohmann::json env = nlohmann::json::array();           // core/v1 EnvVar list (worker container)
+  nlohmann::json volumes = nlohmann::json::array();       // core/v1 Volume list
+  nlohmann::json volumeMounts = nlohmann::json::array();  // core/v1 VolumeMount list (worker)
+  nlohmann::json imagePullSecrets = nlohmann::json::array();  // LocalObjectReference list
+  std::string serviceAccountName;
+  nlohmann::json affinity = nlohmann::json::object();    // core/v1 Affinity
+  nlohmann::json tolerations = nlohmann::json::array();  // core/v1 Toleration list
+  std::map<std::string, std::string> nodeSelector;
+  std::string priorityClassName;
+  nlohmann::json resources = nlohmann::json::object();  // core/v1 ResourceRequirements (worker)
+
+  bool operator==(const PodOverrides&) const = default;
+};
+
+// `job` with `region` merged over it (the rules above).
+PodOverrides mergedPod(const PodOverrides& job, const PodOverrides& region);
+
+// What the worker's pod keeps for itself; parseSpec() rejects a spec that
+// sets any of them (kReservedMountPaths: also spec.checkpoint.dir).
+inline constexpr std::string_view kReservedEnv[] = {"JOB_COMPLETION_INDEX"};
+inline constexpr std::string_view kReservedVolumes[] = {"config", "keys", "tmp", "checkpoints"};
+inline constexpr std::string_view kReservedMountPaths[] = {"/etc/geotrain/config",
+                                                           "/etc/geotrain/keys", "/tmp"};
+// Label keys the controller sets itself (besides the prefixes below).
+inline constexpr std::string_view kReservedLabels[] = {
+    "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component",
+    "app.kubernetes.io/managed-by", "app.kubernetes.io/part-of"};
+// Label and annotation key prefixes of the controller and the Job controller.
+inline constexpr std::string_view kReservedPrefixes[] = {"geotrain.io/", "batch.kubernetes.io/"};
+inline constexpr std::string_view kReservedAnnotations[] = {"prometheus.io/scrape",
+                                                            "prometheus.io/port"};
+bool isReservedLabel(std::string_view key);
+bool isReservedAnnotation(std::string_view key);
+
 struct Region {
   std::string name;                    // lowercase DNS label, unique in the job
   std::string cluster{kLocalCluster};  // member cluster name of the controller's config
   int64_t replicas = 1;                // workers in this region, >= 1
-  nlohmann::json resources = nlohmann::json::object();  // core/v1 ResourceRequirements
-  std::map<std::string, std::string> nodeSelector;
-  nlohmann::json tolerations = nlohmann::json::array();  // core/v1 Toleration list
-  std::string dataPath;  // overrides spec.dataset.path in this region
+  PodOverrides pod;                    // this region's pod fields, over spec.template
+  std::string dataPath;                // overrides spec.dataset.path in this region
   Gateway gateway;
 
   bool operator==(const Region&) const = default;
@@ -151,13 +204,22 @@ struct TrainingJobSpec {
   // checkpoint, log and job.seed as given (or defaulted); the other fields
   // keep WorkerConfig's defaults until the controller renders a pod's config.
   WorkerConfig worker = defaultWorkerConfig();
+  PodOverrides podTemplate;  // spec.template
   std::vector<Region> regions;
   RunPolicy runPolicy;
   std::optional<CheckpointVolume> checkpointVolume;
+  // spec.ttlSecondsAfterFinished (>= 0 when set): the TrainingJob itself is
+  // deleted this long after it finished (Succeeded or Failed), like a
+  // batch/v1 Job with the same field; its regions' objects go with it (the
+  // finalizer). Unset: kept. Unlike runPolicy.ttlSecondsAfterFinished, which
+  // the region Jobs get (their pods go, the TrainingJob stays finished).
+  std::optional<int64_t> ttlSecondsAfterFinished;
 
   int64_t totalReplicas() const;
   // The data path of a region: its dataPath, else spec.dataset.path.
   std::string dataPath(const Region& region) const;
+  // The pod fields of a region: spec.template with the region's merged over it.
+  PodOverrides podFor(const Region& region) const;
 
   // A TrainingJob's WorkerConfig before the controller places a worker:
   // WorkerConfig's defaults except sync.algorithm = dts.
@@ -177,7 +239,9 @@ struct ParsedSpec {
 // the worker sections), unknown fields, and across fields: at least one
 // region; unique region names; a data path for every region unless the data
 // set is synthetic; what validateWorkerConfig() checks for the job as a whole
-// (one worker per rank of the total replicas).
+// (one worker per rank of the total replicas); the pod fields (PodOverrides):
+// unique names, nothing of the worker's own overridden, and every
+// volumeMount of a region naming a volume the region's pods have.
 ParsedSpec parseSpec(const nlohmann::json& object);
 
 // The spec written back as JSON with every default explicit (what a CRD's

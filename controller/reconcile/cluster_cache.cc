@@ -36,10 +36,17 @@ json slimForCache(json object) {
     auto it = meta->find(key);
     if (it != meta->end()) slim[key] = std::move(*it);
   }
-  const std::string hashKey = "geotrain.io/applied-hash";
-  if (auto a = meta->find("annotations");
-      a != meta->end() && a->is_object() && a->contains(hashKey))
-    slim["annotations"][hashKey] = std::move((*a)[hashKey]);
+  if (auto a = meta->find("annotations"); a != meta->end() && a->is_object()) {
+    for (const char* key : {"geotrain.io/applied-hash", "geotrain.io/suspend"}) {
+      if (a->contains(key)) slim["annotations"][key] = std::move((*a)[key]);
+    }
+  }
+  // A Job's spec.suspend: another manager (Kueue) may own it (render.h,
+  // setJobSuspend()).
+  if (auto sp = object.find("spec"); out.value("kind", "") == "Job" && sp != object.end() &&
+                                     sp->is_object() && sp->contains("suspend")) {
+    out["spec"]["suspend"] = std::move((*sp)["suspend"]);
+  }
   if (auto l = meta->find("labels");
       l != meta->end() && l->is_object() && l->contains("geotrain.io/job"))
     slim["labels"]["geotrain.io/job"] = std::move((*l)["geotrain.io/job"]);
@@ -60,7 +67,10 @@ ClusterCache::ClusterCache(kube::KubeClient& client, OnChange onChange) {
       // creates and applies are not news to it.
       kube::EventHandlers h;
       h.onUpdate = [onChange](const json& before, const json& after) {
-        if (before.value("status", json()) != after.value("status", json())) {
+        // A Job suspended or resumed by another manager (Kueue admitting
+        // it) changes the job's status too.
+        if (before.value("status", json()) != after.value("status", json()) ||
+            before.value("spec", json()) != after.value("spec", json())) {
           const std::string job = jobOf(after);
           if (!job.empty()) onChange(kube::metadataField(after, "namespace"), job);
         }

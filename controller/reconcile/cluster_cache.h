@@ -5,11 +5,13 @@
 //
 // A pass then reads a region's objects from memory instead of with a GET
 // each, and a change in the cluster starts a pass at once instead of at the
-// next poll: a Job's status (workers ready, finished, failed), a load
+// next poll: a Job's status (workers ready, finished, failed) or its
+// spec.suspend (another manager admitting or suspending it), a load
 // balancer's address, an object deleted by someone else.
 //
-// Stored objects keep only what the reconciler reads (metadata without
-// managedFields, status, and a Secret's data), so 1,000 jobs of 3 regions
+// Stored objects keep only what the reconciler reads (name, namespace,
+// resourceVersion, the geotrain.io/ annotations it writes, status, a
+// Secret's data and a Job's spec.suspend), so 1,000 jobs of 3 regions
 // cost a few MiB. The cache may lag the cluster by a watch event: the
 // reconciler trusts it only for objects it finds (a stale hit is corrected by
 // the event that follows), and GETs what it does not find.

@@ -151,6 +151,13 @@ const ClusterCache* SecretClusters::cache(const std::string& cluster) {
   return it == members_.end() ? nullptr : it->second.cache.get();
 }
 
+std::optional<std::vector<std::string>> SecretClusters::known() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> names = {std::string(api::kLocalCluster)};
+  for (const auto& [name, m] : members_) names.push_back(name);
+  return names;
+}
+
 StatusOr<kube::KubeClient*> SecretClusters::client(const std::string& cluster) {
   std::lock_guard lock(mu_);
   if (cluster == api::kLocalCluster) {
@@ -163,9 +170,10 @@ StatusOr<kube::KubeClient*> SecretClusters::client(const std::string& cluster) {
   if (it == members_.end()) {
     std::string known = std::string(api::kLocalCluster);
     for (const auto& [name, m] : members_) known += ", " + name;
-    return notFound(fmt::format(
-        "cluster {} is not a member of this controller (known: {}; add --member {}=SECRET)",
-        cluster, known, cluster));
+    return notFound(
+        fmt::format("cluster {} is not a member cluster (known: {}; members are listed in the hub "
+                    "chart's values, members[].name)",
+                    cluster, known));
   }
   Member& m = it->second;
   if (m.client) return m.client.get();

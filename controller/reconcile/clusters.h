@@ -47,6 +47,8 @@ class SecretClusters : public Clusters {
                  std::chrono::milliseconds retryAfter = std::chrono::seconds(10));
 
   StatusOr<kube::KubeClient*> client(const std::string& cluster) override;
+  // local, then the members by name.
+  std::optional<std::vector<std::string>> known() const override;
   // With caching on, a cluster's cache starts with its first client() call.
   const ClusterCache* cache(const std::string& cluster) override;
 
@@ -82,7 +84,7 @@ class SecretClusters : public Clusters {
   const std::string ns_;
   const kube::ClientOptions options_;
   const std::chrono::milliseconds retryAfter_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::string, Member> members_;
   void notify(const std::string& ns, const std::string& job);
   // A member Secret as the informer saw it.

@@ -12,6 +12,8 @@
 
 #include "common/logging.h"
 #include "controller/kube/config.h"
+#include "controller/kube/kube_time.h"
+#include "controller/reconcile/pod_problems.h"
 #include "controller/reconcile/progress.h"
 #include "controller/reconcile/status.h"
 #include "worker/transport/keys.h"
@@ -61,6 +63,12 @@ void readKeys(const json& secret, int64_t first, int64_t count, std::vector<Rank
   }
 }
 
+// 404 for the namespace itself: what an API server answers to a write
+// into a namespace it does not have.
+bool isMissingNamespace(const kube::ApiError& e) {
+  return e.isNotFound() && e.details.is_object() && e.details.value("kind", "") == "namespaces";
+}
+
 std::string describe(const kube::ApiError& e) {
   return e.toStatus().message();
 }
@@ -88,6 +96,9 @@ std::string read(kube::KubeClient& c, const kube::ResourceRef& resource, const s
 }
 
 constexpr std::string_view kAppliedHash = "geotrain.io/applied-hash";
+
+// Worker problems reported per region and pass (pod_problems.h).
+constexpr size_t kProblemsPerRegion = 5;
 
 // FNV-1a (64 bit) of the object as rendered, in hex: stable across builds
 // and hosts, which std::hash is not.
@@ -117,7 +128,44 @@ kube::ApiResult<json> applyChanged(kube::KubeClient& c, const kube::ResourceRef&
   return c.apply(resource, ns, desired, force);
 }
 
+// How long until a finished job's spec.ttlSecondsAfterFinished is up (zero
+// or less: now), counted from the lastTransitionTime of its Succeeded or
+// Failed condition; nullopt when the job has not finished or sets no TTL.
+// The field is read loosely: a finished job's spec is not validated again.
+std::optional<std::chrono::milliseconds> ttlLeft(const json& object,
+                                                 const api::TrainingJobStatus& status) {
+  const json spec = object.value("spec", json::object());
+  if (!spec.is_object() || !spec.contains("ttlSecondsAfterFinished")) return std::nullopt;
+  const json& ttl = spec["ttlSecondsAfterFinished"];
+  if (!ttl.is_number_integer() || ttl.get<int64_t>() < 0) return std::nullopt;
+  for (std::string_view type : {api::kConditionSucceeded, api::kConditionFailed}) {
+    const api::Condition* c = api::findCondition(status.conditions, type);
+    if (c == nullptr || c->status != "True") continue;
+    const auto finished = kube::parseTime(c->lastTransitionTime);
+    if (!finished) return std::chrono::milliseconds(0);  // no time to count from: at once
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+        *finished + std::chrono::seconds(ttl.get<int64_t>()) - std::chrono::system_clock::now());
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::vector<api::FieldError> unknownClusters(const api::TrainingJobSpec& spec,
+                                             const std::optional<std::vector<std::string>>& known) {
+  std::vector<api::FieldError> errors;
+  if (!known) return errors;
+  for (size_t i = 0; i < spec.regions.size(); ++i) {
+    const std::string& cluster = spec.regions[i].cluster;
+    if (std::find(known->begin(), known->end(), cluster) != known->end()) continue;
+    errors.push_back({api::FieldError::Type::kNotSupported,
+                      fmt::format("spec.regions[{}].cluster", i),
+                      fmt::format("{} is not a member cluster; known: {} (members are listed in "
+                                  "the hub chart's values, members[].name)",
+                                  json(cluster).dump(), fmt::join(*known, ", "))});
+  }
+  return errors;
+}
 
 bool needsReconcile(const json& oldObject, const json& newObject) {
   auto strip = [](json o) {
@@ -144,6 +192,25 @@ bool Reconciler::dueForFullApply(const std::string& key) {
 void Reconciler::forgetFullApply(const std::string& key) {
   std::lock_guard lock(fullApplyMu_);
   lastFullApply_.erase(key);
+}
+
+bool Reconciler::firstSighting(const std::string& job, const std::string& uid,
+                               const std::string& key) {
+  std::lock_guard lock(problemsMu_);
+  Sightings& seen = reportedProblems_[job];
+  // Another incarnation of the name, or bounded: a job whose pods keep
+  // failing for days forgets its old sightings rather than growing without
+  // end (a repeat is then one more Event, which the recorder aggregates).
+  if (seen.uid != uid || seen.keys.size() >= kMaxRememberedProblems) {
+    seen.uid = uid;
+    seen.keys.clear();
+  }
+  return seen.keys.insert(key).second;
+}
+
+void Reconciler::forgetProblems(const std::string& job) {
+  std::lock_guard lock(problemsMu_);
+  reportedProblems_.erase(job);
 }
 
 Reconciler::Reconciler(kube::KubeClient& hub, Clusters& clusters, kube::EventRecorder* events,
@@ -207,9 +274,17 @@ StatusOr<ReconcileResult> Reconciler::cleanup(const json& object, const JobRef& 
   ReconcileResult result;
   if (!hasFinalizer(object)) return result;  // someone else's finalizers remain
   const std::vector<api::Region> regions = looseRegions(object);
+  const std::optional<std::vector<std::string>> known = clusters_.known();
   std::vector<std::string> regionFailure(regions.size());
   pool_.parallelFor(regions.size(), [&](size_t i) {
     const api::Region& r = regions[i];
+    // A cluster that is no member was never written to (its spec was
+    // invalid): nothing to delete there.
+    if (known && std::find(known->begin(), known->end(), r.cluster) == known->end()) {
+      logger()->info("trainingjob {}/{}: region {}: cluster {} is no member, nothing to delete",
+                     job.ns, job.name, r.name, r.cluster);
+      return;
+    }
     auto client = clusters_.client(r.cluster);
     if (!client.ok()) {
       regionFailure[i] = r.name + ": " + client.status().message();
@@ -237,24 +312,51 @@ StatusOr<ReconcileResult> Reconciler::cleanup(const json& object, const JobRef& 
   for (std::string& f : regionFailure) {
     if (!f.empty()) failures.push_back(std::move(f));
   }
-  const bool done = failures.empty();
-  if (!done) {
-    logger()->warn("trainingjob {}/{}: cleanup incomplete, retrying: {}", job.ns, job.name,
-                   fmt::join(failures, "; "));
-    api::TrainingJobStatus previous = api::statusFromJson(object.value("status", json::object()));
+  json current = object;
+  if (!failures.empty()) {
+    // How long deletion has waited (deletionTimestamp): past
+    // options_.cleanupTimeout the regions that still fail are given up, so
+    // that deleting a TrainingJob always completes.
+    const auto since = kube::parseTime(current["metadata"].value("deletionTimestamp", ""));
+    const auto waited = since ? std::chrono::duration_cast<std::chrono::seconds>(
+                                    std::chrono::system_clock::now() - *since)
+                              : std::chrono::seconds(0);
+    const bool giveUp = waited >= options_.cleanupTimeout;
+    const std::string list = fmt::format("{}", fmt::join(failures, "; "));
+    const std::string message =
+        giveUp ? fmt::format(
+                     "gave up deleting after {} s (cleanupTimeout); what is left stays in "
+                     "these regions (delete it there: label geotrain.io/job={}): {}",
+                     waited.count(), job.name, list)
+               : fmt::format("cannot delete in: {} (retrying; giving up {} s after the deletion)",
+                             list, options_.cleanupTimeout.count() / 1000);
+    api::TrainingJobStatus previous = api::statusFromJson(current.value("status", json::object()));
     api::TrainingJobStatus status = previous;
     api::setCondition(status.conditions,
                       {std::string(api::kConditionRegionDegraded), "True",
-                       object["metadata"].value("generation", int64_t{0}), "", "CleanupBlocked",
-                       "cannot delete in: " + fmt::format("{}", fmt::join(failures, "; "))},
+                       current["metadata"].value("generation", int64_t{0}), "",
+                       giveUp ? "CleanupAbandoned" : "CleanupBlocked", message},
                       now_());
-    (void)writeStatus(object, previous, status);
-    result.retry = true;
-    return result;
+    (void)writeStatus(current, previous, status);
+    if (!giveUp) {
+      logger()->warn("trainingjob {}/{}: cleanup incomplete, retrying: {}", job.ns, job.name, list);
+      result.retry = true;
+      return result;
+    }
+    logger()->warn("trainingjob {}/{}: {}", job.ns, job.name, message);
+    event(current, true, "CleanupAbandoned", message);
+    // The status write moved the resourceVersion on.
+    auto fresh = hub_.get(kTrainingJobs, job.ns, job.name);
+    if (!fresh.ok()) {
+      if (fresh.error().isNotFound()) return result;
+      result.retry = true;
+      return result;
+    }
+    current = std::move(*fresh);
   }
-  json updated = object;
+  json updated = current;
   json fin = json::array();
-  for (const json& f : object["metadata"]["finalizers"]) {
+  for (const json& f : current["metadata"]["finalizers"]) {
     if (f != std::string(api::kFinalizer)) fin.push_back(f);
   }
   updated["metadata"]["finalizers"] = fin;
@@ -276,13 +378,17 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   if (!got.ok()) {
     if (got.error().isNotFound()) {  // gone: nothing left to do
       forgetFullApply(ns + "/" + name);
+      forgetProblems(ns + "/" + name);
       return result;
     }
     return got.status("get TrainingJob " + ns + "/" + name);
   }
   json object = std::move(*got);
-  const JobRef job{name, ns, kube::metadataField(object, "uid")};
-  if (object["metadata"].contains("deletionTimestamp")) return cleanup(object, job);
+  const JobRef job = jobRefOf(object);
+  if (object["metadata"].contains("deletionTimestamp")) {
+    forgetProblems(ns + "/" + name);
+    return cleanup(object, job);
+  }
 
   if (!hasFinalizer(object)) {
     object["metadata"]["finalizers"] = object["metadata"].value("finalizers", json::array());
@@ -315,12 +421,35 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
       result.retry = true;
     }
     forgetFullApply(ns + "/" + name);
+    forgetProblems(ns + "/" + name);
     result.state = status.state;
+    // spec.ttlSecondsAfterFinished: deleted once it is up, as the TTL
+    // controller deletes a Job; the finalizer then cleans every region.
+    if (const auto left = ttlLeft(object, status)) {
+      if (*left > std::chrono::milliseconds(0)) {
+        result.requeueAfter = *left;
+        return result;
+      }
+      kube::DeleteOptions once;
+      once.preconditionUid = job.uid;  // not a new job of the same name
+      once.propagationPolicy = kube::PropagationPolicy::kBackground;
+      auto d = hub_.remove(kTrainingJobs, ns, name, once);
+      if (!d.ok() && !d.error().isNotFound()) {
+        logger()->info("trainingjob {}/{}: delete after ttlSecondsAfterFinished: {} (retrying)", ns,
+                       name, describe(d.error()));
+        result.retry = true;
+        return result;
+      }
+      logger()->info("trainingjob {}/{}: {} and ttlSecondsAfterFinished is up: deleted", ns, name,
+                     status.state);
+    }
     return result;
   }
 
   api::ParsedSpec parsed = api::parseSpec(object);
   if (parsed.errors.empty()) {
+    for (api::FieldError& e : unknownClusters(parsed.spec, clusters_.known()))
+      parsed.errors.push_back(std::move(e));
     if (Status s = checkNames(job, parsed.spec); !s.ok()) {
       const std::string message = s.message();
       const size_t colon = message.find(": ");
@@ -398,6 +527,16 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
         g = applyChanged(c, res::kServices, ns, gateway, renderGatewayService(job, spec, i), full);
       }
     });
+    // The first writes into the region: a namespace that does not exist
+    // there is said as such, not as a cluster that cannot be reached.
+    for (const auto* a : {&*h, &*g}) {
+      if (!a->ok() && isMissingNamespace(a->error())) {
+        ro.missingNamespace =
+            fmt::format("namespace {} does not exist in cluster {} (region {}): create it there",
+                        ns, r.cluster, r.name);
+        return unreachable(ro.missingNamespace);
+      }
+    }
     if (!h->ok()) return unreachable("apply the headless Service: " + describe(h->error()));
     if (!g->ok()) return unreachable("apply the gateway Service: " + describe(g->error()));
     ro.endpoint = gatewayEndpoint(job, r, **g, settings);
@@ -487,8 +626,10 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
     if (ok) {
       pool_.parallelFor(n, [&](size_t i) {
         const bool isNew = obs.regions[i].job.is_null();
+        json desired = renderWorkerJob(job, spec, i, settings);
+        setJobSuspend(desired, spec.runPolicy.suspend, obs.regions[i].job);
         auto a = applyChanged(*work[i].client, res::kJobs, ns, obs.regions[i].job,
-                              renderWorkerJob(job, spec, i, settings), full);
+                              std::move(desired), full);
         if (!a.ok() && !isNew && a.error().isInvalid()) {
           // The Job exists and refuses the change: Kubernetes keeps its pod
           // template, podFailurePolicy and backoffLimitPerIndex as created,
@@ -516,6 +657,54 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
                       spec.totalReplicas()));
   }
 
+  // 5b. What goes wrong in the regions' clusters (pod_problems.h), as
+  // Events on the TrainingJob, each problem once. A region's pods are
+  // listed only while one of its workers is not ready, or one more has
+  // failed since the last status: a healthy job costs no request.
+  if (events_ != nullptr && !spec.runPolicy.suspend) {
+    std::vector<std::vector<Problem>> found(n);
+    pool_.parallelFor(n, [&](size_t i) {
+      const RegionObservation& ro = obs.regions[i];
+      if (work[i].client == nullptr || !ro.job.is_object()) return;
+      found[i] = jobProblems(ro.name, ro.job);
+      const json jobSpec = ro.job.value("spec", json::object());
+      if (jobSpec.is_object() && jobSpec.value("suspend", false)) return;
+      const json st = ro.job.value("status", json::object());
+      auto count = [&](const char* key) {
+        return st.is_object() && st.contains(key) && st[key].is_number_integer()
+                   ? st[key].get<int64_t>()
+                   : int64_t{0};
+      };
+      int64_t failedBefore = 0;
+      for (const api::RegionStatus& p : previous.regions) {
+        if (p.name == ro.name) failedBefore = p.failed;
+      }
+      if (count("ready") + count("succeeded") >= ro.replicas && count("failed") <= failedBefore)
+        return;
+      kube::ListOptions selector;
+      selector.labelSelector =
+          fmt::format("geotrain.io/job={},geotrain.io/region={}", job.name, ro.name);
+      auto pods = work[i].client->list(res::kPods, ns, selector);
+      if (!pods.ok()) {
+        logger()->debug("trainingjob {}/{}: region {}: list the pods: {}", ns, name, ro.name,
+                        describe(pods.error()));
+        return;
+      }
+      for (Problem& p : podProblems(ro.name, json(pods->items))) found[i].push_back(std::move(p));
+    });
+    for (const std::vector<Problem>& problems : found) {
+      size_t reported = 0;
+      for (const Problem& p : problems) {
+        // A region in trouble has many pods alike: a few Events say it.
+        if (reported == kProblemsPerRegion) break;
+        if (!firstSighting(fmt::format("{}/{}", ns, name), job.uid, p.key)) continue;
+        ++reported;
+        logger()->info("trainingjob {}/{}: {}", ns, name, p.message);
+        event(object, true, p.reason, p.message);
+      }
+    }
+  }
+
   // 6. Progress from rank 0 while its region's workers run. A failed scrape
   // keeps the last progress: metrics are a view, never a reason to retry.
   kube::KubeClient* first = work[0].client;  // rank 0's region
@@ -536,8 +725,31 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   }
 
   // 7. Status.
-  for (const RegionObservation& ro : obs.regions) result.regionReachable[ro.name] = ro.reachable;
+  for (const RegionObservation& ro : obs.regions)
+    result.regionReachable[ro.name] = ro.reachable || !ro.missingNamespace.empty();
   const api::TrainingJobStatus status = aggregateStatus(previous, obs);
+  // Waiting for a load balancer: said once (an Event and the log), with
+  // what to do on a cluster that has no load-balancer controller, where the
+  // job would otherwise wait with no visible cause.
+  const api::Condition* created = api::findCondition(status.conditions, api::kConditionCreated);
+  const api::Condition* createdBefore =
+      api::findCondition(previous.conditions, api::kConditionCreated);
+  if (created != nullptr && created->reason == "WaitingForGateway" &&
+      (createdBefore == nullptr || createdBefore->reason != created->reason ||
+       createdBefore->message != created->message)) {
+    for (size_t i = 0; i < n; ++i) {
+      const api::Region& r = spec.regions[i];
+      if (r.name != obs.waitingForGateway) continue;
+      const std::string message = fmt::format(
+          "waiting for the load balancer of region {}: Service {} in cluster {} has no ingress "
+          "address yet (without a load-balancer controller there, set "
+          "spec.regions[{}].gateway.serviceType NodePort with an endpoint, or "
+          "gateway.endpoint)",
+          r.name, gatewayServiceName(job, r.name), r.cluster, i);
+      logger()->info("trainingjob {}/{}: {}", ns, name, message);
+      event(object, false, "WaitingForGateway", message);
+    }
+  }
   if (Status s = writeStatus(object, previous, status); !s.ok()) {
     logger()->info("trainingjob {}/{}: {} (retrying)", ns, name, s.message());
     result.retry = true;
@@ -547,6 +759,9 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
     result.requeueAfter = options_.pollGateways;
   } else if (status.state == "Running" || status.state == "Pending") {
     result.requeueAfter = options_.pollRunning;
+  } else if (const auto left = ttlLeft(object, status)) {
+    // Just finished: the pass that deletes it when its TTL is up.
+    result.requeueAfter = std::max(*left, std::chrono::milliseconds(0));
   }
   return result;
 }

@@ -10,15 +10,22 @@
 //   1. deleted (deletionTimestamp): delete the job's objects in every
 //      region's cluster; when all are gone, release the finalizer
 //      geotrain.io/cleanup. A region that cannot be reached keeps the
-//      finalizer (RegionDegraded) and the pass asks to be retried.
+//      finalizer (RegionDegraded, CleanupBlocked) and the pass asks to be
+//      retried, until options.cleanupTimeout after the deletion: then the
+//      region is given up (CleanupAbandoned, a Warning Event) and the
+//      finalizer released. A region of a cluster that is no member
+//      (Clusters::known()) has nothing to delete.
 //   2. add the finalizer (ownerReferences cannot cross clusters).
 //   2b. a finished job (status.h: Succeeded or Failed recorded) is left as
 //      it is: its regions are neither read nor written again, so a region's
 //      Job that is deleted afterwards (ttlSecondsAfterFinished, by hand) is
 //      never recreated and the workers never run again; only
 //      observedGeneration follows spec edits. Deletion (1.) still cleans up
-//      every region.
-//   3. validate the spec (api::parseSpec, render::checkNames): errors go to
+//      every region. With spec.ttlSecondsAfterFinished the TrainingJob is
+//      deleted that long after its Succeeded or Failed condition became
+//      True (the pass that finishes it asks to be run again then).
+//   3. validate the spec (api::parseSpec, render::checkNames, every region's
+//      cluster a known one: unknownClusters()): errors go to
 //      the condition Created=False/InvalidSpec and a Warning Event; nothing
 //      is written to the regions.
 //   4. per region: the headless and gateway Services, then read the gateway
@@ -29,12 +36,21 @@
 //      region the Secret, the checkpoint claim (spec.checkpointVolume), the
 //      ConfigMap and the Indexed Job. spec.runPolicy.suspend suspends the
 //      Jobs (Kubernetes deletes their pods; the claims stay), and unsetting
-//      it lets the pods start again from the newest checkpoints. A Job that
+//      it lets the pods start again from the newest checkpoints. A Job's
+//      spec.suspend is written only at creation and when that value
+//      changes (render.h, setJobSuspend()), so that another manager (Kueue)
+//      may suspend and resume it; the status says the job waits for it. A Job that
 //      refuses the change as invalid (fields Kubernetes keeps as created:
 //      its pod template, failure policy, per-worker retries) runs on as it
 //      is: an ApplyFailed Event, and its status still counts.
 //      Once created, a Job retries each failed worker by itself
 //      (render.h); the status reports it while it does (status.h).
+//   5b. worker problems in the regions' clusters (pod_problems.h: image
+//      pulls, OOM kills, crash loops, failed pods, unschedulable pods, a
+//      failed Job) as Warning Events on the TrainingJob naming the region,
+//      each once per job and at most a few per region and pass; a region's
+//      pods are listed only while a worker is not ready or one more failed.
+//      With a waiting gateway: a WaitingForGateway Event and log line once.
 //   6. progress (step, loss, accuracy) from rank 0's /metrics through the
 //      first region's API server (pods proxy), while its workers are active.
 //   7. the status from the regions' Jobs (written only when it changed).
@@ -53,7 +69,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "controller/kube/client.h"
@@ -74,6 +92,12 @@ inline const kube::ResourceRef kTrainingJobs{"geotrain.io", "v1alpha1", "trainin
 // status would otherwise cause the next pass, forever.
 bool needsReconcile(const nlohmann::json& oldObject, const nlohmann::json& newObject);
 
+// One error per region whose cluster is not in `known` (Clusters::known();
+// nullopt: none), naming the field: spec.regions[2].cluster: "paris" is not
+// a member cluster; known: local, tokyo (...).
+std::vector<api::FieldError> unknownClusters(const api::TrainingJobSpec& spec,
+                                             const std::optional<std::vector<std::string>>& known);
+
 // The clients of the clusters TrainingJobs name in spec.regions[].cluster.
 class Clusters {
  public:
@@ -82,6 +106,11 @@ class Clusters {
   // there is none (unknown name, unreadable kubeconfig Secret). The pointer
   // stays valid while the Clusters lives.
   virtual StatusOr<kube::KubeClient*> client(const std::string& cluster) = 0;
+  // Every cluster name a region may use ("local" first), or nullopt when
+  // the list is not known (any name is tried). A spec naming another
+  // cluster is invalid (InvalidSpec on spec.regions[i].cluster), and a
+  // region of a cluster not in the list has nothing to clean up.
+  virtual std::optional<std::vector<std::string>> known() const { return std::nullopt; }
   // The informer cache of `cluster` (cluster_cache.h), or null when there
   // is none (yet): the reconciler then GETs every object. Call client()
   // first; the pointer stays valid while the Clusters lives.
@@ -116,6 +145,11 @@ struct ReconcilerOptions {
   // this process and one pass per this period apply everything, which also
   // undoes changes made by hand to fields the controller owns.
   std::chrono::milliseconds fullApplyEvery{std::chrono::minutes(10)};
+  // How long after a TrainingJob's deletion (its deletionTimestamp) the
+  // cleanup of regions that still cannot be reached is given up: a Warning
+  // Event and condition CleanupAbandoned name what may be left, and the
+  // finalizer goes, so that `kubectl delete` always completes.
+  std::chrono::milliseconds cleanupTimeout{std::chrono::minutes(10)};
   // Threads that work on the regions of passes alongside the pass's own
   // thread (0: one region after another).
   size_t regionThreads = 8;
@@ -142,6 +176,11 @@ class Reconciler {
   bool dueForFullApply(const std::string& key);
   void forgetFullApply(const std::string& key);
 
+  // Whether worker problem `key` (pod_problems.h) of job `job` ("ns/name",
+  // incarnation `uid`) is new, remembering it; forgetProblems drops a job's.
+  bool firstSighting(const std::string& job, const std::string& uid, const std::string& key);
+  void forgetProblems(const std::string& job);
+
   kube::KubeClient& hub_;
   Clusters& clusters_;
   kube::EventRecorder* events_;
@@ -153,6 +192,13 @@ class Reconciler {
   TaskPool pool_;
   std::mutex fullApplyMu_;
   std::map<std::string, std::chrono::steady_clock::time_point> lastFullApply_;
+  static constexpr size_t kMaxRememberedProblems = 1024;
+  struct Sightings {
+    std::string uid;
+    std::set<std::string> keys;
+  };
+  std::mutex problemsMu_;
+  std::map<std::string, Sightings> reportedProblems_;  // by "ns/name"
 };
 
 }  // namespace geo::reconcile

@@ -46,6 +46,62 @@ json podSelector(const JobRef& job, const std::string& region) {
 
 }  // namespace
 
+JobRef jobRefOf(const json& object) {
+  JobRef job;
+  const json meta = object.value("metadata", json::object());
+  if (!meta.is_object()) return job;
+  job.name = meta.value("name", "");
+  job.ns = meta.value("namespace", "");
+  job.uid = meta.value("uid", "");
+  for (const char* key : {"labels", "annotations"}) {
+    const json m = meta.value(key, json::object());
+    if (!m.is_object()) continue;
+    auto& out = std::string_view(key) == "labels" ? job.labels : job.annotations;
+    for (const auto& [k, v] : m.items()) {
+      if (v.is_string()) out[k] = v.get<std::string>();
+    }
+  }
+  return job;
+}
+
+namespace {
+bool isKubectls(std::string_view key) {
+  return key.substr(0, std::string_view("kubectl.kubernetes.io/").size()) ==
+         "kubectl.kubernetes.io/";
+}
+}  // namespace
+
+std::map<std::string, std::string> propagatedLabels(const JobRef& job) {
+  std::map<std::string, std::string> out;
+  for (const auto& [k, v] : job.labels) {
+    if (!api::isReservedLabel(k) && !isKubectls(k)) out[k] = v;
+  }
+  return out;
+}
+
+std::map<std::string, std::string> propagatedAnnotations(const JobRef& job) {
+  std::map<std::string, std::string> out;
+  for (const auto& [k, v] : job.annotations) {
+    if (!api::isReservedAnnotation(k) && !isKubectls(k)) out[k] = v;
+  }
+  return out;
+}
+
+void setJobSuspend(json& desired, bool runPolicySuspend, const json& live) {
+  const std::string wanted = runPolicySuspend ? "true" : "false";
+  desired["metadata"]["annotations"][std::string(kSuspendAnnotation)] = wanted;
+  desired["spec"]["suspend"] = runPolicySuspend;
+  if (!live.is_object()) return;  // created now: the TrainingJob's value
+  const json meta = live.value("metadata", json::object());
+  const json annotations = meta.is_object() ? meta.value("annotations", json::object()) : json();
+  const bool unchanged =
+      annotations.is_object() && annotations.value(std::string(kSuspendAnnotation), "") == wanted;
+  const json spec = live.value("spec", json::object());
+  if (unchanged && spec.is_object() && spec.contains("suspend") && spec["suspend"].is_boolean()) {
+    desired["spec"]["suspend"] = spec["suspend"];  // whoever set it last keeps it
+  }
+}
+
 std::vector<RegionPlan> planRanks(const api::TrainingJobSpec& spec) {
   std::vector<RegionPlan> plan;
   int64_t next = 0;
@@ -281,6 +337,10 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
   const api::Region& r = regionAt(spec, index);
   const RegionPlan p = planRanks(spec)[index];
   const std::string image = spec.image.empty() ? settings.workerImage : spec.image;
+  // spec.template with the region's fields over it; parseSpec() made sure
+  // that none of it takes the place of the worker's own env, volumes,
+  // mounts, labels or annotations, so it is added after them.
+  const api::PodOverrides pod = spec.podFor(r);
 
   // keys/: every public key (ConfigMap) and this region's secret keys
   // (Secret, group-readable for the pod's fsGroup: transport.keyGroupReadable).
@@ -303,7 +363,7 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
       {"ports",
        {{{"name", "transport"}, {"containerPort", r.gateway.port}, {"protocol", "TCP"}},
         {{"name", "metrics"}, {"containerPort", settings.metricsPort}, {"protocol", "TCP"}}}},
-      {"resources", r.resources},
+      {"resources", pod.resources},
       {"volumeMounts",
        {{{"name", "config"}, {"mountPath", std::string(kConfigDir)}, {"readOnly", true}},
         {{"name", "keys"}, {"mountPath", std::string(kKeyDir)}, {"readOnly", true}},
@@ -362,8 +422,25 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
           {{"name", "checkpoints"}, {"mountPath", spec.worker.checkpoint.dir}});
     }
   }
-  if (!r.nodeSelector.empty()) podSpec["nodeSelector"] = r.nodeSelector;
-  if (!r.tolerations.empty()) podSpec["tolerations"] = r.tolerations;
+  json& worker = podSpec["containers"][0];
+  if (!pod.env.empty()) worker["env"] = pod.env;
+  for (const json& m : pod.volumeMounts) worker["volumeMounts"].push_back(m);
+  for (const json& v : pod.volumes) podSpec["volumes"].push_back(v);
+  if (!pod.imagePullSecrets.empty()) podSpec["imagePullSecrets"] = pod.imagePullSecrets;
+  if (!pod.serviceAccountName.empty()) podSpec["serviceAccountName"] = pod.serviceAccountName;
+  if (!pod.priorityClassName.empty()) podSpec["priorityClassName"] = pod.priorityClassName;
+  if (!pod.affinity.empty()) podSpec["affinity"] = pod.affinity;
+  if (!pod.nodeSelector.empty()) podSpec["nodeSelector"] = pod.nodeSelector;
+  if (!pod.tolerations.empty()) podSpec["tolerations"] = pod.tolerations;
+  // The user's labels and annotations first, the controller's over them
+  // (parseSpec() refuses the controller's keys, so none is lost).
+  json podLabels = propagatedLabels(job);
+  podLabels.update(json(pod.labels));
+  podLabels.update(labels(job, r.name, "worker"));
+  json podAnnotations = propagatedAnnotations(job);
+  podAnnotations.update(json(pod.annotations));
+  podAnnotations.update({{"prometheus.io/scrape", "true"},
+                         {"prometheus.io/port", std::to_string(settings.metricsPort)}});
 
   // Failures are counted per worker (completion index): a worker that
   // crashes is retried on a new pod of the same index, which mounts the same
@@ -411,11 +488,7 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
           {{"action", "FailJob"},
            {"onExitCodes", {{"containerName", "worker"}, {"operator", "In"}, {"values", {2}}}}}}}}},
       {"template",
-       {{"metadata",
-         {{"labels", labels(job, r.name, "worker")},
-          {"annotations",
-           {{"prometheus.io/scrape", "true"},
-            {"prometheus.io/port", std::to_string(settings.metricsPort)}}}}},
+       {{"metadata", {{"labels", podLabels}, {"annotations", podAnnotations}}},
         {"spec", podSpec}}}};
   if (spec.runPolicy.activeDeadlineSeconds) {
     jobSpec["activeDeadlineSeconds"] = *spec.runPolicy.activeDeadlineSeconds;
@@ -423,9 +496,16 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
   if (spec.runPolicy.ttlSecondsAfterFinished) {
     jobSpec["ttlSecondsAfterFinished"] = *spec.runPolicy.ttlSecondsAfterFinished;
   }
+  json meta = metadata(job, workerJobName(job, r.name), r.name, "worker");
+  json jobLabels = propagatedLabels(job);
+  jobLabels.update(meta["labels"]);
+  meta["labels"] = std::move(jobLabels);
+  if (const auto annotations = propagatedAnnotations(job); !annotations.empty()) {
+    meta["annotations"] = annotations;
+  }
   return {{"apiVersion", "batch/v1"},
           {"kind", "Job"},
-          {"metadata", metadata(job, workerJobName(job, r.name), r.name, "worker")},
+          {"metadata", std::move(meta)},
           {"spec", std::move(jobSpec)}};
 }
 

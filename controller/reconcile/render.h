@@ -45,12 +45,43 @@ namespace geo::reconcile {
 // app.kubernetes.io/managed-by on every object the controller renders.
 inline constexpr std::string_view kManager = "geotrain-controller";
 
-// Identity of the TrainingJob object.
+// Identity of the TrainingJob object, and what of its metadata reaches the
+// region Jobs.
 struct JobRef {
   std::string name;
   std::string ns;
   std::string uid;
+  // The TrainingJob's metadata.labels and annotations: every region's Job
+  // and its pods carry them (propagatedLabels()), so that a manager in a
+  // region cluster sees what the user put on the job, e.g. Kueue's
+  // kueue.x-k8s.io/queue-name.
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
 };
+
+// The JobRef of a TrainingJob object as the API server returns it.
+JobRef jobRefOf(const nlohmann::json& object);
+
+// What of JobRef's labels and annotations the region Jobs and pods get: all
+// but the controller's own keys (api::isReservedLabel/Annotation) and
+// kubectl's (kubectl.kubernetes.io/, e.g. last-applied-configuration, which
+// holds the whole manifest). Under the pod template's and the controller's.
+std::map<std::string, std::string> propagatedLabels(const JobRef& job);
+std::map<std::string, std::string> propagatedAnnotations(const JobRef& job);
+
+// The annotation on a region's Job that records the spec.runPolicy.suspend
+// the controller last wrote into its spec.suspend.
+inline constexpr std::string_view kSuspendAnnotation = "geotrain.io/suspend";
+
+// Sets spec.suspend of `desired` (a rendered Job, see renderWorkerJob) as
+// the reconciler applies it, given the Job in the cluster (`live`, null when
+// there is none): spec.runPolicy.suspend when the Job is new or that value
+// changed since the controller last wrote it (kSuspendAnnotation), else the
+// live Job's own value. So spec.suspend is written only when the
+// TrainingJob's suspend changes (or at creation), and a manager that
+// suspends and resumes Jobs by itself (Kueue, field manager kueue) keeps
+// them as it left them, across passes and controller restarts.
+void setJobSuspend(nlohmann::json& desired, bool runPolicySuspend, const nlohmann::json& live);
 
 // Settings of the controller, the same for every job.
 struct RenderSettings {
@@ -136,6 +167,9 @@ nlohmann::json renderCheckpointClaim(const JobRef& job, const api::TrainingJobSp
 // The Indexed Job of region `index`. Its pod template is immutable once the
 // Job exists (batch/v1): the reconciler creates the Job only when every
 // gateway endpoint is known, so the pods start with a complete worker.yaml.
+// spec.suspend is spec.runPolicy.suspend (setJobSuspend() decides what is
+// applied); labels and annotations: the controller's over the pod
+// template's over the TrainingJob's (propagatedLabels()).
 nlohmann::json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t index,
                                const RenderSettings& settings);
 

@@ -49,6 +49,15 @@ bool finishing(const json& job) {
   return false;
 }
 
+// Whether the Job's spec.suspend is true: suspended by the controller
+// (spec.runPolicy.suspend) or held back by another manager (Kueue, until it
+// admits the Job).
+bool jobSuspended(const json& job) {
+  if (!job.is_object() || !job.contains("spec") || !job["spec"].is_object()) return false;
+  const json& spec = job["spec"];
+  return spec.contains("suspend") && spec["suspend"].is_boolean() && spec["suspend"].get<bool>();
+}
+
 bool conditionTrue(const api::TrainingJobStatus& s, std::string_view type) {
   const api::Condition* c = api::findCondition(s.conditions, type);
   return c != nullptr && c->status == "True";
@@ -76,7 +85,7 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
 
   // Per-region counts; an unreachable region keeps what was last seen.
   std::vector<api::RegionStatus> regions;
-  std::vector<std::string> unreachable, failedRegions, restarting;
+  std::vector<std::string> unreachable, noNamespace, failedRegions, restarting, notAdmitted;
   std::string failedMessage;
   int64_t ready = 0, complete = 0, withJob = 0, anyActive = 0;
   for (const RegionObservation& r : o.regions) {
@@ -87,7 +96,9 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
     rs.name = r.name;
     rs.reachable = r.reachable;
     if (!r.endpoint.empty()) rs.endpoint = r.endpoint;
-    if (!r.reachable) {
+    if (!r.missingNamespace.empty()) {
+      noNamespace.push_back(r.missingNamespace);
+    } else if (!r.reachable) {
       unreachable.push_back(r.name + " (" + r.unreachableReason + ")");
     } else if (!r.job.is_null()) {
       ++withJob;
@@ -114,7 +125,9 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
         }
       }
       if (jobCondition(r.job, "Complete") != nullptr) ++complete;
-      if (o.suspended || finishing(r.job)) {
+      const bool heldBack = !o.suspended && !finishing(r.job) && jobSuspended(r.job);
+      if (heldBack) notAdmitted.push_back(r.name);
+      if (o.suspended || finishing(r.job) || heldBack) {
         rs.started = false;
       } else if (up) {
         rs.started = true;
@@ -137,7 +150,7 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
 
   // Created
   if (withJob + static_cast<int64_t>(unreachable.size()) >= total && total > 0 &&
-      o.waitingForGateway.empty()) {
+      noNamespace.empty() && o.waitingForGateway.empty()) {
     set(api::kConditionCreated, true, "Created",
         fmt::format("the workloads of all {} regions exist", total));
   } else if (!o.waitingForGateway.empty()) {
@@ -169,6 +182,11 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
     set(api::kConditionRunning, false, "Finished", failed ? "a region failed" : "training done");
   } else if (o.suspended) {
     set(api::kConditionRunning, false, "Suspended", "");
+  } else if (!notAdmitted.empty()) {
+    set(api::kConditionRunning, false, "WaitingForAdmission",
+        fmt::format("the Job of {} is suspended by another manager (such as Kueue): waiting "
+                    "until every region is admitted",
+                    join(notAdmitted, ", ")));
   } else if (allReady) {
     set(api::kConditionRunning, true, "AllWorkersReady",
         fmt::format("every worker of all {} regions is ready", total));
@@ -181,11 +199,13 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
   }
   std::vector<std::string> degraded;
   if (!unreachable.empty()) degraded.push_back("cannot reach: " + join(unreachable, ", "));
+  degraded.insert(degraded.end(), noNamespace.begin(), noNamespace.end());
   degraded.insert(degraded.end(), restarting.begin(), restarting.end());
   set(api::kConditionRegionDegraded, !degraded.empty(),
-      !unreachable.empty()  ? "RegionUnreachable"
-      : !restarting.empty() ? "WorkersRestarting"
-                            : "AllRegionsHealthy",
+      !unreachable.empty()   ? "RegionUnreachable"
+      : !noNamespace.empty() ? "NamespaceMissing"
+      : !restarting.empty()  ? "WorkersRestarting"
+                             : "AllRegionsHealthy",
       join(degraded, "; "));
 
   if (anyActive > 0 && s.startTime.empty()) s.startTime = now;

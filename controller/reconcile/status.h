@@ -12,7 +12,11 @@
 //                   (AllWorkersReady), or once started has fewer while they
 //                   are restarted (WorkersRestarting: the job runs on);
 //                   False with Pending (not all ready yet), Suspended,
-//                   Finished (succeeded or failed).
+//                   WaitingForAdmission (spec.runPolicy.suspend is false
+//                   but a region's Job is suspended: another manager such
+//                   as Kueue holds it back until it admits it; the message
+//                   names the regions; state Pending), Finished (succeeded
+//                   or failed).
 //   Succeeded       True once every region's Job is Complete.
 //   Failed          True once any region's Job has Failed, or is failing
 //                   (FailureTarget) (its reason and message are quoted); the
@@ -21,6 +25,9 @@
 //   Suspended       True while spec.runPolicy.suspend.
 //   RegionDegraded  True while a region's cluster cannot be reached
 //                   (RegionUnreachable; its counts keep their last values),
+//                   or answers that the job's namespace does not exist there
+//                   (NamespaceMissing: "namespace ml does not exist in
+//                   cluster tokyo (region tokyo): create it there"),
 //                   or while a region that had started has fewer workers
 //                   ready than its replicas (WorkersRestarting); the message
 //                   names each region, e.g. "cannot reach: ohio (...)" or
@@ -37,7 +44,7 @@
 //   started  RegionStatus.started: the region has been up since its Job was
 //            last created or resumed. Set by the first pass that sees it
 //            up; cleared while the Job is absent, suspended
-//            (spec.runPolicy.suspend) or finishing (condition Complete,
+//            (spec.runPolicy.suspend, or its own spec.suspend) or finishing (condition Complete,
 //            Failed, SuccessCriteriaMet or FailureTarget: Kubernetes is
 //            deleting its pods); kept while the cluster cannot be reached.
 //   degraded started and not up, while not suspended or finishing: a
@@ -84,6 +91,9 @@ struct RegionObservation {
   // The region's batch/v1 Job as read (null: none yet).
   nlohmann::json job;
   std::string endpoint;  // its gateway's address, "" while unknown
+  // The cluster answered, but the job's namespace does not exist there
+  // (then also !reachable: nothing of the region can be written or read).
+  std::string missingNamespace;
 };
 
 struct Observation {

@@ -5,9 +5,13 @@ leader election, and real kubectl. The test apiserver runs no controllers, so
 the test plays the Job controller by writing Job status with kubectl.
 
 Checks: a TrainingJob applied with kubectl gets its objects in both clusters
-(the member through a kubeconfig Secret); its status follows the Jobs
-(Pending, Running; `kubectl get tj` columns); only one replica leads; killing
-the leader hands over to the standby within the Lease time; deleting the job
+(the member through a kubeconfig Secret), its labels on the region Jobs; its
+status follows the Jobs (Pending, Running; `kubectl get tj` columns); only
+one replica leads; a region Job suspended by field manager kueue makes the
+job wait for admission and stays suspended when the leader is killed and the
+standby takes over within the Lease time (and applies everything); a region
+in an unknown cluster is InvalidSpec naming the field, and `kubectl delete`
+of that job completes; deleting the job
 removes its objects from both clusters and then the job itself; /metrics,
 /healthz, /readyz answer; SIGTERM stops a replica cleanly.
 Usage: controller_e2e_test.py GEOTRAIN_CONTROLLER GEO_TEST_APISERVER TOOLS_BIN REPO
@@ -131,7 +135,8 @@ def main():
         print(f"leader {leader}, standby {standby}", flush=True)
 
         tj = {"apiVersion": "geotrain.io/v1alpha1", "kind": "TrainingJob",
-              "metadata": {"name": "world", "namespace": "ml"},
+              "metadata": {"name": "world", "namespace": "ml",
+                           "labels": {"kueue.x-k8s.io/queue-name": "gpu"}},
               "spec": {"sync": {"algorithm": "dts", "period": 4},
                        "regions": [{"name": "london", "replicas": 2,
                                     "gateway": {"serviceType": "ClusterIP"}},
@@ -144,6 +149,9 @@ def main():
         kubectl("hub", "apply", "-f", path)
         wait_for("the Job in the hub", lambda: get("hub", "job", "world-london", "-n", "ml"))
         wait_for("the Job in tokyo", lambda: get("tokyo", "job", "world-tokyo", "-n", "ml"))
+        tokyo_job = get("tokyo", "job", "world-tokyo", "-n", "ml") or {}
+        check(tokyo_job.get("metadata", {}).get("labels", {}).get("kueue.x-k8s.io/queue-name") ==
+              "gpu", f"tokyo's Job lacks the queue-name label: {tokyo_job.get('metadata')}")
         config = get("tokyo", "configmap", "world-tokyo-config", "-n", "ml")
         check(config and "world-london-gateway.ml.svc.cluster.local:7000" in
               config["data"]["worker.yaml"], "tokyo's worker.yaml dials london's gateway")
@@ -187,6 +195,20 @@ def main():
         check(names <= exported, f"the dashboard's controller metrics {sorted(names - exported)} "
                                  f"are not exported")
 
+        # Kueue in tokyo takes the Job back (preempted): the job waits.
+        def running_reason():
+            tj_now = get("hub", "tj", "world", "-n", "ml") or {}
+            return next((c.get("reason") for c in tj_now.get("status", {}).get("conditions", [])
+                         if c.get("type") == "Running"), None)
+
+        def tokyo_suspended():
+            return (get("tokyo", "job", "world-tokyo", "-n", "ml") or {}).get(
+                "spec", {}).get("suspend")
+
+        kubectl("tokyo", "-n", "ml", "patch", "job", "world-tokyo", "--field-manager=kueue",
+                "--type=merge", "-p", '{"spec":{"suspend":true}}')
+        wait_for("WaitingForAdmission", lambda: running_reason() == "WaitingForAdmission")
+
         # Kill the leader: the standby takes over within the Lease time.
         replicas[leader]["proc"].kill()
         replicas[leader]["proc"].wait()
@@ -195,6 +217,42 @@ def main():
                                                      "-n", "geotrain-system") or {})
                  .get("spec", {}).get("holderIdentity") == standby, timeout=20)
         print(f"takeover after {time.time() - took:.1f} s", flush=True)
+        # The new leader's passes (the first applies everything) leave
+        # kueue's suspend alone; admitted, the job runs again.
+        standby_metrics = f"http://127.0.0.1:{replicas[standby]['metrics']}/metrics"
+        wait_for("the new leader's passes", lambda: re.search(
+            r'geotrain_reconcile_total\{[^}]*\} [1-9]', http(standby_metrics)[1]), timeout=20)
+        time.sleep(1)
+        check(tokyo_suspended() is True, "the new leader resumed the Job kueue suspended")
+        check(running_reason() == "WaitingForAdmission", f"Running reason {running_reason()}")
+        kubectl("tokyo", "-n", "ml", "patch", "job", "world-tokyo", "--field-manager=kueue",
+                "--type=merge", "-p", '{"spec":{"suspend":false}}')
+        wait_for("Running again", lambda: running_reason() == "AllWorkersReady")
+        check(tokyo_suspended() is False, "tokyo's Job after admission")
+
+        # A region in a cluster that is no member: InvalidSpec naming the
+        # field, and `kubectl delete` completes.
+        paris = {"apiVersion": "geotrain.io/v1alpha1", "kind": "TrainingJob",
+                 "metadata": {"name": "paris", "namespace": "ml"},
+                 "spec": {"regions": [{"name": "london", "gateway": {"serviceType": "ClusterIP"}},
+                                      {"name": "paris", "cluster": "paris"}]}}
+        paris_path = os.path.join(work, "paris.json")
+        with open(paris_path, "w") as f:
+            json.dump(paris, f)
+        kubectl("hub", "apply", "-f", paris_path)
+
+        def created(name):
+            tj_now = get("hub", "tj", name, "-n", "ml") or {}
+            return next((c for c in tj_now.get("status", {}).get("conditions", [])
+                         if c.get("type") == "Created"), None)
+
+        c = wait_for("InvalidSpec", lambda: (created("paris") or {}).get("reason") == "InvalidSpec"
+                     and created("paris"))
+        check(c and 'spec.regions[1].cluster: "paris" is not a member cluster; known: local, tokyo'
+              in c.get("message", ""), f"paris: {c}")
+        check(c and "--member" not in c.get("message", ""), f"CLI wording in {c}")
+        r = kubectl("hub", "delete", "tj", "paris", "-n", "ml", "--timeout=30s")
+        check(get("hub", "tj", "paris", "-n", "ml") is None, f"paris not deleted: {r.stderr}")
 
         # Delete: both clusters are cleaned, then the finalizer goes.
         kubectl("hub", "delete", "tj", "world", "-n", "ml", "--wait=false")

@@ -119,7 +119,7 @@ TEST_F(KubeClientsTest, ProductManifestsApplyAndList) {
   EXPECT_CONTAINS(r.output, "role.rbac.authorization.k8s.io/geotrain-hub created");
   r = kubectl("apply -n default -f " + manifests + "/samples");
   EXPECT_RUN_OK(r);
-  for (const char* name : {"quickstart", "world", "swarm", "torchscript"}) {
+  for (const char* name : {"quickstart", "world", "swarm", "torchscript", "pvc-data"}) {
     EXPECT_CONTAINS(r.output, fmt::format("trainingjob.geotrain.io/{} created", name));
   }
   // A status as the controller writes it, through the status subresource.

@@ -15,7 +15,10 @@ and checks:
      defaults against the schema's properties, both ways);
   4. samples that only a CEL rule (x-kubernetes-validations) or a list-map key
      catches -- the schema dialect here cannot run CEL -- are rejected by the
-     controller, and the CRD has a rule for each.
+     controller, and the CRD has a rule for each;
+  5. the few samples only the controller catches (CONTROLLER_ONLY: a rule
+     would cost more than the API server's CEL budget) are accepted by the
+     schema and rejected by the controller.
 The sample TrainingJobs (manifests/samples) are good samples too.
 Usage: crd_schema_test.py VALIDATE_SPEC_TOOL CRD.yaml SAMPLES_DIR
 """
@@ -81,9 +84,28 @@ def world():
              "tolerations": [{"key": "gpu", "operator": "Exists"}],
              "gateway": {"serviceType": "NodePort", "endpoint": "london.example.org:31000"}},
             {"name": "tokyo", "replicas": 2, "dataPath": "/mnt/tokyo",
-             "gateway": {"endpoint": "[2001:db8::1]:7000"}}],
+             "gateway": {"endpoint": "[2001:db8::1]:7000"},
+             "env": [{"name": "HF_HOME", "value": "/tokyo-cache"}],
+             "volumes": [{"name": "data", "nfs": {"server": "nfs.tokyo", "path": "/d"}}],
+             "volumeMounts": [{"name": "data", "mountPath": "/mnt/tokyo"}],
+             "imagePullSecrets": [{"name": "tokyo-regcred"}],
+             "serviceAccountName": "tokyo-trainer", "priorityClassName": "spot",
+             "affinity": {"podAntiAffinity": {}}, "labels": {"site": "tokyo"},
+             "annotations": {"cost-center": "42"}}],
         "runPolicy": {"backoffLimitPerIndex": 2, "backoffLimit": 1,
                       "activeDeadlineSeconds": 7200, "ttlSecondsAfterFinished": 0},
+        "ttlSecondsAfterFinished": 3600,
+        "template": {
+            "metadata": {"labels": {"team": "ml"}, "annotations": {"owner": "ml@example.org"}},
+            "spec": {"env": [{"name": "HF_HOME", "value": "/cache"}],
+                     "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}],
+                     "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+                     "imagePullSecrets": [{"name": "regcred"}],
+                     "serviceAccountName": "trainer", "priorityClassName": "batch-high",
+                     "affinity": {"nodeAffinity": {}},
+                     "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                     "nodeSelector": {"pool": "gpu"},
+                     "resources": {"requests": {"cpu": "2"}}}},
     }
 
 
@@ -111,6 +133,11 @@ GOOD = [
     merged({"checkpoint": {"dir": "/ckpt"},
             "checkpointVolume": {"size": "1.5T", "storageClassName": "fast-ssd.example.com",
                                  "accessMode": "ReadWriteMany"}}),
+    # A job-wide mount whose volume each region brings itself.
+    {"template": {"spec": {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}},
+     "regions": [{"name": "a", "volumes": [{"name": "data", "emptyDir": {}}]},
+                 {"name": "b", "volumes": [{"name": "data", "hostPath": {"path": "/d"}}]}]},
+    merged({"template": {"metadata": {"labels": {"app.kubernetes.io/version": "1"}}}}),
 ]
 
 # Rejected by the schema's types, enums, ranges and patterns.
@@ -147,10 +174,26 @@ BAD = [
     merged({"runPolicy": {"backoffLimitPerIndex": "6"}}),
     merged({"runPolicy": {"activeDeadlineSeconds": 0}}),
     merged({"runPolicy": {"ttlSecondsAfterFinished": -1}}),
+    merged({"ttlSecondsAfterFinished": -1}), merged({"ttlSecondsAfterFinished": "1h"}),
     merged({"runPolicy": {"suspend": "yes"}}),
     merged({"checkpoint": {"dir": "/c"}, "checkpointVolume": {"size": "20GB"}}),
     merged({"checkpoint": {"dir": "/c"}, "checkpointVolume": {"storageClassName": "x"}}),
     merged({"checkpoint": {"dir": "/c"}, "checkpointVolume": {"size": "1Gi", "accessMode": "RWX"}}),
+    merged({"template": {"spec": {"env": [{"value": "1"}]}}}),
+    merged({"template": {"spec": {"env": [{"name": "A=B"}]}}}),
+    merged({"template": {"spec": {"env": {"A": "1"}}}}),
+    merged({"template": {"spec": {"volumes": [{"name": "Data"}]}}}),
+    merged({"template": {"spec": {"volumeMounts": [{"name": "d", "mountPath": "rel"}]}}}),
+    merged({"template": {"spec": {"volumes": [{"name": "d", "emptyDir": {}}],
+                                  "volumeMounts": [{"name": "d", "mountPath": "/" + "a" * 1024}]}}}),
+    merged({"template": {"spec": {"volumeMounts": [{"mountPath": "/d"}]}}}),
+    merged({"template": {"spec": {"imagePullSecrets": [{"name": "Reg_Cred"}]}}}),
+    merged({"template": {"spec": {"serviceAccountName": "Trainer"}}}),
+    merged({"template": {"spec": {"priorityClassName": "high priority"}}}),
+    merged({"template": {"spec": {"affinity": []}}}),
+    merged({"template": {"metadata": {"labels": {"team": 1}}}}),
+    {"regions": [{"name": "a", "env": [{"name": ""}]}]},
+    {"regions": [{"name": "a", "annotations": {"x": True}}]},
 ]
 
 # Caught only by CEL rules or list-map keys, which this schema dialect cannot
@@ -172,6 +215,39 @@ CEL_ONLY = [
              "regions": [{"name": "a", "replicas": 2}, {"name": "b"}]}),
      "sync.hierarchical must be true"),
     (merged({"checkpointVolume": {"size": "20Gi"}}), "checkpointVolume is mounted at checkpoint.dir"),
+    (merged({"template": {"spec": {"env": [{"name": "JOB_COMPLETION_INDEX", "value": "0"}]}}}),
+     "JOB_COMPLETION_INDEX is the worker's own variable"),
+    ({"regions": [{"name": "a", "env": [{"name": "A"}, {"name": "A"}]}]},
+     "x-kubernetes-list-map-keys"),
+    ({"regions": [{"name": "a", "volumes": [{"name": "keys", "emptyDir": {}}]}]},
+     "config, keys, tmp and checkpoints are the worker's own volumes"),
+    (merged({"template": {"spec": {"volumes": [{"name": "d", "emptyDir": {}}],
+                                   "volumeMounts": [{"name": "d", "mountPath": "/tmp"}]}}}),
+     "are the worker's own mounts"),
+    (merged({"checkpoint": {"dir": "/ckpt"},
+             "template": {"spec": {"volumes": [{"name": "d", "emptyDir": {}}],
+                                   "volumeMounts": [{"name": "d", "mountPath": "/ckpt"}]}}}),
+     "checkpoint.dir is the worker's own mount"),
+    (merged({"template": {"metadata": {"labels": {"geotrain.io/job": "x"}}}}),
+     "a label key of the controller is not allowed"),
+    (merged({"template": {"metadata": {"labels": {"app.kubernetes.io/managed-by": "me"}}}}),
+     "a label key of the controller is not allowed"),
+    ({"regions": [{"name": "a", "annotations": {"prometheus.io/port": "1"}}]},
+     "an annotation key of the controller is not allowed"),
+]
+
+
+# Caught by the controller alone (InvalidSpec): a CEL rule for them would
+# compare every mount with every volume of every region, beyond what the API
+# server's CEL cost budget allows for lists this long.
+CONTROLLER_ONLY = [
+    (merged({"template": {"spec": {"volumeMounts": [{"name": "d", "mountPath": "/d"}]}}}),
+     "has no such volume"),
+    ({"template": {"spec": {"volumeMounts": [{"name": "d", "mountPath": "/d"}]}},
+      "regions": [{"name": "a", "volumes": [{"name": "d", "emptyDir": {}}]}, {"name": "b"}]},
+     "region b has no such volume"),
+    ({"regions": [{"name": "a", "volumeMounts": [{"name": "d", "mountPath": "/d"}]}]},
+     "region a has no such volume"),
 ]
 
 
@@ -213,7 +289,8 @@ def json_keys(value, prefix=""):
     keys = set()
     for name, sub in value.items():
         path = prefix + name
-        if isinstance(sub, dict) and name not in ("resources", "nodeSelector"):
+        if isinstance(sub, dict) and name not in ("resources", "nodeSelector", "labels",
+                                                  "annotations", "affinity"):
             keys |= json_keys(sub, path + ".")
         else:
             keys.add(path)
@@ -285,6 +362,15 @@ def main():
         check(r["errors"], f"controller accepts {json.dumps(spec)} (CRD: {phrase})")
         check(phrase in text, f"the CRD has no rule saying '{phrase}'")
     print(f"{len(CEL_ONLY)} CEL / list-map samples: rejected by the controller, rules present")
+
+    # 5. Controller-only samples: accepted by the schema, refused by the
+    # controller with the message given.
+    only = tool_results(tool, [s for s, _ in CONTROLLER_ONLY])
+    for (spec, phrase), r in zip(CONTROLLER_ONLY, only):
+        check(not schema_errors(spec), f"schema rejects {json.dumps(spec)}")
+        check(any(phrase in e for e in r["errors"]),
+              f"controller: {r['errors']} for {json.dumps(spec)} (expected '{phrase}')")
+    print(f"{len(CONTROLLER_ONLY)} controller-only samples: rejected by the controller")
 
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -92,9 +92,9 @@ TEST(TrainingJobSpec, FullSpecIsReadFieldByField) {
   EXPECT_EQ(s.worker.checkpoint.dir, "/ckpt");
   ASSERT_EQ(s.regions.size(), 2u);
   EXPECT_EQ(s.regions[0].cluster, "eu-cluster");
-  EXPECT_EQ(s.regions[0].resources["limits"]["nvidia.com/gpu"], 1);
-  EXPECT_EQ(s.regions[0].nodeSelector.at("gpu"), "h100");
-  EXPECT_EQ(s.regions[0].tolerations.size(), 1u);
+  EXPECT_EQ(s.regions[0].pod.resources["limits"]["nvidia.com/gpu"], 1);
+  EXPECT_EQ(s.regions[0].pod.nodeSelector.at("gpu"), "h100");
+  EXPECT_EQ(s.regions[0].pod.tolerations.size(), 1u);
   EXPECT_EQ(s.regions[0].gateway.serviceType, "NodePort");
   EXPECT_EQ(s.regions[0].gateway.endpoint, "london.example.org:31000");
   EXPECT_EQ(s.dataPath(s.regions[0]), "/data/fmnist");
@@ -226,6 +226,8 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.runPolicy.maxFailedIndexes: unknown field"},
         BadCase{{{"runPolicy", {{"activeDeadlineSeconds", 0}}}},
                 "spec.runPolicy.activeDeadlineSeconds: 0 is not allowed"},
+        BadCase{{{"ttlSecondsAfterFinished", -1}},
+                "spec.ttlSecondsAfterFinished: -1 is not allowed (allowed: an integer >= 0)"},
         BadCase{{{"runPolicy", {{"suspend", "yes"}}}},
                 "spec.runPolicy.suspend: \"yes\" is not allowed (allowed: true, false)"},
         BadCase{{{"checkpointVolume", {{"size", "20Gi"}}}},
@@ -246,7 +248,100 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.checkpointVolume.storageClassName: \"Fast_SSD\" is not allowed"},
         BadCase{{{"checkpoint", {{"dir", "/c"}}},
                  {"checkpointVolume", {{"size", "1Gi"}, {"class", "x"}}}},
-                "spec.checkpointVolume.class: unknown field"}));
+                "spec.checkpointVolume.class: unknown field"},
+        // The pod fields: nothing of the worker's own may be overridden.
+        BadCase{{{"template", {{"spec", {{"env", {{{"name", "JOB_COMPLETION_INDEX"}}}}}}}}},
+                "spec.template.spec.env[0].name: \"JOB_COMPLETION_INDEX\" is not allowed (the "
+                "worker container has it already)"},
+        BadCase{{{"template",
+                  {{"spec", {{"env", {{{"name", "A"}, {"value", "1"}}, {{"name", "A"}}}}}}}}},
+                "spec.template.spec.env[1].name: Duplicate value: \"A\""},
+        BadCase{{{"template", {{"spec", {{"env", {{{"value", "1"}}}}}}}}},
+                "spec.template.spec.env[0].name: Required value"},
+        BadCase{
+            {{"regions",
+              {{{"name", "a"}, {"volumes", {{{"name", "keys"}, {"emptyDir", json::object()}}}}}}}},
+            "spec.regions[0].volumes[0].name: \"keys\" is not allowed (the worker container "
+            "has it already)"},
+        BadCase{{{"regions", {{{"name", "a"}, {"volumes", {{{"name", "Data"}}}}}}}},
+                "spec.regions[0].volumes[0].name: \"Data\" is not allowed (allowed: a lowercase "
+                "DNS label"},
+        BadCase{{{"template",
+                  {{"spec",
+                    {{"volumes", {{{"name", "d"}, {"emptyDir", json::object()}}}},
+                     {"volumeMounts", {{{"name", "d"}, {"mountPath", "/tmp"}}}}}}}}},
+                "spec.template.spec.volumeMounts[0].mountPath: \"/tmp\" is not allowed (the "
+                "worker container has it already)"},
+        BadCase{
+            {{"template", {{"spec", {{"volumeMounts", {{{"name", "d"}, {"mountPath", "x"}}}}}}}}},
+            "spec.template.spec.volumeMounts[0].mountPath: \"x\" is not allowed (allowed: an "
+            "absolute path of at most 1024 characters)"},
+        BadCase{{{"checkpoint", {{"dir", "/ckpt"}}},
+                 {"template",
+                  {{"spec",
+                    {{"volumes", {{{"name", "d"}, {"emptyDir", json::object()}}}},
+                     {"volumeMounts", {{{"name", "d"}, {"mountPath", "/ckpt"}}}}}}}}},
+                "spec.template.spec.volumeMounts[0].mountPath: \"/ckpt\" is not allowed "
+                "(spec.checkpoint.dir"},
+        BadCase{
+            {{"template", {{"spec", {{"volumeMounts", {{{"name", "d"}, {"mountPath", "/d"}}}}}}}}},
+            "spec.template.spec.volumeMounts[0].name: \"d\" is not allowed (region london has "
+            "no such volume"},
+        BadCase{{{"template", {{"metadata", {{"labels", {{"geotrain.io/job", "x"}}}}}}}},
+                "spec.template.metadata.labels.geotrain.io/job: \"geotrain.io/job\" is not allowed "
+                "(a label key of the controller"},
+        BadCase{{{"regions", {{{"name", "a"}, {"annotations", {{"prometheus.io/port", "1"}}}}}}},
+                "spec.regions[0].annotations.prometheus.io/port: \"prometheus.io/port\" is not "
+                "allowed"},
+        BadCase{{{"template", {{"spec", {{"serviceAccountName", "Trainer"}}}}}},
+                "spec.template.spec.serviceAccountName: \"Trainer\" is not allowed"},
+        BadCase{{{"template", {{"spec", {{"containers", json::array()}}}}}},
+                "spec.template.spec.containers: unknown field"},
+        BadCase{{{"regions", {{{"name", "a"}, {"affinity", json::array()}}}}},
+                "spec.regions[0].affinity: a list is not allowed"}));
+
+// spec.template and a region's fields merge as training_job.h says.
+TEST(TrainingJobSpec, PodFieldsMergeRegionOverJob) {
+  json spec = minimal();
+  spec["template"] = {
+      {"metadata", {{"labels", {{"team", "ml"}, {"tier", "a"}}}, {"annotations", {{"x", "1"}}}}},
+      {"spec",
+       {{"env", {{{"name", "A"}, {"value", "job"}}, {{"name", "B"}, {"value", "job"}}}},
+        {"volumes", {{{"name", "data"}, {"persistentVolumeClaim", {{"claimName", "d"}}}}}},
+        {"volumeMounts", {{{"name", "data"}, {"mountPath", "/data"}, {"readOnly", true}}}},
+        {"imagePullSecrets", {{{"name", "regcred"}}}},
+        {"serviceAccountName", "trainer"},
+        {"priorityClassName", "batch"},
+        {"nodeSelector", {{"pool", "gpu"}, {"zone", "a"}}},
+        {"tolerations", {{{"key", "gpu"}, {"operator", "Exists"}}}},
+        {"resources", {{"limits", {{"cpu", "1"}}}}}}}};
+  spec["regions"] = {{{"name", "london"},
+                      {"labels", {{"tier", "b"}}},
+                      {"env", {{{"name", "B"}, {"value", "region"}}, {{"name", "C"}}}},
+                      {"volumes", {{{"name", "data"}, {"hostPath", {{"path", "/d"}}}}}},
+                      {"nodeSelector", {{"zone", "b"}}},
+                      {"tolerations", {{{"key", "spot"}, {"operator", "Exists"}}}},
+                      {"serviceAccountName", "london-trainer"},
+                      {"resources", {{"limits", {{"nvidia.com/gpu", 1}}}}}}};
+  const ParsedSpec p = parseSpec(object(spec));
+  ASSERT_TRUE(p.errors.empty()) << joinErrors(p.errors);
+  const PodOverrides pod = p.spec.podFor(p.spec.regions[0]);
+  EXPECT_EQ(pod.labels, (std::map<std::string, std::string>{{"team", "ml"}, {"tier", "b"}}));
+  EXPECT_EQ(pod.annotations.at("x"), "1");
+  EXPECT_EQ(pod.env, json({{{"name", "A"}, {"value", "job"}},
+                           {{"name", "B"}, {"value", "region"}},
+                           {{"name", "C"}}}));
+  EXPECT_EQ(pod.volumes, json({{{"name", "data"}, {"hostPath", {{"path", "/d"}}}}}));
+  EXPECT_EQ(pod.volumeMounts.size(), 1u);
+  EXPECT_EQ(pod.imagePullSecrets, json({{{"name", "regcred"}}}));
+  EXPECT_EQ(pod.serviceAccountName, "london-trainer");
+  EXPECT_EQ(pod.priorityClassName, "batch");
+  EXPECT_EQ(pod.nodeSelector, (std::map<std::string, std::string>{{"pool", "gpu"}, {"zone", "b"}}));
+  EXPECT_EQ(pod.tolerations.size(), 2u);
+  EXPECT_EQ(pod.resources, json({{"limits", {{"nvidia.com/gpu", 1}}}}));
+  // specToJson writes it back so that it parses to the same spec.
+  EXPECT_EQ(parseSpec(object(specToJson(p.spec))).spec, p.spec);
+}
 
 TEST(TrainingJobSpec, EveryErrorIsReportedAtOnce) {
   json spec = minimal();

@@ -45,6 +45,15 @@ class TestClusters : public Clusters {
     }
     return it->second;
   }
+  // Every name in `clients`, "local" first: a null client is a member that
+  // cannot be reached, not an unknown one.
+  std::optional<std::vector<std::string>> known() const override {
+    std::vector<std::string> names = {"local"};
+    for (const auto& [name, c] : clients) {
+      if (name != "local") names.push_back(name);
+    }
+    return names;
+  }
 };
 
 // What a real API server does and the test apiserver does not: refuse a
@@ -169,13 +178,15 @@ class ReconcilerTest : public ::testing::Test {
   }
   // What a cluster's own controllers do (the test apiserver runs none):
   // `manager` changes object `name` of `resource` through the status path.
+  // `subresource` "" changes the object itself (spec, metadata).
   void writeAsController(testapi::TestApiServer& server, const kube::ResourceRef& resource,
                          const std::string& name, const std::string& manager,
-                         const std::function<void(testapi::Json&)>& change) {
+                         const std::function<void(testapi::Json&)>& change,
+                         const std::string& subresource = "status") {
     auto type = server.registry().find(resource.group, resource.version, resource.resource);
     bool created = false;
     server.store().modify(
-        *type, "ml", name, testapi::WriteContext{manager, "status", false},
+        *type, "ml", name, testapi::WriteContext{manager, subresource, false},
         [&](const testapi::Json* current) {
           testapi::Json o = *current;
           change(o);
@@ -476,6 +487,132 @@ TEST_F(ReconcilerTest, SuspendKeepsTheCheckpointClaimsAndResumeUsesThem) {
   EXPECT_TRUE(get(*hubClient_, res::kPersistentVolumeClaims, "world-london-checkpoints").is_null());
 }
 
+// manifests/samples/pvc-data.yaml as a user applies it: the data set and the
+// TorchScript model come from claims mounted through spec.template, and
+// tokyo's own claim name, node pool and priority override the job's.
+TEST_F(ReconcilerTest, ThePodTemplateSampleRendersIntoEveryRegionsJob) {
+  json sample = testapi::yamlNodeToJson(YAML::LoadFile(GEO_SAMPLES_DIR "/pvc-data.yaml"));
+  sample["metadata"]["namespace"] = "ml";
+  const std::string name = sample["metadata"]["name"];
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", sample).ok());
+  auto passOf = [&] {
+    auto r = reconciler_->reconcile("ml", name);
+    EXPECT_TRUE(r.ok()) << r.status().toString();
+  };
+  passOf();
+  // Both gateways are load balancers: the cloud gives them addresses.
+  for (auto [server, region] :
+       {std::pair{hub_.get(), "london"}, std::pair{member_.get(), "tokyo"}}) {
+    writeAsController(*server, res::kServices, name + "-" + region + "-gateway", "cloud",
+                      [](testapi::Json& o) {
+                        o["status"]["loadBalancer"]["ingress"] = {{{"ip", "203.0.113.9"}}};
+                      });
+  }
+  passOf();
+  const json tj = get(*hubClient_, kTrainingJobs, name);
+  EXPECT_EQ(condition(tj, "Created"), "True") << tj["status"].dump();
+  std::map<std::string, json> pods;
+  pods["london"] = get(*hubClient_, res::kJobs, name + "-london")["spec"]["template"];
+  pods["tokyo"] = get(*memberClient_, res::kJobs, name + "-tokyo")["spec"]["template"];
+  auto volume = [](const json& pod, const std::string& volumeName) {
+    for (const json& v : pod["spec"]["volumes"]) {
+      if (v["name"] == volumeName) return v;
+    }
+    return json();
+  };
+  for (const auto& [region, pod] : pods) {
+    SCOPED_TRACE(region);
+    ASSERT_TRUE(pod.is_object());
+    const json& worker = pod["spec"]["containers"][0];
+    EXPECT_EQ(pod["metadata"]["labels"]["team"], "vision");
+    EXPECT_EQ(pod["metadata"]["labels"]["geotrain.io/region"], region);
+    EXPECT_EQ(pod["metadata"]["annotations"]["example.com/owner"], "vision@example.com");
+    EXPECT_EQ(worker["env"], json({{{"name", "OMP_NUM_THREADS"}, {"value", "4"}}}));
+    EXPECT_EQ(volume(pod, "models")["persistentVolumeClaim"]["claimName"], "geotrain-models");
+    EXPECT_FALSE(volume(pod, "config").is_null()) << "the worker's own volumes stay";
+    EXPECT_EQ(worker["volumeMounts"].size(), 5u) << worker["volumeMounts"].dump();
+    EXPECT_EQ(worker["resources"]["limits"]["nvidia.com/gpu"], 1);
+    EXPECT_EQ(pod["spec"]["imagePullSecrets"], json({{{"name", "regcred"}}}));
+  }
+  EXPECT_EQ(volume(pods["london"], "dataset")["persistentVolumeClaim"]["claimName"], "cifar10");
+  EXPECT_EQ(volume(pods["tokyo"], "dataset")["persistentVolumeClaim"]["claimName"],
+            "cifar10-tokyo");
+  EXPECT_EQ(pods["london"]["spec"]["priorityClassName"], "training");
+  EXPECT_EQ(pods["tokyo"]["spec"]["priorityClassName"], "training-spot");
+  EXPECT_FALSE(pods["london"]["spec"].contains("nodeSelector"));
+  EXPECT_EQ(pods["tokyo"]["spec"]["nodeSelector"]["cloud.example.com/pool"], "gpu-a100");
+  // The workers read the data set where the claim is mounted.
+  const std::string yaml =
+      get(*memberClient_, res::kConfigMaps, name + "-tokyo-config")["data"]["worker.yaml"];
+  EXPECT_NE(yaml.find("/data/cifar10"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("/models/net.pt"), std::string::npos) << yaml;
+}
+
+// Kueue in a region cluster: the TrainingJob's queue-name label reaches the
+// region Jobs, a Job that field manager kueue suspends stays suspended
+// across passes and a controller restart (whose first pass applies
+// everything), the job says it waits for admission, and only a change of
+// spec.runPolicy.suspend is written into the Jobs.
+TEST_F(ReconcilerTest, AJobSuspendedByKueueStaysSuspendedAcrossARestart) {
+  json tj = job(twoRegionsClusterIp());
+  tj["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "gpu-queue"}};
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", tj).ok());
+  pass();
+  for (auto* c : {hubClient_.get(), memberClient_.get()}) {
+    const std::string name = c == hubClient_.get() ? "world-london" : "world-tokyo";
+    const json j = get(*c, res::kJobs, name);
+    ASSERT_FALSE(j.is_null()) << name;
+    EXPECT_EQ(j["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "gpu-queue") << name;
+    EXPECT_EQ(j["spec"]["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "gpu-queue")
+        << name;
+    EXPECT_EQ(j["spec"]["suspend"], false);
+  }
+  // Kueue's webhook and controller hold tokyo's Job back (no quota yet).
+  auto kueueSets = [&](bool suspend) {
+    writeAsController(
+        *member_, res::kJobs, "world-tokyo", "kueue",
+        [&](testapi::Json& o) { o["spec"]["suspend"] = suspend; }, "");
+  };
+  kueueSets(true);
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], true);
+  EXPECT_EQ(condition(trainingJob(), "Running", "reason"), "WaitingForAdmission");
+  // A restart: a new controller applies everything on its first pass.
+  ReconcilerOptions options;
+  options.render.workerImage = "registry.example/worker:1";
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options,
+                                             [this] { return fmt::format("t{}", ++tick_); });
+  pass();
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], true)
+      << "the controller took the Job back from kueue";
+  json now = trainingJob();
+  EXPECT_EQ(now["status"]["state"], "Pending");
+  EXPECT_EQ(condition(now, "Running", "reason"), "WaitingForAdmission");
+  EXPECT_NE(condition(now, "Running", "message").find("tokyo"), std::string::npos);
+  // Kueue admits it; the workers start.
+  kueueSets(false);
+  setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 2}});
+  setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 1}});
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], false);
+  EXPECT_EQ(trainingJob()["status"]["state"], "Running");
+  // The user's own suspend still reaches every region, and so does resuming.
+  auto setSuspend = [&](bool suspend) {
+    json t = trainingJob();
+    t["spec"]["runPolicy"]["suspend"] = suspend;
+    ASSERT_TRUE(hubClient_->update(kTrainingJobs, "ml", t).ok());
+  };
+  setSuspend(true);
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], true);
+  EXPECT_EQ(get(*hubClient_, res::kJobs, "world-london")["spec"]["suspend"], true);
+  EXPECT_EQ(trainingJob()["status"]["state"], "Suspended");
+  setSuspend(false);
+  pass();
+  EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], false);
+}
+
 // Between full applies a pass writes only objects whose rendered content
 // changed or that are gone; a full apply (every fullApplyEvery) also undoes
 // edits made by hand.
@@ -552,9 +689,11 @@ TEST_F(ReconcilerTest, ClusterCachesServeReadsAndReportChanges) {
     return memberCache.get(res::kJobs, "ml", "world-tokyo") != nullptr &&
            hubCache.get(res::kJobs, "ml", "world-london") != nullptr;
   }));
-  // What the cache keeps: no managedFields, no pod template.
+  // What the cache keeps: no managedFields, no pod template; of the spec only
+  // suspend, which another manager may own (setJobSuspend()).
   const kube::ObjectPtr cached = memberCache.get(res::kJobs, "ml", "world-tokyo");
-  EXPECT_FALSE(cached->contains("spec"));
+  EXPECT_EQ((*cached)["spec"], json({{"suspend", false}}));
+  EXPECT_EQ((*cached)["metadata"]["annotations"]["geotrain.io/suspend"], "false");
   EXPECT_FALSE((*cached)["metadata"].contains("managedFields"));
   EXPECT_TRUE((*cached)["metadata"]["annotations"].contains("geotrain.io/applied-hash"));
 
@@ -699,6 +838,213 @@ TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
   clusters_.clients["tokyo"] = memberClient_.get();
   pass();
   EXPECT_TRUE(trainingJob().is_null());
+}
+
+// spec.ttlSecondsAfterFinished: a finished TrainingJob is deleted after the
+// TTL like a Job, and its objects in every region with it; the pass that
+// finishes it asks to be run again when the TTL is up.
+TEST_F(ReconcilerTest, AFinishedJobIsDeletedAfterItsTtl) {
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, ReconcilerOptions{});
+  json spec = twoRegionsClusterIp();
+  spec["ttlSecondsAfterFinished"] = 2;
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+  pass();
+  const json complete = {{"succeeded", 2},
+                         {"conditions", {{{"type", "Complete"}, {"status", "True"}}}}};
+  setJobStatus(*hub_, "world-london", complete);
+  setJobStatus(*member_, "world-tokyo", complete);
+  ReconcileResult r = pass();
+  EXPECT_EQ(r.state, "Succeeded");
+  ASSERT_TRUE(r.requeueAfter.has_value());
+  EXPECT_GT(*r.requeueAfter, std::chrono::milliseconds(0));
+  EXPECT_LE(*r.requeueAfter, std::chrono::milliseconds(2000));
+  r = pass();  // before the TTL: kept, and asked to look again
+  EXPECT_FALSE(trainingJob().is_null());
+  ASSERT_TRUE(r.requeueAfter.has_value());
+  std::this_thread::sleep_for(*r.requeueAfter + std::chrono::milliseconds(1100));
+  pass();  // deletes it; the finalizer holds it until every region is clean
+  pass();
+  EXPECT_TRUE(trainingJob().is_null());
+  EXPECT_TRUE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
+  EXPECT_TRUE(get(*hubClient_, res::kConfigMaps, "world-london-config").is_null());
+}
+
+// A region in a cluster the controller does not know is an invalid spec that
+// names the field (not a network problem), nothing is written anywhere,
+// and deleting the job completes at once.
+TEST_F(ReconcilerTest, AnUnknownClusterIsAnInvalidSpecAndDeletionCompletes) {
+  json spec = twoRegionsClusterIp();
+  spec["regions"].push_back({{"name", "paris"}, {"cluster", "paris"}});
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
+  const ReconcileResult r = pass();
+  EXPECT_EQ(r.state, "Invalid");
+  EXPECT_FALSE(r.retry);
+  const json tj = trainingJob();
+  EXPECT_EQ(condition(tj, "Created", "reason"), "InvalidSpec");
+  EXPECT_EQ(condition(tj, "Created", "message"),
+            "spec.regions[2].cluster: \"paris\" is not a member cluster; known: local, tokyo "
+            "(members are listed in the hub chart's values, members[].name)");
+  EXPECT_EQ(condition(tj, "RegionDegraded"), "<none>");
+  EXPECT_TRUE(get(*hubClient_, res::kServices, "world-london").is_null());
+  EXPECT_TRUE(get(*memberClient_, res::kServices, "world-tokyo").is_null());
+  ASSERT_TRUE(hubClient_->remove(kTrainingJobs, "ml", "world").ok());
+  EXPECT_FALSE(pass().retry);
+  EXPECT_TRUE(trainingJob().is_null());
+}
+
+// A member cluster without the job's namespace says so, rather than that
+// it cannot be reached.
+TEST_F(ReconcilerTest, AMissingNamespaceInAMemberIsReportedAsSuch) {
+  ASSERT_TRUE(memberClient_->remove(res::kNamespaces, "", "ml").ok());
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
+  const ReconcileResult r = pass();
+  EXPECT_TRUE(r.retry);
+  EXPECT_EQ(r.regionReachable.at("tokyo"), true);  // it answered
+  const json tj = trainingJob();
+  EXPECT_EQ(condition(tj, "RegionDegraded", "reason"), "NamespaceMissing") << tj["status"].dump();
+  EXPECT_EQ(condition(tj, "RegionDegraded", "message"),
+            "namespace ml does not exist in cluster tokyo (region tokyo): create it there");
+  EXPECT_EQ(condition(tj, "Created"), "False");
+  EXPECT_TRUE(get(*hubClient_, res::kJobs, "world-london").is_null());
+  // Created there, the job goes on.
+  ASSERT_TRUE(
+      memberClient_
+          ->create(res::kNamespaces, "",
+                   {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "ml"}}}})
+          .ok());
+  pass();
+  EXPECT_EQ(condition(trainingJob(), "Created"), "True");
+  EXPECT_EQ(condition(trainingJob(), "RegionDegraded"), "False");
+}
+
+// A region that stays unreachable holds the deletion only until
+// cleanupTimeout after it: then it is given up with an Event and the
+// condition, and the TrainingJob goes.
+TEST_F(ReconcilerTest, CleanupOfAnUnreachableRegionGivesUpAfterTheTimeout) {
+  kube::EventRecorder events(*hubClient_, "geotrain-controller", "reconciler-test");
+  ReconcilerOptions options;
+  options.render.workerImage = "registry.example/worker:1";
+  options.cleanupTimeout = std::chrono::seconds(2);
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options,
+                                             [this] { return fmt::format("t{}", ++tick_); });
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
+  pass();
+  ASSERT_FALSE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
+  clusters_.clients["tokyo"] = nullptr;  // tokyo goes away for good
+  ASSERT_TRUE(hubClient_->remove(kTrainingJobs, "ml", "world").ok());
+  EXPECT_TRUE(pass().retry);
+  json tj = trainingJob();
+  ASSERT_FALSE(tj.is_null());
+  EXPECT_EQ(condition(tj, "RegionDegraded", "reason"), "CleanupBlocked");
+  EXPECT_NE(condition(tj, "RegionDegraded", "message").find("giving up 2 s after the deletion"),
+            std::string::npos)
+      << condition(tj, "RegionDegraded", "message");
+  // london's objects are gone already.
+  EXPECT_TRUE(get(*hubClient_, res::kJobs, "world-london").is_null());
+  std::this_thread::sleep_for(std::chrono::milliseconds(3100));
+  EXPECT_FALSE(pass().retry);
+  EXPECT_TRUE(trainingJob().is_null());
+  events.flush();
+  auto listed = hubClient_->list(res::kEvents, "ml");
+  ASSERT_TRUE(listed.ok()) << listed.status().toString();
+  std::map<std::string, json> byReason;
+  for (const json& e : listed->items) byReason[e["reason"]] = e;
+  ASSERT_TRUE(byReason.count("CleanupAbandoned")) << json(listed->items).dump();
+  EXPECT_EQ(byReason["CleanupAbandoned"]["type"], "Warning");
+  const std::string message = byReason["CleanupAbandoned"]["message"];
+  EXPECT_NE(message.find("gave up deleting after"), std::string::npos) << message;
+  EXPECT_NE(message.find("tokyo"), std::string::npos) << message;
+  EXPECT_NE(message.find("geotrain.io/job=world"), std::string::npos) << message;
+  // tokyo's objects are still there (to delete by hand).
+  EXPECT_FALSE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
+}
+
+// What goes wrong in a member cluster reaches the TrainingJob's Events with
+// the region in the message, each problem once: the wait for a load
+// balancer, a worker's image that cannot be pulled, an OOM kill, and the
+// region's Job failing.
+TEST_F(ReconcilerTest, MemberSideProblemsAndTheGatewayWaitBecomeEvents) {
+  kube::EventRecorder events(*hubClient_, "geotrain-controller", "reconciler-test");
+  ReconcilerOptions options;
+  options.render.workerImage = "registry.example/worker:1";
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options,
+                                             [this] { return fmt::format("t{}", ++tick_); });
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegions())).ok());
+  pass();
+  pass();  // still waiting: said once
+  provisionLoadBalancer();
+  pass();
+  ASSERT_FALSE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
+
+  // tokyo's worker pod: its image cannot be pulled, then (another pod) it
+  // was OOM-killed. The Job controller counts one failure, none ready.
+  auto workerPod = [&](const std::string& podName, const json& status) {
+    const json object = {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata",
+         {{"name", podName},
+          {"namespace", "ml"},
+          {"labels", {{"geotrain.io/job", "world"}, {"geotrain.io/region", "tokyo"}}}}},
+        {"spec", {{"containers", {{{"name", "worker"}, {"image", "x"}}}}}}};
+    ASSERT_TRUE(memberClient_->create(res::kPods, "ml", object).ok());
+    writeAsController(*member_, res::kPods, podName, "kubelet",
+                      [&](testapi::Json& o) { o["status"] = status; });
+  };
+  workerPod("world-tokyo-0-abcde",
+            {{"phase", "Pending"},
+             {"containerStatuses",
+              {{{"name", "worker"},
+                {"state",
+                 {{"waiting",
+                   {{"reason", "ImagePullBackOff"},
+                    {"message", "Back-off pulling image \"registry.example/worker:1\""}}}}}}}}});
+  workerPod("world-tokyo-0-fghij",
+            {{"phase", "Failed"},
+             {"containerStatuses",
+              {{{"name", "worker"},
+                {"state", {{"terminated", {{"exitCode", 137}, {"reason", "OOMKilled"}}}}}}}}});
+  setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 0}, {"failed", 1}});
+  setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 2}});
+  pass();
+  pass();  // the same problems again: no new Events
+  setJobStatus(*member_, "world-tokyo",
+               {{"failed", 7},
+                {"conditions",
+                 {{{"type", "Failed"},
+                   {"status", "True"},
+                   {"reason", "BackoffLimitExceeded"},
+                   {"message", "Job has reached the specified backoff limit"}}}}});
+  pass();
+  events.flush();
+  auto listed = hubClient_->list(res::kEvents, "ml");
+  ASSERT_TRUE(listed.ok()) << listed.status().toString();
+  std::map<std::string, json> byReason;
+  for (const json& e : listed->items) byReason[e["reason"]] = e;
+  const std::string all = json(listed->items).dump();
+  for (const char* reason :
+       {"WaitingForGateway", "WorkerImagePullFailed", "WorkerOOMKilled", "RegionJobFailed"}) {
+    SCOPED_TRACE(reason);
+    ASSERT_TRUE(byReason.count(reason)) << all;
+    EXPECT_EQ(byReason[reason]["count"], 1) << byReason[reason].dump();
+    EXPECT_EQ(byReason[reason]["involvedObject"]["name"], "world");
+  }
+  EXPECT_EQ(byReason["WaitingForGateway"]["type"], "Normal");
+  EXPECT_EQ(byReason["WaitingForGateway"]["message"],
+            "waiting for the load balancer of region london: Service world-london-gateway in "
+            "cluster local has no ingress address yet (without a load-balancer controller there, "
+            "set spec.regions[0].gateway.serviceType NodePort with an endpoint, or "
+            "gateway.endpoint)");
+  EXPECT_EQ(byReason["WorkerImagePullFailed"]["type"], "Warning");
+  EXPECT_EQ(byReason["WorkerImagePullFailed"]["message"],
+            "region tokyo: pod world-tokyo-0-abcde: container worker: ImagePullBackOff: Back-off "
+            "pulling image \"registry.example/worker:1\"");
+  EXPECT_NE(byReason["WorkerOOMKilled"]["message"].get<std::string>().find(
+                "region tokyo: pod world-tokyo-0-fghij: container worker was killed"),
+            std::string::npos);
+  EXPECT_EQ(byReason["RegionJobFailed"]["message"],
+            "region tokyo: Job world-tokyo failed: BackoffLimitExceeded: Job has reached the "
+            "specified backoff limit");
 }
 
 // A worker's pod fails after the job had started. The region's Job retries
@@ -956,6 +1302,8 @@ TEST_F(ReconcilerTest, SecretClustersReadsMemberKubeconfigsFromSecrets) {
   auto unknown = clusters.client("ohio");
   EXPECT_NE(unknown.status().message().find("cluster ohio is not a member"), std::string::npos)
       << unknown.status().message();
+  EXPECT_EQ(unknown.status().message().find("--member"), std::string::npos);
+  EXPECT_EQ(clusters.known(), (std::vector<std::string>{"local", "tokyo"}));
   auto missing = clusters.client("tokyo");
   EXPECT_NE(missing.status().message().find("member tokyo: Secret ml/member-tokyo"),
             std::string::npos)

@@ -190,7 +190,7 @@ Sample loadSample(const std::string& name) {
   // As the API server stores it: in a namespace, with a uid.
   s.object["metadata"]["namespace"] = kNamespace;
   s.object["metadata"]["uid"] = kUid;
-  s.job = {s.object["metadata"]["name"].get<std::string>(), kNamespace, kUid};
+  s.job = jobRefOf(s.object);
   const api::ParsedSpec parsed = api::parseSpec(s.object);
   EXPECT_TRUE(parsed.errors.empty()) << name << ": " << api::joinErrors(parsed.errors);
   s.spec = parsed.spec;

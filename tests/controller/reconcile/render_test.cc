@@ -16,7 +16,7 @@ namespace {
 
 using nlohmann::json;
 
-const JobRef kJob{"world", "ml", "0b5c3d7e-1111-2222-3333-444455556666"};
+const JobRef kJob{"world", "ml", "0b5c3d7e-1111-2222-3333-444455556666", {}, {}};
 
 api::TrainingJobSpec spec2x2() {
   const json object = {
@@ -74,7 +74,7 @@ TEST(Render, NamesAndTheirLimit) {
   EXPECT_EQ(keysSecretName(kJob, "tokyo"), "world-tokyo-keys");
   EXPECT_EQ(configMapName(kJob, "tokyo"), "world-tokyo-config");
   EXPECT_TRUE(checkNames(kJob, spec2x2()).ok());
-  const JobRef longName{std::string(50, 'j'), "ml", "uid"};
+  const JobRef longName{std::string(50, 'j'), "ml", "uid", {}, {}};
   const Status s = checkNames(longName, spec2x2());
   EXPECT_NE(
       s.message().find("metadata.name: " + std::string(50, 'j') + " is too long for region london"),
@@ -352,6 +352,80 @@ TEST(Render, MemberRoleCoversEveryRenderedKind) {
   // Progress: rank 0's pod found by a list, its /metrics read through the proxy.
   EXPECT_TRUE(allowed["/pods"].count("list"));
   EXPECT_TRUE(allowed["/pods/proxy"].count("get"));
+}
+
+// The TrainingJob's labels and annotations reach the region's Job and its
+// pods (Kueue reads kueue.x-k8s.io/queue-name on the Job), under the pod
+// template's and the controller's; kubectl's and the controller's own keys
+// stay behind.
+TEST(Render, TheTrainingJobsLabelsAndAnnotationsReachTheJobAndItsPods) {
+  const JobRef job = jobRefOf({{"metadata",
+                                {{"name", "world"},
+                                 {"namespace", "ml"},
+                                 {"uid", "u1"},
+                                 {"labels",
+                                  {{"kueue.x-k8s.io/queue-name", "gpu"},
+                                   {"team", "job"},
+                                   {"geotrain.io/region", "nowhere"},
+                                   {"app.kubernetes.io/name", "other"}}},
+                                 {"annotations",
+                                  {{"kubectl.kubernetes.io/last-applied-configuration", "{}"},
+                                   {"kueue.x-k8s.io/pod-group", "g"},
+                                   {"prometheus.io/port", "1"}}}}}});
+  EXPECT_EQ(job.name, "world");
+  EXPECT_EQ(job.uid, "u1");
+  api::TrainingJobSpec spec = spec2x2();
+  spec.podTemplate.labels = {{"team", "template"}};
+  const json rendered = renderWorkerJob(job, spec, 1, RenderSettings{});
+  const json& meta = rendered["metadata"];
+  EXPECT_EQ(meta["labels"]["kueue.x-k8s.io/queue-name"], "gpu");
+  EXPECT_EQ(meta["labels"]["team"], "job");
+  EXPECT_EQ(meta["labels"]["geotrain.io/region"], "tokyo");
+  EXPECT_EQ(meta["labels"]["app.kubernetes.io/name"], "geotrain");
+  EXPECT_EQ(meta["annotations"], json({{"kueue.x-k8s.io/pod-group", "g"}}));
+  const json& pod = rendered["spec"]["template"]["metadata"];
+  EXPECT_EQ(pod["labels"]["kueue.x-k8s.io/queue-name"], "gpu");
+  EXPECT_EQ(pod["labels"]["team"], "template");
+  EXPECT_EQ(pod["labels"]["geotrain.io/region"], "tokyo");
+  EXPECT_EQ(pod["annotations"]["kueue.x-k8s.io/pod-group"], "g");
+  EXPECT_EQ(pod["annotations"]["prometheus.io/port"], "9400");
+  EXPECT_FALSE(pod["annotations"].contains("kubectl.kubernetes.io/last-applied-configuration"));
+  // The Services' selectors are the controller's labels alone.
+  EXPECT_FALSE(renderHeadlessService(job, spec, 1, RenderSettings{})["spec"]["selector"].contains(
+      "kueue.x-k8s.io/queue-name"));
+}
+
+// spec.suspend is written at creation and when spec.runPolicy.suspend
+// changes; otherwise whoever suspended or resumed the Job last keeps it.
+TEST(Render, JobSuspendIsWrittenOnlyWhenTheTrainingJobsSuspendChanges) {
+  const api::TrainingJobSpec spec = spec2x2();
+  auto applied = [&](bool runPolicySuspend, const json& live) {
+    json desired = renderWorkerJob(kJob, spec, 0, RenderSettings{});
+    setJobSuspend(desired, runPolicySuspend, live);
+    return desired;
+  };
+  json created = applied(false, nullptr);
+  EXPECT_EQ(created["spec"]["suspend"], false);
+  EXPECT_EQ(created["metadata"]["annotations"]["geotrain.io/suspend"], "false");
+  // Kueue suspends it: the controller keeps that.
+  json live = created;
+  live["spec"]["suspend"] = true;
+  EXPECT_EQ(applied(false, live)["spec"]["suspend"], true);
+  // The user suspends the TrainingJob: written; resumes it: written.
+  json suspended = applied(true, live);
+  EXPECT_EQ(suspended["spec"]["suspend"], true);
+  EXPECT_EQ(suspended["metadata"]["annotations"]["geotrain.io/suspend"], "true");
+  live = suspended;
+  EXPECT_EQ(applied(false, live)["spec"]["suspend"], false);
+  // Kueue admits a Job whose TrainingJob is not suspended: it stays admitted.
+  live = applied(false, live);
+  live["spec"]["suspend"] = false;
+  EXPECT_EQ(applied(false, live)["spec"]["suspend"], false);
+  // A Job written by a controller without the annotation gets the
+  // TrainingJob's value once.
+  live["metadata"]["annotations"].erase("geotrain.io/suspend");
+  live["spec"]["suspend"] = true;
+  EXPECT_EQ(applied(false, live)["spec"]["suspend"], false);
 }
 
 }  // namespace

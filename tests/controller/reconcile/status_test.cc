@@ -21,8 +21,8 @@ Observation twoRegions(const json& london, const json& tokyo, const std::string&
   Observation o;
   o.generation = 3;
   o.now = now;
-  o.regions = {{"london", 2, true, "", london, "203.0.113.7:7000"},
-               {"tokyo", 2, true, "", tokyo, "tk.example.org:31000"}};
+  o.regions = {{"london", 2, true, "", london, "203.0.113.7:7000", ""},
+               {"tokyo", 2, true, "", tokyo, "tk.example.org:31000", ""}};
   return o;
 }
 
@@ -301,6 +301,29 @@ TEST(Status, FailedStaysFailedWhenARegionsJobIsGone) {
               "region tokyo: BackoffLimitExceeded: Job has reached the specified backoff limit");
     EXPECT_EQ(condition(s, "Running").reason, "Finished");
   }
+}
+
+// A region's Job suspended by another manager (Kueue) while the TrainingJob
+// is not: the job waits, saying for which regions, and starts once admitted.
+TEST(Status, AJobHeldBackByAnotherManagerWaitsForAdmission) {
+  json held = job(0, 0, 0, 0);
+  held["spec"]["suspend"] = true;
+  json admitted = job(2, 2, 0, 0);
+  admitted["spec"]["suspend"] = false;
+  auto s = aggregateStatus({}, twoRegions(admitted, held, "t1"));
+  EXPECT_EQ(s.state, "Pending");
+  const auto& running = condition(s, "Running");
+  EXPECT_EQ(running.status, "False");
+  EXPECT_EQ(running.reason, "WaitingForAdmission");
+  EXPECT_NE(running.message.find("tokyo is suspended by another manager"), std::string::npos)
+      << running.message;
+  EXPECT_EQ(condition(s, "Suspended").status, "False");
+  EXPECT_EQ(condition(s, "RegionDegraded").status, "False");
+  held["spec"]["suspend"] = false;
+  held["status"] = admitted["status"];
+  s = aggregateStatus(s, twoRegions(admitted, held, "t2"));
+  EXPECT_EQ(s.state, "Running");
+  EXPECT_EQ(condition(s, "Running").reason, "AllWorkersReady");
 }
 
 TEST(Status, SuspendedAndProgress) {
