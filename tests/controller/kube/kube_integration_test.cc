@@ -367,6 +367,17 @@ TEST_F(KubeIntegrationTest, InformerFollowsChangesAndRelists) {
                   ->patch(resources::kConfigMaps, "default", "before", PatchType::kMerge,
                           {{"data", {{"k", "changed"}}}})
                   .ok());
+  // The informer must have seen "during" before the cut: a relist would
+  // otherwise never tell it that "during" existed, and there would be no
+  // delete to see (the test was flaky under load without this wait).
+  bool sawDuring = false;
+  for (int i = 0; i < 1000 && !sawDuring; ++i) {
+    std::this_thread::sleep_for(milliseconds(5));
+    const auto before = informer.store().get("default/before");
+    sawDuring = informer.store().get("default/during") != nullptr && before != nullptr &&
+                before->value("data", json::object()).value("k", std::string()) == "changed";
+  }
+  ASSERT_TRUE(sawDuring) << "the informer never saw the create and the patch";
   // Cut the informer's watch and hold it off (its reconnects fail) while
   // objects change and the server compacts: its version is then gone, so it
   // must list again and still end up with the server's state.

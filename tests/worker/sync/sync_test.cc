@@ -181,6 +181,11 @@ RunResult runJob(const JobSpec& job) {
       if (it != job.oneWayDelay.end()) tc.links[p] = *transport::parseLinkProfile(it->second);
     }
     tc.linger = 200ms;
+    // The tests use peer time-outs of 0.5-1 s: pings every 200 ms keep a
+    // live peer heard within them even while no data flows (a leader
+    // waiting for the other region sends its members nothing but pings;
+    // with the default 1 s interval a 1 s peer time-out suspected it).
+    tc.pingInterval = 200ms;
     auto t = transport::makeZmqTransport(tc);
     EXPECT_TRUE(t.ok()) << t.status().toString();
     transports[r] = std::move(*t);
