@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -272,13 +273,19 @@ StatusOr<CheckpointFile> readCheckpointFile(const fs::path& path) {
 }
 
 // Whether a tensor holds only finite values (integer tensors always do).
-// Top-1 accuracy of `model` on `test`, in batches of 1000.
-double accuracyOf(Model& model, const TensorDataset& test, torch::Device device) {
+// Top-1 accuracy of `model` on `test`, in batches of 1000; nullopt when
+// `stop` became true between two batches.
+std::optional<double> accuracyOf(Model& model, const TensorDataset& test, torch::Device device,
+                                 const std::atomic<bool>* stop = nullptr) {
   torch::NoGradGuard noGrad;
   model.setTraining(false);
   int64_t correct = 0;
   const int64_t n = test.size();
   for (int64_t start = 0; start < n; start += 1000) {
+    if (stop != nullptr && stop->load()) {
+      model.setTraining(true);
+      return std::nullopt;
+    }
     const int64_t len = std::min<int64_t>(1000, n - start);
     const auto x = test.inputs.narrow(0, start, len).to(device);
     const auto y = test.targets.narrow(0, start, len).to(device);
@@ -387,7 +394,7 @@ StatusOr<StepStats> Trainer::step() {
 }
 
 double Trainer::evaluate() {
-  return accuracyOf(*model_, test_, options_.device);
+  return *accuracyOf(*model_, test_, options_.device);
 }
 
 // ---- Background evaluation ---------------------------------------------------------
@@ -437,10 +444,15 @@ class BackgroundEvaluator {
     return std::exchange(done_, {});
   }
 
-  // Until no evaluation is in flight.
-  void wait() {
+  // Stops the evaluation in flight, if any, at its next batch (it is then
+  // counted as skipped), and returns once none runs. One that finished
+  // before stays in take(). Waiting for it instead could take long: on a
+  // saturated machine the evaluation thread gets little CPU time.
+  void abandon() {
+    abandon_ = true;
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return !busy_; });
+    abandon_ = false;
   }
 
   uint64_t skipped() const {
@@ -457,14 +469,12 @@ class BackgroundEvaluator {
   };
 
   void loop() {
-    // Below everything else: SCHED_IDLE runs only on otherwise idle CPU
-    // time, so on a machine with few cores the training threads (of this
-    // worker and of any other on the machine) keep theirs. Where that policy
-    // is refused, the lowest nice value (Linux applies it per thread).
-    sched_param idle{};
-    if (::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle) != 0) {
-      (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19);
-    }
+    // Below the training threads (nice 10; Linux applies it per thread): on
+    // a machine with few cores a contended CPU gives the evaluation about a
+    // tenth of the time of a training thread. Not nice 19 or SCHED_IDLE:
+    // measured with four workers on two vCPUs, those starve it, and an
+    // evaluation started at step 100 finished only at the end of the run.
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
     while (true) {
       Job job;
       {
@@ -487,14 +497,18 @@ class BackgroundEvaluator {
         for (size_t i = 0; i < buffers.size() && i < job.buffers.size(); ++i) {
           buffers[i].second.copy_(job.buffers[i]);
         }
-        r.accuracy = accuracyOf(*model_, *test_, device_);
+        r.accuracy = accuracyOf(*model_, *test_, device_, &abandon_);
       } catch (const c10::Error& e) {
         logger()->warn("background evaluation of step {} failed: {}", job.step,
                        e.what_without_backtrace());
       }
       {
         std::lock_guard lock(mu_);
-        done_.push_back(r);
+        if (r.accuracy) {
+          done_.push_back(r);
+        } else if (abandon_) {
+          ++skipped_;
+        }
         busy_ = false;
       }
       cv_.notify_all();
@@ -510,6 +524,7 @@ class BackgroundEvaluator {
   std::optional<Job> job_;
   bool busy_ = false;
   bool stop_ = false;
+  std::atomic<bool> abandon_{false};
   uint64_t skipped_ = 0;
   std::vector<Result> done_;
   std::thread thread_;
@@ -608,7 +623,9 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
     // A background result is reported at once (with this step's figures).
     bool background = false;
     if (evaluator_) {
-      if (atEnd) evaluator_->wait();  // its result comes before the final one
+      // One still running is abandoned; one that finished is reported
+      // before the final one.
+      if (atEnd) evaluator_->abandon();
       StepStats withResult = *stats;
       reportBackground(withResult);
       if (withResult.evalAccuracy) {

@@ -179,9 +179,9 @@ class Trainer {
   // after it finished (StepStats::evalStep names the snapshot's step). At
   // most one evaluation is in flight: an evaluation step that finds the
   // previous one still running is skipped and counted (evalsSkipped()).
-  // The final evaluation still runs in line, on the final model, after the
-  // one in flight has finished. InvalidArgument when evalModel's parameters
-  // or buffers do not match this trainer's model in number and shapes.
+  // The final evaluation still runs in line, on the final model; one still
+  // in flight then is abandoned (and counted as skipped). InvalidArgument when evalModel's
+  // parameters or buffers do not match this trainer's model in number and shapes.
   Status evaluateInBackground(std::unique_ptr<Model> evalModel);
   uint64_t evalsSkipped() const;
 

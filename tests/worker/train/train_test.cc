@@ -500,6 +500,9 @@ class SnapshotHook : public StepHook {
   explicit SnapshotHook(int64_t every) : every_(every) {}
   Status afterStep(int64_t step, FlatParameters& flat) override {
     if ((step + 1) % every_ == 0) snapshots[step + 1] = flat.values.clone();
+    // Slower steps leave the low-priority evaluation thread time to finish
+    // between two evaluation steps, also on a loaded machine.
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
     return {};
   }
   std::map<int64_t, torch::Tensor> snapshots;
@@ -543,7 +546,9 @@ TEST(TrainBackgroundEval, ReportsTheAccuracyOfTheSnapshotsStep) {
     EXPECT_EQ(*st.evalAccuracy, reference->evaluate()) << "step " << *st.evalStep;
   }
   EXPECT_EQ(background + static_cast<int>(t->evalsSkipped()), 5);  // steps 20..100
-  EXPECT_GT(background, 0);
+  // With 300 ms between evaluation steps, most finish even on a loaded
+  // machine; on an idle one all do.
+  EXPECT_GT(background, 0) << "no background evaluation finished";
   ASSERT_FALSE(reports.empty());
   EXPECT_EQ(reports.back().step, o.steps);
   EXPECT_EQ(reports.back().evalStep, o.steps);
@@ -552,7 +557,8 @@ TEST(TrainBackgroundEval, ReportsTheAccuracyOfTheSnapshotsStep) {
 // Training never waits for an evaluation: one held on the evaluation thread
 // until every step has been taken does not stop the steps (were it in the
 // way, this would never end); the evaluations due meanwhile are skipped and
-// counted, and the held one is still reported before the final one.
+// counted, and the held one, still running at the end, is abandoned (and
+// counted) rather than waited for.
 TEST(TrainBackgroundEval, NeverBlocksAStepAndSkipsWhileBusy) {
   TrainerOptions o;
   o.steps = 60;
@@ -585,9 +591,14 @@ TEST(TrainBackgroundEval, NeverBlocksAStepAndSkipsWhileBusy) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(100))
       << "the steps waited for the held evaluation";
   EXPECT_EQ(held.load(), 1);
-  EXPECT_EQ(t->evalsSkipped(), 4u);  // steps 20, 30, 40, 50 found step 10's running
-  ASSERT_GE(reports.size(), 2u);
-  EXPECT_EQ(reports[reports.size() - 2].evalStep, 10);  // the held one, before the final
+  // Steps 20, 30, 40 and 50 found step 10's running; step 10's was abandoned.
+  EXPECT_EQ(t->evalsSkipped(), 5u);
+  ASSERT_FALSE(reports.empty());
+  for (const StepStats& st : reports) {
+    if (st.evalStep) {
+      EXPECT_EQ(*st.evalStep, o.steps) << "only the final evaluation reports";
+    }
+  }
   EXPECT_EQ(reports.back().evalStep, o.steps);
 }
 
