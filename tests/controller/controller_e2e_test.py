@@ -28,33 +28,7 @@ import tempfile
 import time
 import urllib.request
 
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return ok
-
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../worker"))
-from free_ports import free_ports  # noqa: E402  (outside the ephemeral range)
-
-
-def free_port():
-    return free_ports(1)[0]
-
-
-def wait_for(what, predicate, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    check(False, f"timed out after {timeout} s waiting for {what}")
-    return None
+from e2e_support import check, failures, free_port, wait_for
 
 
 def http(url):

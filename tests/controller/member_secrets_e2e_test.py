@@ -17,37 +17,11 @@ Exit 77 (skipped) without kubectl.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return ok
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(what, predicate, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    check(False, f"timed out after {timeout} s waiting for {what}")
-    return None
+from e2e_support import check, failures, free_port, wait_for
 
 
 def main():
