@@ -407,7 +407,7 @@ class BackgroundEvaluator {
   struct Result {
     int64_t step = 0;
     Clock::time_point takenAt;
-    std::optional<double> accuracy;  // nullopt: the evaluation failed (logged)
+    double accuracy = 0;
   };
 
   BackgroundEvaluator(std::unique_ptr<Model> model, const TensorDataset* test, torch::Device device,
@@ -484,7 +484,7 @@ class BackgroundEvaluator {
         job = std::move(*job_);
         job_.reset();
       }
-      Result r{job.step, job.takenAt, std::nullopt};
+      std::optional<double> accuracy;  // nullopt: abandoned, or failed (logged)
       try {
         if (before_ != nullptr && *before_) (*before_)();
         torch::NoGradGuard noGrad;
@@ -497,15 +497,15 @@ class BackgroundEvaluator {
         for (size_t i = 0; i < buffers.size() && i < job.buffers.size(); ++i) {
           buffers[i].second.copy_(job.buffers[i]);
         }
-        r.accuracy = accuracyOf(*model_, *test_, device_, &abandon_);
+        accuracy = accuracyOf(*model_, *test_, device_, &abandon_);
       } catch (const c10::Error& e) {
         logger()->warn("background evaluation of step {} failed: {}", job.step,
                        e.what_without_backtrace());
       }
       {
         std::lock_guard lock(mu_);
-        if (r.accuracy) {
-          done_.push_back(r);
+        if (accuracy) {
+          done_.push_back({job.step, job.takenAt, *accuracy});
         } else if (abandon_) {
           ++skipped_;
         }
@@ -564,16 +564,17 @@ uint64_t Trainer::evalsSkipped() const {
   return evaluator_ ? evaluator_->skipped() : 0;
 }
 
-void Trainer::reportBackground(StepStats& stats) {
-  for (const auto& r : evaluator_->take()) {
-    if (!r.accuracy) continue;
-    // At most one is in flight and results are taken every step: a second
-    // one here would be a newer snapshot, which wins.
-    stats.evalAccuracy = r.accuracy;
-    stats.evalStep = r.step;
-    stats.evalAgeSeconds =
-        std::chrono::duration<double>(BackgroundEvaluator::Clock::now() - r.takenAt).count();
-  }
+bool Trainer::takeBackgroundResult(StepStats& stats) {
+  const auto results = evaluator_->take();
+  if (results.empty()) return false;
+  // At most one is in flight and results are taken every step: were there
+  // two, the newer snapshot wins.
+  const auto& r = results.back();
+  stats.evalAccuracy = r.accuracy;
+  stats.evalStep = r.step;
+  stats.evalAgeSeconds =
+      std::chrono::duration<double>(BackgroundEvaluator::Clock::now() - r.takenAt).count();
+  return true;
 }
 
 Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
@@ -611,7 +612,7 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
     }
     const bool atEnd = step_ == options_.steps;
     const bool periodic = options_.evalInterval > 0 && step_ % options_.evalInterval == 0;
-    bool evalInLine = atEnd || (periodic && !evaluator_);
+    const bool evalInLine = atEnd || (periodic && !evaluator_);
     if (periodic && !atEnd && evaluator_) {
       torch::NoGradGuard noGrad;
       std::vector<torch::Tensor> buffers;
@@ -620,25 +621,23 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
         logger()->debug("evaluation of step {} skipped: the previous one is still running", step_);
       }
     }
-    // A background result is reported at once (with this step's figures).
+    // A background result is reported at once, with this step's figures; at
+    // the end before the final evaluation (one still running is abandoned).
     bool background = false;
     if (evaluator_) {
-      // One still running is abandoned; one that finished is reported
-      // before the final one.
       if (atEnd) evaluator_->abandon();
       StepStats withResult = *stats;
-      reportBackground(withResult);
-      if (withResult.evalAccuracy) {
-        background = true;
+      if (takeBackgroundResult(withResult)) {
         if (atEnd) {
           withResult.samplesPerSecond = 0;  // the final report below carries it
           if (progress) progress(withResult);
         } else {
           *stats = withResult;
+          background = true;
         }
       }
     }
-    if (step_ % options_.logInterval == 0 || evalInLine || (background && !atEnd)) {
+    if (step_ % options_.logInterval == 0 || evalInLine || background) {
       // Training throughput only: measured before the evaluation runs.
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();

@@ -212,8 +212,9 @@ class Trainer {
  private:
   Trainer(std::unique_ptr<Model> model, TensorDataset train, TensorDataset test,
           TrainerOptions options, StepHook* hook);
-  // A background evaluation's result becomes `stats`' evaluation.
-  void reportBackground(StepStats& stats);
+  // The latest finished background evaluation becomes `stats`' evaluation;
+  // false when none finished since the last call.
+  bool takeBackgroundResult(StepStats& stats);
   Status loadCheckpoint(const std::filesystem::path& path);
   // Deletes checkpoints beyond keepCheckpoints (see saveCheckpoint);
   // `written` is the one just written.
