@@ -19,22 +19,17 @@
 #include <thread>
 #include <vector>
 
-#include "common/ports.h"
+#include "tests/worker/transport/transport_fixture.h"
 #include "worker/codec/codec.h"
 #include "worker/sync/internal.h"
 #include "worker/sync/synchronizer.h"
 #include "worker/train/trainer.h"
-#include "worker/transport/keys.h"
 #include "worker/transport/zmq_transport.h"
 
 namespace geo::sync {
 namespace {
 
 using namespace std::chrono_literals;
-
-int freePort() {
-  return geo::freeLoopbackPort();
-}
 
 uint64_t hashOf(const torch::Tensor& t) {
   const auto* p = reinterpret_cast<const unsigned char*>(t.data_ptr<float>());
@@ -143,12 +138,7 @@ int64_t syncBytes(const SyncOptions& o, const train::FlatParameters& flat);
 RunResult runJob(const JobSpec& job) {
   torch::set_num_threads(1);  // one core per worker thread at most
   const auto world = static_cast<uint32_t>(job.regions.size());
-  std::vector<transport::CurveKeyPair> keys;
-  std::vector<std::string> endpoints;
-  for (uint32_t r = 0; r < world; ++r) {
-    keys.push_back(transport::generateKeyPair());
-    endpoints.push_back("tcp://127.0.0.1:" + std::to_string(freePort()));
-  }
+  const transport::testing::World mesh(world);  // keys and loopback endpoints
   train::DatasetSpec data;
   data.name = "synthetic";
   data.syntheticSamples = 2048;
@@ -167,12 +157,8 @@ RunResult runJob(const JobSpec& job) {
   std::vector<std::unique_ptr<Recorder>> recorders(world);
   std::vector<std::unique_ptr<train::Trainer>> trainers(world);
   const auto setUp = [&](uint32_t r) {
-    transport::TransportConfig tc;
+    transport::TransportConfig tc = mesh.config(r);
     tc.jobId = "sync-test";
-    tc.rank = r;
-    tc.endpoints = endpoints;
-    tc.secretKey = keys[r].secretKey;
-    for (const auto& k : keys) tc.publicKeys.push_back(k.publicKey);
     tc.links.resize(world);
     tc.uplinkPeers.resize(world);
     for (uint32_t p = 0; p < world; ++p) {
@@ -181,11 +167,6 @@ RunResult runJob(const JobSpec& job) {
       if (it != job.oneWayDelay.end()) tc.links[p] = *transport::parseLinkProfile(it->second);
     }
     tc.linger = 200ms;
-    // The tests use peer time-outs of 0.5-1 s: pings every 200 ms keep a
-    // live peer heard within them even while no data flows (a leader
-    // waiting for the other region sends its members nothing but pings;
-    // with the default 1 s interval a 1 s peer time-out suspected it).
-    tc.pingInterval = 200ms;
     auto t = transport::makeZmqTransport(tc);
     EXPECT_TRUE(t.ok()) << t.status().toString();
     transports[r] = std::move(*t);
