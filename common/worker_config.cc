@@ -404,8 +404,7 @@ Rule<int64_t> between(int64_t minimum, int64_t maximum) {
           [minimum, maximum](const int64_t& v) { return v >= minimum && v <= maximum; }};
 }
 
-Rule<int64_t> oneOf(std::initializer_list<int64_t> values) {
-  std::vector<int64_t> list(values);
+Rule<int64_t> oneOf(std::vector<int64_t> list) {
   return {fmt::format("{}", fmt::join(list, ", ")), [list](const int64_t& v) {
             return std::find(list.begin(), list.end(), v) != list.end();
           }};
@@ -745,8 +744,11 @@ std::vector<Section> buildSchema() {
         makeField("swarmH", &W::sync, &W::Sync::swarmH, integer, atLeast(1)),
         makeField("codec", &W::sync, &W::Sync::codec, string,
                   oneOf({"identity", "fp16", "bf16", "qsgd"})),
-        makeField("bits", &W::sync, &W::Sync::bits, integer, oneOf({2, 4, 8})),
-        makeField("bucket", &W::sync, &W::Sync::bucket, integer, between(1, kMaxBucket)),
+        makeField(
+            "bits", &W::sync, &W::Sync::bits, integer,
+            oneOf(std::vector<int64_t>(kernels::kQsgdBits.begin(), kernels::kQsgdBits.end()))),
+        makeField("bucket", &W::sync, &W::Sync::bucket, integer,
+                  between(kernels::kQsgdMinBucket, kMaxBucket)),
         makeField("errorFeedback", &W::sync, &W::Sync::errorFeedback, boolean, anyBool()),
         makeField("hierarchical", &W::sync, &W::Sync::hierarchical, boolean, anyBool()),
         makeField("lanCodec", &W::sync, &W::Sync::lanCodec, string, oneOf({"identity", "bf16"})),

@@ -28,6 +28,9 @@
 #include <vector>
 
 #include "common/status.h"
+// The QSGD limits are the kernels' (a header of constants only: common/ still
+// links none of our libraries; the header says why it is shaped so).
+#include "kernels/qsgd_limits.h"
 
 namespace geo {
 
@@ -50,8 +53,11 @@ inline constexpr double kMaxSeconds = 1e6;
 // dataset.syntheticSamples: the synthetic set is generated in memory, 3 KiB
 // a sample (1e6 samples: about 3 GiB).
 inline constexpr int64_t kMaxSyntheticSamples = 1000000;
-// sync.bucket: the QSGD codec's own limit (worker/codec).
-inline constexpr int64_t kMaxBucket = int64_t{1} << 30;
+// sync.bucket and sync.bits: exactly what the QSGD kernels accept
+// (kernels/qsgd_limits.h), so a value the kernels would refuse is refused
+// here, by the controller and by `geotrain local` rather than when a worker
+// starts.
+inline constexpr int64_t kMaxBucket = kernels::kQsgdMaxBucket;
 // `sync.period: auto` starts from this K until the first measurements.
 inline constexpr int64_t kAutoPeriodStart = 4;
 // job.id: printable UTF-8 (it becomes a metrics label), at most this many
@@ -146,7 +152,7 @@ struct WorkerConfig {
     std::optional<int64_t> delay = 0;
     int64_t swarmH = 4;                 // SwarmSGD local steps between exchanges, >= 1
     std::string codec = "qsgd";         // identity|fp16|bf16|qsgd (WAN updates)
-    int64_t bits = 4;                   // 2|4|8, qsgd only
+    int64_t bits = 4;                   // kernels::kQsgdBits (2|4|8), qsgd only
     int64_t bucket = 512;               // qsgd bucket size, 1..kMaxBucket
     bool errorFeedback = true;          // keep the quantization residual per tensor
     bool hierarchical = true;           // LAN reduce to the region leader first

@@ -33,7 +33,8 @@
 // `threads` = 0 uses omp_get_max_threads(), 1 runs on the calling thread only.
 // Output does not depend on the thread count.
 //
-// Errors: bad configuration (bits not 2/4/8, bucket size < 1), null pointers
+// Errors: bad configuration (bits or bucket size outside kernels/qsgd_limits.h,
+// which every layer above states as its own limits), null pointers
 // with n > 0, too small an output buffer, NaN/Inf input (encode), and scales
 // that are not +0 or positive finite (decode: corrupt or hostile payload) throw
 // geo::Error. Inputs and the error-feedback residual are never modified by a
@@ -42,13 +43,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/qsgd_limits.h"
+
 namespace geo::kernels {
 
 enum class QsgdScale : uint8_t { kMaxAbs = 0, kL2Norm = 1 };
 
 struct QsgdConfig {
-  int bits = 4;              // sign + level bits per value: 2, 4 or 8
-  int64_t bucketSize = 512;  // values per scale, >= 1
+  int bits = 4;              // sign + level bits per value: one of kQsgdBits (2, 4, 8)
+  int64_t bucketSize = 512;  // values per scale, kQsgdMinBucket..kQsgdMaxBucket (1..2^30)
   QsgdScale scale = QsgdScale::kMaxAbs;
 };
 
@@ -59,7 +62,10 @@ struct RngKey {
   uint64_t stream = 0;
 };
 
-// Throws geo::Error naming the field and the allowed values.
+// The kernels' own check of their contract, in their own terms (`qsgd bits`,
+// `qsgd bucket size`); callers that take these settings from users check them
+// earlier against the same limits and name their own keys. Throws geo::Error
+// naming the field, the value and the allowed values.
 void validateQsgdConfig(const QsgdConfig& cfg);
 
 // Checks shared by the CPU and CUDA front ends, so both report alike.

@@ -450,10 +450,11 @@ void decodeImpl(const uint8_t* in, int64_t inBytes, int64_t n, const QsgdConfig&
 }  // namespace
 
 void validateQsgdConfig(const QsgdConfig& cfg) {
-  GEO_ENFORCE(cfg.bits == 2 || cfg.bits == 4 || cfg.bits == 8,
-              "qsgd bits must be 2, 4 or 8, got {}", cfg.bits);
-  GEO_ENFORCE(cfg.bucketSize >= 1 && cfg.bucketSize <= (int64_t{1} << 30),
-              "qsgd bucket size must be in [1, 2^30], got {}", cfg.bucketSize);
+  static_assert(kQsgdBits == std::array<int, 3>{2, 4, 8}, "update the message below");
+  GEO_ENFORCE(isQsgdBits(cfg.bits), "qsgd bits must be 2, 4 or 8, got {}", cfg.bits);
+  GEO_ENFORCE(cfg.bucketSize >= kQsgdMinBucket && cfg.bucketSize <= kQsgdMaxBucket,
+              "qsgd bucket size must be in [{}, 2^{}], got {}", kQsgdMinBucket, kQsgdMaxBucketLog2,
+              cfg.bucketSize);
   GEO_ENFORCE(cfg.scale == QsgdScale::kMaxAbs || cfg.scale == QsgdScale::kL2Norm,
               "qsgd scale must be max-abs or l2, got enum value {}", static_cast<int>(cfg.scale));
 }

@@ -26,6 +26,7 @@
 
 #include "kernels/cuda_launch.h"
 #include "kernels/philox.h"
+#include "kernels/qsgd_limits.h"
 #include "kernels/qsgd_math.h"
 
 namespace geo::kernels::detail {
@@ -57,8 +58,10 @@ struct GroupWalk {
   int64_t numGroups;
   int64_t strideBuckets;
   int32_t strideOffset;
-  int32_t d;  // bucket size (<= 2^30, see validateQsgdConfig)
+  int32_t d;  // bucket size (<= kQsgdMaxBucket, see validateQsgdConfig)
 };
+// advance() adds two offsets below d in int32.
+static_assert(2 * (kQsgdMaxBucket - 1) <= INT32_MAX, "kQsgdMaxBucket overflows the bucket cursor");
 
 GroupWalk makeWalk(int64_t n, int64_t d, int blocks) {
   const int64_t strideElems = int64_t{kGroup} * blocks * kThreads;
@@ -78,7 +81,7 @@ __device__ __forceinline__ BucketCursor cursorAt(int64_t k, int32_t d) {
 
 __device__ __forceinline__ void advance(BucketCursor& c, const GroupWalk& walk) {
   c.bucket += walk.strideBuckets;
-  c.offset += walk.strideOffset;  // both < d <= 2^30: no overflow
+  c.offset += walk.strideOffset;  // both < d <= kQsgdMaxBucket: no overflow
   if (c.offset >= walk.d) {
     c.offset -= walk.d;
     ++c.bucket;

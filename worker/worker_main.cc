@@ -349,31 +349,7 @@ class WorkerHook final : public geo::train::StepHook {
     if (metrics_ == nullptr) return;
     if (transport_ != nullptr) metrics_->updateTransport(t.peers, t.transport);
     if (sync_ == nullptr) return;
-    const geo::sync::SyncStats& s = t.sync;
-    geo::metrics::SyncSnapshot m;
-    m.delay = s.delay;
-    m.rounds = s.rounds;
-    m.appliedUpdates = s.appliedUpdates;
-    m.missing = s.missing;
-    m.stalenessSum = s.stalenessSum;
-    m.stalenessCounts = s.stalenessCounts;
-    m.payloadBytes = s.payloadBytes;
-    m.encodedBytes = s.encodedBytes;
-    m.waitSeconds = s.waitSeconds;
-    m.codecSeconds = s.codecSeconds;
-    m.roundSecondsSum = s.roundSecondsSum;
-    m.roundSecondsCount = s.roundSecondsCount;
-    m.peerUp = s.peerUp;
-    m.degradedSeconds = s.degradedSeconds;
-    m.rejoins = s.rejoins;
-    m.peerRejoins = s.peerRejoins;
-    m.stateTransferBytesSent = s.stateTransferBytesSent;
-    m.stateTransferBytesReceived = s.stateTransferBytesReceived;
-    m.stateTransferSeconds = s.stateTransferSeconds;
-    m.lateApplied = s.lateApplied;
-    m.lateDropped = s.lateDropped;
-    for (const auto& r : s.rejected) m.rejected.push_back({r.peer, r.reason, r.count});
-    metrics_->updateSync(m);
+    metrics_->updateSync(t.sync);
   }
 
  private:

@@ -857,6 +857,41 @@ TEST(WorkerConfig, DocsListEveryKeyWithItsDefault) {
   }
 }
 
+// sync.bits and sync.bucket admit exactly what the QSGD kernels do
+// (kernels/qsgd_limits.h), in the parser, in --set, in a config built in
+// code and in the docs' row; a bucket of 2^31 (past the kernels' int32
+// bucket cursor) is refused naming the key and the range.
+TEST(WorkerConfig, QsgdKeysAdmitExactlyTheKernelLimits) {
+  const std::string max = std::to_string(kernels::kQsgdMaxBucket);
+  EXPECT_EQ(parseOk("sync:\n  bucket: " + max + "\n").sync.bucket, kernels::kQsgdMaxBucket);
+  EXPECT_EQ(parseOk("sync:\n  bucket: 1\n").sync.bucket, kernels::kQsgdMinBucket);
+  const std::string range = "(allowed: an integer 1.." + max + ")";
+  EXPECT_EQ(parseError("sync:\n  bucket: 0\n"),
+            "test.yaml:2:11: sync.bucket: 0 is not allowed " + range);
+
+  WorkerConfig config;
+  EXPECT_EQ(applyOverride(config, "sync.bucket", "2147483648").message(),
+            "sync.bucket: 2147483648 is not allowed " + range);
+  EXPECT_EQ(config.sync.bucket, 512);  // unchanged
+  config.sync.bucket = int64_t{1} << 31;
+  EXPECT_EQ(validateWorkerConfig(config).message(),
+            "sync.bucket: 2147483648 is not allowed " + range);
+  config.sync.bucket = kernels::kQsgdMaxBucket;
+  EXPECT_TRUE(validateWorkerConfig(config).ok()) << validateWorkerConfig(config).message();
+
+  for (int64_t bits = 0; bits <= 9; ++bits) {
+    WorkerConfig c;
+    c.sync.bits = bits;
+    EXPECT_EQ(validateWorkerConfig(c).ok(), kernels::isQsgdBits(bits)) << "bits " << bits;
+  }
+
+  const std::string docs = readFile(GEO_WORKER_CONFIG_DOC);
+  const size_t row = docs.find("| `sync.bucket` |");
+  ASSERT_NE(row, std::string::npos);
+  EXPECT_NE(docs.substr(row, docs.find('\n', row) - row).find("1 to " + max), std::string::npos)
+      << "docs/worker-config.md: sync.bucket's range is not the kernels' 1 to " << max;
+}
+
 }  // namespace
 }  // namespace geo
 

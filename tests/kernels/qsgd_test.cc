@@ -406,6 +406,27 @@ TEST(QsgdBadInput, ConfigErrorsNameTheFieldAndAllowedValues) {
   EXPECT_THROW(qsgdEncodedBytes(-1, QsgdConfig{}), Error);
 }
 
+// The exported limits (kernels/qsgd_limits.h) are exactly what the kernels
+// accept: the layers above state them as their own.
+TEST(QsgdBadInput, ExportedLimitsAreExactlyWhatIsAccepted) {
+  for (int bits = -1; bits <= 9; ++bits) {
+    const QsgdConfig c{bits, 512};
+    if (isQsgdBits(bits)) {
+      EXPECT_NO_THROW(validateQsgdConfig(c)) << "bits " << bits;
+    } else {
+      EXPECT_THROW(validateQsgdConfig(c), Error) << "bits " << bits;
+    }
+  }
+  EXPECT_NO_THROW(validateQsgdConfig({4, kQsgdMinBucket}));
+  EXPECT_NO_THROW(validateQsgdConfig({4, kQsgdMaxBucket}));
+  EXPECT_EQ(qsgdEncodedBytes(10, {4, kQsgdMaxBucket}), 4 + 5);  // one bucket
+  const std::string msg = errorOf([&] { validateQsgdConfig({4, int64_t{1} << 31}); });
+  EXPECT_NE(msg.find("qsgd bucket size must be in [1, 2^30], got 2147483648"), std::string::npos)
+      << msg;
+  EXPECT_THROW(validateQsgdConfig({4, kQsgdMaxBucket + 1}), Error);
+  EXPECT_THROW(validateQsgdConfig({4, kQsgdMinBucket - 1}), Error);
+}
+
 TEST(QsgdBadInput, NullPointersAndShortBuffers) {
   const QsgdConfig c;
   std::vector<float> v(100, 1.0f);

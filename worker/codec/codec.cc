@@ -23,9 +23,14 @@ void checkTensor(const torch::Tensor& t, const char* what) {
 }
 
 // Shared by the lossless-per-element codecs: w = v (+ residual), encode w,
-// residual = w - decode(encode(w)).
+// residual = w - decode(encode(w)). Their width per value is the one the wire
+// protocol states for their id (worker/transport/frame.h), which receivers
+// check every frame against.
 class ElementCodec : public Codec {
  public:
+  int64_t encodedBytes(int64_t n) const final {
+    return static_cast<int64_t>(transport::codecValueBytes(id())) * n;
+  }
   void encode(const torch::Tensor& values, kernels::RngKey, std::span<std::byte> out,
               torch::Tensor* residual) const override {
     checkTensor(values, "input");
@@ -54,11 +59,10 @@ class IdentityCodec final : public ElementCodec {
  public:
   transport::CodecId id() const override { return transport::CodecId::kFp32; }
   std::string describe() const override { return "identity (fp32)"; }
-  int64_t encodedBytes(int64_t n) const override { return 4 * n; }
   void decodeAccumulate(std::span<const std::byte> bytes, float alpha,
                         torch::Tensor& out) const override {
     checkTensor(out, "output");
-    GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), 4 * out.numel(),
+    GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), encodedBytes(out.numel()),
                    "codec identity: payload size does not match the tensor");
     float* o = out.data_ptr<float>();
     const int64_t n = out.numel();
@@ -82,11 +86,10 @@ class HalfCodec final : public ElementCodec {
     return kBf16 ? transport::CodecId::kBf16 : transport::CodecId::kFp16;
   }
   std::string describe() const override { return kBf16 ? "bf16" : "fp16"; }
-  int64_t encodedBytes(int64_t n) const override { return 2 * n; }
   void decodeAccumulate(std::span<const std::byte> bytes, float alpha,
                         torch::Tensor& out) const override {
     checkTensor(out, "output");
-    GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), 2 * out.numel(),
+    GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), encodedBytes(out.numel()),
                    "codec {}: payload size does not match the tensor", describe());
     // Payload bytes may sit at any address: bring them to an aligned buffer.
     std::vector<uint16_t> halves(static_cast<size_t>(out.numel()));
@@ -108,6 +111,10 @@ class HalfCodec final : public ElementCodec {
     std::memcpy(out, halves.data(), static_cast<size_t>(n) * 2);
   }
 };
+
+// Receivers accept a QSGD frame only if it holds at least
+// kMinQsgdBitsPerValue bits per value: the narrowest width must honour that.
+static_assert(static_cast<uint64_t>(kernels::kQsgdBits.front()) >= transport::kMinQsgdBitsPerValue);
 
 class QsgdCodec final : public Codec {
  public:
@@ -165,18 +172,21 @@ StatusOr<std::unique_ptr<Codec>> makeCodec(const CodecSpec& spec) {
   if (spec.name == "fp16") return std::unique_ptr<Codec>(std::make_unique<HalfCodec<false>>());
   if (spec.name == "bf16") return std::unique_ptr<Codec>(std::make_unique<HalfCodec<true>>());
   if (spec.name == "qsgd") {
-    if (spec.bits != 2 && spec.bits != 4 && spec.bits != 8) {
-      return invalidArgument(
-          fmt::format("sync.bits: {} is not allowed (allowed: 2, 4, 8)", spec.bits));
+    // The kernels' limits, checked here so that a bad spec is a Status rather
+    // than the kernels' exception at the first encode.
+    if (!kernels::isQsgdBits(spec.bits)) {
+      return invalidArgument(fmt::format("qsgd bits {} is not allowed (allowed: {})", spec.bits,
+                                         fmt::join(kernels::kQsgdBits, ", ")));
     }
-    if (spec.bucket < 1 || spec.bucket > (int64_t{1} << 30)) {
-      return invalidArgument(
-          fmt::format("sync.bucket: {} is not allowed (allowed: 1 to 2^30)", spec.bucket));
+    if (spec.bucket < kernels::kQsgdMinBucket || spec.bucket > kernels::kQsgdMaxBucket) {
+      return invalidArgument(fmt::format("qsgd bucket {} is not allowed (allowed: {} to {})",
+                                         spec.bucket, kernels::kQsgdMinBucket,
+                                         kernels::kQsgdMaxBucket));
     }
     return std::unique_ptr<Codec>(std::make_unique<QsgdCodec>(spec));
   }
-  return invalidArgument(fmt::format(
-      "sync.codec: '{}' is not a codec (allowed: identity, fp16, bf16, qsgd)", spec.name));
+  return invalidArgument(
+      fmt::format("'{}' is not a codec (allowed: identity, fp16, bf16, qsgd)", spec.name));
 }
 
 }  // namespace geo::codec

@@ -33,8 +33,8 @@
 // listen address and Unavailable, naming the address, when the HTTP server
 // cannot bind it (e.g. the port is in use).
 //
-// This header and library do not depend on LibTorch: SyncSnapshot mirrors the
-// fields of geo::sync::SyncStats that are exported, and the caller copies them.
+// This header and library do not depend on LibTorch: the synchronizer's
+// counters come from worker/sync/stats.h, a plain struct without it.
 
 #include <cstdint>
 #include <map>
@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "worker/sync/stats.h"
 #include "worker/transport/transport.h"
 
 namespace prometheus {
@@ -72,55 +73,9 @@ struct PeerInfo {
   bool wan = true;
 };
 
-// The exported subset of geo::sync::SyncStats (cumulative except `delay`).
-struct SyncSnapshot {
-  int64_t delay = 0;  // dts: the D used for the latest round
-  uint64_t rounds = 0;
-  uint64_t appliedUpdates = 0;
-  uint64_t missing = 0;
-  double stalenessSum = 0;  // over applied updates, in steps
-  // stalenessCounts[s]: applied updates with staleness s; the last entry
-  // counts everything >= its index. Its length must not change between
-  // updates of one WorkerMetrics.
-  std::vector<uint64_t> stalenessCounts;
-  uint64_t payloadBytes = 0;  // fp32 bytes before encoding
-  uint64_t encodedBytes = 0;  // the same after encoding
-  double waitSeconds = 0;
-  double codecSeconds = 0;
-  double roundSecondsSum = 0;  // send -> applied, summed over completed rounds
-  uint64_t roundSecondsCount = 0;
-
-  // Membership. (peer rank, live?) for the peers this worker synchronizes
-  // with: false while suspected (silent longer than sync.peerTimeoutSeconds)
-  // or partitioned. Not cumulative: each update replaces the list.
-  std::vector<std::pair<uint32_t, bool>> peerUp;
-  // Cumulative: time this worker ran with at least one of those peers
-  // suspected.
-  double degradedSeconds = 0;
-  // Cumulative: times this worker joined a running job by state transfer
-  // (took model and step from a live peer).
-  uint64_t rejoins = 0;
-  // Cumulative: times a peer rejoined through this worker (this worker served
-  // its state transfer).
-  uint64_t peerRejoins = 0;
-  uint64_t stateTransferBytesSent = 0;      // cumulative
-  uint64_t stateTransferBytesReceived = 0;  // cumulative
-  // Cumulative: time spent receiving state transfers (the joiner's side).
-  double stateTransferSeconds = 0;
-  // Cumulative: contributions applied after their round had completed
-  // without them.
-  uint64_t lateApplied = 0;
-  // Cumulative: late contributions too old to apply (counted, logged).
-  uint64_t lateDropped = 0;
-  // Contributions refused, cumulative per (peer, reason): size, malformed,
-  // non_finite, out_of_range (geotrain_sync_rejected_updates_total).
-  struct Rejected {
-    uint32_t peer = 0;
-    std::string reason;
-    uint64_t count = 0;
-  };
-  std::vector<Rejected> rejected;
-};
+// What updateSync() reads: the synchronizer's own counters (cumulative except
+// `delay` and `peerUp`), which carry no LibTorch.
+using SyncSnapshot = sync::SyncStats;
 
 // Bucket upper bounds of geotrain_update_staleness_steps.
 inline const std::vector<double> kStalenessBuckets = {0, 1, 2, 4, 8, 16, 32, 64};
@@ -149,7 +104,8 @@ class WorkerMetrics {
 
   // Totals from Synchronizer::stats(). The staleness histogram's _count
   // follows appliedUpdates; an overflow entry (the last one) is counted in the
-  // +Inf bucket. Round durations between two updates are observed at their
+  // +Inf bucket; the length of stalenessCounts must not change between
+  // updates. Round durations between two updates are observed at their
   // mean, exact when updates come once per step. geotrain_peer_up lists
   // exactly the peers of the latest `s.peerUp`: a peer no longer listed (this
   // worker stopped synchronizing with it) loses its series rather than

@@ -72,31 +72,23 @@ std::string Topology::describe(uint32_t r) const {
 
 Status validateSyncOptions(const SyncOptions& o) {
   static const std::set<std::string> kAlgorithms = {"allreduce", "dts", "swarm"};
+  const auto bad = [](std::string_view field, const auto& value, std::string_view allowed) {
+    return invalidArgument(
+        fmt::format("sync options: {} {} is not allowed (allowed: {})", field, value, allowed));
+  };
   if (!kAlgorithms.contains(o.algorithm)) {
-    return invalidArgument(fmt::format(
-        "sync.algorithm: '{}' is not allowed (allowed: allreduce, dts, swarm)", o.algorithm));
+    return bad("algorithm", fmt::format("'{}'", o.algorithm), "allreduce, dts, swarm");
   }
-  if (o.period < 1) {
-    return invalidArgument(fmt::format("sync.period: {} is not allowed (allowed: >= 1)", o.period));
-  }
-  if (o.delay && *o.delay < 0) {
-    return invalidArgument(
-        fmt::format("sync.delay: {} is not allowed (allowed: >= 0 or auto)", *o.delay));
-  }
-  if (o.swarmH < 1) {
-    return invalidArgument(fmt::format("sync.swarmH: {} is not allowed (allowed: >= 1)", o.swarmH));
-  }
-  if (o.lanCodec != "identity" && o.lanCodec != "bf16") {
-    return invalidArgument(
-        fmt::format("sync.lanCodec: '{}' is not allowed (allowed: identity, bf16)", o.lanCodec));
-  }
-  if (o.timeout.count() <= 0) {
-    return invalidArgument("sync.timeoutSeconds: must be > 0");
-  }
-  if (o.maxAutoDelay < 0) return invalidArgument("sync: maxAutoDelay must be >= 0");
-  if (o.maxAutoPeriod < 1) return invalidArgument("sync: maxAutoPeriod must be >= 1");
-  auto codec = codec::makeCodec(o.codec);
-  if (!codec.ok()) return codec.status();
+  if (o.period < 1) return bad("period", o.period, ">= 1");
+  if (o.delay && *o.delay < 0) return bad("delay", *o.delay, ">= 0, or nullopt for auto");
+  if (o.swarmH < 1) return bad("swarmH", o.swarmH, ">= 1");
+  if (o.timeout.count() <= 0) return bad("timeout", fmt::format("{} ms", o.timeout.count()), "> 0");
+  if (o.maxAutoDelay < 0) return bad("maxAutoDelay", o.maxAutoDelay, ">= 0");
+  if (o.maxAutoPeriod < 1) return bad("maxAutoPeriod", o.maxAutoPeriod, ">= 1");
+  // The codecs check their own specs, in their own terms.
+  GEO_RETURN_IF_ERROR(codec::makeCodec(o.codec).status().withContext("sync options: codec"));
+  GEO_RETURN_IF_ERROR(
+      codec::makeCodec({.name = o.lanCodec}).status().withContext("sync options: lanCodec"));
   return {};
 }
 
@@ -769,7 +761,7 @@ class Hierarchical final : public Synchronizer {
   void ensureCodec(const train::FlatParameters& flat) {
     if (lan_) return;
     auto c = codec::makeCodec({.name = options_.lanCodec});
-    GEO_ENFORCE(c.ok(), "sync.lanCodec: {}", c.status().message());
+    GEO_ENFORCE(c.ok(), "hierarchical sync: lanCodec: {}", c.status().message());
     std::vector<int64_t> sizes;
     for (const auto& p : flat.params) sizes.push_back(p.numel());
     lan_ =

@@ -49,6 +49,7 @@
 
 #include "common/status.h"
 #include "worker/codec/codec.h"
+#include "worker/sync/stats.h"
 #include "worker/train/trainer.h"
 #include "worker/transport/transport.h"
 
@@ -79,6 +80,10 @@ class Topology {
   uint32_t rank_ = 0;
 };
 
+// The synchronizer's typed options: durations, a codec spec and settings
+// worker.yaml does not have (seed, small-tensor threshold, auto-delay cap).
+// The worker fills them from worker.yaml's sync section, whose schema
+// (common/worker_config.h) holds the names, ranges and user messages.
 struct SyncOptions {
   std::string algorithm = "dts";  // allreduce | dts | swarm
   int64_t period = 8;             // dts: K, steps per round (>= 1); the first K when auto
@@ -102,58 +107,16 @@ struct SyncOptions {
   int64_t maxAutoPeriod = 64;  // dts auto period: the largest K it may choose
 };
 
-// Validates the options (names the field and the allowed values).
+// The synchronizer's own preconditions, which makeSynchronizer() checks
+// first: an algorithm it implements, period and swarmH >= 1 (steps are
+// counted modulo them), delay >= 0 or auto, a positive timeout, maxAutoDelay
+// >= 0, and codec and lanCodec specs that codec::makeCodec() builds (the
+// codec checks its own spec). Which values users may choose (lanCodec only
+// identity or bf16, for one) is the worker.yaml schema's rule, checked with
+// the keys' names before a worker gets here; so a failure here means its
+// caller skipped the schema. InvalidArgument naming the SyncOptions field,
+// the value and what is allowed.
 Status validateSyncOptions(const SyncOptions& options);
-
-// Counters for progress output and metrics. Monotonic except `delay`.
-struct SyncStats {
-  int64_t delay = 0;   // dts: the D used for the latest round
-  int64_t period = 0;  // dts: the K of the round in progress
-  // dts auto: the slowest peer link's one-way time as measured from both
-  // ends (skew cancelled; docs/architecture.md section 3), 0 before.
-  double linkSeconds = 0;
-  uint64_t rounds = 0;          // rounds (dts), steps (allreduce), exchanges (swarm) completed
-  uint64_t appliedUpdates = 0;  // peer contributions applied
-  uint64_t missing = 0;         // contributions given up on (absent or late peers)
-  double stalenessSum = 0;      // over applied updates, in steps
-  int64_t stalenessMax = 0;
-  // stalenessCounts[s]: applied updates with staleness s; the last entry
-  // counts everything >= its index.
-  std::vector<uint64_t> stalenessCounts = std::vector<uint64_t>(65, 0);
-  uint64_t payloadBytes = 0;   // fp32 bytes of what was encoded for the WAN, per destination
-  uint64_t encodedBytes = 0;   // the same after encoding (payloads only, no headers)
-  double waitSeconds = 0;      // time blocked waiting for peers
-  double codecSeconds = 0;     // time spent encoding and decoding
-  double roundSecondsSum = 0;  // send -> applied, summed over completed rounds
-  uint64_t roundSecondsCount = 0;
-  // Membership (worker/sync/internal.h, Membership).
-  std::vector<std::pair<uint32_t, bool>> peerUp;  // (peer, not suspected)
-  double degradedSeconds = 0;                     // time with at least one peer suspected
-  uint64_t rejoins = 0;                           // joins of a running job by state transfer
-  uint64_t peerRejoins = 0;                       // state transfers served to restarted peers
-  uint64_t stateTransferBytesSent = 0;
-  uint64_t stateTransferBytesReceived = 0;
-  double stateTransferSeconds = 0;  // receiving them
-  uint64_t lateApplied = 0;         // contributions applied after their round completed
-  uint64_t lateDropped = 0;         // late contributions too old to apply
-  // Contributions refused (treated as missing), by peer and reason: size,
-  // malformed, non_finite, out_of_range.
-  struct Rejected {
-    uint32_t peer = 0;
-    std::string reason;
-    uint64_t count = 0;
-  };
-  std::vector<Rejected> rejected;
-  uint64_t rejectedTotal() const {
-    uint64_t n = 0;
-    for (const auto& r : rejected) n += r.count;
-    return n;
-  }
-
-  double stalenessMean() const {
-    return appliedUpdates == 0 ? 0.0 : stalenessSum / static_cast<double>(appliedUpdates);
-  }
-};
 
 class Synchronizer : public train::StepHook {
  public:

@@ -51,18 +51,6 @@ std::string_view codecName(uint16_t codec) {
   }
 }
 
-// Bytes per value of the fixed-width codecs; 0 for kQsgd (variable width).
-uint64_t bytesPerValue(CodecId codec) {
-  switch (codec) {
-    case CodecId::kRaw: return 1;
-    case CodecId::kFp32: return 4;
-    case CodecId::kFp16: return 2;
-    case CodecId::kBf16: return 2;
-    case CodecId::kQsgd: return 0;
-  }
-  return 0;
-}
-
 Status headerError(StatusCode code, std::string message) {
   return Status(code, fmt::format("frame header: {}", message));
 }
@@ -73,6 +61,7 @@ Status headerError(StatusCode code, std::string message) {
 Status checkElementCount(CodecId codec, uint64_t elementCount, uint64_t payloadBytes) {
   const uint16_t codecValue = static_cast<uint16_t>(codec);
   if (codec == CodecId::kQsgd) {
+    static_assert(kMinQsgdBitsPerValue == 2, "4 values per byte below");
     const uint64_t minBytes = elementCount / 4 + (elementCount % 4 != 0 ? 1 : 0);
     if (minBytes > payloadBytes) {
       return headerError(
@@ -83,7 +72,7 @@ Status checkElementCount(CodecId codec, uint64_t elementCount, uint64_t payloadB
     }
     return {};
   }
-  const uint64_t width = bytesPerValue(codec);
+  const uint64_t width = codecValueBytes(codec);
   if (payloadBytes % width != 0 || payloadBytes / width != elementCount) {
     return headerError(
         StatusCode::kInvalidArgument,

@@ -84,7 +84,13 @@ inline constexpr uint16_t kMaxMessageKind = 21;
 bool isKnownKind(uint16_t kind);
 std::string_view messageKindName(MessageKind kind);
 
-// Payload encodings (worker/codec defines how each maps to bytes).
+// Payload encodings. The ids, and the size each promises for n values, are
+// part of the wire protocol, so they live here with the header that carries
+// them: this file is the wire-protocol layer that the transport (which checks
+// every header before a codec sees its payload) and worker/codec (which
+// implements each encoding) both depend on, and it depends on neither
+// (docs/architecture.md section 2). A new codec takes the next id here, its
+// width in codecValueBytes(), and its encoding in worker/codec.
 enum class CodecId : uint16_t {
   kRaw = 0,  // opaque bytes; elementCount == payloadBytes
   kFp32 = 1,
@@ -93,6 +99,21 @@ enum class CodecId : uint16_t {
   kQsgd = 4,  // kernels/qsgd.h layout; bits and bucket size come from the job config
 };
 inline constexpr uint16_t kMaxCodecId = 4;
+
+// Bytes per value of a fixed-width encoding (a payload of n values is exactly
+// n times this); 0 for kQsgd, whose size depends on the job's bits and bucket
+// size and is at least kMinQsgdBitsPerValue bits per value.
+constexpr uint64_t codecValueBytes(CodecId codec) {
+  switch (codec) {
+    case CodecId::kRaw: return 1;
+    case CodecId::kFp32: return 4;
+    case CodecId::kFp16: return 2;
+    case CodecId::kBf16: return 2;
+    case CodecId::kQsgd: return 0;
+  }
+  return 0;
+}
+inline constexpr uint64_t kMinQsgdBitsPerValue = 2;
 
 struct FrameHeader {
   MessageKind kind = MessageKind::kUpdate;
@@ -124,9 +145,9 @@ struct FrameLimits {
 // that came with it: payloadOffset + chunkBytes must not pass the header's
 // payloadBytes, and a chunk is empty only when the payload is.
 // For kRaw / kFp32 / kFp16 / kBf16 the element count must match the payload
-// size exactly (1, 4, 2, 2 bytes per value); for kQsgd, whose exact size
-// depends on the job's bits and bucket size, it must satisfy
-// ceil(elementCount * 2 / 8) <= payloadBytes (2 bits per value at least).
+// size exactly (codecValueBytes: 1, 4, 2, 2 bytes per value); for kQsgd,
+// whose exact size depends on the job's bits and bucket size, it must satisfy
+// ceil(elementCount * 2 / 8) <= payloadBytes (kMinQsgdBitsPerValue at least).
 // Returns the header or an error naming the field, its value and what is
 // allowed.
 StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint64_t chunkBytes,

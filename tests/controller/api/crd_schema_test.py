@@ -18,7 +18,10 @@ and checks:
      controller, and the CRD has a rule for each;
   5. the few samples only the controller catches (CONTROLLER_ONLY: a rule
      would cost more than the API server's CEL budget) are accepted by the
-     schema and rejected by the controller.
+     schema and rejected by the controller;
+  6. the bounds that are the QSGD kernels' (BOUNDS: sync.bucket, sync.bits)
+     are the same in both, and a value past them is refused by both naming
+     the field and the range.
 The sample TrainingJobs (manifests/samples) are good samples too.
 Usage: crd_schema_test.py VALIDATE_SPEC_TOOL CRD.yaml SAMPLES_DIR
 """
@@ -254,6 +257,19 @@ CONTROLLER_ONLY = [
 ]
 
 
+# The QSGD kernels' limits: (field, accepted values, refused values, the
+# schema's message for a refused value, the controller's range).
+QSGD_MAX_BUCKET = 2**30
+BOUNDS = [
+    ("bucket", [1, QSGD_MAX_BUCKET], [0, QSGD_MAX_BUCKET + 1, 2**31],
+     lambda v: (f"{v} is less than the minimum of 1" if v < 1 else
+                f"{v} is greater than the maximum of {QSGD_MAX_BUCKET}"),
+     f"(allowed: an integer 1..{QSGD_MAX_BUCKET})"),
+    ("bits", [2, 4, 8], [1, 3, 16], lambda v: f"{v} is not one of [2, 4, 8]",
+     "(allowed: 2, 4, 8)"),
+]
+
+
 def tool_results(tool, specs):
     objects = [json.dumps({"apiVersion": "geotrain.io/v1alpha1", "kind": "TrainingJob",
                            "metadata": {"name": "t", "namespace": "default"}, "spec": s})
@@ -374,6 +390,24 @@ def main():
         check(any(phrase in e for e in r["errors"]),
               f"controller: {r['errors']} for {json.dumps(spec)} (expected '{phrase}')")
     print(f"{len(CONTROLLER_ONLY)} controller-only samples: rejected by the controller")
+
+    # 6. Limits that are the QSGD kernels' (kernels/qsgd_limits.h, which the
+    # controller's validation states through the worker.yaml schema): the
+    # CRD's bounds are exactly theirs, and both refuse a value past them
+    # naming the field and the range.
+    for field, good, bad, schema_says, controller_says in BOUNDS:
+        r = tool_results(tool, [merged({"sync": {field: v}}) for v in good + bad])
+        for v, res in zip(good, r):
+            check(not schema_errors(merged({"sync": {field: v}})), f"schema rejects {field} {v}")
+            check(not res["errors"], f"controller rejects {field} {v}: {res['errors']}")
+        for v, res in zip(bad, r[len(good):]):
+            errs = schema_errors(merged({"sync": {field: v}}))
+            check(any(e.startswith(f"sync.{field}:") and schema_says(v) in e for e in errs),
+                  f"schema: {errs} for {field} {v} (expected '{schema_says(v)}')")
+            check(any(e.startswith(f"spec.sync.{field}: {v} is not allowed") and
+                      controller_says in e for e in res["errors"]),
+                  f"controller: {res['errors']} for {field} {v} (expected '{controller_says}')")
+    print(f"{len(BOUNDS)} kernel limits: the CRD's bounds are the controller's")
 
     if failures:
         print(f"{len(failures)} check(s) failed")

@@ -161,6 +161,12 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, TrainingJobSpecError,
     ::testing::Values(
         BadCase{{{"sync", {{"bits", 3}}}}, "spec.sync.bits: 3 is not allowed (allowed: 2, 4, 8)"},
+        // The QSGD kernels' limit (kernels/qsgd_limits.h), not only >= 1.
+        BadCase{{{"sync", {{"bucket", 2147483648LL}}}},
+                "spec.sync.bucket: 2147483648 is not allowed (allowed: an integer "
+                "1..1073741824)"},
+        BadCase{{{"sync", {{"bucket", 0}}}},
+                "spec.sync.bucket: 0 is not allowed (allowed: an integer 1..1073741824)"},
         BadCase{{{"sync", {{"algorithm", "ring"}}}}, "spec.sync.algorithm: ring is not allowed"},
         BadCase{{{"sync", {{"delay", -1}}}}, "spec.sync.delay: -1 is not allowed"},
         BadCase{{{"sync", {{"delay", "soon"}}}},

@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <string>
 #include <vector>
 
 #include "common/enforce.h"
+#include "kernels/qsgd_limits.h"
 
 namespace geo::codec {
 namespace {
@@ -93,11 +96,62 @@ TEST(Codec, IdsRatiosAndSpecErrors) {
   EXPECT_NEAR((*makeCodec({"fp16"}))->compressionRatio(1000), 2.0, 1e-12);
   EXPECT_NEAR((*makeCodec({"qsgd", 4, 512}))->compressionRatio(512 * 1000), 7.88, 0.01);
   EXPECT_NEAR((*makeCodec({"qsgd", 2, 512}))->compressionRatio(512 * 1000), 15.5, 0.1);
-  EXPECT_NE(makeCodec({"zstd"}).status().message().find(
-                "'zstd' is not a codec (allowed: identity, fp16, bf16, qsgd)"),
-            std::string::npos);
-  EXPECT_NE(makeCodec({"qsgd", 3}).status().message().find("sync.bits: 3 is not allowed"),
-            std::string::npos);
+}
+
+// The codec speaks of its own spec (name, bits, bucket), not of worker.yaml
+// keys, and admits exactly the kernels' limits (kernels/qsgd_limits.h).
+TEST(Codec, SpecErrorsNameTheSpecFieldAndTheKernelLimits) {
+  EXPECT_EQ(makeCodec({"zstd"}).status().message(),
+            "'zstd' is not a codec (allowed: identity, fp16, bf16, qsgd)");
+  EXPECT_EQ(makeCodec({"qsgd", 3}).status().message(),
+            "qsgd bits 3 is not allowed (allowed: 2, 4, 8)");
+  for (int bits = 0; bits <= 9; ++bits) {
+    EXPECT_EQ(makeCodec({"qsgd", bits}).ok(), kernels::isQsgdBits(bits)) << "bits " << bits;
+  }
+  const auto bucketError = [](int64_t bucket) {
+    const auto c = makeCodec({"qsgd", 4, bucket});
+    EXPECT_FALSE(c.ok()) << "bucket " << bucket;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    return c.status().message();
+  };
+  EXPECT_EQ(bucketError(int64_t{1} << 31),
+            "qsgd bucket 2147483648 is not allowed (allowed: 1 to 1073741824)");
+  EXPECT_EQ(bucketError(0), "qsgd bucket 0 is not allowed (allowed: 1 to 1073741824)");
+  EXPECT_EQ(bucketError(kernels::kQsgdMaxBucket + 1).find("bucket 1073741825 is not allowed"),
+            std::string("qsgd ").size());
+  const auto widest = makeCodec({"qsgd", 4, kernels::kQsgdMaxBucket});
+  ASSERT_TRUE(widest.ok()) << widest.status().toString();
+  EXPECT_EQ((*widest)->encodedBytes(10), 4 + 5);  // one bucket: one scale, 10 x 4 bits
+}
+
+// What a codec writes for n values is what the wire protocol promises for its
+// id (worker/transport/frame.h): receivers check each header against it
+// before the payload reaches a codec.
+TEST(Codec, EncodedSizesAreTheFrameWidths) {
+  const transport::FrameLimits limits{.jobHash = 7, .worldSize = 2};
+  for (const std::string name : {"identity", "fp16", "bf16", "qsgd"}) {
+    for (int bits : kernels::kQsgdBits) {
+      for (int64_t bucket : {int64_t{1}, int64_t{512}, kernels::kQsgdMaxBucket}) {
+        const auto c = makeCodec({name, bits, bucket}).value();
+        for (int64_t n : {0, 1, 3, 1000}) {
+          const auto width = transport::codecValueBytes(c->id());
+          if (width != 0) {
+            EXPECT_EQ(c->encodedBytes(n), static_cast<int64_t>(width) * n) << c->describe();
+          }
+          transport::FrameHeader h;
+          h.jobHash = 7;
+          h.codec = c->id();
+          h.elementCount = static_cast<uint64_t>(n);
+          h.payloadBytes = static_cast<uint64_t>(c->encodedBytes(n));
+          std::array<std::byte, transport::kFrameHeaderBytes> bytes{};
+          transport::encodeFrameHeader(h, bytes);
+          const auto decoded = transport::decodeFrameHeader(bytes, h.payloadBytes, limits);
+          EXPECT_TRUE(decoded.ok())
+              << c->describe() << " n " << n << ": " << decoded.status().toString();
+        }
+      }
+    }
+  }
 }
 
 TEST(Codec, Fp16OverflowIsAnErrorNotInfinity) {

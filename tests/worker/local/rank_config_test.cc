@@ -134,6 +134,16 @@ TEST(LocalBaseConfig, ErrorsReadLikeWorkerYamlErrorsWithTheFlag) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().message(), "--bits: sync.bits: 3 is not allowed (allowed: 2, 4, 8)");
 
+  // A bucket past the QSGD kernels' limit is refused here, not when the
+  // workers start.
+  o = LocalOptions{};
+  o.sets = {"sync.bucket=2147483648"};
+  c = buildBaseConfig(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "--set sync.bucket=2147483648: sync.bucket: 2147483648 is not allowed (allowed: an "
+            "integer 1..1073741824)");
+
   o = LocalOptions{};
   o.keyFlags = {{"--hierarchical", "maybe"}};
   c = buildBaseConfig(o);

@@ -1,7 +1,9 @@
 #pragma once
-// Helpers for transport tests: free loopback ports, a keyed world of N ranks,
-// and payload patterns.
+// Helpers for tests over real transports (tests/worker/transport and the
+// synchronizer tests in tests/worker/sync): free loopback ports, a keyed world
+// of N ranks, and payload patterns.
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -45,6 +47,10 @@ struct World {
     c.endpoints = endpoints;
     c.secretKey = keys[rank].secretKey;
     for (const auto& k : keys) c.publicKeys.push_back(k.publicKey);
+    // Tests use peer time-outs of 0.5-1 s: pings every 200 ms keep a live
+    // peer heard within them even while no data flows (a region leader
+    // waiting for another region sends its members nothing but pings; with
+    // the default 1 s interval a 1 s peer time-out suspected it).
     c.pingInterval = std::chrono::milliseconds(200);
     return c;
   }

@@ -1,0 +1,70 @@
+#pragma once
+// SyncStats: a synchronizer's counters (Synchronizer::stats()), for progress
+// output and the worker's metrics. A header of its own, with no LibTorch, so
+// that worker/metrics reads these counters as they are instead of a copy of
+// them field by field.
+//
+// Threading: a plain value; Synchronizer::stats() returns a consistent copy.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace geo::sync {
+
+// Counters for progress output and metrics. Monotonic except `delay`, `period` and
+// `peerUp`.
+struct SyncStats {
+  int64_t delay = 0;   // dts: the D used for the latest round
+  int64_t period = 0;  // dts: the K of the round in progress
+  // dts auto: the slowest peer link's one-way time as measured from both
+  // ends (skew cancelled; docs/architecture.md section 3), 0 before.
+  double linkSeconds = 0;
+  uint64_t rounds = 0;          // rounds (dts), steps (allreduce), exchanges (swarm) completed
+  uint64_t appliedUpdates = 0;  // peer contributions applied
+  uint64_t missing = 0;         // contributions given up on (absent or late peers)
+  double stalenessSum = 0;      // over applied updates, in steps
+  int64_t stalenessMax = 0;
+  // stalenessCounts[s]: applied updates with staleness s; the last entry
+  // counts everything >= its index.
+  std::vector<uint64_t> stalenessCounts = std::vector<uint64_t>(65, 0);
+  uint64_t payloadBytes = 0;   // fp32 bytes of what was encoded for the WAN, per destination
+  uint64_t encodedBytes = 0;   // the same after encoding (payloads only, no headers)
+  double waitSeconds = 0;      // time blocked waiting for peers
+  double codecSeconds = 0;     // time spent encoding and decoding
+  double roundSecondsSum = 0;  // send -> applied, summed over completed rounds
+  uint64_t roundSecondsCount = 0;
+  // Membership (worker/sync/internal.h, Membership).
+  // (peer, live?) for the peers this worker synchronizes with: false while
+  // suspected (silent longer than the peer time-out) or partitioned. Not
+  // cumulative: the current list.
+  std::vector<std::pair<uint32_t, bool>> peerUp;
+  double degradedSeconds = 0;  // time with at least one peer suspected
+  uint64_t rejoins = 0;        // joins of a running job by state transfer
+  uint64_t peerRejoins = 0;    // state transfers served to restarted peers
+  uint64_t stateTransferBytesSent = 0;
+  uint64_t stateTransferBytesReceived = 0;
+  double stateTransferSeconds = 0;  // receiving them
+  uint64_t lateApplied = 0;         // contributions applied after their round completed
+  uint64_t lateDropped = 0;         // late contributions too old to apply
+  // Contributions refused (treated as missing), by peer and reason: size,
+  // malformed, non_finite, out_of_range.
+  struct Rejected {
+    uint32_t peer = 0;
+    std::string reason;
+    uint64_t count = 0;
+  };
+  std::vector<Rejected> rejected;
+  uint64_t rejectedTotal() const {
+    uint64_t n = 0;
+    for (const auto& r : rejected) n += r.count;
+    return n;
+  }
+
+  double stalenessMean() const {
+    return appliedUpdates == 0 ? 0.0 : stalenessSum / static_cast<double>(appliedUpdates);
+  }
+};
+
+}  // namespace geo::sync
