@@ -37,10 +37,10 @@ TEST(AddFlagsTest, DefaultsAndValues) {
   EXPECT_EQ(f.renewDeadlineSeconds, 10);
   EXPECT_EQ(f.workers, 2);
   EXPECT_TRUE(f.leaderElect);
-  ASSERT_EQ(parse(f, {"--lease-duration", "4s", "--renew-deadline=3", "--workers", "8",
-                      "--member", "tokyo=kc-tokyo", "--member", "ohio=kc-ohio:config",
-                      "--leader-elect", "false"}),
-            "");
+  ASSERT_EQ(
+      parse(f, {"--lease-duration", "4s", "--renew-deadline=3", "--workers", "8", "--member",
+                "tokyo=kc-tokyo", "--member", "ohio=kc-ohio:config", "--leader-elect", "false"}),
+      "");
   EXPECT_EQ(f.leaseDurationSeconds, 4);
   EXPECT_EQ(f.renewDeadlineSeconds, 3);
   EXPECT_EQ(f.workers, 8);
