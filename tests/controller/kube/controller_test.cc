@@ -209,7 +209,7 @@ TEST(ControllerTest, ShutdownDrainsQueuedKeys) {
 }
 
 // Many workers and many adds of few keys: no key is ever in two passes at
-// once, and every key is reconciled after its last add.
+// once, and every key is reconciled.
 TEST(ControllerTest, ConcurrentWorkersNeverShareAKey) {
   constexpr int kKeys = 8;
   std::mutex mu;
