@@ -6,7 +6,8 @@
 // that names what was wrong. The codes follow the canonical gRPC/absl set so
 // they map one-to-one onto Kubernetes and transport failures. StatusOr<T> holds
 // a T or a non-ok Status; value() on an error throws geo::Error (a bug in the
-// caller, who must check ok() first).
+// caller, who must check ok() first). Both are a Result<T, E> (below), the
+// template every result type of the project shares.
 
 #include <optional>
 #include <string>
@@ -77,18 +78,27 @@ Status deadlineExceeded(std::string message);
 Status internalError(std::string message);
 Status dataLoss(std::string message);
 
-template <typename T>
-class [[nodiscard]] StatusOr {
+// What errorText() says about a Status, for Result's failed value().
+inline std::string errorText(const Status& status) {
+  return status.toString();
+}
+
+// A T or an error E: the one result template. StatusOr<T> is Result<T,
+// Status>; the Kubernetes client's ApiResult<T> (controller/kube/api_error.h)
+// is Result<T, ApiError>, so the API reason survives until the caller
+// decides. E needs an errorText(const E&) found by argument-dependent lookup,
+// for the message of a value() that is a bug (GEO_ENFORCE).
+template <typename T, typename E>
+class [[nodiscard]] Result {
  public:
-  // Implicit from a value or from a non-ok Status, so functions can
-  // `return value;` and `return invalidArgument(...);`.
-  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
-  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
-    GEO_ENFORCE(!status_.ok(), "StatusOr constructed from an ok Status without a value");
-  }
+  // Implicit from a value or from an error, so functions can `return value;`
+  // and `return error;`.
+  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(E error) : error_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return value_.has_value(); }
-  const Status& status() const { return status_; }
+  // The error; meaningless (default-constructed) when ok().
+  const E& error() const { return error_; }
 
   const T& value() const& {
     ensureOk();
@@ -109,11 +119,25 @@ class [[nodiscard]] StatusOr {
 
  private:
   void ensureOk() const {
-    GEO_ENFORCE(value_.has_value(), "StatusOr::value() on an error: {}", status_.toString());
+    GEO_ENFORCE(value_.has_value(), "value() of a result that holds an error: {}",
+                errorText(error_));
   }
 
-  Status status_;
+  E error_;
   std::optional<T> value_;
+};
+
+template <typename T>
+class [[nodiscard]] StatusOr : public Result<T, Status> {
+ public:
+  StatusOr(T value) : Result<T, Status>(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  // NOLINTNEXTLINE(google-explicit-constructor)
+  StatusOr(Status status) : Result<T, Status>(std::move(status)) {
+    GEO_ENFORCE(!this->error().ok(), "StatusOr constructed from an ok Status without a value");
+  }
+
+  // The error, or OK.
+  const Status& status() const { return this->error(); }
 };
 
 }  // namespace geo

@@ -1046,9 +1046,13 @@ TrainingJobStatus statusFromJson(const json& j) {
 }
 
 std::string rfc3339Now() {
-  const auto now = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now());
+  return rfc3339(std::chrono::system_clock::now());
+}
+
+std::string rfc3339(std::chrono::system_clock::time_point time) {
+  const auto seconds = std::chrono::floor<std::chrono::seconds>(time);
   return fmt::format("{:%Y-%m-%dT%H:%M:%SZ}",
-                     fmt::gmtime(std::chrono::system_clock::to_time_t(now)));
+                     fmt::gmtime(std::chrono::system_clock::to_time_t(seconds)));
 }
 
 }  // namespace geo::api

@@ -35,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -323,5 +324,7 @@ TrainingJobStatus statusFromJson(const nlohmann::json& status);
 
 // RFC 3339 UTC time with second precision ("2026-11-22T08:15:00Z").
 std::string rfc3339Now();
+// `time` in the same form, to the second.
+std::string rfc3339(std::chrono::system_clock::time_point time);
 
 }  // namespace geo::api

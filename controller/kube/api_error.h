@@ -10,7 +10,8 @@
 // reason family distinct (AlreadyExists and Conflict are both HTTP 409 but
 // map to kAlreadyExists and kAborted).
 //
-// ApiResult<T> is StatusOr<T> with an ApiError instead of a Status, so the
+// ApiResult<T> is Result<T, ApiError> (common/status.h), the template
+// StatusOr<T> is made of, with an ApiError instead of a Status, so the
 // reason survives until the caller decides. Neither type throws except
 // value() on an error (a bug in the caller, GEO_ENFORCE).
 
@@ -102,44 +103,21 @@ std::string_view reasonForHttpCode(int httpCode);
 // API server only sends seconds).
 std::optional<std::chrono::seconds> parseRetryAfter(std::string_view value);
 
+// For Result's message on a value() that is a bug.
+inline std::string errorText(const ApiError& error) {
+  return error.toStatus().toString();
+}
+
 template <typename T>
-class [[nodiscard]] ApiResult {
+class [[nodiscard]] ApiResult : public Result<T, ApiError> {
  public:
-  ApiResult(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
-  ApiResult(ApiError error) : error_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
+  ApiResult(T value) : Result<T, ApiError>(std::move(value)) {}         // NOLINT
+  ApiResult(ApiError error) : Result<T, ApiError>(std::move(error)) {}  // NOLINT
 
-  bool ok() const { return value_.has_value(); }
-  // The error; meaningless (default) when ok().
-  const ApiError& error() const { return error_; }
+  // OK, or the error as a Status (ApiError::toStatus with `context`).
   Status status(std::string_view context = {}) const {
-    return ok() ? Status() : error_.toStatus(context);
+    return this->ok() ? Status() : this->error().toStatus(context);
   }
-
-  const T& value() const& {
-    ensureOk();
-    return *value_;
-  }
-  T& value() & {
-    ensureOk();
-    return *value_;
-  }
-  T&& value() && {
-    ensureOk();
-    return std::move(*value_);
-  }
-  const T& operator*() const& { return value(); }
-  T& operator*() & { return value(); }
-  const T* operator->() const { return &value(); }
-  T* operator->() { return &value(); }
-
- private:
-  void ensureOk() const {
-    GEO_ENFORCE(value_.has_value(), "ApiResult::value() on an error: {}",
-                error_.toStatus().toString());
-  }
-
-  ApiError error_;
-  std::optional<T> value_;
 };
 
 }  // namespace geo::kube

@@ -9,9 +9,15 @@ void CancelToken::cancel() {
   cv_.notify_all();
 }
 
-bool CancelToken::sleepFor(std::chrono::nanoseconds duration) const {
+bool CancelToken::sleepFor(std::chrono::nanoseconds duration, const Clock& clock) const {
   std::unique_lock lock(mu_);
-  return !cv_.wait_for(lock, duration, [this] { return cancelled(); });
+  const Clock::TimePoint deadline =
+      clock.now() + std::chrono::duration_cast<Clock::Duration>(duration);
+  while (!cancelled()) {
+    if (clock.now() >= deadline) return true;
+    clock.waitUntil(lock, cv_, deadline);
+  }
+  return false;
 }
 
 CancelToken::Subscription::Subscription(const CancelToken& token, std::function<void()> callback)

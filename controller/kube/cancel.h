@@ -16,6 +16,8 @@
 #include <map>
 #include <mutex>
 
+#include "common/clock.h"
+
 namespace geo::kube {
 
 class CancelToken {
@@ -27,8 +29,9 @@ class CancelToken {
   void cancel();
   bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
 
-  // Sleeps for `duration` or until cancel(); false when cancelled.
-  bool sleepFor(std::chrono::nanoseconds duration) const;
+  // Sleeps for `duration`, measured on `clock` (common/clock.h), or until
+  // cancel(); false when cancelled.
+  bool sleepFor(std::chrono::nanoseconds duration, const Clock& clock = systemClock()) const;
 
   // RAII registration of a wake-up callback (see above).
   class Subscription {

@@ -73,8 +73,8 @@ std::optional<LeaseRecord> nextLeaseRecord(const std::optional<LeaseRecord>& cur
   return next;
 }
 
-LeaderElector::LeaderElector(KubeClient& client, LeaderElectionConfig config)
-    : client_(client), config_(std::move(config)) {
+LeaderElector::LeaderElector(KubeClient& client, LeaderElectionConfig config, const Clock& clock)
+    : client_(client), config_(std::move(config)), clock_(clock) {
   GEO_ENFORCE(
       !config_.identity.empty() && !config_.leaseNamespace.empty() && !config_.leaseName.empty(),
       "leader election needs identity, lease namespace and lease name");
@@ -88,7 +88,7 @@ LeaderElector::LeaderElector(KubeClient& client, LeaderElectionConfig config)
 
 bool LeaderElector::isLeader() const {
   const int64_t until = leaderUntil_.load(std::memory_order_acquire);
-  return until != 0 && steadyNanos(Clock::now()) < until;
+  return until != 0 && steadyNanos(clock_.now()) < until;
 }
 
 std::string LeaderElector::observedLeader() const {
@@ -97,8 +97,8 @@ std::string LeaderElector::observedLeader() const {
 }
 
 bool LeaderElector::tryAcquireOrRenew() {
-  const auto now = Clock::now();
-  const std::string nowText = formatMicroTime(std::chrono::system_clock::now());
+  const auto now = clock_.now();
+  const std::string nowText = formatMicroTime(clock_.wallNow());
   const int durationSeconds =
       static_cast<int>(std::ceil(std::chrono::duration<double>(config_.leaseDuration).count()));
   auto lease = client_.get(resources::kLeases, config_.leaseNamespace, config_.leaseName);
@@ -168,7 +168,7 @@ void LeaderElector::release() {
   record.holderIdentity.clear();
   // One second: candidates treat the released lease as free at once anyway.
   record.leaseDurationSeconds = 1;
-  record.renewTime = formatMicroTime(std::chrono::system_clock::now());
+  record.renewTime = formatMicroTime(clock_.wallNow());
   json object = std::move(lease).value();
   record.writeTo(object);
   if (auto written = client_.update(resources::kLeases, config_.leaseNamespace, object);
@@ -182,7 +182,7 @@ void LeaderElector::run(const CancelToken& cancel) {
   // Campaign: a jittered retry period spreads the candidates' attempts.
   Backoff jitter(BackoffPolicy{config_.retryPeriod, config_.retryPeriod, 1.0, 0.2});
   while (!tryAcquireOrRenew()) {
-    if (!cancel.sleepFor(jitter.next())) return;
+    if (!cancel.sleepFor(jitter.next(), clock_)) return;
   }
   logger()->info("leader election {}/{}: {} is the leader", config_.leaseNamespace,
                  config_.leaseName, config_.identity);
@@ -199,11 +199,11 @@ void LeaderElector::run(const CancelToken& cancel) {
     }
   }
 
-  auto lastRenew = Clock::now();
-  while (cancel.sleepFor(config_.retryPeriod)) {
+  auto lastRenew = clock_.now();
+  while (cancel.sleepFor(config_.retryPeriod, clock_)) {
     if (tryAcquireOrRenew()) {
-      lastRenew = Clock::now();
-    } else if (Clock::now() - lastRenew >= config_.renewDeadline) {
+      lastRenew = clock_.now();
+    } else if (clock_.now() - lastRenew >= config_.renewDeadline) {
       logger()->warn("leader election {}/{}: {} could not renew within {} ms; stopping",
                      config_.leaseNamespace, config_.leaseName, config_.identity,
                      config_.renewDeadline.count());

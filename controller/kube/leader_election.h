@@ -18,6 +18,10 @@
 // timeout is well under renewDeadline. Errors are logged and retried. If
 // onStartedLeading throws, the elector logs it, releases the lease and
 // returns from run(); onStoppedLeading must not throw.
+//
+// Time: every duration above, the retry sleeps and the MicroTime stamps
+// written into the Lease are read from the elector's Clock
+// (common/clock.h), so tests drive an election with a FakeClock.
 
 #include <atomic>
 #include <chrono>
@@ -29,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "controller/kube/cancel.h"
 #include "controller/kube/client.h"
 
@@ -72,8 +77,10 @@ struct LeaderElectionConfig {
 class LeaderElector {
  public:
   // GEO_ENFORCE: identity, namespace and name set; 0 < retryPeriod <
-  // renewDeadline < leaseDuration. The client must outlive the elector.
-  LeaderElector(KubeClient& client, LeaderElectionConfig config);
+  // renewDeadline < leaseDuration. The client and the clock must outlive
+  // the elector.
+  LeaderElector(KubeClient& client, LeaderElectionConfig config,
+                const Clock& clock = systemClock());
 
   // Campaigns, leads until renewal fails or `cancel`, then returns (call it
   // again to campaign again). Returns at once when cancelled.
@@ -84,17 +91,16 @@ class LeaderElector {
   std::string observedLeader() const;
 
  private:
-  using Clock = std::chrono::steady_clock;
-
   // One read-decide-write round; true when this candidate holds the lease.
   bool tryAcquireOrRenew();
   void release();
 
   KubeClient& client_;
   const LeaderElectionConfig config_;
+  const Clock& clock_;
   std::optional<LeaseRecord> observed_;
-  Clock::time_point observedAt_{};
-  std::atomic<int64_t> leaderUntil_{0};  // steady-clock ns; 0: not leading
+  Clock::TimePoint observedAt_{};
+  std::atomic<int64_t> leaderUntil_{0};  // clock_.now() in ns; 0: not leading
   mutable std::mutex mu_;
   std::string observedHolder_;
 };

@@ -33,8 +33,9 @@ int ItemExponentialRateLimiter::numRequeues(const std::string& key) const {
   return it == failures_.end() ? 0 : it->second;
 }
 
-WorkQueue::WorkQueue(std::chrono::milliseconds baseDelay, std::chrono::milliseconds maxDelay)
-    : limiter_(baseDelay, maxDelay) {}
+WorkQueue::WorkQueue(std::chrono::milliseconds baseDelay, std::chrono::milliseconds maxDelay,
+                     const Clock& clock)
+    : limiter_(baseDelay, maxDelay), clock_(clock) {}
 
 void WorkQueue::addLocked(const std::string& key) {
   if (shuttingDown_ || dirty_.contains(key)) return;
@@ -56,7 +57,7 @@ void WorkQueue::addAfter(const std::string& key, std::chrono::milliseconds delay
     addLocked(key);
     return;
   }
-  const auto at = Clock::now() + delay;
+  const auto at = clock_.now() + delay;
   if (const auto it = waitingSince_.find(key); it != waitingSince_.end()) {
     if (it->second <= at) return;
     const auto [first, last] = waiting_.equal_range(it->second);
@@ -85,7 +86,7 @@ int WorkQueue::numRequeues(const std::string& key) const {
   return limiter_.numRequeues(key);
 }
 
-void WorkQueue::promoteDueLocked(Clock::time_point now) {
+void WorkQueue::promoteDueLocked(TimePoint now) {
   while (!waiting_.empty() && waiting_.begin()->first <= now) {
     const std::string key = std::move(waiting_.begin()->second);
     waiting_.erase(waiting_.begin());
@@ -97,13 +98,13 @@ void WorkQueue::promoteDueLocked(Clock::time_point now) {
 std::optional<std::string> WorkQueue::get() {
   std::unique_lock lock(mu_);
   while (true) {
-    promoteDueLocked(Clock::now());
+    promoteDueLocked(clock_.now());
     if (!queue_.empty()) break;
     if (shuttingDown_) return std::nullopt;
     if (waiting_.empty()) {
       cv_.wait(lock);
     } else {
-      cv_.wait_until(lock, waiting_.begin()->first);
+      clock_.waitUntil(lock, cv_, waiting_.begin()->first);
     }
   }
   std::string key = std::move(queue_.front());

@@ -13,7 +13,9 @@
 //
 // Threading: every member is thread-safe; any number of workers may block in
 // get(). Delays are served by whichever worker waits in get() (no thread of
-// its own). Errors: none; keys are opaque strings.
+// its own), on the queue's Clock (common/clock.h): a test that gives it a
+// FakeClock decides when a delay or backoff is over. Errors: none; keys are
+// opaque strings.
 
 #include <chrono>
 #include <condition_variable>
@@ -26,6 +28,8 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+
+#include "common/clock.h"
 
 namespace geo::kube {
 
@@ -51,9 +55,11 @@ class ItemExponentialRateLimiter {
 
 class WorkQueue {
  public:
-  // The backoff of addRateLimited (see ItemExponentialRateLimiter).
+  // The backoff of addRateLimited (see ItemExponentialRateLimiter); delays
+  // are measured on `clock`, which must outlive the queue.
   explicit WorkQueue(std::chrono::milliseconds baseDelay = std::chrono::milliseconds(5),
-                     std::chrono::milliseconds maxDelay = std::chrono::milliseconds(1000 * 1000));
+                     std::chrono::milliseconds maxDelay = std::chrono::milliseconds(1000 * 1000),
+                     const Clock& clock = systemClock());
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
@@ -79,20 +85,21 @@ class WorkQueue {
   size_t length() const;
 
  private:
-  using Clock = std::chrono::steady_clock;
+  using TimePoint = Clock::TimePoint;
 
   void addLocked(const std::string& key);
   // Moves delayed keys that are due into the queue.
-  void promoteDueLocked(Clock::time_point now);
+  void promoteDueLocked(TimePoint now);
 
   ItemExponentialRateLimiter limiter_;
+  const Clock& clock_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;
   std::unordered_set<std::string> dirty_;       // queued or to be re-queued on done()
   std::unordered_set<std::string> processing_;  // handed out, no done() yet
-  std::multimap<Clock::time_point, std::string> waiting_;
-  std::unordered_map<std::string, Clock::time_point> waitingSince_;  // key -> its time in waiting_
+  std::multimap<TimePoint, std::string> waiting_;
+  std::unordered_map<std::string, TimePoint> waitingSince_;  // key -> its time in waiting_
   bool shuttingDown_ = false;
 };
 

@@ -4,11 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "common/logging.h"
 #include "controller/kube/config.h"
@@ -63,6 +60,20 @@ void readKeys(const json& secret, int64_t first, int64_t count, std::vector<Rank
   }
 }
 
+// The keys of the ranks of `region` from its key Secret (null when it has
+// none yet); a rank without a valid key gets a new pair (libsodium). A
+// secret key is only ever written into its own region's cluster.
+void fillKeys(const json& secret, const RegionPlan& region, std::vector<RankKeys>& keys) {
+  if (secret.is_object()) readKeys(secret, region.firstRank, region.replicas, keys);
+  for (int64_t k = region.firstRank; k < region.firstRank + region.replicas; ++k) {
+    RankKeys& rk = keys[static_cast<size_t>(k)];
+    if (rk.secretKey.empty()) {
+      const transport::CurveKeyPair pair = transport::generateKeyPair();
+      rk = {pair.publicKey, pair.secretKey};
+    }
+  }
+}
+
 // 404 for the namespace itself: what an API server answers to a write
 // into a namespace it does not have.
 bool isMissingNamespace(const kube::ApiError& e) {
@@ -73,7 +84,7 @@ std::string describe(const kube::ApiError& e) {
   return e.toStatus().message();
 }
 
-// What phase 4 learns about one region, for phase 5.
+// What observeRegions() learns about one region, for applyWorkloads().
 struct RegionWork {
   kube::KubeClient* client = nullptr;  // null: the region failed this pass
   json secret, claim, configMap;       // as read; null when absent
@@ -128,12 +139,52 @@ kube::ApiResult<json> applyChanged(kube::KubeClient& c, const kube::ResourceRef&
   return c.apply(resource, ns, desired, force);
 }
 
+// Reads the objects of one region: from the cluster's informer cache when
+// it holds the object, else a GET. A synced cache that lacks an object is
+// believed too, except for the key Secret: applying an object that exists
+// after all rewrites it with the same content, but keys generated for a
+// Secret that exists would replace the region's keys.
+struct RegionReader {
+  kube::KubeClient& client;
+  const ClusterCache* cache;  // null: GET everything
+  const std::string& ns;
+
+  // Into `out` (null when absent); "" or what went wrong.
+  std::string operator()(const kube::ResourceRef& resource, const std::string& name,
+                         json& out) const {
+    if (cache != nullptr && cache->synced(resource)) {
+      if (kube::ObjectPtr hit = cache->get(resource, ns, name)) {
+        out = *hit;
+        return "";
+      }
+      if (resource.resource != res::kSecrets.resource) {
+        out = nullptr;
+        return "";
+      }
+    }
+    return read(client, resource, ns, name, out);
+  }
+};
+
+// applyChanged() into one region's namespace.
+struct ApplyTarget {
+  kube::KubeClient& client;
+  const std::string& ns;
+  bool full;
+
+  kube::ApiResult<json> apply(const kube::ResourceRef& resource, const json& live,
+                              json desired) const {
+    return applyChanged(client, resource, ns, live, std::move(desired), full);
+  }
+};
+
 // How long until a finished job's spec.ttlSecondsAfterFinished is up (zero
 // or less: now), counted from the lastTransitionTime of its Succeeded or
 // Failed condition; nullopt when the job has not finished or sets no TTL.
 // The field is read loosely: a finished job's spec is not validated again.
 std::optional<std::chrono::milliseconds> ttlLeft(const json& object,
-                                                 const api::TrainingJobStatus& status) {
+                                                 const api::TrainingJobStatus& status,
+                                                 Clock::WallTime now) {
   const json spec = object.value("spec", json::object());
   if (!spec.is_object() || !spec.contains("ttlSecondsAfterFinished")) return std::nullopt;
   const json& ttl = spec["ttlSecondsAfterFinished"];
@@ -144,7 +195,7 @@ std::optional<std::chrono::milliseconds> ttlLeft(const json& object,
     const auto finished = kube::parseTime(c->lastTransitionTime);
     if (!finished) return std::chrono::milliseconds(0);  // no time to count from: at once
     return std::chrono::duration_cast<std::chrono::milliseconds>(
-        *finished + std::chrono::seconds(ttl.get<int64_t>()) - std::chrono::system_clock::now());
+        *finished + std::chrono::seconds(ttl.get<int64_t>()) - now);
   }
   return std::nullopt;
 }
@@ -180,7 +231,7 @@ bool needsReconcile(const json& oldObject, const json& newObject) {
 }
 
 bool Reconciler::dueForFullApply(const std::string& key) {
-  const auto now = std::chrono::steady_clock::now();
+  const Clock::TimePoint now = clock_.now();
   std::lock_guard lock(fullApplyMu_);
   auto [it, isNew] = lastFullApply_.try_emplace(key, now);
   if (isNew) return true;
@@ -214,13 +265,17 @@ void Reconciler::forgetProblems(const std::string& job) {
 }
 
 Reconciler::Reconciler(kube::KubeClient& hub, Clusters& clusters, kube::EventRecorder* events,
-                       ReconcilerOptions options, std::function<std::string()> now)
+                       ReconcilerOptions options, const Clock& clock)
     : hub_(hub),
       clusters_(clusters),
       events_(events),
       options_(std::move(options)),
-      now_(std::move(now)),
+      clock_(clock),
       pool_(options_.regionThreads) {}
+
+std::string Reconciler::stamp() const {
+  return api::rfc3339(clock_.wallNow());
+}
 
 void Reconciler::event(const json& object, bool warning, std::string_view reason,
                        const std::string& message) {
@@ -273,6 +328,40 @@ Status Reconciler::writeStatus(const json& object, const api::TrainingJobStatus&
 StatusOr<ReconcileResult> Reconciler::cleanup(const json& object, const JobRef& job) {
   ReconcileResult result;
   if (!hasFinalizer(object)) return result;  // someone else's finalizers remain
+  const std::vector<std::string> failures = deleteInRegions(object, job);
+  json current = object;
+  if (!failures.empty()) {
+    if (!cleanupGivesUp(current, job, failures)) {
+      result.requeue.retry = true;
+      return result;
+    }
+    // The status write moved the resourceVersion on.
+    auto fresh = hub_.get(kTrainingJobs, job.ns, job.name);
+    if (!fresh.ok()) {
+      result.requeue.retry = !fresh.error().isNotFound();
+      return result;
+    }
+    current = std::move(*fresh);
+  }
+  json updated = current;
+  json fin = json::array();
+  for (const json& f : current["metadata"]["finalizers"]) {
+    if (f != std::string(api::kFinalizer)) fin.push_back(f);
+  }
+  updated["metadata"]["finalizers"] = fin;
+  auto u = hub_.update(kTrainingJobs, job.ns, updated);
+  if (!u.ok() && !u.error().isNotFound()) {
+    if (u.error().isConflict()) {
+      result.requeue.retry = true;
+      return result;
+    }
+    return u.status("remove the finalizer");
+  }
+  logger()->info("trainingjob {}/{}: deleted its objects in every region", job.ns, job.name);
+  return result;
+}
+
+std::vector<std::string> Reconciler::deleteInRegions(const json& object, const JobRef& job) {
   const std::vector<api::Region> regions = looseRegions(object);
   const std::optional<std::vector<std::string>> known = clusters_.known();
   std::vector<std::string> regionFailure(regions.size());
@@ -312,458 +401,479 @@ StatusOr<ReconcileResult> Reconciler::cleanup(const json& object, const JobRef& 
   for (std::string& f : regionFailure) {
     if (!f.empty()) failures.push_back(std::move(f));
   }
-  json current = object;
-  if (!failures.empty()) {
-    // How long deletion has waited (deletionTimestamp): past
-    // options_.cleanupTimeout the regions that still fail are given up, so
-    // that deleting a TrainingJob always completes.
-    const auto since = kube::parseTime(current["metadata"].value("deletionTimestamp", ""));
-    const auto waited = since ? std::chrono::duration_cast<std::chrono::seconds>(
-                                    std::chrono::system_clock::now() - *since)
-                              : std::chrono::seconds(0);
-    const bool giveUp = waited >= options_.cleanupTimeout;
-    const std::string list = fmt::format("{}", fmt::join(failures, "; "));
-    const std::string message =
-        giveUp ? fmt::format(
-                     "gave up deleting after {} s (cleanupTimeout); what is left stays in "
-                     "these regions (delete it there: label geotrain.io/job={}): {}",
-                     waited.count(), job.name, list)
-               : fmt::format("cannot delete in: {} (retrying; giving up {} s after the deletion)",
-                             list, options_.cleanupTimeout.count() / 1000);
-    api::TrainingJobStatus previous = api::statusFromJson(current.value("status", json::object()));
-    api::TrainingJobStatus status = previous;
-    api::setCondition(status.conditions,
-                      {std::string(api::kConditionRegionDegraded), "True",
-                       current["metadata"].value("generation", int64_t{0}), "",
-                       giveUp ? "CleanupAbandoned" : "CleanupBlocked", message},
-                      now_());
-    (void)writeStatus(current, previous, status);
-    if (!giveUp) {
-      logger()->warn("trainingjob {}/{}: cleanup incomplete, retrying: {}", job.ns, job.name, list);
-      result.retry = true;
-      return result;
-    }
-    logger()->warn("trainingjob {}/{}: {}", job.ns, job.name, message);
-    event(current, true, "CleanupAbandoned", message);
-    // The status write moved the resourceVersion on.
-    auto fresh = hub_.get(kTrainingJobs, job.ns, job.name);
-    if (!fresh.ok()) {
-      if (fresh.error().isNotFound()) return result;
-      result.retry = true;
-      return result;
-    }
-    current = std::move(*fresh);
-  }
-  json updated = current;
-  json fin = json::array();
-  for (const json& f : current["metadata"]["finalizers"]) {
-    if (f != std::string(api::kFinalizer)) fin.push_back(f);
-  }
-  updated["metadata"]["finalizers"] = fin;
-  auto u = hub_.update(kTrainingJobs, job.ns, updated);
-  if (!u.ok() && !u.error().isNotFound()) {
-    if (u.error().isConflict()) {
-      result.retry = true;
-      return result;
-    }
-    return u.status("remove the finalizer");
-  }
-  logger()->info("trainingjob {}/{}: deleted its objects in every region", job.ns, job.name);
-  return result;
+  return failures;
 }
 
-StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std::string& name) {
+bool Reconciler::cleanupGivesUp(const json& object, const JobRef& job,
+                                const std::vector<std::string>& failures) {
+  // How long deletion has waited (deletionTimestamp): past
+  // options_.cleanupTimeout the regions that still fail are given up, so
+  // that deleting a TrainingJob always completes.
+  const auto since = kube::parseTime(object["metadata"].value("deletionTimestamp", ""));
+  const auto waited =
+      since ? std::chrono::duration_cast<std::chrono::seconds>(clock_.wallNow() - *since)
+            : std::chrono::seconds(0);
+  const bool giveUp = waited >= options_.cleanupTimeout;
+  const std::string list = fmt::format("{}", fmt::join(failures, "; "));
+  const std::string message =
+      giveUp ? fmt::format(
+                   "gave up deleting after {} s (cleanupTimeout); what is left stays in "
+                   "these regions (delete it there: label geotrain.io/job={}): {}",
+                   waited.count(), job.name, list)
+             : fmt::format("cannot delete in: {} (retrying; giving up {} s after the deletion)",
+                           list, options_.cleanupTimeout.count() / 1000);
+  const api::TrainingJobStatus previous =
+      api::statusFromJson(object.value("status", json::object()));
+  api::TrainingJobStatus status = previous;
+  api::setCondition(status.conditions,
+                    {std::string(api::kConditionRegionDegraded), "True",
+                     object["metadata"].value("generation", int64_t{0}), "",
+                     giveUp ? "CleanupAbandoned" : "CleanupBlocked", message},
+                    stamp());
+  (void)writeStatus(object, previous, status);
+  if (!giveUp) {
+    logger()->warn("trainingjob {}/{}: cleanup incomplete, retrying: {}", job.ns, job.name, list);
+    return false;
+  }
+  logger()->warn("trainingjob {}/{}: {}", job.ns, job.name, message);
+  event(object, true, "CleanupAbandoned", message);
+  return true;
+}
+
+// The state one pass carries from stage to stage.
+struct Reconciler::Pass {
+  std::string ns, name, key;  // key: "ns/name"
+  json object;                // the TrainingJob as read (with the finalizer)
+  JobRef job;
+  api::TrainingJobSpec spec;  // checked (stage 3) before the regions are touched
+  std::vector<RegionPlan> plan;
+  api::TrainingJobStatus previous;               // the status as read
+  Observation obs;                               // what the pass sees, for the status
+  bool full = false;                             // apply every object, changed or not
+  std::vector<RegionWork> work;                  // per region: observeRegions() -> applyWorkloads()
+  std::vector<RankKeys> keys;                    // every rank's CURVE keys
+  std::map<std::string, std::string> endpoints;  // region -> gateway address
+  std::mutex mu;                                 // guards the regions in applyWorkloads()
+  bool applyFailed = false;                      // a write of applyWorkloads() failed
   ReconcileResult result;
+};
+
+StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std::string& name) {
+  const std::string key = ns + "/" + name;
   auto got = hub_.get(kTrainingJobs, ns, name);
   if (!got.ok()) {
     if (got.error().isNotFound()) {  // gone: nothing left to do
-      forgetFullApply(ns + "/" + name);
-      forgetProblems(ns + "/" + name);
-      return result;
+      forgetFullApply(key);
+      forgetProblems(key);
+      return ReconcileResult{};
     }
-    return got.status("get TrainingJob " + ns + "/" + name);
+    return got.status("get TrainingJob " + key);
   }
   json object = std::move(*got);
   const JobRef job = jobRefOf(object);
+  // 1. Deleted.
   if (object["metadata"].contains("deletionTimestamp")) {
-    forgetProblems(ns + "/" + name);
+    forgetProblems(key);
     return cleanup(object, job);
   }
-
+  // 2. The finalizer.
   if (!hasFinalizer(object)) {
-    object["metadata"]["finalizers"] = object["metadata"].value("finalizers", json::array());
-    object["metadata"]["finalizers"].push_back(std::string(api::kFinalizer));
-    auto u = hub_.update(kTrainingJobs, ns, object);
+    auto u = addFinalizer(object);
     if (!u.ok()) {
       if (u.error().isConflict() || u.error().isNotFound()) {
-        result.retry = u.error().isConflict();
+        ReconcileResult result;
+        result.requeue.retry = u.error().isConflict();
         return result;
       }
       return u.status("add the finalizer");
     }
     object = std::move(*u);
   }
+  Pass pass;
+  pass.ns = ns;
+  pass.name = name;
+  pass.key = key;
+  pass.job = job;
+  pass.previous = api::statusFromJson(object.value("status", json::object()));
+  pass.obs.generation = object["metadata"].value("generation", int64_t{0});
+  pass.obs.now = stamp();
+  pass.object = std::move(object);
+  // 2b. Finished: left as it is.
+  if (isFinished(pass.previous)) return finished(pass);
+  // 3. The spec.
+  api::ParsedSpec parsed = parseAndCheck(pass.object, job);
+  if (!parsed.errors.empty()) return invalidSpec(pass, std::move(parsed.errors));
+  pass.spec = std::move(parsed.spec);
+  pass.obs.suspended = pass.spec.runPolicy.suspend;
+  pass.plan = planRanks(pass.spec);
+  observeRegions(pass);                       // 4
+  GEO_RETURN_IF_ERROR(applyWorkloads(pass));  // 5
+  reportWorkerProblems(pass);                 // 5b
+  readProgress(pass);                         // 6
+  updateStatus(pass);                         // 7
+  return pass.result;
+}
 
-  const int64_t generation = object["metadata"].value("generation", int64_t{0});
-  const api::TrainingJobStatus previous =
-      api::statusFromJson(object.value("status", json::object()));
-  Observation obs;
-  obs.generation = generation;
-  obs.now = now_();
+kube::ApiResult<json> Reconciler::addFinalizer(const json& object) {
+  json updated = object;
+  updated["metadata"]["finalizers"] = object["metadata"].value("finalizers", json::array());
+  updated["metadata"]["finalizers"].push_back(std::string(api::kFinalizer));
+  return hub_.update(kTrainingJobs, kube::metadataField(object, "namespace"), updated);
+}
 
-  // 2b. Finished: terminal (reconciler.h). Nothing in the regions is read or
-  // applied, so nothing deleted there is ever recreated; the status stays
-  // (an observation of no regions keeps it, status.h).
-  if (isFinished(previous)) {
-    const api::TrainingJobStatus status = aggregateStatus(previous, obs);
-    if (Status s = writeStatus(object, previous, status); !s.ok()) {
-      logger()->info("trainingjob {}/{}: {} (retrying)", ns, name, s.message());
-      result.retry = true;
-    }
-    forgetFullApply(ns + "/" + name);
-    forgetProblems(ns + "/" + name);
-    result.state = status.state;
-    // spec.ttlSecondsAfterFinished: deleted once it is up, as the TTL
-    // controller deletes a Job; the finalizer then cleans every region.
-    if (const auto left = ttlLeft(object, status)) {
-      if (*left > std::chrono::milliseconds(0)) {
-        result.requeueAfter = *left;
-        return result;
-      }
-      kube::DeleteOptions once;
-      once.preconditionUid = job.uid;  // not a new job of the same name
-      once.propagationPolicy = kube::PropagationPolicy::kBackground;
-      auto d = hub_.remove(kTrainingJobs, ns, name, once);
-      if (!d.ok() && !d.error().isNotFound()) {
-        logger()->info("trainingjob {}/{}: delete after ttlSecondsAfterFinished: {} (retrying)", ns,
-                       name, describe(d.error()));
-        result.retry = true;
-        return result;
-      }
-      logger()->info("trainingjob {}/{}: {} and ttlSecondsAfterFinished is up: deleted", ns, name,
-                     status.state);
-    }
+StatusOr<ReconcileResult> Reconciler::finished(Pass& pass) {
+  // Nothing in the regions is read or applied, so nothing deleted there is
+  // ever recreated; the status stays (an observation of no regions keeps
+  // it, status.h).
+  ReconcileResult& result = pass.result;
+  const api::TrainingJobStatus status = aggregateStatus(pass.previous, pass.obs);
+  if (Status s = writeStatus(pass.object, pass.previous, status); !s.ok()) {
+    logger()->info("trainingjob {}: {} (retrying)", pass.key, s.message());
+    result.requeue.retry = true;
+  }
+  forgetFullApply(pass.key);
+  forgetProblems(pass.key);
+  result.report.state = status.state;
+  // spec.ttlSecondsAfterFinished: deleted once it is up, as the TTL
+  // controller deletes a Job; the finalizer then cleans every region.
+  const auto left = ttlLeft(pass.object, status, clock_.wallNow());
+  if (!left) return result;
+  if (*left > std::chrono::milliseconds(0)) {
+    result.requeue.after = *left;
     return result;
   }
+  kube::DeleteOptions once;
+  once.preconditionUid = pass.job.uid;  // not a new job of the same name
+  once.propagationPolicy = kube::PropagationPolicy::kBackground;
+  auto d = hub_.remove(kTrainingJobs, pass.ns, pass.name, once);
+  if (!d.ok() && !d.error().isNotFound()) {
+    logger()->info("trainingjob {}: delete after ttlSecondsAfterFinished: {} (retrying)", pass.key,
+                   describe(d.error()));
+    result.requeue.retry = true;
+    return result;
+  }
+  logger()->info("trainingjob {}: {} and ttlSecondsAfterFinished is up: deleted", pass.key,
+                 status.state);
+  return result;
+}
 
+api::ParsedSpec Reconciler::parseAndCheck(const json& object, const JobRef& job) {
   api::ParsedSpec parsed = api::parseSpec(object);
-  if (parsed.errors.empty()) {
-    for (api::FieldError& e : unknownClusters(parsed.spec, clusters_.known()))
-      parsed.errors.push_back(std::move(e));
-    if (Status s = checkNames(job, parsed.spec); !s.ok()) {
-      const std::string message = s.message();
-      const size_t colon = message.find(": ");
-      parsed.errors.push_back(
-          {api::FieldError::Type::kInvalid, message.substr(0, colon), message.substr(colon + 2)});
-    }
+  if (!parsed.errors.empty()) return parsed;
+  for (api::FieldError& e : unknownClusters(parsed.spec, clusters_.known()))
+    parsed.errors.push_back(std::move(e));
+  if (Status s = checkNames(job, parsed.spec); !s.ok()) {
+    const std::string message = s.message();
+    const size_t colon = message.find(": ");
+    parsed.errors.push_back(
+        {api::FieldError::Type::kInvalid, message.substr(0, colon), message.substr(colon + 2)});
   }
-  if (!parsed.errors.empty()) {
-    obs.specErrors = parsed.errors;
-    const api::TrainingJobStatus status = aggregateStatus(previous, obs);
-    if (status != previous) event(object, true, "InvalidSpec", api::joinErrors(parsed.errors));
-    GEO_RETURN_IF_ERROR(writeStatus(object, previous, status));
-    result.state = status.state;
-    return result;
-  }
-  const api::TrainingJobSpec& spec = parsed.spec;
-  obs.suspended = spec.runPolicy.suspend;
-  const std::vector<RegionPlan> plan = planRanks(spec);
-  const RenderSettings& settings = options_.render;
+  return parsed;
+}
 
-  // 4. Every region at once: the Services, the gateway address, the keys and
-  // the objects as they are. A region's objects are written only when what
-  // the controller would apply differs from what it applied last (the hash
+StatusOr<ReconcileResult> Reconciler::invalidSpec(Pass& pass, std::vector<api::FieldError> errors) {
+  const std::string message = api::joinErrors(errors);
+  pass.obs.specErrors = std::move(errors);
+  const api::TrainingJobStatus status = aggregateStatus(pass.previous, pass.obs);
+  if (status != pass.previous) event(pass.object, true, "InvalidSpec", message);
+  GEO_RETURN_IF_ERROR(writeStatus(pass.object, pass.previous, status));
+  pass.result.report.state = status.state;
+  return pass.result;
+}
+
+void Reconciler::observeRegions(Pass& pass) {
+  // Every region at once. A region's objects are written only when what the
+  // controller would apply differs from what it applied last (the hash
   // annotation), or on the periodic full apply that undoes edits by hand.
-  const size_t n = spec.regions.size();
-  const bool full = dueForFullApply(ns + "/" + name);
-  std::vector<RegionWork> work(n);
-  obs.regions.resize(n);
-  std::vector<RankKeys> keys(static_cast<size_t>(spec.totalReplicas()));
-  pool_.parallelFor(n, [&](size_t i) {
-    const api::Region& r = spec.regions[i];
-    RegionObservation& ro = obs.regions[i];
-    RegionWork& w = work[i];
-    ro.name = r.name;
-    ro.replicas = r.replicas;
-    auto unreachable = [&](const std::string& why) {
-      ro.reachable = false;
-      ro.unreachableReason = why;
-      w.retry = true;
-    };
-    auto client = clusters_.client(r.cluster);
-    if (!client.ok()) return unreachable(client.status().message());
-    kube::KubeClient& c = **client;
-    // From the cluster's cache when it holds the object, else a GET.
-    const ClusterCache* cache = clusters_.cache(r.cluster);
-    // A synced cache that lacks an object is believed too, except for the
-    // key Secret: applying an object that exists after all rewrites it
-    // with the same content, but keys generated for a Secret that exists
-    // would replace the region's keys.
-    auto fetch = [&](const kube::ResourceRef& resource, const std::string& objectName, json& out) {
-      if (cache != nullptr && cache->synced(resource)) {
-        if (kube::ObjectPtr hit = cache->get(resource, ns, objectName)) {
-          out = *hit;
-          return std::string();
-        }
-        if (resource.resource != res::kSecrets.resource) {
-          out = nullptr;
-          return std::string();
-        }
-      }
-      return read(c, resource, ns, objectName, out);
-    };
-    json headless, gateway;
-    if (auto s = fetch(res::kServices, headlessServiceName(job, r.name), headless); !s.empty())
-      return unreachable("read the headless Service: " + s);
-    if (auto s = fetch(res::kServices, gatewayServiceName(job, r.name), gateway); !s.empty())
-      return unreachable("read the gateway Service: " + s);
-    // Both Services at once.
-    std::optional<kube::ApiResult<json>> h, g;
-    pool_.parallelFor(2, [&](size_t k) {
-      if (k == 0) {
-        h = applyChanged(c, res::kServices, ns, headless,
-                         renderHeadlessService(job, spec, i, settings), full);
-      } else {
-        g = applyChanged(c, res::kServices, ns, gateway, renderGatewayService(job, spec, i), full);
-      }
-    });
-    // The first writes into the region: a namespace that does not exist
-    // there is said as such, not as a cluster that cannot be reached.
-    for (const auto* a : {&*h, &*g}) {
-      if (!a->ok() && isMissingNamespace(a->error())) {
-        ro.missingNamespace =
-            fmt::format("namespace {} does not exist in cluster {} (region {}): create it there",
-                        ns, r.cluster, r.name);
-        return unreachable(ro.missingNamespace);
-      }
-    }
-    if (!h->ok()) return unreachable("apply the headless Service: " + describe(h->error()));
-    if (!g->ok()) return unreachable("apply the gateway Service: " + describe(g->error()));
-    ro.endpoint = gatewayEndpoint(job, r, **g, settings);
-    if (auto s = fetch(res::kSecrets, keysSecretName(job, r.name), w.secret); !s.empty())
-      return unreachable("read the key Secret: " + s);
-    if (w.secret.is_object()) readKeys(w.secret, plan[i].firstRank, plan[i].replicas, keys);
-    for (int64_t k = plan[i].firstRank; k < plan[i].firstRank + plan[i].replicas; ++k) {
-      RankKeys& rk = keys[static_cast<size_t>(k)];
-      if (rk.secretKey.empty()) {
-        const transport::CurveKeyPair pair = transport::generateKeyPair();
-        rk = {pair.publicKey, pair.secretKey};
-      }
-    }
-    if (auto s = fetch(res::kConfigMaps, configMapName(job, r.name), w.configMap); !s.empty())
-      return unreachable("read the ConfigMap: " + s);
-    if (spec.checkpointVolume) {
-      if (auto s = fetch(res::kPersistentVolumeClaims, checkpointClaimName(job, r.name), w.claim);
-          !s.empty())
-        return unreachable("read the checkpoint claim: " + s);
-    }
-    if (auto s = fetch(res::kJobs, workerJobName(job, r.name), ro.job); !s.empty())
-      return unreachable("read the Job: " + s);
-    w.client = &c;
-  });
-  std::map<std::string, std::string> endpoints;
+  const size_t n = pass.spec.regions.size();
+  pass.full = dueForFullApply(pass.key);
+  pass.work.assign(n, RegionWork{});
+  pass.obs.regions.resize(n);
+  pass.keys.assign(static_cast<size_t>(pass.spec.totalReplicas()), RankKeys{});
+  pool_.parallelFor(n, [&](size_t i) { observeRegion(pass, i); });
   for (size_t i = 0; i < n; ++i) {
-    result.retry = result.retry || work[i].retry;
-    if (!obs.regions[i].endpoint.empty()) endpoints[spec.regions[i].name] = obs.regions[i].endpoint;
+    pass.result.requeue.retry = pass.result.requeue.retry || pass.work[i].retry;
+    const std::string& endpoint = pass.obs.regions[i].endpoint;
+    if (!endpoint.empty()) pass.endpoints[pass.spec.regions[i].name] = endpoint;
   }
-  for (const api::Region& r : spec.regions) {
-    if (!endpoints.count(r.name)) {
-      obs.waitingForGateway = r.name;
+  for (const api::Region& r : pass.spec.regions) {
+    if (!pass.endpoints.count(r.name)) {
+      pass.obs.waitingForGateway = r.name;
       break;
     }
   }
+}
 
-  // 5. The workloads, once everything they need is known: every Secret,
-  // claim and ConfigMap first (at once), then the Jobs, so that no worker
-  // starts with keys or peers another region does not have yet.
-  const bool allReachable = std::all_of(work.begin(), work.end(),
-                                        [](const RegionWork& w) { return w.client != nullptr; });
-  std::vector<char> createdJob(n, 0);
-  if (obs.waitingForGateway.empty() && allReachable) {
-    std::vector<json> configMaps;
-    for (size_t i = 0; i < n; ++i) {
-      auto cm = renderConfigMap(job, spec, i, endpoints, keys, settings);
-      if (!cm.ok()) return cm.status();
-      configMaps.push_back(std::move(*cm));
-    }
-    std::atomic<bool> ok{true};
-    std::mutex failMu;
-    auto failRegion = [&](size_t i, const std::string& what, const kube::ApiError& e) {
-      std::lock_guard lock(failMu);
-      obs.regions[i].reachable = false;
-      obs.regions[i].unreachableReason = what + ": " + describe(e);
-      work[i].retry = true;
-      ok = false;
-      if (e.isInvalid() || e.isForbidden())
-        event(object, true, "ApplyFailed", obs.regions[i].unreachableReason);
-    };
-    // Every region's Secret, claim and ConfigMap at once.
-    const size_t kinds = 3;
-    pool_.parallelFor(n * kinds, [&](size_t task) {
-      const size_t i = task / kinds;
-      RegionWork& w = work[i];
-      switch (task % kinds) {
-        case 0: {
-          auto a = applyChanged(*w.client, res::kSecrets, ns, w.secret,
-                                renderKeysSecret(job, spec, i, keys), full);
-          if (!a.ok()) failRegion(i, "apply the key Secret", a.error());
-          break;
-        }
-        case 1: {
-          if (!spec.checkpointVolume) break;
-          auto a = applyChanged(*w.client, res::kPersistentVolumeClaims, ns, w.claim,
-                                renderCheckpointClaim(job, spec, i), full);
-          if (!a.ok()) failRegion(i, "apply the checkpoint PersistentVolumeClaim", a.error());
-          break;
-        }
-        default: {
-          auto a = applyChanged(*w.client, res::kConfigMaps, ns, w.configMap, configMaps[i], full);
-          if (!a.ok()) failRegion(i, "apply the ConfigMap", a.error());
-        }
-      }
-    });
-    // Then the Jobs, once all of that is in place everywhere.
-    if (ok) {
-      pool_.parallelFor(n, [&](size_t i) {
-        const bool isNew = obs.regions[i].job.is_null();
-        json desired = renderWorkerJob(job, spec, i, settings);
-        setJobSuspend(desired, spec.runPolicy.suspend, obs.regions[i].job);
-        auto a = applyChanged(*work[i].client, res::kJobs, ns, obs.regions[i].job,
-                              std::move(desired), full);
-        if (!a.ok() && !isNew && a.error().isInvalid()) {
-          // The Job exists and refuses the change: Kubernetes keeps its pod
-          // template, podFailurePolicy and backoffLimitPerIndex as created,
-          // and the spec now renders others (a spec change, or a Job that an
-          // earlier controller version created). The Job runs on as it is,
-          // so the region is reachable and its status still counts; only
-          // this write is refused, and retrying it cannot help.
-          event(object, true, "ApplyFailed",
-                fmt::format("region {}: the Job keeps its current spec (these fields cannot "
-                            "change): {}",
-                            spec.regions[i].name, describe(a.error())));
-          return;
-        }
-        if (!a.ok()) return failRegion(i, "apply the Job", a.error());
-        createdJob[i] = isNew;
-        obs.regions[i].job = std::move(*a);
-      });
-    }
-    for (const RegionWork& w : work) result.retry = result.retry || w.retry;
-    if (!ok) forgetFullApply(ns + "/" + name);  // the next pass applies everything again
-  }
-  if (std::any_of(createdJob.begin(), createdJob.end(), [](char c) { return c != 0; })) {
-    event(object, false, "Created",
-          fmt::format("workers of {} regions created ({} in all)", spec.regions.size(),
-                      spec.totalReplicas()));
-  }
-
-  // 5b. What goes wrong in the regions' clusters (pod_problems.h), as
-  // Events on the TrainingJob, each problem once. A region's pods are
-  // listed only while one of its workers is not ready, or one more has
-  // failed since the last status: a healthy job costs no request.
-  if (events_ != nullptr && !spec.runPolicy.suspend) {
-    std::vector<std::vector<Problem>> found(n);
-    pool_.parallelFor(n, [&](size_t i) {
-      const RegionObservation& ro = obs.regions[i];
-      if (work[i].client == nullptr || !ro.job.is_object()) return;
-      found[i] = jobProblems(ro.name, ro.job);
-      const json jobSpec = ro.job.value("spec", json::object());
-      if (jobSpec.is_object() && jobSpec.value("suspend", false)) return;
-      const json st = ro.job.value("status", json::object());
-      auto count = [&](const char* key) {
-        return st.is_object() && st.contains(key) && st[key].is_number_integer()
-                   ? st[key].get<int64_t>()
-                   : int64_t{0};
-      };
-      int64_t failedBefore = 0;
-      for (const api::RegionStatus& p : previous.regions) {
-        if (p.name == ro.name) failedBefore = p.failed;
-      }
-      if (count("ready") + count("succeeded") >= ro.replicas && count("failed") <= failedBefore)
-        return;
-      kube::ListOptions selector;
-      selector.labelSelector =
-          fmt::format("geotrain.io/job={},geotrain.io/region={}", job.name, ro.name);
-      auto pods = work[i].client->list(res::kPods, ns, selector);
-      if (!pods.ok()) {
-        logger()->debug("trainingjob {}/{}: region {}: list the pods: {}", ns, name, ro.name,
-                        describe(pods.error()));
-        return;
-      }
-      for (Problem& p : podProblems(ro.name, json(pods->items))) found[i].push_back(std::move(p));
-    });
-    for (const std::vector<Problem>& problems : found) {
-      size_t reported = 0;
-      for (const Problem& p : problems) {
-        // A region in trouble has many pods alike: a few Events say it.
-        if (reported == kProblemsPerRegion) break;
-        if (!firstSighting(fmt::format("{}/{}", ns, name), job.uid, p.key)) continue;
-        ++reported;
-        logger()->info("trainingjob {}/{}: {}", ns, name, p.message);
-        event(object, true, p.reason, p.message);
-      }
-    }
-  }
-
-  // 6. Progress from rank 0 while its region's workers run. A failed scrape
-  // keeps the last progress: metrics are a view, never a reason to retry.
-  kube::KubeClient* first = work[0].client;  // rank 0's region
-  if (options_.scrapeProgress && !spec.runPolicy.suspend && first != nullptr &&
-      obs.regions[0].job.is_object() &&
-      obs.regions[0].job.value("status", json::object()).value("active", int64_t{0}) > 0) {
-    auto pod = leaderPod(*first, ns, name, spec.regions[0].name);
-    StatusOr<api::Progress> progress =
-        !pod.ok() ? StatusOr<api::Progress>(pod.status())
-        : pod->empty()
-            ? StatusOr<api::Progress>(unavailable("rank 0 has no running pod"))
-            : scrapeProgress(*first, ns, *pod, settings.metricsPort, options_.scrapeTimeout);
-    if (progress.ok()) {
-      if (progress->step) obs.progress = *progress;
+void Reconciler::observeRegion(Pass& pass, size_t i) {
+  const api::Region& r = pass.spec.regions[i];
+  const std::string& ns = pass.ns;
+  RegionObservation& ro = pass.obs.regions[i];
+  RegionWork& w = pass.work[i];
+  ro.name = r.name;
+  ro.replicas = r.replicas;
+  auto unreachable = [&](const std::string& why) {
+    ro.reachable = false;
+    ro.unreachableReason = why;
+    w.retry = true;
+  };
+  auto client = clusters_.client(r.cluster);
+  if (!client.ok()) return unreachable(client.status().message());
+  kube::KubeClient& c = **client;
+  const RegionReader fetch{c, clusters_.cache(r.cluster), ns};
+  json headless, gateway;
+  if (auto s = fetch(res::kServices, headlessServiceName(pass.job, r.name), headless); !s.empty())
+    return unreachable("read the headless Service: " + s);
+  if (auto s = fetch(res::kServices, gatewayServiceName(pass.job, r.name), gateway); !s.empty())
+    return unreachable("read the gateway Service: " + s);
+  // Both Services at once.
+  std::optional<kube::ApiResult<json>> h, g;
+  pool_.parallelFor(2, [&](size_t k) {
+    if (k == 0) {
+      h = applyChanged(c, res::kServices, ns, headless,
+                       renderHeadlessService(pass.job, pass.spec, i, options_.render), pass.full);
     } else {
-      logger()->debug("trainingjob {}/{}: no progress: {}", ns, name, progress.status().message());
+      g = applyChanged(c, res::kServices, ns, gateway, renderGatewayService(pass.job, pass.spec, i),
+                       pass.full);
+    }
+  });
+  // The first writes into the region: a namespace that does not exist
+  // there is said as such, not as a cluster that cannot be reached.
+  for (const auto* a : {&*h, &*g}) {
+    if (!a->ok() && isMissingNamespace(a->error())) {
+      ro.missingNamespace =
+          fmt::format("namespace {} does not exist in cluster {} (region {}): create it there", ns,
+                      r.cluster, r.name);
+      return unreachable(ro.missingNamespace);
     }
   }
+  if (!h->ok()) return unreachable("apply the headless Service: " + describe(h->error()));
+  if (!g->ok()) return unreachable("apply the gateway Service: " + describe(g->error()));
+  ro.endpoint = gatewayEndpoint(pass.job, r, **g, options_.render);
+  if (auto s = fetch(res::kSecrets, keysSecretName(pass.job, r.name), w.secret); !s.empty())
+    return unreachable("read the key Secret: " + s);
+  fillKeys(w.secret, pass.plan[i], pass.keys);
+  if (auto s = fetch(res::kConfigMaps, configMapName(pass.job, r.name), w.configMap); !s.empty())
+    return unreachable("read the ConfigMap: " + s);
+  if (pass.spec.checkpointVolume) {
+    if (auto s =
+            fetch(res::kPersistentVolumeClaims, checkpointClaimName(pass.job, r.name), w.claim);
+        !s.empty())
+      return unreachable("read the checkpoint claim: " + s);
+  }
+  if (auto s = fetch(res::kJobs, workerJobName(pass.job, r.name), ro.job); !s.empty())
+    return unreachable("read the Job: " + s);
+  w.client = &c;
+}
 
-  // 7. Status.
-  for (const RegionObservation& ro : obs.regions)
-    result.regionReachable[ro.name] = ro.reachable || !ro.missingNamespace.empty();
-  const api::TrainingJobStatus status = aggregateStatus(previous, obs);
-  // Waiting for a load balancer: said once (an Event and the log), with
-  // what to do on a cluster that has no load-balancer controller, where the
-  // job would otherwise wait with no visible cause.
-  const api::Condition* created = api::findCondition(status.conditions, api::kConditionCreated);
-  const api::Condition* createdBefore =
-      api::findCondition(previous.conditions, api::kConditionCreated);
-  if (created != nullptr && created->reason == "WaitingForGateway" &&
-      (createdBefore == nullptr || createdBefore->reason != created->reason ||
-       createdBefore->message != created->message)) {
-    for (size_t i = 0; i < n; ++i) {
-      const api::Region& r = spec.regions[i];
-      if (r.name != obs.waitingForGateway) continue;
-      const std::string message = fmt::format(
-          "waiting for the load balancer of region {}: Service {} in cluster {} has no ingress "
-          "address yet (without a load-balancer controller there, set "
-          "spec.regions[{}].gateway.serviceType NodePort with an endpoint, or "
-          "gateway.endpoint)",
-          r.name, gatewayServiceName(job, r.name), r.cluster, i);
-      logger()->info("trainingjob {}/{}: {}", ns, name, message);
-      event(object, false, "WaitingForGateway", message);
+Status Reconciler::applyWorkloads(Pass& pass) {
+  // Once everything they need is known: every Secret, claim and ConfigMap
+  // first (at once), then the Jobs, so that no worker starts with keys or
+  // peers another region does not have yet.
+  const bool allReachable = std::all_of(pass.work.begin(), pass.work.end(),
+                                        [](const RegionWork& w) { return w.client != nullptr; });
+  if (!pass.obs.waitingForGateway.empty() || !allReachable) return {};
+  const size_t n = pass.spec.regions.size();
+  std::vector<json> configMaps;
+  for (size_t i = 0; i < n; ++i) {
+    auto cm = renderConfigMap(pass.job, pass.spec, i, pass.endpoints, pass.keys, options_.render);
+    if (!cm.ok()) return cm.status();
+    configMaps.push_back(std::move(*cm));
+  }
+  pool_.parallelFor(n * 3, [&](size_t task) {
+    const size_t i = task / 3;
+    const RegionWork& w = pass.work[i];
+    const ApplyTarget target{*w.client, pass.ns, pass.full};
+    switch (task % 3) {
+      case 0: {
+        auto a = target.apply(res::kSecrets, w.secret,
+                              renderKeysSecret(pass.job, pass.spec, i, pass.keys));
+        if (!a.ok()) failRegion(pass, i, "apply the key Secret", a.error());
+        break;
+      }
+      case 1: {
+        if (!pass.spec.checkpointVolume) break;
+        auto a = target.apply(res::kPersistentVolumeClaims, w.claim,
+                              renderCheckpointClaim(pass.job, pass.spec, i));
+        if (!a.ok()) failRegion(pass, i, "apply the checkpoint PersistentVolumeClaim", a.error());
+        break;
+      }
+      default: {
+        auto a = target.apply(res::kConfigMaps, w.configMap, configMaps[i]);
+        if (!a.ok()) failRegion(pass, i, "apply the ConfigMap", a.error());
+      }
+    }
+  });
+  // Then the Jobs, once all of that is in place everywhere.
+  std::vector<char> createdJob(n, 0);
+  if (!pass.applyFailed) pool_.parallelFor(n, [&](size_t i) { createdJob[i] = applyJob(pass, i); });
+  for (const RegionWork& w : pass.work)
+    pass.result.requeue.retry = pass.result.requeue.retry || w.retry;
+  if (pass.applyFailed) forgetFullApply(pass.key);  // the next pass applies everything again
+  if (std::any_of(createdJob.begin(), createdJob.end(), [](char c) { return c != 0; })) {
+    event(pass.object, false, "Created",
+          fmt::format("workers of {} regions created ({} in all)", pass.spec.regions.size(),
+                      pass.spec.totalReplicas()));
+  }
+  return {};
+}
+
+void Reconciler::failRegion(Pass& pass, size_t i, const std::string& what,
+                            const kube::ApiError& e) {
+  std::lock_guard lock(pass.mu);
+  pass.obs.regions[i].reachable = false;
+  pass.obs.regions[i].unreachableReason = what + ": " + describe(e);
+  pass.work[i].retry = true;
+  pass.applyFailed = true;
+  if (e.isInvalid() || e.isForbidden())
+    event(pass.object, true, "ApplyFailed", pass.obs.regions[i].unreachableReason);
+}
+
+bool Reconciler::applyJob(Pass& pass, size_t i) {
+  const ApplyTarget target{*pass.work[i].client, pass.ns, pass.full};
+  RegionObservation& ro = pass.obs.regions[i];
+  const bool isNew = ro.job.is_null();
+  json desired = renderWorkerJob(pass.job, pass.spec, i, options_.render);
+  setJobSuspend(desired, pass.spec.runPolicy.suspend, ro.job);
+  auto a = target.apply(res::kJobs, ro.job, std::move(desired));
+  if (!a.ok() && !isNew && a.error().isInvalid()) {
+    // The Job exists and refuses the change: Kubernetes keeps its pod
+    // template, podFailurePolicy and backoffLimitPerIndex as created, and
+    // the spec now renders others (a spec change, or a Job that an earlier
+    // controller version created). The Job runs on as it is, so the region
+    // is reachable and its status still counts; only this write is
+    // refused, and retrying it cannot help.
+    event(pass.object, true, "ApplyFailed",
+          fmt::format("region {}: the Job keeps its current spec (these fields cannot change): {}",
+                      pass.spec.regions[i].name, describe(a.error())));
+    return false;
+  }
+  if (!a.ok()) {
+    failRegion(pass, i, "apply the Job", a.error());
+    return false;
+  }
+  ro.job = std::move(*a);
+  return isNew;
+}
+
+void Reconciler::reportWorkerProblems(Pass& pass) {
+  // What goes wrong in the regions' clusters (pod_problems.h), as Events on
+  // the TrainingJob, each problem once. A region's pods are listed only
+  // while one of its workers is not ready, or one more has failed since the
+  // last status: a healthy job costs no request.
+  if (events_ == nullptr || pass.spec.runPolicy.suspend) return;
+  const size_t n = pass.spec.regions.size();
+  std::vector<std::vector<Problem>> found(n);
+  pool_.parallelFor(n, [&](size_t i) { found[i] = regionProblems(pass, i); });
+  for (const std::vector<Problem>& problems : found) {
+    size_t reported = 0;
+    for (const Problem& p : problems) {
+      // A region in trouble has many pods alike: a few Events say it.
+      if (reported == kProblemsPerRegion) break;
+      if (!firstSighting(pass.key, pass.job.uid, p.key)) continue;
+      ++reported;
+      logger()->info("trainingjob {}: {}", pass.key, p.message);
+      event(pass.object, true, p.reason, p.message);
     }
   }
-  if (Status s = writeStatus(object, previous, status); !s.ok()) {
-    logger()->info("trainingjob {}/{}: {} (retrying)", ns, name, s.message());
-    result.retry = true;
+}
+
+std::vector<Problem> Reconciler::regionProblems(const Pass& pass, size_t i) {
+  const RegionObservation& ro = pass.obs.regions[i];
+  kube::KubeClient* client = pass.work[i].client;
+  if (client == nullptr || !ro.job.is_object()) return {};
+  std::vector<Problem> found = jobProblems(ro.name, ro.job);
+  const json jobSpec = ro.job.value("spec", json::object());
+  if (jobSpec.is_object() && jobSpec.value("suspend", false)) return found;
+  const json st = ro.job.value("status", json::object());
+  auto count = [&](const char* key) {
+    return st.is_object() && st.contains(key) && st[key].is_number_integer()
+               ? st[key].get<int64_t>()
+               : int64_t{0};
+  };
+  int64_t failedBefore = 0;
+  for (const api::RegionStatus& p : pass.previous.regions) {
+    if (p.name == ro.name) failedBefore = p.failed;
   }
-  result.state = status.state;
-  if (!obs.waitingForGateway.empty()) {
-    result.requeueAfter = options_.pollGateways;
+  if (count("ready") + count("succeeded") >= ro.replicas && count("failed") <= failedBefore)
+    return found;
+  kube::ListOptions selector;
+  selector.labelSelector =
+      fmt::format("geotrain.io/job={},geotrain.io/region={}", pass.job.name, ro.name);
+  auto pods = client->list(res::kPods, pass.ns, selector);
+  if (!pods.ok()) {
+    logger()->debug("trainingjob {}: region {}: list the pods: {}", pass.key, ro.name,
+                    describe(pods.error()));
+    return found;
+  }
+  for (Problem& p : podProblems(ro.name, json(pods->items))) found.push_back(std::move(p));
+  return found;
+}
+
+void Reconciler::readProgress(Pass& pass) {
+  // From rank 0 while its region's workers run. A failed scrape keeps the
+  // last progress: metrics are a view, never a reason to retry.
+  kube::KubeClient* first = pass.work[0].client;  // rank 0's region
+  const json& job0 = pass.obs.regions[0].job;
+  if (!options_.scrapeProgress || pass.spec.runPolicy.suspend || first == nullptr ||
+      !job0.is_object() || job0.value("status", json::object()).value("active", int64_t{0}) <= 0)
+    return;
+  auto pod = leaderPod(*first, pass.ns, pass.name, pass.spec.regions[0].name);
+  StatusOr<api::Progress> progress =
+      !pod.ok()      ? StatusOr<api::Progress>(pod.status())
+      : pod->empty() ? StatusOr<api::Progress>(unavailable("rank 0 has no running pod"))
+                     : scrapeProgress(*first, pass.ns, *pod, options_.render.metricsPort,
+                                      options_.scrapeTimeout);
+  if (progress.ok()) {
+    if (progress->step) pass.obs.progress = *progress;
+  } else {
+    logger()->debug("trainingjob {}: no progress: {}", pass.key, progress.status().message());
+  }
+}
+
+void Reconciler::updateStatus(Pass& pass) {
+  ReconcileResult& result = pass.result;
+  for (const RegionObservation& ro : pass.obs.regions)
+    result.report.regionReachable[ro.name] = ro.reachable || !ro.missingNamespace.empty();
+  const api::TrainingJobStatus status = aggregateStatus(pass.previous, pass.obs);
+  announceWaitingForGateway(pass, status);
+  if (Status s = writeStatus(pass.object, pass.previous, status); !s.ok()) {
+    logger()->info("trainingjob {}: {} (retrying)", pass.key, s.message());
+    result.requeue.retry = true;
+  }
+  result.report.state = status.state;
+  if (!pass.obs.waitingForGateway.empty()) {
+    result.requeue.after = options_.pollGateways;
   } else if (status.state == "Running" || status.state == "Pending") {
-    result.requeueAfter = options_.pollRunning;
-  } else if (const auto left = ttlLeft(object, status)) {
+    result.requeue.after = options_.pollRunning;
+  } else if (const auto left = ttlLeft(pass.object, status, clock_.wallNow())) {
     // Just finished: the pass that deletes it when its TTL is up.
-    result.requeueAfter = std::max(*left, std::chrono::milliseconds(0));
+    result.requeue.after = std::max(*left, std::chrono::milliseconds(0));
   }
-  return result;
+}
+
+void Reconciler::announceWaitingForGateway(const Pass& pass, const api::TrainingJobStatus& status) {
+  // Said once (an Event and the log), with what to do on a cluster that has
+  // no load-balancer controller, where the job would otherwise wait with no
+  // visible cause.
+  const api::Condition* created = api::findCondition(status.conditions, api::kConditionCreated);
+  const api::Condition* before =
+      api::findCondition(pass.previous.conditions, api::kConditionCreated);
+  if (created == nullptr || created->reason != "WaitingForGateway" ||
+      (before != nullptr && before->reason == created->reason &&
+       before->message == created->message))
+    return;
+  for (size_t i = 0; i < pass.spec.regions.size(); ++i) {
+    const api::Region& r = pass.spec.regions[i];
+    if (r.name != pass.obs.waitingForGateway) continue;
+    const std::string message = fmt::format(
+        "waiting for the load balancer of region {}: Service {} in cluster {} has no ingress "
+        "address yet (without a load-balancer controller there, set "
+        "spec.regions[{}].gateway.serviceType NodePort with an endpoint, or "
+        "gateway.endpoint)",
+        r.name, gatewayServiceName(pass.job, r.name), r.cluster, i);
+    logger()->info("trainingjob {}: {}", pass.key, message);
+    event(pass.object, false, "WaitingForGateway", message);
+  }
 }
 
 }  // namespace geo::reconcile

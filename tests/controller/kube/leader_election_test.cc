@@ -160,17 +160,35 @@ TEST(LeaderElectorTest, TakesOverOnlyAfterTheHolderStopsRenewing) {
   std::atomic<bool> leading{false};
   LeaderElectionConfig config = fastConfig("pod-b");
   config.onStartedLeading = [&] { leading = true; };
-  LeaderElector elector(client, config);
+  FakeClock clock;
+  LeaderElector elector(client, config, clock);
   CancelToken cancel;
   std::thread runner([&] { elector.run(cancel); });
-  std::this_thread::sleep_for(milliseconds(1500));  // longer than the holder's 1 s
+  // One retry period of fake time once the candidate sleeps; returns after
+  // its next read of the Lease.
+  auto retryPeriod = [&] {
+    const size_t before = client.requests().size();
+    ASSERT_TRUE(clock.awaitWaiters(1));
+    clock.advance(config.retryPeriod);
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (client.requests().size() == before && std::chrono::steady_clock::now() < limit)
+      std::this_thread::yield();
+    ASSERT_GT(client.requests().size(), before);
+  };
+  for (int i = 0; i < 75; ++i) retryPeriod();  // 1.5 s, longer than the holder's 1 s
   EXPECT_FALSE(leading);
   EXPECT_EQ(elector.observedLeader(), "pod-a");
-  const auto deadSince = std::chrono::steady_clock::now();
   holderAlive = false;
-  for (int i = 0; i < 1000 && !leading; ++i) std::this_thread::sleep_for(milliseconds(5));
+  int periods = 0;
+  while (!leading && periods < 200) {
+    retryPeriod();
+    ++periods;
+  }
   EXPECT_TRUE(leading);
-  EXPECT_GE(std::chrono::steady_clock::now() - deadSince, milliseconds(950));
+  // The holder's 1 s on the candidate's clock, counted from the last change
+  // it saw, then at most one more retry period.
+  EXPECT_GE(periods * config.retryPeriod, milliseconds(1000));
+  EXPECT_LE(periods * config.retryPeriod, milliseconds(1040));
   {
     std::lock_guard lock(mu);
     const LeaseRecord taken = LeaseRecord::fromLease(lease);

@@ -66,16 +66,21 @@ TEST(WorkQueueTest, ShutdownWakesBlockedWorkers) {
 }
 
 TEST(WorkQueueTest, AddAfterWaitsAndKeepsTheEarlierTime) {
-  WorkQueue queue;
-  const auto start = std::chrono::steady_clock::now();
+  FakeClock clock;
+  WorkQueue queue(milliseconds(5), milliseconds(1000), clock);
   queue.addAfter("slow", milliseconds(5000));
   queue.addAfter("slow", milliseconds(30));  // earlier wins
   queue.addAfter("slow", milliseconds(4000));
   EXPECT_EQ(queue.length(), 0u);
-  EXPECT_EQ(queue.get(), "slow");
-  const auto waited = std::chrono::steady_clock::now() - start;
-  EXPECT_GE(waited, milliseconds(30));
-  EXPECT_LT(waited, milliseconds(3000));
+  std::optional<std::string> got;
+  std::thread worker([&] { got = queue.get(); });
+  ASSERT_TRUE(clock.awaitWaiters(1));
+  clock.advance(milliseconds(29));
+  ASSERT_TRUE(clock.awaitWaiters(1));  // still waiting at 29 ms
+  EXPECT_EQ(queue.length(), 0u);
+  clock.advance(milliseconds(1));
+  worker.join();
+  EXPECT_EQ(got, "slow");
   queue.done("slow");
   // Zero delay is a plain add.
   queue.addAfter("now", milliseconds(0));
@@ -83,11 +88,14 @@ TEST(WorkQueueTest, AddAfterWaitsAndKeepsTheEarlierTime) {
 }
 
 TEST(WorkQueueTest, DelayedKeyWakesAWorkerAlreadyWaiting) {
-  WorkQueue queue;
+  FakeClock clock;
+  WorkQueue queue(milliseconds(5), milliseconds(1000), clock);
+  queue.addAfter("far", milliseconds(60000));
   std::optional<std::string> got;
   std::thread worker([&] { got = queue.get(); });
-  std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_TRUE(clock.awaitWaiters(1));  // sleeping until the far key is due
   queue.addAfter("x", milliseconds(20));
+  clock.advance(milliseconds(20));
   worker.join();
   EXPECT_EQ(got, "x");
 }
@@ -110,13 +118,24 @@ TEST(RateLimiterTest, ExponentialPerKeyUntilForget) {
 }
 
 TEST(WorkQueueTest, AddRateLimitedBacksOff) {
-  WorkQueue queue(milliseconds(10), milliseconds(1000));
+  FakeClock clock;
+  WorkQueue queue(milliseconds(10), milliseconds(1000), clock);
   queue.addRateLimited("a");
   queue.addRateLimited("a");  // still waiting at 10 ms: keeps the earlier time
   EXPECT_EQ(queue.numRequeues("a"), 2);
-  const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(queue.get(), "a");
-  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(5));
+  clock.advance(milliseconds(10));
+  EXPECT_EQ(queue.get(), "a");  // due: no wait
+  queue.done("a");
+  // The third failure waits 10 * 2^2 ms.
+  queue.addRateLimited("a");
+  clock.advance(milliseconds(39));
+  std::optional<std::string> got;
+  std::thread worker([&] { got = queue.get(); });
+  ASSERT_TRUE(clock.awaitWaiters(1));
+  EXPECT_FALSE(got);
+  clock.advance(milliseconds(1));
+  worker.join();
+  EXPECT_EQ(got, "a");
   queue.done("a");
   queue.forget("a");
   EXPECT_EQ(queue.numRequeues("a"), 0);

@@ -134,8 +134,7 @@ class ReconcilerTest : public ::testing::Test {
     }
     ReconcilerOptions options;
     options.render.workerImage = "registry.example/worker:1";
-    reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options,
-                                               [this] { return fmt::format("t{}", ++tick_); });
+    reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options, clock_);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -210,8 +209,10 @@ class ReconcilerTest : public ::testing::Test {
   fs::path dir_;
   std::unique_ptr<kube::KubeClient> hubClient_, memberClient_;
   TestClusters clusters_;
+  // The reconciler's time: it stands still unless a test moves it; on the
+  // wall it starts now, as the API servers' time stamps do.
+  FakeClock clock_{std::chrono::system_clock::now()};
   std::unique_ptr<Reconciler> reconciler_;
-  int tick_ = 0;
 };
 
 TEST_F(ReconcilerTest, CreatesEveryRegionRunsSucceedsAndCleansUp) {
@@ -220,7 +221,7 @@ TEST_F(ReconcilerTest, CreatesEveryRegionRunsSucceedsAndCleansUp) {
   // Pass 1: finalizer, Services in both clusters; london's load balancer
   // has no address yet, so no workload anywhere.
   ReconcileResult r = pass();
-  EXPECT_EQ(r.requeueAfter, std::chrono::milliseconds(3000));
+  EXPECT_EQ(r.requeue.after, std::chrono::milliseconds(3000));
   json tj = trainingJob();
   EXPECT_EQ(tj["metadata"]["finalizers"], json({"geotrain.io/cleanup"}));
   EXPECT_EQ(condition(tj, "Created", "reason"), "WaitingForGateway");
@@ -281,7 +282,7 @@ TEST_F(ReconcilerTest, CreatesEveryRegionRunsSucceedsAndCleansUp) {
   tj = trainingJob();
   EXPECT_EQ(tj["status"]["state"], "Running");
   EXPECT_EQ(tj["status"]["regionsReady"], "2/2");
-  EXPECT_EQ(r.requeueAfter, std::chrono::milliseconds(10000));
+  EXPECT_EQ(r.requeue.after, std::chrono::milliseconds(10000));
   const json complete = {{"succeeded", 2},
                          {"conditions", {{{"type", "Complete"}, {"status", "True"}}}}};
   setJobStatus(*hub_, "world-london", complete);
@@ -289,7 +290,7 @@ TEST_F(ReconcilerTest, CreatesEveryRegionRunsSucceedsAndCleansUp) {
   r = pass();
   tj = trainingJob();
   EXPECT_EQ(tj["status"]["state"], "Succeeded");
-  EXPECT_FALSE(r.requeueAfter.has_value());
+  EXPECT_FALSE(r.requeue.after.has_value());
   EXPECT_TRUE(tj["status"].contains("completionTime"));
 
   // Delete: the finalizer holds the object until both clusters are clean.
@@ -329,9 +330,9 @@ TEST_F(ReconcilerTest, AFinishedJobWhoseJobIsDeletedIsNotRecreated) {
   ASSERT_TRUE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
   for (int i = 0; i < 3; ++i) {
     const ReconcileResult r = pass();
-    EXPECT_EQ(r.state, "Succeeded");
-    EXPECT_FALSE(r.retry);
-    EXPECT_FALSE(r.requeueAfter.has_value());
+    EXPECT_EQ(r.report.state, "Succeeded");
+    EXPECT_FALSE(r.requeue.retry);
+    EXPECT_FALSE(r.requeue.after.has_value());
   }
   EXPECT_TRUE(get(*memberClient_, res::kJobs, "world-tokyo").is_null()) << "recreated";
   json tj = trainingJob();
@@ -371,8 +372,7 @@ TEST_F(ReconcilerTest, ProgressComesFromRankZerosMetricsThroughTheApiServer) {
   ReconcilerOptions options;
   options.render.workerImage = "registry.example/worker:1";
   options.render.metricsPort = (*metrics)->port();
-  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options,
-                                             [this] { return fmt::format("t{}", ++tick_); });
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options, clock_);
   json spec = twoRegionsClusterIp();
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
   pass();
@@ -580,8 +580,7 @@ TEST_F(ReconcilerTest, AJobSuspendedByKueueStaysSuspendedAcrossARestart) {
   // A restart: a new controller applies everything on its first pass.
   ReconcilerOptions options;
   options.render.workerImage = "registry.example/worker:1";
-  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options,
-                                             [this] { return fmt::format("t{}", ++tick_); });
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options, clock_);
   pass();
   pass();
   EXPECT_EQ(get(*memberClient_, res::kJobs, "world-tokyo")["spec"]["suspend"], true)
@@ -643,8 +642,7 @@ TEST_F(ReconcilerTest, WritesOnlyWhatChangedAndAFullApplyUndoesHandEdits) {
   ReconcilerOptions options;
   options.render.workerImage = "registry.example/worker:1";
   options.fullApplyEvery = std::chrono::milliseconds(0);
-  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options,
-                                             [this] { return fmt::format("t{}", ++tick_); });
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, options, clock_);
   pass();
   EXPECT_EQ(get(*memberClient_, res::kConfigMaps, "world-tokyo-config")["data"], config["data"]);
   edited = get(*memberClient_, res::kConfigMaps, "world-tokyo-config");
@@ -673,8 +671,8 @@ TEST_F(ReconcilerTest, ClusterCachesServeReadsAndReportChanges) {
   } clusters;
   clusters.clients = clusters_.clients;
   clusters.caches = {{"local", &hubCache}, {"tokyo", &memberCache}};
-  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters, nullptr, ReconcilerOptions{},
-                                             [this] { return fmt::format("t{}", ++tick_); });
+  reconciler_ =
+      std::make_unique<Reconciler>(*hubClient_, clusters, nullptr, ReconcilerOptions{}, clock_);
   auto waitFor = [&](const std::function<bool()>& done) {
     for (int i = 0; i < 200 && !done(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -810,7 +808,7 @@ TEST_F(ReconcilerTest, InvalidSpecIsReportedAndNothingIsCreated) {
   spec["sync"]["bits"] = 3;
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
   const ReconcileResult r = pass();
-  EXPECT_EQ(r.state, "Invalid");
+  EXPECT_EQ(r.report.state, "Invalid");
   const json tj = trainingJob();
   EXPECT_EQ(condition(tj, "Created"), "False");
   EXPECT_EQ(condition(tj, "Created", "reason"), "InvalidSpec");
@@ -823,8 +821,9 @@ TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
   clusters_.clients["tokyo"] = nullptr;
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegions())).ok());
   const ReconcileResult r = pass();
-  EXPECT_TRUE(r.retry);
-  EXPECT_EQ(r.regionReachable, (std::map<std::string, bool>{{"london", true}, {"tokyo", false}}));
+  EXPECT_TRUE(r.requeue.retry);
+  EXPECT_EQ(r.report.regionReachable,
+            (std::map<std::string, bool>{{"london", true}, {"tokyo", false}}));
   const json tj = trainingJob();
   EXPECT_EQ(condition(tj, "RegionDegraded"), "True");
   EXPECT_NE(condition(tj, "RegionDegraded", "message").find("tokyo"), std::string::npos);
@@ -833,7 +832,7 @@ TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
   EXPECT_TRUE(get(*hubClient_, res::kJobs, "world-london").is_null());
   // Deleting while tokyo is away keeps the finalizer; it goes once tokyo is back.
   ASSERT_TRUE(hubClient_->remove(kTrainingJobs, "ml", "world").ok());
-  EXPECT_TRUE(pass().retry);
+  EXPECT_TRUE(pass().requeue.retry);
   EXPECT_FALSE(trainingJob().is_null());
   clusters_.clients["tokyo"] = memberClient_.get();
   pass();
@@ -844,7 +843,8 @@ TEST_F(ReconcilerTest, UnreachableRegionDegradesWithoutStoppingTheOthers) {
 // TTL like a Job, and its objects in every region with it; the pass that
 // finishes it asks to be run again when the TTL is up.
 TEST_F(ReconcilerTest, AFinishedJobIsDeletedAfterItsTtl) {
-  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, ReconcilerOptions{});
+  reconciler_ =
+      std::make_unique<Reconciler>(*hubClient_, clusters_, nullptr, ReconcilerOptions{}, clock_);
   json spec = twoRegionsClusterIp();
   spec["ttlSecondsAfterFinished"] = 2;
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
@@ -854,14 +854,14 @@ TEST_F(ReconcilerTest, AFinishedJobIsDeletedAfterItsTtl) {
   setJobStatus(*hub_, "world-london", complete);
   setJobStatus(*member_, "world-tokyo", complete);
   ReconcileResult r = pass();
-  EXPECT_EQ(r.state, "Succeeded");
-  ASSERT_TRUE(r.requeueAfter.has_value());
-  EXPECT_GT(*r.requeueAfter, std::chrono::milliseconds(0));
-  EXPECT_LE(*r.requeueAfter, std::chrono::milliseconds(2000));
+  EXPECT_EQ(r.report.state, "Succeeded");
+  ASSERT_TRUE(r.requeue.after.has_value());
+  EXPECT_GT(*r.requeue.after, std::chrono::milliseconds(0));
+  EXPECT_LE(*r.requeue.after, std::chrono::milliseconds(2000));
   r = pass();  // before the TTL: kept, and asked to look again
   EXPECT_FALSE(trainingJob().is_null());
-  ASSERT_TRUE(r.requeueAfter.has_value());
-  std::this_thread::sleep_for(*r.requeueAfter + std::chrono::milliseconds(1100));
+  ASSERT_TRUE(r.requeue.after.has_value());
+  clock_.advance(*r.requeue.after);
   pass();  // deletes it; the finalizer holds it until every region is clean
   pass();
   EXPECT_TRUE(trainingJob().is_null());
@@ -877,8 +877,8 @@ TEST_F(ReconcilerTest, AnUnknownClusterIsAnInvalidSpecAndDeletionCompletes) {
   spec["regions"].push_back({{"name", "paris"}, {"cluster", "paris"}});
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(spec)).ok());
   const ReconcileResult r = pass();
-  EXPECT_EQ(r.state, "Invalid");
-  EXPECT_FALSE(r.retry);
+  EXPECT_EQ(r.report.state, "Invalid");
+  EXPECT_FALSE(r.requeue.retry);
   const json tj = trainingJob();
   EXPECT_EQ(condition(tj, "Created", "reason"), "InvalidSpec");
   EXPECT_EQ(condition(tj, "Created", "message"),
@@ -888,7 +888,7 @@ TEST_F(ReconcilerTest, AnUnknownClusterIsAnInvalidSpecAndDeletionCompletes) {
   EXPECT_TRUE(get(*hubClient_, res::kServices, "world-london").is_null());
   EXPECT_TRUE(get(*memberClient_, res::kServices, "world-tokyo").is_null());
   ASSERT_TRUE(hubClient_->remove(kTrainingJobs, "ml", "world").ok());
-  EXPECT_FALSE(pass().retry);
+  EXPECT_FALSE(pass().requeue.retry);
   EXPECT_TRUE(trainingJob().is_null());
 }
 
@@ -898,8 +898,8 @@ TEST_F(ReconcilerTest, AMissingNamespaceInAMemberIsReportedAsSuch) {
   ASSERT_TRUE(memberClient_->remove(res::kNamespaces, "", "ml").ok());
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
   const ReconcileResult r = pass();
-  EXPECT_TRUE(r.retry);
-  EXPECT_EQ(r.regionReachable.at("tokyo"), true);  // it answered
+  EXPECT_TRUE(r.requeue.retry);
+  EXPECT_EQ(r.report.regionReachable.at("tokyo"), true);  // it answered
   const json tj = trainingJob();
   EXPECT_EQ(condition(tj, "RegionDegraded", "reason"), "NamespaceMissing") << tj["status"].dump();
   EXPECT_EQ(condition(tj, "RegionDegraded", "message"),
@@ -925,14 +925,13 @@ TEST_F(ReconcilerTest, CleanupOfAnUnreachableRegionGivesUpAfterTheTimeout) {
   ReconcilerOptions options;
   options.render.workerImage = "registry.example/worker:1";
   options.cleanupTimeout = std::chrono::seconds(2);
-  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options,
-                                             [this] { return fmt::format("t{}", ++tick_); });
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options, clock_);
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
   pass();
   ASSERT_FALSE(get(*memberClient_, res::kJobs, "world-tokyo").is_null());
   clusters_.clients["tokyo"] = nullptr;  // tokyo goes away for good
   ASSERT_TRUE(hubClient_->remove(kTrainingJobs, "ml", "world").ok());
-  EXPECT_TRUE(pass().retry);
+  EXPECT_TRUE(pass().requeue.retry);
   json tj = trainingJob();
   ASSERT_FALSE(tj.is_null());
   EXPECT_EQ(condition(tj, "RegionDegraded", "reason"), "CleanupBlocked");
@@ -941,8 +940,10 @@ TEST_F(ReconcilerTest, CleanupOfAnUnreachableRegionGivesUpAfterTheTimeout) {
       << condition(tj, "RegionDegraded", "message");
   // london's objects are gone already.
   EXPECT_TRUE(get(*hubClient_, res::kJobs, "world-london").is_null());
-  std::this_thread::sleep_for(std::chrono::milliseconds(3100));
-  EXPECT_FALSE(pass().retry);
+  // Past the timeout (on the wall, counted from the API server's
+  // deletionTimestamp).
+  clock_.advance(std::chrono::seconds(10));
+  EXPECT_FALSE(pass().requeue.retry);
   EXPECT_TRUE(trainingJob().is_null());
   events.flush();
   auto listed = hubClient_->list(res::kEvents, "ml");
@@ -967,8 +968,7 @@ TEST_F(ReconcilerTest, MemberSideProblemsAndTheGatewayWaitBecomeEvents) {
   kube::EventRecorder events(*hubClient_, "geotrain-controller", "reconciler-test");
   ReconcilerOptions options;
   options.render.workerImage = "registry.example/worker:1";
-  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options,
-                                             [this] { return fmt::format("t{}", ++tick_); });
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options, clock_);
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegions())).ok());
   pass();
   pass();  // still waiting: said once
@@ -1056,8 +1056,7 @@ TEST_F(ReconcilerTest, AFailedWorkerDegradesItsRegionUntilItIsBack) {
   kube::EventRecorder events(*hubClient_, "geotrain-controller", "reconciler-test");
   ReconcilerOptions options;
   options.render.workerImage = "registry.example/worker:1";
-  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options,
-                                             [this] { return fmt::format("t{}", ++tick_); });
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options, clock_);
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
   pass();
   const json londonJob = get(*hubClient_, res::kJobs, "world-london");
@@ -1100,7 +1099,7 @@ TEST_F(ReconcilerTest, AFailedWorkerDegradesItsRegionUntilItIsBack) {
   EXPECT_EQ(tj["status"]["state"], "Running");  // the job runs on
   EXPECT_EQ(tj["status"]["regionsReady"], "1/2");
   EXPECT_EQ(tj["status"]["regions"][0]["failed"], 1);
-  EXPECT_EQ(r.requeueAfter, std::chrono::milliseconds(10000));  // still watched
+  EXPECT_EQ(r.requeue.after, std::chrono::milliseconds(10000));  // still watched
   expectNotFailed(tj);
   const std::string since = condition(tj, "RegionDegraded", "lastTransitionTime");
 
@@ -1152,8 +1151,7 @@ TEST_F(ReconcilerTest, AJobThatRefusesANewSpecRunsOnAndStillCounts) {
   kube::EventRecorder events(*hubClient_, "geotrain-controller", "reconciler-test");
   ReconcilerOptions options;
   options.render.workerImage = "registry.example/worker:1";
-  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options,
-                                             [this] { return fmt::format("t{}", ++tick_); });
+  reconciler_ = std::make_unique<Reconciler>(*hubClient_, clusters_, &events, options, clock_);
   ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
   pass();
   ASSERT_EQ(get(*hubClient_, res::kJobs, "world-london")["spec"]["backoffLimitPerIndex"], 6);
@@ -1165,8 +1163,9 @@ TEST_F(ReconcilerTest, AJobThatRefusesANewSpecRunsOnAndStillCounts) {
   setJobStatus(*hub_, "world-london", {{"active", 2}, {"ready", 2}});
   setJobStatus(*member_, "world-tokyo", {{"active", 1}, {"ready", 1}});
   ReconcileResult r = pass();
-  EXPECT_FALSE(r.retry);
-  EXPECT_EQ(r.regionReachable, (std::map<std::string, bool>{{"london", true}, {"tokyo", true}}));
+  EXPECT_FALSE(r.requeue.retry);
+  EXPECT_EQ(r.report.regionReachable,
+            (std::map<std::string, bool>{{"london", true}, {"tokyo", true}}));
   tj = trainingJob();
   EXPECT_EQ(tj["status"]["state"], "Running") << tj["status"].dump();
   EXPECT_EQ(condition(tj, "RegionDegraded"), "False");
@@ -1254,11 +1253,11 @@ TEST_F(ReconcilerTest, ConvergesThroughApiFaultsAcrossThreeClusters) {
   while (passes < 20 && state != "Pending") {
     ++passes;
     auto r = reconciler_->reconcile("ml", "world");
-    if (!r.ok() || r->retry) {
+    if (!r.ok() || r->requeue.retry) {
       ++failed;
       continue;
     }
-    state = r->state;
+    state = r->report.state;
   }
   EXPECT_EQ(state, "Pending") << "after " << passes << " passes";
   EXPECT_GT(failed, 0) << "the faults were never hit";

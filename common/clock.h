@@ -1,0 +1,96 @@
+#pragma once
+// Clock: where code that waits or stamps times reads the time, so that tests
+// can drive it (FakeClock) instead of sleeping in real time.
+//
+// A Clock has two faces: a monotonic time (now(): delays, deadlines, how
+// long something took) and a wall time (wallNow(): time stamps written into
+// objects, ages counted from a time stamp read back). Waiting goes through
+// the clock too: waitUntil() blocks on the caller's condition variable until
+// it is notified or the clock reaches the deadline, which a FakeClock does
+// when a test advances it. Code under test therefore never calls
+// std::chrono::*_clock::now() or a sleep of its own where a test wants to
+// control time.
+//
+// Threading: every member of both clocks is thread-safe. Errors: none.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
+namespace geo {
+
+class Clock {
+ public:
+  using Duration = std::chrono::steady_clock::duration;
+  using TimePoint = std::chrono::steady_clock::time_point;
+  using WallTime = std::chrono::system_clock::time_point;
+
+  virtual ~Clock() = default;
+
+  // The monotonic time: never goes back.
+  virtual TimePoint now() const = 0;
+  // The wall time, for time stamps (may jump on a real clock).
+  virtual WallTime wallNow() const = 0;
+
+  // With `lock` (which holds the mutex guarding the caller's state) taken:
+  // waits on `cv` until it is notified or now() reaches `deadline`, and
+  // returns with `lock` taken again. It may return early (a spurious wake-up,
+  // as std::condition_variable may): callers loop and check their state and
+  // now() again. Returns at once when the deadline has passed.
+  virtual void waitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                         TimePoint deadline) const = 0;
+
+  // Blocks the calling thread until now() reaches `deadline`.
+  void sleepUntil(TimePoint deadline) const;
+  void sleepFor(Duration duration) const { sleepUntil(now() + duration); }
+};
+
+// The real clocks (std::chrono::steady_clock and system_clock); one per
+// process, never destroyed.
+Clock& systemClock();
+
+// A clock that stands still until a test moves it. It starts at an arbitrary
+// fixed monotonic time and at `wallStart` on the wall; advance() moves both
+// by the same amount and wakes every waitUntil() whose deadline it reaches,
+// so a test decides exactly when a delay is over.
+class FakeClock : public Clock {
+ public:
+  // 2024-01-01T00:00:00Z by default: a readable, fixed time stamp.
+  explicit FakeClock(WallTime wallStart = WallTime(std::chrono::seconds(1704067200)));
+
+  TimePoint now() const override;
+  WallTime wallNow() const override;
+  void waitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                 TimePoint deadline) const override;
+
+  // Moves the time on by `by` (>= 0) and wakes every thread waiting on this
+  // clock (each rechecks its own deadline). Must not be called with a mutex
+  // held that a waiter passed to waitUntil().
+  void advance(Duration by);
+  // How many threads wait in waitUntil() or sleepUntil() now: a test that
+  // must know a thread reached its wait (before advancing) polls this.
+  size_t waiters() const;
+  // Blocks (in real time, briefly) until at least `n` threads wait on this
+  // clock; false when that did not happen within `timeout`.
+  bool awaitWaiters(size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+
+ private:
+  struct Waiter {
+    std::mutex* mu;
+    std::condition_variable* cv;
+    uint64_t woken;  // the last advance() that notified it
+  };
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable waitersChanged_;
+  Duration elapsed_{0};
+  const WallTime wallStart_;
+  uint64_t generation_ = 0;  // advance() calls so far
+  mutable uint64_t nextWaiter_ = 1;
+  mutable std::map<uint64_t, Waiter> waiters_;
+};
+
+}  // namespace geo

@@ -1,0 +1,108 @@
+#include "common/clock.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+namespace geo {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+TEST(FakeClockTest, StandsStillUntilAdvanced) {
+  FakeClock clock;
+  const auto start = clock.now();
+  const auto wall = clock.wallNow();
+  EXPECT_EQ(clock.now(), start);
+  clock.advance(seconds(90));
+  EXPECT_EQ(clock.now() - start, seconds(90));
+  EXPECT_EQ(clock.wallNow() - wall, seconds(90));
+  EXPECT_EQ(std::chrono::system_clock::to_time_t(FakeClock().wallNow()), 1704067200);
+}
+
+TEST(FakeClockTest, WaitUntilReturnsAtOnceWhenTheDeadlinePassed) {
+  FakeClock clock;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unique_lock lock(mu);
+  clock.waitUntil(lock, cv, clock.now());  // would block forever if it waited
+  EXPECT_TRUE(lock.owns_lock());
+  EXPECT_EQ(clock.waiters(), 0u);
+}
+
+// A sleeper wakes only once the fake time reaches its deadline, however long
+// it waits in real time.
+TEST(FakeClockTest, SleepEndsOnlyWhenAdvancedPastTheDeadline) {
+  FakeClock clock;
+  std::atomic<bool> woke{false};
+  std::thread sleeper([&] {
+    clock.sleepFor(seconds(10));
+    woke = true;
+  });
+  ASSERT_TRUE(clock.awaitWaiters(1));
+  clock.advance(seconds(9));
+  ASSERT_TRUE(clock.awaitWaiters(1));  // woke, saw 9 s, waits again
+  EXPECT_FALSE(woke);
+  clock.advance(seconds(1));
+  sleeper.join();
+  EXPECT_TRUE(woke);
+  EXPECT_EQ(clock.waiters(), 0u);
+}
+
+// A wait on the caller's condition variable ends on its notification too,
+// before the deadline.
+TEST(FakeClockTest, WaitUntilEndsOnNotify) {
+  FakeClock clock;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool ready = false;
+  std::thread waiter([&] {
+    std::unique_lock lock(mu);
+    while (!ready) clock.waitUntil(lock, cv, clock.now() + seconds(60));
+  });
+  ASSERT_TRUE(clock.awaitWaiters(1));
+  {
+    std::lock_guard lock(mu);
+    ready = true;
+  }
+  cv.notify_all();
+  waiter.join();
+}
+
+// Many waiters on one mutex and many advances: none misses its deadline
+// (a lost wake-up would hang the join).
+TEST(FakeClockTest, NoWakeUpIsLost) {
+  FakeClock clock;
+  std::mutex mu;
+  std::condition_variable cv;
+  const auto deadline = clock.now() + milliseconds(100);
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 8; ++i) {
+    waiters.emplace_back([&] {
+      std::unique_lock lock(mu);
+      while (clock.now() < deadline) clock.waitUntil(lock, cv, deadline);
+    });
+  }
+  for (int i = 0; i < 100; ++i) clock.advance(milliseconds(1));
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(clock.waiters(), 0u);
+}
+
+TEST(SystemClockTest, IsTheRealClock) {
+  const auto before = std::chrono::steady_clock::now();
+  const auto now = systemClock().now();
+  EXPECT_GE(now, before);
+  EXPECT_LE(now, std::chrono::steady_clock::now());
+  const auto wall = systemClock().wallNow() - std::chrono::system_clock::now();
+  EXPECT_LT(std::chrono::abs(wall), seconds(5));
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unique_lock lock(mu);
+  systemClock().waitUntil(lock, cv, systemClock().now() + milliseconds(1));
+  EXPECT_TRUE(lock.owns_lock());
+}
+
+}  // namespace
+}  // namespace geo
