@@ -33,12 +33,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/keys/keys.h"
 #include "common/logging.h"
 #include "common/worker_config.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/sync/synchronizer.h"
 #include "worker/train/trainer.h"
-#include "worker/transport/keys.h"
 #include "worker/transport/link.h"
 #include "worker/transport/zmq_transport.h"
 
@@ -193,14 +193,14 @@ geo::StatusOr<std::unique_ptr<geo::transport::Transport>> makeTransport(
   }
   t.bindEndpoint = c.transport.listen;
   const std::filesystem::path keyDir = c.transport.keyDir;
-  auto secret =
-      gt::loadSecretKey(keyDir / fmt::format("worker-{}.key", t.rank),
-                        c.transport.keyGroupReadable ? gt::SecretKeyAccess::kOwnerAndGroupRead
-                                                     : gt::SecretKeyAccess::kOwnerOnly);
+  auto secret = geo::keys::loadSecretKey(keyDir / fmt::format("worker-{}.key", t.rank),
+                                         c.transport.keyGroupReadable
+                                             ? geo::keys::SecretKeyAccess::kOwnerAndGroupRead
+                                             : geo::keys::SecretKeyAccess::kOwnerOnly);
   if (!secret.ok()) return secret.status();
   t.secretKey = *secret;
   for (uint32_t r = 0; r < world; ++r) {
-    auto pub = gt::loadPublicKey(keyDir / fmt::format("worker-{}.pub", r));
+    auto pub = geo::keys::loadPublicKey(keyDir / fmt::format("worker-{}.pub", r));
     if (!pub.ok()) return pub.status();
     t.publicKeys.push_back(*pub);
   }

@@ -10,13 +10,13 @@
 #include <optional>
 #include <thread>
 
+#include "common/keys/keys.h"
 #include "common/logging.h"
 #include "controller/kube/config.h"
 #include "controller/kube/kube_time.h"
 #include "controller/reconcile/pod_problems.h"
 #include "controller/reconcile/progress.h"
 #include "controller/reconcile/status.h"
-#include "worker/transport/keys.h"
 
 namespace geo::reconcile {
 
@@ -57,7 +57,7 @@ void readKeys(const json& secret, int64_t first, int64_t count, std::vector<Rank
     std::optional<std::string> text = kube::decodeBase64(data[file].get<std::string>());
     if (!text) continue;
     while (!text->empty() && (text->back() == '\n' || text->back() == '\r')) text->pop_back();
-    auto pub = transport::publicKeyOf(*text);
+    auto pub = keys::publicKeyOf(*text);
     if (!pub.ok()) continue;
     keys[static_cast<size_t>(r)] = {*pub, *text};
   }
@@ -546,7 +546,7 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
     for (int64_t k = plan[i].firstRank; k < plan[i].firstRank + plan[i].replicas; ++k) {
       RankKeys& rk = keys[static_cast<size_t>(k)];
       if (rk.secretKey.empty()) {
-        const transport::CurveKeyPair pair = transport::generateKeyPair();
+        const keys::CurveKeyPair pair = keys::generateKeyPair();
         rk = {pair.publicKey, pair.secretKey};
       }
     }

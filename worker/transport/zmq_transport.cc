@@ -24,10 +24,10 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/keys/keys.h"
 #include "common/logging.h"
 #include "worker/transport/assembler.h"
 #include "worker/transport/buffer_pool.h"
-#include "worker/transport/keys.h"
 
 namespace geo::transport {
 
@@ -249,7 +249,7 @@ Status validate(const TransportConfig& c) {
   }
   std::set<std::string> seen;
   for (size_t r = 0; r < world; ++r) {
-    if (!isZ85Key(c.publicKeys[r])) {
+    if (!keys::isZ85Key(c.publicKeys[r])) {
       return invalidArgument(
           fmt::format("transport: publicKeys[{}] is not a 40-character Z85 key", r));
     }
@@ -260,7 +260,7 @@ Status validate(const TransportConfig& c) {
           r));
     }
   }
-  auto derived = publicKeyOf(c.secretKey);
+  auto derived = keys::publicKeyOf(c.secretKey);
   if (!derived.ok()) return derived.status().withContext("transport: secretKey");
   if (*derived != c.publicKeys[c.rank]) {
     return invalidArgument(fmt::format(

@@ -19,12 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/keys/keys.h"
 #include "common/ports.h"
 #include "worker/codec/codec.h"
 #include "worker/sync/internal.h"
 #include "worker/sync/synchronizer.h"
 #include "worker/train/trainer.h"
-#include "worker/transport/keys.h"
 #include "worker/transport/zmq_transport.h"
 
 namespace geo::sync {
@@ -143,10 +143,10 @@ int64_t syncBytes(const SyncOptions& o, const train::FlatParameters& flat);
 RunResult runJob(const JobSpec& job) {
   torch::set_num_threads(1);  // one core per worker thread at most
   const auto world = static_cast<uint32_t>(job.regions.size());
-  std::vector<transport::CurveKeyPair> keys;
+  std::vector<keys::CurveKeyPair> keys;
   std::vector<std::string> endpoints;
   for (uint32_t r = 0; r < world; ++r) {
-    keys.push_back(transport::generateKeyPair());
+    keys.push_back(keys::generateKeyPair());
     endpoints.push_back("tcp://127.0.0.1:" + std::to_string(freePort()));
   }
   train::DatasetSpec data;
