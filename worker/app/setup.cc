@@ -13,7 +13,8 @@ namespace geo::app {
 sync::SyncOptions syncOptions(const WorkerConfig& c) {
   sync::SyncOptions o;
   o.algorithm = c.sync.algorithm;
-  o.period = c.sync.period;
+  o.period = c.sync.period.value_or(kAutoPeriodStart);
+  o.autoPeriod = !c.sync.period.has_value();
   o.delay = c.sync.delay;
   o.swarmH = c.sync.swarmH;
   o.codec.name = c.sync.codec;

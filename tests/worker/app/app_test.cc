@@ -46,6 +46,11 @@ TEST(SyncOptionsFromConfig, CarryEverySyncKey) {
   EXPECT_EQ(o.timeout, std::chrono::milliseconds(1500));
   EXPECT_EQ(o.peerTimeout, std::chrono::milliseconds(4000));
   EXPECT_EQ(o.seed, 9u);
+  EXPECT_FALSE(o.autoPeriod);
+  c.sync.period = std::nullopt;  // auto: starts from kAutoPeriodStart
+  const sync::SyncOptions automatic = syncOptions(c);
+  EXPECT_TRUE(automatic.autoPeriod);
+  EXPECT_EQ(automatic.period, kAutoPeriodStart);
 }
 
 TEST(TrainerOptionsFromConfig, EachWorkerHasItsOwnSeedAndLogIntervalZeroIsTheEnd) {

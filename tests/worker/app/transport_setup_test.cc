@@ -67,6 +67,14 @@ TEST(AgreedSyncSettings, DtsWithQsgdNamesRoundsAndWireFormat) {
             "sync.lanCodec = identity\n");
 }
 
+TEST(AgreedSyncSettings, AnAutoPeriodIsSpelledAuto) {
+  WorkerConfig c;
+  c.sync.algorithm = "dts";
+  c.sync.period = std::nullopt;
+  EXPECT_NE(agreedSyncSettings(c).find("sync.period = auto\n"), std::string::npos)
+      << agreedSyncSettings(c);
+}
+
 TEST(AgreedSyncSettings, LeaveOutWhatTheAlgorithmAndCodecDoNotUse) {
   WorkerConfig c;
   c.sync.algorithm = "swarm";
