@@ -29,7 +29,7 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGEO_BUILD_WORKER=OFF \
 FROM debian:12-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      ca-certificates libcurl4 libyaml-cpp0.7 libspdlog1.10 libfmt9 libzmq5 libsodium23 \
+      ca-certificates libcurl4 libyaml-cpp0.7 libspdlog1.10 libfmt9 libsodium23 \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcpp-httplib0.11 libstdc++6 \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/controller/geotrain-controller /usr/local/bin/geotrain-controller

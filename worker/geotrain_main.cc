@@ -15,11 +15,11 @@
 #include <string>
 #include <utility>
 
+#include "common/keys/keys.h"
 #include "common/worker_config.h"
 #include "worker/local/launcher.h"
 #include "worker/local/options.h"
 #include "worker/local/topology.h"
-#include "worker/transport/keys.h"
 
 #ifndef GEO_VERSION
 #error "GEO_VERSION must be defined by the build (see worker/CMakeLists.txt)"
@@ -37,7 +37,7 @@ struct KeygenOptions {
 };
 
 int runKeygen(const KeygenOptions& options) {
-  namespace gt = geo::transport;
+  namespace gt = geo::keys;
   const gt::CurveKeyPair keys = gt::generateKeyPair();
   const geo::Status status = gt::writeKeyPair(keys, options.out, options.name);
   if (!status.ok()) {

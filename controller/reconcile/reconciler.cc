@@ -13,7 +13,7 @@
 #include "controller/reconcile/pod_problems.h"
 #include "controller/reconcile/progress.h"
 #include "controller/reconcile/status.h"
-#include "worker/transport/keys.h"
+#include "common/keys/keys.h"
 
 namespace geo::reconcile {
 
@@ -54,7 +54,7 @@ void readKeys(const json& secret, int64_t first, int64_t count, std::vector<Rank
     std::optional<std::string> text = kube::decodeBase64(data[file].get<std::string>());
     if (!text) continue;
     while (!text->empty() && (text->back() == '\n' || text->back() == '\r')) text->pop_back();
-    auto pub = transport::publicKeyOf(*text);
+    auto pub = keys::publicKeyOf(*text);
     if (!pub.ok()) continue;
     keys[static_cast<size_t>(r)] = {*pub, *text};
   }
@@ -68,7 +68,7 @@ void fillKeys(const json& secret, const RegionPlan& region, std::vector<RankKeys
   for (int64_t k = region.firstRank; k < region.firstRank + region.replicas; ++k) {
     RankKeys& rk = keys[static_cast<size_t>(k)];
     if (rk.secretKey.empty()) {
-      const transport::CurveKeyPair pair = transport::generateKeyPair();
+      const keys::CurveKeyPair pair = keys::generateKeyPair();
       rk = {pair.publicKey, pair.secretKey};
     }
   }

@@ -7,7 +7,7 @@ the exporters' sources and docs/metrics.md, without running anything.
    full width, panels listed in reading order (y, then x);
 2. names: every geotrain_* metric a PromQL expression names (panels and
    template variables) is registered by the worker exporter
-   (worker/metrics/worker_metrics.cc) or the controller (controller/*.cc);
+   (worker/metrics/worker_metrics.cc) or the controller (controller/**/*.{cc,h});
    the worker's are in the table of docs/metrics.md;
 3. labels: on worker metrics, every label a selector matches on is one the
    table gives that metric (or job, region, rank, le of a histogram), every
@@ -139,7 +139,8 @@ def main():
     metrics_md = os.path.join(repo, "docs", "metrics.md")
     docs = docs_table(metrics_md)
     worker = registered([os.path.join(repo, "worker", "metrics", "worker_metrics.cc")])
-    controller = registered(glob.glob(os.path.join(repo, "controller", "*.cc")))
+    controller = registered(glob.glob(os.path.join(repo, "controller", "**", "*.cc"), recursive=True) +
+                            glob.glob(os.path.join(repo, "controller", "**", "*.h"), recursive=True))
     histograms = {n for n, (t, _) in docs.items() if t == "histogram"}
     check(len(worker) >= 20 and len(controller) >= 4,
           f"found only {sorted(worker)} and {sorted(controller)} registered")

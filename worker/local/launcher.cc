@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/keys/keys.h"
 #include "common/ports.h"
 #include "common/worker_config.h"
 #include "worker/local/display.h"
@@ -32,7 +33,6 @@
 #include "worker/local/signal_watch.h"
 #include "worker/local/topology.h"
 #include "worker/local/worker_event.h"
-#include "worker/transport/keys.h"
 
 namespace geo::local {
 
@@ -649,8 +649,8 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
     const fs::path configPath = *outDir / fmt::format("worker-{}.yaml", r);
     GEO_RETURN_IF_ERROR(writeTextFile(
         configPath, yamlFor(configs[static_cast<size_t>(r)], *workerBinary, configPath)));
-    GEO_RETURN_IF_ERROR(transport::writeKeyPair(transport::generateKeyPair(), *outDir / "keys",
-                                                fmt::format("worker-{}", r)));
+    GEO_RETURN_IF_ERROR(keys::writeKeyPair(keys::generateKeyPair(), *outDir / "keys",
+                                           fmt::format("worker-{}", r)));
     Worker w;
     w.rank = r;
     w.spec.program = workerBinary->string();

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -62,6 +64,16 @@ std::string text(const Json& object, const char* key) {
   return v->get<std::string>();
 }
 
+std::vector<std::string> texts(const Json& object, const char* key) {
+  std::vector<std::string> out;
+  const Json* v = member(object, key);
+  if (v == nullptr || !v->is_array()) return out;
+  for (const Json& item : *v) {
+    if (item.is_string()) out.push_back(item.get<std::string>());
+  }
+  return out;
+}
+
 EventKind kindOf(std::string_view name) {
   if (name == "start") return EventKind::kStart;
   if (name == "joined") return EventKind::kJoined;
@@ -95,9 +107,12 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
   e.shardSamples = integer(j, "shardSamples");
   e.steps = integer(j, "steps");
   e.algorithm = text(j, "algorithm");
+  e.resumedAt = integer(j, "resumedAt");
 
   e.step = integer(j, "step");
+  e.fromStep = integer(j, "fromStep");
   e.loss = number(j, "loss");
+  e.nonFinite = texts(j, "nonFinite");
   e.lr = number(j, "lr");
   e.samplesPerSecond = number(j, "samplesPerSecond");
   e.evalAccuracy = number(j, "evalAccuracy");
@@ -115,9 +130,17 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
     e.sync.degradedSeconds = number(*sync, "degradedSeconds");
     e.sync.rejoins = integer(*sync, "rejoins");
     e.sync.stateTransferBytes = integer(*sync, "stateTransferBytes");
+    e.sync.rounds = integer(*sync, "rounds");
+    e.sync.codecSeconds = number(*sync, "codecSeconds");
+    e.sync.peerRejoins = integer(*sync, "peerRejoins");
+    e.sync.lateApplied = integer(*sync, "lateApplied");
+    e.sync.lateDropped = integer(*sync, "lateDropped");
+    e.sync.rejected = integer(*sync, "rejected");
   }
   e.stepSecondsMax = number(j, "stepSecondsMax");
   e.modelHash = text(j, "modelHash");
+  e.joinedAt = integer(j, "joinedAt");
+  e.arrivedAfterEnd = flag(j, "arrivedAfterEnd");
   e.transferred = flag(j, "transferred");
   e.jobFinished = flag(j, "jobFinished");
   e.stateTransferSeconds = number(j, "stateTransferSeconds");
@@ -132,6 +155,132 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
   return e;
 } catch (const std::exception& error) {  // allocation failure; nothing else throws above
   return invalidArgument(fmt::format("cannot read the line: {}", error.what()));
+}
+
+std::string_view eventName(EventKind kind) {
+  switch (kind) {
+    case EventKind::kStart: return "start";
+    case EventKind::kJoined: return "joined";
+    case EventKind::kProgress: return "progress";
+    case EventKind::kDone: return "done";
+    case EventKind::kError: return "error";
+    case EventKind::kOther: break;
+  }
+  return "";
+}
+
+namespace {
+
+// Insertion order is the order the lines are written in.
+using OrderedJson = nlohmann::ordered_json;
+
+// `value` rounded as printf's `spec` would print it ("{:.6g}"), so that the
+// line carries no more digits than the document promises. nlohmann writes
+// the shortest text that reads back as the same double: 0.137, not
+// 0.13700000000000001.
+double rounded(double value, std::string_view spec) {
+  if (!std::isfinite(value)) return value;
+  return std::strtod(fmt::format(fmt::runtime(spec), value).c_str(), nullptr);
+}
+
+template <typename T>
+void put(OrderedJson& j, const char* key, const std::optional<T>& value) {
+  if (value) j[key] = *value;
+}
+
+void put(OrderedJson& j, const char* key, const std::optional<double>& value,
+         std::string_view spec) {
+  if (value) j[key] = rounded(*value, spec);
+}
+
+void put(OrderedJson& j, const char* key, const std::string& value) {
+  if (!value.empty()) j[key] = value;
+}
+
+// Values the worker counts in whole steps, read as doubles: written as
+// integers, as they were counted.
+void putWhole(OrderedJson& j, const char* key, const std::optional<double>& value) {
+  if (value) j[key] = static_cast<int64_t>(std::llround(*value));
+}
+
+}  // namespace
+
+std::string formatWorkerEvent(const WorkerEvent& e) {
+  OrderedJson j = OrderedJson::object();
+  j["event"] = e.name.empty() ? std::string(eventName(e.kind)) : e.name;
+  put(j, "rank", e.rank);
+  put(j, "time", e.time, "{:.3f}");
+  // start
+  put(j, "region", e.region);
+  put(j, "localRank", e.localRank);
+  put(j, "worldSize", e.worldSize);
+  put(j, "model", e.model);
+  put(j, "parameters", e.parameters);
+  put(j, "shardSamples", e.shardSamples);
+  put(j, "steps", e.steps);
+  put(j, "algorithm", e.algorithm);
+  put(j, "resumedAt", e.resumedAt);
+  // joined, progress, done
+  put(j, "step", e.step);
+  put(j, "fromStep", e.fromStep);
+  put(j, "transferred", e.transferred);
+  put(j, "jobFinished", e.jobFinished);
+  put(j, "stateTransferSeconds", e.stateTransferSeconds, "{:.4g}");
+  if (e.loss) {
+    if (std::isfinite(*e.loss)) {
+      j["loss"] = rounded(*e.loss, "{:.6g}");
+    } else {
+      j["loss"] = nullptr;
+    }
+  }
+  std::vector<std::string> nonFinite = e.nonFinite;
+  if (e.loss && !std::isfinite(*e.loss) &&
+      std::find(nonFinite.begin(), nonFinite.end(), "loss") == nonFinite.end()) {
+    nonFinite.insert(nonFinite.begin(), "loss");
+  }
+  if (!nonFinite.empty()) j["nonFinite"] = nonFinite;
+  put(j, "lr", e.lr, "{:.6g}");
+  put(j, "samplesPerSecond", e.samplesPerSecond, "{:.1f}");
+  put(j, "evalAccuracy", e.evalAccuracy, "{:.6g}");
+  put(j, "evalStep", e.evalStep);
+  put(j, "evalAgeSeconds", e.evalAgeSeconds, "{:.4g}");
+  put(j, "stepSecondsMax", e.stepSecondsMax, "{:.4g}");
+  put(j, "modelHash", e.modelHash);
+  put(j, "joinedAt", e.joinedAt);
+  put(j, "testAccuracy", e.testAccuracy, "{:.6g}");
+  put(j, "arrivedAfterEnd", e.arrivedAfterEnd);
+  put(j, "message", e.message);
+
+  OrderedJson sync = OrderedJson::object();
+  const SyncStats& s = e.sync;
+  putWhole(sync, "delay", s.delay);
+  put(sync, "rounds", s.rounds);
+  put(sync, "appliedUpdates", s.appliedUpdates);
+  put(sync, "stalenessMean", s.stalenessMean, "{:.4g}");
+  putWhole(sync, "stalenessMax", s.stalenessMax);
+  put(sync, "missing", s.missing);
+  put(sync, "waitSeconds", s.waitSeconds, "{:.4g}");
+  put(sync, "codecSeconds", s.codecSeconds, "{:.4g}");
+  put(sync, "peersDown", s.peersDown);
+  put(sync, "degradedSeconds", s.degradedSeconds, "{:.4g}");
+  put(sync, "rejoins", s.rejoins);
+  put(sync, "peerRejoins", s.peerRejoins);
+  put(sync, "stateTransferBytes", s.stateTransferBytes);
+  put(sync, "lateApplied", s.lateApplied);
+  put(sync, "lateDropped", s.lateDropped);
+  put(sync, "rejected", s.rejected);
+  if (!sync.empty()) j["sync"] = std::move(sync);
+
+  OrderedJson bytes = OrderedJson::object();
+  put(bytes, "wanSent", e.bytes.wanSent);
+  put(bytes, "wanReceived", e.bytes.wanReceived);
+  put(bytes, "lanSent", e.bytes.lanSent);
+  put(bytes, "lanReceived", e.bytes.lanReceived);
+  put(bytes, "payload", e.bytes.payload);
+  if (!bytes.empty()) j["bytes"] = std::move(bytes);
+  // Invalid UTF-8 (a model description, a message quoting a file name) is
+  // replaced rather than thrown on: a progress line is never lost.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace geo::local

@@ -1,7 +1,9 @@
 #pragma once
 // WorkerEvent: one line of a worker's `--progress-format jsonl` output, the
-// contract between geotrain-worker and `geotrain local`. A worker prints one
-// JSON object per line on stdout:
+// contract between geotrain-worker and `geotrain local`, defined once here:
+// the worker writes it (formatWorkerEvent) and `geotrain local` reads it
+// (parseWorkerEvent), both with nlohmann/json (docs/worker-progress.md is the
+// reference). A worker prints one JSON object per line on stdout:
 //   {"event":"start","rank":0,"region":"london","localRank":0,"worldSize":4,
 //    "model":"mlp","parameters":203530,"shardSamples":15000,"steps":1000,
 //    "algorithm":"dts","time":0.01}
@@ -27,6 +29,13 @@
 // they were taken (0 and the line's own step for one run in line).
 // `time` is seconds since that worker started; bytes.* are cumulative.
 //
+// Writing: every member that is set is written, in one fixed order (event,
+// rank, time, the start members, step, the joined members, loss, ..., sync,
+// bytes; the order of the struct below), numbers rounded to the precision
+// the document gives (time to the millisecond, loss and lr to 6 significant
+// digits, seconds to 4). A loss that is no finite number is written as null
+// with "nonFinite":["loss"] (JSON has no NaN).
+//
 // Parsing is lenient on content and strict on form: the line must be a JSON
 // object with a string "event"; any other key may be missing (the field stays
 // nullopt / empty) or of the wrong type (treated as missing), and unknown keys
@@ -37,6 +46,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -55,6 +65,12 @@ struct SyncStats {
   std::optional<double> degradedSeconds;
   std::optional<int64_t> rejoins;
   std::optional<int64_t> stateTransferBytes;
+  std::optional<int64_t> rounds;
+  std::optional<double> codecSeconds;
+  std::optional<int64_t> peerRejoins;
+  std::optional<int64_t> lateApplied;
+  std::optional<int64_t> lateDropped;
+  std::optional<int64_t> rejected;  // peer contributions refused before use
 };
 
 struct ByteCounts {  // cumulative totals
@@ -81,10 +97,13 @@ struct WorkerEvent {
   std::optional<int64_t> shardSamples;
   std::optional<int64_t> steps;
   std::string algorithm;
+  std::optional<int64_t> resumedAt;  // 0, or the step of the checkpoint resumed from
 
   // progress / done
   std::optional<int64_t> step;
-  std::optional<double> loss;
+  std::optional<int64_t> fromStep;     // joined: the worker's own step before joining
+  std::optional<double> loss;          // written as null (+ nonFinite) when not finite
+  std::vector<std::string> nonFinite;  // members that were no finite number ("loss")
   std::optional<double> lr;
   std::optional<double> samplesPerSecond;
   std::optional<double> evalAccuracy;  // 0..1, only on lines that report one
@@ -95,7 +114,9 @@ struct WorkerEvent {
   ByteCounts bytes;
 
   std::optional<double> stepSecondsMax;
-  std::string modelHash;  // done
+  std::string modelHash;                // done
+  std::optional<int64_t> joinedAt;      // done: the step it took when it joined a running job
+  std::optional<bool> arrivedAfterEnd;  // done: the job had ended before it could rejoin
 
   // joined
   std::optional<bool> transferred;
@@ -108,5 +129,14 @@ struct WorkerEvent {
 
 // InvalidArgument when the line is not a JSON object with a string "event".
 StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line);
+
+// The "event" name of a kind ("start", ...; "" for kOther).
+std::string_view eventName(EventKind kind);
+
+// One JSON line (without the newline) holding every member of `event` that
+// is set: "event" is `name`, or eventName(kind) when `name` is empty. `sync`
+// and `bytes` are written when one of their members is set. Never throws
+// but on allocation failure.
+std::string formatWorkerEvent(const WorkerEvent& event);
 
 }  // namespace geo::local

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+#include <vector>
+
 namespace geo::transport {
 namespace {
 
@@ -93,6 +96,7 @@ bool isKnownKind(uint16_t kind) {
   switch (kind) {
     case static_cast<uint16_t>(MessageKind::kPing):
     case static_cast<uint16_t>(MessageKind::kPong):
+    case static_cast<uint16_t>(MessageKind::kHello):
     case static_cast<uint16_t>(MessageKind::kUpdate):
     case static_cast<uint16_t>(MessageKind::kGossip):
     case static_cast<uint16_t>(MessageKind::kGossipReply):
@@ -107,6 +111,7 @@ std::string_view messageKindName(MessageKind kind) {
   switch (kind) {
     case MessageKind::kPing: return "ping";
     case MessageKind::kPong: return "pong";
+    case MessageKind::kHello: return "hello";
     case MessageKind::kUpdate: return "update";
     case MessageKind::kGossip: return "gossip";
     case MessageKind::kGossipReply: return "gossip-reply";
@@ -172,8 +177,9 @@ StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint6
   const uint16_t kind = loadLe<uint16_t>(header, kOffKind);
   if (!isKnownKind(kind)) {
     return headerError(StatusCode::kInvalidArgument,
-                       fmt::format("kind {} is not a known message kind (ping=1, pong=2, "
-                                   "update=16, gossip=17, gossip-reply=18, control=19)",
+                       fmt::format("kind {} is not a known message kind (ping=1, pong=2, hello=4, "
+                                   "update=16, gossip=17, gossip-reply=18, control=19, "
+                                   "lan-reduce=20, lan-broadcast=21)",
                                    kind));
   }
 
@@ -243,6 +249,72 @@ StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint6
   h.payloadBytes = payloadBytes;
   h.payloadOffset = payloadOffset;
   return h;
+}
+
+namespace {
+
+constexpr std::string_view kHelloPrefix = "settings ";
+
+// "key = value" lines in order; a line without " = " is its own key, valueless.
+std::vector<std::pair<std::string_view, std::string_view>> settingLines(std::string_view text) {
+  std::vector<std::pair<std::string_view, std::string_view>> lines;
+  while (!text.empty()) {
+    const size_t end = text.find('\n');
+    const std::string_view line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+    if (line.empty()) continue;
+    const size_t eq = line.find(" = ");
+    if (eq == std::string_view::npos) {
+      lines.emplace_back(line, std::string_view());
+    } else {
+      lines.emplace_back(line.substr(0, eq), line.substr(eq + 3));
+    }
+  }
+  return lines;
+}
+
+std::optional<std::string_view> valueOf(
+    const std::vector<std::pair<std::string_view, std::string_view>>& lines, std::string_view key) {
+  for (const auto& [k, v] : lines) {
+    if (k == key) return v;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string encodeHello(std::string_view settings) {
+  return fmt::format("{}{:016x}\n{}", kHelloPrefix, jobIdHash(settings), settings);
+}
+
+std::optional<SettingsDisagreement> compareHello(std::string_view hello,
+                                                 std::string_view ourSettings) {
+  const size_t firstLine = hello.find('\n');
+  if (!hello.starts_with(kHelloPrefix) || firstLine == std::string_view::npos) {
+    return SettingsDisagreement{"hello", "no settings", "settings"};
+  }
+  const std::string_view theirs = hello.substr(firstLine + 1);
+  const std::string_view hash = hello.substr(kHelloPrefix.size(), firstLine - kHelloPrefix.size());
+  if (hash == fmt::format("{:016x}", jobIdHash(ourSettings)) && theirs == ourSettings) {
+    return std::nullopt;
+  }
+  const auto ourLines = settingLines(ourSettings);
+  const auto theirLines = settingLines(theirs);
+  const auto shown = [](std::optional<std::string_view> v) {
+    return v ? std::string(*v) : std::string("(not set)");
+  };
+  for (const auto& [key, value] : ourLines) {
+    const auto other = valueOf(theirLines, key);
+    if (!other || *other != value)
+      return SettingsDisagreement{std::string(key), shown(other), std::string(value)};
+  }
+  for (const auto& [key, value] : theirLines) {
+    if (!valueOf(ourLines, key)) {
+      return SettingsDisagreement{std::string(key), std::string(value), "(not set)"};
+    }
+  }
+  // Same lines in another order, or a hash that does not match its text.
+  return SettingsDisagreement{"settings", std::string(theirs), std::string(ourSettings)};
 }
 
 }  // namespace geo::transport

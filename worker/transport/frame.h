@@ -51,7 +51,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "common/status.h"
@@ -71,8 +73,12 @@ inline constexpr size_t kFrameHeaderBytes = 64;
 
 // Message kinds. Values below kFirstUserKind are the transport's own.
 enum class MessageKind : uint16_t {
-  kPing = 1,           // payload: 8-byte sender timestamp (ns)
-  kPong = 2,           // payload: the ping's 8 bytes, echoed
+  kPing = 1,  // payload: 8-byte sender timestamp (ns)
+  kPong = 2,  // payload: the ping's 8 bytes, echoed
+  // The first frame on every connection (and again after a reconnect): the
+  // settings every rank must share, compared by the receiver (zmq_transport.h,
+  // TransportConfig::agreedSettings). Payload: encodeHello's text.
+  kHello = 4,
   kUpdate = 16,        // a (compressed) model update or gradient
   kGossip = 17,        // SwarmSGD pairwise model exchange
   kGossipReply = 18,   // the partner's half of a gossip exchange
@@ -152,5 +158,27 @@ struct FrameLimits {
 // allowed.
 StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint64_t chunkBytes,
                                         const FrameLimits& limits);
+
+// The hello (MessageKind::kHello) payload: settings that every rank of a job
+// must share, as canonical text, one "key = value" line each in an order the
+// writer fixes, e.g. "sync.algorithm = dts\nsync.bits = 4\n". On the wire it
+// is preceded by one line "settings <hash>" (16 hex digits of FNV-1a over the
+// text), so that equal settings are recognised by the hash alone.
+std::string encodeHello(std::string_view settings);
+
+// One setting on which two ranks disagree; a value is "(not set)" when that
+// side has no line for the key.
+struct SettingsDisagreement {
+  std::string key;
+  std::string theirs;
+  std::string ours;
+};
+
+// Compares a received hello payload with this rank's settings text: nullopt
+// when they agree, else the first disagreeing key in this rank's order (then
+// keys only the peer has). A payload that is no hello at all (no "settings"
+// line) disagrees on the key "hello". Pure; never throws.
+std::optional<SettingsDisagreement> compareHello(std::string_view hello,
+                                                 std::string_view ourSettings);
 
 }  // namespace geo::transport

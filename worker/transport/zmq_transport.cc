@@ -24,10 +24,10 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/keys/keys.h"
 #include "common/logging.h"
 #include "worker/transport/assembler.h"
 #include "worker/transport/buffer_pool.h"
-#include "worker/transport/keys.h"
 
 namespace geo::transport {
 
@@ -46,6 +46,9 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
+// How long a disagreement waits at most for this rank's hello to leave for
+// the peer before it is reported (checkHello).
+constexpr std::chrono::seconds kRefusalGrace{3};
 constexpr const char* kZapDomain = "geotrain";
 constexpr int kMonitorEvents =
     ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
@@ -105,6 +108,7 @@ struct PeerState {
   std::atomic<uint64_t> handshakes{0};
   std::atomic<double> rttSeconds{-1};
   std::atomic<int64_t> lastHeardNs{0};  // steady clock of the last frame; 0: never
+  std::atomic<bool> refused{false};     // its hello disagreed: nothing it sends is delivered
 
   // I/O thread only.
   std::optional<zmq::socket_t> dealer;
@@ -164,6 +168,10 @@ class ZmqTransport final : public Transport {
   std::optional<Clock::time_point> flush(uint32_t peer, Clock::time_point now);
   void reject(std::string reason);
   void sendPings(Clock::time_point now);
+  // Queues this rank's hello for `peer` (when there are agreed settings).
+  void sendHello(uint32_t peer);
+  // Compares a peer's hello with ours; a disagreement refuses the peer.
+  void checkHello(uint32_t peer, const Payload& hello);
   void dropQueuedPings();
   void closeSockets();
 
@@ -206,6 +214,17 @@ class ZmqTransport final : public Transport {
   uint64_t failuresToClose_ = 0;        // failed handshakes whose disconnect is still due
   uint64_t closedUnknown_ = 0;  // closed in their handshake, perhaps an unattributed success
   std::atomic<uint64_t> framesRejected_{0};
+  // I/O thread only. A disagreement is reported once, after this rank's own
+  // hello has left for that peer (see checkHello).
+  struct PendingRefusal {
+    Status status;
+    uint32_t peer = 0;
+    Clock::time_point deadline;
+    std::optional<Clock::time_point> helloLeft;
+  };
+  bool disagreed_ = false;
+  std::optional<PendingRefusal> pendingRefusal_;
+  void reportRefusalWhenDue(Clock::time_point now);
   mutable std::mutex rejectMu_;
   std::string lastRejectReason_;
 };
@@ -250,7 +269,7 @@ Status validate(const TransportConfig& c) {
   }
   std::set<std::string> seen;
   for (size_t r = 0; r < world; ++r) {
-    if (!isZ85Key(c.publicKeys[r])) {
+    if (!keys::isZ85Key(c.publicKeys[r])) {
       return invalidArgument(
           fmt::format("transport: publicKeys[{}] is not a 40-character Z85 key", r));
     }
@@ -261,7 +280,7 @@ Status validate(const TransportConfig& c) {
           r));
     }
   }
-  auto derived = publicKeyOf(c.secretKey);
+  auto derived = keys::publicKeyOf(c.secretKey);
   if (!derived.ok()) return derived.status().withContext("transport: secretKey");
   if (*derived != c.publicKeys[c.rank]) {
     return invalidArgument(fmt::format(
@@ -345,6 +364,11 @@ Status ZmqTransport::start() {
   }
   wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wakeFd_ < 0) return internalError(fmt::format("transport: eventfd: {}", strerror(errno)));
+  // First in every queue, so that it is the first frame each peer reads from
+  // this rank: the peer checks the settings before any update.
+  for (uint32_t r = 0; r < limits_.worldSize; ++r) {
+    if (reachable(r)) sendHello(r);
+  }
   io_ = std::thread([this] { ioLoop(); });
   return {};
 }
@@ -667,6 +691,14 @@ void ZmqTransport::handleInbound() {
     Payload body = std::move(*added.complete);
     ++p.messagesReceived;
 
+    if (p.refused) {
+      reject(fmt::format("frame from rank {}, refused for its settings", header->sender));
+      continue;
+    }
+    if (header->kind == MessageKind::kHello) {
+      checkHello(header->sender, body);
+      continue;
+    }
     if (header->kind == MessageKind::kPing) {
       FrameHeader pong = *header;
       pong.kind = MessageKind::kPong;
@@ -704,7 +736,11 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
     uint32_t value;
     std::memcpy(&id, event.data(), sizeof id);
     std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
-    if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) ++peer->handshakes;
+    if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && ++peer->handshakes > 1) {
+      // A new connection (the peer restarted): the new incarnation has not
+      // read our hello yet.
+      sendHello(static_cast<uint32_t>(peer - peers_.data()));
+    }
     if (peer == nullptr) trackRouterConnection(id, value);
   }
 }
@@ -882,6 +918,70 @@ void ZmqTransport::sendPings(Clock::time_point now) {
   }
 }
 
+void ZmqTransport::sendHello(uint32_t peer) {
+  if (cfg_.agreedSettings.empty()) return;
+  const std::string text = encodeHello(cfg_.agreedSettings);
+  std::vector<std::byte> bytes(text.size());
+  std::memcpy(bytes.data(), text.data(), text.size());
+  FrameHeader h;
+  h.kind = MessageKind::kHello;
+  h.jobHash = limits_.jobHash;
+  h.sender = cfg_.rank;
+  h.elementCount = bytes.size();
+  h.payloadBytes = bytes.size();
+  // A hello that finds the queue full (a peer that reads nothing) is
+  // skipped: the next reconnect sends another.
+  (void)enqueue(peer, h, Payload(std::move(bytes)), milliseconds(0));
+}
+
+void ZmqTransport::checkHello(uint32_t peer, const Payload& hello) {
+  if (cfg_.agreedSettings.empty()) return;
+  const std::string_view text(reinterpret_cast<const char*>(hello.data()), hello.size());
+  const auto disagreement = compareHello(text, cfg_.agreedSettings);
+  if (!disagreement) return;
+  peers_[peer].refused = true;
+  const std::string name = peer < cfg_.rankNames.size() && !cfg_.rankNames[peer].empty()
+                               ? fmt::format("{} (rank {})", cfg_.rankNames[peer], peer)
+                               : fmt::format("rank {}", peer);
+  // The peer's text goes into logs: printable ASCII only, and bounded.
+  const auto printable = [](std::string_view v) {
+    std::string out(v.substr(0, 200));
+    for (char& c : out) {
+      if (c < 0x20 || c > 0x7e) c = '?';
+    }
+    return out;
+  };
+  const Status status = failedPrecondition(fmt::format(
+      "peer {} runs {} = {}, this worker {} = {}", name, printable(disagreement->key),
+      printable(disagreement->theirs), printable(disagreement->key), disagreement->ours));
+  reject(status.message());
+  if (disagreed_) return;
+  disagreed_ = true;
+  logger()->error("transport rank {}: {}", cfg_.rank, status.message());
+  // The caller may end the process on the report: first let our own hello
+  // reach the peer (its DEALER may not even be connected yet), so that the
+  // peer refuses us too rather than training on alone.
+  pendingRefusal_ = PendingRefusal{status, peer, Clock::now() + kRefusalGrace, std::nullopt};
+}
+
+void ZmqTransport::reportRefusalWhenDue(Clock::time_point now) {
+  if (!pendingRefusal_) return;
+  PendingRefusal& r = *pendingRefusal_;
+  if (!r.helloLeft && peers_[r.peer].handshakes > 0) {
+    std::lock_guard lock(peers_[r.peer].mu);
+    const bool queued =
+        std::any_of(peers_[r.peer].queue.begin(), peers_[r.peer].queue.end(),
+                    [](const Outgoing& o) { return o.header.kind == MessageKind::kHello; });
+    if (!queued) r.helloLeft = now;
+  }
+  // Handed to ZeroMQ is not yet on the wire: its I/O thread writes it
+  // within moments.
+  if (now < r.deadline && (!r.helloLeft || now < *r.helloLeft + milliseconds(300))) return;
+  const Status status = r.status;
+  pendingRefusal_.reset();
+  if (cfg_.onDisagreement) cfg_.onDisagreement(status);
+}
+
 void ZmqTransport::dropQueuedPings() {
   for (auto& p : peers_) {
     std::lock_guard lock(p.mu);
@@ -911,8 +1011,9 @@ void ZmqTransport::ioLoop() {
       sendPings(now);
       nextPing = now + cfg_.pingInterval;
     }
+    if (!stopping_) reportRefusalWhenDue(now);
     // Send whatever is due, and find when the next shaped message is.
-    auto next = stopping_ ? *stopDeadline : now + milliseconds(200);
+    auto next = stopping_ ? *stopDeadline : now + milliseconds(pendingRefusal_ ? 50 : 200);
     if (!stopping_ && cfg_.pingInterval.count() > 0) next = std::min(next, nextPing);
     bool pending = false;
     for (uint32_t r = 0; r < world; ++r) {

@@ -7,6 +7,7 @@
 // header claims another sender is rejected.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,20 @@ struct TransportConfig {
   // then for its link. Unshaped uplink, or empty uplinkPeers: none.
   LinkProfile uplink;
   std::vector<bool> uplinkPeers;
+
+  // Settings every rank must share (frame.h, encodeHello: "key = value"
+  // lines), sent as the first frame to each peer and again after each
+  // reconnect. A peer whose hello differs is refused: nothing it sends is
+  // delivered any more (counted in framesRejected), and onDisagreement is
+  // called once, on the I/O thread, with FailedPrecondition "peer <name>
+  // (rank r) runs <key> = <theirs>, this worker <key> = <ours>": once this
+  // rank's own hello has left for that peer, or after 3 s, so that a caller
+  // that ends the process on it still lets the peer learn of it too. Empty: no
+  // hello is sent and none is checked (a peer's hello is then ignored).
+  std::string agreedSettings;
+  std::function<void(const Status&)> onDisagreement;
+  // rankNames[r]: how messages name rank r (e.g. its region); empty: "rank r".
+  std::vector<std::string> rankNames;
 
   uint64_t maxQueuedBytesPerPeer = uint64_t{1} << 30;  // send() backpressure
   uint64_t maxInboxBytes = uint64_t{2} << 30;          // stop reading beyond

@@ -97,6 +97,7 @@ TEST(JobIdHash, IsFnv1a64) {
 TEST(MessageKind, NamesAndKnownSet) {
   EXPECT_EQ(messageKindName(MessageKind::kPing), "ping");
   EXPECT_EQ(messageKindName(MessageKind::kPong), "pong");
+  EXPECT_EQ(messageKindName(MessageKind::kHello), "hello");
   EXPECT_EQ(messageKindName(MessageKind::kUpdate), "update");
   EXPECT_EQ(messageKindName(MessageKind::kGossip), "gossip");
   EXPECT_EQ(messageKindName(MessageKind::kGossipReply), "gossip-reply");
@@ -111,7 +112,7 @@ TEST(MessageKind, NamesAndKnownSet) {
       EXPECT_NE(messageKindName(static_cast<MessageKind>(k)), "unknown");
     }
   }
-  EXPECT_EQ(known, 8);
+  EXPECT_EQ(known, 9);
 }
 
 TEST(FrameHeader, EncodesTheDocumentedLayout) {

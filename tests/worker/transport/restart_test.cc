@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/keys/keys.h"
 #include "tests/worker/transport/transport_fixture.h"
-#include "worker/transport/keys.h"
 #include "worker/transport/zmq_transport.h"
 
 extern char** environ;
@@ -55,7 +55,7 @@ TEST(TransportRestart, PeerKilledAndRestartedReconnects) {
       std::filesystem::temp_directory_path() / ("geo-restart-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(writeKeyPair(w.keys[r], dir, "rank" + std::to_string(r)).ok());
+    ASSERT_TRUE(keys::writeKeyPair(w.keys[r], dir, "rank" + std::to_string(r)).ok());
   }
   auto t = makeZmqTransport(w.config(0));
   ASSERT_TRUE(t.ok()) << t.status().toString();

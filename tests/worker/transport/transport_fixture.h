@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "common/keys/keys.h"
 #include "common/ports.h"
-#include "worker/transport/keys.h"
 #include "worker/transport/zmq_transport.h"
 
 namespace geo::transport::testing {
@@ -30,12 +30,12 @@ inline std::string tcp(int port) {
 
 // Configs for a world of n ranks on loopback, each with its own keypair.
 struct World {
-  std::vector<CurveKeyPair> keys;
+  std::vector<keys::CurveKeyPair> keys;
   std::vector<std::string> endpoints;
 
   explicit World(size_t n) {
     for (size_t r = 0; r < n; ++r) {
-      keys.push_back(generateKeyPair());
+      keys.push_back(keys::generateKeyPair());
       endpoints.push_back(tcp(freePort()));
     }
   }

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "worker/transport/keys.h"
+#include "common/keys/keys.h"
 #include "worker/transport/zmq_transport.h"
 
 using namespace geo::transport;
@@ -27,14 +27,14 @@ int main(int argc, char** argv) {
   const uint64_t count = std::strtoull(argv[4], nullptr, 10);
   for (int i = 5; i < argc; ++i) c.endpoints.push_back(argv[i]);
   for (size_t r = 0; r < c.endpoints.size(); ++r) {
-    auto pub = loadPublicKey(dir + "/rank" + std::to_string(r) + ".pub");
+    auto pub = geo::keys::loadPublicKey(dir + "/rank" + std::to_string(r) + ".pub");
     if (!pub.ok()) {
       std::fprintf(stderr, "%s\n", pub.status().toString().c_str());
       return 1;
     }
     c.publicKeys.push_back(*pub);
   }
-  auto secret = loadSecretKey(dir + "/rank" + std::to_string(c.rank) + ".key");
+  auto secret = geo::keys::loadSecretKey(dir + "/rank" + std::to_string(c.rank) + ".key");
   if (!secret.ok()) {
     std::fprintf(stderr, "%s\n", secret.status().toString().c_str());
     return 1;

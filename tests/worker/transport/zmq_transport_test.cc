@@ -249,7 +249,7 @@ struct RawClient {
   zmq::socket_t sock{ctx, zmq::socket_type::dealer};
 
   RawClient(const std::string& endpoint, const std::string& serverKey,
-            const std::optional<CurveKeyPair>& own) {
+            const std::optional<keys::CurveKeyPair>& own) {
     sock.set(zmq::sockopt::linger, 0);
     if (own) {
       sock.set(zmq::sockopt::curve_serverkey, serverKey);
@@ -299,7 +299,7 @@ TEST(TransportSecurity, KeyNotOnTheAllowlistCannotDeliverAndIsCounted) {
   World w(2);
   auto t = makeZmqTransport(w.config(0));
   ASSERT_TRUE(t.ok());
-  const CurveKeyPair intruder = generateKeyPair();
+  const keys::CurveKeyPair intruder = keys::generateKeyPair();
   RawClient client(w.endpoints[0], w.keys[0].publicKey, intruder);
   const auto payload = pattern(100, 1);
   client.sendFrames({headerBytes(validHeader(1, 1, 100)), payload});
@@ -565,7 +565,7 @@ TEST(TransportSecurity, RefusedKeysAreLoggedRateLimited) {
   auto t = makeZmqTransport(w.config(0));
   ASSERT_TRUE(t.ok());
   zmq::context_t ctx;
-  const CurveKeyPair intruder = generateKeyPair();
+  const keys::CurveKeyPair intruder = keys::generateKeyPair();
   constexpr uint64_t kClients = 301;
   constexpr uint64_t kBatch = 50;
   for (uint64_t done = 0; done < kClients;) {

@@ -1,6 +1,8 @@
 #pragma once
 // CurveZMQ keys: X25519 keypairs in Z85 text form (40 characters per key), as
-// `geotrain keygen` writes them and the transport loads them.
+// `geotrain keygen` and the controller write them and the transport loads
+// them. The library (geo_keys) depends on libsodium only, never on ZeroMQ:
+// the controller writes key Secrets without linking the transport.
 //
 // Files: <dir>/<name>.key holds the secret key (mode 0600, created with
 // O_EXCL so an existing key is never overwritten), <dir>/<name>.pub the public
@@ -17,7 +19,7 @@
 
 #include "common/status.h"
 
-namespace geo::transport {
+namespace geo::keys {
 
 inline constexpr size_t kZ85KeyChars = 40;
 
@@ -52,4 +54,4 @@ StatusOr<std::string> loadSecretKey(const std::filesystem::path& path,
 // Whether `key` is 40 valid Z85 characters.
 bool isZ85Key(const std::string& key);
 
-}  // namespace geo::transport
+}  // namespace geo::keys

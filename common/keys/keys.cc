@@ -1,10 +1,9 @@
-#include "worker/transport/keys.h"
+#include "common/keys/keys.h"
 
 #include <fcntl.h>
 #include <sodium.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include <fmt/format.h>
 
@@ -13,9 +12,12 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <system_error>
 
-namespace geo::transport {
+#include "common/keys/z85.h"
+
+namespace geo::keys {
 namespace {
 
 constexpr size_t kRawKeyBytes = 32;  // X25519 keys; Z85 turns 4 bytes into 5 chars
@@ -23,9 +25,6 @@ static_assert(crypto_box_PUBLICKEYBYTES == kRawKeyBytes);
 static_assert(crypto_box_SECRETKEYBYTES == kRawKeyBytes);
 static_assert(crypto_scalarmult_BYTES == kRawKeyBytes);
 static_assert(kZ85KeyChars == kRawKeyBytes * 5 / 4);
-
-constexpr std::string_view kZ85Alphabet =
-    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
 
 // Bytes that are wiped with sodium_memzero when they go out of scope, for
 // every temporary that holds secret key material.
@@ -89,15 +88,10 @@ Status checkZ85Text(std::string_view key) {
 }
 
 // Decodes a 40-character Z85 key into `out`. Besides the alphabet, Z85 rejects
-// 5-character groups worth more than 2^32 - 1 (e.g. "#####"); zmq_z85_decode
-// checks both.
+// 5-character groups worth more than 2^32 - 1 (e.g. "#####").
 Status decodeZ85Key(std::string_view key, uint8_t* out) {
   GEO_RETURN_IF_ERROR(checkZ85Text(key));
-  std::array<char, kZ85KeyChars + 1> text{};
-  std::memcpy(text.data(), key.data(), kZ85KeyChars);
-  const bool decoded = zmq_z85_decode(out, text.data()) != nullptr;
-  sodium_memzero(text.data(), text.size());
-  if (!decoded) {
+  if (!z85Decode(key, std::span<uint8_t>(out, kRawKeyBytes)).ok()) {
     return invalidArgument(
         "not a valid Z85 key: a 5-character group encodes a value above 2^32 - 1");
   }
@@ -105,9 +99,9 @@ Status decodeZ85Key(std::string_view key, uint8_t* out) {
 }
 
 std::string encodeZ85Key(const uint8_t* raw) {
-  WipedBytes<kZ85KeyChars + 1> text;
-  // Cannot fail: the input length is a multiple of 4.
-  zmq_z85_encode(text.chars(), raw, kRawKeyBytes);
+  WipedBytes<kZ85KeyChars> text;
+  z85Encode(std::span<const uint8_t>(raw, kRawKeyBytes),
+            std::span<char>(text.chars(), kZ85KeyChars));
   return std::string(text.chars(), kZ85KeyChars);
 }
 
@@ -356,4 +350,4 @@ StatusOr<std::string> loadSecretKey(const std::filesystem::path& path, SecretKey
   return loadKey(path, /*secret=*/true, access);
 }
 
-}  // namespace geo::transport
+}  // namespace geo::keys

@@ -1,4 +1,4 @@
-#include "worker/transport/keys.h"
+#include "common/keys/keys.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-namespace geo::transport {
+namespace geo::keys {
 namespace {
 
 namespace fs = std::filesystem;
@@ -354,4 +354,4 @@ TEST_F(KeysTest, LoadRefusesADirectoryOrAFifo) {
 }
 
 }  // namespace
-}  // namespace geo::transport
+}  // namespace geo::keys

@@ -1,0 +1,92 @@
+#include "worker/app/progress.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+namespace geo::app {
+
+double Progress::elapsed() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void Progress::emit(local::WorkerEvent event) const {
+  if (!jsonl_) return;
+  event.rank = rank_;
+  event.time = elapsed();
+  const std::string line = local::formatWorkerEvent(event) + "\n";
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fflush(stdout);
+}
+
+Totals readTotals(const sync::Synchronizer* sync, const transport::Transport* transport) {
+  Totals t;
+  if (sync != nullptr) t.sync = sync->stats();
+  if (transport != nullptr) {
+    t.peers = transport->peerCounters();
+    t.transport = transport->counters();
+  }
+  return t;
+}
+
+void addTotals(local::WorkerEvent& e, const Totals& t, const sync::Topology& topology) {
+  uint64_t wanSent = 0, wanReceived = 0, lanSent = 0, lanReceived = 0;
+  for (const auto& p : t.peers) {
+    const bool lan = topology.sameRegion(p.peer, topology.rank());
+    (lan ? lanSent : wanSent) += p.bytesSent;
+    (lan ? lanReceived : wanReceived) += p.bytesReceived;
+  }
+  const sync::SyncStats& s = t.sync;
+  const auto whole = [](uint64_t v) { return static_cast<int64_t>(v); };
+  e.sync.delay = static_cast<double>(s.delay);
+  e.sync.rounds = whole(s.rounds);
+  e.sync.appliedUpdates = whole(s.appliedUpdates);
+  e.sync.stalenessMean = s.stalenessMean();
+  e.sync.stalenessMax = static_cast<double>(s.stalenessMax);
+  e.sync.missing = whole(s.missing);
+  e.sync.waitSeconds = s.waitSeconds;
+  e.sync.codecSeconds = s.codecSeconds;
+  e.sync.peersDown =
+      std::count_if(s.peerUp.begin(), s.peerUp.end(), [](const auto& p) { return !p.second; });
+  e.sync.degradedSeconds = s.degradedSeconds;
+  e.sync.rejoins = whole(s.rejoins);
+  e.sync.peerRejoins = whole(s.peerRejoins);
+  e.sync.stateTransferBytes = whole(s.stateTransferBytesSent + s.stateTransferBytesReceived);
+  e.sync.lateApplied = whole(s.lateApplied);
+  e.sync.lateDropped = whole(s.lateDropped);
+  e.sync.rejected = whole(s.rejectedTotal());
+  e.bytes.wanSent = wanSent;
+  e.bytes.wanReceived = wanReceived;
+  e.bytes.lanSent = lanSent;
+  e.bytes.lanReceived = lanReceived;
+  e.bytes.payload = s.payloadBytes;
+}
+
+metrics::SyncSnapshot syncSnapshot(const sync::SyncStats& s) {
+  metrics::SyncSnapshot m;
+  m.delay = s.delay;
+  m.rounds = s.rounds;
+  m.appliedUpdates = s.appliedUpdates;
+  m.missing = s.missing;
+  m.stalenessSum = s.stalenessSum;
+  m.stalenessCounts = s.stalenessCounts;
+  m.payloadBytes = s.payloadBytes;
+  m.encodedBytes = s.encodedBytes;
+  m.waitSeconds = s.waitSeconds;
+  m.codecSeconds = s.codecSeconds;
+  m.roundSecondsSum = s.roundSecondsSum;
+  m.roundSecondsCount = s.roundSecondsCount;
+  m.peerUp = s.peerUp;
+  m.degradedSeconds = s.degradedSeconds;
+  m.rejoins = s.rejoins;
+  m.peerRejoins = s.peerRejoins;
+  m.stateTransferBytesSent = s.stateTransferBytesSent;
+  m.stateTransferBytesReceived = s.stateTransferBytesReceived;
+  m.stateTransferSeconds = s.stateTransferSeconds;
+  m.lateApplied = s.lateApplied;
+  m.lateDropped = s.lateDropped;
+  for (const auto& r : s.rejected) m.rejected.push_back({r.peer, r.reason, r.count});
+  return m;
+}
+
+}  // namespace geo::app

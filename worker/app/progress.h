@@ -1,0 +1,58 @@
+#pragma once
+// The worker's progress events (docs/worker-progress.md): the WorkerEvent of
+// worker/local/worker_event.h, filled from the synchronizer's and the
+// transport's totals and written as JSON lines on stdout.
+//
+// Threading: Progress::emit may be called from any thread; each line is one
+// write and flushed, so lines never interleave.
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/local/worker_event.h"
+#include "worker/metrics/worker_metrics.h"
+#include "worker/sync/synchronizer.h"
+#include "worker/transport/transport.h"
+
+namespace geo::app {
+
+// Progress output: `--progress-format jsonl` writes one event per line on
+// stdout; text writes nothing here (the log lines are the caller's).
+class Progress {
+ public:
+  Progress(bool jsonl, int64_t rank) : jsonl_(jsonl), rank_(rank) {}
+  bool jsonl() const { return jsonl_; }
+  // Seconds since this Progress was made (the worker's start).
+  double elapsed() const;
+  // Sets the event's rank and time and writes it (with jsonl only).
+  void emit(local::WorkerEvent event) const;
+
+ private:
+  bool jsonl_;
+  int64_t rank_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// One consistent reading of the synchronizer's and the transport's cumulative
+// totals: a progress event and the metrics published from the same Totals
+// agree to the byte (the transport's pings keep counting in the background).
+struct Totals {
+  sync::SyncStats sync;
+  std::vector<transport::PeerCounters> peers;
+  transport::TransportCounters transport;
+};
+
+// Either may be null (a single worker has no transport; algorithm none no
+// synchronizer): their part of the totals stays zero.
+Totals readTotals(const sync::Synchronizer* sync, const transport::Transport* transport);
+
+// Sets the `sync` and `bytes` members of a progress or done event from `t`;
+// bytes to and from ranks of this rank's region count as LAN, the rest WAN.
+void addTotals(local::WorkerEvent& event, const Totals& t, const sync::Topology& topology);
+
+// The synchronizer's counters as the metrics export them.
+metrics::SyncSnapshot syncSnapshot(const sync::SyncStats& stats);
+
+}  // namespace geo::app

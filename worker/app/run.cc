@@ -1,0 +1,207 @@
+#include "worker/app/run.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/logging.h"
+#include "worker/app/setup.h"
+#include "worker/app/transport_setup.h"
+#include "worker/app/worker_hook.h"
+#include "worker/transport/zmq_transport.h"
+
+namespace geo::app {
+namespace {
+
+using local::EventKind;
+using local::WorkerEvent;
+
+// SIGUSR1 / SIGUSR2 start and end an emulated partition. main() blocks both
+// before any thread exists (every thread inherits the mask); this thread
+// takes them with sigwait and tells the transport, outside any signal
+// handler. It lives until the process exits.
+void watchPartitionSignals(transport::Transport* transport) {
+  std::thread([transport] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
+    while (true) {
+      int signal = 0;
+      if (sigwait(&set, &signal) != 0) return;
+      transport->setPartitioned(signal == SIGUSR1);
+    }
+  }).detach();
+}
+
+// A step's log line for --progress-format text.
+void logStep(const train::StepStats& st, const sync::Synchronizer* sync, bool dts) {
+  std::string eval;
+  if (st.evalAccuracy) {
+    eval = fmt::format(" eval accuracy {:.2f}%", *st.evalAccuracy * 100);
+    if (st.evalStep && *st.evalStep != st.step) eval += fmt::format(" (step {})", *st.evalStep);
+  }
+  std::string syncText;
+  if (sync != nullptr) {
+    const auto ss = sync->stats();
+    syncText = fmt::format(" staleness {:.1f} wait {:.1f}s", ss.stalenessMean(), ss.waitSeconds);
+    if (dts) syncText += fmt::format(" D={}", ss.delay);
+  }
+  logger()->info("step {:>6} loss {:.4f} lr {:.4g} {:>8.0f} samples/s{}{}", st.step, st.loss, st.lr,
+                 st.samplesPerSecond, syncText, eval);
+}
+
+}  // namespace
+
+int runWorker(const WorkerConfig& c, const Progress& progress, double slowdown) {
+  if (auto s = initLogging(c.log.level); !s.ok()) return reportFailure(&progress, s);
+  if (auto s = setLogFormat(c.log.format); !s.ok()) return reportFailure(&progress, s);
+  if (c.training.threads > 0) torch::set_num_threads(static_cast<int>(c.training.threads));
+  auto device = trainingDevice(c);
+  if (!device.ok()) return reportFailure(&progress, device.status());
+
+  auto topology = sync::Topology::make(rankRegions(c), static_cast<uint32_t>(c.worker.rank));
+  if (!topology.ok()) return reportFailure(&progress, topology.status());
+  std::unique_ptr<transport::Transport> transport;
+  std::unique_ptr<sync::Synchronizer> sync;
+  if (c.sync.algorithm != "none") {
+    if (c.worker.worldSize > 1) {
+      auto config = transportConfig(c, topology->rank());
+      if (!config.ok()) return reportFailure(&progress, config.status());
+      config->onDisagreement = [&progress](const Status& s) { refuseDisagreeingPeer(progress, s); };
+      auto t = transport::makeZmqTransport(std::move(*config));
+      if (!t.ok()) return reportFailure(&progress, t.status());
+      transport = std::move(*t);
+      watchPartitionSignals(transport.get());
+    }
+    auto s = sync::makeSynchronizer(syncOptions(c), *topology, transport.get());
+    if (!s.ok()) return reportFailure(&progress, s.status());
+    sync = std::move(*s);
+  }
+
+  auto data = loadTrainingData(c);
+  if (!data.ok()) return reportFailure(&progress, data.status());
+  const int64_t shardSamples = data->shard.size();
+  torch::manual_seed(c.job.seed);  // identical initial weights on every worker
+  const train::ModelSpec modelSpec{c.model.builtin, c.model.torchscript};
+  auto model = train::makeModel(modelSpec, data->inputShape, data->numClasses);
+  if (!model.ok()) return reportFailure(&progress, model.status());
+  const std::string describe = (*model)->describe();
+  const int64_t params = (*model)->parameterCount();
+  auto options = trainerOptions(c, *device);
+  options.slowdown = slowdown;
+  // An evaluation over the test set costs as much as many steps, and a
+  // worker that evaluates falls behind its peers: only rank 0 evaluates
+  // every training.evalInterval steps; every worker evaluates its final
+  // model (the same on all once the synchronizer has averaged them).
+  if (c.worker.rank != 0 && c.sync.algorithm != "none") options.evalInterval = 0;
+  const auto metrics = startMetrics(c, *topology);
+  WorkerHook hook(metrics.get(), sync.get(), transport.get(),
+                  static_cast<uint64_t>(c.training.batchSize), progress);
+  auto trainer =
+      train::Trainer::create(std::move(*model), std::move(data->shard), data->test, options, &hook);
+  if (!trainer.ok()) return reportFailure(&progress, trainer.status());
+  if (options.evalInterval > 0) {
+    // Periodic evaluations run on a snapshot in the background, on a second
+    // instance of the model, so that they never hold up a step (nor, through
+    // the synchronizer, every other worker).
+    auto evalModel = train::makeModel(modelSpec, data->inputShape, data->numClasses);
+    if (!evalModel.ok()) return reportFailure(&progress, evalModel.status());
+    if (const Status s = (*trainer)->evaluateInBackground(std::move(*evalModel)); !s.ok()) {
+      return reportFailure(&progress, s);
+    }
+  }
+  auto resumed = (*trainer)->resume();
+  if (!resumed.ok()) return reportFailure(&progress, resumed.status());
+
+  logger()->info(
+      "rank {}/{} ({}): {} ({} parameters) on {}, {} shard {}/{} ({} samples), {} steps of {}{}",
+      c.worker.rank, c.worker.worldSize, c.worker.region, describe, params, device->str(),
+      c.dataset.name, data->shardIndex, data->shardCount, shardSamples, c.training.steps,
+      c.training.batchSize,
+      *resumed > 0 ? ", resumed at step " + std::to_string(*resumed) : std::string());
+  if (sync) logger()->info("sync: {}", sync->describe());
+  WorkerEvent start;
+  start.kind = EventKind::kStart;
+  start.region = c.worker.region;
+  start.localRank = c.worker.localRank;
+  start.worldSize = c.worker.worldSize;
+  start.model = describe;
+  start.parameters = params;
+  start.shardSamples = shardSamples;
+  start.steps = c.training.steps;
+  start.algorithm = c.sync.algorithm;
+  start.resumedAt = *resumed;
+  progress.emit(std::move(start));
+
+  std::optional<double> finalAccuracy;
+  double finalLoss = 0;
+  const Status s = (*trainer)->run([&](const train::StepStats& st) {
+    if (st.step == c.training.steps) {
+      finalAccuracy = st.evalAccuracy;
+      finalLoss = st.loss;
+    }
+    hook.setLoss(st.loss);
+    if (metrics && st.evalAccuracy) metrics->setEvalAccuracy(*st.evalAccuracy);
+    if (!progress.jsonl()) return logStep(st, sync.get(), c.sync.algorithm == "dts");
+    WorkerEvent e;
+    e.kind = EventKind::kProgress;
+    e.step = st.step;
+    e.loss = st.loss;
+    e.lr = st.lr;
+    e.samplesPerSecond = st.samplesPerSecond;
+    if (st.evalAccuracy) {
+      e.evalAccuracy = st.evalAccuracy;
+      e.evalStep = st.evalStep.value_or(st.step);
+      e.evalAgeSeconds = st.evalAgeSeconds;
+    }
+    e.stepSecondsMax = hook.longestStep();
+    addTotals(e, readTotals(sync.get(), transport.get()), *topology);
+    progress.emit(std::move(e));
+  });
+  if (!s.ok()) return reportFailure(&progress, s);
+  WorkerEvent done;
+  done.kind = EventKind::kDone;
+  done.step = c.training.steps;
+  if ((*trainer)->arrivedAfterEnd()) {
+    // Nothing to do: the job ended without us (exit 0, so that a supervisor
+    // does not restart us again and again).
+    logger()->warn(
+        "the job finished before this worker could rejoin it (every peer that answered had "
+        "completed {} steps); nothing to do",
+        c.training.steps);
+    done.arrivedAfterEnd = true;
+    progress.emit(std::move(done));
+    return kExitOk;
+  }
+  done.loss = finalLoss;
+  done.stepSecondsMax = hook.longestStep();
+  done.modelHash = modelHash((*trainer)->flat().values);
+  done.joinedAt = (*trainer)->joinedAt();
+  done.testAccuracy = finalAccuracy;
+  // The last metrics and the done event come from one reading, so a scraper
+  // that finds the worker lingering sees exactly the totals of the event.
+  const Totals totals = readTotals(sync.get(), transport.get());
+  hook.publish(totals);
+  addTotals(done, totals, *topology);
+  progress.emit(std::move(done));
+  if (finalAccuracy) {
+    logger()->info("done: {} steps, test accuracy {:.2f}%", c.training.steps, *finalAccuracy * 100);
+  }
+  if (metrics && c.metrics.lingerSeconds > 0) {
+    // A worker that exits at once takes its final values with it before
+    // Prometheus' next scrape: keep serving them for one scrape interval.
+    logger()->info("metrics: serving the final values for {}s (metrics.lingerSeconds)",
+                   c.metrics.lingerSeconds);
+    std::this_thread::sleep_for(std::chrono::duration<double>(c.metrics.lingerSeconds));
+  }
+  return kExitOk;
+}
+
+}  // namespace geo::app

@@ -1,0 +1,141 @@
+#include "worker/app/transport_setup.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "common/keys/keys.h"
+#include "worker/transport/link.h"
+
+namespace geo::app {
+namespace {
+
+// Splits a transport.links key "a-b" into two region names of the job (region
+// names may contain '-': the split must leave two known names).
+std::optional<std::pair<std::string, std::string>> splitLinkKey(
+    const std::string& key, const std::set<std::string>& known) {
+  for (size_t dash = key.find('-'); dash != std::string::npos; dash = key.find('-', dash + 1)) {
+    std::string a = key.substr(0, dash);
+    std::string b = key.substr(dash + 1);
+    if (known.contains(a) && known.contains(b)) return std::make_pair(a, b);
+  }
+  return std::nullopt;
+}
+
+// A setting as worker.yaml spells it. Overloads, so that a key that changes
+// type keeps its spelling (an unset optional is `auto`).
+std::string spelled(const std::string& v) {
+  return v;
+}
+std::string spelled(bool v) {
+  return v ? "true" : "false";
+}
+std::string spelled(int64_t v) {
+  return std::to_string(v);
+}
+std::string spelled(const std::optional<int64_t>& v) {
+  return v ? spelled(*v) : "auto";
+}
+
+}  // namespace
+
+std::vector<std::string> rankRegions(const WorkerConfig& c) {
+  if (!c.transport.regions.empty()) return c.transport.regions;
+  return std::vector<std::string>(static_cast<size_t>(c.worker.worldSize), c.worker.region);
+}
+
+std::string agreedSyncSettings(const WorkerConfig& c) {
+  const auto& s = c.sync;
+  std::string text;
+  const auto line = [&text](std::string_view key, const std::string& value) {
+    text += fmt::format("{} = {}\n", key, value);
+  };
+  line("sync.algorithm", spelled(s.algorithm));
+  if (s.algorithm == "dts") {
+    line("sync.period", spelled(s.period));
+    line("sync.delay", spelled(s.delay));
+  }
+  if (s.algorithm == "swarm") line("sync.swarmH", spelled(s.swarmH));
+  line("sync.codec", spelled(s.codec));
+  if (s.codec == "qsgd") {
+    line("sync.bits", spelled(s.bits));
+    line("sync.bucket", spelled(s.bucket));
+  }
+  line("sync.hierarchical", spelled(s.hierarchical));
+  if (s.hierarchical) line("sync.lanCodec", spelled(s.lanCodec));
+  return text;
+}
+
+StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& c, uint32_t rank) {
+  namespace gt = geo::transport;
+  const auto world = static_cast<uint32_t>(c.worker.worldSize);
+  if (c.transport.peers.empty()) {
+    return invalidArgument(fmt::format(
+        "transport.peers: empty, but a job of {} workers needs one endpoint per rank", world));
+  }
+  const std::vector<std::string> regions = rankRegions(c);
+  if (rank >= regions.size()) {
+    return invalidArgument(fmt::format("worker.rank: {} is not a rank of this job of {} workers",
+                                       rank, regions.size()));
+  }
+  gt::TransportConfig t;
+  t.jobId = c.job.id;
+  t.rank = rank;
+  t.endpoints = c.transport.peers;
+  for (auto& e : t.endpoints) {
+    if (e == "none") e.clear();  // never connected to (see transport.peers)
+  }
+  t.bindEndpoint = c.transport.listen;
+  const std::filesystem::path keyDir = c.transport.keyDir;
+  auto secret =
+      keys::loadSecretKey(keyDir / fmt::format("worker-{}.key", rank),
+                          c.transport.keyGroupReadable ? keys::SecretKeyAccess::kOwnerAndGroupRead
+                                                       : keys::SecretKeyAccess::kOwnerOnly);
+  if (!secret.ok()) return secret.status();
+  t.secretKey = *secret;
+  for (uint32_t r = 0; r < world; ++r) {
+    auto pub = keys::loadPublicKey(keyDir / fmt::format("worker-{}.pub", r));
+    if (!pub.ok()) return pub.status();
+    t.publicKeys.push_back(*pub);
+  }
+  const std::set<std::string> known(regions.begin(), regions.end());
+  std::map<std::pair<std::string, std::string>, gt::LinkProfile> links;
+  for (const auto& [key, spec] : c.transport.links) {
+    const auto pair = splitLinkKey(key, known);
+    if (!pair) {
+      return invalidArgument(
+          fmt::format("transport.links.{}: not two regions of this job joined by '-' (regions: {})",
+                      key, fmt::join(known, ", ")));
+    }
+    auto profile = gt::parseLinkProfile(spec);
+    if (!profile.ok()) {
+      return invalidArgument(
+          fmt::format("transport.links.{}: {}", key, profile.status().message()));
+    }
+    links[*pair] = *profile;
+    links[{pair->second, pair->first}] = *profile;
+  }
+  auto uplink = gt::parseLinkProfile(c.transport.uplink);
+  if (!uplink.ok()) {
+    return invalidArgument(fmt::format("transport.uplink: {}", uplink.status().message()));
+  }
+  t.uplink = *uplink;
+  t.links.resize(world);
+  t.uplinkPeers.assign(world, false);
+  const std::string& mine = regions.at(rank);
+  for (uint32_t r = 0; r < world; ++r) {
+    if (r == rank || regions[r] == mine) continue;
+    t.uplinkPeers[r] = true;
+    if (auto it = links.find({mine, regions[r]}); it != links.end()) t.links[r] = it->second;
+  }
+  t.rankNames = regions;
+  t.agreedSettings = agreedSyncSettings(c);
+  return t;
+}
+
+}  // namespace geo::app

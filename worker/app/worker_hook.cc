@@ -1,0 +1,64 @@
+#include "worker/app/worker_hook.h"
+
+#include <algorithm>
+
+namespace geo::app {
+
+StatusOr<train::JoinResult> WorkerHook::join(int64_t step, train::FlatParameters& flat) {
+  if (sync_ == nullptr) return train::JoinResult{step, false};
+  auto joined = sync_->join(step, flat);
+  if (joined.ok()) {
+    const sync::SyncStats s = sync_->stats();
+    local::WorkerEvent e;
+    e.kind = local::EventKind::kJoined;
+    e.step = joined->step;
+    e.fromStep = step;
+    e.transferred = s.rejoins > 0;
+    e.jobFinished = joined->jobFinished;
+    e.stateTransferSeconds = s.stateTransferSeconds;
+    progress_.emit(std::move(e));
+  }
+  last_ = std::chrono::steady_clock::now();
+  return joined;
+}
+
+Status WorkerHook::afterBackward(int64_t step, train::FlatParameters& flat) {
+  return sync_ != nullptr ? sync_->afterBackward(step, flat) : Status();
+}
+
+Status WorkerHook::afterStep(int64_t step, train::FlatParameters& flat) {
+  if (sync_ != nullptr) GEO_RETURN_IF_ERROR(sync_->afterStep(step, flat));
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - last_).count();
+  // The first step includes connection set-up and warm-up.
+  if (++steps_ > 1) longestStep_ = std::max(longestStep_, seconds);
+  if (metrics_ != nullptr) {
+    metrics_->recordStep(seconds, loss_, batchSize_);
+    metrics_->setStep(step + 1);
+    publish(readTotals(sync_, transport_));
+  }
+  last_ = now;
+  return {};
+}
+
+Status WorkerHook::finish(int64_t steps, train::FlatParameters& flat) {
+  if (sync_ != nullptr) GEO_RETURN_IF_ERROR(sync_->finish(steps, flat));
+  if (metrics_ != nullptr) publish(readTotals(sync_, transport_));
+  return {};
+}
+
+void WorkerHook::saveState(torch::serialize::OutputArchive& archive) {
+  if (sync_ != nullptr) sync_->saveState(archive);
+}
+
+Status WorkerHook::loadState(torch::serialize::InputArchive& archive) {
+  return sync_ != nullptr ? sync_->loadState(archive) : Status();
+}
+
+void WorkerHook::publish(const Totals& t) {
+  if (metrics_ == nullptr) return;
+  if (transport_ != nullptr) metrics_->updateTransport(t.peers, t.transport);
+  if (sync_ != nullptr) metrics_->updateSync(syncSnapshot(t.sync));
+}
+
+}  // namespace geo::app

@@ -1,0 +1,62 @@
+#pragma once
+// WorkerHook: the trainer's StepHook of geotrain-worker, around the
+// synchronizer (null for a single worker or sync.algorithm none). It feeds
+// the Prometheus metrics once per step (when there are metrics), measures
+// the longest step (a stall shows there), and reports a join as a `joined`
+// progress event.
+//
+// Threading: the trainer's thread only, except publish(), which the caller
+// may also call after the run.
+
+#include <chrono>
+#include <cstdint>
+
+#include "worker/app/progress.h"
+#include "worker/metrics/worker_metrics.h"
+#include "worker/sync/synchronizer.h"
+#include "worker/train/trainer.h"
+#include "worker/transport/transport.h"
+
+namespace geo::app {
+
+class WorkerHook final : public train::StepHook {
+ public:
+  // Any of metrics, sync and transport may be null; none is owned, and each
+  // must outlive the hook.
+  WorkerHook(metrics::WorkerMetrics* metrics, sync::Synchronizer* sync,
+             const transport::Transport* transport, uint64_t batchSize, const Progress& progress)
+      : metrics_(metrics),
+        sync_(sync),
+        transport_(transport),
+        batchSize_(batchSize),
+        progress_(progress) {}
+
+  StatusOr<train::JoinResult> join(int64_t step, train::FlatParameters& flat) override;
+  Status afterBackward(int64_t step, train::FlatParameters& flat) override;
+  Status afterStep(int64_t step, train::FlatParameters& flat) override;
+  Status finish(int64_t steps, train::FlatParameters& flat) override;
+  void saveState(torch::serialize::OutputArchive& archive) override;
+  Status loadState(torch::serialize::InputArchive& archive) override;
+
+  // The trainer reports the loss with its progress (every logInterval steps);
+  // the gauge shows the latest reported value.
+  void setLoss(double loss) { loss_ = loss; }
+  // The longest step so far, after the first (seconds); 0 before the second.
+  double longestStep() const { return longestStep_; }
+  // Sets the transport and synchronizer metrics to `t` (nothing without
+  // metrics).
+  void publish(const Totals& t);
+
+ private:
+  metrics::WorkerMetrics* metrics_;
+  sync::Synchronizer* sync_;
+  const transport::Transport* transport_;
+  uint64_t batchSize_;
+  const Progress& progress_;
+  double loss_ = 0;
+  int64_t steps_ = 0;
+  double longestStep_ = 0;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace geo::app
