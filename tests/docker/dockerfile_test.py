@@ -13,7 +13,9 @@ no Dockerfile linter in Debian):
   binaries link directly (read from the binaries built here with readelf,
   mapped with dpkg -S); LibTorch and CUDA come with the image's own copies;
 - the controller image's configuration (GEO_BUILD_WORKER=OFF, no tests, no
-  benchmarks) configures, without LibTorch, and defines geotrain-controller.
+  benchmarks) configures, without LibTorch, and defines geotrain-controller;
+  the CPU worker image's build stage configures on exactly the sources it
+  copies, with its options (GEO_BUILD_CONTROLLER=OFF).
 Usage: dockerfile_test.py REPO GEOTRAIN_CONTROLLER GEOTRAIN_WORKER GEOTRAIN
 """
 
@@ -22,6 +24,7 @@ import glob
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -156,10 +159,37 @@ def check_dockerfile(repo, path, binaries):
     print(f"{name}: {len(stages)} stages, {len(ins)} instructions checked", flush=True)
 
 
+def configure_from_copies(repo, dockerfile):
+    """Configures the build stage's cmake call on exactly what its COPY
+    instructions take from the context (the sources a build has)."""
+    ins = instructions(os.path.join(repo, "docker", dockerfile))
+    final = max(i for i, (kw, _) in enumerate(ins) if kw == "FROM")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "src")
+        os.mkdir(src)
+        for kw, arg in ins[:final]:
+            if kw == "COPY" and "--from=" not in arg:
+                *sources, dest = shlex.split(arg)
+                for s in sources:
+                    to = os.path.join(src, dest if dest not in ("./", ".") else s)
+                    if os.path.isdir(os.path.join(repo, s)):
+                        shutil.copytree(os.path.join(repo, s), to)
+                    else:
+                        os.makedirs(os.path.dirname(to), exist_ok=True)
+                        shutil.copy(os.path.join(repo, s), to)
+        cmake = next(arg for kw, arg in ins[:final] if kw == "RUN" and "cmake -S" in arg)
+        options = re.findall(r"(-D\w+=\S+)", cmake.split("&&")[0])
+        r = subprocess.run(["cmake", "-S", src, "-B", os.path.join(tmp, "build"), *options],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"{dockerfile}: the build stage's configure fails on what it "
+                                 f"copies:\n{r.stderr[-2000:]}")
+
+
 def main():
     repo, controller, worker, cli = sys.argv[1:5]
     check_dockerfile(repo, os.path.join(repo, "docker", "controller.Dockerfile"), [controller])
     check_dockerfile(repo, os.path.join(repo, "docker", "worker.Dockerfile"), [worker, cli])
+    check_dockerfile(repo, os.path.join(repo, "docker", "worker-cpu.Dockerfile"), [worker, cli])
     with tempfile.TemporaryDirectory() as build:
         r = subprocess.run(["cmake", "-S", repo, "-B", build, "-DGEO_BUILD_WORKER=OFF",
                             "-DGEO_BUILD_TESTS=OFF", "-DGEO_BUILD_BENCHMARKS=OFF"],
@@ -170,6 +200,7 @@ def main():
         targets = subprocess.run(["cmake", "--build", build, "--target", "help"],
                                  capture_output=True, text=True).stdout
         check("geotrain-controller" in targets, "no geotrain-controller target without the worker")
+    configure_from_copies(repo, "worker-cpu.Dockerfile")
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
