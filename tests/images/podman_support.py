@@ -10,6 +10,7 @@ there it fails.
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -52,6 +53,8 @@ class Podman:
     cleanup()."""
 
     def __init__(self, prefix):
+        if shutil.which("podman") is None:
+            skip_or_fail("podman is not installed (scripts/images.sh installs it)")
         r = subprocess.run([os.path.join(REPO, "scripts", "images.sh"), "--containers-conf"],
                            capture_output=True, text=True)
         if r.returncode != 0:
