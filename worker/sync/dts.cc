@@ -24,20 +24,28 @@
 // nearest live peer, the job's step and round, and contributes from the
 // round that its first K-boundary closes; its own rounds in flight are void.
 //
-// `auto` delay: after every round the worker knows, to the step, when the
-// last contribution of that round arrived (it polls its inbox after every
-// step, and a wait at the due step counts in measured step times); the next
-// rounds use the largest such lag of the last few rounds, i.e. the smallest
-// D that would have hidden the links and the peers' step skew, capped at one
-// ping round trip of computation (skew beyond the link is resolved by
-// waiting, not by a delay that would let it grow). Before the first
-// measurement it uses the ping round trip (one way = RTT / 2) over the
-// measured step time, or K when there is no ping yet.
+// `auto` delay: D only has to hide the links, not the skew between workers.
+// A contribution's lag as its receiver sees it -- when it arrived (stamped by
+// the transport) minus when the receiver sent its own part of the same round
+// -- is the link's one-way time plus the skew between the two: if i runs s
+// seconds ahead of j, lag_ij = L_ji + s and lag_ji = L_ij - s. Counting that
+// skew as latency feeds on itself: a larger D lets the faster worker run
+// further ahead, which the next measurement takes for a slower link. So after
+// completing a round every worker sends its peers the lags it measured
+// (kLagReportRound), and each pair's one-way link time is
+// (lag_ij + lag_ji) / 2, in which the skew cancels. The next rounds use the
+// smallest D that covers the slowest link of the last few rounds, in steps of
+// this worker's compute (waits excluded): D = ceil(max L / step time). A
+// worker that runs ahead then waits at its due step, which brings the
+// workers back together instead of raising everyone's D. Before the first
+// reports it uses half the slowest ping round trip, or K when there is no
+// ping yet.
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <deque>
 #include <limits>
 
@@ -51,8 +59,10 @@ using transport::CodecId;
 using transport::Message;
 using transport::MessageKind;
 
-constexpr size_t kLagWindow = 4;   // rounds the auto delay looks back on
-constexpr size_t kLateWindow = 4;  // incomplete rounds a late contribution may still join
+constexpr size_t kLagWindow = 4;        // link samples per peer the auto delay looks back on
+constexpr size_t kOwnLagRounds = 64;    // rounds whose measured lags await the peers' reports
+constexpr double kMaxLagSeconds = 600;  // a lag beyond this (or a forged one) is no sample
+constexpr size_t kLateWindow = 4;       // incomplete rounds a late contribution may still join
 constexpr auto kPoll = std::chrono::milliseconds(20);
 
 class Dts final : public Base {
@@ -85,12 +95,16 @@ class Dts final : public Base {
     const int64_t t = step + 1;
     const auto now = Clock::now();
     if (lastStepAt_) {
-      const double seconds = std::chrono::duration<double>(now - *lastStepAt_).count();
+      // Compute only: a wait for peers is not a longer step.
+      const double seconds =
+          std::max(0.0, std::chrono::duration<double>(now - *lastStepAt_).count() - waitedSince_);
       stepSeconds_ = stepSeconds_ <= 0 ? seconds : 0.9 * stepSeconds_ + 0.1 * seconds;
     }
+    waitedSince_ = 0;
     if (resend_) GEO_RETURN_IF_ERROR(resendPending());
     GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
-    pollArrivals(t);
+    pollArrivals();
+    if (auto_) takeLagReports();
     applyLate(t, flat);
     if (t % options_.period == 0) GEO_RETURN_IF_ERROR(closeRound(t, flat));
     while (!pending_.empty() && pending_.front().dueStep <= t) {
@@ -114,7 +128,7 @@ class Dts final : public Base {
       if (residual_.defined()) residual_.zero_();
       pending_.clear();
       late_.clear();
-      lags_.clear();
+      ownLags_.clear();
       resend_ = false;
       nextRound_ = static_cast<uint64_t>(joined->step / options_.period);
     }
@@ -185,7 +199,6 @@ class Dts final : public Base {
       torch::Tensor start;
       if (archive.try_read(prefix + "start", start)) p.start = start.contiguous();
       p.got.resize(group_.size());
-      p.arrivalStep.assign(group_.size(), -1);
       p.sentAt = Clock::now();
       pending_.push_back(std::move(p));
     }
@@ -205,8 +218,7 @@ class Dts final : public Base {
     torch::Tensor start;  // D = 0 with the identity codec: x at the round's start
     std::shared_ptr<const std::vector<std::byte>> bytes;
     std::vector<std::optional<Message>> got;  // by group index
-    std::vector<int64_t> arrivalStep;         // step at which got[i] was seen
-    Clock::time_point sentAt;
+    Clock::time_point sentAt;                 // when this worker sent its part
   };
 
   bool exact() const { return !auto_ && delay_ == 0 && codec_->id() == CodecId::kFp32; }
@@ -319,8 +331,8 @@ class Dts final : public Base {
   }
 
   // Takes whatever contributions of pending rounds have arrived, without
-  // waiting, and notes the step at which each was first seen.
-  void pollArrivals(int64_t t) {
+  // waiting (each carries the time it arrived).
+  void pollArrivals() {
     for (Pending& p : pending_) {
       for (size_t i = 0; i < group_.size(); ++i) {
         if (i == group_.self || p.got[i]) continue;
@@ -328,8 +340,48 @@ class Dts final : public Base {
                                      std::chrono::milliseconds(0));
         if (!m.ok()) continue;
         p.got[i] = std::move(*m);
-        p.arrivalStep[i] = t;
         membership_.delivered(group_.ranks[i], p.round);
+      }
+    }
+  }
+
+  // Sends the peers the lags of round `round`'s contributions (seconds by
+  // group index, NaN where none came): little-endian IEEE doubles, one per
+  // group member.
+  Status reportLags(uint64_t round, const std::vector<double>& lags) {
+    auto bytes = std::make_shared<std::vector<std::byte>>(lags.size() * sizeof(double));
+    std::memcpy(bytes->data(), lags.data(), bytes->size());
+    const uint64_t size = bytes->size();  // before the move: argument order is unspecified
+    return sendTo(presentPeers(), MessageKind::kControl, kLagReportRound, round, CodecId::kRaw,
+                  size, std::move(bytes));
+  }
+
+  // Pairs the peers' reports with this worker's own lags of the same round:
+  // (lag_ij + lag_ji) / 2 is the link's one-way time, skew cancelled. A
+  // report of the wrong size or with values out of range is ignored (a peer
+  // can at worst make D wrong, within maxAutoDelay).
+  void takeLagReports() {
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self) continue;
+      for (auto m = transport_->receive(MessageKind::kControl, kLagReportRound, group_.ranks[i],
+                                        std::chrono::milliseconds(0));
+           m.ok(); m = transport_->receive(MessageKind::kControl, kLagReportRound, group_.ranks[i],
+                                           std::chrono::milliseconds(0))) {
+        if (m->payload.size() != group_.size() * sizeof(double)) continue;
+        double theirs = 0;
+        std::memcpy(&theirs, m->payload.data() + group_.self * sizeof(double), sizeof theirs);
+        const uint64_t round = m->header.step;
+        const auto own = std::find_if(ownLags_.begin(), ownLags_.end(),
+                                      [&](const OwnLags& o) { return o.round == round; });
+        if (own == ownLags_.end()) continue;
+        const double mine = own->lags[i];
+        if (!std::isfinite(theirs) || !std::isfinite(mine) || std::abs(theirs) > kMaxLagSeconds ||
+            std::abs(mine) > kMaxLagSeconds) {
+          continue;
+        }
+        auto& samples = links_[i];
+        samples.push_back(std::max(0.0, (mine + theirs) / 2));
+        if (samples.size() > kLagWindow) samples.pop_front();
       }
     }
   }
@@ -362,7 +414,6 @@ class Dts final : public Base {
     if (exact()) p.start = base_.clone();
     base_.copy_(flat.values);
     p.got.resize(group_.size());
-    p.arrivalStep.assign(group_.size(), -1);
     p.sentAt = Clock::now();
     stats_.setDelay(delay_);
     pending_.push_back(std::move(p));
@@ -372,12 +423,11 @@ class Dts final : public Base {
   Status complete(Pending& p, int64_t t, train::FlatParameters& flat) {
     // Wait (bounded) for the contributions expected in this round, serving
     // joins meanwhile; a peer suspected while we wait is not waited for.
-    double waitedSteps = 0;
     const auto t0 = Clock::now();
     const auto deadline = t0 + options_.timeout;
     while (true) {
       GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
-      pollArrivals(t);
+      pollArrivals();
       std::vector<size_t> waiting;
       for (size_t i = 0; i < group_.size(); ++i) {
         if (i != group_.self && !p.got[i] && membership_.expected(group_.ranks[i], p.round)) {
@@ -403,12 +453,11 @@ class Dts final : public Base {
       const auto i = static_cast<size_t>(it - group_.ranks.begin());
       if (it == group_.ranks.end() || i == group_.self || p.got[i]) continue;  // a duplicate
       p.got[i] = std::move(*m);
-      p.arrivalStep[i] = t;
       membership_.delivered(group_.ranks[i], p.round);
     }
     const double waited = secondsSince(t0);
     stats_.waited(waited);
-    if (stepSeconds_ > 0) waitedSteps = waited / stepSeconds_;
+    waitedSince_ += waited;
     // Every contribution is decoded and checked before it is used: nothing a
     // peer sends may end this worker or poison its model. A refused one
     // counts as a missing one.
@@ -434,7 +483,7 @@ class Dts final : public Base {
     }
     const auto t1 = Clock::now();
     torch::Tensor mean = torch::zeros_like(flat.values);
-    int64_t lag = 0;
+    std::vector<double> lags(group_.size(), std::numeric_limits<double>::quiet_NaN());
     for (size_t i = 0; i < group_.size(); ++i) {
       const auto alpha = static_cast<float>(group_.weights[i] / total);
       if (i == group_.self) {
@@ -444,7 +493,7 @@ class Dts final : public Base {
       if (!p.got[i]) continue;
       mean.add_(decoded[i], alpha);
       stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
-      lag = std::max(lag, p.arrivalStep[i] - p.sendStep);
+      lags[i] = std::chrono::duration<double>(p.got[i]->received - p.sentAt).count();
     }
     if (p.start.defined()) {
       flat.values.copy_(p.start - mean);
@@ -465,43 +514,51 @@ class Dts final : public Base {
       if (late_.size() > kLateWindow) late_.pop_front();
     }
     discardStale();
-    if (auto_) chooseDelay(p, lag + static_cast<int64_t>(std::ceil(waitedSteps)));
+    // Round 0 includes connection set-up (CURVE handshakes): not a link
+    // measurement.
+    if (auto_ && p.round > 0) {
+      ownLags_.push_back({p.round, lags});
+      if (ownLags_.size() > kOwnLagRounds) ownLags_.pop_front();
+      GEO_RETURN_IF_ERROR(reportLags(p.round, lags));
+    }
+    if (auto_) chooseDelay();
     return {};
   }
 
-  void chooseDelay(const Pending& p, int64_t lagSteps) {
-    // Round 0 includes connection set-up (CURVE handshakes): not a link
-    // measurement.
-    if (p.round > 0) {
-      lags_.push_back(lagSteps);
-      if (lags_.size() > kLagWindow) lags_.pop_front();
+  void chooseDelay() {
+    // The slowest link, from the pairs' measurements where there are some,
+    // else from half the ping round trip.
+    double link = -1;
+    size_t slowest = group_.self;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (links_[i].empty()) continue;
+      const double l = *std::max_element(links_[i].begin(), links_[i].end());
+      if (l > link) link = l, slowest = i;
     }
-    double rtt = -1;
-    for (const auto& c : transport_->peerCounters()) rtt = std::max(rtt, c.rttSeconds);
+    const bool measured = link >= 0;
+    if (measured) stats_.setLink(link);
+    if (!measured) {
+      for (const auto& c : transport_->peerCounters()) {
+        if (std::find(group_.ranks.begin(), group_.ranks.end(), c.peer) != group_.ranks.end()) {
+          link = std::max(link, c.rttSeconds / 2);
+        }
+      }
+    }
     int64_t next = delay_;
-    if (!lags_.empty()) {
-      next = *std::max_element(lags_.begin(), lags_.end());
-    } else if (stepSeconds_ > 0 && rtt > 0) {
-      next = static_cast<int64_t>(std::ceil(rtt / 2 / stepSeconds_));
-    }
-    // A peer that runs behind also shows up as lag, and a larger D would let
-    // the skew grow without bound (nobody ever waits). D only has to hide
-    // the link: at most one round trip of computation (half of it for the
-    // latency, half as room for the transfer). Beyond that the worker that
-    // runs ahead waits, which brings the workers back together.
-    if (stepSeconds_ > 0 && rtt > 0) {
-      next = std::min(next, static_cast<int64_t>(std::ceil(rtt / stepSeconds_)));
+    if (stepSeconds_ > 0 && link >= 0) {
+      next = static_cast<int64_t>(std::ceil(link / stepSeconds_ - 1e-9));
     }
     next = std::clamp<int64_t>(next, 0, options_.maxAutoDelay);
     if (next != delay_) {
       // Small moves (jitter) go to the debug log; real changes to info.
       const bool notable = std::abs(next - loggedDelay_) >= std::max<int64_t>(2, loggedDelay_ / 4);
-      logger()->log(
-          notable ? spdlog::level::info : spdlog::level::debug,
-          "dts: delay D = {} steps (was {}): the last round's updates arrived {} steps "
-          "after sending; step time {:.1f} ms, slowest ping RTT {}",
-          next, delay_, lagSteps, stepSeconds_ * 1e3,
-          rtt > 0 ? fmt::format("{:.0f} ms", rtt * 1e3) : std::string("not measured yet"));
+      logger()->log(notable ? spdlog::level::info : spdlog::level::debug,
+                    "dts: delay D = {} steps (was {}): slowest link {:.0f} ms one way ({}), step "
+                    "time {:.1f} ms",
+                    next, delay_, link * 1e3,
+                    measured ? fmt::format("to {}", topology_.describe(group_.ranks[slowest]))
+                             : std::string("half the ping round trip, before the first reports"),
+                    stepSeconds_ * 1e3);
       if (notable) loggedDelay_ = next;
       delay_ = next;
     }
@@ -526,8 +583,17 @@ class Dts final : public Base {
   std::deque<Pending> pending_;
   uint64_t nextRound_ = 0;
   bool resend_ = false;
-  std::deque<int64_t> lags_;
-  double stepSeconds_ = 0;
+  // Auto delay: this worker's lags of recent rounds, by group index (NaN:
+  // no contribution), until the peers' reports of the same round arrive;
+  // and per peer, the last one-way link times measured.
+  struct OwnLags {
+    uint64_t round = 0;
+    std::vector<double> lags;
+  };
+  std::deque<OwnLags> ownLags_;
+  std::vector<std::deque<double>> links_ = std::vector<std::deque<double>>(group_.size());
+  double stepSeconds_ = 0;  // compute time of a step, waits excluded (moving average)
+  double waitedSince_ = 0;  // seconds waited for peers since the last step
   std::optional<Clock::time_point> lastStepAt_;
 };
 

@@ -38,6 +38,9 @@ inline constexpr uint64_t kJoinStateRound = ~uint64_t{0} - 6;
 inline constexpr uint64_t kJoinedRound = ~uint64_t{0} - 7;
 inline constexpr uint64_t kResyncReplyRound = ~uint64_t{0} - 8;
 inline constexpr uint64_t kFinalContributionRound = ~uint64_t{0} - 9;
+// DTS auto delay: after completing round R (header.step = R) a worker tells
+// its peers how late each contribution of R reached it (dts.cc).
+inline constexpr uint64_t kLagReportRound = ~uint64_t{0} - 10;
 // Rounds at or above this are control rounds, never an algorithm's.
 inline constexpr uint64_t kFirstControlRound = ~uint64_t{0} - 63;
 
@@ -81,6 +84,7 @@ class StatsRecorder {
   void encoded(uint64_t payloadBytes, uint64_t encodedBytes, uint64_t destinations);
   void roundDone(double seconds);
   void setDelay(int64_t delay);
+  void setLink(double seconds);
   void late(bool applied);
   // A peer's contribution refused (`reason`: a metric label).
   void rejected(uint32_t peer, const std::string& reason);

@@ -194,6 +194,11 @@ void StatsRecorder::setDelay(int64_t delay) {
   stats_.delay = delay;
 }
 
+void StatsRecorder::setLink(double seconds) {
+  std::lock_guard lock(mu_);
+  stats_.linkSeconds = seconds;
+}
+
 SyncStats StatsRecorder::snapshot() const {
   std::lock_guard lock(mu_);
   return stats_;
@@ -202,6 +207,7 @@ SyncStats StatsRecorder::snapshot() const {
 void StatsRecorder::merge(const SyncStats& in) {
   std::lock_guard lock(mu_);
   stats_.delay = in.delay;
+  stats_.linkSeconds = in.linkSeconds;
   stats_.rounds += in.rounds;
   stats_.appliedUpdates += in.appliedUpdates;
   stats_.missing += in.missing;

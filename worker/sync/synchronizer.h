@@ -104,7 +104,10 @@ Status validateSyncOptions(const SyncOptions& options);
 
 // Counters for progress output and metrics. Monotonic except `delay`.
 struct SyncStats {
-  int64_t delay = 0;            // dts: the D used for the latest round
+  int64_t delay = 0;  // dts: the D used for the latest round
+  // dts auto: the slowest peer link's one-way time as measured from both
+  // ends (skew cancelled; docs/architecture.md section 3), 0 before.
+  double linkSeconds = 0;
   uint64_t rounds = 0;          // rounds (dts), steps (allreduce), exchanges (swarm) completed
   uint64_t appliedUpdates = 0;  // peer contributions applied
   uint64_t missing = 0;         // contributions given up on (absent or late peers)

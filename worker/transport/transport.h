@@ -61,6 +61,10 @@ class Payload {
 struct Message {
   FrameHeader header;
   Payload payload;
+  // When the whole payload had arrived (the I/O thread's steady clock), not
+  // when the caller took it: how late a message was, measured to the
+  // millisecond whatever the caller's polling interval.
+  std::chrono::steady_clock::time_point received{};
 };
 
 // Header fields the caller chooses; kind, sender, job hash and payload length

@@ -672,7 +672,7 @@ void ZmqTransport::handleInbound() {
       }
       continue;
     }
-    Message m{*header, std::move(body)};
+    Message m{*header, std::move(body), Clock::now()};
     {
       std::lock_guard lock(inboxMu_);
       inboxBytes_ += m.payload.size();

@@ -54,6 +54,7 @@ class Recorder final : public train::StepHook {
     return j;
   }
   Status afterBackward(int64_t step, train::FlatParameters& flat) override {
+    if (extraCompute.count() > 0) std::this_thread::sleep_for(extraCompute);
     return inner_->afterBackward(step, flat);
   }
   Status afterStep(int64_t step, train::FlatParameters& flat) override {
@@ -75,6 +76,7 @@ class Recorder final : public train::StepHook {
   torch::Tensor finalValues;
   int64_t joinedAt = -1;
   std::atomic<int64_t> stepsTaken{0};
+  std::chrono::milliseconds extraCompute{0};  // added to every step (a slower worker)
 
  private:
   Synchronizer* inner_;
@@ -126,6 +128,8 @@ struct JobSpec {
   int partitionedRank = -1;
   int64_t partitionAtStep = 0;
   std::chrono::milliseconds partitionDuration{0};
+  // Extra compute per step, by rank (missing: none): workers of unequal speed.
+  std::vector<std::chrono::milliseconds> extraCompute;
 };
 
 transport::CodecId codecIdOf(const std::string& name) {
@@ -195,6 +199,7 @@ RunResult runJob(const JobSpec& job) {
     EXPECT_TRUE(s.ok()) << s.status().toString();
     syncs[r] = std::move(*s);
     recorders[r] = std::make_unique<Recorder>(syncs[r].get());
+    if (r < job.extraCompute.size()) recorders[r]->extraCompute = job.extraCompute[r];
     torch::manual_seed(7);  // the same initial model everywhere
     auto model = train::makeModel({job.model, {}}, {1, 28, 28}, 10);
     EXPECT_TRUE(model.ok());
@@ -475,9 +480,8 @@ TEST(Dts, DelayedRoundsOverAnEmulatedWan) {
 }
 
 // Auto delay: with a 60 ms one-way link and steps of a few milliseconds, D
-// must grow beyond its start value of K to hide the link. The two workers may
-// settle asymmetrically (one runs ahead by s steps: its D is L + s, the
-// other's L - s), so the check is on their sum, which is twice the link.
+// must grow beyond its start value of K to hide the link (each worker in its
+// own steps, so the check is on their sum).
 TEST(Dts, AutoDelayGrowsToHideTheLink) {
   JobSpec job;
   job.regions = {"a", "b"};
@@ -491,6 +495,36 @@ TEST(Dts, AutoDelayGrowsToHideTheLink) {
   EXPECT_GT(r.stats[0].delay + r.stats[1].delay, 2 * 2);
   // Once chosen, most rounds wait little: far less than one RTT per round.
   EXPECT_LT(r.stats[0].waitSeconds, 0.25 * 0.06 * static_cast<double>(r.stats[0].rounds));
+}
+
+// Auto delay measures the link, not the skew between workers. Rank 1 takes
+// twice as long per step as rank 0, so rank 0 runs ahead and waits for it:
+// measured from rank 0 alone, rank 1's contributions arrive the link time
+// plus that skew late, and a D chosen from it let rank 0 run further ahead,
+// which the next round measured as a slower link -- D climbed to its cap.
+// From both ends the skew cancels: each measures the 80 ms link, and rank 0
+// uses about 80 ms of its own (~10 ms) steps.
+TEST(Dts, AutoDelayMeasuresTheLinkNotTheSkew) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.steps = 200;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = std::nullopt;
+  job.oneWayDelay = {{"a-b", "delay=80ms"}, {"b-a", "delay=80ms"}};
+  job.extraCompute = {10ms, 20ms};
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_GT(r.stats[rank].linkSeconds, 0.075) << "rank " << rank;
+    EXPECT_LT(r.stats[rank].linkSeconds, 0.12) << "rank " << rank;
+  }
+  // 80 ms over steps of 10-13 ms: 7-9 steps (the link plus the skew: 16,
+  // the cap of one round trip).
+  EXPECT_GE(r.stats[0].delay, 3);  // steps of up to ~25 ms on a loaded machine
+  EXPECT_LE(r.stats[0].delay, 11);
+  // The slower one needs fewer of its longer steps.
+  EXPECT_LE(r.stats[1].delay, r.stats[0].delay);
 }
 
 // DTS state is checkpointed: a job interrupted with a round in flight
