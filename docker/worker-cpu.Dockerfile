@@ -4,10 +4,13 @@
 # pod mounts). Build from the repository root, with podman or docker:
 #   scripts/images.sh worker-cpu
 #   docker build -f docker/worker-cpu.Dockerfile -t ghcr.io/geotrain/worker-cpu:0.1.0 .
-# Every package comes from Debian's archive. The size is LibTorch's: Debian
-# builds libtorch1.13 with OpenCV, FFmpeg, OpenMPI, oneDNN, ONNX and BLAS as
-# dependencies, which make up most of the image (the worker's own libraries
-# and binaries are a few MB, Fashion-MNIST 30 MB).
+# Every package comes from Debian's archive. The size (about 1.2 GB, 396
+# packages) is LibTorch's: Debian's libtorch1.13 depends on OpenCV, FFmpeg,
+# oneDNN, ONNX, BLAS and more, and through OpenCV on Mesa (with LLVM), GDAL
+# and PROJ. The largest: libtorch1.13 131 MB, libllvm15 115 MB, libdnnl2
+# 39 MB, libicu72 36 MB, libmfx1 27 MB, Mesa's drivers 25 MB, libgdal32
+# 24 MB, libz3-4 23 MB, proj-data 23 MB. The worker's binaries are a few MB,
+# Fashion-MNIST 30 MB. (tests/docker/dockerfile_test.py --built lists them.)
 
 FROM debian:12 AS build
 RUN apt-get update \
