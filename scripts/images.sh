@@ -66,7 +66,8 @@ done
 
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then
-  command -v sudo >/dev/null || cannot "not root, and sudo is not installed (podman runs rootful here)"
+  command -v sudo >/dev/null ||
+    cannot "not root, and sudo is not installed (podman runs rootful here)"
   SUDO="sudo"
 fi
 
@@ -104,7 +105,8 @@ if ((${#missing[@]} > 0)); then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-PODMAN=($SUDO env CONTAINERS_CONF="$CONTAINERS_CONF" podman)
+PODMAN=(env CONTAINERS_CONF="$CONTAINERS_CONF" podman)
+[[ -z $SUDO ]] || PODMAN=("$SUDO" "${PODMAN[@]}")
 "${PODMAN[@]}" info >/dev/null 2>"$CONF_DIR/podman-info.err" ||
   cannot "podman info fails: $(tail -3 "$CONF_DIR/podman-info.err")"
 

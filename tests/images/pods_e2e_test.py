@@ -102,7 +102,8 @@ def main():
             [CONTROLLER, "--kubeconfig", "/etc/geotrain/kubeconfig",
              "--namespace", "geotrain-system", "--member", "tokyo=geotrain-member-tokyo",
              "--worker-image", WORKER, "--leader-elect=false",
-             "--health-listen", f"127.0.0.1:{health}", "--metrics-listen", f"127.0.0.1:{free_port()}"])
+             "--health-listen", f"127.0.0.1:{health}",
+             "--metrics-listen", f"127.0.0.1:{free_port()}"])
 
         # The nodes: one network per region, and the wan between them.
         wan, wan_ips = podman.network("wan")
