@@ -290,7 +290,7 @@ ValueType<std::optional<int64_t>> optionalIntegerType() {
           }};
 }
 
-// sync.delay: a step count or `auto` (nullopt).
+// sync.delay and sync.period: a step count or `auto` (nullopt).
 constexpr std::string_view kAuto = "auto";
 
 ValueType<std::optional<int64_t>> delayType() {
@@ -668,6 +668,8 @@ std::vector<Section> buildSchema() {
   };
   const Rule<std::optional<int64_t>> delayRule{
       "an integer >= 0, or auto", [](const std::optional<int64_t>& v) { return !v || *v >= 0; }};
+  const Rule<std::optional<int64_t>> periodRule{
+      "an integer >= 1, or auto", [](const std::optional<int64_t>& v) { return !v || *v >= 1; }};
   const Rule<double> unitInterval{"a number in [0, 1)",
                                   [](const double& v) { return v >= 0 && v < 1; }};
   const Rule<double> gammaRule{"a number in (0, 1]",
@@ -738,7 +740,7 @@ std::vector<Section> buildSchema() {
       {"sync",
        {makeField("algorithm", &W::sync, &W::Sync::algorithm, string,
                   oneOf({"none", "allreduce", "dts", "swarm"})),
-        makeField("period", &W::sync, &W::Sync::period, integer, atLeast(1)),
+        makeField("period", &W::sync, &W::Sync::period, delayType(), periodRule),
         makeField("delay", &W::sync, &W::Sync::delay, delayType(), delayRule),
         makeField("swarmH", &W::sync, &W::Sync::swarmH, integer, atLeast(1)),
         makeField("codec", &W::sync, &W::Sync::codec, string,

@@ -52,6 +52,8 @@ inline constexpr double kMaxSeconds = 1e6;
 inline constexpr int64_t kMaxSyntheticSamples = 1000000;
 // sync.bucket: the QSGD codec's own limit (worker/codec).
 inline constexpr int64_t kMaxBucket = int64_t{1} << 30;
+// `sync.period: auto` starts from this K until the first measurements.
+inline constexpr int64_t kAutoPeriodStart = 4;
 // job.id: printable UTF-8 (it becomes a metrics label), at most this many
 // bytes; the controller's namespace/name/uid needs at most 354.
 inline constexpr size_t kMaxJobIdBytes = 512;
@@ -135,7 +137,10 @@ struct WorkerConfig {
 
   struct Sync {
     std::string algorithm = "none";  // none|allreduce|dts|swarm
-    int64_t period = 8;              // DTS period K in steps, >= 1
+    // DTS period K in steps (>= 1). nullopt means `auto`: the workers agree
+    // at run time on the K whose rounds the uplink carries comfortably
+    // (docs/architecture.md §3), starting from kAutoPeriodStart.
+    std::optional<int64_t> period = 8;
     // DTS delay D in steps (>= 0). nullopt means `auto`: the worker derives
     // the smallest D that hides the measured link (docs/architecture.md §3).
     std::optional<int64_t> delay = 0;

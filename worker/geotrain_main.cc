@@ -139,7 +139,9 @@ void addLocal(CLI::App& app, geo::local::LocalOptions& options, int& result) {
           fmt::format("Synchronizer: none, allreduce, dts or swarm (sync.algorithm; default: {}, "
                       "unless --config or --set chooses another one than none)",
                       geo::local::kDefaultAlgorithm));
-  keyFlag("--period", "K", keyHelp("DTS period in steps", "sync.period", d.sync.period));
+  keyFlag("--period", "K|auto",
+          keyHelp("DTS period in steps, or auto to choose it from the measured link", "sync.period",
+                  d.sync.period ? std::to_string(*d.sync.period) : std::string("auto")));
   keyFlag("--delay", "D|auto",
           keyHelp("DTS delay in steps, or auto to derive it from the measured link", "sync.delay",
                   d.sync.delay ? std::to_string(*d.sync.delay) : std::string("auto")));

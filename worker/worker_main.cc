@@ -415,7 +415,8 @@ std::unique_ptr<geo::metrics::WorkerMetrics> startMetrics(const geo::WorkerConfi
 geo::sync::SyncOptions syncOptions(const geo::WorkerConfig& c) {
   geo::sync::SyncOptions o;
   o.algorithm = c.sync.algorithm;
-  o.period = c.sync.period;
+  o.period = c.sync.period.value_or(geo::kAutoPeriodStart);
+  o.autoPeriod = !c.sync.period.has_value();
   o.delay = c.sync.delay;
   o.swarmH = c.sync.swarmH;
   o.codec.name = c.sync.codec;

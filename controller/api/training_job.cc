@@ -271,12 +271,13 @@ void parseWorkerSection(const std::string& section, const json& value, WorkerCon
     }
     auto kind = kinds.find(dotted);
     if (kind != kinds.end()) {
-      const bool autoDelay = dotted == "sync.delay" && v.is_string() && v == "auto";
-      if (!autoDelay && !hasKind(v, kind->second)) {
-        errors.push_back(
-            {FieldError::Type::kInvalid, "spec." + dotted,
-             fmt::format("{} is not allowed (allowed: {}{})", v.dump(), kindName(kind->second),
-                         dotted == "sync.delay" ? ", or auto" : "")});
+      // sync.delay and sync.period also take the word auto.
+      const bool mayBeAuto = dotted == "sync.delay" || dotted == "sync.period";
+      const bool isAuto = mayBeAuto && v.is_string() && v == "auto";
+      if (!isAuto && !hasKind(v, kind->second)) {
+        errors.push_back({FieldError::Type::kInvalid, "spec." + dotted,
+                          fmt::format("{} is not allowed (allowed: {}{})", v.dump(),
+                                      kindName(kind->second), mayBeAuto ? ", or auto" : "")});
         continue;
       }
     }

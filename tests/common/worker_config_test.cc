@@ -320,7 +320,7 @@ INSTANTIATE_TEST_SUITE_P(
                   {"sync.delay: soon is not allowed (allowed: an integer >= 0, or auto)"}},
         ErrorCase{"sync:\n  delay: -2\n", {"sync.delay: -2 is not allowed"}},
         ErrorCase{"sync:\n  period: 0\n",
-                  {"sync.period: 0 is not allowed (allowed: an integer >= 1)"}},
+                  {"sync.period: 0 is not allowed (allowed: an integer >= 1, or auto)"}},
         ErrorCase{"sync:\n  algorithm: gossip\n",
                   {"sync.algorithm: gossip is not allowed (allowed: none, allreduce, dts, swarm)"}},
         ErrorCase{"sync:\n  codec: zstd\n",
@@ -614,6 +614,11 @@ TEST(WorkerConfig, OverridesSetValues) {
   EXPECT_EQ(config.sync.delay, std::nullopt);
   ASSERT_TRUE(applyOverride(config, "sync.delay", "16").ok());
   EXPECT_EQ(config.sync.delay, std::optional<int64_t>(16));
+  ASSERT_TRUE(applyOverride(config, "sync.period", "auto").ok());
+  EXPECT_EQ(config.sync.period, std::nullopt);
+  EXPECT_NE(toYaml(config).find("period: auto"), std::string::npos);
+  ASSERT_TRUE(applyOverride(config, "sync.period", "2").ok());
+  EXPECT_EQ(config.sync.period, std::optional<int64_t>(2));
   ASSERT_TRUE(applyOverride(config, "training.nesterov", "true").ok());
   EXPECT_TRUE(config.training.nesterov);
   ASSERT_TRUE(applyOverride(config, "checkpoint.dir", "").ok());

@@ -40,9 +40,10 @@ std::string syncText(const WorkerConfig& c) {
   const std::string codec =
       s.codec == "qsgd" ? fmt::format("qsgd-{}", s.bits) : std::string(s.codec);
   const std::string delay = s.delay ? std::to_string(*s.delay) : std::string("auto");
+  const std::string period = s.period ? std::to_string(*s.period) : std::string("auto");
   std::string params;
   if (s.algorithm == "dts") {
-    params = fmt::format(" (period K={}, delay D={})", s.period, delay);
+    params = fmt::format(" (period K={}, delay D={})", period, delay);
   } else if (s.algorithm == "swarm") {
     params = fmt::format(" (H={})", s.swarmH);
   }

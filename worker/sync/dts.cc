@@ -48,6 +48,10 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <optional>
+#include <thread>
+#include <tuple>
+#include <utility>
 
 #include "common/logging.h"
 #include "worker/sync/internal.h"
@@ -59,10 +63,14 @@ using transport::CodecId;
 using transport::Message;
 using transport::MessageKind;
 
-constexpr size_t kLagWindow = 4;        // link samples per peer the auto delay looks back on
-constexpr size_t kOwnLagRounds = 64;    // rounds whose measured lags await the peers' reports
-constexpr double kMaxLagSeconds = 600;  // a lag beyond this (or a forged one) is no sample
-constexpr size_t kLateWindow = 4;       // incomplete rounds a late contribution may still join
+constexpr size_t kLagWindow = 4;      // link samples per peer the auto delay looks back on
+constexpr size_t kOwnLagRounds = 64;  // rounds whose measured lags await the peers' reports
+constexpr double kMaxLagSeconds = 600;
+constexpr int64_t kMinStepsBetweenChanges = 32;
+constexpr size_t kBaseRttWindow = 64;  // rounds of ping round trips the auto period looks back on
+constexpr double kLinkShare = 0.5;  // auto period: the share of a round the link may be busy  // a
+                                    // lag beyond this (or a forged one) is no sample
+constexpr size_t kLateWindow = 4;   // incomplete rounds a late contribution may still join
 constexpr auto kPoll = std::chrono::milliseconds(20);
 
 class Dts final : public Base {
@@ -71,14 +79,19 @@ class Dts final : public Base {
       : Base(o, t, tr, std::move(g)),
         auto_(!o.delay.has_value()),
         delay_(o.delay.value_or(o.period)),
-        loggedDelay_(delay_) {
+        loggedDelay_(delay_),
+        schedule_{0, 0, o.period},
+        closeAt_(o.period) {
     stats_.setDelay(delay_);
+    stats_.setPeriod(schedule_.k);
+    membership_.setRoundOf([this](int64_t s) { return roundAt(s); });
   }
 
   std::string describe() const override {
     return fmt::format("dts among {} workers: period K = {}, delay D = {}, codec {}", group_.size(),
-                       options_.period, auto_ ? std::string("auto") : std::to_string(delay_),
-                       options_.codec.name);
+                       options_.autoPeriod ? fmt::format("auto (from {})", schedule_.k)
+                                           : std::to_string(schedule_.k),
+                       auto_ ? std::string("auto") : std::to_string(delay_), options_.codec.name);
   }
 
   // The round's start is the model before the first optimizer step.
@@ -104,9 +117,9 @@ class Dts final : public Base {
     if (resend_) GEO_RETURN_IF_ERROR(resendPending());
     GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
     pollArrivals();
-    if (auto_) takeLagReports();
+    if (measuring()) takeLagReports(t);
     applyLate(t, flat);
-    if (t % options_.period == 0) GEO_RETURN_IF_ERROR(closeRound(t, flat));
+    if (t >= closeAt_) GEO_RETURN_IF_ERROR(closeRound(t, flat));
     while (!pending_.empty() && pending_.front().dueStep <= t) {
       GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat));
       pending_.pop_front();
@@ -118,7 +131,7 @@ class Dts final : public Base {
   StatusOr<train::JoinResult> join(int64_t step, train::FlatParameters& flat) override {
     if (group_.size() <= 1) return train::JoinResult{step, false};
     init(flat);
-    auto joined = membership_.join(step, options_.period, flat.values, &flat);
+    auto joined = membership_.join(step, schedule_.k, flat.values, &flat);
     if (!joined.ok()) return joined.status();
     if (joined->jobFinished) return train::JoinResult{step, true};
     if (joined->transferred) {
@@ -130,7 +143,9 @@ class Dts final : public Base {
       late_.clear();
       ownLags_.clear();
       resend_ = false;
-      nextRound_ = static_cast<uint64_t>(joined->step / options_.period);
+      if (options_.autoPeriod) awaitSchedule(joined->step);
+      nextRound_ = roundAt(joined->step);
+      closeAt_ = closeOf(nextRound_);
     }
     // A worker resumed from its checkpoint sends its rounds in flight again:
     // it contributes from the oldest of them.
@@ -155,6 +170,8 @@ class Dts final : public Base {
     if (residual_.defined()) archive.write("dts_residual", residual_);
     archive.write("dts_next_round", torch::tensor(static_cast<int64_t>(nextRound_)));
     archive.write("dts_delay", torch::tensor(delay_));
+    archive.write("dts_schedule", scheduleTensor(schedule_));
+    if (nextSchedule_) archive.write("dts_next_schedule", scheduleTensor(*nextSchedule_));
     archive.write("dts_pending", torch::tensor(static_cast<int64_t>(pending_.size())));
     for (size_t i = 0; i < pending_.size(); ++i) {
       const Pending& p = pending_[i];
@@ -180,6 +197,13 @@ class Dts final : public Base {
     nextRound_ = static_cast<uint64_t>(v.item<int64_t>());
     archive.read("dts_delay", v);
     delay_ = v.item<int64_t>();
+    // Checkpoints written before the period could change have none: their
+    // rounds are all of the configured K.
+    if (archive.try_read("dts_schedule", v)) schedule_ = scheduleOf(v);
+    nextSchedule_.reset();
+    if (archive.try_read("dts_next_schedule", v)) nextSchedule_ = scheduleOf(v);
+    closeAt_ = closeOf(nextRound_);
+    stats_.setPeriod(schedule_.k);
     archive.read("dts_pending", v);
     pending_.clear();
     for (int64_t i = 0; i < v.item<int64_t>(); ++i) {
@@ -345,29 +369,111 @@ class Dts final : public Base {
     }
   }
 
-  // Sends the peers the lags of round `round`'s contributions (seconds by
-  // group index, NaN where none came): little-endian IEEE doubles, one per
-  // group member.
+  // Rounds from `round` on start after step `step` and take `k` steps each.
+  struct Schedule {
+    uint64_t round = 0;
+    int64_t step = 0;
+    int64_t k = 1;
+  };
+  // Which of two schedules wins: the later change, then the larger K (two
+  // coordinators on both sides of a partition may each have chosen one).
+  static bool newer(const Schedule& a, const Schedule& b) {
+    return std::tie(a.round, a.k, a.step) > std::tie(b.round, b.k, b.step);
+  }
+  static torch::Tensor scheduleTensor(const Schedule& e) {
+    return torch::tensor({static_cast<int64_t>(e.round), e.step, e.k});
+  }
+  static Schedule scheduleOf(const torch::Tensor& v) {
+    return {static_cast<uint64_t>(v[0].item<int64_t>()), v[1].item<int64_t>(),
+            std::max<int64_t>(1, v[2].item<int64_t>())};
+  }
+
+  // Whether rounds are measured and reported (lags, and the schedule).
+  bool measuring() const { return auto_ || options_.autoPeriod; }
+
+  // The step at which round n closes (before the schedule's change: as if
+  // its K had always been in force).
+  int64_t closeOf(uint64_t n) const {
+    return schedule_.step +
+           (static_cast<int64_t>(n) - static_cast<int64_t>(schedule_.round) + 1) * schedule_.k;
+  }
+  // The round that step s + 1 belongs to (before the schedule's change: as
+  // if its K had always been in force).
+  uint64_t roundAt(int64_t s) const {
+    if (s >= schedule_.step) {
+      return schedule_.round + static_cast<uint64_t>((s - schedule_.step) / schedule_.k);
+    }
+    const auto back = static_cast<uint64_t>((schedule_.step - s + schedule_.k - 1) / schedule_.k);
+    return schedule_.round > back ? schedule_.round - back : 0;
+  }
+
+  // Takes a schedule heard of (a peer's, or this worker's own decision). A
+  // change for a later round waits for it; one for a round this worker has
+  // opened already (it heard late) is in force now, and the open round
+  // closes on the new grid, or at the next step if that is behind it.
+  void adopt(const Schedule& e, int64_t t) {
+    if (!newer(e, schedule_)) return;
+    if (e.round > nextRound_) {
+      if (!nextSchedule_ || newer(e, *nextSchedule_)) nextSchedule_ = e;
+      return;
+    }
+    if (e.k != schedule_.k) {
+      logger()->info("dts: period K = {} steps (was {}) from round {} (after step {})", e.k,
+                     schedule_.k, e.round, e.step);
+    }
+    schedule_ = e;
+    roundsSinceChange_ = 0;
+    closeAt_ = std::max(closeOf(nextRound_), t + 1);
+    stats_.setPeriod(schedule_.k);
+  }
+
+  // Report layout (kLagReportRound, header.step = the round reported on, or
+  // kNoRound for a schedule only): one little-endian IEEE double per group
+  // member, the lag (seconds) of its contribution, NaN where none came; then
+  // the schedule in force and the next one (k = 0: none), three int64 each.
+  static constexpr uint64_t kNoRound = ~uint64_t{0};
+  static constexpr size_t kScheduleBytes = 6 * sizeof(int64_t);
+
   Status reportLags(uint64_t round, const std::vector<double>& lags) {
-    auto bytes = std::make_shared<std::vector<std::byte>>(lags.size() * sizeof(double));
-    std::memcpy(bytes->data(), lags.data(), bytes->size());
+    auto bytes =
+        std::make_shared<std::vector<std::byte>>(lags.size() * sizeof(double) + kScheduleBytes);
+    std::memcpy(bytes->data(), lags.data(), lags.size() * sizeof(double));
+    const Schedule next = nextSchedule_.value_or(Schedule{0, 0, 0});
+    const int64_t schedules[6] = {
+        static_cast<int64_t>(schedule_.round), schedule_.step, schedule_.k,
+        static_cast<int64_t>(next.round),      next.step,      next.k};
+    std::memcpy(bytes->data() + lags.size() * sizeof(double), schedules, sizeof schedules);
     const uint64_t size = bytes->size();  // before the move: argument order is unspecified
     return sendTo(presentPeers(), MessageKind::kControl, kLagReportRound, round, CodecId::kRaw,
                   size, std::move(bytes));
   }
 
-  // Pairs the peers' reports with this worker's own lags of the same round:
-  // (lag_ij + lag_ji) / 2 is the link's one-way time, skew cancelled. A
-  // report of the wrong size or with values out of range is ignored (a peer
-  // can at worst make D wrong, within maxAutoDelay).
-  void takeLagReports() {
+  // Takes the peers' reports: their schedules (auto period), and their lags
+  // paired with this worker's own lags of the same round: (lag_ij + lag_ji)
+  // / 2 is the link's one-way time, skew cancelled. A report of the wrong
+  // size or with values out of range is ignored (a peer can at worst make D
+  // wrong, within maxAutoDelay, or K, within maxAutoPeriod). Returns whether
+  // any report came.
+  bool takeLagReports(int64_t t) {
+    bool any = false;
+    const size_t lagBytes = group_.size() * sizeof(double);
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self) continue;
       for (auto m = transport_->receive(MessageKind::kControl, kLagReportRound, group_.ranks[i],
                                         std::chrono::milliseconds(0));
            m.ok(); m = transport_->receive(MessageKind::kControl, kLagReportRound, group_.ranks[i],
                                            std::chrono::milliseconds(0))) {
-        if (m->payload.size() != group_.size() * sizeof(double)) continue;
+        if (m->payload.size() != lagBytes + kScheduleBytes) continue;
+        any = true;
+        if (options_.autoPeriod) {
+          int64_t e[6];
+          std::memcpy(e, m->payload.data() + lagBytes, sizeof e);
+          for (int j : {0, 3}) {
+            if (e[j] >= 0 && e[j + 1] >= 0 && e[j + 2] >= 1 && e[j + 2] <= options_.maxAutoPeriod) {
+              adopt({static_cast<uint64_t>(e[j]), e[j + 1], e[j + 2]}, t);
+            }
+          }
+        }
         double theirs = 0;
         std::memcpy(&theirs, m->payload.data() + group_.self * sizeof(double), sizeof theirs);
         const uint64_t round = m->header.step;
@@ -384,11 +490,96 @@ class Dts final : public Base {
         if (samples.size() > kLagWindow) samples.pop_front();
       }
     }
+    return any;
+  }
+
+  // A worker that took a peer's state under an automatic period learns the
+  // job's schedule from the peers' next reports (every worker sends one per
+  // round) before it numbers its rounds.
+  void awaitSchedule(int64_t step) {
+    const auto deadline = Clock::now() + options_.timeout;
+    while (!takeLagReports(step)) {
+      if (Clock::now() >= deadline) {
+        logger()->warn(
+            "dts: no peer reported the job's period within {:.3g} s; numbering rounds with K = {}",
+            std::chrono::duration<double>(options_.timeout).count(), schedule_.k);
+        return;
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+    if (nextSchedule_ && nextSchedule_->round <= roundAt(step)) {
+      schedule_ = *std::exchange(nextSchedule_, std::nullopt);
+      stats_.setPeriod(schedule_.k);
+    }
+  }
+
+  // Auto period (the coordinator only: the lowest-ranked member not
+  // suspected). A round's updates leave through one uplink; what the
+  // slowest link takes beyond its latency (one-way time less half the
+  // smallest recent ping round trip) is the round's transfer time. K is the smallest power of two
+  // whose rounds last at least twice that (the link busy at most half the
+  // time, so that queues stay empty and D covers the latency only), at most
+  // maxAutoPeriod; it shrinks only once the transfer would fill at most a
+  // quarter of the smaller K (measurements are noisy: no flapping). A change takes effect from a
+  // round far enough ahead that every worker hears of it first (two rounds, the delay, and twice
+  // the slowest link), and travels in the reports.
+  Status choosePeriod() {
+    ++roundsSinceChange_;
+    // The links' latency without queueing: pings share the uplink's queue
+    // with the updates, so a busy link inflates them; the smallest of the
+    // recent ones is the path's.
+    for (const auto& c : transport_->peerCounters()) {
+      const auto it = std::find(group_.ranks.begin(), group_.ranks.end(), c.peer);
+      if (it == group_.ranks.end() || c.rttSeconds < 0) continue;
+      auto& rtts = baseRtts_[static_cast<size_t>(it - group_.ranks.begin())];
+      rtts.push_back(c.rttSeconds);
+      if (rtts.size() > kBaseRttWindow) rtts.pop_front();
+    }
+    // Decide on measurements of the K in force only, and not too often.
+    if (nextSchedule_ || roundsSinceChange_ < kLagWindow + 2 ||
+        static_cast<int64_t>(roundsSinceChange_) * schedule_.k < kMinStepsBetweenChanges ||
+        stepSeconds_ <= 0) {
+      return {};
+    }
+    for (size_t i = 0; i < group_.self; ++i) {
+      if (!membership_.suspected(group_.ranks[i])) return {};  // not the coordinator
+    }
+    double transfer = -1, link = 0;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self || links_[i].empty() || baseRtts_[i].empty()) continue;
+      const double l = *std::max_element(links_[i].begin(), links_[i].end());
+      const double rtt = *std::min_element(baseRtts_[i].begin(), baseRtts_[i].end());
+      link = std::max(link, l);
+      transfer = std::max(transfer, std::max(0.0, l - rtt / 2));
+    }
+    if (transfer < 0) return {};
+    const double want = transfer / (kLinkShare * stepSeconds_);
+    int64_t k = 1;
+    while (static_cast<double>(k) < want && k < options_.maxAutoPeriod) k *= 2;
+    k = std::min(k, options_.maxAutoPeriod);
+    if (k == schedule_.k || (k < schedule_.k && want > 0.5 * static_cast<double>(k))) return {};
+    const int64_t linkSteps = static_cast<int64_t>(std::ceil(link / stepSeconds_));
+    const int64_t ahead = 2 * schedule_.k + delay_ + 2 * linkSteps;
+    const uint64_t from =
+        nextRound_ + static_cast<uint64_t>((ahead + schedule_.k - 1) / schedule_.k);
+    const Schedule next{from, closeOf(from - 1), k};
+    logger()->info(
+        "dts: period K = {} from round {} (after step {}), was {}: a round's transfer takes {:.0f} "
+        "ms, step time {:.1f} ms",
+        k, next.round, next.step, schedule_.k, transfer * 1e3, stepSeconds_ * 1e3);
+    nextSchedule_ = next;
+    return reportLags(kNoRound,
+                      std::vector<double>(group_.size(), std::numeric_limits<double>::quiet_NaN()));
   }
 
   Status closeRound(int64_t t, train::FlatParameters& flat) {
     Pending p;
     p.round = nextRound_++;
+    if (nextSchedule_ && nextSchedule_->round <= nextRound_) {
+      const Schedule next = *std::exchange(nextSchedule_, std::nullopt);
+      adopt(next, t);
+    }
+    closeAt_ = std::max(closeOf(nextRound_), t + 1);
     p.sendStep = t;
     p.dueStep = t + delay_;
     const auto t0 = Clock::now();
@@ -516,12 +707,13 @@ class Dts final : public Base {
     discardStale();
     // Round 0 includes connection set-up (CURVE handshakes): not a link
     // measurement.
-    if (auto_ && p.round > 0) {
+    if (measuring() && p.round > 0) {
       ownLags_.push_back({p.round, lags});
       if (ownLags_.size() > kOwnLagRounds) ownLags_.pop_front();
       GEO_RETURN_IF_ERROR(reportLags(p.round, lags));
     }
     if (auto_) chooseDelay();
+    if (options_.autoPeriod) GEO_RETURN_IF_ERROR(choosePeriod());
     return {};
   }
 
@@ -591,6 +783,12 @@ class Dts final : public Base {
     std::vector<double> lags;
   };
   std::deque<OwnLags> ownLags_;
+  Schedule schedule_;                     // the period in force
+  std::optional<Schedule> nextSchedule_;  // agreed, from a later round
+  int64_t closeAt_;                       // the step at which the open round closes
+  uint64_t roundsSinceChange_ = 0;
+  // Auto period: the recent ping round trips of each peer, by group index.
+  std::vector<std::deque<double>> baseRtts_ = std::vector<std::deque<double>>(group_.size());
   std::vector<std::deque<double>> links_ = std::vector<std::deque<double>>(group_.size());
   double stepSeconds_ = 0;  // compute time of a step, waits excluded (moving average)
   double waitedSince_ = 0;  // seconds waited for peers since the last step

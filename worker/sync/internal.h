@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -85,6 +86,7 @@ class StatsRecorder {
   void roundDone(double seconds);
   void setDelay(int64_t delay);
   void setLink(double seconds);
+  void setPeriod(int64_t period);
   void late(bool applied);
   // A peer's contribution refused (`reason`: a metric label).
   void rejected(uint32_t peer, const std::string& reason);
@@ -146,6 +148,9 @@ class Membership {
   // round s / stepsPerRound on (what its announcement will say).
   Membership(transport::Transport* transport, const Topology& topology, std::vector<uint32_t> peers,
              const SyncOptions& options, std::string name, int64_t stepsPerRound = 1);
+  // The round in progress at step s when rounds do not have a fixed length
+  // (DTS with an automatic period); replaces s / stepsPerRound.
+  void setRoundOf(std::function<uint64_t(int64_t)> roundOf) { roundOf_ = std::move(roundOf); }
 
   // Reads the transport's liveness; logs and counts every change.
   void refresh();
@@ -209,6 +214,7 @@ class Membership {
     double rtt = -1;
   };
   PeerLife& life(uint32_t peer);
+  uint64_t roundAt(int64_t step) const;  // the round in progress at `step`
   const PeerLife* find(uint32_t peer) const;
   Status sendControl(uint32_t to, uint64_t round, int64_t step,
                      std::shared_ptr<const std::vector<std::byte>> bytes, transport::CodecId codec,
@@ -221,7 +227,8 @@ class Membership {
   SyncOptions options_;
   std::string name_;  // "dts", "hierarchical sync": log prefix
   int64_t stepsPerRound_;
-  bool inJoin_ = false;  // in join(): offers say so
+  std::function<uint64_t(int64_t)> roundOf_;  // empty: s / stepsPerRound_
+  bool inJoin_ = false;                       // in join(): offers say so
   // This process's identity in the join protocol (random), and the peers
   // (rank, their identity) that were joining while we joined: a common start.
   uint64_t incarnation_;

@@ -46,6 +46,11 @@ Membership::Membership(transport::Transport* transport, const Topology& topology
       incarnation_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
                    static_cast<uint64_t>(Clock::now().time_since_epoch().count())) {}
 
+uint64_t Membership::roundAt(int64_t step) const {
+  step = std::max<int64_t>(step, 0);
+  return roundOf_ ? roundOf_(step) : static_cast<uint64_t>(step / stepsPerRound_);
+}
+
 const Membership::PeerLife* Membership::find(uint32_t peer) const {
   const auto it = std::find(peers_.begin(), peers_.end(), peer);
   return it == peers_.end() ? nullptr : &lives_[static_cast<size_t>(it - peers_.begin())];
@@ -169,8 +174,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       // the round it starts with; until then it is not waited for. In our
       // round (a common start, a whole-job restart) it takes part in the
       // current round whatever it does, so it stays expected.
-      const auto itsRound = static_cast<int64_t>(q->header.step) / stepsPerRound_;
-      l.joining = itsRound < std::max<int64_t>(step, 0) / stepsPerRound_;
+      l.joining = roundAt(static_cast<int64_t>(q->header.step)) < roundAt(step);
       l.absent = false;
       out.queried.push_back(p);
       uint64_t itsIncarnation = 0;
@@ -213,7 +217,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       // region leader -- waits for it from its very first step.
       l.joining = false;
       l.absent = false;
-      l.expectFrom = static_cast<uint64_t>(std::max<int64_t>(step, 0) / stepsPerRound_);
+      l.expectFrom = roundAt(step);
     }
     for (auto j = transport_->receive(MessageKind::kControl, kJoinedRound, p, now); j.ok();
          j = transport_->receive(MessageKind::kControl, kJoinedRound, p, now)) {

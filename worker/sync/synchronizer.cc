@@ -94,6 +94,7 @@ Status validateSyncOptions(const SyncOptions& o) {
     return invalidArgument("sync.timeoutSeconds: must be > 0");
   }
   if (o.maxAutoDelay < 0) return invalidArgument("sync: maxAutoDelay must be >= 0");
+  if (o.maxAutoPeriod < 1) return invalidArgument("sync: maxAutoPeriod must be >= 1");
   auto codec = codec::makeCodec(o.codec);
   if (!codec.ok()) return codec.status();
   return {};
@@ -194,6 +195,11 @@ void StatsRecorder::setDelay(int64_t delay) {
   stats_.delay = delay;
 }
 
+void StatsRecorder::setPeriod(int64_t period) {
+  std::lock_guard lock(mu_);
+  stats_.period = period;
+}
+
 void StatsRecorder::setLink(double seconds) {
   std::lock_guard lock(mu_);
   stats_.linkSeconds = seconds;
@@ -208,6 +214,7 @@ void StatsRecorder::merge(const SyncStats& in) {
   std::lock_guard lock(mu_);
   stats_.delay = in.delay;
   stats_.linkSeconds = in.linkSeconds;
+  stats_.period = in.period;
   stats_.rounds += in.rounds;
   stats_.appliedUpdates += in.appliedUpdates;
   stats_.missing += in.missing;

@@ -80,8 +80,10 @@ class Topology {
 };
 
 struct SyncOptions {
-  std::string algorithm = "dts";     // allreduce | dts | swarm
-  int64_t period = 8;                // dts: K, steps per round (>= 1)
+  std::string algorithm = "dts";  // allreduce | dts | swarm
+  int64_t period = 8;             // dts: K, steps per round (>= 1); the first K when auto
+  // dts: choose K at run time (the period the workers agree on; see dts.cc).
+  bool autoPeriod = false;
   std::optional<int64_t> delay = 0;  // dts: D in steps (>= 0); nullopt = auto
   int64_t swarmH = 4;                // swarm: local steps between exchanges (>= 1)
   codec::CodecSpec codec;            // what crosses the WAN
@@ -97,6 +99,7 @@ struct SyncOptions {
   std::chrono::milliseconds peerTimeout{0};
   uint64_t seed = 42;          // QSGD's stochastic rounding and swarm's choice of peers
   int64_t maxAutoDelay = 256;  // dts auto: the largest D it may choose
+  int64_t maxAutoPeriod = 64;  // dts auto period: the largest K it may choose
 };
 
 // Validates the options (names the field and the allowed values).
@@ -104,7 +107,8 @@ Status validateSyncOptions(const SyncOptions& options);
 
 // Counters for progress output and metrics. Monotonic except `delay`.
 struct SyncStats {
-  int64_t delay = 0;  // dts: the D used for the latest round
+  int64_t delay = 0;   // dts: the D used for the latest round
+  int64_t period = 0;  // dts: the K of the round in progress
   // dts auto: the slowest peer link's one-way time as measured from both
   // ends (skew cancelled; docs/architecture.md section 3), 0 before.
   double linkSeconds = 0;

@@ -40,6 +40,9 @@ class LinkShaper {
 
   Clock::time_point schedule(uint64_t bytes, Clock::time_point now);
   const LinkProfile& profile() const { return profile_; }
+  // A new bandwidth (0: unlimited) for what is scheduled from now on; what
+  // was scheduled keeps its times.
+  void setRate(double bytesPerSecond) { profile_.bytesPerSecond = bytesPerSecond; }
 
  private:
   LinkProfile profile_;

@@ -136,6 +136,10 @@ class Transport {
   // not started leaving are dropped at once. Sends still return OK (a sender
   // cannot tell a partition from a slow link). Counted in partitionDropped.
   virtual void setPartitioned(bool cut) = 0;
+  // Link emulation: the shared uplink (TransportConfig::uplink) carries
+  // `bytesPerSecond` from now on (0: unlimited), as when a WAN link's
+  // available bandwidth changes. Frames already scheduled keep their times.
+  virtual void setUplinkRate(double bytesPerSecond) = 0;
 
   virtual std::vector<PeerCounters> peerCounters() const = 0;
   virtual TransportCounters counters() const = 0;

@@ -134,6 +134,7 @@ class ZmqTransport final : public Transport {
                             milliseconds timeout) override;
   size_t discard(const std::function<bool(const FrameHeader&)>& match) override;
   void setPartitioned(bool cut) override;
+  void setUplinkRate(double bytesPerSecond) override;
   std::vector<PeerCounters> peerCounters() const override;
   TransportCounters counters() const override;
 
@@ -401,9 +402,9 @@ Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payloa
     o.header = h;
     o.payload = std::move(payload);
     auto now = Clock::now();
-    if (!cfg_.uplinkPeers.empty() && cfg_.uplinkPeers[peer] && cfg_.uplink.shaped()) {
+    if (!cfg_.uplinkPeers.empty() && cfg_.uplinkPeers[peer]) {
       std::lock_guard uplinkLock(uplinkMu_);
-      now = uplink_.schedule(bytes, now);
+      if (uplink_.profile().shaped()) now = uplink_.schedule(bytes, now);
     }
     o.release = p.shaper ? p.shaper->schedule(bytes, now) : now;
     p.queue.push_back(std::move(o));
@@ -527,6 +528,16 @@ size_t ZmqTransport::discard(const std::function<bool(const FrameHeader&)>& matc
   }
   if (n > 0) wake();  // reading may have paused on a full inbox
   return n;
+}
+
+void ZmqTransport::setUplinkRate(double bytesPerSecond) {
+  {
+    std::lock_guard lock(uplinkMu_);
+    uplink_.setRate(std::max(0.0, bytesPerSecond));
+  }
+  logger()->info("transport rank {}: emulated uplink now {}", cfg_.rank,
+                 bytesPerSecond > 0 ? fmt::format("{:.3g} Mbit/s", bytesPerSecond * 8 / 1e6)
+                                    : std::string("unlimited"));
 }
 
 void ZmqTransport::setPartitioned(bool cut) {

@@ -124,6 +124,7 @@ GOOD = [
     merged({"model": {"torchscript": "/models/net.pt"}}),
     merged({"model": {"builtin": "", "torchscript": "/models/net.pt"}}),
     merged({"sync": {"delay": "auto"}}), merged({"sync": {"delay": 4}}),
+    merged({"sync": {"period": "auto"}}),
     merged({"dataset": {"name": "synthetic", "path": ""}}),
     merged({"sync": {"algorithm": "swarm", "swarmH": 2, "codec": "bf16"}}),
     merged({"training": {"lr": 1e-4, "momentum": 0, "stepGamma": 1}}),
@@ -143,7 +144,7 @@ GOOD = [
 # Rejected by the schema's types, enums, ranges and patterns.
 BAD = [
     merged({"sync": {"bits": 3}}), merged({"sync": {"algorithm": "ring"}}),
-    merged({"sync": {"period": 0}}), merged({"sync": {"codec": "zstd"}}),
+    merged({"sync": {"codec": "zstd"}}),
     merged({"sync": {"timeoutSeconds": 0}}), merged({"sync": {"hierarchical": "yes"}}),
     merged({"training": {"lr": 0}}), merged({"training": {"lr": "fast"}}),
     merged({"training": {"momentum": 1.0}}), merged({"training": {"steps": 1.5}}),
@@ -201,6 +202,8 @@ BAD = [
 CEL_ONLY = [
     (merged({"sync": {"delay": -1}}), "an integer >= 0, or auto"),
     (merged({"sync": {"delay": "soon"}}), "an integer >= 0, or auto"),
+    (merged({"sync": {"period": 0}}), "an integer >= 1, or auto"),
+    (merged({"sync": {"period": "often"}}), "an integer >= 1, or auto"),
     (merged({"model": {"builtin": "mlp", "torchscript": "/m.pt"}}),
      "set exactly one of builtin and torchscript"),
     (merged({"model": {"builtin": ""}}), "builtin is empty and no torchscript is set"),

@@ -88,8 +88,9 @@ struct RunResult {
   std::vector<Status> status;                 // [rank]
   std::vector<SyncStats> stats;
   std::vector<double> accuracy;
-  std::vector<int64_t> joinedAt;  // [rank]: the step join() continued from
-  double seconds = 0;             // wall time of the whole job
+  std::vector<int64_t> joinedAt;               // [rank]: the step join() continued from
+  std::vector<SyncStats> statsAtUplinkChange;  // [rank], when JobSpec::uplinkChangeAtStep came
+  double seconds = 0;                          // wall time of the whole job
 };
 
 struct JobSpec {
@@ -130,6 +131,12 @@ struct JobSpec {
   std::chrono::milliseconds partitionDuration{0};
   // Extra compute per step, by rank (missing: none): workers of unequal speed.
   std::vector<std::chrono::milliseconds> extraCompute;
+  // Every worker's emulated uplink (a link profile, "" for none), and a new
+  // rate for all of them once rank 0 has taken uplinkChangeAtStep steps
+  // (-1: never).
+  std::string uplink;
+  int64_t uplinkChangeAtStep = -1;
+  double uplinkChangeTo = 0;  // bytes per second
 };
 
 transport::CodecId codecIdOf(const std::string& name) {
@@ -185,6 +192,7 @@ RunResult runJob(const JobSpec& job) {
       if (it != job.oneWayDelay.end()) tc.links[p] = *transport::parseLinkProfile(it->second);
     }
     tc.linger = 200ms;
+    if (!job.uplink.empty()) tc.uplink = *transport::parseLinkProfile(job.uplink);
     // The tests use peer time-outs of 0.5-1 s: pings every 200 ms keep a
     // live peer heard within them even while no data flows (a leader
     // waiting for the other region sends its members nothing but pings;
@@ -322,6 +330,17 @@ RunResult runJob(const JobSpec& job) {
       transports[r]->setPartitioned(true);
       std::this_thread::sleep_for(job.partitionDuration);
       transports[r]->setPartitioned(false);
+    });
+  }
+  if (job.uplinkChangeAtStep >= 0) {
+    threads.emplace_back([&] {
+      while (recorders[0]->stepsTaken.load() < job.uplinkChangeAtStep) {
+        std::this_thread::sleep_for(2ms);
+      }
+      for (uint32_t r = 0; r < world; ++r) {
+        result.statsAtUplinkChange.push_back(syncs[r]->stats());
+        transports[r]->setUplinkRate(job.uplinkChangeTo);
+      }
     });
   }
   for (auto& th : threads) th.join();
@@ -525,6 +544,37 @@ TEST(Dts, AutoDelayMeasuresTheLinkNotTheSkew) {
   EXPECT_LE(r.stats[0].delay, 11);
   // The slower one needs fewer of its longer steps.
   EXPECT_LE(r.stats[1].delay, r.stats[0].delay);
+}
+
+// Auto period follows the uplink: on a fast uplink a round's transfer is a
+// small part of a step and K stays small; once the uplink drops to 16
+// Mbit/s, a round (~100 KB of 4-bit updates) takes ~50 ms to leave, several
+// steps of ~12 ms, and the workers agree on a larger K. Every worker ends on
+// the same K and the same model.
+TEST(Dts, AutoPeriodFollowsAChangeOfUplinkBandwidth) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.steps = 500;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.autoPeriod = true;
+  job.sync.delay = std::nullopt;
+  job.oneWayDelay = {{"a-b", "delay=20ms"}, {"b-a", "delay=20ms"}};
+  job.uplink = "rate=1gbit";
+  job.uplinkChangeAtStep = 200;
+  job.uplinkChangeTo = 16e6 / 8;
+  job.extraCompute = {10ms, 10ms};
+  const auto r = runJob(job);
+  ASSERT_EQ(r.statsAtUplinkChange.size(), 2u);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    // 1 Gbit/s: ~1 ms per round, K = 1 (at most 2 with a slow step).
+    EXPECT_LE(r.statsAtUplinkChange[rank].period, 2) << "rank " << rank;
+    // 16 Mbit/s: ~50 ms per round over ~12 ms steps wants K >= 8.
+    EXPECT_GE(r.stats[rank].period, 8) << "rank " << rank;
+    EXPECT_EQ(r.stats[rank].period, r.stats[0].period);
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
 }
 
 // DTS state is checkpointed: a job interrupted with a round in flight
