@@ -4,7 +4,11 @@
 #   docker build -f docker/worker.Dockerfile -t ghcr.io/geotrain/worker:0.1.0 .
 # Debian 12 with NVIDIA's CUDA 12.4 apt repository (the same Debian packages
 # as the rest of the project) and the LibTorch 2.4 CUDA 12.4 build from
-# download.pytorch.org (Debian's libtorch-dev is CPU-only).
+# download.pytorch.org (Debian's libtorch-dev is CPU-only): it can be built
+# only where those sites are reachable. docker/worker-cpu.Dockerfile is the
+# same worker from Debian's archive alone (CPU only).
+# The build leaves the controller out (-DGEO_BUILD_CONTROLLER=OFF), which
+# needs cpp-httplib, libcurl and OpenSSL that the worker does not.
 
 ARG CUDA_PKG_VERSION=12-4
 ARG LIBTORCH_URL=https://download.pytorch.org/libtorch/cu124/libtorch-cxx11-abi-shared-with-deps-2.4.1%2Bcu124.zip
@@ -33,7 +37,7 @@ COPY cmake cmake
 COPY common common
 COPY kernels kernels
 COPY worker worker
-RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGEO_USE_CUDA=ON \
+RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGEO_USE_CUDA=ON -DGEO_BUILD_CONTROLLER=OFF \
       -DGEO_BUILD_TESTS=OFF -DGEO_BUILD_BENCHMARKS=OFF \
       -DCMAKE_PREFIX_PATH=/opt/libtorch -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
  && cmake --build build -j"$(nproc)" --target geotrain-worker geotrain

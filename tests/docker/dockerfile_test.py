@@ -13,8 +13,17 @@ no Dockerfile linter in Debian):
   binaries link directly (read from the binaries built here with readelf,
   mapped with dpkg -S); LibTorch and CUDA come with the image's own copies;
 - the controller image's configuration (GEO_BUILD_WORKER=OFF, no tests, no
-  benchmarks) configures, without LibTorch, and defines geotrain-controller.
+  benchmarks) configures, without LibTorch, and defines geotrain-controller;
+  the CPU worker image's build stage configures on exactly the sources it
+  copies, with its options (GEO_BUILD_CONTROLLER=OFF).
+With --built (the images label, after scripts/images.sh built the controller
+and CPU worker images with podman): in each built image, every binary the
+Dockerfile copies in is there and finds every shared library it links
+(ldd in the image), and the packages that take the most space are listed.
+docker/worker.Dockerfile (CUDA) is checked statically only: it downloads
+from NVIDIA's and PyTorch's sites, which a build here cannot reach.
 Usage: dockerfile_test.py REPO GEOTRAIN_CONTROLLER GEOTRAIN_WORKER GEOTRAIN
+       dockerfile_test.py --built REPO
 """
 
 import fnmatch
@@ -22,6 +31,7 @@ import glob
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -156,10 +166,77 @@ def check_dockerfile(repo, path, binaries):
     print(f"{name}: {len(stages)} stages, {len(ins)} instructions checked", flush=True)
 
 
+def check_built(repo):
+    """The images scripts/images.sh built, inspected with podman."""
+    sys.path.insert(0, os.path.join(repo, "tests", "images"))
+    from podman_support import CONTROLLER, WORKER, Podman
+    podman = Podman("geo-dockerfiles")
+    for image, dockerfile in ((CONTROLLER, "controller.Dockerfile"),
+                              (WORKER, "worker-cpu.Dockerfile")):
+        ins = instructions(os.path.join(repo, "docker", dockerfile))
+        copied = []
+        for kw, arg in ins:
+            if kw == "COPY" and "--from=build" in arg:
+                *sources, dest = shlex.split(arg.replace("--from=build", ""))
+                copied += [dest.rstrip("/") + "/" + os.path.basename(s) if dest.endswith("/")
+                           else dest for s in sources]
+        for binary in copied:
+            r = podman.run("run", "--rm", "--entrypoint", "ldd", image, binary, ok=None)
+            check(r.returncode == 0 and "not found" not in r.stdout,
+                  f"{image}: ldd {binary}: exit {r.returncode}: "
+                  f"{[l for l in r.stdout.splitlines() if 'not found' in l] or r.stderr[-500:]}")
+        size = int(podman.run("image", "inspect", "--format", "{{.Size}}", image).stdout or 0)
+        r = podman.run("run", "--rm", "--entrypoint", "dpkg-query", image, "-W",
+                       "-f=${Installed-Size} ${Package}\\n", ok=None)
+        packages = sorted(((int(kb), name) for kb, name in
+                           (line.split() for line in r.stdout.splitlines() if line.strip())),
+                          reverse=True)
+        total = sum(kb for kb, _ in packages)
+        print(f"{image}: {size / 1e6:.0f} MB, {len(packages)} packages ({total / 1e3:.0f} MB); "
+              "largest: " + ", ".join(f"{n} {kb / 1e3:.0f} MB" for kb, n in packages[:12]),
+              flush=True)
+        check(len(copied) >= 1, f"{dockerfile}: copies no binary from the build stage")
+
+
+def configure_from_copies(repo, dockerfile):
+    """Configures the build stage's cmake call on exactly what its COPY
+    instructions take from the context (the sources a build has)."""
+    ins = instructions(os.path.join(repo, "docker", dockerfile))
+    final = max(i for i, (kw, _) in enumerate(ins) if kw == "FROM")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "src")
+        os.mkdir(src)
+        for kw, arg in ins[:final]:
+            if kw == "COPY" and "--from=" not in arg:
+                *sources, dest = shlex.split(arg)
+                for s in sources:
+                    to = os.path.join(src, dest if dest not in ("./", ".") else s)
+                    if os.path.isdir(os.path.join(repo, s)):
+                        shutil.copytree(os.path.join(repo, s), to)
+                    else:
+                        os.makedirs(os.path.dirname(to), exist_ok=True)
+                        shutil.copy(os.path.join(repo, s), to)
+        cmake = next(arg for kw, arg in ins[:final] if kw == "RUN" and "cmake -S" in arg)
+        options = re.findall(r"(-D\w+=\S+)", cmake.split("&&")[0])
+        r = subprocess.run(["cmake", "-S", src, "-B", os.path.join(tmp, "build"), *options],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"{dockerfile}: the build stage's configure fails on what it "
+                                 f"copies:\n{r.stderr[-2000:]}")
+
+
 def main():
+    if sys.argv[1] == "--built":
+        check_built(sys.argv[2])
+        failures.extend(sys.modules["podman_support"].failures)
+        if failures:
+            print(f"{len(failures)} check(s) failed")
+            sys.exit(1)
+        print("all checks passed")
+        return
     repo, controller, worker, cli = sys.argv[1:5]
     check_dockerfile(repo, os.path.join(repo, "docker", "controller.Dockerfile"), [controller])
     check_dockerfile(repo, os.path.join(repo, "docker", "worker.Dockerfile"), [worker, cli])
+    check_dockerfile(repo, os.path.join(repo, "docker", "worker-cpu.Dockerfile"), [worker, cli])
     with tempfile.TemporaryDirectory() as build:
         r = subprocess.run(["cmake", "-S", repo, "-B", build, "-DGEO_BUILD_WORKER=OFF",
                             "-DGEO_BUILD_TESTS=OFF", "-DGEO_BUILD_BENCHMARKS=OFF"],
@@ -170,6 +247,7 @@ def main():
         targets = subprocess.run(["cmake", "--build", build, "--target", "help"],
                                  capture_output=True, text=True).stdout
         check("geotrain-controller" in targets, "no geotrain-controller target without the worker")
+    configure_from_copies(repo, "worker-cpu.Dockerfile")
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
