@@ -62,31 +62,4 @@ void addTotals(local::WorkerEvent& e, const Totals& t, const sync::Topology& top
   e.bytes.payload = s.payloadBytes;
 }
 
-metrics::SyncSnapshot syncSnapshot(const sync::SyncStats& s) {
-  metrics::SyncSnapshot m;
-  m.delay = s.delay;
-  m.rounds = s.rounds;
-  m.appliedUpdates = s.appliedUpdates;
-  m.missing = s.missing;
-  m.stalenessSum = s.stalenessSum;
-  m.stalenessCounts = s.stalenessCounts;
-  m.payloadBytes = s.payloadBytes;
-  m.encodedBytes = s.encodedBytes;
-  m.waitSeconds = s.waitSeconds;
-  m.codecSeconds = s.codecSeconds;
-  m.roundSecondsSum = s.roundSecondsSum;
-  m.roundSecondsCount = s.roundSecondsCount;
-  m.peerUp = s.peerUp;
-  m.degradedSeconds = s.degradedSeconds;
-  m.rejoins = s.rejoins;
-  m.peerRejoins = s.peerRejoins;
-  m.stateTransferBytesSent = s.stateTransferBytesSent;
-  m.stateTransferBytesReceived = s.stateTransferBytesReceived;
-  m.stateTransferSeconds = s.stateTransferSeconds;
-  m.lateApplied = s.lateApplied;
-  m.lateDropped = s.lateDropped;
-  for (const auto& r : s.rejected) m.rejected.push_back({r.peer, r.reason, r.count});
-  return m;
-}
-
 }  // namespace geo::app

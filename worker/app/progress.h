@@ -52,7 +52,4 @@ Totals readTotals(const sync::Synchronizer* sync, const transport::Transport* tr
 // bytes to and from ranks of this rank's region count as LAN, the rest WAN.
 void addTotals(local::WorkerEvent& event, const Totals& t, const sync::Topology& topology);
 
-// The synchronizer's counters as the metrics export them.
-metrics::SyncSnapshot syncSnapshot(const sync::SyncStats& stats);
-
 }  // namespace geo::app

@@ -58,7 +58,7 @@ Status WorkerHook::loadState(torch::serialize::InputArchive& archive) {
 void WorkerHook::publish(const Totals& t) {
   if (metrics_ == nullptr) return;
   if (transport_ != nullptr) metrics_->updateTransport(t.peers, t.transport);
-  if (sync_ != nullptr) metrics_->updateSync(syncSnapshot(t.sync));
+  if (sync_ != nullptr) metrics_->updateSync(t.sync);
 }
 
 }  // namespace geo::app

@@ -158,6 +158,9 @@ void WorkerMetrics::buildFamilies() {
   roundSeconds_ = &histogram("geotrain_sync_round_seconds",
                              "Duration of a synchronization round, send to applied", kRoundBuckets);
   delay_ = &gauge("geotrain_sync_delay_steps", "Delay D used for the latest round, in steps");
+  period_ = &gauge("geotrain_sync_period_steps", "DTS period K of the round in progress, in steps");
+  link_ = &gauge("geotrain_sync_link_seconds",
+                 "DTS auto: the slowest link's one-way time measured from both ends");
   rounds_ = &counter("geotrain_sync_rounds_total", "Synchronization rounds completed");
   missing_ = &counter("geotrain_sync_missing_total",
                       "Peer contributions given up on (absent or late peers)");
@@ -254,6 +257,8 @@ void WorkerMetrics::updateSync(const SyncSnapshot& s) {
   std::lock_guard lock(mu_);
   SyncSnapshot& l = last_->sync;
   delay_->Set(static_cast<double>(s.delay));
+  period_->Set(static_cast<double>(s.period));
+  link_->Set(s.linkSeconds);
   rounds_->Increment(static_cast<double>(advance(s.rounds, l.rounds)));
   missing_->Increment(static_cast<double>(advance(s.missing, l.missing)));
   payloadBytes_->Increment(static_cast<double>(advance(s.payloadBytes, l.payloadBytes)));

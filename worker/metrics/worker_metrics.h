@@ -162,6 +162,8 @@ class WorkerMetrics {
   prometheus::Histogram* staleness_ = nullptr;
   prometheus::Histogram* roundSeconds_ = nullptr;
   prometheus::Gauge* delay_ = nullptr;
+  prometheus::Gauge* period_ = nullptr;
+  prometheus::Gauge* link_ = nullptr;
   prometheus::Counter* rounds_ = nullptr;
   prometheus::Counter* missing_ = nullptr;
   prometheus::Counter* waitSeconds_ = nullptr;

@@ -331,6 +331,8 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
       {"geotrain_samples_total", "counter"},
       {"geotrain_codec_seconds_total", "counter"},
       {"geotrain_sync_delay_steps", "gauge"},
+      {"geotrain_sync_period_steps", "gauge"},
+      {"geotrain_sync_link_seconds", "gauge"},
       {"geotrain_sync_rounds_total", "counter"},
       {"geotrain_sync_missing_total", "counter"},
       {"geotrain_sync_wait_seconds_total", "counter"},
@@ -568,6 +570,8 @@ TEST(WorkerMetricsTest, CountersFollowCumulativeTotals) {
     s.rounds = i;
     s.missing = i / 2;
     s.delay = static_cast<int64_t>(i);
+    s.period = static_cast<int64_t>(2 * i);
+    s.linkSeconds = 0.1 * static_cast<double>(i);
     s.payloadBytes = 4000 * i;
     s.encodedBytes = 1000 * i;
     s.waitSeconds = 0.5 * static_cast<double>(i);
@@ -592,6 +596,8 @@ TEST(WorkerMetricsTest, CountersFollowCumulativeTotals) {
   EXPECT_EQ(valueOf(e, "geotrain_sync_rounds_total"), 5);
   EXPECT_EQ(valueOf(e, "geotrain_sync_missing_total"), 2);
   EXPECT_EQ(valueOf(e, "geotrain_sync_delay_steps"), 5);
+  EXPECT_EQ(valueOf(e, "geotrain_sync_period_steps"), 10);
+  EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_sync_link_seconds"), 0.5);
   EXPECT_EQ(valueOf(e, "geotrain_payload_bytes_total"), 20000);
   EXPECT_EQ(valueOf(e, "geotrain_encoded_bytes_total"), 5000);
   EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_sync_wait_seconds_total"), 2.5);
