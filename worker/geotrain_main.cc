@@ -228,6 +228,11 @@ void addLocal(CLI::App& app, geo::local::LocalOptions& options, int& result) {
                    "e.g. oregon=3x (a straggler; repeatable)")
       ->type_name("REGION=FACTORx");
   local
+      ->add_option("--throttle", options.faults.throttle,
+                   "Fault injection: from TIME on, the region's emulated WAN uplink carries RATE, "
+                   "e.g. tokyo@20s=5mbit (a link whose bandwidth drops; repeatable)")
+      ->type_name("REGION@TIME=RATE");
+  local
       ->add_option("--worker-binary", options.workerBinary,
                    "geotrain-worker executable to run (default: geotrain-worker next to this "
                    "geotrain)")

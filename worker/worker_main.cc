@@ -12,7 +12,8 @@
 //
 // Fault injection for `geotrain local`: SIGUSR1 cuts this worker off from the
 // other regions (the emulated links drop everything both ways) until
-// SIGUSR2; --emulate-slowdown stretches every step.
+// SIGUSR2; SIGRTMIN queued with a value sets its emulated WAN uplink to that
+// many kbit/s; --emulate-slowdown stretches every step.
 //
 // This file parses the command line; the run itself is worker/app (run.h).
 
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
   sigemptyset(&partitionSignals);
   sigaddset(&partitionSignals, SIGUSR1);
   sigaddset(&partitionSignals, SIGUSR2);
+  sigaddset(&partitionSignals, SIGRTMIN);  // --throttle: a new uplink rate
   pthread_sigmask(SIG_BLOCK, &partitionSignals, nullptr);
   try {
     app.parse(argc, argv);

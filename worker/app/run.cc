@@ -5,6 +5,7 @@
 
 #include <signal.h>
 
+#include <cerrno>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -22,19 +23,31 @@ namespace {
 using local::EventKind;
 using local::WorkerEvent;
 
-// SIGUSR1 / SIGUSR2 start and end an emulated partition. main() blocks both
-// before any thread exists (every thread inherits the mask); this thread
-// takes them with sigwait and tells the transport, outside any signal
-// handler. It lives until the process exits.
+// SIGUSR1 / SIGUSR2 start and end an emulated partition; SIGRTMIN, queued
+// with a value, sets the emulated uplink to that many kbit/s (0: unlimited).
+// main() blocks them before any thread exists (every thread inherits the
+// mask); this thread takes them with sigwaitinfo and tells the transport,
+// outside any signal handler. It lives until the process exits.
 void watchPartitionSignals(transport::Transport* transport) {
   std::thread([transport] {
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGUSR1);
     sigaddset(&set, SIGUSR2);
+    sigaddset(&set, SIGRTMIN);
     while (true) {
-      int signal = 0;
-      if (sigwait(&set, &signal) != 0) return;
+      siginfo_t info{};
+      const int signal = sigwaitinfo(&set, &info);
+      if (signal < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (signal == SIGRTMIN) {
+        if (info.si_code == SI_QUEUE && info.si_value.sival_int >= 0) {
+          transport->setUplinkRate(static_cast<double>(info.si_value.sival_int) * 1000 / 8);
+        }
+        continue;
+      }
       transport->setPartitioned(signal == SIGUSR1);
     }
   }).detach();

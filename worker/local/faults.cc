@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
+
+#include "worker/transport/link.h"
 
 namespace geo::local {
 
@@ -110,6 +113,43 @@ StatusOr<FaultPlan> makeFaultPlan(const FaultOptions& o, const Topology& t) {
           fmt::format("--partition {}: a job of one region has no WAN to cut", p));
     }
     plan.partitions.push_back({*region, *start, *length});
+  }
+  for (const std::string& s : o.throttle) {
+    const auto at = s.find('@');
+    const auto eq = s.find('=', at == std::string::npos ? 0 : at);
+    if (at == std::string::npos || eq == std::string::npos) {
+      return invalidArgument(
+          fmt::format("--throttle {}: expected REGION@TIME=RATE, e.g. tokyo@20s=5mbit", s));
+    }
+    auto region = regionIndex(t, s.substr(0, at), "--throttle", s);
+    if (!region.ok()) return region.status();
+    auto start = parseSeconds(s.substr(at + 1, eq - at - 1));
+    if (!start.ok()) {
+      return invalidArgument(fmt::format("--throttle {}: {}", s, start.status().message()));
+    }
+    const std::string rate = s.substr(eq + 1);
+    auto profile = parseUplink(rate);
+    if (!profile.ok()) {
+      return invalidArgument(fmt::format(
+          "--throttle {}: {} is not a rate (allowed: a number with unit bit, kbit, mbit or gbit "
+          "per second, e.g. 5mbit; 0 or none for unlimited)",
+          s, rate));
+    }
+    int64_t kbit = 0;
+    if (!profile->empty()) {
+      const double bytes = transport::parseLinkProfile(*profile)->bytesPerSecond;
+      kbit = static_cast<int64_t>(std::llround(bytes * 8 / 1000));
+      if (kbit < 1 || kbit > std::numeric_limits<int>::max()) {
+        return invalidArgument(fmt::format(
+            "--throttle {}: {} is out of range (allowed: 1kbit to 2000gbit, or 0 for unlimited)", s,
+            rate));
+      }
+    }
+    if (t.regions.size() < 2) {
+      return invalidArgument(
+          fmt::format("--throttle {}: a job of one region has no WAN uplink to throttle", s));
+    }
+    plan.throttles.push_back({*region, *start, kbit, rate});
   }
   for (const std::string& s : o.slow) {
     const auto eq = s.find('=');

@@ -15,6 +15,12 @@
 //                                   SIGUSR1 to start, SIGUSR2 to end)
 //   --slow REGION=FACTORx           every worker of the region takes FACTOR
 //                                   times as long per step (a straggler)
+//   --throttle REGION@TIME=RATE     from TIME on, the emulated WAN uplink of
+//                                   every worker of the region carries RATE
+//                                   (e.g. 5mbit; 0 or none: unlimited), as
+//                                   when a link's bandwidth drops (a queued
+//                                   signal, SIGRTMIN, carries the new rate in
+//                                   kbit/s)
 // TIME and DURATION: a number with s or ms ("20s", "1500ms"). Parsing is
 // pure; errors name the flag, the value and what is allowed.
 //
@@ -39,6 +45,7 @@ struct FaultOptions {
   std::optional<std::string> restartAfter;
   std::vector<std::string> partition;  // --partition values
   std::vector<std::string> slow;       // --slow values
+  std::vector<std::string> throttle;   // --throttle values
 };
 
 struct KillFault {
@@ -53,13 +60,23 @@ struct PartitionFault {
   double forSeconds = 0;
 };
 
+struct ThrottleFault {
+  int64_t regionIndex = 0;
+  double atSeconds = 0;
+  int64_t kbitPerSecond = 0;  // 0: unlimited
+  std::string rate;           // as given, for the record
+};
+
 struct FaultPlan {
   std::vector<KillFault> kills;
   std::optional<double> restartAfterSeconds;
   std::vector<PartitionFault> partitions;
   std::vector<double> slowdown;  // by rank; 1 = none
+  std::vector<ThrottleFault> throttles;
 
-  bool any() const { return !kills.empty() || !partitions.empty() || anySlow(); }
+  bool any() const {
+    return !kills.empty() || !partitions.empty() || anySlow() || !throttles.empty();
+  }
   bool anySlow() const;
 };
 
@@ -70,7 +87,7 @@ StatusOr<double> parseSeconds(const std::string& text);
 
 // What happened to one injected fault (filled in by the launcher).
 struct FaultRecord {
-  std::string kind;  // kill | partition
+  std::string kind;  // kill | partition | throttle
   std::string what;  // "tokyo:0 (rank 1)", "oregon"
   std::string region;
   double atSeconds = 0;

@@ -283,6 +283,31 @@ class JobRunner {
         log(fmt::format("fault: partition of {} {}", region, begin ? "begins" : "ends"));
       }
     }
+    injectThrottles(t);
+  }
+
+  // Throttles whose time has come: every worker of the region gets the new
+  // uplink rate.
+  void injectThrottles(double t) {
+    for (size_t i = 0; i < plan_.throttles.size(); ++i) {
+      const ThrottleFault& f = plan_.throttles[i];
+      if (throttlesDone_[i] || t < f.atSeconds) continue;
+      throttlesDone_[i] = true;
+      const std::string& region = state_.topology().regions[static_cast<size_t>(f.regionIndex)];
+      for (Worker& w : workers_) {
+        if (state_.rank(w.rank).regionIndex != f.regionIndex) continue;
+        if (w.process && w.process->running()) {
+          w.process->queueSignal(SIGRTMIN, static_cast<int>(f.kbitPerSecond));
+        }
+      }
+      FaultRecord r;
+      r.kind = "throttle";
+      r.what = fmt::format("{} uplink {}", region, f.rate);
+      r.region = region;
+      r.atSeconds = t;
+      records_.push_back(r);
+      log(fmt::format("fault: uplink of {} now {}", region, f.rate));
+    }
   }
 
   void flushCsv() {
@@ -448,6 +473,7 @@ class JobRunner {
   FaultPlan plan_;
   std::vector<bool> killsDone_;
   std::vector<int> partitionState_;  // 0 before, 1 during, 2 after
+  std::vector<bool> throttlesDone_ = std::vector<bool>(plan_.throttles.size(), false);
   std::vector<size_t> partitionRecord_;
   std::vector<FaultRecord> records_;
   LiveProgress live_;
@@ -649,8 +675,8 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
     const fs::path configPath = *outDir / fmt::format("worker-{}.yaml", r);
     GEO_RETURN_IF_ERROR(writeTextFile(
         configPath, yamlFor(configs[static_cast<size_t>(r)], *workerBinary, configPath)));
-    GEO_RETURN_IF_ERROR(keys::writeKeyPair(keys::generateKeyPair(), *outDir / "keys",
-                                           fmt::format("worker-{}", r)));
+    GEO_RETURN_IF_ERROR(
+        keys::writeKeyPair(keys::generateKeyPair(), *outDir / "keys", fmt::format("worker-{}", r)));
     Worker w;
     w.rank = r;
     w.spec.program = workerBinary->string();

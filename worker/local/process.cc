@@ -239,6 +239,13 @@ ExitStatus ChildProcess::waitForExit() {
   return *exit_;
 }
 
+void ChildProcess::queueSignal(int signal, int value) {
+  if (exit_) return;
+  sigval v{};
+  v.sival_int = value;
+  ::sigqueue(pid_, signal, v);
+}
+
 void ChildProcess::signalGroup(int signal) {
   if (exit_) return;
   if (::kill(-pid_, signal) != 0) ::kill(pid_, signal);  // group not formed yet

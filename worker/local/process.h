@@ -83,6 +83,9 @@ class ChildProcess {
   // kill(-pid, signal) while the process is not reaped; no-op afterwards
   // (its pid may be reused then).
   void signalGroup(int signal);
+  // Queues `signal` with `value` for the process itself (sigqueue; a value
+  // cannot go to a group). Nothing when it has exited.
+  void queueSignal(int signal, int value);
 
  private:
   ChildProcess(pid_t pid, int stdoutFd) : pid_(pid), stdoutFd_(stdoutFd) {}

@@ -157,6 +157,7 @@ class Dts final : public Base {
   Status finish(int64_t steps, train::FlatParameters& flat) override {
     if (group_.size() <= 1) return {};
     init(flat);
+    finishing_ = true;  // no more changes of period: no more rounds
     while (!pending_.empty()) {
       GEO_RETURN_IF_ERROR(complete(pending_.front(), steps, flat));
       pending_.pop_front();
@@ -520,9 +521,9 @@ class Dts final : public Base {
   // whose rounds last at least twice that (the link busy at most half the
   // time, so that queues stay empty and D covers the latency only), at most
   // maxAutoPeriod; it shrinks only once the transfer would fill at most a
-  // quarter of the smaller K (measurements are noisy: no flapping). A change takes effect from a
-  // round far enough ahead that every worker hears of it first (two rounds, the delay, and twice
-  // the slowest link), and travels in the reports.
+  // quarter of the smaller K (measurements are noisy: no flapping). A
+  // change takes effect from a round two rounds and twice the links'
+  // latency ahead, and travels in the reports.
   Status choosePeriod() {
     ++roundsSinceChange_;
     // The links' latency without queueing: pings share the uplink's queue
@@ -544,12 +545,12 @@ class Dts final : public Base {
     for (size_t i = 0; i < group_.self; ++i) {
       if (!membership_.suspected(group_.ranks[i])) return {};  // not the coordinator
     }
-    double transfer = -1, link = 0;
+    double transfer = -1, latency = 0;
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self || links_[i].empty() || baseRtts_[i].empty()) continue;
       const double l = *std::max_element(links_[i].begin(), links_[i].end());
       const double rtt = *std::min_element(baseRtts_[i].begin(), baseRtts_[i].end());
-      link = std::max(link, l);
+      latency = std::max(latency, rtt / 2);
       transfer = std::max(transfer, std::max(0.0, l - rtt / 2));
     }
     if (transfer < 0) return {};
@@ -558,8 +559,11 @@ class Dts final : public Base {
     while (static_cast<double>(k) < want && k < options_.maxAutoPeriod) k *= 2;
     k = std::min(k, options_.maxAutoPeriod);
     if (k == schedule_.k || (k < schedule_.k && want > 0.5 * static_cast<double>(k))) return {};
-    const int64_t linkSteps = static_cast<int64_t>(std::ceil(link / stepSeconds_));
-    const int64_t ahead = 2 * schedule_.k + delay_ + 2 * linkSteps;
+    // Far enough ahead for the announcement to cross the links' latency
+    // twice; behind a queue it comes later, and a worker that hears of it
+    // after its round closes realigns (adopt()).
+    const int64_t latencySteps = static_cast<int64_t>(std::ceil(latency / stepSeconds_));
+    const int64_t ahead = 2 * schedule_.k + 2 * latencySteps;
     const uint64_t from =
         nextRound_ + static_cast<uint64_t>((ahead + schedule_.k - 1) / schedule_.k);
     const Schedule next{from, closeOf(from - 1), k};
@@ -713,7 +717,7 @@ class Dts final : public Base {
       GEO_RETURN_IF_ERROR(reportLags(p.round, lags));
     }
     if (auto_) chooseDelay();
-    if (options_.autoPeriod) GEO_RETURN_IF_ERROR(choosePeriod());
+    if (options_.autoPeriod && !finishing_) GEO_RETURN_IF_ERROR(choosePeriod());
     return {};
   }
 
@@ -787,6 +791,7 @@ class Dts final : public Base {
   std::optional<Schedule> nextSchedule_;  // agreed, from a later round
   int64_t closeAt_;                       // the step at which the open round closes
   uint64_t roundsSinceChange_ = 0;
+  bool finishing_ = false;
   // Auto period: the recent ping round trips of each peer, by group index.
   std::vector<std::deque<double>> baseRtts_ = std::vector<std::deque<double>>(group_.size());
   std::vector<std::deque<double>> links_ = std::vector<std::deque<double>>(group_.size());

@@ -28,6 +28,7 @@ TEST(LocalFaults, ParsesEveryFlag) {
   o.restartAfter = "10s";
   o.partition = {"oregon@5s+30s"};
   o.slow = {"london=3x"};
+  o.throttle = {"tokyo@4s=5mbit", "ohio@1s=none"};
   auto plan = makeFaultPlan(o, world(2));
   ASSERT_TRUE(plan.ok()) << plan.status().toString();
   ASSERT_EQ(plan->kills.size(), 2u);
@@ -43,6 +44,11 @@ TEST(LocalFaults, ParsesEveryFlag) {
   EXPECT_DOUBLE_EQ(plan->slowdown[0], 3);
   EXPECT_DOUBLE_EQ(plan->slowdown[1], 3);
   EXPECT_DOUBLE_EQ(plan->slowdown[2], 1);
+  ASSERT_EQ(plan->throttles.size(), 2u);
+  EXPECT_EQ(plan->throttles[0].regionIndex, 1);
+  EXPECT_DOUBLE_EQ(plan->throttles[0].atSeconds, 4);
+  EXPECT_EQ(plan->throttles[0].kbitPerSecond, 5000);
+  EXPECT_EQ(plan->throttles[1].kbitPerSecond, 0);  // unlimited
   EXPECT_TRUE(plan->any());
   EXPECT_FALSE(makeFaultPlan({}, world())->any());
 }
@@ -74,6 +80,16 @@ TEST(LocalFaults, ErrorsNameTheFlagAndWhatIsAllowed) {
   EXPECT_NE(error([](FaultOptions& o) { o.slow = {"tokyo=0.5x"}; }).find("from 1 to 100"),
             std::string::npos);
   EXPECT_NE(error([](FaultOptions& o) { o.slow = {"tokyo=3"}; }).find("REGION=FACTORx"),
+            std::string::npos);
+  EXPECT_NE(error([](FaultOptions& o) { o.throttle = {"tokyo=5mbit"}; }).find("REGION@TIME=RATE"),
+            std::string::npos);
+  EXPECT_NE(error([](FaultOptions& o) {
+              o.throttle = {"tokyo@2s=fast"};
+            }).find("fast is not a rate (allowed: a number with unit bit"),
+            std::string::npos);
+  EXPECT_NE(error([](FaultOptions& o) {
+              o.throttle = {"paris@2s=5mbit"};
+            }).find("'paris' is not a region of this job"),
             std::string::npos);
 }
 
