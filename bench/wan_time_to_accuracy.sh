@@ -11,7 +11,9 @@
 # Usage: bench/wan_time_to_accuracy.sh [--models mlp,cnn] [--steps-mlp N]
 #          [--steps-cnn N] [--configs a,b,...] [--out DIR] [--build DIR]
 # Configurations: allreduce-fp32, allreduce-qsgd4, dts-auto (K = 8), dts-d<D>
-# (K = 8), dts-k<K>-auto, dts-k<K>-d<D>, swarm-h<H>.
+# (K = 8), dts-k<K>-auto, dts-k<K>-d<D> (K may be `auto`: dts-kauto-auto is
+# `--period auto --delay auto`), swarm-h<H>. Periodic evaluation runs as
+# users run it (mlp every 25 steps, cnn every 100), in the background.
 # Every run's folder (logs, CSV, summary.json) stays under --out.
 set -euo pipefail
 
@@ -20,7 +22,7 @@ stepsMlp=600
 stepsCnn=800
 out="runs/wan-bench-$(date +%Y%m%d-%H%M%S)"
 build="${GEO_BUILD_DIR:-build}"
-configs="allreduce-fp32,allreduce-qsgd4,dts-auto,dts-d4,dts-d8,swarm-h4"
+configs="allreduce-fp32,allreduce-qsgd4,dts-kauto-auto,dts-k2-auto,dts-k4-auto,dts-auto,dts-d4,swarm-h4"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -58,7 +60,7 @@ flagsFor() {
 
 for model in ${models//,/ }; do
   case "$model" in
-    mlp) steps=$stepsMlp; target=0.85; evalEvery=50 ;;
+    mlp) steps=$stepsMlp; target=0.85; evalEvery=25 ;;
     cnn) steps=$stepsCnn; target=0.88; evalEvery=100 ;;
     *) echo "wan_time_to_accuracy.sh: model '$model' is not benchmarked (allowed: mlp, cnn)" >&2; exit 2 ;;
   esac
