@@ -15,7 +15,7 @@
 // a receiver held every frame of a 64 MiB payload (and ZeroMQ allocated them
 // all) before it could copy any out; those allocations were freed and faulted
 // in again for every payload, a quarter of the receiver's time on a VM
-// (geo_transport_bench, docs in README "WAN emulation").
+// (geo_transport_bench, docs/wan-emulation.md).
 //
 // Header layout (little-endian, packed, kFrameHeaderBytes = 64):
 //   off size field
