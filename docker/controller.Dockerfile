@@ -17,6 +17,8 @@ WORKDIR /src
 COPY CMakeLists.txt ./
 COPY cmake cmake
 COPY common common
+# The schema's QSGD limits (constants only; the controller links no kernel).
+COPY kernels/qsgd_limits.h kernels/qsgd_limits.h
 COPY worker/CMakeLists.txt worker/CMakeLists.txt
 COPY worker/transport worker/transport
 COPY worker/metrics worker/metrics
