@@ -7,13 +7,13 @@
 #include <mutex>
 #include <optional>
 
+#include "common/keys/keys.h"
 #include "common/logging.h"
 #include "controller/kube/config.h"
 #include "controller/kube/kube_time.h"
 #include "controller/reconcile/pod_problems.h"
 #include "controller/reconcile/progress.h"
 #include "controller/reconcile/status.h"
-#include "common/keys/keys.h"
 
 namespace geo::reconcile {
 
