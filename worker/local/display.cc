@@ -206,6 +206,11 @@ std::string renderSummary(const RunSummary& summary, const RunPaths& paths) {
           f.what, f.atSeconds, sec(f.downSeconds), sec(f.rejoinSeconds),
           f.rejoinStep ? fmt::format(" (at step {})", *f.rejoinStep) : std::string(),
           sec(f.othersStallSeconds), sec(f.finishSkewSeconds));
+    } else if (f.kind == "throttle") {
+      out += fmt::format(
+          "  fault throttle {} from {:.1f} s: others' longest step {}; finished {} after the "
+          "others\n",
+          f.what, f.atSeconds, sec(f.othersStallSeconds), sec(f.finishSkewSeconds));
     } else {
       out += fmt::format(
           "  fault partition {} {:.1f}-{} s: others' longest step {}; finished {} after the "

@@ -101,7 +101,9 @@ struct Worker {
   bool killedByPlan = false;              // --kill: its death is not a failure
   std::optional<double> restartAt;        // --restart-after: launcher time to start it again
   std::optional<size_t> killRecord;       // index in the fault records of its latest kill
-  int retries = 0;                        // restarts after a failure (--restart-after)
+  // Its start event came: it takes signals now (before, SIGRTMIN would end it).
+  bool started = false;
+  int retries = 0;  // restarts after a failure (--restart-after)
 };
 
 struct Failure {
@@ -254,6 +256,7 @@ class JobRunner {
       }
       w.process = std::move(*child);
       w.killedByPlan = false;
+      w.started = false;
       if (w.killRecord) records_[*w.killRecord].endSeconds = t;
       log(fmt::format("fault: worker {} restarted as pid {}", w.rank, w.process->pid()));
     }
@@ -296,7 +299,7 @@ class JobRunner {
       const std::string& region = state_.topology().regions[static_cast<size_t>(f.regionIndex)];
       for (Worker& w : workers_) {
         if (state_.rank(w.rank).regionIndex != f.regionIndex) continue;
-        if (w.process && w.process->running()) {
+        if (w.started && w.process && w.process->running()) {
           w.process->queueSignal(SIGRTMIN, static_cast<int>(f.kbitPerSecond));
         }
       }
@@ -400,11 +403,21 @@ class JobRunner {
     }
     state_.record(rank, t, *event);
     switch (event->kind) {
-      case EventKind::kStart:
+      case EventKind::kStart: {
         log(fmt::format("worker {} ({}) running: model {}, {} parameters, {} samples, {}", rank,
                         event->region, event->model, event->parameters.value_or(0),
                         event->shardSamples.value_or(0), event->algorithm));
+        // A (re)started worker's uplink is as slow as its region's is now.
+        Worker& w = workers_[static_cast<size_t>(rank)];
+        w.started = true;
+        for (size_t i = 0; i < plan_.throttles.size(); ++i) {
+          const ThrottleFault& f = plan_.throttles[i];
+          if (throttlesDone_[i] && state_.rank(rank).regionIndex == f.regionIndex && w.process) {
+            w.process->queueSignal(SIGRTMIN, static_cast<int>(f.kbitPerSecond));
+          }
+        }
         break;
+      }
       case EventKind::kJoined:
         log(fmt::format("worker {} continues from step {}{}", rank, event->step.value_or(0),
                         event->transferred.value_or(false) ? " with a live peer's model" : ""));

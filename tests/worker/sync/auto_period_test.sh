@@ -25,6 +25,8 @@ fail() {
   --out "$work/out" > "$work/run.log" 2>&1 || fail "geotrain local failed"
 grep -q "final models   identical on every worker that finished" "$work/run.log" ||
   fail "the workers did not end with the same model"
+grep -q "fault throttle tokyo uplink 4mbit from" "$work/run.log" ||
+  fail "the summary does not report the throttle as such"
 
 for r in 0 1; do
   log="$work/out/logs/worker-$r.log"
