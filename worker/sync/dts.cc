@@ -335,9 +335,7 @@ class Dts final : public Base {
     // A peer that delivers, however late, is taking part again: waiting for
     // it from now on is how the skew between us closes (see membership.md).
     for (size_t k = 0; k < senders.size(); ++k) {
-      if (std::find(group_.ranks.begin(), group_.ranks.end(), senders[k]) != group_.ranks.end()) {
-        membership_.delivered(senders[k], rounds[k]);
-      }
+      if (group_.indexOf(senders[k])) membership_.delivered(senders[k], rounds[k]);
     }
     for (size_t i = 0; i < n; ++i) stats_.late(false);
     if (n > 0) {
@@ -530,9 +528,9 @@ class Dts final : public Base {
     // with the updates, so a busy link inflates them; the smallest of the
     // recent ones is the path's.
     for (const auto& c : transport_->peerCounters()) {
-      const auto it = std::find(group_.ranks.begin(), group_.ranks.end(), c.peer);
-      if (it == group_.ranks.end() || c.rttSeconds < 0) continue;
-      auto& rtts = baseRtts_[static_cast<size_t>(it - group_.ranks.begin())];
+      const auto i = group_.indexOf(c.peer);
+      if (!i || c.rttSeconds < 0) continue;
+      auto& rtts = baseRtts_[*i];
       rtts.push_back(c.rttSeconds);
       if (rtts.size() > kBaseRttWindow) rtts.pop_front();
     }
@@ -644,11 +642,10 @@ class Dts final : public Base {
       }
       auto m = transport_->receive(MessageKind::kUpdate, p.round, transport::kAnyPeer, kPoll);
       if (!m.ok()) continue;
-      const auto it = std::find(group_.ranks.begin(), group_.ranks.end(), m->header.sender);
-      const auto i = static_cast<size_t>(it - group_.ranks.begin());
-      if (it == group_.ranks.end() || i == group_.self || p.got[i]) continue;  // a duplicate
-      p.got[i] = std::move(*m);
-      membership_.delivered(group_.ranks[i], p.round);
+      const auto i = group_.indexOf(m->header.sender);
+      if (!i || *i == group_.self || p.got[*i]) continue;  // a duplicate
+      p.got[*i] = std::move(*m);
+      membership_.delivered(group_.ranks[*i], p.round);
     }
     const double waited = secondsSince(t0);
     stats_.waited(waited);
@@ -735,9 +732,7 @@ class Dts final : public Base {
     if (measured) stats_.setLink(link);
     if (!measured) {
       for (const auto& c : transport_->peerCounters()) {
-        if (std::find(group_.ranks.begin(), group_.ranks.end(), c.peer) != group_.ranks.end()) {
-          link = std::max(link, c.rttSeconds / 2);
-        }
+        if (group_.indexOf(c.peer)) link = std::max(link, c.rttSeconds / 2);
       }
     }
     int64_t next = delay_;

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -55,6 +56,12 @@ struct Group {
 
   size_t size() const { return ranks.size(); }
   uint32_t selfRank() const { return ranks[self]; }
+  // The index of `rank` in `ranks`, or nullopt when it is not a member.
+  std::optional<size_t> indexOf(uint32_t rank) const {
+    const auto it = std::find(ranks.begin(), ranks.end(), rank);
+    if (it == ranks.end()) return std::nullopt;
+    return static_cast<size_t>(it - ranks.begin());
+  }
 };
 
 // Sends one buffer to each rank in `to` without copying it per peer; an

@@ -156,9 +156,9 @@ class Swarm final : public Base {
 
   // A peer that (re)starts: the pair's state is void until its resync.
   void peerRestarted(uint32_t peer) override {
-    const auto it = std::find(group_.ranks.begin(), group_.ranks.end(), peer);
-    if (it == group_.ranks.end()) return;
-    Peer& p = peers_[static_cast<size_t>(it - group_.ranks.begin())];
+    const auto i = group_.indexOf(peer);
+    if (!i) return;
+    Peer& p = peers_[*i];
     p.outstanding = false;
     p.absent = false;
   }
