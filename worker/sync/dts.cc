@@ -85,6 +85,10 @@ class Dts final : public Base {
     stats_.setDelay(delay_);
     stats_.setPeriod(schedule_.k);
     membership_.setRoundOf([this](int64_t s) { return roundAt(s); });
+    // A round stays open until it completes, D steps after it closes: a
+    // worker that asks to join meanwhile may still contribute to it.
+    membership_.setOpenRound(
+        [this] { return pending_.empty() ? nextRound_ : pending_.front().round; });
   }
 
   std::string describe() const override {

@@ -128,24 +128,37 @@ class StatsRecorder {
 //                                          payload: 1 byte, bit 0 finished,
 //                                          bit 1 itself still joining, bit 2
 //                                          it saw this joiner (incarnation)
-//                                          joining while it joined; then the
+//                                          joining while it joined, bit 3 the
+//                                          joiner is behind (below); then the
 //                                          peer's incarnation (u64)
 //   joiner -> one peer    kJoinFetchRound  (the nearest by RTT among those
-//                                          within a round of the furthest)
+//                                          that found it behind, within a
+//                                          round of the furthest of them)
 //   peer -> joiner        kJoinStateRound  header.step; payload: the fp32 model,
 //                                          then the optimizer's state (bytes)
 //   joiner -> all peers   kJoinedRound     header.round field of the payload:
 //                                          the first round it contributes to
-// A peer that receives a query from a worker a round or more behind it marks
-// the sender *joining*: not expected in any round until its kJoinedRound
-// names the first round it contributes to (or until it is served our state,
-// which fixes that round). A query from our own round (a common start) keeps
-// the sender expected.
-// The joiner adopts the state only when some peer is ahead of it, none is
-// itself still joining, and none saw it joining while joining itself (then
-// it is a common start, and the first ones may have taken a few steps); when no peer answers
-// within the start-up grace it keeps its own (a whole-job restart from
-// checkpoints, or a single survivor).
+// A peer finds the sender *behind* when the round the sender contributes to
+// next is older than the oldest round the peer has not completed yet (its
+// open round: the round in progress, or with DTS the oldest one still
+// awaiting contributions) -- the peer completed that round without it. It
+// marks the sender *joining*: not expected in any round until its
+// kJoinedRound names the first round it contributes to (or until it is
+// served our state, which fixes that round). A query for our open round or a
+// later one (a common start, a whole-job restart, a worker that starts while
+// we still wait for its part of our first round) keeps the sender expected:
+// it takes part in that round whatever it does. (Judged by our step, a
+// worker asking at step 0 while we were at step 1 but still completing round
+// 0 -- K = 1, D = 0 -- was taken for a rejoining one: round 0 completed
+// without it, and replicas meant to be bitwise equal differed.)
+// The joiner adopts a peer's state only when some peer found it behind, none
+// is itself still joining, and none saw it joining while joining itself
+// (then it is a common start, and the first ones may have taken a few
+// steps); it fetches only from a peer that found it behind: one that is
+// still completing the joiner's round (a step or so ahead of it) counts on
+// its contribution, and its model is not a round's result anyone else
+// holds. When no peer answers within the start-up grace it keeps its own (a
+// whole-job restart from checkpoints, or a single survivor).
 //
 // Threading: the synchronizer's thread, except addTo(), which may be called
 // from any thread (stats()).
@@ -158,6 +171,11 @@ class Membership {
   // The round in progress at step s when rounds do not have a fixed length
   // (DTS with an automatic period); replaces s / stepsPerRound.
   void setRoundOf(std::function<uint64_t(int64_t)> roundOf) { roundOf_ = std::move(roundOf); }
+  // The oldest round this worker has not completed yet, when rounds complete
+  // after they close (DTS: the first round in flight, else the open one);
+  // replaces the round in progress at the step serve() is given. A joiner is
+  // behind only if it missed this round (see above).
+  void setOpenRound(std::function<uint64_t()> openRound) { openRound_ = std::move(openRound); }
 
   // Reads the transport's liveness; logs and counts every change.
   void refresh();
@@ -222,6 +240,8 @@ class Membership {
   };
   PeerLife& life(uint32_t peer);
   uint64_t roundAt(int64_t step) const;  // the round in progress at `step`
+  // The oldest round not completed yet, this worker being at `step`.
+  uint64_t openRound(int64_t step) const;
   const PeerLife* find(uint32_t peer) const;
   Status sendControl(uint32_t to, uint64_t round, int64_t step,
                      std::shared_ptr<const std::vector<std::byte>> bytes, transport::CodecId codec,
@@ -235,6 +255,7 @@ class Membership {
   std::string name_;  // "dts", "hierarchical sync": log prefix
   int64_t stepsPerRound_;
   std::function<uint64_t(int64_t)> roundOf_;  // empty: s / stepsPerRound_
+  std::function<uint64_t()> openRound_;       // empty: roundAt(the step served at)
   bool inJoin_ = false;                       // in join(): offers say so
   // This process's identity in the join protocol (random), and the peers
   // (rank, their identity) that were joining while we joined: a common start.

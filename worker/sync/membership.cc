@@ -51,6 +51,10 @@ uint64_t Membership::roundAt(int64_t step) const {
   return roundOf_ ? roundOf_(step) : static_cast<uint64_t>(step / stepsPerRound_);
 }
 
+uint64_t Membership::openRound(int64_t step) const {
+  return openRound_ ? openRound_() : roundAt(step);
+}
+
 const Membership::PeerLife* Membership::find(uint32_t peer) const {
   const auto it = std::find(peers_.begin(), peers_.end(), peer);
   return it == peers_.end() ? nullptr : &lives_[static_cast<size_t>(it - peers_.begin())];
@@ -165,16 +169,21 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
   refresh();
   out.heardAgain = takeHeardAgain();
   const auto now = std::chrono::milliseconds(0);
+  const uint64_t open = openRound(step);
   for (size_t i = 0; i < peers_.size(); ++i) {
     const uint32_t p = peers_[i];
     PeerLife& l = lives_[i];
     for (auto q = transport_->receive(MessageKind::kControl, kJoinQueryRound, p, now); q.ok();
          q = transport_->receive(MessageKind::kControl, kJoinQueryRound, p, now)) {
-      // Behind by a round or more: it will take a peer's state and announce
-      // the round it starts with; until then it is not waited for. In our
-      // round (a common start, a whole-job restart) it takes part in the
-      // current round whatever it does, so it stays expected.
-      l.joining = roundAt(static_cast<int64_t>(q->header.step)) < roundAt(step);
+      // Behind -- the round it contributes to next is one we completed
+      // without it: it will take a peer's state and announce the round it
+      // starts with; until then it is not waited for. Otherwise it takes
+      // part in our oldest open round whatever it does (a common start, a
+      // whole-job restart), so it stays expected. The oldest open round, not
+      // our step: at step 1 with K = 1, D = 0 we are still completing round
+      // 0, which a worker asking at step 0 is in time for.
+      const bool behind = roundAt(static_cast<int64_t>(q->header.step)) < open;
+      l.joining = behind;
       l.absent = false;
       out.queried.push_back(p);
       uint64_t itsIncarnation = 0;
@@ -183,15 +192,21 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       }
       const bool coStarter = coStarters_.contains({p, itsIncarnation});
       auto offer = std::make_shared<std::vector<std::byte>>(1 + sizeof incarnation_);
-      (*offer)[0] = std::byte{
-          static_cast<unsigned char>((finished ? 1 : 0) | (inJoin_ ? 2 : 0) | (coStarter ? 4 : 0))};
+      // Our verdict travels with the offer: the joiner fetches state only
+      // from a peer that does not count on its contribution, so both sides
+      // agree on whether it takes part in our open round.
+      (*offer)[0] = std::byte{static_cast<unsigned char>((finished ? 1 : 0) | (inJoin_ ? 2 : 0) |
+                                                         (coStarter ? 4 : 0) | (behind ? 8 : 0))};
       std::memcpy(offer->data() + 1, &incarnation_, sizeof incarnation_);
       GEO_RETURN_IF_ERROR(
           sendControl(p, kJoinOfferRound, step, std::move(offer), CodecId::kRaw, 0));
       if (q->header.step > 0 || step > 0) {
-        logger()->info("{}: {} starts at step {} and asks to join; we are at step {}{}", name_,
+        logger()->info("{}: {} starts at step {} and asks to join; we are at step {}{}{}", name_,
                        topology_.describe(p), q->header.step, step,
-                       finished ? " and have finished" : "");
+                       finished ? " and have finished" : "",
+                       behind ? fmt::format(" (it is behind: we completed round {} without it)",
+                                            roundAt(static_cast<int64_t>(q->header.step)))
+                              : std::string());
       }
     }
     for (auto f = transport_->receive(MessageKind::kControl, kJoinFetchRound, p, now); f.ok();
@@ -260,6 +275,7 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
     bool finished = false;
     bool joining = false;    // the peer is itself still in this phase
     bool coStarter = false;  // the peer saw us joining while it joined
+    bool behind = false;     // the peer completed our next round without us
   };
   std::vector<std::optional<Offer>> offers(peers_.size());
   const auto deadline = t0 + std::min<std::chrono::milliseconds>(
@@ -274,7 +290,7 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
       if (!m.ok()) continue;
       const auto flags = m->payload.size() >= 1 ? static_cast<unsigned>(m->payload.data()[0]) : 0u;
       offers[i] = Offer{static_cast<int64_t>(m->header.step), (flags & 1) != 0, (flags & 2) != 0,
-                        (flags & 4) != 0};
+                        (flags & 4) != 0, (flags & 8) != 0};
       // A peer still joining as we join started with us: should it ask us
       // later (it heard from us after it had finished joining), we tell it
       // so, and it does not mistake the steps we took since for a restart.
@@ -294,9 +310,11 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
     std::this_thread::sleep_for(kPoll);
   }
 
+  // The furthest of the peers that found us behind: only they have
+  // completed a round we would contribute to.
   int64_t furthest = std::numeric_limits<int64_t>::min();
   size_t answered = 0, finished = 0;
-  bool commonStart = false;
+  bool commonStart = false, behind = false;
   for (const auto& o : offers) {
     if (!o) continue;
     ++answered;
@@ -305,7 +323,10 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
       ++finished;
       continue;
     }
-    furthest = std::max(furthest, o->step);
+    if (o->behind) {
+      behind = true;
+      furthest = std::max(furthest, o->step);
+    }
   }
   if (answered == 0) {
     logger()->info("{}: no peer answered within {:.1f} s; starting from our own state (step {})",
@@ -318,16 +339,22 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
                    name_, answered);
     return out;
   }
-  // Nobody ahead; or some peer is starting with us (a common start or a
-  // whole-job restart, where the first ones may have taken a few steps
-  // already: they count on us in their current rounds, and our
-  // contributions to rounds they completed are applied late).
-  if (furthest <= ownStep || commonStart) return out;
+  // Every peer still counts on our part of its oldest open round (it may
+  // be a step or so ahead, completing a round we are in time for: its model
+  // then is no round's result, and fetching it left us with a model no one
+  // else holds while it completed the round without us); or some peer is
+  // starting with us (a common start or a whole-job restart, where the
+  // first ones may have taken a few steps already: they count on us in
+  // their current rounds, and our contributions to rounds they completed
+  // are applied late).
+  if (!behind || commonStart) return out;
 
-  // Peers within a round of the furthest, nearest first (unknown RTTs last).
+  // Peers that found us behind, within a round of the furthest of them,
+  // nearest first (unknown RTTs last).
   std::vector<size_t> candidates;
   for (size_t i = 0; i < peers_.size(); ++i) {
-    if (offers[i] && !offers[i]->finished && offers[i]->step + roundSteps >= furthest) {
+    if (offers[i] && !offers[i]->finished && offers[i]->behind &&
+        offers[i]->step + roundSteps >= furthest) {
       candidates.push_back(i);
     }
   }

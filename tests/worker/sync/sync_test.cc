@@ -108,6 +108,11 @@ struct JobSpec {
   // has taken lateAtStep steps; -1: none.
   int lateRank = -1;
   int64_t lateAtStep = 0;
+  // A rank whose training thread starts this long after the others (its
+  // transport is up from the start and answers pings: a worker slow to
+  // start, not a dead one), or -1.
+  int slowRank = -1;
+  std::chrono::milliseconds slowBy{0};
   // A rank whose learning rate is absurd (it diverges), or -1.
   int divergingRank = -1;
   // A rank that does not train but sends, for every DTS round, an update
@@ -218,6 +223,7 @@ RunResult runJob(const JobSpec& job) {
   const auto start = std::chrono::steady_clock::now();
   for (uint32_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
+      if (static_cast<int>(r) == job.slowRank) std::this_thread::sleep_until(start + job.slowBy);
       if (static_cast<int>(r) == job.lateRank) {
         while (recorders[0]->stepsTaken.load() < job.lateAtStep) std::this_thread::sleep_for(5ms);
         setUp(r);
@@ -870,6 +876,37 @@ TEST(Membership, ALateWorkerJoinsByStateTransfer) {
     for (size_t rank = 0; rank < 3; ++rank) served += r.stats[rank].peerRejoins;
     EXPECT_EQ(served, 1u);
     EXPECT_GT(r.stats[3].appliedUpdates, 0u) << "the late worker never took part";
+  }
+}
+
+// A worker whose thread starts while the others have taken their first
+// step but still wait for its part of round 0 (K = 1, D = 0: it asks to join
+// at step 0, they are at step 1) is in time for round 0: nobody completes
+// the round without it or marks it rejoining, it takes no one's state, and
+// the replicas are bitwise equal from the first step. (Those steps took it
+// for a rejoining worker: round 0 completed without it and its part was
+// applied late, or it fetched a peer's model halfway through the round.)
+// Rank 0 starts 4.5 s late: the others stop waiting for its offer after the
+// start-up grace (the 3 s round time-out) and then wait in round 0 for up to
+// another 3 s. At a common start the same happens when a slow thread's
+// query arrives just after a peer finished joining.
+TEST(Membership, AWorkerStartingDuringTheFirstRoundTakesPartInIt) {
+  JobSpec job;
+  job.steps = 12;
+  job.slowRank = 0;
+  job.slowBy = 4500ms;
+  job.sync = options("dts");
+  job.sync.period = 1;
+  job.sync.delay = 0;
+  job.sync.timeout = 3s;
+  const auto r = runJob(job);
+  expectAllEqualEveryStep(r, job.steps);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(r.joinedAt[rank], 0) << "rank " << rank;
+    EXPECT_EQ(r.stats[rank].rejoins, 0u) << "rank " << rank;
+    EXPECT_EQ(r.stats[rank].peerRejoins, 0u) << "rank " << rank;
+    EXPECT_EQ(r.stats[rank].missing, 0u) << "rank " << rank;
+    EXPECT_EQ(r.stats[rank].lateApplied, 0u) << "rank " << rank;
   }
 }
 
