@@ -4,10 +4,12 @@
 #include "worker/sync/synchronizer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -483,6 +485,8 @@ class Allreduce final : public Base {
     if (!sum_.defined()) sum_ = torch::zeros_like(flat.grads);
     // A missing gradient fails the step (fail fast); a malformed or
     // non-finite one is refused and the step averages over the others.
+    auto got = gather(step);
+    if (!got.ok()) return got.status();
     std::vector<torch::Tensor> decoded(group_.size());
     double total = 0;
     for (size_t i = 0; i < group_.size(); ++i) {
@@ -490,13 +494,11 @@ class Allreduce final : public Base {
         total += group_.weights[i];
         continue;
       }
-      auto m = receiveFrom(group_.ranks[i], MessageKind::kUpdate, static_cast<uint64_t>(step),
-                           options_.timeout, fmt::format("gradient for step {}", step + 1));
-      if (!m.ok()) return Status(m.status().code(), "allreduce: " + m.status().message());
+      const Message& m = *(*got)[i];
       const auto t1 = Clock::now();
       decoded[i] = torch::empty_like(flat.grads);
       std::string reason;
-      const Status ok = codec_->decodeChecked(m->payload.bytes(), decoded[i], reason);
+      const Status ok = codec_->decodeChecked(m.payload.bytes(), decoded[i], reason);
       stats_.coded(secondsSince(t1));
       if (!ok.ok()) {
         reject(group_.ranks[i], fmt::format("the gradient for step {}", step + 1), reason, ok);
@@ -505,7 +507,7 @@ class Allreduce final : public Base {
         continue;
       }
       total += group_.weights[i];
-      stats_.applied(step - static_cast<int64_t>(m->header.step));
+      stats_.applied(step - static_cast<int64_t>(m.header.step));
     }
     sum_.zero_();
     for (size_t i = 0; i < group_.size(); ++i) {
@@ -531,6 +533,94 @@ class Allreduce final : public Base {
   }
 
  private:
+  // Every peer's gradient for `step` (by group index; none for self),
+  // awaited from all peers at once up to the round time-out. At the time-out
+  // the error names every peer still missing, the one silent longest first.
+  // Awaiting them one by one named only the first missing in rank order: a
+  // dead worker's gradient and that of a worker that had already stopped
+  // because of it (it never got the dead one's previous gradient, which
+  // reached us) are both missing, and the one named was the second -- a
+  // live worker's error, not the cause.
+  StatusOr<std::vector<std::optional<Message>>> gather(int64_t step) {
+    std::vector<std::optional<Message>> got(group_.size());
+    const auto round = static_cast<uint64_t>(step);
+    const auto t0 = Clock::now();
+    const auto deadline = t0 + options_.timeout;
+    while (true) {
+      std::vector<size_t> missing;
+      for (size_t i = 0; i < group_.size(); ++i) {
+        if (i == group_.self || got[i]) continue;
+        auto m = transport_->receive(MessageKind::kUpdate, round, group_.ranks[i],
+                                     std::chrono::milliseconds(0));
+        if (m.ok()) {
+          got[i] = std::move(*m);
+        } else if (m.status().code() == StatusCode::kDeadlineExceeded) {
+          missing.push_back(i);
+        } else {
+          stats_.waited(secondsSince(t0));
+          return Status(m.status().code(),
+                        fmt::format("allreduce: no gradient for step {} from {}: {}", step + 1,
+                                    topology_.describe(group_.ranks[i]), m.status().message()));
+        }
+      }
+      if (missing.empty()) break;
+      if (Clock::now() >= deadline) {
+        stats_.waited(secondsSince(t0));
+        return missingGradients(step, missing);
+      }
+      // Whichever comes next (a later poll takes it from the inbox).
+      auto m = transport_->receive(MessageKind::kUpdate, round, transport::kAnyPeer,
+                                   std::chrono::milliseconds(20));
+      if (!m.ok()) continue;
+      const auto i = group_.indexOf(m->header.sender);
+      if (i && *i != group_.self && !got[*i]) got[*i] = std::move(*m);
+    }
+    stats_.waited(secondsSince(t0));
+    return got;
+  }
+
+  // The time-out's error: the missing peers by how long they have been
+  // silent, longest first. When a worker dies, those that had not received
+  // its last gradient give up on it and stop, so their gradients go missing
+  // at the others too -- but they were heard until they stopped, a round
+  // time-out after the dead one fell silent: the dead one comes first.
+  Status missingGradients(int64_t step, std::vector<size_t> missing) const {
+    std::map<uint32_t, transport::PeerCounters> counters;
+    for (const auto& c : transport_->peerCounters()) counters[c.peer] = c;
+    const auto silent = [&](size_t i) {
+      const auto it = counters.find(group_.ranks[i]);
+      return it == counters.end() ? -1.0 : it->second.silentSeconds;
+    };
+    std::stable_sort(missing.begin(), missing.end(),
+                     [&](size_t a, size_t b) { return silent(a) > silent(b); });
+    // How long a peer has been silent, as the transport's liveness says.
+    const auto silence = [&](size_t i) -> std::string {
+      const auto it = counters.find(group_.ranks[i]);
+      if (it == counters.end()) return "";
+      return fmt::format("{} {:.1f} s", it->second.heard ? "silent for" : "never heard in",
+                         it->second.silentSeconds);
+    };
+    const size_t first = missing.front();
+    std::string message = fmt::format(
+        "allreduce: no gradient for step {} from {} within {:.3g} s{}; is that worker alive?",
+        step + 1, topology_.describe(group_.ranks[first]),
+        std::chrono::duration<double>(options_.timeout).count(),
+        silence(first).empty() ? "" : " (" + silence(first) + ")");
+    if (missing.size() > 1) {
+      std::vector<std::string> others;
+      for (size_t k = 1; k < missing.size(); ++k) {
+        const std::string quiet = silence(missing[k]);
+        others.push_back(topology_.describe(group_.ranks[missing[k]]) +
+                         (quiet.empty() ? "" : ", " + quiet));
+      }
+      message += fmt::format(
+          " Also missing, heard more recently (a worker stops once it gives up on a dead one): "
+          "{}",
+          fmt::join(others, "; "));
+    }
+    return deadlineExceeded(message);
+  }
+
   torch::Tensor residual_;
   torch::Tensor sum_;
 };
@@ -549,7 +639,9 @@ class Allreduce final : public Base {
 // restarted member joins through its leader (the leader's model and step)
 // and is expected from its first step on. A member whose leader goes away
 // cannot train on (the leader holds the region's model and WAN state): it
-// fails, naming the leader, and rejoins when restarted (as its pod would be).
+// fails, naming the leader -- and the leader's reason, when the leader
+// stopped on an error (a dead leader of another region: the cause of a
+// cascade) -- and rejoins when restarted (as its pod would be).
 class Hierarchical final : public Synchronizer {
  public:
   Hierarchical(SyncOptions options, Topology topology, transport::Transport* transport,
@@ -695,7 +787,7 @@ class Hierarchical final : public Synchronizer {
       if (got[i]) sum_.add_(decoded[i], alpha);
     }
     flat.grads.copy_(sum_);
-    if (inner_) GEO_RETURN_IF_ERROR(inner_->afterBackward(step, flat));
+    if (inner_) GEO_RETURN_IF_ERROR(tellMembersWhy(inner_->afterBackward(step, flat), step));
     current_.clear();
     for (size_t i = 1; i < members_.size(); ++i) {
       if (got[i]) current_.push_back(members_[i]);
@@ -715,7 +807,7 @@ class Hierarchical final : public Synchronizer {
       }
       return {};
     }
-    if (inner_) GEO_RETURN_IF_ERROR(inner_->afterStep(step, flat));
+    if (inner_) GEO_RETURN_IF_ERROR(tellMembersWhy(inner_->afterStep(step, flat), step));
     const bool changed = inner_ && inner_->modifiedParameters();
     auto bytes = changed ? tensorBytes(flat.values) : std::make_shared<std::vector<std::byte>>();
     GEO_RETURN_IF_ERROR(send(current_, MessageKind::kLanBroadcast, round, step,
@@ -733,7 +825,7 @@ class Hierarchical final : public Synchronizer {
       acceptFromLeader(*m, flat.values, std::numeric_limits<float>::max(), "the final model");
       return {};
     }
-    if (inner_) GEO_RETURN_IF_ERROR(inner_->finish(steps, flat));
+    if (inner_) GEO_RETURN_IF_ERROR(tellMembersWhy(inner_->finish(steps, flat), steps));
     lanMembers_.refresh();
     std::vector<uint32_t> to;
     for (size_t i = 1; i < members_.size(); ++i) {
@@ -805,6 +897,17 @@ class Hierarchical final : public Synchronizer {
     while (true) {
       auto served = lanMembers_.serve(step, flat.values, false, &flat);
       if (!served.ok()) return served.status();
+      // Its reason first: it may fall silent right after sending it.
+      if (auto why = transport_->receive(MessageKind::kControl, kLeaderStoppedRound, leader_,
+                                         std::chrono::milliseconds(0));
+          why.ok()) {
+        lanStats_.waited(secondsSince(t0));
+        return unavailable(fmt::format(
+            "hierarchical sync: no {} from the region leader {}: it stopped (a member cannot "
+            "train on without its leader -- restart this worker to rejoin once the leader is "
+            "back): {}",
+            what, topology_.describe(leader_), printable(why->payload.bytes())));
+      }
       if (lanMembers_.suspected(leader_)) {
         lanStats_.waited(secondsSince(t0));
         return unavailable(fmt::format(
@@ -826,6 +929,51 @@ class Hierarchical final : public Synchronizer {
             topology_.describe(leader_), std::chrono::duration<double>(lanTimeout_).count()));
       }
     }
+  }
+
+  // A leader whose WAN algorithm fails (`why`) tells its members the reason
+  // before it stops, then returns `why`. Its members cannot train on
+  // without it; "the leader is silent" was all they could say, naming a
+  // worker of their own region while the cause -- another region's leader
+  // that died, named in `why` -- went unsaid. Best effort: a member that is
+  // gone is not waited for, and the notice gets up to half a second to
+  // leave (the transport drops what it has not handed to ZeroMQ when the
+  // process exits).
+  Status tellMembersWhy(Status why, int64_t step) {
+    if (why.ok() || members_.size() <= 1) return why;
+    const std::string& text = why.message();
+    const auto* begin = reinterpret_cast<const std::byte*>(text.data());
+    auto bytes = std::make_shared<const std::vector<std::byte>>(
+        begin, begin + std::min(text.size(), kMaxStopReasonBytes));
+    const std::vector<uint32_t> to(members_.begin() + 1, members_.end());
+    for (uint32_t m : to) {
+      (void)sendBuffer(*transport_, topology_, {m}, MessageKind::kControl,
+                       {kLeaderStoppedRound, static_cast<uint64_t>(step), CodecId::kRaw, 0}, bytes,
+                       std::chrono::milliseconds(100));
+    }
+    const auto deadline = Clock::now() + std::chrono::milliseconds(500);
+    while (Clock::now() < deadline) {
+      bool queued = false;
+      for (const auto& c : transport_->peerCounters()) {
+        queued = queued || (std::find(to.begin(), to.end(), c.peer) != to.end() &&
+                            !lanMembers_.suspected(c.peer) && c.queuedBytes > 0);
+      }
+      if (!queued) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return why;
+  }
+
+  // A leader's reason as a member logs it: printable ASCII, bounded (an
+  // authenticated peer gone bad must not write control characters or
+  // megabytes into our log).
+  static std::string printable(std::span<const std::byte> bytes) {
+    std::string out;
+    for (size_t i = 0; i < bytes.size() && i < kMaxStopReasonBytes; ++i) {
+      const auto c = static_cast<unsigned char>(bytes[i]);
+      out.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
+    }
+    return out;
   }
 
   SyncOptions options_;

@@ -98,6 +98,11 @@ struct JobSpec {
   // worker that died), or -1.
   int deadRank = -1;
   int64_t deadAfter = 0;
+  // A rank that stops after this many steps without a word but stays up
+  // (its transport answers pings): a worker that gave up, as one does once a
+  // dead peer's time-out passes, or -1.
+  int quitRank = -1;
+  int64_t quitAfter = 0;
   // Checkpoints under checkpointDir/rank-<r>; stopAfter > 0: every worker
   // takes that many steps, writes a checkpoint and stops (the job is
   // interrupted); a later run with the same folder resumes from there.
@@ -294,6 +299,13 @@ RunResult runJob(const JobSpec& job) {
         }
         transports[r].reset();  // the worker is gone
         result.status[r] = Status(StatusCode::kCancelled, "killed");
+        return;
+      }
+      if (static_cast<int>(r) == job.quitRank) {
+        for (int64_t i = 0; i < job.quitAfter; ++i) {
+          if (!trainers[r]->step().ok()) break;
+        }
+        result.status[r] = Status(StatusCode::kCancelled, "gave up");
         return;
       }
       if (job.stopAfter > 0) {
@@ -646,6 +658,57 @@ TEST(DeadPeer, DtsGoesOnAllreduceFailsClearly) {
         << allreduce.status[rank].message();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
+}
+
+// A cascade: rank 3 dies, and rank 1 stops sending at the same step without
+// dying (as a worker does once it gave up on rank 3: it had not received the
+// dead one's last gradient, which reached the others). Both gradients are
+// missing at ranks 0 and 2; the error names rank 3 -- silent the longest --
+// first. Awaiting the peers one by one named rank 1 alone.
+TEST(DeadPeer, AllreduceNamesTheDeadPeerBeforeOneThatGaveUp) {
+  JobSpec job;
+  job.steps = 16;
+  job.deadRank = 3;
+  job.deadAfter = 4;
+  job.quitRank = 1;
+  job.quitAfter = 4;
+  job.sync = options("allreduce");
+  job.sync.timeout = 3s;
+  const auto r = runJob(job);
+  for (size_t rank : {0, 2}) {
+    ASSERT_FALSE(r.status[rank].ok()) << "rank " << rank;
+    const std::string& m = r.status[rank].message();
+    const auto dead = m.find("rank 3 (b)");
+    const auto quit = m.find("rank 1 (a)");
+    ASSERT_NE(dead, std::string::npos) << m;
+    EXPECT_NE(quit, std::string::npos) << m;
+    EXPECT_LT(dead, quit) << m;
+  }
+}
+
+// Hierarchical allreduce, a region's leader dead: the other leader fails
+// naming it, and so does that leader's member -- with the reason its leader
+// sent, not only "my leader stopped" -- and the dead leader's member names
+// its leader.
+TEST(DeadPeer, HierarchicalAllreduceMembersNameTheDeadLeader) {
+  JobSpec job;
+  job.steps = 16;
+  job.deadRank = 2;
+  job.deadAfter = 4;
+  job.sync = options("allreduce");
+  job.sync.hierarchical = true;
+  job.sync.timeout = 1500ms;
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = runJob(job);
+  for (size_t rank : {0, 1, 3}) {
+    ASSERT_FALSE(r.status[rank].ok()) << "rank " << rank;
+    EXPECT_NE(r.status[rank].message().find("rank 2 (b)"), std::string::npos)
+        << "rank " << rank << ": " << r.status[rank].message();
+  }
+  EXPECT_NE(r.status[1].message().find("region leader rank 0 (a)"), std::string::npos)
+      << r.status[1].message();
+  // Rank 1 did not wait for the LAN time-out (33 s) to learn it.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
 }
 
 int64_t syncBytes(const SyncOptions& o, const train::FlatParameters& flat) {
