@@ -106,6 +106,9 @@ struct JobSpec {
   // A rank that starts late (a worker restarted, or one that came up after
   // the others): its transport, synchronizer and trainer are made once rank 0
   // has taken lateAtStep steps; -1: none.
+  // Each worker's transport goes as soon as it has finished, as when its
+  // process exits (its queued sends get the transport's linger, 200 ms).
+  bool leaveWhenDone = false;
   int lateRank = -1;
   int64_t lateAtStep = 0;
   // A rank whose learning rate is absurd (it diverges), or -1.
@@ -301,6 +304,7 @@ RunResult runJob(const JobSpec& job) {
         return;
       }
       result.status[r] = trainers[r]->run(nullptr);
+      if (job.leaveWhenDone) transports[r].reset();
       result.accuracy[r] = trainers[r]->evaluate();
     });
   }
@@ -533,6 +537,28 @@ TEST(Dts, AutoDelayMeasuresTheLinkNotTheSkew) {
   EXPECT_LE(r.stats[0].delay, 11);
   // The slower one needs fewer of its longer steps.
   EXPECT_LE(r.stats[1].delay, r.stats[0].delay);
+}
+
+// The final average crosses a slow uplink: a whole fp32 model (~0.8 MB)
+// takes ~0.8 s at 8 Mbit/s, far beyond the 200 ms a leaving transport gives
+// its queued sends. The coordinator stays until the other worker has
+// acknowledged the average; before, it left, the average died in its queue
+// and the other worker ended on its own model.
+TEST(Dts, FinalAverageReachesEveryWorkerOverASlowUplink) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.steps = 16;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.delay = 1;
+  job.uplink = "rate=8mbit";
+  job.leaveWhenDone = true;
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_EQ(r.stats[rank].missing, 0u) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
 }
 
 // Auto delay comes back down on every worker once a queue has drained. A
