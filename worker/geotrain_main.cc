@@ -6,20 +6,17 @@
 
 #include <unistd.h>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include <exception>
 #include <filesystem>
 #include <iostream>
 #include <string>
-#include <utility>
 
 #include "common/keys/keys.h"
-#include "common/worker_config.h"
+#include "worker/local/cli.h"
 #include "worker/local/launcher.h"
 #include "worker/local/options.h"
-#include "worker/local/topology.h"
 
 #ifndef GEO_VERSION
 #error "GEO_VERSION must be defined by the build (see worker/CMakeLists.txt)"
@@ -86,180 +83,6 @@ int runLocalCommand(const geo::local::LocalOptions& options) {
   return geo::local::exitCodeOf(*outcome);
 }
 
-// The help text of a flag that sets a worker.yaml key: what it is, the key,
-// and its default (the config's, else the schema's).
-template <typename T>
-std::string keyHelp(std::string_view what, std::string_view key, const T& builtin) {
-  return fmt::format("{} ({}; default: the config's, built-in {})", what, key, builtin);
-}
-
-void addLocal(CLI::App& app, geo::local::LocalOptions& options, int& result) {
-  CLI::App* local = app.add_subcommand(
-      "local",
-      "Run a whole multi-region training job as processes on this machine, with an emulated WAN "
-      "between the regions");
-  const geo::WorkerConfig d;  // the schema's defaults, quoted in the help
-
-  // A flag that sets one worker.yaml key, applied with the same checks and
-  // messages as the file (see worker/local/options.h for the order).
-  auto keyFlag = [&](const char* flag, const char* type, const std::string& help) {
-    local
-        ->add_option_function<std::string>(
-            flag,
-            [&options, flag](const std::string& v) { options.keyFlags.emplace_back(flag, v); },
-            help)
-        ->type_name(type);
-  };
-
-  local
-      ->add_option("--config,-c", options.configFile,
-                   "worker.yaml every worker starts from (default: none, the built-in "
-                   "defaults; see docs/worker-config.md)")
-      ->type_name("FILE");
-  local
-      ->add_option("--set", options.sets,
-                   "Override one worker.yaml key, e.g. --set training.momentum=0.8 (repeatable; "
-                   "applied after --config and before the flags below; default: none)")
-      ->type_name("KEY=VALUE");
-  local
-      ->add_option("--regions", options.regions,
-                   fmt::format("Comma-separated region names, unique lowercase DNS labels (at "
-                               "most {}); ranks are assigned region by region in this order",
-                               geo::local::kMaxLocalWorkers))
-      ->type_name("LIST")
-      ->capture_default_str();
-  local
-      ->add_option("--workers-per-region", options.workersPerRegion,
-                   fmt::format("Workers in each region (>= 1; at most {} workers in all regions "
-                               "together); local index 0 leads its region",
-                               geo::local::kMaxLocalWorkers))
-      ->type_name("N")
-      ->capture_default_str();
-  keyFlag("--algorithm", "NAME",
-          fmt::format("Synchronizer: none, allreduce, dts or swarm (sync.algorithm; default: {}, "
-                      "unless --config or --set chooses another one than none)",
-                      geo::local::kDefaultAlgorithm));
-  keyFlag("--period", "K|auto",
-          keyHelp("DTS period in steps, or auto to choose it from the measured link", "sync.period",
-                  d.sync.period ? std::to_string(*d.sync.period) : std::string("auto")));
-  keyFlag("--delay", "D|auto",
-          keyHelp("DTS delay in steps, or auto to derive it from the measured link", "sync.delay",
-                  d.sync.delay ? std::to_string(*d.sync.delay) : std::string("auto")));
-  keyFlag("--swarm-h", "H",
-          keyHelp("SwarmSGD local steps between exchanges", "sync.swarmH", d.sync.swarmH));
-  keyFlag("--codec", "NAME",
-          keyHelp("WAN codec: identity, fp16, bf16 or qsgd", "sync.codec", d.sync.codec));
-  keyFlag("--bits", "B", keyHelp("QSGD bits per value: 2, 4 or 8", "sync.bits", d.sync.bits));
-  keyFlag("--hierarchical", "true|false",
-          keyHelp("Reduce inside each region before the WAN", "sync.hierarchical",
-                  d.sync.hierarchical));
-  keyFlag("--timeout-seconds", "S",
-          keyHelp("Seconds (0.001 to 1000000) a silent peer may take before the round fails",
-                  "sync.timeoutSeconds", d.sync.timeoutSeconds));
-  keyFlag("--steps", "N", keyHelp("Training steps", "training.steps", d.training.steps));
-  keyFlag("--model", "NAME",
-          keyHelp("Built-in model: mlp, cnn or resnet18", "model.builtin", d.model.builtin));
-  keyFlag("--batch-size", "N",
-          keyHelp("Samples per step and worker", "training.batchSize", d.training.batchSize));
-  keyFlag("--lr", "LR", keyHelp("Learning rate", "training.lr", d.training.lr));
-  keyFlag("--eval-interval", "N",
-          keyHelp("Steps between evaluations, 0 = only at the end", "training.evalInterval",
-                  d.training.evalInterval));
-  keyFlag("--threads", "N",
-          fmt::format("Intra-op threads per worker, 0..{} (training.threads; default: the "
-                      "config's when it sets one, else max(1, hardware cores / workers))",
-                      geo::kMaxThreads));
-  local
-      ->add_option("--preset", options.preset,
-                   "Emulated network: world (round trips london-tokyo 230 ms, london-oregon "
-                   "140, london-ohio 90, tokyo-oregon 100, tokyo-ohio 160, oregon-ohio 50; "
-                   "100mbit uplink) or lan (no delay, no limit)")
-      ->type_name("NAME")
-      ->capture_default_str();
-  local
-      ->add_option("--rtt", options.rtt,
-                   "Round-trip time of one region pair, e.g. london-tokyo=230ms (us, ms or s; "
-                   "repeatable; needed for every pair the preset does not know; default: the "
-                   "preset's)")
-      ->type_name("A-B=TIME");
-  local
-      ->add_option_function<std::string>(
-          "--uplink", [&options](const std::string& v) { options.uplink = v; },
-          "WAN uplink of each worker, e.g. 100mbit (bit, kbit, mbit or gbit per second); 0 or "
-          "none = unlimited (default: the preset's, world 100mbit, lan unlimited)")
-      ->type_name("RATE");
-  local
-      ->add_option("--out,-o", options.out,
-                   "Run folder, new or empty (default: runs/<YYYYmmdd-HHMMSS>)")
-      ->type_name("DIR");
-  local
-      ->add_option("--csv", options.csv,
-                   "Time series CSV, one row per progress event (default: <out>/progress.csv)")
-      ->type_name("FILE");
-  local
-      ->add_option("--plot", options.plot,
-                   "Also draw eval accuracy against wall time, one line per region, into this "
-                   "PNG with gnuplot (Debian package gnuplot-nox; default: no plot)")
-      ->type_name("FILE.png");
-  local
-      ->add_option("--prometheus-config", options.prometheusConfig,
-                   "Write a Prometheus scrape config for the workers' /metrics endpoints here "
-                   "(prometheus --config.file=FILE; default: none)")
-      ->type_name("FILE");
-  local
-      ->add_option("--kill", options.faults.kill,
-                   "Fault injection: SIGKILL a worker at a time after launch, e.g. tokyo@20s, or "
-                   "tokyo:1@20s for local index 1 (repeatable; default index 0, the leader)")
-      ->type_name("REGION[:I]@TIME");
-  local
-      ->add_option_function<std::string>(
-          "--restart-after", [&options](const std::string& v) { options.faults.restartAfter = v; },
-          "Start a --kill'ed worker again this long after its kill, e.g. 10s (it rejoins the "
-          "running job; default: it stays dead)")
-      ->type_name("DURATION");
-  local
-      ->add_option("--partition", options.faults.partition,
-                   "Fault injection: cut a region off from the others (the emulated links drop "
-                   "everything both ways), e.g. tokyo@20s+30s (repeatable)")
-      ->type_name("REGION@TIME+DURATION");
-  local
-      ->add_option("--slow", options.faults.slow,
-                   "Fault injection: the region's workers take FACTOR times as long per step, "
-                   "e.g. oregon=3x (a straggler; repeatable)")
-      ->type_name("REGION=FACTORx");
-  local
-      ->add_option("--throttle", options.faults.throttle,
-                   "Fault injection: from TIME on, the region's emulated WAN uplink carries RATE, "
-                   "e.g. tokyo@20s=5mbit (a link whose bandwidth drops; repeatable)")
-      ->type_name("REGION@TIME=RATE");
-  local
-      ->add_option("--worker-binary", options.workerBinary,
-                   "geotrain-worker executable to run (default: geotrain-worker next to this "
-                   "geotrain)")
-      ->type_name("PATH");
-  // A single-value flag given twice takes its last value, so a wrapper (such
-  // as scripts/demo.sh) can pass defaults that the user's own flags override.
-  for (CLI::Option* option : local->get_options()) {
-    if (option->get_items_expected_max() == 1 && option->get_type_size() != 0) {
-      option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    }
-  }
-  local->footer(
-      "Starts one geotrain-worker per rank on this machine, with an emulated WAN between\n"
-      "regions (traffic inside a region is not shaped), and shows live progress per region.\n"
-      "The run folder gets worker-<rank>.yaml (each rank's complete config: re-run one worker\n"
-      "with geotrain-worker --config), keys/, logs/worker-<rank>.log (each worker's stderr),\n"
-      "logs/launcher.log, progress.csv and summary.json.\n"
-      "Configuration order: built-in defaults, --config, --set, the flags above; then the\n"
-      "launcher sets worker.*, transport.listen/peers/regions/links/uplink/keyDir,\n"
-      "metrics.listen=127.0.0.1:<free port> and checkpoint.dir=<dir>/rank-<r> for every rank.\n"
-      "\n"
-      "Example: geotrain local --algorithm dts --delay auto --steps 1000 --plot accuracy.png\n"
-      "Exit status: 0 when every worker exited 0; 1 when a worker failed (the others are\n"
-      "stopped) or the job could not start; 2 on a usage error; 130 when interrupted.");
-  local->callback([&options, &result] { result = runLocalCommand(options); });
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -274,7 +97,7 @@ int main(int argc, char** argv) {
   geo::local::LocalOptions localOptions;
   int result = kExitOk;
   addKeygen(app, keygenOptions, result);
-  addLocal(app, localOptions, result);
+  geo::local::addLocalCommand(app, localOptions, [&] { result = runLocalCommand(localOptions); });
   app.footer(
       "Run `geotrain <command> --help` for a command's options.\n"
       "Exit status: 0 on success, 1 when the command fails, 2 on a usage error.");

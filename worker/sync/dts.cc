@@ -146,6 +146,7 @@ class Dts final : public Base {
       pending_.clear();
       late_.clear();
       ownLags_.clear();
+      theirLags_.clear();
       resend_ = false;
       if (options_.autoPeriod) awaitSchedule(joined->step);
       nextRound_ = roundAt(joined->step);
@@ -480,20 +481,45 @@ class Dts final : public Base {
         double theirs = 0;
         std::memcpy(&theirs, m->payload.data() + group_.self * sizeof(double), sizeof theirs);
         const uint64_t round = m->header.step;
-        const auto own = std::find_if(ownLags_.begin(), ownLags_.end(),
-                                      [&](const OwnLags& o) { return o.round == round; });
-        if (own == ownLags_.end()) continue;
-        const double mine = own->lags[i];
-        if (!std::isfinite(theirs) || !std::isfinite(mine) || std::abs(theirs) > kMaxLagSeconds ||
-            std::abs(mine) > kMaxLagSeconds) {
+        if (round == kNoRound || !std::isfinite(theirs) || std::abs(theirs) > kMaxLagSeconds) {
           continue;
         }
-        auto& samples = links_[i];
-        samples.push_back(std::max(0.0, (mine + theirs) / 2));
-        if (samples.size() > kLagWindow) samples.pop_front();
+        const auto own = std::find_if(ownLags_.begin(), ownLags_.end(),
+                                      [&](const OwnLags& o) { return o.round == round; });
+        if (own != ownLags_.end()) {
+          addLinkSample(i, own->lags[i], theirs);
+          continue;
+        }
+        // The peer completed the round before us (its D is smaller, or it
+        // runs ahead): keep its lag until we have ours. Dropping it would
+        // leave the worker with the larger D without samples for as long as
+        // it stays the later one, its D stuck at the worst it ever measured.
+        theirLags_.push_back({round, i, theirs});
+        if (theirLags_.size() > kOwnLagRounds * group_.size()) theirLags_.pop_front();
       }
     }
     return any;
+  }
+
+  // One sample of the link between this worker and peer i from both ends'
+  // lags of the same round: the skew between them cancels.
+  void addLinkSample(size_t i, double mine, double theirs) {
+    if (!std::isfinite(mine) || std::abs(mine) > kMaxLagSeconds) return;
+    auto& samples = links_[i];
+    samples.push_back(std::max(0.0, (mine + theirs) / 2));
+    if (samples.size() > kLagWindow) samples.pop_front();
+  }
+
+  // This worker's lags of a round it just completed: pairs them with the
+  // peers' reports of that round that came first.
+  void takeOwnLags(uint64_t round, std::vector<double> lags) {
+    std::erase_if(theirLags_, [&](const TheirLag& l) {
+      if (l.round != round) return l.round < round && round - l.round > kOwnLagRounds;
+      addLinkSample(l.peer, lags[l.peer], l.lag);
+      return true;
+    });
+    ownLags_.push_back({round, std::move(lags)});
+    if (ownLags_.size() > kOwnLagRounds) ownLags_.pop_front();
   }
 
   // A worker that took a peer's state under an automatic period learns the
@@ -713,9 +739,8 @@ class Dts final : public Base {
     // Round 0 includes connection set-up (CURVE handshakes): not a link
     // measurement.
     if (measuring() && p.round > 0) {
-      ownLags_.push_back({p.round, lags});
-      if (ownLags_.size() > kOwnLagRounds) ownLags_.pop_front();
       GEO_RETURN_IF_ERROR(reportLags(p.round, lags));
+      takeOwnLags(p.round, std::move(lags));
     }
     if (auto_) chooseDelay();
     if (options_.autoPeriod && !finishing_) GEO_RETURN_IF_ERROR(choosePeriod());
@@ -786,6 +811,13 @@ class Dts final : public Base {
     std::vector<double> lags;
   };
   std::deque<OwnLags> ownLags_;
+  // The peers' lags of rounds this worker has not completed yet.
+  struct TheirLag {
+    uint64_t round = 0;
+    size_t peer = 0;  // group index
+    double lag = 0;
+  };
+  std::deque<TheirLag> theirLags_;
   Schedule schedule_;                     // the period in force
   std::optional<Schedule> nextSchedule_;  // agreed, from a later round
   int64_t closeAt_;                       // the step at which the open round closes

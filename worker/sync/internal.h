@@ -43,9 +43,12 @@ inline constexpr uint64_t kFinalContributionRound = ~uint64_t{0} - 9;
 // DTS auto delay: after completing round R (header.step = R) a worker tells
 // its peers how late each contribution of R reached it (dts.cc).
 inline constexpr uint64_t kLagReportRound = ~uint64_t{0} - 10;
+// A worker's acknowledgement that the final average reached it: the
+// coordinator stays until then (a queued send dies with its process).
+inline constexpr uint64_t kFinalAckRound = ~uint64_t{0} - 11;
 // Hierarchical sync: a region leader that stops on an error tells its
 // members why (payload: the error message, at most kMaxStopReasonBytes).
-inline constexpr uint64_t kLeaderStoppedRound = ~uint64_t{0} - 11;
+inline constexpr uint64_t kLeaderStoppedRound = ~uint64_t{0} - 12;
 inline constexpr size_t kMaxStopReasonBytes = 1024;
 // Rounds at or above this are control rounds, never an algorithm's.
 inline constexpr uint64_t kFirstControlRound = ~uint64_t{0} - 63;

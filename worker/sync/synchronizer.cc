@@ -402,6 +402,10 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
       return {};
     }
     modified_ = true;
+    // The coordinator waits for this before it leaves: the average may have
+    // queued behind a slow uplink for longer than the transport's linger.
+    GEO_RETURN_IF_ERROR(sendTo({c}, MessageKind::kControl, kFinalAckRound, steps, CodecId::kRaw, 0,
+                               std::make_shared<std::vector<std::byte>>()));
     return lingerForJoiners(flat, steps);
   }
   std::vector<std::optional<Message>> got(group_.size());
@@ -447,6 +451,18 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   stats_.encoded(numel * 4, result->size(), to.size());
   GEO_RETURN_IF_ERROR(
       sendTo(to, MessageKind::kControl, kFinalAverageRound, steps, CodecId::kFp32, numel, result));
+  // A send is only queued: leaving now would drop an average still waiting
+  // for a slow uplink (a whole fp32 model: seconds at a few Mbit/s, beyond
+  // the transport's linger), and that worker would end on its own model.
+  // So stay until each has acknowledged it, or is suspected (silent: gone).
+  for (uint32_t peer : to) {
+    auto ack = awaitFrom(peer, MessageKind::kControl, kFinalAckRound, steps, flat, true,
+                         "acknowledgement of the final average", options_.timeout);
+    if (!ack.ok()) {
+      logger()->warn("sync: {} may not have the final average: {}", topology_.describe(peer),
+                     ack.status().message());
+    }
+  }
   return lingerForJoiners(flat, steps);
 }
 

@@ -2,13 +2,16 @@
 // The geotrain wire frame: a fixed, versioned 64-byte binary header followed
 // by the payload. A payload travels as one or more ZeroMQ messages of two
 // frames each, [header][chunk], sent in order on one connection: the chunk at
-// byte payloadOffset of a payload of payloadBytes. A payload of up to 4 MiB is
-// one message (offset 0, the whole payload; an empty payload is one empty
-// chunk); a larger one is cut into 4 MiB chunks, each with its own header
-// that differs only in payloadOffset. The sender slices the payload into
-// chunks without copying it; the receiver (PayloadAssembler) copies each chunk
-// into place as it arrives and lets the chunk go, so neither end ever holds a
-// large payload twice, and no ZeroMQ message is larger than a chunk.
+// byte payloadOffset of a payload of payloadBytes. A payload no larger than
+// the sender's chunk size is one message (offset 0, the whole payload; an
+// empty payload is one empty chunk); a larger one is cut into chunks of that
+// size, each with its own header that differs only in payloadOffset. Senders
+// use kMaxChunkBytes, and smaller chunks across the WAN
+// (TransportConfig::wanChunkBytes); receivers take any size up to the max.
+// The sender slices the payload into chunks without copying it; the
+// receiver (PayloadAssembler) copies each chunk into place as it arrives and
+// lets the chunk go, so neither end ever holds a large payload twice, and no
+// ZeroMQ message is larger than a chunk.
 //
 // Why chunks are messages rather than frames of one multipart message:
 // ZeroMQ delivers a multipart message only once all of its frames are in, so

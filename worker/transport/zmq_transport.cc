@@ -89,8 +89,17 @@ std::string bytesKey(const void* data, size_t size) {
 struct Outgoing {
   FrameHeader header;
   Payload payload;
-  Clock::time_point release;
-  size_t chunksSent = 0;  // chunks ZeroMQ took so far; the rest go on POLLOUT
+  Clock::time_point release;  // when the first chunk may go
+  size_t chunkBytes = kMaxChunkBytes;
+  // Under link emulation, when each chunk has crossed the emulated link
+  // (chunks arrive one by one, as the bytes of a real link do); empty: all
+  // at `release`.
+  std::vector<Clock::time_point> chunkRelease;
+  size_t chunksSent = 0;  // chunks ZeroMQ took so far; the rest go on POLLOUT or when released
+
+  size_t chunks() const {
+    return std::max<size_t>(1, (payload.size() + chunkBytes - 1) / chunkBytes);
+  }
 };
 
 struct PeerState {
@@ -425,12 +434,29 @@ Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payloa
     Outgoing o;
     o.header = h;
     o.payload = std::move(payload);
-    auto now = Clock::now();
-    if (!cfg_.uplinkPeers.empty() && cfg_.uplinkPeers[peer]) {
-      std::lock_guard uplinkLock(uplinkMu_);
-      if (uplink_.profile().shaped()) now = uplink_.schedule(bytes, now);
+    if (wanPeer(peer)) o.chunkBytes = std::clamp<size_t>(cfg_.wanChunkBytes, 1, kMaxChunkBytes);
+    const auto now = Clock::now();
+    o.release = now;
+    std::unique_lock<std::mutex> uplinkLock(uplinkMu_, std::defer_lock);
+    bool viaUplink = false;
+    if (wanPeer(peer)) {
+      uplinkLock.lock();
+      viaUplink = uplink_.profile().shaped();
     }
-    o.release = p.shaper ? p.shaper->schedule(bytes, now) : now;
+    if (viaUplink || p.shaper) {
+      // Each chunk (with its header) in turn through the shared uplink,
+      // then this peer's link.
+      const size_t chunks = o.chunks();
+      o.chunkRelease.resize(chunks);
+      for (size_t c = 0; c < chunks; ++c) {
+        const uint64_t len = std::min<uint64_t>(o.chunkBytes, o.payload.size() - c * o.chunkBytes);
+        const uint64_t wire = kFrameHeaderBytes + len;
+        auto at = viaUplink ? uplink_.schedule(wire, now) : now;
+        o.chunkRelease[c] = p.shaper ? p.shaper->schedule(wire, at) : at;
+      }
+      o.release = o.chunkRelease.front();
+    }
+    if (uplinkLock.owns_lock()) uplinkLock.unlock();
     p.queue.push_back(std::move(o));
     p.queuedBytes += bytes;
   }
@@ -854,16 +880,22 @@ std::optional<Clock::time_point> ZmqTransport::flush(uint32_t peer, Clock::time_
     }
     const uint64_t bytes = kFrameHeaderBytes + o.payload.size();
     const size_t size = o.payload.size();
-    const size_t chunks = std::max<size_t>(1, (size + kMaxChunkBytes - 1) / kMaxChunkBytes);
+    const size_t chunks = o.chunks();
     uint64_t wireBytes = 0;  // headers and chunks ZeroMQ took in this call
     bool sent = true;
+    std::optional<Clock::time_point> nextChunkAt;  // the next chunk is still on the emulated link
     try {
       // Each chunk is one [header][chunk] message. The chunks of a payload
-      // go out back to back: nothing else is sent to this peer before its
-      // last one (the queue's head stays until then).
+      // go out in order: nothing else is sent to this peer before its last
+      // one (the queue's head stays until then).
       for (; o.chunksSent < chunks; ++o.chunksSent) {
-        const size_t off = o.chunksSent * kMaxChunkBytes;
-        const size_t len = std::min(kMaxChunkBytes, size - std::min(size, off));
+        if (!o.chunkRelease.empty() && o.chunkRelease[o.chunksSent] > now) {
+          nextChunkAt = o.chunkRelease[o.chunksSent];
+          sent = false;
+          break;
+        }
+        const size_t off = o.chunksSent * o.chunkBytes;
+        const size_t len = std::min(o.chunkBytes, size - std::min(size, off));
         std::array<std::byte, kFrameHeaderBytes> header;
         FrameHeader h = o.header;
         h.payloadOffset = off;
@@ -891,6 +923,11 @@ std::optional<Clock::time_point> ZmqTransport::flush(uint32_t peer, Clock::time_
     }
     std::lock_guard lock(p.mu);
     p.bytesSent += wireBytes;
+    if (nextChunkAt) {  // the rest when the link has carried it
+      o.release = *nextChunkAt;
+      p.queue.push_front(std::move(o));
+      return nextChunkAt;
+    }
     if (!sent) {  // retry the remaining chunks on POLLOUT
       p.queue.push_front(std::move(o));
       p.blocked = true;

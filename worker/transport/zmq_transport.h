@@ -58,6 +58,13 @@ struct TransportConfig {
   // rankNames[r]: how messages name rank r (e.g. its region); empty: "rank r".
   std::vector<std::string> rankNames;
 
+  // The chunk size of payloads to WAN peers (uplinkPeers; at most
+  // kMaxChunkBytes, which others get). A receiver hears a peer with every
+  // chunk, so on a slow link a large payload in flight keeps its sender
+  // alive in the receiver's eyes -- as one 4 MiB chunk, an 8 MB model is 16
+  // s of silence at 4 Mbit/s, and its sender would be suspected. 64 KiB is
+  // 0.13 s at 4 Mbit/s, and the per-message cost is lost in WAN bandwidth.
+  size_t wanChunkBytes = size_t{64} << 10;
   uint64_t maxQueuedBytesPerPeer = uint64_t{1} << 30;  // send() backpressure
   uint64_t maxInboxBytes = uint64_t{2} << 30;          // stop reading beyond
   uint64_t maxPayloadBytes = uint64_t{1} << 31;        // larger frames are refused

@@ -83,9 +83,9 @@ struct RunResult {
   std::vector<Status> status;                 // [rank]
   std::vector<SyncStats> stats;
   std::vector<double> accuracy;
-  std::vector<int64_t> joinedAt;               // [rank]: the step join() continued from
-  std::vector<SyncStats> statsAtUplinkChange;  // [rank], when JobSpec::uplinkChangeAtStep came
-  double seconds = 0;                          // wall time of the whole job
+  std::vector<int64_t> joinedAt;  // [rank]: the step join() continued from
+  std::vector<std::vector<SyncStats>> statsAtUplinkChange;  // [change][rank], as it came
+  double seconds = 0;                                       // wall time of the whole job
 };
 
 struct JobSpec {
@@ -111,6 +111,9 @@ struct JobSpec {
   // A rank that starts late (a worker restarted, or one that came up after
   // the others): its transport, synchronizer and trainer are made once rank 0
   // has taken lateAtStep steps; -1: none.
+  // Each worker's transport goes as soon as it has finished, as when its
+  // process exits (its queued sends get the transport's linger, 200 ms).
+  bool leaveWhenDone = false;
   int lateRank = -1;
   int64_t lateAtStep = 0;
   // A rank whose training thread starts this long after the others (its
@@ -136,12 +139,14 @@ struct JobSpec {
   std::chrono::milliseconds partitionDuration{0};
   // Extra compute per step, by rank (missing: none): workers of unequal speed.
   std::vector<std::chrono::milliseconds> extraCompute;
-  // Every worker's emulated uplink (a link profile, "" for none), and a new
-  // rate for all of them once rank 0 has taken uplinkChangeAtStep steps
-  // (-1: never).
+  // Every worker's emulated uplink (a link profile, "" for none), and new
+  // rates for all of them once rank 0 has taken a change's steps (in order).
   std::string uplink;
-  int64_t uplinkChangeAtStep = -1;
-  double uplinkChangeTo = 0;  // bytes per second
+  struct UplinkChange {
+    int64_t atStep = 0;
+    double bytesPerSecond = 0;
+  };
+  std::vector<UplinkChange> uplinkChanges;
 };
 
 transport::CodecId codecIdOf(const std::string& name) {
@@ -317,6 +322,7 @@ RunResult runJob(const JobSpec& job) {
         return;
       }
       result.status[r] = trainers[r]->run(nullptr);
+      if (job.leaveWhenDone) transports[r].reset();
       result.accuracy[r] = trainers[r]->evaluate();
     });
   }
@@ -331,14 +337,15 @@ RunResult runJob(const JobSpec& job) {
       transports[r]->setPartitioned(false);
     });
   }
-  if (job.uplinkChangeAtStep >= 0) {
+  if (!job.uplinkChanges.empty()) {
     threads.emplace_back([&] {
-      while (recorders[0]->stepsTaken.load() < job.uplinkChangeAtStep) {
-        std::this_thread::sleep_for(2ms);
-      }
-      for (uint32_t r = 0; r < world; ++r) {
-        result.statsAtUplinkChange.push_back(syncs[r]->stats());
-        transports[r]->setUplinkRate(job.uplinkChangeTo);
+      for (const auto& change : job.uplinkChanges) {
+        while (recorders[0]->stepsTaken.load() < change.atStep) std::this_thread::sleep_for(2ms);
+        auto& stats = result.statsAtUplinkChange.emplace_back();
+        for (uint32_t r = 0; r < world; ++r) {
+          stats.push_back(syncs[r]->stats());
+          transports[r]->setUplinkRate(change.bytesPerSecond);
+        }
       }
     });
   }
@@ -550,6 +557,61 @@ TEST(Dts, AutoDelayMeasuresTheLinkNotTheSkew) {
   EXPECT_LE(r.stats[1].delay, r.stats[0].delay);
 }
 
+// The final average crosses a slow uplink: a whole fp32 model (~0.8 MB)
+// takes ~0.8 s at 8 Mbit/s, far beyond the 200 ms a leaving transport gives
+// its queued sends. The coordinator stays until the other worker has
+// acknowledged the average; before, it left, the average died in its queue
+// and the other worker ended on its own model.
+TEST(Dts, FinalAverageReachesEveryWorkerOverASlowUplink) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.steps = 16;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.delay = 1;
+  job.uplink = "rate=8mbit";
+  job.leaveWhenDone = true;
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_EQ(r.stats[rank].missing, 0u) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
+// Auto delay comes back down on every worker once a queue has drained. A
+// 16 Mbit/s uplink cannot carry K = 2 rounds of ~100 KB every ~25 ms: the
+// queue grows for a second, the lags with it, and both workers raise D to
+// hide it. Once the uplink is fast again and the queue has drained, the
+// link is 20 ms one way again and both must come back to a few steps. A
+// worker only measures a link when it has its own lags of a round and the
+// peer's report of it; the one with the larger D completes later and used
+// to drop the peer's earlier report, so it got no sample again and kept
+// the worst D it had ever had.
+TEST(Dts, AutoDelayComesBackDownOnEveryWorker) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.steps = 500;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = std::nullopt;
+  job.oneWayDelay = {{"a-b", "delay=20ms"}, {"b-a", "delay=20ms"}};
+  job.uplink = "rate=1gbit";
+  job.uplinkChanges = {{80, 16e6 / 8}, {160, 1e9 / 8}};
+  job.extraCompute = {10ms, 10ms};
+  const auto r = runJob(job);
+  ASSERT_EQ(r.statsAtUplinkChange.size(), 2u);
+  // The queue was there: D had grown past the link's 20 ms on some worker.
+  EXPECT_GT(std::max(r.statsAtUplinkChange[1][0].delay, r.statsAtUplinkChange[1][1].delay), 4);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    // 20 ms over ~11-25 ms steps: 1-2 steps (4: room for a loaded machine).
+    EXPECT_LT(r.stats[rank].linkSeconds, 0.06) << "rank " << rank;
+    EXPECT_LE(r.stats[rank].delay, 4) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
 // Auto period follows the uplink: on a fast uplink a round's transfer is a
 // small part of a step and K stays small; once the uplink drops to 16
 // Mbit/s, a round (~100 KB of 4-bit updates) takes ~50 ms to leave, several
@@ -565,15 +627,14 @@ TEST(Dts, AutoPeriodFollowsAChangeOfUplinkBandwidth) {
   job.sync.delay = std::nullopt;
   job.oneWayDelay = {{"a-b", "delay=20ms"}, {"b-a", "delay=20ms"}};
   job.uplink = "rate=1gbit";
-  job.uplinkChangeAtStep = 200;
-  job.uplinkChangeTo = 16e6 / 8;
+  job.uplinkChanges = {{200, 16e6 / 8}};
   job.extraCompute = {10ms, 10ms};
   const auto r = runJob(job);
-  ASSERT_EQ(r.statsAtUplinkChange.size(), 2u);
+  ASSERT_EQ(r.statsAtUplinkChange.size(), 1u);
   for (size_t rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
     // 1 Gbit/s: ~1 ms per round, K = 1 (at most 2 with a slow step).
-    EXPECT_LE(r.statsAtUplinkChange[rank].period, 2) << "rank " << rank;
+    EXPECT_LE(r.statsAtUplinkChange[0][rank].period, 2) << "rank " << rank;
     // 16 Mbit/s: ~50 ms per round over ~12 ms steps wants K >= 8.
     EXPECT_GE(r.stats[rank].period, 8) << "rank " << rank;
     EXPECT_EQ(r.stats[rank].period, r.stats[0].period);

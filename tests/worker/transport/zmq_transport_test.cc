@@ -707,6 +707,44 @@ TEST(TransportLink, SharedUplink) {
   EXPECT_NEAR(mbit, 20.0, 2.0) << seconds << " s";
 }
 
+// A large payload on a slow WAN link arrives chunk by chunk, as a real
+// link's bytes do, so its receiver keeps hearing the sender while it is in
+// flight. 1 MB at 4 Mbit/s is 2 s; its pings queue behind it. As one chunk
+// released at once, it was 2 s of silence: on a saturated uplink, a peer
+// timeout's worth, and the sender was suspected while it was sending.
+TEST(TransportLink, ALargePayloadOnASlowLinkKeepsItsSenderHeard) {
+  World w(2);
+  std::vector<TransportConfig> configs = {w.config(0), w.config(1)};
+  configs[0].uplink = *parseLinkProfile("rate=4mbit");
+  configs[0].uplinkPeers = {false, true};
+  configs[1].uplinkPeers = {true, false};
+  configs[0].pingInterval = 100ms;
+  auto ts = startAll(configs);
+  ASSERT_EQ(ts.size(), 2u);
+  ASSERT_TRUE(ts[0]->send(1, MessageKind::kControl, {}, Payload(pattern(1, 0)), 1s).ok());
+  ASSERT_TRUE(ts[1]->receive(MessageKind::kControl, 0, 0, 5s).ok());
+  const size_t size = 1'000'000;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(
+      ts[0]->send(1, MessageKind::kUpdate, {.round = 1}, Payload(pattern(size, 3)), 1s).ok());
+  double longestSilence = 0;
+  StatusOr<Message> m = deadlineExceeded("not yet");
+  while (!m.ok() && std::chrono::steady_clock::now() - t0 < 10s) {
+    m = ts[1]->receive(MessageKind::kUpdate, 1, 0, 20ms);
+    longestSilence = std::max(longestSilence, ts[1]->peerCounters()[0].silentSeconds);
+  }
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(m->payload.size(), size);
+  EXPECT_TRUE(
+      std::equal(m->payload.bytes().begin(), m->payload.bytes().end(), pattern(size, 3).begin()));
+  EXPECT_NEAR(seconds, 2.0, 0.4);  // the link's rate, not faster
+  // 64 KiB chunks at 4 Mbit/s: one every 0.13 s.
+  EXPECT_LT(longestSilence, 0.5) << "the receiver did not hear the sender for " << longestSilence
+                                 << " s while its payload was in flight";
+}
+
 // Liveness: a peer is heard through its pings alone; once it is gone its
 // silence grows, and a new incarnation on the same endpoint is heard again.
 TEST(TransportLiveness, SilenceGrowsWhenAPeerDiesAndEndsWhenItComesBack) {
