@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
-# WAN time to accuracy: runs `geotrain local` on the `world` preset (london,
-# tokyo, oregon, ohio; 50-230 ms RTT, 100 Mbit/s uplinks; one worker per
-# region) for allreduce fp32, allreduce qsgd-4, dts (K = 8, D = auto and a
-# few fixed D, qsgd-4) and swarm (H = 4, qsgd-4), and the same runs on the
-# `lan` preset (no latency, no bandwidth limit). Prints, per model and
-# configuration: wall time to the target accuracy (mlp 85%, cnn 88%), the
-# speed-up over allreduce fp32, final test accuracy, WAN bytes, steps/s, and
-# WAN compute utilization = steps/s on `world` / steps/s on `lan`.
+# WAN time to accuracy: runs `geotrain local` (london, tokyo, oregon, ohio;
+# one worker per region) for each configuration on each emulated network,
+# and once on `lan` (no latency, no bandwidth limit) as the reference for
+# speed. Networks: world (the preset: 50-230 ms RTT, 100 Mbit/s uplinks),
+# uplink10 (world's RTTs, 10 Mbit/s uplinks), rtt3 (world's RTTs x 3, 100
+# Mbit/s). Prints, per model and network, for each configuration: steps and
+# wall time until rank 0's model reaches the target accuracy (mlp 85%, cnn
+# 88%; evaluated in the background every 25 / 100 steps, as users run it,
+# on a snapshot: the step is the snapshot's), steps relative to allreduce
+# fp32 on lan (the same samples), final accuracy of the averaged model, WAN
+# bytes per step, steps/s, and WAN compute utilization = steps/s on the
+# network / steps/s on lan.
 #
 # Usage: bench/wan_time_to_accuracy.sh [--models mlp,cnn] [--steps-mlp N]
-#          [--steps-cnn N] [--configs a,b,...] [--out DIR] [--build DIR]
+#          [--steps-cnn N] [--configs a,b,...] [--networks a,b,...]
+#          [--out DIR] [--build DIR]
 # Configurations: allreduce-fp32, allreduce-qsgd4, dts-auto (K = 8), dts-d<D>
 # (K = 8), dts-k<K>-auto, dts-k<K>-d<D> (K may be `auto`: dts-kauto-auto is
-# `--period auto --delay auto`), swarm-h<H>. Periodic evaluation runs as
-# users run it (mlp every 25 steps, cnn every 100), in the background.
-# Every run's folder (logs, CSV, summary.json) stays under --out.
+# `--period auto --delay auto`), swarm-h<H>, default (no sync flags: what
+# `geotrain local` runs). A run whose folder already holds a summary.json is
+# not run again: several invocations with one --out share their lan runs,
+# and an interrupted benchmark resumes. Every run's folder (logs, CSV,
+# summary.json) stays under --out.
 set -euo pipefail
 
 models="mlp"
@@ -23,6 +30,7 @@ stepsCnn=800
 out="runs/wan-bench-$(date +%Y%m%d-%H%M%S)"
 build="${GEO_BUILD_DIR:-build}"
 configs="allreduce-fp32,allreduce-qsgd4,dts-kauto-auto,dts-k2-auto,dts-k4-auto,dts-auto,dts-d4,swarm-h4"
+networks="world"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -31,6 +39,7 @@ while [[ $# -gt 0 ]]; do
     --steps-mlp) stepsMlp="$2"; shift 2 ;;
     --steps-cnn) stepsCnn="$2"; shift 2 ;;
     --configs) configs="$2"; shift 2 ;;
+    --networks) networks="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -54,9 +63,21 @@ flagsFor() {
       [[ "$d" == auto ]] || d="${d#d}"
       echo "--algorithm dts --period $k --delay $d --codec qsgd --bits 4" ;;
     swarm-h*) echo "--algorithm swarm --swarm-h ${1#swarm-h} --codec qsgd --bits 4" ;;
+    default) echo "" ;;
     *) echo "wan_time_to_accuracy.sh: unknown configuration '$1'" >&2; exit 2 ;;
   esac
 }
+
+networkFlags() {
+  case "$1" in
+    lan) echo "--preset lan" ;;
+    world) echo "--preset world" ;;
+    uplink10) echo "--preset world --uplink 10mbit" ;;
+    rtt3) echo "--preset world --rtt london-tokyo=690ms --rtt london-oregon=420ms --rtt london-ohio=270ms --rtt tokyo-oregon=300ms --rtt tokyo-ohio=480ms --rtt oregon-ohio=150ms" ;;
+    *) echo "wan_time_to_accuracy.sh: unknown network '$1' (allowed: world, uplink10, rtt3)" >&2; exit 2 ;;
+  esac
+}
+for n in ${networks//,/ }; do networkFlags "$n" > /dev/null; done
 
 for model in ${models//,/ }; do
   case "$model" in
@@ -65,40 +86,57 @@ for model in ${models//,/ }; do
     *) echo "wan_time_to_accuracy.sh: model '$model' is not benchmarked (allowed: mlp, cnn)" >&2; exit 2 ;;
   esac
   for config in ${configs//,/ }; do
-    for preset in world lan; do
-      dir="$out/$model-$config-$preset"
-      echo "== $model $config on $preset ($steps steps) -> $dir"
+    for network in lan ${networks//,/ }; do
+      dir="$out/$model-$config-$network"
+      if [[ -f "$dir/summary.json" ]]; then echo "== $model $config on $network: done before ($dir)"; continue; fi
+      rm -rf "$dir"
+      echo "== $model $config on $network ($steps steps) -> $dir"
       # shellcheck disable=SC2046
-      "$geotrain" local --preset "$preset" --regions london,tokyo,oregon,ohio \
+      "$geotrain" local $(networkFlags "$network") --regions london,tokyo,oregon,ohio \
         --workers-per-region 1 --model "$model" --steps "$steps" --eval-interval "$evalEvery" \
         $(flagsFor "$config") --out "$dir" > "$dir.log" 2>&1 ||
         { echo "   failed: see $dir.log"; tail -5 "$dir.log"; }
     done
   done
-  python3 - "$out" "$model" "$target" "$configs" <<'EOF'
-import json, sys, pathlib
-out, model, target, configs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
-def load(config, preset):
-    p = pathlib.Path(out) / f"{model}-{config}-{preset}" / "summary.json"
-    return json.loads(p.read_text()) if p.exists() else None
-rows = []
-base = None
-for c in configs:
-    w, l = load(c, "world"), load(c, "lan")
-    if w is None:
-        rows.append((c, None, None, None, None, None, None, None)); continue
-    tta = (w.get("timeToAccuracy") or {}).get(target)
-    sps_w = w.get("stepsPerSecond"); sps_l = l.get("stepsPerSecond") if l else None
-    util = sps_w / sps_l if sps_w and sps_l else None
-    if c == "allreduce-fp32": base = tta
-    rows.append((c, tta, w.get("testAccuracy"), w.get("wanBytes"), sps_w, sps_l, util, w.get("stalenessMean")))
-print(f"\n{model}: time to {float(target)*100:.0f}% test accuracy on the world preset (4 regions x 1 worker)")
-print(f"{'configuration':<16} {'time to target':>14} {'speed-up':>9} {'final acc':>9} {'WAN MB':>9} {'steps/s':>8} {'lan st/s':>8} {'util':>6} {'stale':>6}")
+  python3 - "$out" "$model" "$target" "$configs" "$networks" <<'EOF'
+import csv, json, sys, pathlib
+out, model, target = sys.argv[1], sys.argv[2], sys.argv[3]
+configs, networks = sys.argv[4].split(","), sys.argv[5].split(",")
+def run(config, network):
+    d = pathlib.Path(out) / f"{model}-{config}-{network}"
+    p = d / "summary.json"
+    if not p.exists(): return None
+    s = json.loads(p.read_text())
+    # Steps to target: the first evaluation of rank 0 that reached it (the
+    # step of its snapshot).
+    s["stepsToTarget"] = None
+    with open(d / "progress.csv") as f:
+        for row in csv.DictReader(f):
+            if row["rank"] == "0" and row["eval_accuracy"] and float(row["eval_accuracy"]) >= float(target):
+                s["stepsToTarget"] = int(row["eval_step"] or row["step"]); break
+    return s
+ref = run("allreduce-fp32", "lan")
+refSteps = ref and ref["stepsToTarget"]
 fmt = lambda v, f: (f.format(v) if v is not None else "-")
-for c, tta, acc, wan, sw, sl, util, st in rows:
-    speed = base / tta if base and tta else None
-    print(f"{c:<16} {fmt(tta, '{:.1f} s'):>14} {fmt(speed, '{:.1f}x'):>9} {fmt(acc and acc*100, '{:.2f}%'):>9} "
-          f"{fmt(wan and wan/1e6, '{:.1f}'):>9} {fmt(sw, '{:.2f}'):>8} {fmt(sl, '{:.2f}'):>8} {fmt(util and util*100, '{:.0f}%'):>6} {fmt(st, '{:.1f}'):>6}")
+for network in networks:
+    print(f"\n{model} on {network} (4 regions x 1 worker): target {float(target)*100:.0f}% test accuracy"
+          f"{'' if refSteps else ' (no allreduce-fp32 lan run reached it: steps are not compared)'}")
+    print(f"{'configuration':<16} {'steps':>6} {'vs AR':>6} {'time':>8} {'final acc':>9} {'WAN KB/step':>11} {'steps/s':>8} {'lan st/s':>8} {'util':>6} {'stale':>6}")
+    for c in configs:
+        w, l = run(c, network), run(c, "lan")
+        if w is None:
+            print(f"{c:<16} (no run)"); continue
+        st = w["stepsToTarget"]
+        tta = (w.get("timeToAccuracy") or {}).get(target)
+        sw = w.get("stepsPerSecond"); sl = l.get("stepsPerSecond") if l else None
+        util = sw / sl if sw and sl else None
+        perStep = w["wanBytes"] / 4 / w["steps"] / 1e3 if w.get("steps") else None  # per worker
+        rel = st / refSteps if st and refSteps else None
+        acc = w.get("testAccuracy")
+        print(f"{c:<16} {fmt(st, '{}'):>6} {fmt(rel, '{:.2f}x'):>6} {fmt(tta, '{:.1f} s'):>8} {fmt(acc and acc*100, '{:.2f}%'):>9} "
+              f"{fmt(perStep, '{:.1f}'):>11} {fmt(sw, '{:.2f}'):>8} {fmt(sl, '{:.2f}'):>8} {fmt(util and util*100, '{:.0f}%'):>6} {fmt(w.get('stalenessMean'), '{:.1f}'):>6}")
+    print("(steps: of rank 0's first evaluation at or above the target; vs AR: / allreduce fp32's on lan;"
+          " WAN KB/step: sent + received per worker and step; util: steps/s / the same configuration's on lan)")
 EOF
 done
 echo
