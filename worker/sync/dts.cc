@@ -54,6 +54,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "worker/sync/auto_rules.h"
 #include "worker/sync/internal.h"
 
 namespace geo::sync::detail {
@@ -63,14 +64,12 @@ using transport::CodecId;
 using transport::Message;
 using transport::MessageKind;
 
-constexpr size_t kLagWindow = 4;      // link samples per peer the auto delay looks back on
-constexpr size_t kOwnLagRounds = 64;  // rounds whose measured lags await the peers' reports
-constexpr double kMaxLagSeconds = 600;
+constexpr size_t kLagWindow = 4;        // link samples per peer the auto delay looks back on
+constexpr size_t kOwnLagRounds = 64;    // rounds whose measured lags await the peers' reports
+constexpr double kMaxLagSeconds = 600;  // a lag beyond this (or a forged one) is no sample
 constexpr int64_t kMinStepsBetweenChanges = 32;
 constexpr size_t kBaseRttWindow = 64;  // rounds of ping round trips the auto period looks back on
-constexpr double kLinkShare = 0.5;  // auto period: the share of a round the link may be busy  // a
-                                    // lag beyond this (or a forged one) is no sample
-constexpr size_t kLateWindow = 4;   // incomplete rounds a late contribution may still join
+constexpr size_t kLateWindow = 4;      // incomplete rounds a late contribution may still join
 constexpr auto kPoll = std::chrono::milliseconds(20);
 
 class Dts final : public Base {
@@ -545,13 +544,10 @@ class Dts final : public Base {
   // Auto period (the coordinator only: the lowest-ranked member not
   // suspected). A round's updates leave through one uplink; what the
   // slowest link takes beyond its latency (one-way time less half the
-  // smallest recent ping round trip) is the round's transfer time. K is the smallest power of two
-  // whose rounds last at least twice that (the link busy at most half the
-  // time, so that queues stay empty and D covers the latency only), at most
-  // maxAutoPeriod; it shrinks only once the transfer would fill at most a
-  // quarter of the smaller K (measurements are noisy: no flapping). A
-  // change takes effect from a round two rounds and twice the links'
-  // latency ahead, and travels in the reports.
+  // smallest recent ping round trip) is the round's transfer time, from
+  // which autoPeriod() (auto_rules.h) chooses K. A change takes effect from
+  // a round two rounds and twice the links' latency ahead, and travels in
+  // the reports.
   Status choosePeriod() {
     ++roundsSinceChange_;
     // The links' latency without queueing: pings share the uplink's queue
@@ -582,16 +578,13 @@ class Dts final : public Base {
       transfer = std::max(transfer, std::max(0.0, l - rtt / 2));
     }
     if (transfer < 0) return {};
-    const double want = transfer / (kLinkShare * stepSeconds_);
-    int64_t k = 1;
-    while (static_cast<double>(k) < want && k < options_.maxAutoPeriod) k *= 2;
-    k = std::min(k, options_.maxAutoPeriod);
-    if (k == schedule_.k || (k < schedule_.k && want > 0.5 * static_cast<double>(k))) return {};
+    const auto chosen = autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
+    if (!chosen) return {};
+    const int64_t k = *chosen;
     // Far enough ahead for the announcement to cross the links' latency
     // twice; behind a queue it comes later, and a worker that hears of it
     // after its round closes realigns (adopt()).
-    const int64_t latencySteps = static_cast<int64_t>(std::ceil(latency / stepSeconds_));
-    const int64_t ahead = 2 * schedule_.k + 2 * latencySteps;
+    const int64_t ahead = periodAnnouncementSteps(schedule_.k, latency, stepSeconds_);
     const uint64_t from =
         nextRound_ + static_cast<uint64_t>((ahead + schedule_.k - 1) / schedule_.k);
     const Schedule next{from, closeOf(from - 1), k};
@@ -764,11 +757,8 @@ class Dts final : public Base {
         if (group_.indexOf(c.peer)) link = std::max(link, c.rttSeconds / 2);
       }
     }
-    int64_t next = delay_;
-    if (stepSeconds_ > 0 && link >= 0) {
-      next = static_cast<int64_t>(std::ceil(link / stepSeconds_ - 1e-9));
-    }
-    next = std::clamp<int64_t>(next, 0, options_.maxAutoDelay);
+    const int64_t next = autoDelaySteps(link, stepSeconds_, options_.maxAutoDelay)
+                             .value_or(std::clamp<int64_t>(delay_, 0, options_.maxAutoDelay));
     if (next != delay_) {
       // Small moves (jitter) go to the debug log; real changes to info.
       const bool notable = std::abs(next - loggedDelay_) >= std::max<int64_t>(2, loggedDelay_ / 4);

@@ -1,0 +1,63 @@
+// DTS's automatic delay and period decisions on exact inputs (no clock, no
+// sockets): the rules docs/architecture.md section 3 specifies.
+
+#include "worker/sync/auto_rules.h"
+
+#include <gtest/gtest.h>
+
+namespace geo::sync {
+namespace {
+
+TEST(AutoDelay, CoversTheSlowestLinkInStepsOfCompute) {
+  EXPECT_EQ(autoDelaySteps(0.120, 0.017, 256), 8);  // 7.06 steps: round up
+  EXPECT_EQ(autoDelaySteps(0.100, 0.020, 256), 5);  // an exact multiple stays
+  EXPECT_EQ(autoDelaySteps(0.0, 0.020, 256), 0);    // no latency: no delay
+  EXPECT_EQ(autoDelaySteps(0.001, 0.020, 256), 1);  // any latency: at least one step
+}
+
+TEST(AutoDelay, StaysWithinItsCap) {
+  EXPECT_EQ(autoDelaySteps(3.35, 0.0113, 256), 256);  // a queued link, measured
+  EXPECT_EQ(autoDelaySteps(600, 1e-9, 256), 256);     // absurd ratios do not overflow
+}
+
+TEST(AutoDelay, DecidesNothingWithoutAStepTimeOrALink) {
+  EXPECT_FALSE(autoDelaySteps(0.1, 0.0, 256).has_value());
+  EXPECT_FALSE(autoDelaySteps(-1.0, 0.02, 256).has_value());  // no link measured
+}
+
+TEST(AutoPeriod, GrowsAtOnceToTheSmallestPowerOfTwoThatKeepsTheLinkHalfIdle) {
+  // 24 ms of transfer per round over 17 ms steps: 2.8 steps of half-busy
+  // link, so K = 4 (world links, 100 Mbit/s, four workers on two cores).
+  EXPECT_EQ(autoPeriod(0.024, 0.017, 1, 64), 4);
+  EXPECT_FALSE(autoPeriod(0.024, 0.017, 4, 64).has_value());  // already there
+  // A 4 Mbit/s uplink: 107 ms per round over 5.7 ms steps wants 37.5.
+  EXPECT_EQ(autoPeriod(0.107, 0.0057, 2, 64), 64);
+  EXPECT_EQ(autoPeriod(0.107, 0.0057, 2, 16), 16);  // at most the cap
+}
+
+TEST(AutoPeriod, ShrinksOnlyWhenTheTransferFillsAQuarterOfTheSmallerK) {
+  // Wants 3 (K = 4) from 8: 3 > 4 / 2, keep 8 (noise must not flap K).
+  EXPECT_FALSE(autoPeriod(0.015, 0.010, 8, 64).has_value());
+  // Wants 1.6 (K = 2) from 8: 1.6 > 1, keep.
+  EXPECT_FALSE(autoPeriod(0.008, 0.010, 8, 64).has_value());
+  // Wants 0.8 (K = 1) from 8: 0.8 > 0.5, keep; 0.4 <= 0.5: shrink to 1.
+  EXPECT_FALSE(autoPeriod(0.004, 0.010, 8, 64).has_value());
+  EXPECT_EQ(autoPeriod(0.002, 0.010, 8, 64), 1);
+  // From 64 the same: wants 1.9 (K = 2), keep; wants 0.4 (K = 1), shrink.
+  EXPECT_FALSE(autoPeriod(0.0095, 0.010, 64, 64).has_value());
+  EXPECT_EQ(autoPeriod(0.004, 0.020, 64, 64), 1);
+}
+
+TEST(AutoPeriod, DecidesNothingWithoutAStepTime) {
+  EXPECT_FALSE(autoPeriod(0.1, 0.0, 4, 64).has_value());
+  EXPECT_FALSE(autoPeriod(-1.0, 0.01, 4, 64).has_value());
+}
+
+TEST(AutoPeriod, AnnouncesTwoRoundsAndTwiceTheLatencyAhead) {
+  EXPECT_EQ(periodAnnouncementSteps(4, 0.115, 0.017), 2 * 4 + 2 * 7);  // 6.8 -> 7 steps
+  EXPECT_EQ(periodAnnouncementSteps(64, 0.0, 0.01), 128);
+  EXPECT_EQ(periodAnnouncementSteps(4, 0.1, 0.0), 8);  // no step time yet: rounds only
+}
+
+}  // namespace
+}  // namespace geo::sync

@@ -1,0 +1,40 @@
+#include "worker/sync/auto_rules.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace geo::sync {
+namespace {
+
+constexpr double kLinkShare = 0.5;  // the share of a round the uplink may be busy
+
+}  // namespace
+
+std::optional<int64_t> autoDelaySteps(double slowestLinkSeconds, double stepSeconds,
+                                      int64_t maxDelay) {
+  if (!(stepSeconds > 0) || !(slowestLinkSeconds >= 0)) return std::nullopt;
+  // The epsilon keeps an exact multiple (a 100 ms link over 20 ms steps)
+  // from rounding up to one step more.
+  const double steps = std::ceil(slowestLinkSeconds / stepSeconds - 1e-9);
+  return std::clamp<int64_t>(static_cast<int64_t>(std::min(steps, 1e15)), 0, maxDelay);
+}
+
+std::optional<int64_t> autoPeriod(double transferSeconds, double stepSeconds, int64_t current,
+                                  int64_t maxPeriod) {
+  if (!(stepSeconds > 0) || !(transferSeconds >= 0) || maxPeriod < 1) return std::nullopt;
+  const double want = transferSeconds / (kLinkShare * stepSeconds);
+  int64_t k = 1;
+  while (static_cast<double>(k) < want && k < maxPeriod) k *= 2;
+  k = std::min(k, maxPeriod);
+  if (k == current || (k < current && want > 0.5 * static_cast<double>(k))) return std::nullopt;
+  return k;
+}
+
+int64_t periodAnnouncementSteps(int64_t current, double latencySeconds, double stepSeconds) {
+  const int64_t latencySteps =
+      stepSeconds > 0 ? static_cast<int64_t>(std::ceil(std::max(0.0, latencySeconds) / stepSeconds))
+                      : 0;
+  return 2 * current + 2 * latencySteps;
+}
+
+}  // namespace geo::sync

@@ -1,0 +1,35 @@
+#pragma once
+// The decisions of DTS's automatic delay and period (sync.delay: auto,
+// sync.period: auto; docs/architecture.md section 3), as pure functions of
+// what the synchronizer measured: no clock, no transport, no LibTorch, so
+// that each rule is unit-tested on exact inputs. dts.cc measures (lags from
+// both ends of each link, ping round trips, compute time per step) and
+// applies what these return.
+
+#include <cstdint>
+#include <optional>
+
+namespace geo::sync {
+
+// Auto delay: the smallest D, in steps of this worker's compute, that
+// covers the slowest link's one-way time: ceil(link / step), within
+// [0, maxDelay]. nullopt when there is nothing to go by (no step time yet, or
+// no link measured).
+std::optional<int64_t> autoDelaySteps(double slowestLinkSeconds, double stepSeconds,
+                                      int64_t maxDelay);
+
+// Auto period: the K a round's transfer time calls for, or nullopt to keep
+// `current`. K is the smallest power of two whose rounds last at least
+// twice the transfer (the uplink busy at most half the time, so that no
+// queue builds and D covers the latency only), at most maxPeriod. It grows
+// at once; it shrinks only once the transfer would fill at most a quarter
+// of the smaller K (measurements are noisy: no flapping).
+std::optional<int64_t> autoPeriod(double transferSeconds, double stepSeconds, int64_t current,
+                                  int64_t maxPeriod);
+
+// How many steps ahead a change of period is announced: two rounds of the
+// period in force plus twice the links' latency in steps, so that the
+// announcement crosses the slowest link before the round it names.
+int64_t periodAnnouncementSteps(int64_t current, double latencySeconds, double stepSeconds);
+
+}  // namespace geo::sync
