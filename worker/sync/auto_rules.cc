@@ -19,6 +19,17 @@ std::optional<int64_t> autoDelaySteps(double slowestLinkSeconds, double stepSeco
   return std::clamp<int64_t>(static_cast<int64_t>(std::min(steps, 1e15)), 0, maxDelay);
 }
 
+double roundTransferSeconds(std::span<const double> linkSeconds, double latencySeconds,
+                            double roundSeconds) {
+  if (linkSeconds.empty()) return -1;
+  const double excess =
+      std::max(0.0, *std::max_element(linkSeconds.begin(), linkSeconds.end()) - latencySeconds);
+  if (excess <= roundSeconds || linkSeconds.size() < 2) return excess;
+  const double slope =
+      (linkSeconds.back() - linkSeconds.front()) / static_cast<double>(linkSeconds.size() - 1);
+  return std::clamp(roundSeconds + slope, 0.0, excess);
+}
+
 std::optional<int64_t> autoPeriod(double transferSeconds, double stepSeconds, int64_t current,
                                   int64_t maxPeriod) {
   if (!(stepSeconds > 0) || !(transferSeconds >= 0) || maxPeriod < 1) return std::nullopt;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 
 namespace geo::sync {
 
@@ -17,6 +18,19 @@ namespace geo::sync {
 // no link measured).
 std::optional<int64_t> autoDelaySteps(double slowestLinkSeconds, double stepSeconds,
                                       int64_t maxDelay);
+
+// A round's transfer time over one link, from the last few one-way link
+// times measured at the period in force (oldest first, one per round),
+// the link's latency (half its smallest recent ping round trip) and the
+// round's length in seconds (K x step time). What a link time holds beyond
+// the latency is the round's own transfer plus any queue ahead of it, and
+// counting that queue as transfer made K overshoot (a queue built at a
+// small K read as a link 30 times too slow). While a queue exists it
+// changes by (transfer - round) per round, so then transfer = round +
+// that slope; a link time that fits in a round needs no queue to explain
+// it and is the transfer itself. Returns -1 without samples.
+double roundTransferSeconds(std::span<const double> linkSeconds, double latencySeconds,
+                            double roundSeconds);
 
 // Auto period: the K a round's transfer time calls for, or nullopt to keep
 // `current`. K is the smallest power of two whose rounds last at least

@@ -572,10 +572,12 @@ class Dts final : public Base {
     double transfer = -1, latency = 0;
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self || links_[i].empty() || baseRtts_[i].empty()) continue;
-      const double l = *std::max_element(links_[i].begin(), links_[i].end());
       const double rtt = *std::min_element(baseRtts_[i].begin(), baseRtts_[i].end());
       latency = std::max(latency, rtt / 2);
-      transfer = std::max(transfer, std::max(0.0, l - rtt / 2));
+      const std::vector<double> samples(links_[i].begin(), links_[i].end());
+      transfer = std::max(
+          transfer,
+          roundTransferSeconds(samples, rtt / 2, static_cast<double>(schedule_.k) * stepSeconds_));
     }
     if (transfer < 0) return {};
     const auto chosen = autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod);

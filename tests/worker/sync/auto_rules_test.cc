@@ -25,6 +25,37 @@ TEST(AutoDelay, DecidesNothingWithoutAStepTimeOrALink) {
   EXPECT_FALSE(autoDelaySteps(-1.0, 0.02, 256).has_value());  // no link measured
 }
 
+TEST(RoundTransfer, ALinkTimeThatFitsInARoundIsTheTransferItself) {
+  // World links at 100 Mbit/s: 115 ms latency, 24 ms of transfer, rounds of
+  // 4 x 17 ms; the largest sample counts (jitter).
+  const double lags[] = {0.138, 0.139, 0.137, 0.136};
+  EXPECT_NEAR(roundTransferSeconds(lags, 0.115, 0.068), 0.024, 1e-9);
+  EXPECT_EQ(roundTransferSeconds({}, 0.115, 0.068), -1);
+  const double early[] = {0.100};  // faster than the ping's latency: no transfer
+  EXPECT_EQ(roundTransferSeconds(early, 0.115, 0.068), 0);
+}
+
+TEST(RoundTransfer, AGrowingQueueIsNotTransfer) {
+  // 10 Mbit/s, 4 workers: 240 ms of transfer per round of 4 x 30 ms. The
+  // queue grows by 120 ms a round; the last link time is 0.6 s above the
+  // latency, but a round's own transfer is 120 + 120 ms.
+  const double lags[] = {0.115 + 0.24 + 0.12, 0.115 + 0.24 + 0.24, 0.115 + 0.24 + 0.36,
+                         0.115 + 0.24 + 0.48};
+  EXPECT_NEAR(roundTransferSeconds(lags, 0.115, 0.120), 0.240, 1e-9);
+  EXPECT_EQ(autoPeriod(roundTransferSeconds(lags, 0.115, 0.120), 0.030, 4, 64), 16);
+  // Counting the queue as transfer chose the maximum.
+  EXPECT_EQ(autoPeriod(0.72, 0.030, 4, 64), 64);
+}
+
+TEST(RoundTransfer, ADrainingQueueIsNotTransferEither) {
+  // Rounds of 16 x 30 ms = 480 ms carrying 240 ms: the queue left from
+  // before shrinks by 240 ms a round.
+  const double lags[] = {0.115 + 0.24 + 0.96, 0.115 + 0.24 + 0.72, 0.115 + 0.24 + 0.48,
+                         0.115 + 0.24 + 0.24};
+  EXPECT_NEAR(roundTransferSeconds(lags, 0.115, 0.480), 0.240, 1e-9);
+  EXPECT_FALSE(autoPeriod(0.240, 0.030, 16, 64).has_value());  // 16 stays
+}
+
 TEST(AutoPeriod, GrowsAtOnceToTheSmallestPowerOfTwoThatKeepsTheLinkHalfIdle) {
   // 24 ms of transfer per round over 17 ms steps: 2.8 steps of half-busy
   // link, so K = 4 (world links, 100 Mbit/s, four workers on two cores).
