@@ -45,18 +45,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", t.status().toString().c_str());
     return 1;
   }
+  const auto echo = [&](const Message& m) {
+    auto st = (*t)->send(0, MessageKind::kUpdate, {.round = m.header.round},
+                         Payload::copyOf(m.payload.bytes()), std::chrono::seconds(5));
+    if (!st.ok()) std::fprintf(stderr, "%s\n", st.toString().c_str());
+    return st.ok();
+  };
   for (uint64_t round = first; round < first + count; ++round) {
     auto m = (*t)->receive(MessageKind::kUpdate, round, 0, std::chrono::seconds(30));
     if (!m.ok()) {
       std::fprintf(stderr, "%s\n", m.status().toString().c_str());
       return 1;
     }
-    auto st = (*t)->send(0, MessageKind::kUpdate, {.round = round},
-                         Payload::copyOf(m->payload.bytes()), std::chrono::seconds(5));
-    if (!st.ok()) {
-      std::fprintf(stderr, "%s\n", st.toString().c_str());
-      return 1;
-    }
+    if (!echo(*m)) return 1;
   }
-  return 0;  // the transport's destructor flushes the echo before exiting
+  // Delivery is at most once: an echo sent while the connection back was
+  // still coming up may be lost, and rank 0 then sends the round again.
+  // Answer such repeats of the last round until rank 0 has been quiet for 3 s.
+  const uint64_t last = first + count - 1;
+  for (auto m = (*t)->receive(MessageKind::kUpdate, last, 0, std::chrono::seconds(3)); m.ok();
+       m = (*t)->receive(MessageKind::kUpdate, last, 0, std::chrono::seconds(3))) {
+    if (!echo(*m)) return 1;
+  }
+  return 0;  // the transport's destructor flushes the echoes before exiting
 }

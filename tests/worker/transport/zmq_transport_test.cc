@@ -745,6 +745,27 @@ TEST(TransportLink, ALargePayloadOnASlowLinkKeepsItsSenderHeard) {
                                  << " s while its payload was in flight";
 }
 
+// Closing a transport gives every queued send the linger time, also one to
+// a peer not connected yet: a process that sends and exits at once may do
+// so before its connection is up.
+TEST(TransportShutdown, AQueuedSendToAPeerNotUpYetLeavesWithinTheLinger) {
+  World w(2);
+  auto config = w.config(0);
+  config.linger = 5s;
+  auto a = makeZmqTransport(config);
+  ASSERT_TRUE(a.ok()) << a.status().toString();
+  ASSERT_TRUE((*a)->send(1, MessageKind::kUpdate, {.round = 7}, Payload(pattern(100, 7)), 1s).ok());
+  std::this_thread::sleep_for(300ms);       // the DEALER has found nobody: blocked
+  std::thread closer([&] { a->reset(); });  // waits for the send, at most the linger
+  std::this_thread::sleep_for(1500ms);
+  auto b = makeZmqTransport(w.config(1));
+  ASSERT_TRUE(b.ok()) << b.status().toString();
+  auto m = (*b)->receive(MessageKind::kUpdate, 7, 0, 5s);
+  closer.join();
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_EQ(m->payload.size(), 100u);
+}
+
 // Liveness: a peer is heard through its pings alone; once it is gone its
 // silence grows, and a new incarnation on the same endpoint is heard again.
 TEST(TransportLiveness, SilenceGrowsWhenAPeerDiesAndEndsWhenItComesBack) {
