@@ -601,20 +601,18 @@ class Allreduce final : public Base {
   // at the others too -- but they were heard until they stopped, a round
   // time-out after the dead one fell silent: the dead one comes first.
   Status missingGradients(int64_t step, std::vector<size_t> missing) const {
-    std::map<uint32_t, transport::PeerCounters> counters;
-    for (const auto& c : transport_->peerCounters()) counters[c.peer] = c;
-    const auto silent = [&](size_t i) {
-      const auto it = counters.find(group_.ranks[i]);
-      return it == counters.end() ? -1.0 : it->second.silentSeconds;
-    };
+    // The transport's liveness of each group member, by group index.
+    std::vector<std::optional<transport::PeerCounters>> liveness(group_.size());
+    for (const auto& c : transport_->peerCounters()) {
+      if (const auto i = group_.indexOf(c.peer)) liveness[*i] = c;
+    }
+    const auto silent = [&](size_t i) { return liveness[i] ? liveness[i]->silentSeconds : -1.0; };
     std::stable_sort(missing.begin(), missing.end(),
                      [&](size_t a, size_t b) { return silent(a) > silent(b); });
-    // How long a peer has been silent, as the transport's liveness says.
     const auto silence = [&](size_t i) -> std::string {
-      const auto it = counters.find(group_.ranks[i]);
-      if (it == counters.end()) return "";
-      return fmt::format("{} {:.1f} s", it->second.heard ? "silent for" : "never heard in",
-                         it->second.silentSeconds);
+      if (!liveness[i]) return "";
+      return fmt::format("{} {:.1f} s", liveness[i]->heard ? "silent for" : "never heard in",
+                         liveness[i]->silentSeconds);
     };
     const size_t first = missing.front();
     std::string message = fmt::format(

@@ -588,17 +588,25 @@ TEST(Dts, FinalAverageReachesEveryWorkerOverASlowUplink) {
 // peer's report of it; the one with the larger D completes later and used
 // to drop the peer's earlier report, so it got no sample again and kept
 // the worst D it had ever had.
-TEST(Dts, AutoDelayComesBackDownOnEveryWorker) {
+// Two regions 20 ms apart one way, with 1 Gbit/s uplinks that the tests
+// then change, DTS with qsgd, an automatic delay and period K, 500 steps of
+// ~12 ms.
+JobSpec twoRegionsWithAutoDelay(int64_t period) {
   JobSpec job;
   job.regions = {"a", "b"};
   job.steps = 500;
   job.sync = options("dts", "qsgd");
-  job.sync.period = 2;
+  job.sync.period = period;
   job.sync.delay = std::nullopt;
   job.oneWayDelay = {{"a-b", "delay=20ms"}, {"b-a", "delay=20ms"}};
   job.uplink = "rate=1gbit";
-  job.uplinkChanges = {{80, 16e6 / 8}, {160, 1e9 / 8}};
   job.extraCompute = {10ms, 10ms};
+  return job;
+}
+
+TEST(Dts, AutoDelayComesBackDownOnEveryWorker) {
+  JobSpec job = twoRegionsWithAutoDelay(2);
+  job.uplinkChanges = {{80, 16e6 / 8}, {160, 1e9 / 8}};
   const auto r = runJob(job);
   ASSERT_EQ(r.statsAtUplinkChange.size(), 2u);
   // The queue was there: D had grown past the link's 20 ms on some worker.
@@ -618,17 +626,9 @@ TEST(Dts, AutoDelayComesBackDownOnEveryWorker) {
 // steps of ~12 ms, and the workers agree on a larger K. Every worker ends on
 // the same K and the same model.
 TEST(Dts, AutoPeriodFollowsAChangeOfUplinkBandwidth) {
-  JobSpec job;
-  job.regions = {"a", "b"};
-  job.steps = 500;
-  job.sync = options("dts", "qsgd");
-  job.sync.period = 4;
+  JobSpec job = twoRegionsWithAutoDelay(4);
   job.sync.autoPeriod = true;
-  job.sync.delay = std::nullopt;
-  job.oneWayDelay = {{"a-b", "delay=20ms"}, {"b-a", "delay=20ms"}};
-  job.uplink = "rate=1gbit";
   job.uplinkChanges = {{200, 16e6 / 8}};
-  job.extraCompute = {10ms, 10ms};
   const auto r = runJob(job);
   ASSERT_EQ(r.statsAtUplinkChange.size(), 1u);
   for (size_t rank = 0; rank < 2; ++rank) {
