@@ -730,6 +730,8 @@ std::vector<Section> buildSchema() {
         makeField("stepGamma", &W::training, &W::Training::stepGamma, number, gammaRule),
         makeField("gradClip", &W::training, &W::Training::gradClip, number, atLeastNumber(0)),
         makeField("evalInterval", &W::training, &W::Training::evalInterval, integer, atLeast(0)),
+        makeField("evalBacklog", &W::training, &W::Training::evalBacklog, integer,
+                  between(0, kMaxEvalBacklog)),
         makeField("logInterval", &W::training, &W::Training::logInterval, integer, atLeast(0)),
         makeField("device", &W::training, &W::Training::device, string,
                   oneOf({"auto", "cpu", "cuda"})),

@@ -45,6 +45,8 @@ namespace geo {
 inline constexpr int64_t kMaxWorldSize = 4096;
 // training.threads: intra-op threads of one worker.
 inline constexpr int64_t kMaxThreads = 1024;
+// training.evalBacklog: snapshots waiting for the background evaluation.
+inline constexpr int64_t kMaxEvalBacklog = 1024;
 // Every *Seconds key: the runtime turns them into milliseconds (int64), so a
 // value must be a whole number of them at least (0.001 s) and far from the
 // overflow (1e6 s is 11.6 days).
@@ -134,6 +136,7 @@ struct WorkerConfig {
     double stepGamma = 0.1;             // (0, 1]
     double gradClip = 0;                // >= 0; max global L2 norm, 0 = off
     int64_t evalInterval = 200;         // >= 0; 0 = evaluate only at the end
+    int64_t evalBacklog = 0;            // 0..kMaxEvalBacklog; snapshots waiting for evaluation
     int64_t logInterval = 50;           // >= 0; 0 = no periodic log lines
     std::string device = "auto";        // auto|cpu|cuda
     int64_t threads = 0;                // 0..kMaxThreads; intra-op threads, 0 = library default

@@ -46,6 +46,7 @@ train::TrainerOptions trainerOptions(const WorkerConfig& c, torch::Device device
   o.stepGamma = t.stepGamma;
   o.gradClip = t.gradClip;
   o.evalInterval = t.evalInterval;
+  o.evalBacklog = t.evalBacklog;
   o.logInterval = t.logInterval > 0 ? t.logInterval : t.steps;
   o.seed = c.job.seed + static_cast<uint64_t>(c.worker.rank);  // each worker its own order
   o.device = device;

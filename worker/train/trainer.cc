@@ -17,6 +17,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -53,6 +54,10 @@ Status validateTrainerOptions(const TrainerOptions& o) {
     return invalidArgument(
         "training: weightDecay, gradClip, warmupSteps and evalInterval must be >= 0, stepSize and "
         "logInterval > 0");
+  }
+  if (o.evalBacklog < 0 || o.evalBacklog > kMaxEvalBacklog) {
+    return invalidArgument(
+        fmt::format("training: evalBacklog {} is outside 0..{}", o.evalBacklog, kMaxEvalBacklog));
   }
   if (!o.checkpointDir.empty() && (o.checkpointInterval <= 0 || o.keepCheckpoints < 1)) {
     return invalidArgument("checkpoint: interval must be > 0 and keep >= 1");
@@ -410,9 +415,11 @@ class BackgroundEvaluator {
     double accuracy = 0;
   };
 
+  // `backlog`: snapshots that may wait while one is evaluated (0: none,
+  // an evaluation step that finds one running is skipped).
   BackgroundEvaluator(std::unique_ptr<Model> model, const TensorDataset* test, torch::Device device,
-                      std::function<void()>* before)
-      : model_(std::move(model)), test_(test), device_(device), before_(before) {
+                      std::function<void()>* before, size_t backlog)
+      : model_(std::move(model)), test_(test), device_(device), before_(before), backlog_(backlog) {
     thread_ = std::thread([this] { loop(); });
   }
 
@@ -425,15 +432,16 @@ class BackgroundEvaluator {
     thread_.join();
   }
 
-  // Hands a snapshot over; false (and a skip counted) while one is in flight.
+  // Hands a snapshot over; false (and a skip counted) while one is in
+  // flight and the backlog is full.
   bool submit(int64_t step, torch::Tensor params, std::vector<torch::Tensor> buffers) {
     std::lock_guard lock(mu_);
-    if (busy_) {
+    if (busy_ && jobs_.size() >= backlog_) {
       ++skipped_;
       return false;
     }
-    busy_ = true;
-    job_ = Job{step, Clock::now(), std::move(params), std::move(buffers)};
+    if (!busy_) busy_ = true;
+    jobs_.push_back(Job{step, Clock::now(), std::move(params), std::move(buffers)});
     cv_.notify_all();
     return true;
   }
@@ -444,13 +452,24 @@ class BackgroundEvaluator {
     return std::exchange(done_, {});
   }
 
+  // Blocks until a result is ready or nothing is left to evaluate; the
+  // results ready, oldest first (empty: all done).
+  std::vector<Result> next() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !done_.empty() || !busy_; });
+    return std::exchange(done_, {});
+  }
+
   // Stops the evaluation in flight, if any, at its next batch (it is then
   // counted as skipped), and returns once none runs. One that finished
   // before stays in take(). Waiting for it instead could take long: on a
   // saturated machine the evaluation thread gets little CPU time.
+  // Snapshots still waiting are dropped and counted as skipped too.
   void abandon() {
     abandon_ = true;
     std::unique_lock lock(mu_);
+    skipped_ += jobs_.size();
+    jobs_.clear();
     cv_.wait(lock, [&] { return !busy_; });
     abandon_ = false;
   }
@@ -479,10 +498,10 @@ class BackgroundEvaluator {
       Job job;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || job_.has_value(); });
+        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
         if (stop_) return;
-        job = std::move(*job_);
-        job_.reset();
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
       }
       std::optional<double> accuracy;  // nullopt: abandoned, or failed (logged)
       try {
@@ -509,7 +528,7 @@ class BackgroundEvaluator {
         } else if (abandon_) {
           ++skipped_;
         }
-        busy_ = false;
+        busy_ = !jobs_.empty();
       }
       cv_.notify_all();
     }
@@ -521,8 +540,9 @@ class BackgroundEvaluator {
   std::function<void()>* before_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<Job> job_;
-  bool busy_ = false;
+  size_t backlog_;
+  std::deque<Job> jobs_;  // waiting; the one being evaluated is not here
+  bool busy_ = false;     // a job is being evaluated or waiting
   bool stop_ = false;
   std::atomic<bool> abandon_{false};
   uint64_t skipped_ = 0;
@@ -556,7 +576,8 @@ Status Trainer::evaluateInBackground(std::unique_ptr<Model> evalModel) {
     return internalError(fmt::format("background evaluation: {}", e.what_without_backtrace()));
   }
   evaluator_ = std::make_unique<BackgroundEvaluator>(std::move(evalModel), &test_, options_.device,
-                                                     &beforeBackgroundEvaluation);
+                                                     &beforeBackgroundEvaluation,
+                                                     static_cast<size_t>(options_.evalBacklog));
   return {};
 }
 
@@ -564,18 +585,18 @@ uint64_t Trainer::evalsSkipped() const {
   return evaluator_ ? evaluator_->skipped() : 0;
 }
 
-bool Trainer::takeBackgroundResult(StepStats& stats) {
-  const auto results = evaluator_->take();
-  if (results.empty()) return false;
-  // At most one is in flight and results are taken every step: were there
-  // two, the newer snapshot wins.
-  const auto& r = results.back();
+namespace {
+
+// `stats` reporting a background evaluation's result.
+StepStats withEvaluation(StepStats stats, const BackgroundEvaluator::Result& r) {
   stats.evalAccuracy = r.accuracy;
   stats.evalStep = r.step;
   stats.evalAgeSeconds =
       std::chrono::duration<double>(BackgroundEvaluator::Clock::now() - r.takenAt).count();
-  return true;
+  return stats;
 }
+
+}  // namespace
 
 Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
   if (hook_ != nullptr && step_ < options_.steps) {
@@ -625,14 +646,26 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
     // the end before the final evaluation (one still running is abandoned).
     bool background = false;
     if (evaluator_) {
-      if (atEnd) evaluator_->abandon();
-      StepStats withResult = *stats;
-      if (takeBackgroundResult(withResult)) {
-        if (atEnd) {
-          withResult.samplesPerSecond = 0;  // the final report below carries it
-          if (progress) progress(withResult);
+      // A result rides this step's report; any other is reported on its own,
+      // with no throughput (this step's report, or the final one, carries it).
+      StepStats alone = *stats;
+      alone.samplesPerSecond = 0;
+      const auto report = [&](const BackgroundEvaluator::Result& r) {
+        if (progress) progress(withEvaluation(alone, r));
+      };
+      if (atEnd && options_.evalBacklog > 0) {
+        for (auto ready = evaluator_->next(); !ready.empty(); ready = evaluator_->next()) {
+          for (const auto& r : ready) report(r);
+        }
+      } else if (atEnd) {
+        evaluator_->abandon();
+      }
+      const auto results = evaluator_->take();
+      for (size_t i = 0; i < results.size(); ++i) {
+        if (atEnd || i + 1 < results.size()) {
+          report(results[i]);
         } else {
-          *stats = withResult;
+          *stats = withEvaluation(*stats, results[i]);
           background = true;
         }
       }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/worker_config.h"
 #include "worker/train/dataset.h"
 #include "worker/train/model.h"
 
@@ -38,6 +39,11 @@ struct TrainerOptions {
   double stepGamma = 0.1;
   double gradClip = 0;       // max global L2 norm; 0 = off
   int64_t evalInterval = 0;  // evaluate every N steps (and at the end); 0 = only at the end
+  // Background evaluation: snapshots that may wait while one is evaluated
+  // (each costs a copy of the parameters); 0 = an evaluation step that finds
+  // one running is skipped. With a backlog, every snapshot still waiting at
+  // the end is evaluated (and reported) before the final evaluation.
+  int64_t evalBacklog = 0;
   int64_t logInterval = 50;  // progress callback every N steps
   uint64_t seed = 42;        // batch order
   torch::Device device = torch::kCPU;
@@ -177,10 +183,13 @@ class Trainer {
   // snapshot, one memcpy) and trains on at once; a thread at lower priority
   // evaluates the snapshot, and the result is reported with the first step
   // after it finished (StepStats::evalStep names the snapshot's step). At
-  // most one evaluation is in flight: an evaluation step that finds the
-  // previous one still running is skipped and counted (evalsSkipped()).
-  // The final evaluation still runs in line, on the final model; one still
-  // in flight then is abandoned (and counted as skipped). InvalidArgument when evalModel's
+  // most one evaluation is in flight, and at most options.evalBacklog
+  // snapshots wait for it: an evaluation step that finds the backlog full
+  // is skipped and counted (evalsSkipped()). The final evaluation still runs
+  // in line, on the final model. Before it, with no backlog, one still in
+  // flight is abandoned (and counted as skipped); with a backlog, the
+  // snapshots still waiting are evaluated and reported, oldest first, each
+  // with the step and age of its snapshot. InvalidArgument when evalModel's
   // parameters or buffers do not match this trainer's model in number and shapes.
   Status evaluateInBackground(std::unique_ptr<Model> evalModel);
   uint64_t evalsSkipped() const;
@@ -212,9 +221,6 @@ class Trainer {
  private:
   Trainer(std::unique_ptr<Model> model, TensorDataset train, TensorDataset test,
           TrainerOptions options, StepHook* hook);
-  // The latest finished background evaluation becomes `stats`' evaluation;
-  // false when none finished since the last call.
-  bool takeBackgroundResult(StepStats& stats);
   Status loadCheckpoint(const std::filesystem::path& path);
   // Deletes checkpoints beyond keepCheckpoints (see saveCheckpoint);
   // `written` is the one just written.
