@@ -111,11 +111,16 @@ class Dts final : public Base {
     const int64_t t = step + 1;
     const auto now = Clock::now();
     if (lastStepAt_) {
-      // Compute only: a wait for peers is not a longer step.
+      // From one step's end to the next: what passes per step while a round
+      // is in flight, this synchronizer's own work (encoding, decoding,
+      // applying) included. A wait for peers is not a longer step: the
+      // waits are those of the previous call, inside this interval.
       const double seconds =
           std::max(0.0, std::chrono::duration<double>(now - *lastStepAt_).count() - waitedSince_);
       stepSeconds_ = stepSeconds_ <= 0 ? seconds : 0.9 * stepSeconds_ + 0.1 * seconds;
+      stats_.setStepSeconds(stepSeconds_);
     }
+    lastStepAt_ = now;
     waitedSince_ = 0;
     if (resend_) GEO_RETURN_IF_ERROR(resendPending());
     GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
@@ -127,7 +132,6 @@ class Dts final : public Base {
       GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat));
       pending_.pop_front();
     }
-    lastStepAt_ = Clock::now();
     return {};
   }
 
@@ -818,9 +822,9 @@ class Dts final : public Base {
   // Auto period: the recent ping round trips of each peer, by group index.
   std::vector<std::deque<double>> baseRtts_ = std::vector<std::deque<double>>(group_.size());
   std::vector<std::deque<double>> links_ = std::vector<std::deque<double>>(group_.size());
-  double stepSeconds_ = 0;  // compute time of a step, waits excluded (moving average)
+  double stepSeconds_ = 0;  // a step's time, waits for peers excluded (moving average)
   double waitedSince_ = 0;  // seconds waited for peers since the last step
-  std::optional<Clock::time_point> lastStepAt_;
+  std::optional<Clock::time_point> lastStepAt_;  // the latest afterStep's start
 };
 
 }  // namespace

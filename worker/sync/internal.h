@@ -100,6 +100,7 @@ class StatsRecorder {
   void roundDone(double seconds);
   void setDelay(int64_t delay);
   void setLink(double seconds);
+  void setStepSeconds(double seconds);
   void setPeriod(int64_t period);
   void late(bool applied);
   // A peer's contribution refused (`reason`: a metric label).

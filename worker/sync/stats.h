@@ -13,14 +13,17 @@
 
 namespace geo::sync {
 
-// Counters for progress output and metrics. Monotonic except `delay`, `period` and
-// `peerUp`.
+// Counters for progress output and metrics. Monotonic except `delay`, `period`,
+// `linkSeconds`, `stepSeconds` and `peerUp`.
 struct SyncStats {
   int64_t delay = 0;   // dts: the D used for the latest round
   int64_t period = 0;  // dts: the K of the round in progress
   // dts auto: the slowest peer link's one-way time as measured from both
   // ends (skew cancelled; docs/architecture.md section 3), 0 before.
   double linkSeconds = 0;
+  // dts: a step's time, waits for peers excluded (moving average), over
+  // which the auto delay and period count the link in steps; 0 before.
+  double stepSeconds = 0;
   uint64_t rounds = 0;          // rounds (dts), steps (allreduce), exchanges (swarm) completed
   uint64_t appliedUpdates = 0;  // peer contributions applied
   uint64_t missing = 0;         // contributions given up on (absent or late peers)

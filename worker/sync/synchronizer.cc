@@ -199,6 +199,11 @@ void StatsRecorder::setLink(double seconds) {
   stats_.linkSeconds = seconds;
 }
 
+void StatsRecorder::setStepSeconds(double seconds) {
+  std::lock_guard lock(mu_);
+  stats_.stepSeconds = seconds;
+}
+
 SyncStats StatsRecorder::snapshot() const {
   std::lock_guard lock(mu_);
   return stats_;
@@ -208,6 +213,7 @@ void StatsRecorder::merge(const SyncStats& in) {
   std::lock_guard lock(mu_);
   stats_.delay = in.delay;
   stats_.linkSeconds = in.linkSeconds;
+  stats_.stepSeconds = in.stepSeconds;
   stats_.period = in.period;
   stats_.rounds += in.rounds;
   stats_.appliedUpdates += in.appliedUpdates;

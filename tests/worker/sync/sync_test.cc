@@ -557,6 +557,30 @@ TEST(Dts, AutoDelayMeasuresTheLinkNotTheSkew) {
   EXPECT_LE(r.stats[1].delay, r.stats[0].delay);
 }
 
+// The step time over which D counts the link is a step's whole time less
+// the waits for peers. With K = 1, D = 0 on a 100 ms link every step waits
+// ~100 ms for the peer; a step is ~20 ms besides. The waits used to be
+// subtracted from the following step's compute instead of the interval
+// they fell in, so the step time came out near 0 (D then too large), and
+// under auto delay D swung between two values as the waits came and went.
+TEST(Dts, StepTimeIsTheStepLessItsWaits) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.steps = 40;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 1;
+  job.sync.delay = 0;
+  job.oneWayDelay = {{"a-b", "delay=100ms"}, {"b-a", "delay=100ms"}};
+  job.extraCompute = {20ms, 20ms};
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_GT(r.stats[rank].waitSeconds, 2.0) << "rank " << rank << ": the steps did not wait";
+    EXPECT_GE(r.stats[rank].stepSeconds, 0.019) << "rank " << rank;
+    EXPECT_LT(r.stats[rank].stepSeconds, 0.09) << "rank " << rank << ": a wait was counted";
+  }
+}
+
 // The final average crosses a slow uplink: a whole fp32 model (~0.8 MB)
 // takes ~0.8 s at 8 Mbit/s, far beyond the 200 ms a leaving transport gives
 // its queued sends. The coordinator stays until the other worker has
