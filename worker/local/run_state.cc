@@ -109,7 +109,10 @@ void RunState::record(int64_t rank, double wallSeconds, const WorkerEvent& e) {
   GEO_ENFORCE(rank >= 0 && rank < static_cast<int64_t>(ranks_.size()), "rank {} out of range",
               rank);
   RankProgress& p = ranks_[static_cast<size_t>(rank)];
-  keep(p.workerTime, e.time);
+  // The worker's time at its latest step, for its steps/s: what comes after
+  // the last step (evaluations of waiting snapshots, the final evaluation,
+  // "done") is not training time.
+  if (!p.workerTime || (e.step && *e.step > p.step)) keep(p.workerTime, e.time);
   switch (e.kind) {
     case EventKind::kStart:
       p.started = true;

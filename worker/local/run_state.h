@@ -56,7 +56,7 @@ struct RankProgress {
   bool started = false;
   bool done = false;
   int64_t step = 0;
-  std::optional<double> workerTime;  // `time` of the last event with one
+  std::optional<double> workerTime;  // `time` of the first event at `step`
   std::optional<double> loss;
   std::optional<double> samplesPerSecond;
   std::optional<double> evalAccuracy;  // the latest evaluation

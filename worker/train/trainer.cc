@@ -632,6 +632,10 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
       }
     }
     const bool atEnd = step_ == options_.steps;
+    // When the parameters an in-line evaluation measures were settled: the
+    // evaluation's age counts from here (at the end, the snapshots that
+    // waited are evaluated first).
+    const auto settled = std::chrono::steady_clock::now();
     const bool periodic = options_.evalInterval > 0 && step_ % options_.evalInterval == 0;
     const bool evalInLine = atEnd || (periodic && !evaluator_);
     if (periodic && !atEnd && evaluator_) {
@@ -671,15 +675,16 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
       }
     }
     if (step_ % options_.logInterval == 0 || evalInLine || background) {
-      // Training throughput only: measured before the evaluation runs.
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count();
+      // Training throughput only: up to this step's end, before any
+      // evaluation runs or waits.
+      const double seconds = std::chrono::duration<double>(settled - last).count();
       stats->samplesPerSecond =
           seconds > 0 ? static_cast<double>((step_ - lastStep) * options_.batchSize) / seconds : 0;
       if (evalInLine) {
         stats->evalAccuracy = evaluate();
         stats->evalStep = step_;
-        stats->evalAgeSeconds = 0;
+        stats->evalAgeSeconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - settled).count();
       }
       last = std::chrono::steady_clock::now();
       lastStep = step_;

@@ -158,6 +158,15 @@ RunState finishedRun() {
   return state;
 }
 
+// Steps/s is training's: events after the last step (evaluations of
+// snapshots that waited for the background evaluation, the final one) do
+// not stretch the worker's time.
+TEST(LocalRunSummary, StepsPerSecondEndsAtTheLastStep) {
+  RunState state = finishedRun();
+  state.record(3, 9.0, event(progress(3, 100, 30.0, R"(,"evalAccuracy":0.9,"evalStep":75)")));
+  EXPECT_DOUBLE_EQ(*state.summarize(10.0).overall.stepsPerSecond, 100.0 / 8.0);
+}
+
 TEST(LocalRunSummary, NumbersFromEvents) {
   const RunState state = finishedRun();
   const RunSummary s = state.summarize(10.0);
