@@ -606,88 +606,85 @@ TEST(TrainBackgroundEval, NeverBlocksAStepAndSkipsWhileBusy) {
   EXPECT_EQ(reports.back().evalStep, o.steps);
 }
 
+// 60 steps evaluated every 10 in the background with a backlog; the first
+// background evaluation is held until every step has been taken, and
+// `evaluations` counts those started.
+struct HeldEvaluation {
+  TrainerOptions o;
+  SnapshotHook hook{10};
+  std::atomic<int> evaluations{0};
+  std::unique_ptr<Trainer> trainer;
+
+  explicit HeldEvaluation(int64_t backlog) {
+    o.steps = 60;
+    o.evalInterval = 10;
+    o.evalBacklog = backlog;
+    o.logInterval = 1000;
+    trainer = makeTrainer({"mlp", {}}, o, &hook);
+    auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
+    EXPECT_TRUE(evalModel.ok());
+    EXPECT_TRUE(trainer->evaluateInBackground(std::move(*evalModel)).ok());
+    trainer->beforeBackgroundEvaluation = [this] {
+      if (evaluations++ > 0) return;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+      while (hook.stepsDone.load() < o.steps && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    };
+  }
+};
+
 // With a backlog, snapshots wait instead of being skipped: the evaluation
 // is held until every step has been taken (the steps go on: were they
 // blocked, this would never end), and then every interval's snapshot is
 // evaluated before the final evaluation, reported oldest first with its own
 // step and the accuracy of exactly that step's parameters.
 TEST(TrainBackgroundEval, ABacklogEvaluatesEverySnapshotLateButNeverBlocks) {
-  TrainerOptions o;
-  o.steps = 60;
-  o.evalInterval = 10;
-  o.evalBacklog = 8;
-  o.logInterval = 1000;
-  SnapshotHook hook(10);
-  auto t = makeTrainer({"mlp", {}}, o, &hook);
-  auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
-  ASSERT_TRUE(evalModel.ok());
-  ASSERT_TRUE(t->evaluateInBackground(std::move(*evalModel)).ok());
-  std::atomic<int> evaluations{0};
-  t->beforeBackgroundEvaluation = [&] {
-    if (evaluations++ > 0) return;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (hook.stepsDone.load() < o.steps && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  };
+  HeldEvaluation held(8);
   std::vector<StepStats> reports;
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(t->run([&](const StepStats& st) { reports.push_back(st); }).ok());
+  ASSERT_TRUE(held.trainer->run([&](const StepStats& st) { reports.push_back(st); }).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(100))
       << "the steps waited for the held evaluation";
-  EXPECT_EQ(t->evalsSkipped(), 0u);
+  EXPECT_EQ(held.trainer->evalsSkipped(), 0u);
   std::vector<int64_t> evaluated;
   for (const StepStats& st : reports) {
-    if (!st.evalStep || *st.evalStep == o.steps) continue;
+    if (!st.evalStep || *st.evalStep == held.o.steps) continue;
     evaluated.push_back(*st.evalStep);
-    EXPECT_EQ(st.step, o.steps) << "reported before the steps ended";
+    EXPECT_EQ(st.step, held.o.steps) << "reported before the steps ended";
     EXPECT_EQ(st.samplesPerSecond, 0) << "a late result carries no throughput";
     EXPECT_GT(st.evalAgeSeconds, 0);
     torch::manual_seed(1);
-    auto reference = makeTrainer({"mlp", {}}, o);
+    auto reference = makeTrainer({"mlp", {}}, held.o);
     {
       torch::NoGradGuard noGrad;
-      reference->flat().values.copy_(hook.snapshots.at(*st.evalStep));
+      reference->flat().values.copy_(held.hook.snapshots.at(*st.evalStep));
     }
     EXPECT_EQ(*st.evalAccuracy, reference->evaluate()) << "step " << *st.evalStep;
   }
   EXPECT_EQ(evaluated, (std::vector<int64_t>{10, 20, 30, 40, 50}));
   ASSERT_FALSE(reports.empty());
-  EXPECT_EQ(reports.back().evalStep, o.steps);
+  EXPECT_EQ(reports.back().evalStep, held.o.steps);
 }
 
 // A full backlog skips (and counts) like no backlog: one held evaluation and
 // a backlog of 2 leave steps 40 and 50 skipped; the waiting ones are evaluated.
 TEST(TrainBackgroundEval, AFullBacklogSkips) {
-  TrainerOptions o;
-  o.steps = 60;
-  o.evalInterval = 10;
-  o.evalBacklog = 2;
-  o.logInterval = 1000;
-  SnapshotHook hook(10);
-  auto t = makeTrainer({"mlp", {}}, o, &hook);
-  auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
-  ASSERT_TRUE(evalModel.ok());
-  ASSERT_TRUE(t->evaluateInBackground(std::move(*evalModel)).ok());
-  std::atomic<int> evaluations{0};
-  t->beforeBackgroundEvaluation = [&] {
-    if (evaluations++ > 0) return;
-    while (hook.stepsDone.load() < o.steps) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  };
+  HeldEvaluation held(2);
   // Step 10's evaluation has started (it no longer waits) before step 20's
   // snapshot is taken: the backlog then holds 20 and 30.
-  hook.onStep = [&](int64_t done) {
-    while (done == 11 && evaluations.load() == 0) {
+  held.hook.onStep = [&](int64_t done) {
+    while (done == 11 && held.evaluations.load() == 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   };
   std::vector<int64_t> evaluated;
-  ASSERT_TRUE(t->run([&](const StepStats& st) {
-                 if (st.evalStep) evaluated.push_back(*st.evalStep);
-               }).ok());
-  EXPECT_EQ(t->evalsSkipped(), 2u);
+  ASSERT_TRUE(held.trainer
+                  ->run([&](const StepStats& st) {
+                    if (st.evalStep) evaluated.push_back(*st.evalStep);
+                  })
+                  .ok());
+  EXPECT_EQ(held.trainer->evalsSkipped(), 2u);
   EXPECT_EQ(evaluated, (std::vector<int64_t>{10, 20, 30, 60}));
 }
 
