@@ -125,6 +125,7 @@ class Dts final : public Base {
     if (resend_) GEO_RETURN_IF_ERROR(resendPending());
     GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
     pollArrivals();
+    applyEarly(t, flat);
     if (measuring()) takeLagReports(t);
     applyLate(t, flat);
     if (t >= closeAt_) GEO_RETURN_IF_ERROR(closeRound(t, flat));
@@ -147,6 +148,7 @@ class Dts final : public Base {
       base_.copy_(flat.values);
       if (residual_.defined()) residual_.zero_();
       pending_.clear();
+      undecodable_.clear();
       late_.clear();
       ownLags_.clear();
       theirLags_.clear();
@@ -192,6 +194,13 @@ class Dts final : public Base {
       std::memcpy(bytes.data_ptr<uint8_t>(), p.bytes->data(), p.bytes->size());
       archive.write(prefix + "bytes", bytes);
       if (p.start.defined()) archive.write(prefix + "start", p.start);
+      if (p.earlySum.defined()) {
+        archive.write(prefix + "early_sum", p.earlySum);
+        auto early = torch::zeros({static_cast<int64_t>(group_.size())}, torch::kUInt8);
+        for (size_t j = 0; j < p.early.size(); ++j) early[static_cast<int64_t>(j)] = p.early[j];
+        archive.write(prefix + "early", early);
+        archive.write(prefix + "early_weight", torch::tensor(p.earlyWeight, torch::kFloat64));
+      }
     }
   }
 
@@ -232,6 +241,20 @@ class Dts final : public Base {
       torch::Tensor start;
       if (archive.try_read(prefix + "start", start)) p.start = start.contiguous();
       p.got.resize(group_.size());
+      // Contributions applied before the checkpoint stay applied: they count
+      // as arrived, and one sent again is not applied twice.
+      torch::Tensor earlySum, early, earlyWeight;
+      if (archive.try_read(prefix + "early_sum", earlySum) &&
+          archive.try_read(prefix + "early", early) &&
+          archive.try_read(prefix + "early_weight", earlyWeight) &&
+          early.numel() == static_cast<int64_t>(group_.size())) {
+        p.earlySum = earlySum.contiguous();
+        p.early.resize(group_.size());
+        for (size_t j = 0; j < group_.size(); ++j) {
+          p.early[j] = early[static_cast<int64_t>(j)].item<uint8_t>() != 0;
+        }
+        p.earlyWeight = earlyWeight.item<double>();
+      }
       p.sentAt = Clock::now();
       pending_.push_back(std::move(p));
     }
@@ -252,6 +275,15 @@ class Dts final : public Base {
     std::shared_ptr<const std::vector<std::byte>> bytes;
     std::vector<std::optional<Message>> got;  // by group index
     Clock::time_point sentAt;                 // when this worker sent its part
+    // D = auto: contributions applied as they arrived (applyEarly), by group
+    // index, and Σ w_j q_j over them (undefined while none is).
+    std::vector<bool> early;
+    torch::Tensor earlySum;
+    double earlyWeight = 0;
+    bool appliedEarly(size_t i) const { return i < early.size() && early[i]; }
+    // Peer i's contribution is in this round: arrived, or applied before a
+    // restart from a checkpoint.
+    bool has(size_t i) const { return got[i].has_value() || appliedEarly(i); }
   };
 
   bool exact() const { return !auto_ && delay_ == 0 && codec_->id() == CodecId::kFp32; }
@@ -374,6 +406,47 @@ class Dts final : public Base {
         membership_.delivered(group_.ranks[i], p.round);
       }
     }
+  }
+
+  // D = auto: a peer's contribution to a round in flight is applied as soon
+  // as it arrives, x ← x + w_j (q_i − q_j). Summed over the round's peers
+  // these pieces are x + q_i − q̄ (complete() applies the rest, and
+  // renormalizes when a peer stays missing), so every rule above holds once
+  // the round completes; meanwhile a near peer's progress reaches the model
+  // after its own link's time, not the slowest link's. One that does not
+  // decode is left to complete(), which refuses it. Not with a fixed D:
+  // when a contribution arrives varies, and a fixed D is deterministic.
+  void applyEarly(int64_t t, train::FlatParameters& flat) {
+    if (!auto_) return;
+    for (Pending& p : pending_) {
+      if (p.start.defined()) continue;
+      p.early.resize(group_.size(), false);
+      for (size_t i = 0; i < group_.size(); ++i) {
+        if (i == group_.self || !p.got[i] || p.early[i] || refusedEarly(p, i)) continue;
+        const auto t0 = Clock::now();
+        torch::Tensor q = torch::empty_like(flat.values);
+        std::string reason;
+        if (!codec_->decodeChecked(p.got[i]->payload.bytes(), q, reason).ok()) {
+          undecodable_.emplace_back(p.round, i);
+          continue;
+        }
+        const auto w = static_cast<float>(group_.weights[i]);
+        const torch::Tensor correction = (p.own - q).mul_(w);
+        flat.values.add_(correction);
+        base_.add_(correction);
+        if (!p.earlySum.defined()) p.earlySum = torch::zeros_like(flat.values);
+        p.earlySum.add_(q, w);
+        p.earlyWeight += group_.weights[i];
+        p.early[i] = true;
+        stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
+        stats_.coded(secondsSince(t0));
+        modified_ = true;
+      }
+    }
+  }
+  bool refusedEarly(const Pending& p, size_t i) const {
+    return std::find(undecodable_.begin(), undecodable_.end(), std::make_pair(p.round, i)) !=
+           undecodable_.end();
   }
 
   // Rounds from `round` on start after step `step` and take `k` steps each.
@@ -603,7 +676,41 @@ class Dts final : public Base {
                       std::vector<double>(group_.size(), std::numeric_limits<double>::quiet_NaN()));
   }
 
+  // A round leaves only once the uplink has taken the previous one: while
+  // a whole round's bytes are still queued for a peer not suspected, the
+  // worker waits (serving joins), at most the round time-out. A worker whose
+  // uplink cannot carry a round per round so slows its rounds to the link.
+  // Without it the queue grew without end (4 Mbit/s for K = 2 rounds: 30 s
+  // of queue within seconds): every lag with it, D to its cap, and the lag
+  // reports the period decides on came behind the same queue. The queue
+  // seen is this transport's own (PeerCounters::backlogBytes: what the
+  // emulated uplink holds back, or what ZeroMQ has not yet taken); a real
+  // link's socket buffers add theirs.
+  Status awaitUplink(int64_t t, train::FlatParameters& flat) {
+    if (lastRoundBytes_ == 0) return {};
+    const auto t0 = Clock::now();
+    const auto backlogged = [&] {
+      for (const auto& c : transport_->peerCounters()) {
+        if (c.backlogBytes >= lastRoundBytes_ && group_.indexOf(c.peer) &&
+            !membership_.suspected(c.peer)) {
+          return true;
+        }
+      }
+      return false;
+    };
+    while (backlogged() && Clock::now() < t0 + options_.timeout) {
+      GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
+      pollArrivals();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    const double waited = secondsSince(t0);
+    stats_.waited(waited);
+    waitedSince_ += waited;
+    return {};
+  }
+
   Status closeRound(int64_t t, train::FlatParameters& flat) {
+    GEO_RETURN_IF_ERROR(awaitUplink(t, flat));
     Pending p;
     p.round = nextRound_++;
     if (nextSchedule_ && nextSchedule_->round <= nextRound_) {
@@ -626,6 +733,7 @@ class Dts final : public Base {
     p.bytes = std::make_shared<const std::vector<std::byte>>(
         codec_->encode(acc, options_.seed, mixStream(2, topology_.rank(), p.round),
                        residual_.defined() ? &residual_ : nullptr));
+    lastRoundBytes_ = p.bytes->size();
     p.own = torch::zeros_like(flat.values);
     codec_->decodeAccumulate(*p.bytes, 1.0f, p.own);
     stats_.coded(secondsSince(t0));
@@ -652,7 +760,7 @@ class Dts final : public Base {
       pollArrivals();
       std::vector<size_t> waiting;
       for (size_t i = 0; i < group_.size(); ++i) {
-        if (i != group_.self && !p.got[i] && membership_.expected(group_.ranks[i], p.round)) {
+        if (i != group_.self && !p.has(i) && membership_.expected(group_.ranks[i], p.round)) {
           waiting.push_back(i);
         }
       }
@@ -684,7 +792,7 @@ class Dts final : public Base {
     // counts as a missing one.
     std::vector<torch::Tensor> decoded(group_.size());
     for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self) continue;
+      if (i == group_.self || p.appliedEarly(i)) continue;
       if (p.got[i]) {
         decoded[i] = torch::empty_like(flat.values);
         std::string reason;
@@ -700,7 +808,7 @@ class Dts final : public Base {
     // q̄ in rank order from the same bytes on every worker.
     double total = 0;
     for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self || p.got[i]) total += group_.weights[i];
+      if (i == group_.self || p.has(i)) total += group_.weights[i];
     }
     const auto t1 = Clock::now();
     torch::Tensor mean = torch::zeros_like(flat.values);
@@ -712,25 +820,31 @@ class Dts final : public Base {
         continue;
       }
       if (!p.got[i]) continue;
+      lags[i] = std::chrono::duration<double>(p.got[i]->received - p.sentAt).count();
+      if (p.appliedEarly(i)) continue;  // in earlySum
       mean.add_(decoded[i], alpha);
       stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
-      lags[i] = std::chrono::duration<double>(p.got[i]->received - p.sentAt).count();
     }
+    if (p.earlySum.defined()) mean.add_(p.earlySum, static_cast<float>(1.0 / total));
     if (p.start.defined()) {
       flat.values.copy_(p.start - mean);
       base_.copy_(flat.values);
     } else {
-      const torch::Tensor correction = p.own - mean;
+      // What applyEarly applied, Σ w_j (q_i − q_j), is in x already.
+      torch::Tensor correction = p.own - mean;
+      if (p.earlySum.defined()) {
+        correction.sub_(p.own, static_cast<float>(p.earlyWeight)).add_(p.earlySum);
+      }
       flat.values.add_(correction);
       base_.add_(correction);
     }
+    std::erase_if(undecodable_, [&](const auto& u) { return u.first <= p.round; });
     stats_.coded(secondsSince(t1));
     stats_.roundDone(secondsSince(p.sentAt));
     modified_ = true;
     if (total < 1.0 - 1e-9) {
       Late l{p.round, mean, total, std::vector<bool>(group_.size(), false)};
-      for (size_t i = 0; i < group_.size(); ++i)
-        l.had[i] = i == group_.self || p.got[i].has_value();
+      for (size_t i = 0; i < group_.size(); ++i) l.had[i] = i == group_.self || p.has(i);
       late_.push_back(std::move(l));
       if (late_.size() > kLateWindow) late_.pop_front();
     }
@@ -825,6 +939,10 @@ class Dts final : public Base {
   double stepSeconds_ = 0;  // a step's time, waits for peers excluded (moving average)
   double waitedSince_ = 0;  // seconds waited for peers since the last step
   std::optional<Clock::time_point> lastStepAt_;  // the latest afterStep's start
+  uint64_t lastRoundBytes_ = 0;                  // the latest round's encoded update
+  // (round, group index) of contributions applyEarly could not decode:
+  // complete() refuses them.
+  std::vector<std::pair<uint64_t, size_t>> undecodable_;
 };
 
 }  // namespace

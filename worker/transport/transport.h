@@ -87,6 +87,10 @@ struct PeerCounters {
   uint64_t reconnects = 0;   // connections re-established after the first
   double rttSeconds = -1;    // last ping round trip, -1 before the first
   uint64_t queuedBytes = 0;  // accepted by send(), not yet on the wire
+  // Of those, the messages still waiting for the link: not yet taken by
+  // ZeroMQ or, under link emulation, not yet through the emulated uplink and
+  // link rate (messages past them are in flight on the link's delay).
+  uint64_t backlogBytes = 0;
   // Liveness: every frame from the peer counts, and pings run every
   // pingInterval from the I/O thread whatever the caller does, so a live but
   // busy peer is heard at least that often. silentSeconds is the time since

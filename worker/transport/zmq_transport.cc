@@ -95,6 +95,10 @@ struct Outgoing {
   // (chunks arrive one by one, as the bytes of a real link do); empty: all
   // at `release`.
   std::vector<Clock::time_point> chunkRelease;
+  // Under link emulation, when the last chunk has left the bottleneck (the
+  // uplink or this peer's link rate), before the link's delay: until then
+  // the message is queued behind the link, after it in flight on it.
+  std::optional<Clock::time_point> departs;
   size_t chunksSent = 0;  // chunks ZeroMQ took so far; the rest go on POLLOUT or when released
 
   size_t chunks() const {
@@ -455,6 +459,8 @@ Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payloa
         o.chunkRelease[c] = p.shaper ? p.shaper->schedule(wire, at) : at;
       }
       o.release = o.chunkRelease.front();
+      o.departs = o.chunkRelease.back() -
+                  (p.shaper ? p.shaper->profile().oneWayDelay : Clock::duration::zero());
     }
     if (uplinkLock.owns_lock()) uplinkLock.unlock();
     p.queue.push_back(std::move(o));
@@ -541,6 +547,12 @@ std::vector<PeerCounters> ZmqTransport::peerCounters() const {
     {
       std::lock_guard lock(p.mu);
       c.queuedBytes = p.queuedBytes;
+      const auto now = Clock::now();
+      for (const Outgoing& o : p.queue) {
+        if (!o.departs || *o.departs > now) {
+          c.backlogBytes += kFrameHeaderBytes + o.payload.size();
+        }
+      }
     }
     out.push_back(c);
   }

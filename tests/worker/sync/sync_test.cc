@@ -581,6 +581,78 @@ TEST(Dts, StepTimeIsTheStepLessItsWaits) {
   }
 }
 
+// Runs `job` interrupted: every worker takes `stopAfter` steps and stops
+// with a checkpoint (in a fresh folder), then the job resumes from the
+// checkpoints. The interrupted part's result and the resumed one's.
+std::pair<RunResult, RunResult> runInterrupted(JobSpec job, int64_t stopAfter) {
+  static int runs = 0;
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("geo-sync-resume-{}-{}", ::getpid(), runs++);
+  std::filesystem::remove_all(dir);
+  job.checkpointDir = dir;
+  job.stopAfter = stopAfter;
+  auto first = runJob(job);
+  job.stopAfter = 0;
+  auto resumed = runJob(job);
+  std::filesystem::remove_all(dir);
+  return {std::move(first), std::move(resumed)};
+}
+
+// Three regions under an automatic delay: b is 5 ms from a, c 150 ms from
+// both. D covers the 150 ms (~12 steps of ~12 ms; 4 or more on a loaded
+// machine).
+JobSpec nearAndFarRegions() {
+  JobSpec job;
+  job.regions = {"a", "b", "c"};
+  job.steps = 200;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = std::nullopt;
+  job.oneWayDelay = {{"a-b", "delay=5ms"},   {"b-a", "delay=5ms"},   {"a-c", "delay=150ms"},
+                     {"c-a", "delay=150ms"}, {"b-c", "delay=150ms"}, {"c-b", "delay=150ms"}};
+  job.extraCompute = {10ms, 10ms, 10ms};
+  return job;
+}
+
+// Under an automatic delay a peer's contribution is applied as soon as it
+// arrives, not when the round's slowest link has delivered: b's reach a's
+// model after a step or so. Applied all at the due step, every
+// contribution would be at least D steps old.
+TEST(Dts, AutoDelayAppliesANearPeersUpdateBeforeAFarOnes) {
+  const auto r = runJob(nearAndFarRegions());
+  for (size_t rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  for (size_t rank = 0; rank < 2; ++rank) {
+    const auto& st = r.stats[rank];
+    EXPECT_GE(st.delay, 4) << "rank " << rank;
+    // About half of a's and b's updates come from each other: at most a
+    // couple of steps old, far below D.
+    uint64_t fresh = 0;
+    for (size_t age = 0; age <= 2; ++age) fresh += st.stalenessCounts[age];
+    EXPECT_GT(fresh, st.appliedUpdates / 4) << "rank " << rank << ", D = " << st.delay;
+    EXPECT_LT(st.stalenessMean(), 0.8 * static_cast<double>(st.delay)) << "rank " << rank;
+  }
+}
+
+// The same job interrupted at step 61 and resumed from its checkpoints: the
+// rounds in flight then hold contributions applied early (b's at a and a's
+// at b, c's still on their way). The job completes, nothing is missing, and
+// it ends on one model everywhere; the early ones, sent again after the
+// restart, are not applied twice.
+TEST(Dts, AutoDelayResumesWithEarlyContributionsInFlight) {
+  JobSpec job = nearAndFarRegions();
+  job.steps = 120;
+  const auto [first, resumed] = runInterrupted(job, 61);
+  for (const auto& st : first.status) ASSERT_TRUE(st.ok()) << st.toString();
+  for (size_t rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(resumed.status[rank].ok()) << resumed.status[rank].toString();
+    EXPECT_EQ(resumed.stats[rank].missing, 0u) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(resumed.finalValues[rank], resumed.finalValues[0])) << "rank " << rank;
+  }
+}
+
 // The final average crosses a slow uplink: a whole fp32 model (~0.8 MB)
 // takes ~0.8 s at 8 Mbit/s, far beyond the 200 ms a leaving transport gives
 // its queued sends. The coordinator stays until the other worker has
@@ -603,11 +675,12 @@ TEST(Dts, FinalAverageReachesEveryWorkerOverASlowUplink) {
   }
 }
 
-// Auto delay comes back down on every worker once a queue has drained. A
-// 16 Mbit/s uplink cannot carry K = 2 rounds of ~100 KB every ~25 ms: the
-// queue grows for a second, the lags with it, and both workers raise D to
-// hide it. Once the uplink is fast again and the queue has drained, the
-// link is 20 ms one way again and both must come back to a few steps. A
+// Auto delay comes back down on every worker once the link is fast again.
+// At 4 Mbit/s a K = 2 round of ~100 KB takes ~200 ms to leave: the rounds
+// slow to the uplink, a round or two waits in its queue, and both workers
+// raise D to cover it. Once the uplink is fast again and the queue has
+// drained, the link is 20 ms one way again and both must come back to a
+// few steps. A
 // worker only measures a link when it has its own lags of a round and the
 // peer's report of it; the one with the larger D completes later and used
 // to drop the peer's earlier report, so it got no sample again and kept
@@ -630,7 +703,7 @@ JobSpec twoRegionsWithAutoDelay(int64_t period) {
 
 TEST(Dts, AutoDelayComesBackDownOnEveryWorker) {
   JobSpec job = twoRegionsWithAutoDelay(2);
-  job.uplinkChanges = {{80, 16e6 / 8}, {160, 1e9 / 8}};
+  job.uplinkChanges = {{80, 4e6 / 8}, {160, 1e9 / 8}};
   const auto r = runJob(job);
   ASSERT_EQ(r.statsAtUplinkChange.size(), 2u);
   // The queue was there: D had grown past the link's 20 ms on some worker.
@@ -640,6 +713,30 @@ TEST(Dts, AutoDelayComesBackDownOnEveryWorker) {
     // 20 ms over ~11-25 ms steps: 1-2 steps (4: room for a loaded machine).
     EXPECT_LT(r.stats[rank].linkSeconds, 0.06) << "rank " << rank;
     EXPECT_LE(r.stats[rank].delay, 4) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
+// A saturated uplink slows the rounds instead of growing a queue. At K = 2
+// a round (~100 KB of 4-bit updates) takes ~100 ms to leave through 8
+// Mbit/s, four times the ~25 ms the workers need to compute one. Each
+// worker sends a round only once its uplink has taken the previous one,
+// so the queue stays about a round long, the link measures ~20 ms plus a
+// round or two, and D stays near that over the step time. Before, the
+// queue grew by ~75 ms a round, the lags with it, and D to its cap.
+TEST(Dts, ASaturatedUplinkSlowsTheRoundsRatherThanGrowAQueue) {
+  JobSpec job = twoRegionsWithAutoDelay(2);
+  job.steps = 300;
+  job.uplink = "rate=8mbit";
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_GT(r.stats[rank].waitSeconds, 2.0) << "rank " << rank << ": the link was not the limit";
+    // 20 ms + one or two rounds of ~100 ms over ~12-25 ms steps: 5-20
+    // steps (40: room for a loaded machine; the cap is 256).
+    EXPECT_LE(r.stats[rank].delay, 40) << "rank " << rank;
+    EXPECT_LE(r.stats[rank].stalenessMax, 60) << "rank " << rank;
+    EXPECT_LT(r.stats[rank].linkSeconds, 0.5) << "rank " << rank;
     EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
   }
 }
@@ -671,21 +768,14 @@ TEST(Dts, AutoPeriodFollowsAChangeOfUplinkBandwidth) {
 // checkpoints ends bitwise where an uninterrupted run ends -- the resumed
 // workers send their part of the pending round again.
 TEST(Dts, ResumesFromCheckpointsWithARoundInFlight) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("geo-sync-resume-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
   JobSpec job;
   job.steps = 20;
   job.sync = options("dts", "qsgd");
   job.sync.period = 2;
   job.sync.delay = 1;
   const auto straight = runJob(job);
-  job.checkpointDir = dir;
-  job.stopAfter = 12;
-  const auto first = runJob(job);
+  const auto [first, resumed] = runInterrupted(job, 12);
   for (const auto& s : first.status) ASSERT_TRUE(s.ok()) << s.toString();
-  job.stopAfter = 0;
-  const auto resumed = runJob(job);
   for (size_t rank = 0; rank < 4; ++rank) {
     ASSERT_TRUE(resumed.status[rank].ok()) << resumed.status[rank].toString();
     EXPECT_EQ(resumed.hashes[rank].size(), 8u);  // steps 13..20 only
@@ -700,7 +790,6 @@ TEST(Dts, ResumesFromCheckpointsWithARoundInFlight) {
     EXPECT_TRUE(torch::equal(resumed.finalValues[rank], straight.finalValues[rank]))
         << "rank " << rank;
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Swarm, ExchangesAndEndsOnOneModel) {

@@ -745,6 +745,40 @@ TEST(TransportLink, ALargePayloadOnASlowLinkKeepsItsSenderHeard) {
                                  << " s while its payload was in flight";
 }
 
+// What waits for the link is told apart from what is in flight on it: a
+// 100 KB payload through an 8 Mbit/s uplink (0.1 s) onto a link with 0.6 s
+// of delay is backlog while the uplink sends it, then queued (not yet
+// delivered) but no longer backlog until it arrives.
+TEST(TransportLink, BacklogIsWhatWaitsForTheLinkNotWhatTravelsOnIt) {
+  World w(2);
+  std::vector<TransportConfig> configs = {w.config(0), w.config(1)};
+  configs[0].uplink = *parseLinkProfile("rate=8mbit");
+  configs[0].uplinkPeers = {false, true};
+  configs[1].uplinkPeers = {true, false};
+  configs[0].links.assign(2, *parseLinkProfile("delay=600ms"));
+  auto ts = startAll(configs);
+  ASSERT_EQ(ts.size(), 2u);
+  ASSERT_TRUE(ts[0]->send(1, MessageKind::kControl, {}, Payload(pattern(1, 0)), 1s).ok());
+  ASSERT_TRUE(ts[1]->receive(MessageKind::kControl, 0, 0, 5s).ok());
+  const auto toPeer = [&] {
+    for (const auto& c : ts[0]->peerCounters()) {
+      if (c.peer == 1) return c;
+    }
+    return PeerCounters{};
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(
+      ts[0]->send(1, MessageKind::kUpdate, {.round = 1}, Payload(pattern(100'000, 3)), 1s).ok());
+  const auto first = toPeer();
+  EXPECT_GE(first.backlogBytes, 100'000u) << "the uplink has not sent it yet";
+  EXPECT_GE(first.queuedBytes, first.backlogBytes);
+  std::this_thread::sleep_until(t0 + 350ms);  // sent at 0.1 s, arrives at 0.7 s
+  const auto flying = toPeer();
+  EXPECT_EQ(flying.backlogBytes, 0u) << "counted as waiting while in flight";
+  EXPECT_GE(flying.queuedBytes, 100'000u);
+  ASSERT_TRUE(ts[1]->receive(MessageKind::kUpdate, 1, 0, 5s).ok());
+}
+
 // Closing a transport gives every queued send the linger time, also one to
 // a peer not connected yet: a process that sends and exits at once may do
 // so before its connection is up.
