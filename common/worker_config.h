@@ -148,11 +148,14 @@ struct WorkerConfig {
     std::string algorithm = "none";  // none|allreduce|dts|swarm
     // DTS period K in steps (>= 1). nullopt means `auto`: the workers agree
     // at run time on the K whose rounds the uplink carries comfortably
-    // (docs/architecture.md §3), starting from kAutoPeriodStart.
-    std::optional<int64_t> period = 8;
+    // (docs/architecture.md §3), starting from kAutoPeriodStart. Auto by
+    // default, as the delay: measured on three emulated WANs, auto K and D
+    // reached the target soonest in time, at full utilization
+    // (docs/benchmarks.md).
+    std::optional<int64_t> period;
     // DTS delay D in steps (>= 0). nullopt means `auto`: the worker derives
     // the smallest D that hides the measured link (docs/architecture.md §3).
-    std::optional<int64_t> delay = 0;
+    std::optional<int64_t> delay;
     int64_t swarmH = 4;                 // SwarmSGD local steps between exchanges, >= 1
     std::string codec = "qsgd";         // identity|fp16|bf16|qsgd (WAN updates)
     int64_t bits = 4;                   // kernels::kQsgdBits (2|4|8), qsgd only

@@ -73,6 +73,8 @@ const std::map<std::string, Kind>& workerKeyKinds() {
     // Keys whose default does not show their type.
     result["dataset.shardIndex"] = Kind::kInteger;
     result["dataset.shardCount"] = Kind::kInteger;
+    result["sync.period"] = Kind::kInteger;  // or auto, the default
+    result["sync.delay"] = Kind::kInteger;   // or auto, the default
     return result;
   }();
   return kinds;

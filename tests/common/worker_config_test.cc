@@ -126,7 +126,8 @@ TEST(WorkerConfig, EmptyDocumentGivesDefaults) {
   EXPECT_EQ(defaults.dataset.path, "/usr/share/datasets/fashion-mnist");
   EXPECT_FALSE(defaults.dataset.shardIndex.has_value());
   EXPECT_EQ(defaults.training.lr, 0.05);
-  EXPECT_EQ(defaults.sync.delay, std::optional<int64_t>(0));
+  EXPECT_EQ(defaults.sync.period, std::nullopt);  // auto
+  EXPECT_EQ(defaults.sync.delay, std::nullopt);   // auto
   EXPECT_EQ(defaults.sync.codec, "qsgd");
   EXPECT_EQ(defaults.transport.listen, "tcp://*:7000");
   EXPECT_EQ(defaults.metrics.listen, "0.0.0.0:9400");
