@@ -148,7 +148,6 @@ class Dts final : public Base {
       base_.copy_(flat.values);
       if (residual_.defined()) residual_.zero_();
       pending_.clear();
-      undecodable_.clear();
       late_.clear();
       ownLags_.clear();
       theirLags_.clear();
@@ -276,8 +275,10 @@ class Dts final : public Base {
     std::vector<std::optional<Message>> got;  // by group index
     Clock::time_point sentAt;                 // when this worker sent its part
     // D = auto: contributions applied as they arrived (applyEarly), by group
-    // index, and Σ w_j q_j over them (undefined while none is).
+    // index, and Σ w_j q_j over them (undefined while none is); those that
+    // did not decode are left to complete().
     std::vector<bool> early;
+    std::vector<bool> undecodable;
     torch::Tensor earlySum;
     double earlyWeight = 0;
     bool appliedEarly(size_t i) const { return i < early.size() && early[i]; }
@@ -421,13 +422,14 @@ class Dts final : public Base {
     for (Pending& p : pending_) {
       if (p.start.defined()) continue;
       p.early.resize(group_.size(), false);
+      p.undecodable.resize(group_.size(), false);
       for (size_t i = 0; i < group_.size(); ++i) {
-        if (i == group_.self || !p.got[i] || p.early[i] || refusedEarly(p, i)) continue;
+        if (i == group_.self || !p.got[i] || p.early[i] || p.undecodable[i]) continue;
         const auto t0 = Clock::now();
         torch::Tensor q = torch::empty_like(flat.values);
         std::string reason;
         if (!codec_->decodeChecked(p.got[i]->payload.bytes(), q, reason).ok()) {
-          undecodable_.emplace_back(p.round, i);
+          p.undecodable[i] = true;
           continue;
         }
         const auto w = static_cast<float>(group_.weights[i]);
@@ -443,10 +445,6 @@ class Dts final : public Base {
         modified_ = true;
       }
     }
-  }
-  bool refusedEarly(const Pending& p, size_t i) const {
-    return std::find(undecodable_.begin(), undecodable_.end(), std::make_pair(p.round, i)) !=
-           undecodable_.end();
   }
 
   // Rounds from `round` on start after step `step` and take `k` steps each.
@@ -703,10 +701,14 @@ class Dts final : public Base {
       pollArrivals();
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    const double waited = secondsSince(t0);
-    stats_.waited(waited);
-    waitedSince_ += waited;
+    noteWait(secondsSince(t0));
     return {};
+  }
+
+  // A wait for peers or the link: counted, and not part of the step time.
+  void noteWait(double seconds) {
+    stats_.waited(seconds);
+    waitedSince_ += seconds;
   }
 
   Status closeRound(int64_t t, train::FlatParameters& flat) {
@@ -784,9 +786,7 @@ class Dts final : public Base {
       p.got[*i] = std::move(*m);
       membership_.delivered(group_.ranks[*i], p.round);
     }
-    const double waited = secondsSince(t0);
-    stats_.waited(waited);
-    waitedSince_ += waited;
+    noteWait(secondsSince(t0));
     // Every contribution is decoded and checked before it is used: nothing a
     // peer sends may end this worker or poison its model. A refused one
     // counts as a missing one.
@@ -838,7 +838,6 @@ class Dts final : public Base {
       flat.values.add_(correction);
       base_.add_(correction);
     }
-    std::erase_if(undecodable_, [&](const auto& u) { return u.first <= p.round; });
     stats_.coded(secondsSince(t1));
     stats_.roundDone(secondsSince(p.sentAt));
     modified_ = true;
@@ -940,9 +939,6 @@ class Dts final : public Base {
   double waitedSince_ = 0;  // seconds waited for peers since the last step
   std::optional<Clock::time_point> lastStepAt_;  // the latest afterStep's start
   uint64_t lastRoundBytes_ = 0;                  // the latest round's encoded update
-  // (round, group index) of contributions applyEarly could not decode:
-  // complete() refuses them.
-  std::vector<std::pair<uint64_t, size_t>> undecodable_;
 };
 
 }  // namespace

@@ -440,7 +440,7 @@ class BackgroundEvaluator {
       ++skipped_;
       return false;
     }
-    if (!busy_) busy_ = true;
+    busy_ = true;
     jobs_.push_back(Job{step, Clock::now(), std::move(params), std::move(buffers)});
     cv_.notify_all();
     return true;
@@ -647,7 +647,8 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
       }
     }
     // A background result is reported at once, with this step's figures; at
-    // the end before the final evaluation (one still running is abandoned).
+    // the end before the final evaluation (with no backlog, one still running
+    // is abandoned; with one, every snapshot waiting is evaluated first).
     bool background = false;
     if (evaluator_) {
       // A result rides this step's report; any other is reported on its own,

@@ -960,6 +960,34 @@ TEST(Integrity, ForgedUpdatesAreRefusedForEveryCodec) {
   }
 }
 
+// Under an automatic delay a contribution is applied as it arrives, before
+// its round completes: a forged one must be refused there too, never
+// applied, and refused once more (counted) when its round completes.
+TEST(Integrity, ForgedUpdatesAreRefusedWhenAppliedOnArrival) {
+  const std::vector<std::pair<std::string, std::vector<uint8_t>>> cases = {
+      {"identity", floatBits(std::numeric_limits<float>::quiet_NaN())},
+      {"qsgd", floatBits(std::numeric_limits<float>::infinity())}};
+  for (const auto& [codec, bits] : cases) {
+    SCOPED_TRACE(codec);
+    JobSpec job;
+    job.steps = 40;
+    job.forgingRank = 3;
+    job.forge = forgedWith(bits);
+    job.sync = options("dts", codec);
+    job.sync.period = 2;
+    job.sync.delay = std::nullopt;
+    job.sync.timeout = 2s;
+    job.oneWayDelay = {{"a-b", "delay=30ms"}, {"b-a", "delay=30ms"}};
+    const auto r = runJob(job);
+    for (size_t rank = 0; rank < 3; ++rank) {
+      ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+      EXPECT_TRUE(torch::isfinite(r.finalValues[rank]).all().item<bool>()) << "rank " << rank;
+      EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+      EXPECT_GT(r.stats[rank].rejectedTotal(), 0u) << "rank " << rank;
+    }
+  }
+}
+
 // A diverging peer (lr 1e30) is refused while its updates are merely huge
 // and stops by itself once its loss is no number; the others end finite and
 // agree.
