@@ -5,18 +5,23 @@
 # speed. Networks: world (the preset: 50-230 ms RTT, 100 Mbit/s uplinks),
 # uplink10 (world's RTTs, 10 Mbit/s uplinks), rtt3 (world's RTTs x 3, 100
 # Mbit/s). Prints, per model and network, for each configuration: steps and
-# wall time until rank 0's model reaches the target accuracy (mlp 85%, cnn
-# 88%; evaluated in the background every 25 / 100 steps, as users run it,
-# on a snapshot: the step is the snapshot's; with training.evalBacklog set
+# wall time until the job's model, as rank 0 evaluates it, reaches the
+# target accuracy (mlp 85%, cnn 88%; evaluated in the background every 25 /
+# 100 steps, as users run it, on a snapshot: the step is the snapshot's, or
+# under dts that of the model the workers agree on, as of the last round
+# completed; the time is the snapshot's; with training.evalBacklog set
 # so that no snapshot is skipped, every one is evaluated, late if the
 # machine is busy), steps relative to allreduce
 # fp32 on lan (the same samples), final accuracy of the averaged model, WAN
 # bytes per step, steps/s, and WAN compute utilization = steps/s on the
-# network / steps/s on lan.
+# network / steps/s on lan. Steps to a target on an accuracy plateau move
+# by many steps with a point of noise: --seeds runs every configuration once
+# per seed (job.seed: the initial model, the data order, QSGD's rounding)
+# and prints the median steps and time, with each seed's steps.
 #
 # Usage: bench/wan_time_to_accuracy.sh [--models mlp,cnn] [--steps-mlp N]
 #          [--steps-cnn N] [--configs a,b,...] [--networks a,b,...]
-#          [--out DIR] [--build DIR]
+#          [--seeds a,b,...] [--out DIR] [--build DIR]
 # Configurations: allreduce-fp32, allreduce-qsgd4, dts-auto (K = 8), dts-d<D>
 # (K = 8), dts-k<K>-auto, dts-k<K>-d<D> (K may be `auto`: dts-kauto-auto is
 # `--period auto --delay auto`), swarm-h<H>, default (no sync flags: what
@@ -33,6 +38,7 @@ out="runs/wan-bench-$(date +%Y%m%d-%H%M%S)"
 build="${GEO_BUILD_DIR:-build}"
 configs="allreduce-fp32,allreduce-qsgd4,dts-kauto-auto,dts-k2-auto,dts-k4-auto,dts-auto,dts-d4,swarm-h4"
 networks="world"
+seeds=""  # none: the job's default seed, run folders without a suffix
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -42,6 +48,7 @@ while [[ $# -gt 0 ]]; do
     --steps-cnn) stepsCnn="$2"; shift 2 ;;
     --configs) configs="$2"; shift 2 ;;
     --networks) networks="$2"; shift 2 ;;
+    --seeds) seeds="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -89,24 +96,48 @@ for model in ${models//,/ }; do
   esac
   for config in ${configs//,/ }; do
     for network in lan ${networks//,/ }; do
-      dir="$out/$model-$config-$network"
-      if [[ -f "$dir/summary.json" ]]; then echo "== $model $config on $network: done before ($dir)"; continue; fi
-      rm -rf "$dir"
-      echo "== $model $config on $network ($steps steps) -> $dir"
-      # shellcheck disable=SC2046
-      "$geotrain" local $(networkFlags "$network") --regions london,tokyo,oregon,ohio \
-        --workers-per-region 1 --model "$model" --steps "$steps" --eval-interval "$evalEvery" \
-        --set training.evalBacklog=$((steps / evalEvery + 1)) \
-        $(flagsFor "$config") --out "$dir" > "$dir.log" 2>&1 ||
-        { echo "   failed: see $dir.log"; tail -5 "$dir.log"; }
+      seedList="${seeds:-default}"
+      for seed in ${seedList//,/ }; do
+        # On lan only allreduce's steps are compared: the others' lan runs
+        # give utilization, for which one seed does.
+        if [[ "$network" == lan && "$config" != allreduce-fp32 && "$seed" != "${seedList%%,*}" ]]; then
+          continue
+        fi
+        dir="$out/$model-$config-$network" seedFlags=()
+        if [[ "$seed" != default ]]; then dir="$dir-s$seed" seedFlags=(--set "job.seed=$seed"); fi
+        if [[ -f "$dir/summary.json" ]]; then echo "== $model $config on $network: done before ($dir)"; continue; fi
+        rm -rf "$dir"
+        echo "== $model $config on $network ($steps steps${seedFlags:+, seed $seed}) -> $dir"
+        # shellcheck disable=SC2046
+        "$geotrain" local $(networkFlags "$network") --regions london,tokyo,oregon,ohio \
+          --workers-per-region 1 --model "$model" --steps "$steps" --eval-interval "$evalEvery" \
+          --set training.evalBacklog=$((steps / evalEvery + 1)) "${seedFlags[@]}" \
+          $(flagsFor "$config") --out "$dir" > "$dir.log" 2>&1 ||
+          { echo "   failed: see $dir.log"; tail -5 "$dir.log"; }
+      done
     done
   done
-  python3 - "$out" "$model" "$target" "$configs" "$networks" <<'EOF'
-import csv, json, sys, pathlib
+  python3 - "$out" "$model" "$target" "$configs" "$networks" "$seeds" <<'EOF'
+import csv, json, statistics, sys, pathlib
 out, model, target = sys.argv[1], sys.argv[2], sys.argv[3]
 configs, networks = sys.argv[4].split(","), sys.argv[5].split(",")
+seeds = sys.argv[6].split(",") if sys.argv[6] else [None]
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 def run(config, network):
-    d = pathlib.Path(out) / f"{model}-{config}-{network}"
+    # Over the seeds: the median steps and time to target (each seed's steps
+    # in stepsBySeed), the mean of the rest.
+    runs = [r for r in (run1(config, network, seed) for seed in seeds) if r is not None]
+    if not runs: return None
+    s = {k: statistics.mean(r[k] for r in runs) for k, v in runs[0].items()
+         if isinstance(v, (int, float)) and not isinstance(v, bool) and all(r.get(k) is not None for r in runs)}
+    s["stepsBySeed"] = [r["stepsToTarget"] for r in runs]
+    s["stepsToTarget"] = median(s["stepsBySeed"]) if None not in s["stepsBySeed"] else None
+    s["timeToAccuracy"] = {target: median([(r.get("timeToAccuracy") or {}).get(target) for r in runs])}
+    return s
+def run1(config, network, seed):
+    d = pathlib.Path(out) / (f"{model}-{config}-{network}" + (f"-s{seed}" if seed else ""))
     p = d / "summary.json"
     if not p.exists(): return None
     s = json.loads(p.read_text())
@@ -137,10 +168,12 @@ for network in networks:
         perStep = w["wanBytes"] / 4 / w["steps"] / 1e3 if w.get("steps") else None  # per worker
         rel = st / refSteps if st and refSteps else None
         acc = w.get("testAccuracy")
-        print(f"{c:<16} {fmt(st, '{}'):>6} {fmt(rel, '{:.2f}x'):>6} {fmt(tta, '{:.1f} s'):>8} {fmt(acc and acc*100, '{:.2f}%'):>9} "
-              f"{fmt(perStep, '{:.1f}'):>11} {fmt(sw, '{:.2f}'):>8} {fmt(sl, '{:.2f}'):>8} {fmt(util and util*100, '{:.0f}%'):>6} {fmt(w.get('stalenessMean'), '{:.1f}'):>6}")
+        bySeed = f"  (seeds: {', '.join(fmt(v, '{}') for v in w['stepsBySeed'])})" if len(seeds) > 1 else ""
+        print(f"{c:<16} {fmt(st, '{:g}'):>6} {fmt(rel, '{:.2f}x'):>6} {fmt(tta, '{:.1f} s'):>8} {fmt(acc and acc*100, '{:.2f}%'):>9} "
+              f"{fmt(perStep, '{:.1f}'):>11} {fmt(sw, '{:.2f}'):>8} {fmt(sl, '{:.2f}'):>8} {fmt(util and util*100, '{:.0f}%'):>6} {fmt(w.get('stalenessMean'), '{:.1f}'):>6}{bySeed}")
     print("(steps: of rank 0's first evaluation at or above the target; vs AR: / allreduce fp32's on lan;"
-          " WAN KB/step: sent + received per worker and step; util: steps/s / the same configuration's on lan)")
+          " WAN KB/step: sent + received per worker and step; util: steps/s / the same configuration's on lan"
+          + ("; steps and time: median over the seeds, the rest their mean)" if len(seeds) > 1 else ")"))
 EOF
 done
 echo

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "worker/app/progress.h"
 #include "worker/metrics/worker_metrics.h"
@@ -35,6 +36,9 @@ class WorkerHook final : public train::StepHook {
   Status afterBackward(int64_t step, train::FlatParameters& flat) override;
   Status afterStep(int64_t step, train::FlatParameters& flat) override;
   Status finish(int64_t steps, train::FlatParameters& flat) override;
+  std::optional<train::JobModel> jobModel(const train::FlatParameters& flat) override {
+    return sync_ != nullptr ? sync_->jobModel(flat) : std::nullopt;
+  }
   void saveState(torch::serialize::OutputArchive& archive) override;
   Status loadState(torch::serialize::InputArchive& archive) override;
 

@@ -146,6 +146,7 @@ class Dts final : public Base {
       // Our rounds in flight (from a checkpoint) are void: the peers have
       // completed them long ago. Start the next round from the new model.
       base_.copy_(flat.values);
+      jobStep_ = joined->step;
       if (residual_.defined()) residual_.zero_();
       pending_.clear();
       late_.clear();
@@ -174,9 +175,31 @@ class Dts final : public Base {
     return averageModels(flat, steps);
   }
 
+  // The model every worker agrees on as of the last round completed,
+  // x0 - Σ q̄ over the completed rounds. It needs no state of its own: a
+  // close moves base_ by -(own + the residual's change), a completion by
+  // own - q̄, and an early application by w_j (own - q_j); so base_ + the
+  // residual + each round in flight's own contribution less what of it was
+  // corrected early, (1 - Σ_early w_j) own + Σ_early w_j q_j, is exactly it.
+  // With an identity codec it is the mean of the workers' models at that
+  // round's close (Dts.TheJobModelIsTheMeanAtTheLastCompletedRound).
+  std::optional<train::JobModel> jobModel(const train::FlatParameters& flat) override {
+    (void)flat;
+    if (group_.size() <= 1 || !base_.defined()) return std::nullopt;
+    torch::NoGradGuard noGrad;
+    torch::Tensor a = base_.clone();
+    if (residual_.defined()) a.add_(residual_);
+    for (const Pending& p : pending_) {
+      a.add_(p.own, static_cast<float>(1.0 - p.earlyWeight));
+      if (p.earlySum.defined()) a.add_(p.earlySum);
+    }
+    return train::JobModel{jobStep_, std::move(a)};
+  }
+
   void saveState(torch::serialize::OutputArchive& archive) override {
     if (!base_.defined()) return;
     archive.write("dts_base", base_);
+    archive.write("dts_job_step", torch::tensor(jobStep_));
     if (residual_.defined()) archive.write("dts_residual", residual_);
     archive.write("dts_next_round", torch::tensor(static_cast<int64_t>(nextRound_)));
     archive.write("dts_delay", torch::tensor(delay_));
@@ -210,6 +233,9 @@ class Dts final : public Base {
     torch::Tensor residual;
     if (archive.try_read("dts_residual", residual)) residual_ = residual.contiguous();
     torch::Tensor v;
+    // Written since the job's model is evaluated; before, the first
+    // completion after the resume sets it.
+    jobStep_ = archive.try_read("dts_job_step", v) ? v.item<int64_t>() : 0;
     archive.read("dts_next_round", v);
     nextRound_ = static_cast<uint64_t>(v.item<int64_t>());
     archive.read("dts_delay", v);
@@ -840,6 +866,7 @@ class Dts final : public Base {
     }
     stats_.coded(secondsSince(t1));
     stats_.roundDone(secondsSince(p.sentAt));
+    jobStep_ = p.sendStep;
     modified_ = true;
     if (total < 1.0 - 1e-9) {
       Late l{p.round, mean, total, std::vector<bool>(group_.size(), false)};
@@ -939,6 +966,7 @@ class Dts final : public Base {
   double waitedSince_ = 0;  // seconds waited for peers since the last step
   std::optional<Clock::time_point> lastStepAt_;  // the latest afterStep's start
   uint64_t lastRoundBytes_ = 0;                  // the latest round's encoded update
+  int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step
 };
 
 }  // namespace

@@ -856,6 +856,12 @@ class Hierarchical final : public Synchronizer {
                 static_cast<uint64_t>(flat.values.numel()), tensorBytes(flat.values));
   }
 
+  // A leader's WAN algorithm knows the job's model; a member's model is its
+  // leader's, which the member's region evaluates (rank 0 is a leader).
+  std::optional<train::JobModel> jobModel(const train::FlatParameters& flat) override {
+    return inner_ ? inner_->jobModel(flat) : std::nullopt;
+  }
+
   void saveState(torch::serialize::OutputArchive& archive) override {
     if (inner_) inner_->saveState(archive);
   }

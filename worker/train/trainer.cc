@@ -638,11 +638,19 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
     const auto settled = std::chrono::steady_clock::now();
     const bool periodic = options_.evalInterval > 0 && step_ % options_.evalInterval == 0;
     const bool evalInLine = atEnd || (periodic && !evaluator_);
+    // What a periodic evaluation measures: the job's model where the hook
+    // keeps one, else this worker's.
+    std::optional<JobModel> job;
+    if (periodic && !atEnd && hook_ != nullptr) {
+      torch::NoGradGuard noGrad;
+      job = hook_->jobModel(flat_);
+    }
     if (periodic && !atEnd && evaluator_) {
       torch::NoGradGuard noGrad;
       std::vector<torch::Tensor> buffers;
       for (auto& [name, b] : model_->namedBuffers()) buffers.push_back(b.clone());
-      if (!evaluator_->submit(step_, flat_.values.clone(), std::move(buffers))) {
+      if (!evaluator_->submit(job ? job->step : step_, job ? job->values : flat_.values.clone(),
+                              std::move(buffers))) {
         logger()->debug("evaluation of step {} skipped: the previous one is still running", step_);
       }
     }
@@ -682,8 +690,17 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
       stats->samplesPerSecond =
           seconds > 0 ? static_cast<double>((step_ - lastStep) * options_.batchSize) / seconds : 0;
       if (evalInLine) {
-        stats->evalAccuracy = evaluate();
-        stats->evalStep = step_;
+        if (job) {
+          // The job's model in place of this worker's, for the evaluation only.
+          torch::NoGradGuard noGrad;
+          const torch::Tensor own = flat_.values.clone();
+          flat_.values.copy_(job->values);
+          stats->evalAccuracy = evaluate();
+          flat_.values.copy_(own);
+        } else {
+          stats->evalAccuracy = evaluate();
+        }
+        stats->evalStep = job ? job->step : step_;
         stats->evalAgeSeconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - settled).count();
       }

@@ -87,6 +87,11 @@ struct JoinResult {
   bool jobFinished = false;  // the job already ended without this worker: do not train
 };
 
+struct JobModel {
+  int64_t step = 0;
+  torch::Tensor values;
+};
+
 // Around every optimizer step. afterBackward sees the local gradients (an
 // allreduce averages them here); afterStep sees the updated parameters (DTS
 // and swarm correct them here). Their state goes into checkpoints.
@@ -119,6 +124,17 @@ class StepHook {
     (void)flat;
     return {};
   }
+  // The job's model, which a periodic evaluation measures: a synchronizer
+  // that lets the workers' models drift apart between averages (dts) knows
+  // the model they agree on as of the last round it completed. Its values
+  // are shaped like flat.values and its step is the one up to which it
+  // holds every worker's samples (at most the steps taken). nullopt: the
+  // hook keeps none, and the local model is the one to measure (allreduce:
+  // it is the job's; swarm: there is no single one).
+  virtual std::optional<JobModel> jobModel(const FlatParameters& flat) {
+    (void)flat;
+    return std::nullopt;
+  }
   virtual void saveState(torch::serialize::OutputArchive& archive) { (void)archive; }
   virtual Status loadState(torch::serialize::InputArchive& archive) {
     (void)archive;
@@ -132,9 +148,10 @@ struct StepStats {
   double lr = 0;
   double samplesPerSecond = 0;  // since the previous report
   // An evaluation reported with this step: its accuracy, the step whose
-  // parameters it measured (this one, or an earlier one for a background
-  // evaluation), and how long before this report those parameters were
-  // taken (0 for an evaluation run in line).
+  // model it measured (this one; an earlier one for a background
+  // evaluation, or for the job's model, StepHook::jobModel), and how long
+  // before this report that model was taken (0 for an evaluation run in
+  // line).
   std::optional<double> evalAccuracy;
   std::optional<int64_t> evalStep;
   double evalAgeSeconds = 0;
@@ -171,7 +188,9 @@ class Trainer {
   // Steps until options.steps, calling `progress` every logInterval steps
   // and at every evaluation; checkpoints every checkpointInterval steps and
   // at the end. After the last step, the hook's finish() runs before the
-  // final evaluation and checkpoint.
+  // final evaluation and checkpoint. A periodic evaluation measures the
+  // hook's job model where it keeps one (StepHook::jobModel), and reports
+  // that model's step; the final one measures the final model.
   Status run(const std::function<void(const StepStats&)>& progress);
 
   // Top-1 accuracy of the current parameters on the test set.
@@ -182,7 +201,8 @@ class Trainer {
   // at an evaluation step the trainer copies the parameters and buffers (a
   // snapshot, one memcpy) and trains on at once; a thread at lower priority
   // evaluates the snapshot, and the result is reported with the first step
-  // after it finished (StepStats::evalStep names the snapshot's step). At
+  // after it finished (StepStats::evalStep names the snapshot's step, or
+  // the job model's). At
   // most one evaluation is in flight, and at most options.evalBacklog
   // snapshots wait for it: an evaluation step that finds the backlog full
   // is skipped and counted (evalsSkipped()). The final evaluation still runs

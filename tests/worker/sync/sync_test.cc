@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
@@ -55,6 +56,13 @@ class Recorder final : public train::StepHook {
   Status afterStep(int64_t step, train::FlatParameters& flat) override {
     GEO_RETURN_IF_ERROR(inner_->afterStep(step, flat));
     hashes.push_back(hashOf(flat.values));
+    periods.push_back(inner_->stats().period);
+    if (recordModels) {
+      models.push_back(sampled(flat.values));
+      auto jm = inner_->jobModel(flat);
+      if (jm) jm->values = sampled(jm->values);
+      jobModels.push_back(std::move(jm));
+    }
     stepsTaken.store(step + 1);
     return {};
   }
@@ -68,10 +76,20 @@ class Recorder final : public train::StepHook {
     return inner_->loadState(archive);
   }
   std::vector<uint64_t> hashes;
+  std::vector<int64_t> periods;  // the period in force after every step
   torch::Tensor finalValues;
   int64_t joinedAt = -1;
   std::atomic<int64_t> stepsTaken{0};
   std::chrono::milliseconds extraCompute{0};  // added to every step (a slower worker)
+  // With recordModels, the parameters and the synchronizer's job model
+  // after every step: every 7th value, enough to tell models apart (a full
+  // copy of every step of a long job would take gigabytes).
+  static torch::Tensor sampled(const torch::Tensor& values) {
+    return values.slice(0, 0, values.numel(), 7).clone();
+  }
+  bool recordModels = false;
+  std::vector<torch::Tensor> models;
+  std::vector<std::optional<train::JobModel>> jobModels;
 
  private:
   Synchronizer* inner_;
@@ -79,6 +97,7 @@ class Recorder final : public train::StepHook {
 
 struct RunResult {
   std::vector<std::vector<uint64_t>> hashes;  // [rank][step]
+  std::vector<std::vector<int64_t>> periods;  // [rank][step]: the period in force
   std::vector<torch::Tensor> finalValues;     // [rank]
   std::vector<Status> status;                 // [rank]
   std::vector<SyncStats> stats;
@@ -86,6 +105,11 @@ struct RunResult {
   std::vector<int64_t> joinedAt;  // [rank]: the step join() continued from
   std::vector<std::vector<SyncStats>> statsAtUplinkChange;  // [change][rank], as it came
   double seconds = 0;                                       // wall time of the whole job
+  int64_t updateBytes = 0;  // the encoded size of one update (syncBytes)
+  // With JobSpec::recordModels, [rank][step]: the parameters and the job
+  // model after each step (Recorder::sampled).
+  std::vector<std::vector<torch::Tensor>> models;
+  std::vector<std::vector<std::optional<train::JobModel>>> jobModels;
 };
 
 struct JobSpec {
@@ -142,6 +166,7 @@ struct JobSpec {
   // Every worker's emulated uplink (a link profile, "" for none), and new
   // rates for all of them once rank 0 has taken a change's steps (in order).
   std::string uplink;
+  bool recordModels = false;  // RunResult::models and jobModels
   struct UplinkChange {
     int64_t atStep = 0;
     double bytesPerSecond = 0;
@@ -204,6 +229,7 @@ RunResult runJob(const JobSpec& job) {
     syncs[r] = std::move(*s);
     recorders[r] = std::make_unique<Recorder>(syncs[r].get());
     if (r < job.extraCompute.size()) recorders[r]->extraCompute = job.extraCompute[r];
+    recorders[r]->recordModels = job.recordModels;
     torch::manual_seed(7);  // the same initial model everywhere
     auto model = train::makeModel({job.model, {}}, {1, 28, 28}, 10);
     EXPECT_TRUE(model.ok());
@@ -355,11 +381,15 @@ RunResult runJob(const JobSpec& job) {
   for (uint32_t r = 0; r < world; ++r) {
     result.joinedAt[r] = recorders[r]->joinedAt;
     result.hashes[r] = recorders[r]->hashes;
+    result.periods.push_back(recorders[r]->periods);
+    result.models.push_back(std::move(recorders[r]->models));
+    result.jobModels.push_back(std::move(recorders[r]->jobModels));
     result.finalValues[r] = recorders[r]->finalValues.defined()
                                 ? recorders[r]->finalValues
                                 : trainers[r]->flat().values.clone();
     result.stats[r] = syncs[r]->stats();
   }
+  if (trainers[0]) result.updateBytes = syncBytes(job.sync, trainers[0]->flat());
   return result;
 }
 
@@ -634,6 +664,70 @@ TEST(Dts, AutoDelayAppliesANearPeersUpdateBeforeAFarOnes) {
     EXPECT_GT(fresh, st.appliedUpdates / 4) << "rank " << rank << ", D = " << st.delay;
     EXPECT_LT(st.stalenessMean(), 0.8 * static_cast<double>(st.delay)) << "rank " << rank;
   }
+}
+
+// What a periodic evaluation measures under dts: the model the workers
+// agree on as of the last round completed. With an exact codec it is the
+// mean of the workers' models at that round's close, on every worker and
+// at every step, while each worker's own model is not.
+TEST(Dts, TheJobModelIsTheMeanAtTheLastCompletedRound) {
+  JobSpec job;
+  job.regions = {"a", "b", "c"};
+  job.sync = options("dts");
+  job.sync.period = 4;
+  job.sync.delay = 3;
+  job.steps = 28;
+  job.recordModels = true;
+  const RunResult r = runJob(job);
+  for (const auto& s : r.status) ASSERT_TRUE(s.ok()) << s.toString();
+  int compared = 0;
+  bool localDiffers = false;
+  for (size_t rank = 0; rank < r.models.size(); ++rank) {
+    ASSERT_EQ(r.jobModels[rank].size(), static_cast<size_t>(job.steps));
+    for (int64_t t = 1; t <= job.steps; ++t) {
+      const auto& jm = r.jobModels[rank][static_cast<size_t>(t - 1)];
+      ASSERT_TRUE(jm.has_value());
+      if (jm->step == 0) continue;  // before the first completion: the initial model
+      // Round R closes at step 4 (R + 1) and completes 3 steps later.
+      EXPECT_EQ(jm->step, (t - 3) / 4 * 4) << "rank " << rank << " step " << t;
+      torch::Tensor mean = torch::zeros_like(jm->values);
+      for (const auto& models : r.models) mean.add_(models[static_cast<size_t>(jm->step - 1)]);
+      mean.div_(static_cast<double>(r.models.size()));
+      EXPECT_TRUE(torch::allclose(jm->values, mean, 1e-5, 1e-6))
+          << "rank " << rank << " step " << t << ": the job model of step " << jm->step
+          << " is not the mean of that step's models";
+      ++compared;
+      localDiffers |= !torch::allclose(jm->values, r.models[rank][static_cast<size_t>(t - 1)]);
+    }
+  }
+  EXPECT_EQ(compared, 3 * (job.steps - 6));
+  EXPECT_TRUE(localDiffers) << "the job model was every worker's own: nothing was tested";
+}
+
+// Under an automatic delay (contributions applied as they arrive) with QSGD
+// and error feedback, the job model of a round is the same on every worker,
+// and stays the same until the next round completes: what arrives early
+// moves a worker's own model, not the job's.
+TEST(Dts, TheJobModelIsOneModelUnderEarlyApplication) {
+  JobSpec job = nearAndFarRegions();
+  job.recordModels = true;
+  const RunResult r = runJob(job);
+  for (const auto& s : r.status) ASSERT_TRUE(s.ok()) << s.toString();
+  std::map<int64_t, torch::Tensor> first;  // by step, the first job model seen of it
+  int compared = 0;
+  for (const auto& rank : r.jobModels) {
+    for (const auto& jm : rank) {
+      ASSERT_TRUE(jm.has_value());
+      if (jm->step == 0) continue;
+      const auto [it, inserted] = first.emplace(jm->step, jm->values);
+      if (inserted) continue;
+      ++compared;
+      EXPECT_TRUE(torch::allclose(jm->values, it->second, 1e-5, 1e-6))
+          << "two job models of step " << jm->step << " differ";
+    }
+  }
+  EXPECT_GT(first.size(), 3u);
+  EXPECT_GT(compared, 3 * job.steps / 2);
 }
 
 // The same job interrupted at step 61 and resumed from its checkpoints: the

@@ -558,6 +558,71 @@ TEST(TrainBackgroundEval, ReportsTheAccuracyOfTheSnapshotsStep) {
   EXPECT_EQ(reports.back().evalStep, o.steps);
 }
 
+// A hook that keeps a job model (as dts does): here the parameters of ten
+// steps back.
+class LaggingJobModelHook final : public SnapshotHook {
+ public:
+  LaggingJobModelHook() : SnapshotHook(10) {}
+  std::optional<JobModel> jobModel(const FlatParameters& flat) override {
+    (void)flat;
+    const int64_t step = stepsDone.load() - 10;
+    if (step <= 0) return std::nullopt;
+    return JobModel{step, snapshots.at(step).clone()};
+  }
+};
+
+// A periodic evaluation measures the hook's job model, in line and in the
+// background, and reports that model's step; the final evaluation measures
+// the final model, and evaluating the job model in line leaves the
+// worker's own training as it was.
+TEST(TrainEvaluation, MeasuresTheJobModelWhereTheHookKeepsOne) {
+  TrainerOptions o;
+  o.steps = 60;
+  o.evalInterval = 20;
+  o.logInterval = 1000;
+  SnapshotHook plain(10);
+  auto reference = makeTrainer({"mlp", {}}, o, &plain);
+  ASSERT_TRUE(reference->run(nullptr).ok());
+  for (const bool background : {false, true}) {
+    SCOPED_TRACE(background ? "in the background" : "in line");
+    LaggingJobModelHook hook;
+    auto t = makeTrainer({"mlp", {}}, o, &hook);
+    if (background) {
+      auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
+      ASSERT_TRUE(evalModel.ok());
+      ASSERT_TRUE(t->evaluateInBackground(std::move(*evalModel)).ok());
+    }
+    std::vector<StepStats> reports;
+    ASSERT_TRUE(t->run([&](const StepStats& st) { reports.push_back(st); }).ok());
+    int periodic = 0;
+    for (const StepStats& st : reports) {
+      if (!st.evalAccuracy) continue;
+      ASSERT_TRUE(st.evalStep.has_value());
+      if (*st.evalStep == o.steps) {  // the final one: the final model
+        EXPECT_EQ(*st.evalAccuracy, t->evaluate());
+        continue;
+      }
+      ++periodic;
+      EXPECT_EQ(*st.evalStep % 20, 10) << "not the job model's step";
+      if (!background) {
+        EXPECT_EQ(*st.evalStep, st.step - 10);
+      }
+      auto job = makeTrainer({"mlp", {}}, o);
+      {
+        torch::NoGradGuard noGrad;
+        job->flat().values.copy_(hook.snapshots.at(*st.evalStep));
+      }
+      EXPECT_EQ(*st.evalAccuracy, job->evaluate()) << "step " << *st.evalStep;
+    }
+    EXPECT_GT(periodic, 0);
+    if (!background) {
+      EXPECT_EQ(periodic, 2);  // steps 20 and 40
+    }
+    EXPECT_TRUE(torch::equal(t->flat().values, reference->flat().values))
+        << "evaluating the job model changed this worker's training";
+  }
+}
+
 // Training never waits for an evaluation: one held on the evaluation thread
 // until every step has been taken does not stop the steps (were it in the
 // way, this would never end); the evaluations due meanwhile are skipped and
