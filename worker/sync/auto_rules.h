@@ -22,7 +22,8 @@ std::optional<int64_t> autoDelaySteps(double slowestLinkSeconds, double stepSeco
 // A round's transfer time over one link, from the last few one-way link
 // times measured at the period in force (oldest first, one per round),
 // the link's latency (half its smallest recent ping round trip) and the
-// round's length in seconds (K x step time). What a link time holds beyond
+// round's length in seconds as the rounds are lived (the time between one
+// round leaving and the next, waits included). What a link time holds beyond
 // the latency is the round's own transfer plus any queue ahead of it, and
 // counting that queue as transfer made K overshoot (a queue built at a
 // small K read as a link 30 times too slow). While a queue exists it

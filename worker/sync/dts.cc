@@ -527,6 +527,7 @@ class Dts final : public Base {
     }
     schedule_ = e;
     roundsSinceChange_ = 0;
+    roundIntervals_.clear();
     closeAt_ = std::max(closeOf(nextRound_), t + 1);
     stats_.setPeriod(schedule_.k);
   }
@@ -661,12 +662,8 @@ class Dts final : public Base {
       rtts.push_back(c.rttSeconds);
       if (rtts.size() > kBaseRttWindow) rtts.pop_front();
     }
-    // Decide on measurements of the K in force only, and not too often.
-    if (nextSchedule_ || roundsSinceChange_ < kLagWindow + 2 ||
-        static_cast<int64_t>(roundsSinceChange_) * schedule_.k < kMinStepsBetweenChanges ||
-        stepSeconds_ <= 0) {
-      return {};
-    }
+    // Decide on measurements of the K in force only.
+    if (nextSchedule_ || roundsSinceChange_ < kLagWindow + 2 || stepSeconds_ <= 0) return {};
     for (size_t i = 0; i < group_.self; ++i) {
       if (!membership_.suspected(group_.ranks[i])) return {};  // not the coordinator
     }
@@ -676,18 +673,25 @@ class Dts final : public Base {
       const double rtt = *std::min_element(baseRtts_[i].begin(), baseRtts_[i].end());
       latency = std::max(latency, rtt / 2);
       const std::vector<double> samples(links_[i].begin(), links_[i].end());
-      transfer = std::max(
-          transfer,
-          roundTransferSeconds(samples, rtt / 2, static_cast<double>(schedule_.k) * stepSeconds_));
+      transfer = std::max(transfer, roundTransferSeconds(samples, rtt / 2, roundSeconds()));
     }
     if (transfer < 0) return {};
     const auto chosen = autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
-    if (!chosen) return {};
+    // A larger K at once: the uplink is what every round waits for. A
+    // smaller one not more often than every kMinStepsBetweenChanges steps
+    // (measurements are noisy).
+    if (!chosen ||
+        (*chosen < schedule_.k &&
+         static_cast<int64_t>(roundsSinceChange_) * schedule_.k < kMinStepsBetweenChanges)) {
+      return {};
+    }
     const int64_t k = *chosen;
     // Far enough ahead for the announcement to cross the links' latency
-    // twice; behind a queue it comes later, and a worker that hears of it
-    // after its round closes realigns (adopt()).
-    const int64_t ahead = periodAnnouncementSteps(schedule_.k, latency, stepSeconds_);
+    // twice, in steps as they are lived (a round held back for the uplink
+    // lasts longer than its compute); behind a queue it comes later, and a
+    // worker that hears of it after its round closes realigns (adopt()).
+    const int64_t ahead = periodAnnouncementSteps(
+        schedule_.k, latency, roundSeconds() / static_cast<double>(schedule_.k));
     const uint64_t from =
         nextRound_ + static_cast<uint64_t>((ahead + schedule_.k - 1) / schedule_.k);
     const Schedule next{from, closeOf(from - 1), k};
@@ -698,6 +702,21 @@ class Dts final : public Base {
     nextSchedule_ = next;
     return reportLags(kNoRound,
                       std::vector<double>(group_.size(), std::numeric_limits<double>::quiet_NaN()));
+  }
+
+  // A round's length as it is lived: the mean of the recent intervals
+  // between this worker's round sends, waits for the uplink and for peers
+  // included; K step times before there are any. The queue ahead of a round
+  // grows by its transfer less this, not less K compute steps: under pacing
+  // (awaitUplink) the rounds stretch to the uplink and the queue stays put,
+  // which K x step time read as a transfer of one round's compute (71 ms
+  // for the 280 ms that 10 Mbit/s takes), K then a quarter of what the link
+  // needs.
+  double roundSeconds() const {
+    if (roundIntervals_.empty()) return static_cast<double>(schedule_.k) * stepSeconds_;
+    double sum = 0;
+    for (const double s : roundIntervals_) sum += s;
+    return sum / static_cast<double>(roundIntervals_.size());
   }
 
   // A round leaves only once the uplink has taken the previous one: while
@@ -773,6 +792,11 @@ class Dts final : public Base {
     base_.copy_(flat.values);
     p.got.resize(group_.size());
     p.sentAt = Clock::now();
+    if (lastSentAt_) {
+      roundIntervals_.push_back(std::chrono::duration<double>(p.sentAt - *lastSentAt_).count());
+      if (roundIntervals_.size() > kLagWindow) roundIntervals_.pop_front();
+    }
+    lastSentAt_ = p.sentAt;
     stats_.setDelay(delay_);
     pending_.push_back(std::move(p));
     return {};
@@ -967,6 +991,10 @@ class Dts final : public Base {
   std::optional<Clock::time_point> lastStepAt_;  // the latest afterStep's start
   uint64_t lastRoundBytes_ = 0;                  // the latest round's encoded update
   int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step
+  // Auto period: when this worker's latest round left, and the intervals
+  // between its recent rounds at the period in force (roundSeconds()).
+  std::optional<Clock::time_point> lastSentAt_;
+  std::deque<double> roundIntervals_;
 };
 
 }  // namespace

@@ -857,6 +857,35 @@ TEST(Dts, AutoPeriodFollowsAChangeOfUplinkBandwidth) {
   }
 }
 
+// A round held back for a saturated uplink is as long as the link makes it:
+// at 2 Mbit/s a round (~100 KB of 4-bit updates) takes ~400 ms to leave,
+// and the first change of period goes to a K whose rounds of compute
+// cover that (K = 32 or 64 over ~12-25 ms steps). Reading a round as K
+// compute steps (the queue, held still by the pacing, then looks like
+// none) took the transfer for ~4 steps' time and went to K = 16: rounds of
+// ~270 ms, still waiting for the link.
+TEST(Dts, AutoPeriodGoesToWhatASaturatedUplinkNeedsAtOnce) {
+  JobSpec job = twoRegionsWithAutoDelay(4);
+  job.sync.autoPeriod = true;
+  job.uplink = "rate=2mbit";
+  job.steps = 160;
+  const auto r = runJob(job);
+  const double transfer = static_cast<double>(r.updateBytes) / (2e6 / 8);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    const auto& periods = r.periods[rank];
+    const auto change =
+        std::find_if(periods.begin(), periods.end(), [](int64_t k) { return k != 4; });
+    ASSERT_NE(change, periods.end()) << "rank " << rank << ": K never changed";
+    EXPECT_GE(static_cast<double>(*change) * r.stats[rank].stepSeconds, transfer)
+        << "rank " << rank << ": the first change of K, at step " << (change - periods.begin() + 1)
+        << ", went to " << *change << " steps of " << r.stats[rank].stepSeconds * 1e3
+        << " ms for a transfer of " << transfer * 1e3 << " ms";
+    EXPECT_EQ(periods.back(), r.periods[0].back());
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
 // DTS state is checkpointed: a job interrupted with a round in flight
 // (K = 2, D = 1, stopped right after sending round 5) and resumed from its
 // checkpoints ends bitwise where an uninterrupted run ends -- the resumed
