@@ -36,8 +36,8 @@ class WorkerHook final : public train::StepHook {
   Status afterBackward(int64_t step, train::FlatParameters& flat) override;
   Status afterStep(int64_t step, train::FlatParameters& flat) override;
   Status finish(int64_t steps, train::FlatParameters& flat) override;
-  std::optional<train::JobModel> jobModel(const train::FlatParameters& flat) override {
-    return sync_ != nullptr ? sync_->jobModel(flat) : std::nullopt;
+  std::optional<train::JobModel> jobModel() override {
+    return sync_ != nullptr ? sync_->jobModel() : std::nullopt;
   }
   void saveState(torch::serialize::OutputArchive& archive) override;
   Status loadState(torch::serialize::InputArchive& archive) override;

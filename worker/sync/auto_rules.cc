@@ -41,6 +41,17 @@ std::optional<int64_t> autoPeriod(double transferSeconds, double stepSeconds, in
   return k;
 }
 
+std::optional<int64_t> periodForHeldUplink(double uplinkRoundSeconds, double stepSeconds,
+                                           int64_t current, int64_t maxPeriod) {
+  if (!(stepSeconds > 0) || !(uplinkRoundSeconds >= 0) || maxPeriod < 1) return std::nullopt;
+  const double want = uplinkRoundSeconds / stepSeconds;
+  int64_t k = 1;
+  while (static_cast<double>(k) < want && k < maxPeriod) k *= 2;
+  k = std::min(k, maxPeriod);
+  if (k <= current) return std::nullopt;
+  return k;
+}
+
 int64_t periodAnnouncementSteps(int64_t current, double latencySeconds, double stepSeconds) {
   const int64_t latencySteps =
       stepSeconds > 0 ? static_cast<int64_t>(std::ceil(std::max(0.0, latencySeconds) / stepSeconds))

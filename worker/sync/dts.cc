@@ -183,8 +183,7 @@ class Dts final : public Base {
   // corrected early, (1 - Σ_early w_j) own + Σ_early w_j q_j, is exactly it.
   // With an identity codec it is the mean of the workers' models at that
   // round's close (Dts.TheJobModelIsTheMeanAtTheLastCompletedRound).
-  std::optional<train::JobModel> jobModel(const train::FlatParameters& flat) override {
-    (void)flat;
+  std::optional<train::JobModel> jobModel() override {
     if (group_.size() <= 1 || !base_.defined()) return std::nullopt;
     torch::NoGradGuard noGrad;
     torch::Tensor a = base_.clone();
@@ -662,29 +661,49 @@ class Dts final : public Base {
       rtts.push_back(c.rttSeconds);
       if (rtts.size() > kBaseRttWindow) rtts.pop_front();
     }
-    // Decide on measurements of the K in force only.
-    if (nextSchedule_ || roundsSinceChange_ < kLagWindow + 2 || stepSeconds_ <= 0) return {};
+    // Decide on measurements of the K in force only: the last four link
+    // times are of it six rounds after a change. Sooner where this worker's
+    // own uplink held back each of its last two rounds: a round's transfer
+    // then takes at least as long as those rounds lasted, known without
+    // anyone's report (the links' come a round's completion, D steps, and a
+    // report's trip later), and K may grow at once.
+    const bool measured = roundsSinceChange_ >= kLagWindow + 2;
+    const bool heldBack = roundIntervals_.size() >= 2 &&
+                          std::all_of(roundIntervals_.end() - 2, roundIntervals_.end(),
+                                      [](const RoundInterval& r) { return r.uplinkHeld; });
+    if (nextSchedule_ || stepSeconds_ <= 0 || !(measured || heldBack)) return {};
     for (size_t i = 0; i < group_.self; ++i) {
       if (!membership_.suspected(group_.ranks[i])) return {};  // not the coordinator
     }
     double transfer = -1, latency = 0;
     for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self || links_[i].empty() || baseRtts_[i].empty()) continue;
+      if (i == group_.self || baseRtts_[i].empty()) continue;
       const double rtt = *std::min_element(baseRtts_[i].begin(), baseRtts_[i].end());
       latency = std::max(latency, rtt / 2);
+      if (!measured || links_[i].empty()) continue;
       const std::vector<double> samples(links_[i].begin(), links_[i].end());
       transfer = std::max(transfer, roundTransferSeconds(samples, rtt / 2, roundSeconds()));
     }
-    if (transfer < 0) return {};
-    const auto chosen = autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
+    std::optional<int64_t> chosen;
+    if (transfer >= 0) {
+      chosen = autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
+    }
     // A larger K at once: the uplink is what every round waits for. A
     // smaller one not more often than every kMinStepsBetweenChanges steps
-    // (measurements are noisy).
-    if (!chosen ||
-        (*chosen < schedule_.k &&
+    // (measurements are noisy), and never while the uplink holds rounds back.
+    if (chosen && *chosen < schedule_.k &&
+        (heldBack ||
          static_cast<int64_t>(roundsSinceChange_) * schedule_.k < kMinStepsBetweenChanges)) {
-      return {};
+      chosen.reset();
     }
+    if (heldBack) {
+      const double uplink =
+          (roundIntervals_.end()[-1].seconds + roundIntervals_.end()[-2].seconds) / 2;
+      const auto up =
+          periodForHeldUplink(uplink, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
+      if (up && (!chosen || *up > *chosen)) chosen = up, transfer = uplink;
+    }
+    if (!chosen) return {};
     const int64_t k = *chosen;
     // Far enough ahead for the announcement to cross the links' latency
     // twice, in steps as they are lived (a round held back for the uplink
@@ -715,7 +734,7 @@ class Dts final : public Base {
   double roundSeconds() const {
     if (roundIntervals_.empty()) return static_cast<double>(schedule_.k) * stepSeconds_;
     double sum = 0;
-    for (const double s : roundIntervals_) sum += s;
+    for (const RoundInterval& r : roundIntervals_) sum += r.seconds;
     return sum / static_cast<double>(roundIntervals_.size());
   }
 
@@ -741,7 +760,9 @@ class Dts final : public Base {
       }
       return false;
     };
+    uplinkHeld_ = false;
     while (backlogged() && Clock::now() < t0 + options_.timeout) {
+      uplinkHeld_ = true;
       GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
       pollArrivals();
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -793,7 +814,8 @@ class Dts final : public Base {
     p.got.resize(group_.size());
     p.sentAt = Clock::now();
     if (lastSentAt_) {
-      roundIntervals_.push_back(std::chrono::duration<double>(p.sentAt - *lastSentAt_).count());
+      roundIntervals_.push_back(
+          {std::chrono::duration<double>(p.sentAt - *lastSentAt_).count(), uplinkHeld_});
       if (roundIntervals_.size() > kLagWindow) roundIntervals_.pop_front();
     }
     lastSentAt_ = p.sentAt;
@@ -994,7 +1016,12 @@ class Dts final : public Base {
   // Auto period: when this worker's latest round left, and the intervals
   // between its recent rounds at the period in force (roundSeconds()).
   std::optional<Clock::time_point> lastSentAt_;
-  std::deque<double> roundIntervals_;
+  struct RoundInterval {
+    double seconds = 0;
+    bool uplinkHeld = false;  // the round that ended it waited for the uplink
+  };
+  std::deque<RoundInterval> roundIntervals_;
+  bool uplinkHeld_ = false;  // the latest awaitUplink() waited
 };
 
 }  // namespace

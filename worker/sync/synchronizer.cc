@@ -856,10 +856,10 @@ class Hierarchical final : public Synchronizer {
                 static_cast<uint64_t>(flat.values.numel()), tensorBytes(flat.values));
   }
 
-  // A leader's WAN algorithm knows the job's model; a member's model is its
-  // leader's, which the member's region evaluates (rank 0 is a leader).
-  std::optional<train::JobModel> jobModel(const train::FlatParameters& flat) override {
-    return inner_ ? inner_->jobModel(flat) : std::nullopt;
+  // A leader's WAN algorithm knows the job's model; a member keeps none
+  // (only rank 0 evaluates periodically, and it leads its region).
+  std::optional<train::JobModel> jobModel() override {
+    return inner_ ? inner_->jobModel() : std::nullopt;
   }
 
   void saveState(torch::serialize::OutputArchive& archive) override {

@@ -643,7 +643,7 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
     std::optional<JobModel> job;
     if (periodic && !atEnd && hook_ != nullptr) {
       torch::NoGradGuard noGrad;
-      job = hook_->jobModel(flat_);
+      job = hook_->jobModel();
     }
     if (periodic && !atEnd && evaluator_) {
       torch::NoGradGuard noGrad;

@@ -127,14 +127,11 @@ class StepHook {
   // The job's model, which a periodic evaluation measures: a synchronizer
   // that lets the workers' models drift apart between averages (dts) knows
   // the model they agree on as of the last round it completed. Its values
-  // are shaped like flat.values and its step is the one up to which it
-  // holds every worker's samples (at most the steps taken). nullopt: the
-  // hook keeps none, and the local model is the one to measure (allreduce:
-  // it is the job's; swarm: there is no single one).
-  virtual std::optional<JobModel> jobModel(const FlatParameters& flat) {
-    (void)flat;
-    return std::nullopt;
-  }
+  // are shaped like the flat parameters and its step is the one up to
+  // which it holds every worker's samples (at most the steps taken).
+  // nullopt: the hook keeps none, and the local model is the one to measure
+  // (allreduce: it is the job's; swarm: there is no single one).
+  virtual std::optional<JobModel> jobModel() { return std::nullopt; }
   virtual void saveState(torch::serialize::OutputArchive& archive) { (void)archive; }
   virtual Status loadState(torch::serialize::InputArchive& archive) {
     (void)archive;

@@ -84,6 +84,20 @@ TEST(AutoPeriod, DecidesNothingWithoutAStepTime) {
   EXPECT_FALSE(autoPeriod(-1.0, 0.01, 4, 64).has_value());
 }
 
+TEST(AutoPeriod, AHeldUplinkGetsRoundsOfComputeAsLongAsItsRounds) {
+  // 10 Mbit/s, three peers: 280 ms a round through the uplink over 15 ms
+  // steps wants 18.7: K = 32 (autoPeriod's half-busy link would take 64).
+  EXPECT_EQ(periodForHeldUplink(0.280, 0.015, 4, 64), 32);
+  EXPECT_EQ(autoPeriod(0.280, 0.015, 4, 64), 64);
+  // Over 18 ms steps it wants 15.6: K = 16.
+  EXPECT_EQ(periodForHeldUplink(0.280, 0.018, 4, 64), 16);
+  EXPECT_EQ(periodForHeldUplink(0.280, 0.015, 4, 16), 16);  // at most the cap
+  // Never smaller, nor the same: a held uplink only grows K.
+  EXPECT_FALSE(periodForHeldUplink(0.280, 0.015, 32, 64).has_value());
+  EXPECT_FALSE(periodForHeldUplink(0.050, 0.015, 8, 64).has_value());
+  EXPECT_FALSE(periodForHeldUplink(0.280, 0.0, 4, 64).has_value());
+}
+
 TEST(AutoPeriod, AnnouncesTwoRoundsAndTwiceTheLatencyAhead) {
   EXPECT_EQ(periodAnnouncementSteps(4, 0.115, 0.017), 2 * 4 + 2 * 7);  // 6.8 -> 7 steps
   EXPECT_EQ(periodAnnouncementSteps(64, 0.0, 0.01), 128);

@@ -563,8 +563,7 @@ TEST(TrainBackgroundEval, ReportsTheAccuracyOfTheSnapshotsStep) {
 class LaggingJobModelHook final : public SnapshotHook {
  public:
   LaggingJobModelHook() : SnapshotHook(10) {}
-  std::optional<JobModel> jobModel(const FlatParameters& flat) override {
-    (void)flat;
+  std::optional<JobModel> jobModel() override {
     const int64_t step = stepsDone.load() - 10;
     if (step <= 0) return std::nullopt;
     return JobModel{step, snapshots.at(step).clone()};
