@@ -515,6 +515,25 @@ class SnapshotHook : public StepHook {
   int64_t every_;
 };
 
+// The accuracy of an mlp with these flat parameters, evaluated in line: the
+// reference for an evaluation made in the background or of a job model.
+double accuracyOf(const torch::Tensor& values, const TrainerOptions& o) {
+  auto t = makeTrainer({"mlp", {}}, o);
+  {
+    torch::NoGradGuard noGrad;
+    t->flat().values.copy_(values);
+  }
+  return t->evaluate();
+}
+
+// From now on `t` evaluates periodically in the background, on a second mlp.
+void evaluateInBackground(Trainer& t) {
+  torch::manual_seed(99);  // a different initialisation: overwritten by each snapshot
+  auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
+  ASSERT_TRUE(evalModel.ok());
+  ASSERT_TRUE(t.evaluateInBackground(std::move(*evalModel)).ok());
+}
+
 // A background evaluation measures exactly the parameters of the step it
 // names: the same accuracy as a model loaded with that step's parameters
 // and evaluated in line.
@@ -525,10 +544,7 @@ TEST(TrainBackgroundEval, ReportsTheAccuracyOfTheSnapshotsStep) {
   o.logInterval = 1000;
   SnapshotHook hook(20);
   auto t = makeTrainer({"mlp", {}}, o, &hook);
-  torch::manual_seed(99);  // a different initialisation: overwritten by the snapshot
-  auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
-  ASSERT_TRUE(evalModel.ok());
-  ASSERT_TRUE(t->evaluateInBackground(std::move(*evalModel)).ok());
+  evaluateInBackground(*t);
   std::vector<StepStats> reports;
   ASSERT_TRUE(t->run([&](const StepStats& st) { reports.push_back(st); }).ok());
   int background = 0;
@@ -540,14 +556,8 @@ TEST(TrainBackgroundEval, ReportsTheAccuracyOfTheSnapshotsStep) {
     if (*st.evalStep == o.steps) continue;  // the final one, in line
     ++background;
     EXPECT_GE(st.evalAgeSeconds, 0);
-    // Reference: the snapshot's parameters evaluated in line.
-    torch::manual_seed(1);
-    auto reference = makeTrainer({"mlp", {}}, o);
-    {
-      torch::NoGradGuard noGrad;
-      reference->flat().values.copy_(hook.snapshots.at(*st.evalStep));
-    }
-    EXPECT_EQ(*st.evalAccuracy, reference->evaluate()) << "step " << *st.evalStep;
+    EXPECT_EQ(*st.evalAccuracy, accuracyOf(hook.snapshots.at(*st.evalStep), o))
+        << "step " << *st.evalStep;
   }
   EXPECT_EQ(background + static_cast<int>(t->evalsSkipped()), 5);  // steps 20..100
   // With 300 ms between evaluation steps, most finish even on a loaded
@@ -586,11 +596,7 @@ TEST(TrainEvaluation, MeasuresTheJobModelWhereTheHookKeepsOne) {
     SCOPED_TRACE(background ? "in the background" : "in line");
     LaggingJobModelHook hook;
     auto t = makeTrainer({"mlp", {}}, o, &hook);
-    if (background) {
-      auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
-      ASSERT_TRUE(evalModel.ok());
-      ASSERT_TRUE(t->evaluateInBackground(std::move(*evalModel)).ok());
-    }
+    if (background) evaluateInBackground(*t);
     std::vector<StepStats> reports;
     ASSERT_TRUE(t->run([&](const StepStats& st) { reports.push_back(st); }).ok());
     int periodic = 0;
@@ -606,12 +612,8 @@ TEST(TrainEvaluation, MeasuresTheJobModelWhereTheHookKeepsOne) {
       if (!background) {
         EXPECT_EQ(*st.evalStep, st.step - 10);
       }
-      auto job = makeTrainer({"mlp", {}}, o);
-      {
-        torch::NoGradGuard noGrad;
-        job->flat().values.copy_(hook.snapshots.at(*st.evalStep));
-      }
-      EXPECT_EQ(*st.evalAccuracy, job->evaluate()) << "step " << *st.evalStep;
+      EXPECT_EQ(*st.evalAccuracy, accuracyOf(hook.snapshots.at(*st.evalStep), o))
+          << "step " << *st.evalStep;
     }
     EXPECT_GT(periodic, 0);
     if (!background) {
@@ -642,9 +644,7 @@ TEST(TrainBackgroundEval, NeverBlocksAStepAndSkipsWhileBusy) {
   } counter;
   counter.done = &stepsDone;
   auto t = makeTrainer({"mlp", {}}, o, &counter);
-  auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
-  ASSERT_TRUE(evalModel.ok());
-  ASSERT_TRUE(t->evaluateInBackground(std::move(*evalModel)).ok());
+  evaluateInBackground(*t);
   std::atomic<int> held{0};
   t->beforeBackgroundEvaluation = [&] {
     ++held;
@@ -685,9 +685,7 @@ struct HeldEvaluation {
     o.evalBacklog = backlog;
     o.logInterval = 1000;
     trainer = makeTrainer({"mlp", {}}, o, &hook);
-    auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
-    EXPECT_TRUE(evalModel.ok());
-    EXPECT_TRUE(trainer->evaluateInBackground(std::move(*evalModel)).ok());
+    evaluateInBackground(*trainer);
     trainer->beforeBackgroundEvaluation = [this] {
       if (evaluations++ > 0) return;
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -718,13 +716,8 @@ TEST(TrainBackgroundEval, ABacklogEvaluatesEverySnapshotLateButNeverBlocks) {
     EXPECT_EQ(st.step, held.o.steps) << "reported before the steps ended";
     EXPECT_EQ(st.samplesPerSecond, 0) << "a late result carries no throughput";
     EXPECT_GT(st.evalAgeSeconds, 0);
-    torch::manual_seed(1);
-    auto reference = makeTrainer({"mlp", {}}, held.o);
-    {
-      torch::NoGradGuard noGrad;
-      reference->flat().values.copy_(held.hook.snapshots.at(*st.evalStep));
-    }
-    EXPECT_EQ(*st.evalAccuracy, reference->evaluate()) << "step " << *st.evalStep;
+    EXPECT_EQ(*st.evalAccuracy, accuracyOf(held.hook.snapshots.at(*st.evalStep), held.o))
+        << "step " << *st.evalStep;
   }
   EXPECT_EQ(evaluated, (std::vector<int64_t>{10, 20, 30, 40, 50}));
   ASSERT_FALSE(reports.empty());
