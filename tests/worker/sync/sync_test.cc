@@ -732,9 +732,11 @@ TEST(Dts, TheJobModelIsOneModelUnderEarlyApplication) {
 
 // The same job interrupted at step 61 and resumed from its checkpoints: the
 // rounds in flight then hold contributions applied early (b's at a and a's
-// at b, c's still on their way). The job completes, nothing is missing, and
+// at b, c's still on their way). The job completes, nothing is lost, and
 // it ends on one model everywhere; the early ones, sent again after the
-// restart, are not applied twice.
+// restart, are not applied twice. (On a loaded machine a worker may resume
+// after a peer's first due step: the peer, not yet having heard from it,
+// completes that round without it and applies its contribution late.)
 TEST(Dts, AutoDelayResumesWithEarlyContributionsInFlight) {
   JobSpec job = nearAndFarRegions();
   job.steps = 120;
@@ -742,7 +744,7 @@ TEST(Dts, AutoDelayResumesWithEarlyContributionsInFlight) {
   for (const auto& st : first.status) ASSERT_TRUE(st.ok()) << st.toString();
   for (size_t rank = 0; rank < 3; ++rank) {
     ASSERT_TRUE(resumed.status[rank].ok()) << resumed.status[rank].toString();
-    EXPECT_EQ(resumed.stats[rank].missing, 0u) << "rank " << rank;
+    EXPECT_EQ(resumed.stats[rank].missing, resumed.stats[rank].lateApplied) << "rank " << rank;
     EXPECT_TRUE(torch::equal(resumed.finalValues[rank], resumed.finalValues[0])) << "rank " << rank;
   }
 }
