@@ -156,7 +156,7 @@ fmt = lambda v, f: (f.format(v) if v is not None else "-")
 for network in networks:
     print(f"\n{model} on {network} (4 regions x 1 worker): target {float(target)*100:.0f}% test accuracy"
           f"{'' if refSteps else ' (no allreduce-fp32 lan run reached it: steps are not compared)'}")
-    print(f"{'configuration':<16} {'steps':>6} {'vs AR':>6} {'time':>8} {'final acc':>9} {'WAN KB/step':>11} {'steps/s':>8} {'lan st/s':>8} {'util':>6} {'stale':>6}")
+    print(f"{'configuration':<16} {'steps':>6} {'vs AR':>6} {'time':>8} {'final acc':>9} {'WAN KB/step':>11} {'steps/s':>8} {'lan st/s':>8} {'util':>6} {'stale':>6} {'wait':>6}")
     for c in configs:
         w, l = run(c, network), run(c, "lan")
         if w is None:
@@ -170,9 +170,10 @@ for network in networks:
         acc = w.get("testAccuracy")
         bySeed = f"  (seeds: {', '.join(fmt(v, '{}') for v in w['stepsBySeed'])})" if len(seeds) > 1 else ""
         print(f"{c:<16} {fmt(st, '{:g}'):>6} {fmt(rel, '{:.2f}x'):>6} {fmt(tta, '{:.1f} s'):>8} {fmt(acc and acc*100, '{:.2f}%'):>9} "
-              f"{fmt(perStep, '{:.1f}'):>11} {fmt(sw, '{:.2f}'):>8} {fmt(sl, '{:.2f}'):>8} {fmt(util and util*100, '{:.0f}%'):>6} {fmt(w.get('stalenessMean'), '{:.1f}'):>6}{bySeed}")
+              f"{fmt(perStep, '{:.1f}'):>11} {fmt(sw, '{:.2f}'):>8} {fmt(sl, '{:.2f}'):>8} {fmt(util and util*100, '{:.0f}%'):>6} {fmt(w.get('stalenessMean'), '{:.1f}'):>6} {fmt(w.get('waitSeconds'), '{:.1f} s'):>6}{bySeed}")
     print("(steps: of rank 0's first evaluation at or above the target; vs AR: / allreduce fp32's on lan;"
-          " WAN KB/step: sent + received per worker and step; util: steps/s / the same configuration's on lan"
+          " WAN KB/step: sent + received per worker and step; util: steps/s / the same configuration's on lan;"
+          " wait: the longest time a worker waited for peers or its uplink"
           + ("; steps and time: median over the seeds, the rest their mean)" if len(seeds) > 1 else ")"))
 EOF
 done

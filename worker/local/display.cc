@@ -169,20 +169,23 @@ std::string renderSummary(const RunSummary& summary, const RunPaths& paths) {
 
   std::string out =
       fmt::format("summary ({}, {:.1f} s)\n", summary.outcome, summary.overall.wallSeconds);
-  out += fmt::format("  {:<{}}  {:>8}  {:>8}  {:>7}  {:>9}  {:>9}  {:>11}  {:>9}  {:>9}  {:>7}\n",
-                     "region", width, "test acc", "wall s", "steps/s", "WAN MB", "LAN MB",
-                     "compression", "stale avg", "stale max", "missing");
+  out += fmt::format(
+      "  {:<{}}  {:>8}  {:>8}  {:>7}  {:>9}  {:>9}  {:>11}  {:>9}  {:>9}  {:>7}  {:>6}\n", "region",
+      width, "test acc", "wall s", "steps/s", "WAN MB", "LAN MB", "compression", "stale avg",
+      "stale max", "missing", "wait s");
   auto row = [&](const std::string& name, const GroupSummary& g) {
     out += fmt::format(
-        "  {:<{}}  {:>8}  {:>8.1f}  {:>7}  {:>9}  {:>9}  {:>11}  {:>9}  {:>9}  {:>7}\n", name,
-        width, percent(g.testAccuracy), g.wallSeconds, number(g.stepsPerSecond, 2),
+        "  {:<{}}  {:>8}  {:>8.1f}  {:>7}  {:>9}  {:>9}  {:>11}  {:>9}  {:>9}  {:>7}  {:>6}\n",
+        name, width, percent(g.testAccuracy), g.wallSeconds, number(g.stepsPerSecond, 2),
         megabytes(g.wanBytes()), megabytes(g.lanBytes()),
         g.compressionRatio ? fmt::format("{:.1f}x", *g.compressionRatio) : std::string("-"),
-        number(g.stalenessMean, 2), number(g.stalenessMax, 0), g.missing);
+        number(g.stalenessMean, 2), number(g.stalenessMax, 0), g.missing, number(g.waitSeconds, 1));
   };
   for (const auto& [name, group] : summary.regions) row(name, group);
   row("overall", summary.overall);
-  out += "  (WAN/LAN MB: bytes sent + received; compression: payload / WAN bytes sent)\n";
+  out +=
+      "  (WAN/LAN MB: bytes sent + received; compression: payload / WAN bytes sent; wait s: the "
+      "longest time a worker waited for peers or its uplink)\n";
 
   std::string tta;
   for (const auto& [threshold, seconds] : summary.timeToAccuracy) {

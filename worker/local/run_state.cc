@@ -81,6 +81,7 @@ nlohmann::ordered_json groupJson(const GroupSummary& g) {
       {"stalenessMean", orNull(g.stalenessMean)},
       {"stalenessMax", orNull(g.stalenessMax)},
       {"missing", g.missing},
+      {"waitSeconds", orNull(g.waitSeconds)},
   };
 }
 
@@ -216,6 +217,9 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
           std::max(g.stalenessMax.value_or(*p->sync.stalenessMax), *p->sync.stalenessMax);
     }
     g.missing += p->sync.missing.value_or(0);
+    if (p->sync.waitSeconds) {
+      g.waitSeconds = std::max(g.waitSeconds.value_or(*p->sync.waitSeconds), *p->sync.waitSeconds);
+    }
   }
   if (accuracyCount > 0) g.testAccuracy = accuracySum / accuracyCount;
   if (allDone && lastDone) g.wallSeconds = std::min(wallSeconds, *lastDone);

@@ -19,6 +19,8 @@
 //   stalenessMean    mean of the workers' means weighted by applied updates
 //                    (unweighted when no worker reports appliedUpdates)
 //   stalenessMax     largest; missing: sum
+//   waitSeconds      largest of the workers' time blocked waiting for peers
+//                    or the uplink (what the links cost the slowest worker)
 //   timeToAccuracy   wall time of rank 0's first evalAccuracy >= threshold
 //
 // Not thread-safe (the launcher's poll loop owns it); never throws except
@@ -104,6 +106,7 @@ struct GroupSummary {
   std::optional<double> stalenessMean;
   std::optional<double> stalenessMax;
   int64_t missing = 0;
+  std::optional<double> waitSeconds;
 
   uint64_t wanBytes() const { return wanSentBytes + wanReceivedBytes; }
   uint64_t lanBytes() const { return lanSentBytes + lanReceivedBytes; }
@@ -167,7 +170,7 @@ std::vector<std::pair<double, std::optional<double>>> timeToAccuracy(
 // {"outcome":..,"wallSeconds":..,"testAccuracy":..,"steps":..,
 //  "stepsPerSecond":..,"wanBytes":..,"wanSentBytes":..,"wanReceivedBytes":..,
 //  "lanBytes":..,"payloadBytes":..,"compressionRatio":..,"stalenessMean":..,
-//  "stalenessMax":..,"missing":..,"regions":{"london":{same keys}},
+//  "stalenessMax":..,"missing":..,"waitSeconds":..,"regions":{"london":{same keys}},
 //  "timeToAccuracy":{"0.80":seconds|null,"0.85":..,"0.88":..},
 //  "modelsAgree":true|false|null, "faults":[{"kind":..,"what":..,"atSeconds":..,
 //  "endSeconds":..,"downSeconds":..,"rejoinSeconds":..,"rejoinStep":..,

@@ -144,10 +144,10 @@ RunState finishedRun() {
                  : std::string();
       const std::string fields = fmt::format(
           R"(,"loss":{},"samplesPerSecond":100{},"sync":{{"delay":{},"appliedUpdates":{},)"
-          R"("stalenessMean":{},"stalenessMax":{},"missing":{}}},"bytes":{{"wanSent":{},)"
-          R"("wanReceived":{},"lanSent":10,"lanReceived":20,"payload":{}}})",
+          R"("stalenessMean":{},"stalenessMax":{},"missing":{},"waitSeconds":{}}},)"
+          R"("bytes":{{"wanSent":{},"wanReceived":{},"lanSent":10,"lanReceived":20,"payload":{}}})",
           1.0 / static_cast<double>(k), eval, 2 + r, r + 1, r, 2 * r, r == 3 ? 2 : 0,
-          1000 * k * (r + 1), 500 * k, 4000 * k * (r + 1));
+          0.25 * static_cast<double>(k * (3 - r)), 1000 * k * (r + 1), 500 * k, 4000 * k * (r + 1));
       state.record(r, static_cast<double>(k) + 0.01 * static_cast<double>(r),
                    event(progress(r, 25 * k, 0.5 * static_cast<double>(k * (r + 1)), fields)));
     }
@@ -186,6 +186,8 @@ TEST(LocalRunSummary, NumbersFromEvents) {
   EXPECT_DOUBLE_EQ(*all.stalenessMean, 2.0);
   EXPECT_DOUBLE_EQ(*all.stalenessMax, 6.0);
   EXPECT_EQ(all.missing, 2);
+  // The longest wait, each worker's last cumulative figure: rank 0's 0.25 * 4 * 3.
+  EXPECT_DOUBLE_EQ(*all.waitSeconds, 3.0);
 
   ASSERT_EQ(s.regions.size(), 2u);
   EXPECT_EQ(s.regions[0].first, "london");
@@ -196,6 +198,7 @@ TEST(LocalRunSummary, NumbersFromEvents) {
   EXPECT_DOUBLE_EQ(*london.stalenessMean, 2.0 / 3.0);
   EXPECT_EQ(london.missing, 0);
   EXPECT_EQ(s.regions[1].second.missing, 2);
+  EXPECT_DOUBLE_EQ(*s.regions[1].second.waitSeconds, 1.0);  // rank 2: 0.25 * 4 * 1
   EXPECT_DOUBLE_EQ(*s.regions[1].second.stepsPerSecond, 100.0 / 8.0);
 
   // Rank 0 evaluates 0.75, 0.80, 0.85, 0.90 at wall 1, 2, 3, 4.
@@ -210,9 +213,9 @@ TEST(LocalRunSummary, SummaryJsonHasTheDocumentedKeys) {
   s.outcome = "succeeded";
   const auto j = nlohmann::json::parse(summaryJson(s));
   EXPECT_EQ(j["outcome"], "succeeded");
-  for (const char* key :
-       {"wallSeconds", "testAccuracy", "steps", "stepsPerSecond", "wanBytes", "lanBytes",
-        "payloadBytes", "compressionRatio", "stalenessMean", "stalenessMax", "missing"}) {
+  for (const char* key : {"wallSeconds", "testAccuracy", "steps", "stepsPerSecond", "wanBytes",
+                          "lanBytes", "payloadBytes", "compressionRatio", "stalenessMean",
+                          "stalenessMax", "missing", "waitSeconds"}) {
     EXPECT_TRUE(j.contains(key)) << key;
     EXPECT_TRUE(j["regions"]["tokyo"].contains(key)) << key;
   }
