@@ -11,8 +11,6 @@
 # 39 MB, libicu72 36 MB, libmfx1 27 MB, Mesa's drivers 25 MB, libgdal32
 # 24 MB, libz3-4 23 MB, proj-data 23 MB. The worker's binaries are a few MB,
 # Fashion-MNIST 30 MB. (tests/docker/dockerfile_test.py --built lists them.)
-# libopenblas0-serial is LibTorch's BLAS (libtorch1.13 only recommends it;
-# without it the reference BLAS trains the mlp at a quarter of the speed).
 
 FROM debian:12 AS build
 RUN apt-get update \
@@ -36,7 +34,7 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGEO_USE_CUDA=OFF -DGEO_BUIL
 FROM debian:12-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      libtorch1.13 libopenblas0-serial libfmt9 libspdlog1.10 libyaml-cpp0.7 libzmq5 libsodium23 \
+      libtorch1.13 libfmt9 libspdlog1.10 libyaml-cpp0.7 libzmq5 libsodium23 \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 zlib1g libgomp1 \
       dataset-fashion-mnist \
  && rm -rf /var/lib/apt/lists/*

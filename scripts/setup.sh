@@ -15,8 +15,6 @@ PACKAGES=(
   libcli11-dev                      # command lines
   clang-14 libclang-rt-14-dev       # libFuzzer targets (tests/fuzz)
   libtorch-dev zlib1g-dev           # worker/train: LibTorch (CPU), gzipped IDX files
-  libopenblas0-serial               # LibTorch's BLAS: 4.2x the steps/s of the reference BLAS (one
-                                    # thread per call: a worker's --threads stay its own)
   libyaml-cpp-dev                   # worker.yaml
   nlohmann-json3-dev                # geotrain local: workers' JSON progress lines, summary.json
   prometheus-cpp-dev                # worker/metrics: the /metrics endpoint

@@ -3,11 +3,10 @@
 # processes: `geotrain local` on the world preset's london and tokyo links
 # (115 ms one way, 100 Mbit/s uplinks), mlp on Fashion-MNIST, dts with an
 # automatic period and delay. At 100 Mbit/s a round (~100 KB of 4-bit
-# updates) leaves in ~8 ms and the workers keep a small K (4, or 8 where a
-# step takes under 4 ms); 3 s in, both uplinks drop to 4 Mbit/s (--throttle:
-# a queued signal to each worker), a round then takes ~200 ms to leave, 25
-# times as long, and the workers must agree on a K at least four times the
-# one before (and >= 8) before the end, finish, and end with the same model.
+# updates) leaves in ~8 ms and the workers keep a small K; 3 s in, both
+# uplinks drop to 4 Mbit/s (--throttle: a queued signal to each worker), a
+# round then takes ~200 ms to leave, and the workers must agree on a larger K
+# (>= 8) before the end, finish, and end with the same model.
 # Usage: auto_period_test.sh GEOTRAIN
 set -uo pipefail
 geotrain="$1"
@@ -22,7 +21,7 @@ fail() {
 
 "$geotrain" local --preset world --regions london,tokyo --workers-per-region 1 \
   --algorithm dts --period auto --delay auto --codec qsgd --bits 4 --model mlp \
-  --steps 3000 --eval-interval 0 --throttle london@3s=4mbit --throttle tokyo@3s=4mbit \
+  --steps 1500 --eval-interval 0 --throttle london@3s=4mbit --throttle tokyo@3s=4mbit \
   --out "$work/out" > "$work/run.log" 2>&1 || fail "geotrain local failed"
 grep -q "final models   identical on every worker that finished" "$work/run.log" ||
   fail "the workers did not end with the same model"
@@ -36,9 +35,7 @@ for r in 0 1; do
   before=$(sed -n '/uplink now/q;s/.*period K = \([0-9]*\) steps (was.*/\1/p' "$log" | tail -1)
   after=$(sed -n '/uplink now/,$s/.*period K = \([0-9]*\) steps (was.*/\1/p' "$log" | tail -1)
   echo "worker $r: K before the throttle ${before:-4 (the start)}, after ${after:-unchanged}"
-  before=${before:-4}
-  [[ "$before" -le 8 ]] || fail "worker $r: K = $before at 100 Mbit/s (expected <= 8)"
-  [[ -n "$after" && "$after" -ge 8 && "$after" -ge $((4 * before)) ]] ||
-    fail "worker $r: K did not grow from $before to >= max(8, $((4 * before))) at 4 Mbit/s"
+  [[ -z "$before" || "$before" -le 4 ]] || fail "worker $r: K = $before at 100 Mbit/s (expected <= 4)"
+  [[ -n "$after" && "$after" -ge 8 ]] || fail "worker $r: K did not grow to >= 8 at 4 Mbit/s"
 done
 echo "PASS: auto period followed the uplink from 100 to 4 Mbit/s"

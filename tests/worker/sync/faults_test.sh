@@ -71,32 +71,32 @@ if problems:
 PY
 }
 
-run dts-kill --algorithm dts --period 4 --delay auto --steps 3200 --kill tokyo@6s --restart-after 4s
+run dts-kill --algorithm dts --period 4 --delay auto --steps 800 --kill tokyo@6s --restart-after 4s
 check dts-kill 1
 grep -q 'rank 1 (tokyo) is suspected' "$work/dts-kill/logs/worker-0.log" ||
   fail "dts-kill: rank 0's log does not say that tokyo was suspected"
 grep -q 'joined the running job' "$work/dts-kill/logs/worker-1.log" ||
   fail "dts-kill: the restarted worker did not join by state transfer"
 
-run dts-partition --algorithm dts --period 4 --delay auto --steps 3200 --partition oregon@6s+8s
+run dts-partition --algorithm dts --period 4 --delay auto --steps 800 --partition oregon@6s+8s
 check dts-partition 0
 grep -q 'rank 2 (oregon) is heard again' "$work/dts-partition/logs/worker-0.log" ||
   fail "dts-partition: rank 0 never heard oregon again"
 [[ "$(grep -c 'started as pid' "$work/dts-partition/logs/launcher.log")" == 4 ]] ||
   fail "dts-partition: a worker was restarted (a partition must heal without one)"
 
-run swarm-kill --algorithm swarm --swarm-h 4 --steps 4800 --kill tokyo@6s --restart-after 4s
+run swarm-kill --algorithm swarm --swarm-h 4 --steps 1200 --kill tokyo@6s --restart-after 4s
 check swarm-kill 1
 
 run member-kill --regions london,tokyo --workers-per-region 2 --algorithm dts --period 4 \
-  --delay auto --steps 3200 --kill tokyo:1@6s --restart-after 4s
+  --delay auto --steps 800 --kill tokyo:1@6s --restart-after 4s
 check member-kill 1
 
 # A region leader killed: its member cannot train without it, fails, and is
 # restarted too (--restart-after retries failed workers, as Kubernetes does);
 # both rejoin, the leader through the WAN, the member through its leader.
 run leader-kill --regions london,tokyo --workers-per-region 2 --algorithm dts --period 4 \
-  --delay auto --steps 4000 --kill tokyo:0@6s --restart-after 4s
+  --delay auto --steps 1000 --kill tokyo:0@6s --restart-after 4s
 check leader-kill 1
 grep -q 'worker 3 failed .*restarting it' "$work/leader-kill/logs/launcher.log" ||
   fail "leader-kill: the member was not restarted after its leader went away"
