@@ -18,6 +18,11 @@ void keep(std::optional<T>& into, const std::optional<T>& value) {
   if (value) into = value;
 }
 
+// The larger of the two where both are known, else whichever is.
+void keepLargest(std::optional<double>& into, const std::optional<double>& value) {
+  if (value) into = std::max(into.value_or(*value), *value);
+}
+
 void merge(SyncStats& into, const SyncStats& s) {
   keep(into.delay, s.delay);
   keep(into.appliedUpdates, s.appliedUpdates);
@@ -212,14 +217,9 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
     g.lanSentBytes += p->bytes.lanSent.value_or(0);
     g.lanReceivedBytes += p->bytes.lanReceived.value_or(0);
     g.payloadBytes += p->bytes.payload.value_or(0);
-    if (p->sync.stalenessMax) {
-      g.stalenessMax =
-          std::max(g.stalenessMax.value_or(*p->sync.stalenessMax), *p->sync.stalenessMax);
-    }
+    keepLargest(g.stalenessMax, p->sync.stalenessMax);
     g.missing += p->sync.missing.value_or(0);
-    if (p->sync.waitSeconds) {
-      g.waitSeconds = std::max(g.waitSeconds.value_or(*p->sync.waitSeconds), *p->sync.waitSeconds);
-    }
+    keepLargest(g.waitSeconds, p->sync.waitSeconds);
   }
   if (accuracyCount > 0) g.testAccuracy = accuracySum / accuracyCount;
   if (allDone && lastDone) g.wallSeconds = std::min(wallSeconds, *lastDone);
