@@ -124,7 +124,9 @@ class Transport {
                       std::chrono::milliseconds timeout) = 0;
 
   // Waits up to `timeout` for a message of `kind` and `round` from `from`
-  // (kAnyPeer: any sender) and removes it from the inbox.
+  // (kAnyPeer: any sender) and removes it from the inbox. A timeout of 0 is
+  // a poll: it looks without waiting and costs no system call (the
+  // synchronizers poll several times a step, on the training thread).
   virtual StatusOr<Message> receive(MessageKind kind, uint64_t round, uint32_t from,
                                     std::chrono::milliseconds timeout) = 0;
 

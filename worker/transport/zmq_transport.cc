@@ -513,16 +513,27 @@ StatusOr<Message> ZmqTransport::receive(MessageKind kind, uint64_t round, uint32
     }
     return false;
   };
-  if (!inboxCv_.wait_for(lock, timeout, [&] { return take() || closed_; })) {
+  // A poll (timeout 0) only looks: no wait on the condition variable, whose
+  // timed wait is a futex call even when the time is already up. The
+  // training thread polls several times a step, and on a machine with more
+  // busy threads than cores every system call may hand its core to another.
+  const bool ready = timeout.count() <= 0
+                         ? take() || closed_
+                         : inboxCv_.wait_for(lock, timeout, [&] { return take() || closed_; });
+  if (!ready) {
     return deadlineExceeded(fmt::format(
         "transport: no {} message for round {} from {} within {} ms", messageKindName(kind), round,
         from == kAnyPeer ? std::string("any rank") : fmt::format("rank {}", from),
         timeout.count()));
   }
   if (!found) return Status(StatusCode::kCancelled, "transport: closed");
+  const bool wasFull = inboxBytes_ >= cfg_.maxInboxBytes;
   inboxBytes_ -= found->payload.size();
   lock.unlock();
-  wake();  // the I/O thread may have paused reading on a full inbox
+  // The I/O thread pauses reading on a full inbox and resumes when woken;
+  // otherwise a wake would only cost both threads a system call and a
+  // turn of its loop.
+  if (wasFull) wake();
   return std::move(*found);
 }
 
