@@ -13,7 +13,8 @@
 // Fault injection for `geotrain local`: SIGUSR1 cuts this worker off from the
 // other regions (the emulated links drop everything both ways) until
 // SIGUSR2; SIGRTMIN queued with a value sets its emulated WAN uplink to that
-// many kbit/s; --emulate-slowdown stretches every step.
+// many kbit/s; --emulate-slowdown stretches every step, and
+// --emulate-step-time pads every step's compute to a floor.
 //
 // This file parses the command line; the run itself is worker/app (run.h).
 
@@ -22,6 +23,8 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <chrono>
+#include <cstdint>
 #include <exception>
 #include <iostream>
 #include <optional>
@@ -81,11 +84,17 @@ int main(int argc, char** argv) {
   addShort("--metrics-listen", "metrics.listen", "host:port of the Prometheus /metrics endpoint");
   addShort("--log-level", "log.level", "trace, debug, info, warn, error, critical or off");
   addShort("--log-format", "log.format", "text, or json: one object a line for log collectors");
-  double slowdown = 1;
-  app.add_option("--emulate-slowdown", slowdown,
+  geo::app::Emulation emulation;
+  app.add_option("--emulate-slowdown", emulation.slowdown,
                  "Fault injection: stretch every step to this many times its duration, emulating a "
                  "slower machine (geotrain local --slow)")
       ->check(CLI::Range(1.0, 100.0))
+      ->capture_default_str();
+  int64_t minStepMs = 0;
+  app.add_option("--emulate-step-time", minStepMs,
+                 "Emulation: every step's compute lasts at least this many milliseconds, as with "
+                 "a larger model (geotrain local --step-time); 0: off")
+      ->check(CLI::Range(int64_t{0}, int64_t{60000}))
       ->capture_default_str();
   std::optional<int64_t> completionIndex;
   app.add_option("--completion-index", completionIndex,
@@ -146,7 +155,8 @@ int main(int argc, char** argv) {
   const geo::app::Progress progress(progressFormat == "jsonl", config.worker.rank);
   gProgress = &progress;
   try {
-    return geo::app::runWorker(config, progress, slowdown);
+    emulation.minStepTime = std::chrono::milliseconds(minStepMs);
+    return geo::app::runWorker(config, progress, emulation);
   } catch (const std::exception& e) {
     return geo::app::reportFailure(gProgress, geo::internalError(e.what()));
   }

@@ -72,7 +72,7 @@ void logStep(const train::StepStats& st, const sync::Synchronizer* sync, bool dt
 
 }  // namespace
 
-int runWorker(const WorkerConfig& c, const Progress& progress, double slowdown) {
+int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& emulation) {
   if (auto s = initLogging(c.log.level); !s.ok()) return reportFailure(&progress, s);
   if (auto s = setLogFormat(c.log.format); !s.ok()) return reportFailure(&progress, s);
   if (c.training.threads > 0) torch::set_num_threads(static_cast<int>(c.training.threads));
@@ -108,7 +108,8 @@ int runWorker(const WorkerConfig& c, const Progress& progress, double slowdown) 
   const std::string describe = (*model)->describe();
   const int64_t params = (*model)->parameterCount();
   auto options = trainerOptions(c, *device);
-  options.slowdown = slowdown;
+  options.slowdown = emulation.slowdown;
+  options.minStepTime = emulation.minStepTime;
   // An evaluation over the test set costs as much as many steps, and a
   // worker that evaluates falls behind its peers: only rank 0 evaluates
   // every training.evalInterval steps; every worker evaluates its final

@@ -161,6 +161,13 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
                    "e.g. tokyo@20s=5mbit (a link whose bandwidth drops; repeatable)")
       ->type_name("REGION@TIME=RATE");
   local
+      ->add_option_function<std::string>(
+          "--step-time", [&options](const std::string& v) { options.stepTime = v; },
+          "Emulation: every worker's step computes for at least this long, e.g. 20ms, as a "
+          "larger model would (up to 60s); a timeline in seconds (--kill, --partition, "
+          "--throttle) then falls on the same steps on any machine")
+      ->type_name("DURATION");
+  local
       ->add_option("--worker-binary", options.workerBinary,
                    "geotrain-worker executable to run (default: geotrain-worker next to this "
                    "geotrain)")

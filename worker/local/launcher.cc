@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -618,6 +619,17 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   if (!topology.ok()) return topology.status();
   auto plan = makeFaultPlan(options.faults, *topology);
   if (!plan.ok()) return plan.status();
+  int64_t stepTimeMs = 0;
+  if (options.stepTime) {
+    const auto seconds = parseSeconds(*options.stepTime);
+    if (!seconds.ok())
+      return invalidArgument(fmt::format("--step-time: {}", seconds.status().message()));
+    if (*seconds < 1e-3 || *seconds > 60) {
+      return invalidArgument(
+          fmt::format("--step-time {}: allowed from 1ms to 60s", *options.stepTime));
+    }
+    stepTimeMs = std::llround(*seconds * 1e3);
+  }
   auto base = buildBaseConfig(options);
   if (!base.ok()) return base.status();
   auto workerBinary = resolveWorkerBinary(options.workerBinary);
@@ -696,6 +708,9 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
     w.spec.args = {"--config", configPath.string(), "--progress-format", "jsonl"};
     if (const double f = plan->slowdown[static_cast<size_t>(r)]; f > 1) {
       w.spec.args.insert(w.spec.args.end(), {"--emulate-slowdown", fmt::format("{}", f)});
+    }
+    if (stepTimeMs > 0) {
+      w.spec.args.insert(w.spec.args.end(), {"--emulate-step-time", fmt::format("{}", stepTimeMs)});
     }
     w.spec.stderrPath = paths.logsDir / fmt::format("worker-{}.log", r);
     workers.push_back(std::move(w));

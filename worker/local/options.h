@@ -77,6 +77,9 @@ struct LocalOptions {
 
   // Fault injection (faults.h): --kill, --restart-after, --partition, --slow.
   FaultOptions faults;
+  // --step-time: every worker's step computes for at least this long
+  // ("20ms"; geotrain-worker --emulate-step-time); nullopt: as fast as it can.
+  std::optional<std::string> stepTime;
 };
 
 }  // namespace geo::local

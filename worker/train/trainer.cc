@@ -383,6 +383,9 @@ StatusOr<StepStats> Trainer::step() {
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     optimizer_->step();
     ++step_;
+    if (options_.minStepTime.count() > 0) {
+      std::this_thread::sleep_until(started + options_.minStepTime);
+    }
     if (hook_ != nullptr) GEO_RETURN_IF_ERROR(hook_->afterStep(step_ - 1, flat_));
     stats.step = step_;
     stats.loss = lossValue;

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -57,6 +58,12 @@ struct TrainerOptions {
   // stretched to this many times its duration by sleeping after it, to
   // emulate a slower machine (a straggler). 1: off.
   double slowdown = 1;
+  // Emulation (`geotrain local --step-time 20ms`): a step's compute (forward,
+  // backward, optimizer) lasts at least this long, padded with a sleep before
+  // the synchronizer's part, as with a larger model. Runs whose timeline is
+  // in seconds (fault scenarios) then take the same steps on any machine.
+  // 0: off.
+  std::chrono::milliseconds minStepTime{0};
 };
 
 // Throws nothing; names the field and the allowed values.

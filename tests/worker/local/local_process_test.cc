@@ -356,6 +356,9 @@ TEST_F(LocalProcessTest, ProblemsFoundBeforeStartingSpawnNothing) {
       {{"--regions", "london,paris"}, "--rtt london-paris=<time>"},
       {{"--set", "training.lrr=1"}, "training.lrr: unknown key"},
       {{"--uplink", "fast"}, "--uplink fast: not a rate"},
+      {{"--step-time", "20"}, "--step-time: '20' needs a unit: s or ms (e.g. 20s, 1500ms)"},
+      {{"--step-time", "fastms"}, "--step-time: 'fastms' is not a duration"},
+      {{"--step-time", "0ms"}, "--step-time 0ms: allowed from 1ms to 60s"},
       {{"--out", notEmpty.string()}, "the folder exists and is not empty"},
       {{"--worker-binary", (dir_ / "missing").string()}, "does not exist"},
       // Bounds, checked before anything is allocated for them.

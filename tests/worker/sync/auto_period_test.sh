@@ -2,7 +2,9 @@
 # sync.period: auto follows a change of uplink bandwidth, across real
 # processes: `geotrain local` on the world preset's london and tokyo links
 # (115 ms one way, 100 Mbit/s uplinks), mlp on Fashion-MNIST, dts with an
-# automatic period and delay. At 100 Mbit/s a round (~100 KB of 4-bit
+# automatic period and delay, steps of at least 25 ms (--step-time: the
+# same K on any machine; on OpenBLAS a bare mlp step takes ~1 ms, for which
+# 100 Mbit/s is itself the limit). At 100 Mbit/s a round (~100 KB of 4-bit
 # updates) leaves in ~8 ms and the workers keep a small K; 3 s in, both
 # uplinks drop to 4 Mbit/s (--throttle: a queued signal to each worker), a
 # round then takes ~200 ms to leave, and the workers must agree on a larger K
@@ -20,7 +22,7 @@ fail() {
 }
 
 "$geotrain" local --preset world --regions london,tokyo --workers-per-region 1 \
-  --algorithm dts --period auto --delay auto --codec qsgd --bits 4 --model mlp \
+  --algorithm dts --period auto --delay auto --codec qsgd --bits 4 --model mlp --step-time 25ms \
   --steps 1500 --eval-interval 0 --throttle london@3s=4mbit --throttle tokyo@3s=4mbit \
   --out "$work/out" > "$work/run.log" 2>&1 || fail "geotrain local failed"
 grep -q "final models   identical on every worker that finished" "$work/run.log" ||

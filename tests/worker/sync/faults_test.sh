@@ -21,7 +21,11 @@ set -uo pipefail
 geotrain="$1"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+# Steps of at least 25 ms (--step-time), so that the timeline in seconds (a
+# kill at 6 s, a restart 4 s later) falls on the same steps on any machine:
+# on OpenBLAS the bare mlp steps in a few ms and a run would be over first.
 common=(--preset world --model mlp --eval-interval 0 --codec qsgd --bits 4 --threads 1
+        --step-time 25ms
         --set training.logInterval=20)
 
 fail() {

@@ -1229,6 +1229,10 @@ TEST(Membership, APartitionHealsWithoutWaitingForLostRounds) {
   job.partitionAtStep = 20;
   job.regions = {"a", "b", "c", "d"};
   job.partitionDuration = 1500ms;
+  // Steps of at least 10 ms, so that the partition heals mid-run whatever
+  // the machine's speed (300 steps of the bare mlp take well under 1.5 s on
+  // OpenBLAS).
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 10ms);
   job.sync = options("dts", "qsgd");
   job.sync.period = 2;
   job.sync.delay = 1;
@@ -1254,6 +1258,10 @@ TEST(Membership, ALateWorkerJoinsByStateTransfer) {
     job.steps = 400;
     job.lateRank = 3;
     job.lateAtStep = 40;
+    // Steps of at least 10 ms: the late worker's start and state transfer
+    // take a fraction of a second, in which the bare mlp on OpenBLAS would
+    // run the others to the end.
+    job.extraCompute = std::vector<std::chrono::milliseconds>(4, 10ms);
     job.sync = options(algorithm, "qsgd");
     job.sync.period = 4;
     job.sync.delay = 1;

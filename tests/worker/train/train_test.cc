@@ -86,6 +86,46 @@ TEST(TrainConvergence, CnnReaches89PercentIn1500Steps) {
   EXPECT_GE(trainAndEvaluate({"cnn", {}}, o), 0.89);
 }
 
+// --step-time's floor: a step's compute lasts at least minStepTime, padded
+// before the synchronizer's part (the hook sees the padded compute, as it
+// would a larger model's), and a step slower than the floor is not padded.
+TEST(TrainEmulation, MinStepTimePadsTheComputeBeforeTheHook) {
+  struct Times : StepHook {
+    std::vector<std::chrono::steady_clock::time_point> backward, after;
+    Status afterBackward(int64_t, FlatParameters&) override {
+      backward.push_back(std::chrono::steady_clock::now());
+      return {};
+    }
+    Status afterStep(int64_t, FlatParameters&) override {
+      after.push_back(std::chrono::steady_clock::now());
+      return {};
+    }
+  } times;
+  TrainerOptions o;
+  o.steps = 6;
+  o.minStepTime = std::chrono::milliseconds(40);
+  auto t = makeTrainer({"mlp", {}}, o, &times);
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(t->step().ok());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_GE(seconds, 5 * 0.040);
+  ASSERT_EQ(times.after.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    // From the gradient to the hook: the optimizer step and the padding;
+    // the step began before the gradient, so this is at most the floor.
+    EXPECT_GT(times.after[i] - times.backward[i], std::chrono::milliseconds(10)) << "step " << i;
+  }
+  o.minStepTime = std::chrono::milliseconds(0);
+  auto bare = makeTrainer({"mlp", {}}, o);
+  ASSERT_TRUE(bare->step().ok());  // the first step allocates
+  const auto bareStarted = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(bare->step().ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - bareStarted,
+            std::chrono::steady_clock::duration(std::chrono::milliseconds(200)))
+      << "the bare mlp steps in well under 40 ms (on a loaded machine too)";
+}
+
 // Runs `steps` steps; returns the first loss and the mean of the last 20.
 std::pair<double, double> lossDrop(Trainer& t, int64_t steps) {
   double first = 0, lastMean = 0;
