@@ -20,9 +20,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <pthread.h>
-#include <signal.h>
-
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -107,14 +104,8 @@ int main(int argc, char** argv) {
                  "stdout (events start, progress, done, error; see docs/worker-progress.md)")
       ->check(CLI::IsMember({"text", "jsonl"}))
       ->capture_default_str();
-  // Before any thread exists, so that every thread inherits it: SIGUSR1 and
-  // SIGUSR2 (emulated partitions) are taken by one thread with sigwait.
-  sigset_t partitionSignals;
-  sigemptyset(&partitionSignals);
-  sigaddset(&partitionSignals, SIGUSR1);
-  sigaddset(&partitionSignals, SIGUSR2);
-  sigaddset(&partitionSignals, SIGRTMIN);  // --throttle: a new uplink rate
-  pthread_sigmask(SIG_BLOCK, &partitionSignals, nullptr);
+  // Before any thread of ours exists (see run.h).
+  geo::app::prepareFaultSignals();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

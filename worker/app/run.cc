@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -15,6 +18,7 @@
 #include "worker/app/setup.h"
 #include "worker/app/transport_setup.h"
 #include "worker/app/worker_hook.h"
+#include "worker/train/blas.h"
 #include "worker/transport/zmq_transport.h"
 
 namespace geo::app {
@@ -23,32 +27,58 @@ namespace {
 using local::EventKind;
 using local::WorkerEvent;
 
-// SIGUSR1 / SIGUSR2 start and end an emulated partition; SIGRTMIN, queued
-// with a value, sets the emulated uplink to that many kbit/s (0: unlimited).
-// main() blocks them before any thread exists (every thread inherits the
-// mask); this thread takes them with sigwaitinfo and tells the transport,
-// outside any signal handler. It lives until the process exits.
+// What a fault signal said, as the handler passes it to the watching thread.
+struct FaultSignal {
+  int signal = 0;
+  int value = -1;  // SIGRTMIN's queued value (kbit/s), else -1
+};
+
+int faultPipe[2] = {-1, -1};  // [0]: the watching thread reads; [1]: handlers write
+
+// Async-signal-safe: one write of a few bytes (atomic below PIPE_BUF; the
+// write end does not block, so a full pipe drops the signal rather than
+// stall the thread it interrupted).
+void onFaultSignal(int signal, siginfo_t* info, void* /*context*/) {
+  const int savedErrno = errno;
+  FaultSignal f;
+  f.signal = signal;
+  if (signal == SIGRTMIN && info != nullptr && info->si_code == SI_QUEUE) {
+    f.value = info->si_value.sival_int;
+  }
+  [[maybe_unused]] const ssize_t n = ::write(faultPipe[1], &f, sizeof f);
+  errno = savedErrno;
+}
+
+sigset_t faultSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  sigaddset(&set, SIGUSR2);
+  sigaddset(&set, SIGRTMIN);
+  return set;
+}
+
+// Takes the fault signals (prepareFaultSignals) and tells the transport,
+// outside any handler: SIGUSR1 / SIGUSR2 start and end an emulated
+// partition; SIGRTMIN, queued with a value, sets the emulated uplink to that
+// many kbit/s (0: unlimited). This thread unblocks them, so that one that
+// arrives while every other thread of ours blocks them (the usual case)
+// interrupts only this read. It lives until the process exits.
 void watchPartitionSignals(transport::Transport* transport) {
+  if (faultPipe[0] < 0) return;
   std::thread([transport] {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGUSR1);
-    sigaddset(&set, SIGUSR2);
-    sigaddset(&set, SIGRTMIN);
+    const sigset_t set = faultSignals();
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
     while (true) {
-      siginfo_t info{};
-      const int signal = sigwaitinfo(&set, &info);
-      if (signal < 0) {
-        if (errno == EINTR) continue;
-        return;
-      }
-      if (signal == SIGRTMIN) {
-        if (info.si_code == SI_QUEUE && info.si_value.sival_int >= 0) {
-          transport->setUplinkRate(static_cast<double>(info.si_value.sival_int) * 1000 / 8);
-        }
+      FaultSignal f;
+      const ssize_t n = ::read(faultPipe[0], &f, sizeof f);
+      if (n < 0 && errno == EINTR) continue;
+      if (n != static_cast<ssize_t>(sizeof f)) return;
+      if (f.signal == SIGRTMIN) {
+        if (f.value >= 0) transport->setUplinkRate(static_cast<double>(f.value) * 1000 / 8);
         continue;
       }
-      transport->setPartitioned(signal == SIGUSR1);
+      transport->setPartitioned(f.signal == SIGUSR1);
     }
   }).detach();
 }
@@ -72,12 +102,36 @@ void logStep(const train::StepStats& st, const sync::Synchronizer* sync, bool dt
 
 }  // namespace
 
+void prepareFaultSignals() {
+  if (faultPipe[0] >= 0 || ::pipe2(faultPipe, O_CLOEXEC) != 0) return;
+  ::fcntl(faultPipe[1], F_SETFL, ::fcntl(faultPipe[1], F_GETFL) | O_NONBLOCK);
+  struct sigaction action {};
+  action.sa_sigaction = onFaultSignal;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  for (const int signal : {SIGUSR1, SIGUSR2, SIGRTMIN}) sigaction(signal, &action, nullptr);
+  const sigset_t set = faultSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
 int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& emulation) {
   if (auto s = initLogging(c.log.level); !s.ok()) return reportFailure(&progress, s);
   if (auto s = setLogFormat(c.log.format); !s.ok()) return reportFailure(&progress, s);
-  if (c.training.threads > 0) torch::set_num_threads(static_cast<int>(c.training.threads));
+  if (c.training.threads > 0) {
+    torch::set_num_threads(static_cast<int>(c.training.threads));
+    train::setBlasThreads(static_cast<int>(c.training.threads));
+  }
   auto device = trainingDevice(c);
   if (!device.ok()) return reportFailure(&progress, device.status());
+  if (device->is_cpu()) {
+    const auto blas = train::blasInfo();
+    logger()->info("BLAS: {}",
+                   blas.openblas
+                       ? fmt::format("{} ({}, {} thread{} per call)", *blas.openblas, blas.parallel,
+                                     blas.threads, blas.threads == 1 ? "" : "s")
+                       : fmt::format("{} (not OpenBLAS)", blas.library));
+    if (const auto warning = train::blasWarning(blas)) logger()->warn("{}", *warning);
+  }
 
   auto topology = sync::Topology::make(rankRegions(c), static_cast<uint32_t>(c.worker.rank));
   if (!topology.ok()) return reportFailure(&progress, topology.status());

@@ -8,9 +8,9 @@
 // the command line and calls this.
 //
 // Fault injection for `geotrain local`: SIGUSR1 cuts this worker off from the
-// other regions until SIGUSR2. The caller must have blocked both signals in
-// every thread (pthread_sigmask before any thread exists): a thread started
-// here takes them with sigwait.
+// other regions until SIGUSR2, and SIGRTMIN queued with a value sets its
+// emulated uplink. The caller calls prepareFaultSignals() first thing in
+// main; a thread started here takes the signals.
 
 #include <chrono>
 
@@ -24,6 +24,15 @@ struct Emulation {
   double slowdown = 1;                       // >= 1: every step takes this many times as long
   std::chrono::milliseconds minStepTime{0};  // > 0: every step's compute lasts at least this
 };
+
+// Installs handlers for the fault signals (SIGUSR1, SIGUSR2, SIGRTMIN) that
+// pass them to runWorker's watching thread through a pipe, and blocks them in
+// the calling thread, which every thread it starts inherits. A handler, not
+// only a mask: threads that libraries start before main (OpenBLAS's pthreads
+// build starts its pool when it is loaded) have the signals unblocked, and
+// their default action would end the process (a partition once killed a
+// worker that way). Call it first thing in main, before any thread of ours.
+void prepareFaultSignals();
 
 // kExitOk (also when the job had finished before this worker could rejoin
 // it), kExitFailure with the reason on stderr and as an error event, or (from

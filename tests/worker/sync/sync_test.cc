@@ -24,6 +24,7 @@
 #include "worker/codec/codec.h"
 #include "worker/sync/internal.h"
 #include "worker/sync/synchronizer.h"
+#include "worker/train/blas.h"
 #include "worker/train/trainer.h"
 #include "worker/transport/zmq_transport.h"
 
@@ -188,6 +189,7 @@ int64_t syncBytes(const SyncOptions& o, const train::FlatParameters& flat);
 // synchronizer and trainer on a synthetic data set shard.
 RunResult runJob(const JobSpec& job) {
   torch::set_num_threads(1);  // one core per worker thread at most
+  train::setBlasThreads(1);
   const auto world = static_cast<uint32_t>(job.regions.size());
   const transport::testing::World mesh(world);  // keys and loopback endpoints
   train::DatasetSpec data;

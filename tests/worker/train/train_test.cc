@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "worker/train/blas.h"
 #include "worker/train/trainer.h"
 
 namespace geo::train {
@@ -124,6 +125,79 @@ TEST(TrainEmulation, MinStepTimePadsTheComputeBeforeTheHook) {
   EXPECT_LT(std::chrono::steady_clock::now() - bareStarted,
             std::chrono::steady_clock::duration(std::chrono::milliseconds(200)))
       << "the bare mlp steps in well under 40 ms (on a loaded machine too)";
+}
+
+// A worker calls the BLAS from two threads at once (training, and the
+// evaluation on its own thread), and the synchronizers' tests run several
+// workers in one process: the BLAS in use must give each call its own
+// result. OpenBLAS's sequential build as Debian ships it has no locks, and
+// its concurrent products came out wrong (flat and hierarchical allreduce
+// differed by 4e-4 after one step in about one run of ten).
+TEST(TrainBlas, ProductsFromSeveralThreadsAtOnceAreEachTheirOwn) {
+  setBlasThreads(1);  // as the workers of sync_test, one thread per call
+  const BlasInfo blas = blasInfo();
+  // The mlp's forward and backward (addmm with its bias, the products of
+  // the gradients with transposed operands), four workers' worth.
+  struct Problem {
+    torch::nn::Sequential model{nullptr};
+    torch::Tensor x;
+    std::vector<torch::Tensor> grads;
+  };
+  const auto gradients = [](Problem& p) {
+    p.model->zero_grad();
+    p.model->forward(p.x).logsumexp(1).sum().backward();
+    std::vector<torch::Tensor> out;
+    for (const auto& param : p.model->parameters()) out.push_back(param.grad().clone());
+    return out;
+  };
+  std::vector<Problem> problems(4);
+  for (size_t i = 0; i < problems.size(); ++i) {
+    torch::manual_seed(static_cast<uint64_t>(i) + 5);
+    Problem& p = problems[i];
+    p.model = torch::nn::Sequential(torch::nn::Linear(784, 256), torch::nn::ReLU(),
+                                    torch::nn::Linear(256, 10));
+    p.x = torch::randn({64, 784});
+    p.grads = gradients(p);
+  }
+  // 800 rounds caught the sequential build in 5 runs of 5 (1 s on OpenBLAS;
+  // the reference BLAS, 13 times slower, has no shared buffers to race on).
+  const int rounds = blas.openblas ? 800 : 100;
+  std::atomic<int> wrong{0};
+  const auto work = [&](Problem& p) {
+    for (int i = 0; i < rounds; ++i) {
+      const auto g = gradients(p);
+      for (size_t j = 0; j < g.size(); ++j) {
+        if (!torch::equal(g[j], p.grads[j])) ++wrong;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (Problem& p : problems) threads.emplace_back(work, std::ref(p));
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0) << "BLAS " << blas.library << " ("
+                             << blas.openblas.value_or("not OpenBLAS") << ", " << blas.parallel
+                             << ") is not safe to call from several threads";
+}
+
+// The warning a worker logs about its BLAS.
+TEST(TrainBlas, TheReferenceAndTheSequentialOpenBlasAreWarnedOf) {
+  BlasInfo reference;
+  reference.library = "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3";
+  EXPECT_NE(blasWarning(reference).value_or("").find("apt-get install libopenblas0-pthread"),
+            std::string::npos);
+  BlasInfo serial;
+  serial.openblas = "OpenBLAS 0.3.21";
+  serial.parallel = "sequential";
+  EXPECT_NE(blasWarning(serial).value_or("").find("not safe to call from two threads"),
+            std::string::npos);
+  BlasInfo pthreads = serial;
+  pthreads.parallel = "pthreads";
+  EXPECT_EQ(blasWarning(pthreads), std::nullopt);
+  // And this process's: setBlasThreads reaches OpenBLAS where it is the BLAS.
+  if (blasInfo().openblas) {
+    setBlasThreads(1);
+    EXPECT_EQ(blasInfo().threads, 1);
+  }
 }
 
 // Runs `steps` steps; returns the first loss and the mean of the last 20.
