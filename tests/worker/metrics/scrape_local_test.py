@@ -293,6 +293,10 @@ def main():
            "--period", str(PERIOD), "--delay", str(DELAY), "--codec", "qsgd",
            "--bits", str(BITS), "--set", f"sync.bucket={BUCKET}", "--eval-interval", "0",
            "--threads", "1", "--set", "metrics.lingerSeconds=30", "--out", run_dir,
+           # Steps of at least 25 ms (10 s of training): the scrapes during
+           # training need time to fall between steps 60 and 300, and on
+           # OpenBLAS the bare mlp takes ~1 ms a step.
+           "--step-time", "25ms",
            "--prometheus-config", prom]
     print("running:", " ".join(cmd), flush=True)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
