@@ -68,8 +68,9 @@ constexpr size_t kLagWindow = 4;        // link samples per peer the auto delay 
 constexpr size_t kOwnLagRounds = 64;    // rounds whose measured lags await the peers' reports
 constexpr double kMaxLagSeconds = 600;  // a lag beyond this (or a forged one) is no sample
 constexpr int64_t kMinStepsBetweenChanges = 32;
-constexpr size_t kBaseRttWindow = 64;  // rounds of ping round trips the auto period looks back on
-constexpr size_t kLateWindow = 4;      // incomplete rounds a late contribution may still join
+// Ping round trips the auto period looks back on (one or two a round).
+constexpr size_t kBaseRttWindow = 64;
+constexpr size_t kLateWindow = 4;  // incomplete rounds a late contribution may still join
 constexpr auto kPoll = std::chrono::milliseconds(20);
 
 class Dts final : public Base {
@@ -648,9 +649,13 @@ class Dts final : public Base {
   // smallest recent ping round trip) is the round's transfer time, from
   // which autoPeriod() (auto_rules.h) chooses K. A change takes effect from
   // a round two rounds and twice the links' latency ahead, and travels in
-  // the reports.
-  Status choosePeriod() {
-    ++roundsSinceChange_;
+  // the reports. Called at each round's completion, and at a round's close
+  // (`atClose`) for the uplink's part alone: a completion comes D steps
+  // after its close, and where steps are short D is long (50-200 steps of
+  // 1-3 ms on the world links), while two rounds held back by the uplink
+  // are known as soon as they leave.
+  Status choosePeriod(bool atClose) {
+    if (!atClose) ++roundsSinceChange_;
     // The links' latency without queueing: pings share the uplink's queue
     // with the updates, so a busy link inflates them; the smallest of the
     // recent ones is the path's.
@@ -667,7 +672,7 @@ class Dts final : public Base {
     // then takes at least as long as those rounds lasted, known without
     // anyone's report (the links' come a round's completion, D steps, and a
     // report's trip later), and K may grow at once.
-    const bool measured = roundsSinceChange_ >= kLagWindow + 2;
+    const bool measured = !atClose && roundsSinceChange_ >= kLagWindow + 2;
     const bool heldBack = roundIntervals_.size() >= 2 &&
                           std::all_of(roundIntervals_.end() - 2, roundIntervals_.end(),
                                       [](const RoundInterval& r) { return r.uplinkHeld; });
@@ -826,6 +831,7 @@ class Dts final : public Base {
     lastSentAt_ = p.sentAt;
     stats_.setDelay(delay_);
     pending_.push_back(std::move(p));
+    if (options_.autoPeriod && !finishing_ && uplinkHeld_) return choosePeriod(true);
     return {};
   }
 
@@ -933,7 +939,7 @@ class Dts final : public Base {
       takeOwnLags(p.round, std::move(lags));
     }
     if (auto_) chooseDelay();
-    if (options_.autoPeriod && !finishing_) GEO_RETURN_IF_ERROR(choosePeriod());
+    if (options_.autoPeriod && !finishing_) GEO_RETURN_IF_ERROR(choosePeriod(false));
     return {};
   }
 
