@@ -18,8 +18,9 @@
 // set stay as consistent as without a fault. A contribution that arrives
 // after its round completed without it (a peer suspected wrongly, or late
 // through a partition's edge) is applied when it arrives, as if it had been
-// in the mean: x <- x - w_j (q_j - q̄_S) / (W_S + w_j), for rounds up to
-// kLateWindow back; older ones are counted as dropped and logged.
+// in the mean: x <- x - w_j (q_j - q̄_S) / (W_S + w_j), for the last
+// incomplete rounds, as many as the delay spans and at least kLateWindow
+// (lateWindow()); older ones are counted as dropped and logged.
 // A worker that starts while the others are ahead takes the model of the
 // nearest live peer, the job's step and round, and contributes from the
 // round that its first K-boundary closes; its own rounds in flight are void.
@@ -386,6 +387,19 @@ class Dts final : public Base {
   // Updates of rounds that no one will ask for any more (completed, and past
   // the late window) are dropped from the inbox: a restarted peer's queue, a
   // straggler far behind. A dropped one that had not been applied is counted.
+  // How many incomplete rounds a late contribution may still join: those a
+  // delay spans, and at least kLateWindow. A contribution is late by up to
+  // its link's time past the due step, which a D chosen before the link was
+  // measured (at a start or a resume) can fall short of by the whole link;
+  // with steps of ~10 ms and K = 2, a 150 ms link is 7 rounds, and a window
+  // of 4 dropped such contributions. Each entry holds one model-sized mean,
+  // as each round in flight holds one.
+  size_t lateWindow() const {
+    const auto k = static_cast<size_t>(std::max<int64_t>(schedule_.k, 1));
+    return std::max(kLateWindow,
+                    (static_cast<size_t>(std::max<int64_t>(delay_, 0)) + k - 1) / k + 1);
+  }
+
   void discardStale() {
     uint64_t keepFrom = nextRound_;
     if (!pending_.empty()) keepFrom = std::min(keepFrom, pending_.front().round);
@@ -929,7 +943,7 @@ class Dts final : public Base {
       Late l{p.round, mean, total, std::vector<bool>(group_.size(), false)};
       for (size_t i = 0; i < group_.size(); ++i) l.had[i] = i == group_.self || p.has(i);
       late_.push_back(std::move(l));
-      if (late_.size() > kLateWindow) late_.pop_front();
+      while (late_.size() > lateWindow()) late_.pop_front();
     }
     discardStale();
     // Round 0 includes connection set-up (CURVE handshakes): not a link
