@@ -384,9 +384,6 @@ class Dts final : public Base {
     }
   }
 
-  // Updates of rounds that no one will ask for any more (completed, and past
-  // the late window) are dropped from the inbox: a restarted peer's queue, a
-  // straggler far behind. A dropped one that had not been applied is counted.
   // How many incomplete rounds a late contribution may still join: those a
   // delay spans, and at least kLateWindow. A contribution is late by up to
   // its link's time past the due step, which a D chosen before the link was
@@ -400,6 +397,9 @@ class Dts final : public Base {
                     (static_cast<size_t>(std::max<int64_t>(delay_, 0)) + k - 1) / k + 1);
   }
 
+  // Updates of rounds that no one will ask for any more (completed, and past
+  // the late window) are dropped from the inbox: a restarted peer's queue, a
+  // straggler far behind. A dropped one that had not been applied is counted.
   void discardStale() {
     uint64_t keepFrom = nextRound_;
     if (!pending_.empty()) keepFrom = std::min(keepFrom, pending_.front().round);
