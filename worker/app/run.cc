@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <optional>
@@ -49,12 +50,16 @@ void onFaultSignal(int signal, siginfo_t* info, void* /*context*/) {
   errno = savedErrno;
 }
 
+// SIGUSR1 / SIGUSR2: a partition's start and end; SIGRTMIN: a new uplink
+// rate. (SIGRTMIN is a function call in glibc, hence no constant.)
+std::array<int, 3> faultSignalNumbers() {
+  return {SIGUSR1, SIGUSR2, SIGRTMIN};
+}
+
 sigset_t faultSignals() {
   sigset_t set;
   sigemptyset(&set);
-  sigaddset(&set, SIGUSR1);
-  sigaddset(&set, SIGUSR2);
-  sigaddset(&set, SIGRTMIN);
+  for (const int signal : faultSignalNumbers()) sigaddset(&set, signal);
   return set;
 }
 
@@ -109,7 +114,7 @@ void prepareFaultSignals() {
   action.sa_sigaction = onFaultSignal;
   action.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&action.sa_mask);
-  for (const int signal : {SIGUSR1, SIGUSR2, SIGRTMIN}) sigaction(signal, &action, nullptr);
+  for (const int signal : faultSignalNumbers()) sigaction(signal, &action, nullptr);
   const sigset_t set = faultSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }

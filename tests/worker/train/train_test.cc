@@ -89,7 +89,7 @@ TEST(TrainConvergence, CnnReaches89PercentIn1500Steps) {
 
 // --step-time's floor: a step's compute lasts at least minStepTime, padded
 // before the synchronizer's part (the hook sees the padded compute, as it
-// would a larger model's), and a step slower than the floor is not padded.
+// would a larger model's), and the bare mlp's steps are far shorter.
 TEST(TrainEmulation, MinStepTimePadsTheComputeBeforeTheHook) {
   struct Times : StepHook {
     std::vector<std::chrono::steady_clock::time_point> backward, after;
@@ -113,8 +113,8 @@ TEST(TrainEmulation, MinStepTimePadsTheComputeBeforeTheHook) {
   EXPECT_GE(seconds, 5 * 0.040);
   ASSERT_EQ(times.after.size(), 5u);
   for (size_t i = 0; i < 5; ++i) {
-    // From the gradient to the hook: the optimizer step and the padding;
-    // the step began before the gradient, so this is at most the floor.
+    // From the gradient to the hook: the optimizer step and the padding,
+    // which comes before the hook, not after it.
     EXPECT_GT(times.after[i] - times.backward[i], std::chrono::milliseconds(10)) << "step " << i;
   }
   o.minStepTime = std::chrono::milliseconds(0);
@@ -193,8 +193,11 @@ TEST(TrainBlas, TheReferenceAndTheSequentialOpenBlasAreWarnedOf) {
   BlasInfo pthreads = serial;
   pthreads.parallel = "pthreads";
   EXPECT_EQ(blasWarning(pthreads), std::nullopt);
-  // And this process's: setBlasThreads reaches OpenBLAS where it is the BLAS.
+  // And this process's: setBlasThreads reaches OpenBLAS where it is the BLAS
+  // (2 and back: the other tests run with one thread per call).
   if (blasInfo().openblas) {
+    setBlasThreads(2);
+    EXPECT_EQ(blasInfo().threads, 2);
     setBlasThreads(1);
     EXPECT_EQ(blasInfo().threads, 1);
   }
