@@ -21,7 +21,12 @@
 #
 # Usage: bench/wan_time_to_accuracy.sh [--models mlp,cnn] [--steps-mlp N]
 #          [--steps-cnn N] [--configs a,b,...] [--networks a,b,...]
-#          [--seeds a,b,...] [--out DIR] [--build DIR]
+#          [--seeds a,b,...] [--step-time T] [--set KEY=VALUE]... [--out DIR]
+#          [--build DIR]
+# --step-time (e.g. 25ms) gives every step at least that much compute, as
+# a larger model's would (geotrain local --step-time): the links are then
+# fewer steps of delay. --set passes a worker.yaml override to every run
+# (e.g. --set sync.scaleLrWithDelay=false); use another --out for each.
 # Configurations: allreduce-fp32, allreduce-qsgd4, dts-auto (K = 8), dts-d<D>
 # (K = 8), dts-k<K>-auto, dts-k<K>-d<D> (K may be `auto`: dts-kauto-auto is
 # `--period auto --delay auto`), swarm-h<H>, default (no sync flags: what
@@ -39,6 +44,7 @@ build="${GEO_BUILD_DIR:-build}"
 configs="allreduce-fp32,allreduce-qsgd4,dts-kauto-auto,dts-k2-auto,dts-k4-auto,dts-auto,dts-d4,swarm-h4"
 networks="world"
 seeds=""  # none: the job's default seed, run folders without a suffix
+extra=()  # --step-time and --set, for every run
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -49,6 +55,8 @@ while [[ $# -gt 0 ]]; do
     --configs) configs="$2"; shift 2 ;;
     --networks) networks="$2"; shift 2 ;;
     --seeds) seeds="$2"; shift 2 ;;
+    --step-time) extra+=(--step-time "$2"); shift 2 ;;
+    --set) extra+=(--set "$2"); shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -111,7 +119,7 @@ for model in ${models//,/ }; do
         # shellcheck disable=SC2046
         "$geotrain" local $(networkFlags "$network") --regions london,tokyo,oregon,ohio \
           --workers-per-region 1 --model "$model" --steps "$steps" --eval-interval "$evalEvery" \
-          --set training.evalBacklog=$((steps / evalEvery + 1)) "${seedFlags[@]}" \
+          --set training.evalBacklog=$((steps / evalEvery + 1)) "${seedFlags[@]}" "${extra[@]}" \
           $(flagsFor "$config") --out "$dir" > "$dir.log" 2>&1 ||
           { echo "   failed: see $dir.log"; tail -5 "$dir.log"; }
       done
