@@ -752,6 +752,7 @@ std::vector<Section> buildSchema() {
         makeField("bucket", &W::sync, &W::Sync::bucket, integer,
                   between(kernels::kQsgdMinBucket, kMaxBucket)),
         makeField("errorFeedback", &W::sync, &W::Sync::errorFeedback, boolean, anyBool()),
+        makeField("scaleLrWithDelay", &W::sync, &W::Sync::scaleLrWithDelay, boolean, anyBool()),
         makeField("hierarchical", &W::sync, &W::Sync::hierarchical, boolean, anyBool()),
         makeField("lanCodec", &W::sync, &W::Sync::lanCodec, string, oneOf({"identity", "bf16"})),
         makeField("timeoutSeconds", &W::sync, &W::Sync::timeoutSeconds, number,

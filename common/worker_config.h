@@ -163,6 +163,10 @@ struct WorkerConfig {
     bool errorFeedback = true;          // keep the quantization residual per tensor
     bool hierarchical = true;           // LAN reduce to the region leader first
     std::string lanCodec = "identity";  // identity|bf16 (inside a region)
+    // DTS: when the peers' updates are τ > 4 steps old as they are applied,
+    // the gradient is scaled by max(1/2, 4 / τ) (sgd; docs/architecture.md
+    // §3); false: as configured.
+    bool scaleLrWithDelay = true;
     // [kMinSeconds, kMaxSeconds]; the last resort for a peer that is heard
     // but does not deliver (a straggler).
     double timeoutSeconds = 60;

@@ -39,6 +39,7 @@ void addTotals(local::WorkerEvent& e, const Totals& t, const sync::Topology& top
   const sync::SyncStats& s = t.sync;
   const auto whole = [](uint64_t v) { return static_cast<int64_t>(v); };
   e.sync.delay = static_cast<double>(s.delay);
+  e.sync.lrScale = s.lrScale;
   e.sync.rounds = whole(s.rounds);
   e.sync.appliedUpdates = whole(s.appliedUpdates);
   e.sync.stalenessMean = s.stalenessMean();

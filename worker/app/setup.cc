@@ -23,6 +23,9 @@ sync::SyncOptions syncOptions(const WorkerConfig& c) {
   o.codec.threads = static_cast<int>(c.training.threads);
   o.lanCodec = c.sync.lanCodec;
   o.errorFeedback = c.sync.errorFeedback;
+  // Adam's step does not depend on the gradient's scale: the rule is for
+  // SGD, where scaling the gradient scales the step.
+  o.scaleLrWithDelay = c.sync.scaleLrWithDelay && c.training.optimizer == "sgd";
   o.hierarchical = c.sync.hierarchical;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.sync.timeoutSeconds * 1000));
   o.peerTimeout = std::chrono::milliseconds(static_cast<int64_t>(c.sync.peerTimeoutSeconds * 1000));

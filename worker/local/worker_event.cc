@@ -121,6 +121,7 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
   e.testAccuracy = number(j, "testAccuracy");
   if (const Json* sync = member(j, "sync")) {
     e.sync.delay = number(*sync, "delay");
+    e.sync.lrScale = number(*sync, "lrScale");
     e.sync.appliedUpdates = integer(*sync, "appliedUpdates");
     e.sync.stalenessMean = number(*sync, "stalenessMean");
     e.sync.stalenessMax = number(*sync, "stalenessMax");
@@ -254,6 +255,7 @@ std::string formatWorkerEvent(const WorkerEvent& e) {
   OrderedJson sync = OrderedJson::object();
   const SyncStats& s = e.sync;
   putWhole(sync, "delay", s.delay);
+  put(sync, "lrScale", s.lrScale, "{:.4g}");
   put(sync, "rounds", s.rounds);
   put(sync, "appliedUpdates", s.appliedUpdates);
   put(sync, "stalenessMean", s.stalenessMean, "{:.4g}");

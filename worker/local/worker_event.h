@@ -55,7 +55,8 @@ namespace geo::local {
 enum class EventKind { kStart, kJoined, kProgress, kDone, kError, kOther };
 
 struct SyncStats {
-  std::optional<double> delay;  // the DTS delay D in steps now in force
+  std::optional<double> delay;    // the DTS delay D in steps now in force
+  std::optional<double> lrScale;  // DTS: the factor on the gradient under that delay
   std::optional<int64_t> appliedUpdates;
   std::optional<double> stalenessMean;
   std::optional<double> stalenessMax;

@@ -159,6 +159,8 @@ void WorkerMetrics::buildFamilies() {
                              "Duration of a synchronization round, send to applied", kRoundBuckets);
   delay_ = &gauge("geotrain_sync_delay_steps", "Delay D used for the latest round, in steps");
   period_ = &gauge("geotrain_sync_period_steps", "DTS period K of the round in progress, in steps");
+  lrScale_ = &gauge("geotrain_sync_lr_scale",
+                    "DTS: the factor on the gradient under the delay in force (1: none)");
   link_ = &gauge("geotrain_sync_link_seconds",
                  "DTS auto: the slowest link's one-way time measured from both ends");
   rounds_ = &counter("geotrain_sync_rounds_total", "Synchronization rounds completed");
@@ -258,6 +260,7 @@ void WorkerMetrics::updateSync(const SyncSnapshot& s) {
   SyncSnapshot& l = last_->sync;
   delay_->Set(static_cast<double>(s.delay));
   period_->Set(static_cast<double>(s.period));
+  lrScale_->Set(s.lrScale);
   link_->Set(s.linkSeconds);
   rounds_->Increment(static_cast<double>(advance(s.rounds, l.rounds)));
   missing_->Increment(static_cast<double>(advance(s.missing, l.missing)));

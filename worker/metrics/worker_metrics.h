@@ -163,6 +163,7 @@ class WorkerMetrics {
   prometheus::Histogram* roundSeconds_ = nullptr;
   prometheus::Gauge* delay_ = nullptr;
   prometheus::Gauge* period_ = nullptr;
+  prometheus::Gauge* lrScale_ = nullptr;
   prometheus::Gauge* link_ = nullptr;
   prometheus::Counter* rounds_ = nullptr;
   prometheus::Counter* missing_ = nullptr;

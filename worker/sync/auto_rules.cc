@@ -52,6 +52,11 @@ std::optional<int64_t> periodForHeldUplink(double uplinkRoundSeconds, double ste
   return k;
 }
 
+double delayLrScale(double stalenessSteps) {
+  if (!(stalenessSteps > static_cast<double>(kFullStepDelay))) return 1.0;  // NaN too
+  return std::max(kMinDelayLrScale, static_cast<double>(kFullStepDelay) / stalenessSteps);
+}
+
 int64_t periodAnnouncementSteps(int64_t current, double latencySeconds, double stepSeconds) {
   const int64_t latencySteps =
       stepSeconds > 0 ? static_cast<int64_t>(std::ceil(std::max(0.0, latencySeconds) / stepSeconds))

@@ -99,10 +99,32 @@ class Dts final : public Base {
                        auto_ ? std::string("auto") : std::to_string(delay_), options_.codec.name);
   }
 
-  // The round's start is the model before the first optimizer step.
+  // The round's start is the model before the first optimizer step. When
+  // the peers' contributions were more than kFullStepDelay steps old as they
+  // were applied (the mean over the last round completed: D under a fixed
+  // delay; less under an automatic one, where a near peer's is applied as
+  // it arrives), the gradient is scaled by delayLrScale (auto_rules.h),
+  // which for SGD is the step size: the own steps a worker's model holds in
+  // place of the job's are taken out again when the average replaces them,
+  // and that delayed feedback on the gap between the worker and the job
+  // oscillates at the step size tuned for no delay.
+  // Before gradient clipping and weight decay, which the trainer applies
+  // after this hook; a hierarchical leader scales the region's gradient
+  // before its members get it, so that the region's replicas stay equal.
   Status afterBackward(int64_t step, train::FlatParameters& flat) override {
     (void)step;
-    if (group_.size() > 1) init(flat);
+    if (group_.size() <= 1) return {};
+    init(flat);
+    const double scale = options_.scaleLrWithDelay ? delayLrScale(staleness_) : 1.0;
+    if (scale != lrScale_) {
+      logger()->log(scale != 1.0 && lrScale_ == 1.0 ? spdlog::level::info : spdlog::level::debug,
+                    "dts: the gradient is scaled by {:.3g}: the peers' updates were {:.1f} steps "
+                    "old when applied (D = {}; sync.scaleLrWithDelay)",
+                    scale, staleness_, delay_);
+      lrScale_ = scale;
+      stats_.setLrScale(scale);
+    }
+    if (scale != 1.0) flat.grads.mul_(static_cast<float>(scale));
     return {};
   }
 
@@ -309,6 +331,14 @@ class Dts final : public Base {
     torch::Tensor earlySum;
     double earlyWeight = 0;
     bool appliedEarly(size_t i) const { return i < early.size() && early[i]; }
+    // The staleness (steps since sending) of the peers' contributions as
+    // they were applied, early or at completion: the step scale's input.
+    double stalenessSum = 0;
+    int64_t appliedCount = 0;
+    void applied(int64_t staleness) {
+      stalenessSum += static_cast<double>(staleness);
+      ++appliedCount;
+    }
     // Peer i's contribution is in this round: arrived, or applied before a
     // restart from a checkpoint.
     bool has(size_t i) const { return got[i].has_value() || appliedEarly(i); }
@@ -480,6 +510,7 @@ class Dts final : public Base {
         p.earlySum.add_(q, w);
         p.earlyWeight += group_.weights[i];
         p.early[i] = true;
+        p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
         stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
         stats_.coded(secondsSince(t0));
         modified_ = true;
@@ -920,6 +951,7 @@ class Dts final : public Base {
       lags[i] = std::chrono::duration<double>(p.got[i]->received - p.sentAt).count();
       if (p.appliedEarly(i)) continue;  // in earlySum
       mean.add_(decoded[i], alpha);
+      p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
       stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
     }
     if (p.earlySum.defined()) mean.add_(p.earlySum, static_cast<float>(1.0 / total));
@@ -937,6 +969,7 @@ class Dts final : public Base {
     }
     stats_.coded(secondsSince(t1));
     stats_.roundDone(secondsSince(p.sentAt));
+    if (p.appliedCount > 0) staleness_ = p.stalenessSum / static_cast<double>(p.appliedCount);
     jobStep_ = p.sendStep;
     modified_ = true;
     if (total < 1.0 - 1e-9) {
@@ -1038,6 +1071,10 @@ class Dts final : public Base {
   std::optional<Clock::time_point> lastStepAt_;  // the latest afterStep's start
   uint64_t lastRoundBytes_ = 0;                  // the latest round's encoded update
   int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step
+  double lrScale_ = 1;   // the latest factor on the gradient (afterBackward)
+  // The mean staleness of the peers' contributions to the last round
+  // completed, in steps (0 before): what the step scale follows.
+  double staleness_ = 0;
   // Auto period: when this worker's latest round left, and the intervals
   // between its recent rounds at the period in force (roundSeconds()).
   std::optional<Clock::time_point> lastSentAt_;

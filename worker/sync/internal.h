@@ -102,6 +102,7 @@ class StatsRecorder {
   void setLink(double seconds);
   void setStepSeconds(double seconds);
   void setPeriod(int64_t period);
+  void setLrScale(double scale);
   void late(bool applied);
   // A peer's contribution refused (`reason`: a metric label).
   void rejected(uint32_t peer, const std::string& reason);

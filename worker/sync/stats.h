@@ -14,10 +14,13 @@
 namespace geo::sync {
 
 // Counters for progress output and metrics. Monotonic except `delay`, `period`,
-// `linkSeconds`, `stepSeconds` and `peerUp`.
+// `lrScale`, `linkSeconds`, `stepSeconds` and `peerUp`.
 struct SyncStats {
   int64_t delay = 0;   // dts: the D used for the latest round
   int64_t period = 0;  // dts: the K of the round in progress
+  // dts: the factor on the gradient of the latest step (delayLrScale of
+  // the peers' staleness, or 1 with sync.scaleLrWithDelay false).
+  double lrScale = 1;
   // dts auto: the slowest peer link's one-way time as measured from both
   // ends (skew cancelled; docs/architecture.md section 3), 0 before.
   double linkSeconds = 0;

@@ -189,6 +189,11 @@ void StatsRecorder::setDelay(int64_t delay) {
   stats_.delay = delay;
 }
 
+void StatsRecorder::setLrScale(double scale) {
+  std::lock_guard lock(mu_);
+  stats_.lrScale = scale;
+}
+
 void StatsRecorder::setPeriod(int64_t period) {
   std::lock_guard lock(mu_);
   stats_.period = period;

@@ -98,6 +98,10 @@ struct SyncOptions {
   std::string lanCodec = "identity";  // identity | bf16: member gradients to the leader
   bool errorFeedback = true;          // keep the quantization residual (allreduce, dts)
   bool hierarchical = true;           // LAN reduce inside regions, WAN among leaders
+  // dts: scale the gradient by delayLrScale of the peers' staleness
+  // (auto_rules.h) before the optimizer steps; false: the published rule,
+  // the step as configured.
+  bool scaleLrWithDelay = true;
   std::chrono::milliseconds timeout{60000};
   // How long a peer may be silent (no frame, pings included) before it is
   // suspected and nobody waits for it; 0: auto, max(3 s, 4 x RTT + 2 s).

@@ -51,6 +51,13 @@ TEST(SyncOptionsFromConfig, CarryEverySyncKey) {
   const sync::SyncOptions automatic = syncOptions(c);
   EXPECT_TRUE(automatic.autoPeriod);
   EXPECT_EQ(automatic.period, kAutoPeriodStart);
+  // The delay's step scale is SGD's: Adam's step ignores the gradient's scale.
+  EXPECT_TRUE(automatic.scaleLrWithDelay);
+  c.training.optimizer = "adam";
+  EXPECT_FALSE(syncOptions(c).scaleLrWithDelay);
+  c.training.optimizer = "sgd";
+  c.sync.scaleLrWithDelay = false;
+  EXPECT_FALSE(syncOptions(c).scaleLrWithDelay);
 }
 
 TEST(TrainerOptionsFromConfig, EachWorkerHasItsOwnSeedAndLogIntervalZeroIsTheEnd) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace geo::sync {
 namespace {
 
@@ -23,6 +25,18 @@ TEST(AutoDelay, StaysWithinItsCap) {
 TEST(AutoDelay, DecidesNothingWithoutAStepTimeOrALink) {
   EXPECT_FALSE(autoDelaySteps(0.1, 0.0, 256).has_value());
   EXPECT_FALSE(autoDelaySteps(-1.0, 0.02, 256).has_value());  // no link measured
+}
+
+TEST(DelayLrScale, FullUpToFourStepsThenInverseToTheStalenessDownToHalf) {
+  EXPECT_EQ(delayLrScale(0), 1.0);  // K = 1, D = 0 stays allreduce
+  EXPECT_EQ(delayLrScale(3.4), 1.0);
+  EXPECT_EQ(delayLrScale(4), 1.0);
+  EXPECT_DOUBLE_EQ(delayLrScale(5), 0.8);
+  EXPECT_DOUBLE_EQ(delayLrScale(6), 4.0 / 6.0);
+  EXPECT_EQ(delayLrScale(8), 0.5);
+  EXPECT_EQ(delayLrScale(40), 0.5);
+  EXPECT_EQ(delayLrScale(-1), 1.0);
+  EXPECT_EQ(delayLrScale(std::nan("")), 1.0);
 }
 
 TEST(RoundTransfer, ALinkTimeThatFitsInARoundIsTheTransferItself) {

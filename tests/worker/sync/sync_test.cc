@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,7 +53,10 @@ class Recorder final : public train::StepHook {
   }
   Status afterBackward(int64_t step, train::FlatParameters& flat) override {
     if (extraCompute.count() > 0) std::this_thread::sleep_for(extraCompute);
-    return inner_->afterBackward(step, flat);
+    const double before = flat.grads.norm().item<double>();
+    GEO_RETURN_IF_ERROR(inner_->afterBackward(step, flat));
+    gradScales.push_back(before > 0 ? flat.grads.norm().item<double>() / before : 1.0);
+    return {};
   }
   Status afterStep(int64_t step, train::FlatParameters& flat) override {
     GEO_RETURN_IF_ERROR(inner_->afterStep(step, flat));
@@ -78,6 +82,9 @@ class Recorder final : public train::StepHook {
   }
   std::vector<uint64_t> hashes;
   std::vector<int64_t> periods;  // the period in force after every step
+  // Every step's gradient norm after the synchronizer's afterBackward over
+  // the one before it.
+  std::vector<double> gradScales;
   torch::Tensor finalValues;
   int64_t joinedAt = -1;
   std::atomic<int64_t> stepsTaken{0};
@@ -97,10 +104,11 @@ class Recorder final : public train::StepHook {
 };
 
 struct RunResult {
-  std::vector<std::vector<uint64_t>> hashes;  // [rank][step]
-  std::vector<std::vector<int64_t>> periods;  // [rank][step]: the period in force
-  std::vector<torch::Tensor> finalValues;     // [rank]
-  std::vector<Status> status;                 // [rank]
+  std::vector<std::vector<uint64_t>> hashes;    // [rank][step]
+  std::vector<std::vector<int64_t>> periods;    // [rank][step]: the period in force
+  std::vector<std::vector<double>> gradScales;  // [rank][step]: Recorder::gradScales
+  std::vector<torch::Tensor> finalValues;       // [rank]
+  std::vector<Status> status;                   // [rank]
   std::vector<SyncStats> stats;
   std::vector<double> accuracy;
   std::vector<int64_t> joinedAt;  // [rank]: the step join() continued from
@@ -384,6 +392,7 @@ RunResult runJob(const JobSpec& job) {
     result.joinedAt[r] = recorders[r]->joinedAt;
     result.hashes[r] = recorders[r]->hashes;
     result.periods.push_back(recorders[r]->periods);
+    result.gradScales.push_back(recorders[r]->gradScales);
     result.models.push_back(std::move(recorders[r]->models));
     result.jobModels.push_back(std::move(recorders[r]->jobModels));
     result.finalValues[r] = recorders[r]->finalValues.defined()
@@ -539,6 +548,64 @@ TEST(Dts, DelayedRoundsOverAnEmulatedWan) {
   EXPECT_EQ(r.stats[0].stalenessMax, 2);
   // qsgd-4 rounds plus one fp32 final average: well below fp32 on the whole.
   EXPECT_GT(r.stats[0].payloadBytes, 2 * r.stats[0].encodedBytes);
+}
+
+// When the peers' contributions are more than four steps old as they are
+// applied (under a fixed D, D itself) the gradient the optimizer gets is
+// scaled by delayLrScale (here 4 / 8) on every worker, from the step after
+// the first round completed (round 0 closes at step 2 and completes at
+// step 10); not at D = 4, nor with sync.scaleLrWithDelay off (the published
+// rule). Under hierarchical sync the leader scales the region's gradient
+// before its members get it: the region's replicas stay bitwise equal.
+TEST(Dts, ScalesTheGradientWhenThePeersUpdatesAreMoreThanFourStepsOld) {
+  // The scales of every step, rounded, each with the steps that had it.
+  const auto scalesOf = [](const JobSpec& job) {
+    const RunResult r = runJob(job);
+    std::map<double, std::set<size_t>> scales;
+    for (size_t rank = 0; rank < r.status.size(); ++rank) {
+      EXPECT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+      EXPECT_EQ(r.gradScales[rank].size(), static_cast<size_t>(job.steps));
+      for (size_t i = 0; i < r.gradScales[rank].size(); ++i) {
+        scales[std::round(r.gradScales[rank][i] * 1e4) / 1e4].insert(i + 1);
+      }
+    }
+    return std::make_pair(scales, r);
+  };
+  const auto steps = [](size_t from, size_t to) {
+    std::set<size_t> s;
+    for (size_t i = from; i <= to; ++i) s.insert(i);
+    return s;
+  };
+  JobSpec job;
+  job.regions = {"a", "b", "c"};
+  job.sync = options("dts");
+  job.sync.period = 2;
+  job.sync.delay = 8;
+  job.steps = 24;
+  const auto [halved, r8] = scalesOf(job);
+  EXPECT_EQ(halved,
+            (std::map<double, std::set<size_t>>{{1.0, steps(1, 10)}, {0.5, steps(11, 24)}}));
+  for (const SyncStats& s : r8.stats) EXPECT_EQ(s.lrScale, 0.5);
+  const std::map<double, std::set<size_t>> unscaled{{1.0, steps(1, 24)}};
+  job.sync.delay = 4;
+  EXPECT_EQ(scalesOf(job).first, unscaled);
+  job.sync.delay = 8;
+  job.sync.scaleLrWithDelay = false;
+  EXPECT_EQ(scalesOf(job).first, unscaled);
+
+  JobSpec hier;
+  hier.sync = options("dts");
+  hier.sync.period = 2;
+  hier.sync.delay = 8;
+  hier.sync.hierarchical = true;
+  const RunResult h = runJob(hier);
+  for (size_t rank = 0; rank < h.status.size(); ++rank) {
+    ASSERT_TRUE(h.status[rank].ok()) << h.status[rank].toString();
+  }
+  EXPECT_EQ(h.stats[0].lrScale, 0.5);  // a leader
+  for (const auto& [leader, member] : {std::pair<size_t, size_t>{0, 1}, {2, 3}}) {
+    EXPECT_EQ(h.hashes[member], h.hashes[leader]) << "rank " << member << " left its leader";
+  }
 }
 
 // Auto delay: with a 60 ms one-way link and steps of a few milliseconds, D
