@@ -174,6 +174,7 @@ class Dts final : public Base {
       if (residual_.defined()) residual_.zero_();
       pending_.clear();
       late_.clear();
+      sent_.clear();
       ownLags_.clear();
       theirLags_.clear();
       resend_ = false;
@@ -181,9 +182,11 @@ class Dts final : public Base {
       nextRound_ = roundAt(joined->step);
       closeAt_ = closeOf(nextRound_);
     }
-    // A worker resumed from its checkpoint sends its rounds in flight again:
-    // it contributes from the oldest of them.
-    const uint64_t first = pending_.empty() ? nextRound_ : pending_.front().round;
+    // A worker resumed from its checkpoint sends its rounds in flight again,
+    // and those it completed last (a peer with a larger D may still wait for
+    // them): it contributes from the oldest of them.
+    uint64_t first = pending_.empty() ? nextRound_ : pending_.front().round;
+    if (!sent_.empty()) first = std::min(first, sent_.front().round);
     GEO_RETURN_IF_ERROR(membership_.announce(first, joined->step));
     return train::JoinResult{joined->step, false};
   }
@@ -228,6 +231,13 @@ class Dts final : public Base {
     archive.write("dts_delay", torch::tensor(delay_));
     archive.write("dts_schedule", scheduleTensor(schedule_));
     if (nextSchedule_) archive.write("dts_next_schedule", scheduleTensor(*nextSchedule_));
+    archive.write("dts_sent", torch::tensor(static_cast<int64_t>(sent_.size())));
+    for (size_t i = 0; i < sent_.size(); ++i) {
+      const auto prefix = fmt::format("dts_sent_{}_", i);
+      archive.write(prefix + "meta",
+                    torch::tensor({static_cast<int64_t>(sent_[i].round), sent_[i].sendStep}));
+      archive.write(prefix + "bytes", bytesTensor(*sent_[i].bytes));
+    }
     archive.write("dts_pending", torch::tensor(static_cast<int64_t>(pending_.size())));
     for (size_t i = 0; i < pending_.size(); ++i) {
       const Pending& p = pending_[i];
@@ -235,9 +245,7 @@ class Dts final : public Base {
       archive.write(prefix + "meta",
                     torch::tensor({static_cast<int64_t>(p.round), p.sendStep, p.dueStep}));
       archive.write(prefix + "own", p.own);
-      auto bytes = torch::empty({static_cast<int64_t>(p.bytes->size())}, torch::kUInt8);
-      std::memcpy(bytes.data_ptr<uint8_t>(), p.bytes->data(), p.bytes->size());
-      archive.write(prefix + "bytes", bytes);
+      archive.write(prefix + "bytes", bytesTensor(*p.bytes));
       if (p.start.defined()) archive.write(prefix + "start", p.start);
       if (p.earlySum.defined()) {
         archive.write(prefix + "early_sum", p.earlySum);
@@ -270,6 +278,19 @@ class Dts final : public Base {
     if (archive.try_read("dts_next_schedule", v)) nextSchedule_ = scheduleOf(v);
     closeAt_ = closeOf(nextRound_);
     stats_.setPeriod(schedule_.k);
+    // Checkpoints written before the rounds completed last were kept have
+    // none: a peer then completes those without this worker's part.
+    sent_.clear();
+    if (archive.try_read("dts_sent", v)) {
+      for (int64_t i = 0; i < v.item<int64_t>(); ++i) {
+        const auto prefix = fmt::format("dts_sent_{}_", i);
+        torch::Tensor meta, bytes;
+        archive.read(prefix + "meta", meta);
+        archive.read(prefix + "bytes", bytes);
+        sent_.push_back({static_cast<uint64_t>(meta[0].item<int64_t>()), meta[1].item<int64_t>(),
+                         bytesOf(bytes)});
+      }
+    }
     archive.read("dts_pending", v);
     pending_.clear();
     for (int64_t i = 0; i < v.item<int64_t>(); ++i) {
@@ -283,9 +304,7 @@ class Dts final : public Base {
       archive.read(prefix + "own", p.own);
       p.own = p.own.contiguous();
       archive.read(prefix + "bytes", bytes);
-      auto buffer = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(bytes.numel()));
-      std::memcpy(buffer->data(), bytes.data_ptr<uint8_t>(), buffer->size());
-      p.bytes = std::move(buffer);
+      p.bytes = bytesOf(bytes);
       torch::Tensor start;
       if (archive.try_read(prefix + "start", start)) p.start = start.contiguous();
       p.got.resize(group_.size());
@@ -307,13 +326,27 @@ class Dts final : public Base {
       pending_.push_back(std::move(p));
     }
     // The peers lost what was in flight when the job stopped: send our part
-    // of every pending round again once the transport runs.
-    resend_ = !pending_.empty();
+    // of every pending round, and of those completed last, again once the
+    // transport runs.
+    resend_ = !pending_.empty() || !sent_.empty();
     stats_.setDelay(delay_);
     return {};
   }
 
  private:
+  // A payload as a checkpoint holds it (uint8), and back.
+  static torch::Tensor bytesTensor(const std::vector<std::byte>& bytes) {
+    auto t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+    std::memcpy(t.data_ptr<uint8_t>(), bytes.data(), bytes.size());
+    return t;
+  }
+  static std::shared_ptr<const std::vector<std::byte>> bytesOf(const torch::Tensor& t) {
+    const torch::Tensor c = t.contiguous();
+    auto buffer = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(c.numel()));
+    std::memcpy(buffer->data(), c.data_ptr<uint8_t>(), buffer->size());
+    return buffer;
+  }
+
   struct Pending {
     uint64_t round = 0;
     int64_t sendStep = 0;
@@ -457,6 +490,10 @@ class Dts final : public Base {
 
   Status resendPending() {
     resend_ = false;
+    for (const Sent& s : sent_) {
+      GEO_RETURN_IF_ERROR(sendTo(presentPeers(), MessageKind::kUpdate, s.round, s.sendStep,
+                                 codec_->id(), static_cast<uint64_t>(codec_->numel()), s.bytes));
+    }
     for (const Pending& p : pending_) {
       GEO_RETURN_IF_ERROR(sendTo(presentPeers(), MessageKind::kUpdate, p.round, p.sendStep,
                                  codec_->id(), static_cast<uint64_t>(codec_->numel()), p.bytes));
@@ -978,6 +1015,10 @@ class Dts final : public Base {
       late_.push_back(std::move(l));
       while (late_.size() > lateWindow()) late_.pop_front();
     }
+    if (auto_) {
+      sent_.push_back({p.round, p.sendStep, p.bytes});
+      while (sent_.size() > lateWindow()) sent_.pop_front();
+    }
     discardStale();
     // Round 0 includes connection set-up (CURVE handshakes): not a link
     // measurement.
@@ -1038,6 +1079,16 @@ class Dts final : public Base {
   int64_t delay_;
   int64_t loggedDelay_;
   std::deque<Late> late_;
+  // D = auto: this worker's part of the rounds it completed last (at most
+  // lateWindow()). The workers' delays differ, so a round this worker has
+  // completed may still be due at a peer; a checkpoint keeps these, and a
+  // resume sends them again with the rounds in flight.
+  struct Sent {
+    uint64_t round = 0;
+    int64_t sendStep = 0;
+    std::shared_ptr<const std::vector<std::byte>> bytes;
+  };
+  std::deque<Sent> sent_;
   torch::Tensor base_;      // x at the round's start plus the corrections applied since
   torch::Tensor residual_;  // error feedback
   std::deque<Pending> pending_;

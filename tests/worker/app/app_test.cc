@@ -98,7 +98,7 @@ TEST(Totals, SplitBytesIntoLanAndWanAndCountPeersDown) {
   // Whole numbers stay whole on the line.
   e.kind = local::EventKind::kProgress;
   const std::string line = local::formatWorkerEvent(e);
-  EXPECT_NE(line.find(R"("sync":{"delay":2,"rounds":0,)"), std::string::npos) << line;
+  EXPECT_NE(line.find(R"("sync":{"delay":2,"lrScale":1.0,"rounds":0,)"), std::string::npos) << line;
   EXPECT_NE(line.find(R"("stalenessMax":5,)"), std::string::npos) << line;
   EXPECT_NE(line.find(R"("bytes":{"wanSent":300,"wanReceived":400,"lanSent":10,"lanReceived":20,)"
                       R"("payload":1000})"),

@@ -803,7 +803,10 @@ TEST(Dts, TheJobModelIsOneModelUnderEarlyApplication) {
 // rounds in flight then hold contributions applied early (b's at a and a's
 // at b, c's still on their way). The job completes, nothing is lost, and
 // it ends on one model everywhere; the early ones, sent again after the
-// restart, are not applied twice. (On a loaded machine a worker may resume
+// restart, are not applied twice. The workers' delays differ, so a round
+// one of them had completed by step 61 may still be due at another: it is
+// sent again too (before, it was lost, and the peer counted it missing for
+// good, in about half the runs on a loaded machine). (On a loaded machine a worker may resume
 // after a peer's first due step: the peer, not yet having heard from it,
 // completes that round without it and applies its contribution late.)
 TEST(Dts, AutoDelayResumesWithEarlyContributionsInFlight) {
