@@ -608,6 +608,34 @@ TEST(Dts, ScalesTheGradientWhenThePeersUpdatesAreMoreThanFourStepsOld) {
   }
 }
 
+// Auto delay before any ping came back: a round is not due K steps after
+// its close (a guess that made every worker wait at the first due step for
+// the slowest link), but once a ping gives D. Over a link of 300 ms each
+// way no ping can be back by step 2K = 8, where round 0 used to complete
+// (after a wait of at least 300 ms); steps would have to take 300 ms for a
+// D learned by then to make it due that early.
+TEST(Dts, AutoDelayDoesNotGuessTheFirstRoundsDueStep) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.delay = std::nullopt;
+  job.steps = 40;
+  job.oneWayDelay = {{"a-b", "delay=300ms"}, {"b-a", "delay=300ms"}};
+  job.recordModels = true;
+  const RunResult r = runJob(job);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    for (int64_t t = 1; t <= 2 * job.sync.period; ++t) {
+      const auto& jm = r.jobModels[rank][static_cast<size_t>(t - 1)];
+      ASSERT_TRUE(jm.has_value());
+      EXPECT_EQ(jm->step, 0) << "rank " << rank << " completed a round by step " << t;
+    }
+  }
+  EXPECT_TRUE(torch::equal(r.finalValues[0], r.finalValues[1]));
+  EXPECT_EQ(r.stats[0].missing, 0u);
+}
+
 // Auto delay: with a 60 ms one-way link and steps of a few milliseconds, D
 // must grow beyond its start value of K to hide the link (each worker in its
 // own steps, so the check is on their sum).
