@@ -61,7 +61,7 @@ int64_t periodAnnouncementSteps(int64_t current, double latencySeconds, double s
   const int64_t latencySteps =
       stepSeconds > 0 ? static_cast<int64_t>(std::ceil(std::max(0.0, latencySeconds) / stepSeconds))
                       : 0;
-  return 2 * current + 2 * latencySteps;
+  return 2 * current + latencySteps;
 }
 
 }  // namespace geo::sync

@@ -733,7 +733,7 @@ class Dts final : public Base {
   // slowest link takes beyond its latency (one-way time less half the
   // smallest recent ping round trip) is the round's transfer time, from
   // which autoPeriod() (auto_rules.h) chooses K. A change takes effect from
-  // a round two rounds and twice the links' latency ahead, and travels in
+  // a round two rounds and the links' latency ahead, and travels in
   // the reports. Called at each round's completion, and at a round's close
   // (`atClose`) for the uplink's part alone: a completion comes D steps
   // after its close, and where steps are short D is long (50-200 steps of
@@ -800,8 +800,8 @@ class Dts final : public Base {
     }
     if (!chosen) return {};
     const int64_t k = *chosen;
-    // Far enough ahead for the announcement to cross the links' latency
-    // twice, in steps as they are lived (a round held back for the uplink
+    // Far enough ahead for the announcement to cross the links' latency,
+    // in steps as they are lived (a round held back for the uplink
     // lasts longer than its compute); behind a queue it comes later, and a
     // worker that hears of it after its round closes realigns (adopt()).
     const int64_t ahead = periodAnnouncementSteps(

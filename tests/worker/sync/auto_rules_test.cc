@@ -112,8 +112,8 @@ TEST(AutoPeriod, AHeldUplinkGetsRoundsOfComputeAsLongAsItsRounds) {
   EXPECT_FALSE(periodForHeldUplink(0.280, 0.0, 4, 64).has_value());
 }
 
-TEST(AutoPeriod, AnnouncesTwoRoundsAndTwiceTheLatencyAhead) {
-  EXPECT_EQ(periodAnnouncementSteps(4, 0.115, 0.017), 2 * 4 + 2 * 7);  // 6.8 -> 7 steps
+TEST(AutoPeriod, AnnouncesTwoRoundsAndTheLatencyAhead) {
+  EXPECT_EQ(periodAnnouncementSteps(4, 0.115, 0.017), 2 * 4 + 7);  // 6.8 -> 7 steps
   EXPECT_EQ(periodAnnouncementSteps(64, 0.0, 0.01), 128);
   EXPECT_EQ(periodAnnouncementSteps(4, 0.1, 0.0), 8);  // no step time yet: rounds only
 }
