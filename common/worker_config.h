@@ -60,8 +60,12 @@ inline constexpr int64_t kMaxSyntheticSamples = 1000000;
 // here, by the controller and by `geotrain local` rather than when a worker
 // starts.
 inline constexpr int64_t kMaxBucket = kernels::kQsgdMaxBucket;
-// `sync.period: auto` starts from this K until the first measurements.
-inline constexpr int64_t kAutoPeriodStart = 4;
+// `sync.period: auto` starts from this K until the first measurements:
+// large enough that a round of 4-bit updates of a small model does not
+// wait for a 100 Mbit/s uplink at 1 ms steps (at 4 it did, for the first
+// 60-130 steps, a fifth of the time to 85% on the world links); a fast
+// link comes down from it after six rounds (docs/architecture.md §3).
+inline constexpr int64_t kAutoPeriodStart = 16;
 // job.id: printable UTF-8 (it becomes a metrics label), at most this many
 // bytes; the controller's namespace/name/uid needs at most 354.
 inline constexpr size_t kMaxJobIdBytes = 512;
