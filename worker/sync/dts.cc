@@ -410,8 +410,7 @@ class Dts final : public Base {
     if (!served.ok()) return served.status();
     for (uint32_t peer : served->heardAgain) {
       for (const Pending& p : pending_) {
-        GEO_RETURN_IF_ERROR(sendTo({peer}, MessageKind::kUpdate, p.round, p.sendStep, codec_->id(),
-                                   static_cast<uint64_t>(codec_->numel()), p.bytes));
+        GEO_RETURN_IF_ERROR(sendUpdate({peer}, p.round, p.sendStep, p.bytes));
       }
     }
     return {};
@@ -491,15 +490,19 @@ class Dts final : public Base {
     }
   }
 
+  // This worker's part of `round`, closed at `sendStep`.
+  Status sendUpdate(const std::vector<uint32_t>& to, uint64_t round, int64_t sendStep,
+                    std::shared_ptr<const std::vector<std::byte>> bytes) {
+    return sendTo(to, MessageKind::kUpdate, round, sendStep, codec_->id(),
+                  static_cast<uint64_t>(codec_->numel()), std::move(bytes));
+  }
+
   Status resendPending() {
     resend_ = false;
-    for (const Sent& s : sent_) {
-      GEO_RETURN_IF_ERROR(sendTo(presentPeers(), MessageKind::kUpdate, s.round, s.sendStep,
-                                 codec_->id(), static_cast<uint64_t>(codec_->numel()), s.bytes));
-    }
+    const auto to = presentPeers();
+    for (const Sent& s : sent_) GEO_RETURN_IF_ERROR(sendUpdate(to, s.round, s.sendStep, s.bytes));
     for (const Pending& p : pending_) {
-      GEO_RETURN_IF_ERROR(sendTo(presentPeers(), MessageKind::kUpdate, p.round, p.sendStep,
-                                 codec_->id(), static_cast<uint64_t>(codec_->numel()), p.bytes));
+      GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, p.sendStep, p.bytes));
     }
     return {};
   }
@@ -911,8 +914,7 @@ class Dts final : public Base {
     stats_.coded(secondsSince(t0));
     const auto to = presentPeers();
     stats_.encoded(static_cast<uint64_t>(acc.numel()) * 4, p.bytes->size(), to.size());
-    GEO_RETURN_IF_ERROR(sendTo(to, MessageKind::kUpdate, p.round, t, codec_->id(),
-                               static_cast<uint64_t>(codec_->numel()), p.bytes));
+    GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, t, p.bytes));
     if (exact()) p.start = base_.clone();
     base_.copy_(flat.values);
     p.got.resize(group_.size());
