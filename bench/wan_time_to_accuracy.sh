@@ -128,7 +128,10 @@ for model in ${models//,/ }; do
   python3 - "$out" "$model" "$target" "$configs" "$networks" "$seeds" <<'EOF'
 import csv, json, statistics, sys, pathlib
 out, model, target = sys.argv[1], sys.argv[2], sys.argv[3]
-configs, networks = sys.argv[4].split(","), sys.argv[5].split(",")
+# The lan table first (the reference runs, with --networks "" alone), then
+# the networks asked for.
+configs = sys.argv[4].split(",")
+networks = ["lan"] + [n for n in sys.argv[5].split(",") if n and n != "lan"]
 seeds = sys.argv[6].split(",") if sys.argv[6] else [None]
 def median(values):
     values = [v for v in values if v is not None]

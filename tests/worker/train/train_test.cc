@@ -89,14 +89,10 @@ TEST(TrainConvergence, CnnReaches89PercentIn1500Steps) {
 
 // --step-time's floor: a step's compute lasts at least minStepTime, padded
 // before the synchronizer's part (the hook sees the padded compute, as it
-// would a larger model's), and the bare mlp's steps are far shorter.
+// would a larger model's).
 TEST(TrainEmulation, MinStepTimePadsTheComputeBeforeTheHook) {
   struct Times : StepHook {
-    std::vector<std::chrono::steady_clock::time_point> backward, after;
-    Status afterBackward(int64_t, FlatParameters&) override {
-      backward.push_back(std::chrono::steady_clock::now());
-      return {};
-    }
+    std::vector<std::chrono::steady_clock::time_point> after;
     Status afterStep(int64_t, FlatParameters&) override {
       after.push_back(std::chrono::steady_clock::now());
       return {};
@@ -106,25 +102,20 @@ TEST(TrainEmulation, MinStepTimePadsTheComputeBeforeTheHook) {
   o.steps = 6;
   o.minStepTime = std::chrono::milliseconds(40);
   auto t = makeTrainer({"mlp", {}}, o, &times);
-  const auto started = std::chrono::steady_clock::now();
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(t->step().ok());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  EXPECT_GE(seconds, 5 * 0.040);
+  // The hook sees a step only once it has lasted minStepTime: the padding
+  // comes before it, as a larger model's compute would. (A machine under
+  // load only makes the steps longer, so this cannot fail for load; on an
+  // idle one the mlp's own step is a few ms, and a padding after the hook
+  // fails it.)
+  std::vector<std::chrono::steady_clock::time_point> started;
+  for (int i = 0; i < 5; ++i) {
+    started.push_back(std::chrono::steady_clock::now());
+    ASSERT_TRUE(t->step().ok());
+  }
   ASSERT_EQ(times.after.size(), 5u);
   for (size_t i = 0; i < 5; ++i) {
-    // From the gradient to the hook: the optimizer step and the padding,
-    // which comes before the hook, not after it.
-    EXPECT_GT(times.after[i] - times.backward[i], std::chrono::milliseconds(10)) << "step " << i;
+    EXPECT_GE(times.after[i] - started[i], std::chrono::milliseconds(40)) << "step " << i;
   }
-  o.minStepTime = std::chrono::milliseconds(0);
-  auto bare = makeTrainer({"mlp", {}}, o);
-  ASSERT_TRUE(bare->step().ok());  // the first step allocates
-  const auto bareStarted = std::chrono::steady_clock::now();
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(bare->step().ok());
-  EXPECT_LT(std::chrono::steady_clock::now() - bareStarted,
-            std::chrono::steady_clock::duration(std::chrono::milliseconds(200)))
-      << "the bare mlp steps in well under 40 ms (on a loaded machine too)";
 }
 
 // A worker calls the BLAS from two threads at once (training, and the
