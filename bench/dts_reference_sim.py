@@ -17,12 +17,15 @@ in steps is the rule's own cost. Options beyond the rule:
                   rule, sync.scaleLrWithDelay, takes max(1/2, 4 / staleness))
   --fade F        the correction applied a fraction F of what remains per
                   step instead of at once (tried, not kept: docs/benchmarks.md)
+  --nesterov      Nesterov momentum (training.nesterov, the worker's default):
+                  each step is lr (g + momentum v) with v = momentum v + g
 
 Needs python3-numpy and the dataset-fashion-mnist package. One run of 1000
 steps takes about ten seconds on one core.
 
   bench/dts_reference_sim.py --period 16 --delay 32 --seed 1
   bench/dts_reference_sim.py --period 16 --delay 32 --seed 1 --lr-scale 0.5
+  bench/dts_reference_sim.py --period 32 --delay 32 --seed 1 --lr-scale 0.5 --nesterov
 """
 import argparse
 import gzip
@@ -57,6 +60,7 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--lr-scale", type=float, default=1.0, help="factor on the gradient (0, 1]")
     ap.add_argument("--fade", type=float, default=1.0, help="share of the correction applied per step (0, 1]")
+    ap.add_argument("--nesterov", action="store_true", help="Nesterov momentum (PyTorch's form)")
     ap.add_argument("--every", type=int, default=25, help="evaluate the mean model every N steps")
     ap.add_argument("--target", type=float, default=0.85)
     a = ap.parse_args()
@@ -118,7 +122,8 @@ def main():
             g = grad(X[i], *batch(i))
             for k in range(4):
                 V[i][k] = a.momentum * V[i][k] + a.lr_scale * g[k]
-                step = a.lr * V[i][k]
+                # PyTorch's SGD: Nesterov steps along g + momentum * v.
+                step = a.lr * (a.lr_scale * g[k] + a.momentum * V[i][k] if a.nesterov else V[i][k])
                 X[i][k] -= step
                 acc[i][k] += step
         if t % a.period == 0:  # a round closes: its contributions leave
@@ -135,7 +140,8 @@ def main():
             last = accuracy([sum(X[i][k] for i in range(M)) / M for k in range(4)])
             if first is None and last >= a.target:
                 first = t
-    print(f"K={a.period} D={a.delay} lr-scale={a.lr_scale:g} fade={a.fade:g} seed={a.seed}: "
+    print(f"K={a.period} D={a.delay} lr-scale={a.lr_scale:g} fade={a.fade:g} "
+          f"nesterov={'yes' if a.nesterov else 'no'} seed={a.seed}: "
           f"{a.target:.0%} at step {first if first else '-'}, {last:.2%} at step {a.steps}")
 
 

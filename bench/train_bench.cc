@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     auto params = (*bareModel)->parameters();
-    torch::optim::SGD bareOpt(params, torch::optim::SGDOptions(o.lr).momentum(o.momentum));
+    torch::optim::SGD bareOpt(
+        params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov));
     auto trainer = Trainer::create(std::move(*trainerModel), data.train, data.test, o);
     if (!trainer.ok()) {
       std::fprintf(stderr, "%s\n", trainer.status().toString().c_str());

@@ -132,7 +132,7 @@ struct WorkerConfig {
     std::string optimizer = "sgd";      // sgd|adam
     double lr = 0.05;                   // > 0
     double momentum = 0.9;              // [0, 1); sgd only
-    bool nesterov = false;              // sgd only
+    bool nesterov = true;               // sgd only; why true: docs/architecture.md §3
     double weightDecay = 0;             // >= 0
     std::string schedule = "constant";  // constant|cosine|step
     int64_t warmupSteps = 0;            // >= 0, linear warm-up before the schedule

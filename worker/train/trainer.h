@@ -32,7 +32,7 @@ struct TrainerOptions {
   std::string optimizer = "sgd";  // sgd | adam
   double lr = 0.05;
   double momentum = 0.9;  // sgd
-  bool nesterov = false;  // sgd
+  bool nesterov = true;   // sgd (the worker config's default)
   double weightDecay = 0;
   std::string schedule = "constant";  // constant | cosine | step
   int64_t warmupSteps = 0;            // linear warm-up before the schedule
