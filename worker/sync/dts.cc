@@ -248,6 +248,7 @@ class Dts final : public Base {
                     torch::tensor({static_cast<int64_t>(p.round), p.sendStep, p.dueStep}));
       archive.write(prefix + "own", p.own);
       archive.write(prefix + "bytes", bytesTensor(*p.bytes));
+      if (p.provisionalDue) archive.write(prefix + "provisional_due", torch::tensor(int64_t{1}));
       if (p.start.defined()) archive.write(prefix + "start", p.start);
       if (p.earlySum.defined()) {
         archive.write(prefix + "early_sum", p.earlySum);
@@ -307,6 +308,11 @@ class Dts final : public Base {
       p.own = p.own.contiguous();
       archive.read(prefix + "bytes", bytes);
       p.bytes = bytesOf(bytes);
+      // A round closed before the links were known stays due once they
+      // are (learnTheLink), not maxAutoDelay steps after its close: every
+      // round after it would wait behind it.
+      torch::Tensor provisional;
+      p.provisionalDue = archive.try_read(prefix + "provisional_due", provisional);
       torch::Tensor start;
       if (archive.try_read(prefix + "start", start)) p.start = start.contiguous();
       p.got.resize(group_.size());

@@ -849,6 +849,34 @@ TEST(Dts, AutoDelayResumesWithEarlyContributionsInFlight) {
   }
 }
 
+// Two regions 300 ms apart one way (as in
+// AutoDelayDoesNotGuessTheFirstRoundsDueStep), interrupted at step 6: round 0 closed at step 4
+// before any ping came back, and the checkpoint holds it with its due step not yet known. After the
+// resume it becomes due once a ping gives D (~15 steps of 20 ms), not maxAutoDelay (256) steps
+// after its close, where every round after it would have waited behind it and the job model stayed
+// at step 0 to the end.
+TEST(Dts, AutoDelayResumesARoundWhoseDueStepWasNotKnownYet) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.delay = std::nullopt;
+  job.steps = 90;
+  job.oneWayDelay = {{"a-b", "delay=300ms"}, {"b-a", "delay=300ms"}};
+  job.extraCompute = {20ms, 20ms};
+  job.recordModels = true;
+  const auto [first, resumed] = runInterrupted(job, 6);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(first.status[rank].ok()) << first.status[rank].toString();
+    ASSERT_TRUE(resumed.status[rank].ok()) << resumed.status[rank].toString();
+    const auto& last = resumed.jobModels[rank].back();
+    ASSERT_TRUE(last.has_value());
+    EXPECT_GE(last->step, 4) << "rank " << rank << ": round 0 never came due";
+  }
+  EXPECT_TRUE(torch::equal(resumed.finalValues[0], resumed.finalValues[1]));
+  EXPECT_EQ(resumed.stats[0].missing, 0u);
+}
+
 // The final average crosses a slow uplink: a whole fp32 model (~0.8 MB)
 // takes ~0.8 s at 8 Mbit/s, far beyond the 200 ms a leaving transport gives
 // its queued sends. The coordinator stays until the other worker has
