@@ -30,12 +30,16 @@ for r in 0 1 2 3; do
   # The same settings for every worker of a region (the ConfigMap), except
   # the listen address: on Kubernetes every pod has its own IP and binds
   # tcp://*:7000; here the four share one host.
+  # The peer time-out is the round time-out's: this test is about the
+  # shape, and four workers on a machine busy with other tests once left a
+  # leader silent for the 3 s a LAN's automatic time-out allows.
   "$worker" --progress-format jsonl --completion-index "$index" --set job.id=cluster-shape \
     --set worker.worldSize=4 --set worker.region="$region" \
     --set transport.regions=london,london,tokyo,tokyo --set transport.peers="$peers" \
     --set transport.listen="$(ep "${p[$r]}")" --set transport.keyDir="$work/keys" \
     --set sync.algorithm=dts --set sync.hierarchical=true --set sync.period=4 \
-    --set sync.delay=1 --set sync.timeoutSeconds=20 --set sync.codec=qsgd \
+    --set sync.delay=1 --set sync.timeoutSeconds=20 --set sync.peerTimeoutSeconds=20 \
+    --set sync.codec=qsgd \
     --set dataset.name=synthetic --set dataset.syntheticSamples=4096 \
     --set training.steps=120 --set training.logInterval=20 --set training.evalInterval=0 \
     --set training.threads=1 --set metrics.enabled=false \
