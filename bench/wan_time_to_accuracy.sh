@@ -17,7 +17,14 @@
 # network / steps/s on lan. Steps to a target on an accuracy plateau move
 # by many steps with a point of noise: --seeds runs every configuration once
 # per seed (job.seed: the initial model, the data order, QSGD's rounding)
-# and prints the median steps and time, with each seed's steps.
+# and prints the median steps and time, with each seed's steps, and
+# `mean`: the first step at which rank 0's accuracy averaged over the seeds
+# reaches the target (each seed's evaluations interpolated linearly,
+# over the steps every seed's evaluations cover). The first crossing of
+# one run's noisy curve comes early for the noisier curve (allreduce's
+# single model swings by a point between evaluations; DTS's job model is
+# an average of four); the mean curve estimates the step at which a run
+# of that length is expected to reach the target.
 #
 # Usage: bench/wan_time_to_accuracy.sh [--models mlp,cnn] [--steps-mlp N]
 #          [--steps-cnn N] [--configs a,b,...] [--networks a,b,...]
@@ -133,6 +140,20 @@ out, model, target = sys.argv[1], sys.argv[2], sys.argv[3]
 configs = sys.argv[4].split(",")
 networks = ["lan"] + [n for n in sys.argv[5].split(",") if n and n != "lan"]
 seeds = sys.argv[6].split(",") if sys.argv[6] else [None]
+def meanCurveSteps(curves):
+    # curves: per seed, {step: accuracy}. The first integer step at which
+    # the mean of the linearly interpolated curves reaches the target, over
+    # the steps every curve covers; None when it never does.
+    curves = [sorted(c.items()) for c in curves if c]
+    if not curves: return None
+    lo, hi = max(c[0][0] for c in curves), min(c[-1][0] for c in curves)
+    def at(c, x):
+        for (x0, y0), (x1, y1) in zip(c, c[1:]):
+            if x0 <= x <= x1: return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+        return c[-1][1]
+    for x in range(lo, hi + 1):
+        if sum(at(c, x) for c in curves) / len(curves) >= float(target): return x
+    return None
 def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -145,6 +166,7 @@ def run(config, network):
          if isinstance(v, (int, float)) and not isinstance(v, bool) and all(r.get(k) is not None for r in runs)}
     s["stepsBySeed"] = [r["stepsToTarget"] for r in runs]
     s["stepsToTarget"] = median(s["stepsBySeed"]) if None not in s["stepsBySeed"] else None
+    s["meanCurveSteps"] = meanCurveSteps([r["curve"] for r in runs])
     s["timeToAccuracy"] = {target: median([(r.get("timeToAccuracy") or {}).get(target) for r in runs])}
     return s
 def run1(config, network, seed):
@@ -157,17 +179,20 @@ def run1(config, network, seed):
     # late if need be, so this is resolved to evalEvery steps).
     s["stepsToTarget"] = None
     with open(d / "progress.csv") as f:
-        reached = [int(row["eval_step"] or row["step"]) for row in csv.DictReader(f)
-                   if row["rank"] == "0" and row["eval_accuracy"] and float(row["eval_accuracy"]) >= float(target)]
-        s["stepsToTarget"] = min(reached) if reached else None
+        evals = [(int(row["eval_step"] or row["step"]), float(row["eval_accuracy"])) for row in csv.DictReader(f)
+                 if row["rank"] == "0" and row["eval_accuracy"]]
+    reached = [step for step, accuracy in evals if accuracy >= float(target)]
+    s["stepsToTarget"] = min(reached) if reached else None
+    s["curve"] = dict(evals)  # a step evaluated twice (the job model of one round): the later report
     return s
 ref = run("allreduce-fp32", "lan")
 refSteps = ref and ref["stepsToTarget"]
+refMean = ref and ref["meanCurveSteps"]
 fmt = lambda v, f: (f.format(v) if v is not None else "-")
 for network in networks:
     print(f"\n{model} on {network} (4 regions x 1 worker): target {float(target)*100:.0f}% test accuracy"
           f"{'' if refSteps else ' (no allreduce-fp32 lan run reached it: steps are not compared)'}")
-    print(f"{'configuration':<16} {'steps':>6} {'vs AR':>6} {'time':>8} {'final acc':>9} {'WAN KB/step':>11} {'steps/s':>8} {'lan st/s':>8} {'util':>6} {'stale':>6} {'wait':>6}")
+    print(f"{'configuration':<16} {'steps':>6} {'vs AR':>6} {'mean':>5} {'vs AR':>6} {'time':>8} {'final acc':>9} {'WAN KB/step':>11} {'steps/s':>8} {'lan st/s':>8} {'util':>6} {'stale':>6} {'wait':>6}")
     for c in configs:
         w, l = run(c, network), run(c, "lan")
         if w is None:
@@ -178,14 +203,17 @@ for network in networks:
         util = sw / sl if sw and sl else None
         perStep = w["wanBytes"] / 4 / w["steps"] / 1e3 if w.get("steps") else None  # per worker
         rel = st / refSteps if st and refSteps else None
+        mc = w.get("meanCurveSteps") if len(seeds) > 1 else None
+        relMean = mc / refMean if mc and refMean else None
         acc = w.get("testAccuracy")
         bySeed = f"  (seeds: {', '.join(fmt(v, '{}') for v in w['stepsBySeed'])})" if len(seeds) > 1 else ""
-        print(f"{c:<16} {fmt(st, '{:g}'):>6} {fmt(rel, '{:.2f}x'):>6} {fmt(tta, '{:.1f} s'):>8} {fmt(acc and acc*100, '{:.2f}%'):>9} "
+        print(f"{c:<16} {fmt(st, '{:g}'):>6} {fmt(rel, '{:.2f}x'):>6} {fmt(mc, '{}'):>5} {fmt(relMean, '{:.2f}x'):>6} {fmt(tta, '{:.1f} s'):>8} {fmt(acc and acc*100, '{:.2f}%'):>9} "
               f"{fmt(perStep, '{:.1f}'):>11} {fmt(sw, '{:.2f}'):>8} {fmt(sl, '{:.2f}'):>8} {fmt(util and util*100, '{:.0f}%'):>6} {fmt(w.get('stalenessMean'), '{:.1f}'):>6} {fmt(w.get('waitSeconds'), '{:.1f} s'):>6}{bySeed}")
     print("(steps: of rank 0's first evaluation at or above the target; vs AR: / allreduce fp32's on lan;"
           " WAN KB/step: sent + received per worker and step; util: steps/s / the same configuration's on lan;"
           " wait: the longest time a worker waited for peers or its uplink"
-          + ("; steps and time: median over the seeds, the rest their mean)" if len(seeds) > 1 else ")"))
+          + ("; steps and time: median over the seeds, the rest their mean; mean: where the accuracy averaged"
+             " over the seeds first reaches the target, and / allreduce fp32's)" if len(seeds) > 1 else ")"))
 EOF
 done
 echo
