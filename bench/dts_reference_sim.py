@@ -19,6 +19,16 @@ in steps is the rule's own cost. Options beyond the rule:
                   step instead of at once (tried, not kept: docs/benchmarks.md)
   --nesterov      Nesterov momentum (training.nesterov, the worker's default):
                   each step is lr (g + momentum v) with v = momentum v + g
+Diagnostics and variants of the rule (tried, not kept: docs/benchmarks.md).
+Tensors are numbered 0-3: the first layer's weight and bias, the second's.
+  --oracle 0,1    take the gradient of these tensors at the mean model of all
+                  workers instead of the worker's own (no worker can: it does
+                  not know its peers' last D + K steps). It shows which
+                  tensors' drift from the mean costs the steps.
+  --own W,W,W,W   per tensor, the weight of the worker's own steps not yet
+                  averaged in the point the gradient is taken at (1: the rule)
+  --tensor-scale S,S,S,S
+                  per tensor, a factor on the gradient (on top of --lr-scale)
 
 Needs python3-numpy and the dataset-fashion-mnist package. One run of 1000
 steps takes about ten seconds on one core.
@@ -26,6 +36,7 @@ steps takes about ten seconds on one core.
   bench/dts_reference_sim.py --period 16 --delay 32 --seed 1
   bench/dts_reference_sim.py --period 16 --delay 32 --seed 1 --lr-scale 0.5
   bench/dts_reference_sim.py --period 32 --delay 32 --seed 1 --lr-scale 0.5 --nesterov
+  bench/dts_reference_sim.py -K 32 -D 32 --lr-scale 0.5 --nesterov --oracle 0,1
 """
 import argparse
 import gzip
@@ -63,10 +74,21 @@ def main():
     ap.add_argument("--nesterov", action="store_true", help="Nesterov momentum (PyTorch's form)")
     ap.add_argument("--every", type=int, default=25, help="evaluate the mean model every N steps")
     ap.add_argument("--target", type=float, default=0.85)
+    ap.add_argument("--oracle", default="", help="tensors (0-3) whose gradient is taken at the mean model")
+    ap.add_argument("--own", default="1,1,1,1", help="per tensor, the weight of the own steps not yet averaged")
+    ap.add_argument("--tensor-scale", default="1,1,1,1", help="per tensor, a factor on the gradient")
     a = ap.parse_args()
+    try:
+        oracle = sorted({int(v) for v in a.oracle.split(",") if v})
+        own = [float(v) for v in a.own.split(",")]
+        tensorScale = [float(v) for v in a.tensor_scale.split(",")]
+    except ValueError as e:
+        ap.error(f"--oracle, --own, --tensor-scale: {e}")
     for name, ok in (("--period", a.period >= 1), ("--delay", a.delay >= 0), ("--workers", a.workers >= 1),
                      ("--steps", a.steps >= 1), ("--lr-scale", 0 < a.lr_scale <= 1), ("--fade", 0 < a.fade <= 1),
-                     ("--every", a.every >= 1)):
+                     ("--every", a.every >= 1), ("--oracle", all(0 <= k < 4 for k in oracle)),
+                     ("--own", len(own) == 4 and all(0 <= w <= 1 for w in own)),
+                     ("--tensor-scale", len(tensorScale) == 4 and all(0 < f <= 4 for f in tensorScale))):
         if not ok:
             ap.error(f"{name}: out of range (see --help)")
 
@@ -119,7 +141,16 @@ def main():
                 for k in range(4):
                     X[i][k] += a.fade * fade[i][k]
                     fade[i][k] *= 1 - a.fade
-            g = grad(X[i], *batch(i))
+            point = X[i]
+            if oracle:
+                mean = [sum(X[j][k] for j in range(M)) / M for k in range(4)]
+                point = [mean[k] if k in oracle else point[k] for k in range(4)]
+            if any(w != 1 for w in own):
+                # The own steps not yet averaged: the open round and the own
+                # contributions of the rounds in flight.
+                point = [point[k] - (1 - own[k]) * (acc[i][k] + sum(q[i][k] for q in inflight.values()))
+                         for k in range(4)]
+            g = [gk * f for gk, f in zip(grad(point, *batch(i)), tensorScale)]
             for k in range(4):
                 V[i][k] = a.momentum * V[i][k] + a.lr_scale * g[k]
                 # PyTorch's SGD: Nesterov steps along g + momentum * v.
@@ -141,7 +172,9 @@ def main():
             if first is None and last >= a.target:
                 first = t
     print(f"K={a.period} D={a.delay} lr-scale={a.lr_scale:g} fade={a.fade:g} "
-          f"nesterov={'yes' if a.nesterov else 'no'} seed={a.seed}: "
+          f"nesterov={'yes' if a.nesterov else 'no'} seed={a.seed}"
+          + (f" oracle={a.oracle}" if oracle else "") + (f" own={a.own}" if any(w != 1 for w in own) else "")
+          + (f" tensor-scale={a.tensor_scale}" if any(f != 1 for f in tensorScale) else "") + ": "
           f"{a.target:.0%} at step {first if first else '-'}, {last:.2%} at step {a.steps}")
 
 
