@@ -29,11 +29,15 @@
 # Usage: bench/wan_time_to_accuracy.sh [--models mlp,cnn] [--steps-mlp N]
 #          [--steps-cnn N] [--configs a,b,...] [--networks a,b,...]
 #          [--seeds a,b,...] [--step-time T] [--set KEY=VALUE]... [--out DIR]
-#          [--build DIR]
+#          [--reference DIR] [--build DIR]
 # --step-time (e.g. 25ms) gives every step at least that much compute, as
 # a larger model's would (geotrain local --step-time): the links are then
 # fewer steps of delay. --set passes a worker.yaml override to every run
 # (e.g. --set sync.scaleLrWithDelay=false); use another --out for each.
+# --reference DIR: the allreduce-fp32 lan runs (same seeds) that steps are
+# compared with come from DIR, not --out (default: --out). Allreduce's steps
+# do not depend on --step-time or --set of the delay rules: one set of
+# reference runs serves them all.
 # Configurations: allreduce-fp32, allreduce-qsgd4, dts-auto (K = 8), dts-d<D>
 # (K = 8), dts-k<K>-auto, dts-k<K>-d<D> (K may be `auto`: dts-kauto-auto is
 # `--period auto --delay auto`), swarm-h<H>, default (no sync flags: what
@@ -52,6 +56,7 @@ configs="allreduce-fp32,allreduce-qsgd4,dts-kauto-auto,dts-k2-auto,dts-k4-auto,d
 networks="world"
 seeds=""  # none: the job's default seed, run folders without a suffix
 extra=()  # --step-time and --set, for every run
+reference=""  # none: --out
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -65,12 +70,15 @@ while [[ $# -gt 0 ]]; do
     --step-time) extra+=(--step-time "$2"); shift 2 ;;
     --set) extra+=(--set "$2"); shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --reference) reference="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "wan_time_to_accuracy.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 
+[[ -z "$reference" || -d "$reference" ]] ||
+  { echo "wan_time_to_accuracy.sh: --reference $reference: no such folder (the --out of the allreduce-fp32 lan runs)" >&2; exit 2; }
 geotrain="$build/worker/geotrain"
 [[ -x "$geotrain" ]] || { echo "wan_time_to_accuracy.sh: $geotrain not found: build first (scripts/build.sh)" >&2; exit 1; }
 mkdir -p "$out"
@@ -132,7 +140,7 @@ for model in ${models//,/ }; do
       done
     done
   done
-  python3 - "$out" "$model" "$target" "$configs" "$networks" "$seeds" <<'EOF'
+  python3 - "$out" "$model" "$target" "$configs" "$networks" "$seeds" "${reference:-$out}" <<'EOF'
 import csv, json, statistics, sys, pathlib
 out, model, target = sys.argv[1], sys.argv[2], sys.argv[3]
 # The lan table first (the reference runs, with --networks "" alone), then
@@ -140,6 +148,7 @@ out, model, target = sys.argv[1], sys.argv[2], sys.argv[3]
 configs = sys.argv[4].split(",")
 networks = ["lan"] + [n for n in sys.argv[5].split(",") if n and n != "lan"]
 seeds = sys.argv[6].split(",") if sys.argv[6] else [None]
+reference = sys.argv[7]
 def meanCurveSteps(curves):
     # curves: per seed, {step: accuracy}. The first integer step at which
     # the mean of the linearly interpolated curves reaches the target, over
@@ -157,10 +166,10 @@ def meanCurveSteps(curves):
 def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
-def run(config, network):
+def run(config, network, base=out):
     # Over the seeds: the median steps and time to target (each seed's steps
     # in stepsBySeed), the mean of the rest.
-    runs = [r for r in (run1(config, network, seed) for seed in seeds) if r is not None]
+    runs = [r for r in (run1(config, network, seed, base) for seed in seeds) if r is not None]
     if not runs: return None
     s = {k: statistics.mean(r[k] for r in runs) for k, v in runs[0].items()
          if isinstance(v, (int, float)) and not isinstance(v, bool) and all(r.get(k) is not None for r in runs)}
@@ -169,8 +178,8 @@ def run(config, network):
     s["meanCurveSteps"] = meanCurveSteps([r["curve"] for r in runs])
     s["timeToAccuracy"] = {target: median([(r.get("timeToAccuracy") or {}).get(target) for r in runs])}
     return s
-def run1(config, network, seed):
-    d = pathlib.Path(out) / (f"{model}-{config}-{network}" + (f"-s{seed}" if seed else ""))
+def run1(config, network, seed, base):
+    d = pathlib.Path(base) / (f"{model}-{config}-{network}" + (f"-s{seed}" if seed else ""))
     p = d / "summary.json"
     if not p.exists(): return None
     s = json.loads(p.read_text())
@@ -185,7 +194,7 @@ def run1(config, network, seed):
     s["stepsToTarget"] = min(reached) if reached else None
     s["curve"] = dict(evals)  # a step evaluated twice (the job model of one round): the later report
     return s
-ref = run("allreduce-fp32", "lan")
+ref = run("allreduce-fp32", "lan", reference)
 refSteps = ref and ref["stepsToTarget"]
 refMean = ref and ref["meanCurveSteps"]
 fmt = lambda v, f: (f.format(v) if v is not None else "-")
