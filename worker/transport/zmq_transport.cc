@@ -186,7 +186,9 @@ class ZmqTransport final : public Transport {
   // Compares a peer's hello with ours; a disagreement refuses the peer.
   void checkHello(uint32_t peer, const Payload& hello);
   void dropQueuedPings();
-  void closeSockets();
+  // `linger`: how long ZeroMQ may still take to put what it holds for a
+  // peer on the wire (zmq_ctx_term waits for it, at most that long).
+  void closeSockets(std::chrono::milliseconds linger = std::chrono::milliseconds(0));
 
   TransportConfig cfg_;
   FrameLimits limits_;
@@ -1130,17 +1132,25 @@ void ZmqTransport::ioLoop() {
       if (p.blocked) p.blocked = false;  // POLLOUT, a timeout or a reconnect: try again
     }
   }
-  // Whatever is still queued after the linger time is dropped.
-  closeSockets();
+  // Our queues are empty, or the linger time is up. ZeroMQ may still hold
+  // messages it accepted (a large payload is still being encrypted and
+  // written): they get what is left of the linger time, and whatever is
+  // still there after it is dropped. Closing with no linger at all lost the
+  // last message of a worker that exited right after sending it (a region
+  // leader's final model, which its members then waited for in vain).
+  const auto left = stopDeadline
+                        ? std::chrono::duration_cast<milliseconds>(*stopDeadline - Clock::now())
+                        : milliseconds(0);
+  closeSockets(std::max(left, milliseconds(0)));
 }
 
 // Closes every socket so the context can terminate (a context outliving its
 // sockets blocks forever in its destructor). Called on the I/O thread, or on
 // the owner's thread when start() failed before the I/O thread existed.
-void ZmqTransport::closeSockets() {
+void ZmqTransport::closeSockets(std::chrono::milliseconds linger) {
   for (auto& p : peers_) {
     p.monitor.reset();
-    if (p.dealer) p.dealer->set(zmq::sockopt::linger, 0);
+    if (p.dealer) p.dealer->set(zmq::sockopt::linger, static_cast<int>(linger.count()));
     p.dealer.reset();
   }
   routerMonitor_.reset();

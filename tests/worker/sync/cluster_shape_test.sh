@@ -31,8 +31,10 @@ for r in 0 1 2 3; do
   # the listen address: on Kubernetes every pod has its own IP and binds
   # tcp://*:7000; here the four share one host.
   # The peer time-out is the round time-out's: this test is about the
-  # shape, and four workers on a machine busy with other tests once left a
-  # leader silent for the 3 s a LAN's automatic time-out allows.
+  # shape, not failure detection. (Its members once waited out both time-outs
+  # for a final model their leader had sent as it exited; the transport now
+  # gives what ZeroMQ holds the linger time, transport_test's
+  # TransportShutdown.WhatZeroMqHoldsAtCloseLeavesWithinTheLinger.)
   "$worker" --progress-format jsonl --completion-index "$index" --set job.id=cluster-shape \
     --set worker.worldSize=4 --set worker.region="$region" \
     --set transport.regions=london,london,tokyo,tokyo --set transport.peers="$peers" \

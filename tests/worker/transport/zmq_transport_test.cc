@@ -800,6 +800,34 @@ TEST(TransportShutdown, AQueuedSendToAPeerNotUpYetLeavesWithinTheLinger) {
   EXPECT_EQ(m->payload.size(), 100u);
 }
 
+// What ZeroMQ already took from the queue when the transport closes leaves
+// within the linger time too: a worker that sends a large message and exits
+// at once (a region leader's final model to its members) must not drop it.
+// Closed with no linger, the 64 MiB below were still being encrypted and
+// written, and never arrived.
+TEST(TransportShutdown, WhatZeroMqHoldsAtCloseLeavesWithinTheLinger) {
+  World w(2);
+  auto config = w.config(0);
+  config.linger = 20s;
+  auto a = makeZmqTransport(config);
+  ASSERT_TRUE(a.ok()) << a.status().toString();
+  auto b = makeZmqTransport(w.config(1));
+  ASSERT_TRUE(b.ok()) << b.status().toString();
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!(*a)->peerCounters().front().heard && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE((*a)->peerCounters().front().heard) << "rank 1 not connected within 5 s";
+  const size_t size = size_t{64} << 20;
+  ASSERT_TRUE(
+      (*a)->send(1, MessageKind::kUpdate, {.round = 9}, Payload(pattern(size, 9)), 5s).ok());
+  a->reset();  // at once: the payload is still in ZeroMQ's hands
+  auto m = (*b)->receive(MessageKind::kUpdate, 9, 0, 20s);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  ASSERT_EQ(m->payload.size(), size);
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(size, 9))) << "the payload arrived changed";
+}
+
 // Liveness: a peer is heard through its pings alone; once it is gone its
 // silence grows, and a new incarnation on the same endpoint is heard again.
 TEST(TransportLiveness, SilenceGrowsWhenAPeerDiesAndEndsWhenItComesBack) {
