@@ -608,6 +608,20 @@ TEST(Dts, ScalesTheGradientWhenThePeersUpdatesAreMoreThanFourStepsOld) {
   }
 }
 
+// Two regions 300 ms apart each way, DTS with K = 4 and the automatic
+// delay: no ping is back before round 0 closes at step 4.
+JobSpec farPairAutoDelay(int64_t steps) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.delay = std::nullopt;
+  job.steps = steps;
+  job.oneWayDelay = {{"a-b", "delay=300ms"}, {"b-a", "delay=300ms"}};
+  job.recordModels = true;
+  return job;
+}
+
 // Auto delay before any ping came back: a round is not due K steps after
 // its close (a guess that made every worker wait at the first due step for
 // the slowest link), but once a ping gives D. Over a link of 300 ms each
@@ -615,14 +629,7 @@ TEST(Dts, ScalesTheGradientWhenThePeersUpdatesAreMoreThanFourStepsOld) {
 // (after a wait of at least 300 ms); steps would have to take 300 ms for a
 // D learned by then to make it due that early.
 TEST(Dts, AutoDelayDoesNotGuessTheFirstRoundsDueStep) {
-  JobSpec job;
-  job.regions = {"a", "b"};
-  job.sync = options("dts", "qsgd");
-  job.sync.period = 4;
-  job.sync.delay = std::nullopt;
-  job.steps = 40;
-  job.oneWayDelay = {{"a-b", "delay=300ms"}, {"b-a", "delay=300ms"}};
-  job.recordModels = true;
+  const JobSpec job = farPairAutoDelay(40);
   const RunResult r = runJob(job);
   for (size_t rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
@@ -849,22 +856,14 @@ TEST(Dts, AutoDelayResumesWithEarlyContributionsInFlight) {
   }
 }
 
-// Two regions 300 ms apart one way (as in
-// AutoDelayDoesNotGuessTheFirstRoundsDueStep), interrupted at step 6: round 0 closed at step 4
+// farPairAutoDelay's regions, interrupted at step 6: round 0 closed at step 4
 // before any ping came back, and the checkpoint holds it with its due step not yet known. After the
 // resume it becomes due once a ping gives D (~15 steps of 20 ms), not maxAutoDelay (256) steps
 // after its close, where every round after it would have waited behind it and the job model stayed
 // at step 0 to the end.
 TEST(Dts, AutoDelayResumesARoundWhoseDueStepWasNotKnownYet) {
-  JobSpec job;
-  job.regions = {"a", "b"};
-  job.sync = options("dts", "qsgd");
-  job.sync.period = 4;
-  job.sync.delay = std::nullopt;
-  job.steps = 90;
-  job.oneWayDelay = {{"a-b", "delay=300ms"}, {"b-a", "delay=300ms"}};
+  JobSpec job = farPairAutoDelay(90);
   job.extraCompute = {20ms, 20ms};
-  job.recordModels = true;
   const auto [first, resumed] = runInterrupted(job, 6);
   for (size_t rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(first.status[rank].ok()) << first.status[rank].toString();

@@ -779,6 +779,16 @@ TEST(TransportLink, BacklogIsWhatWaitsForTheLinkNotWhatTravelsOnIt) {
   ASSERT_TRUE(ts[1]->receive(MessageKind::kUpdate, 1, 0, 5s).ok());
 }
 
+// Whether `t` hears its first peer (a ping or any message from it) within
+// five seconds.
+bool hearsFirstPeer(Transport& t) {
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!t.peerCounters().front().heard && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  return t.peerCounters().front().heard;
+}
+
 // Closing a transport gives every queued send the linger time, also one to
 // a peer not connected yet: a process that sends and exits at once may do
 // so before its connection is up.
@@ -813,11 +823,7 @@ TEST(TransportShutdown, WhatZeroMqHoldsAtCloseLeavesWithinTheLinger) {
   ASSERT_TRUE(a.ok()) << a.status().toString();
   auto b = makeZmqTransport(w.config(1));
   ASSERT_TRUE(b.ok()) << b.status().toString();
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (!(*a)->peerCounters().front().heard && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(20ms);
-  }
-  ASSERT_TRUE((*a)->peerCounters().front().heard) << "rank 1 not connected within 5 s";
+  ASSERT_TRUE(hearsFirstPeer(**a)) << "rank 1 not connected within 5 s";
   const size_t size = size_t{64} << 20;
   ASSERT_TRUE(
       (*a)->send(1, MessageKind::kUpdate, {.round = 9}, Payload(pattern(size, 9)), 5s).ok());
@@ -839,11 +845,7 @@ TEST(TransportLiveness, SilenceGrowsWhenAPeerDiesAndEndsWhenItComesBack) {
   {
     auto b = makeZmqTransport(w.config(1));
     ASSERT_TRUE(b.ok()) << b.status().toString();
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (!counters().heard && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(20ms);
-    }
-    ASSERT_TRUE(counters().heard) << "no ping from rank 1 within 5 s";
+    ASSERT_TRUE(hearsFirstPeer(**a)) << "no ping from rank 1 within 5 s";
     std::this_thread::sleep_for(600ms);  // three ping intervals: still heard
     EXPECT_LT(counters().silentSeconds, 0.5);
   }  // rank 1 is gone
