@@ -29,6 +29,13 @@ Tensors are numbered 0-3: the first layer's weight and bias, the second's.
                   averaged in the point the gradient is taken at (1: the rule)
   --tensor-scale S,S,S,S
                   per tensor, a factor on the gradient (on top of --lr-scale)
+  --late W        each step also takes the gradient at the mean model, and
+                  W times the difference (through its own momentum) is
+                  subtracted from every worker's model when the round's mean
+                  is applied. It is the exact form of any compensation a
+                  worker could apply once it knows the mean (DC-ASGD's
+                  g * g * (mean - own) is an estimate of it), at the earliest
+                  moment it could, so it bounds what such a late fix can do.
 
 Needs python3-numpy and the dataset-fashion-mnist package. One run of 1000
 steps takes about ten seconds on one core.
@@ -77,6 +84,7 @@ def main():
     ap.add_argument("--oracle", default="", help="tensors (0-3) whose gradient is taken at the mean model")
     ap.add_argument("--own", default="1,1,1,1", help="per tensor, the weight of the own steps not yet averaged")
     ap.add_argument("--tensor-scale", default="1,1,1,1", help="per tensor, a factor on the gradient")
+    ap.add_argument("--late", type=float, default=0.0, help="weight of the exact late correction [0, 1]")
     a = ap.parse_args()
     try:
         oracle = sorted({int(v) for v in a.oracle.split(",") if v})
@@ -86,7 +94,7 @@ def main():
         ap.error(f"--oracle, --own, --tensor-scale: {e}")
     for name, ok in (("--period", a.period >= 1), ("--delay", a.delay >= 0), ("--workers", a.workers >= 1),
                      ("--steps", a.steps >= 1), ("--lr-scale", 0 < a.lr_scale <= 1), ("--fade", 0 < a.fade <= 1),
-                     ("--every", a.every >= 1), ("--oracle", all(0 <= k < 4 for k in oracle)),
+                     ("--every", a.every >= 1), ("--late", 0 <= a.late <= 1), ("--oracle", all(0 <= k < 4 for k in oracle)),
                      ("--own", len(own) == 4 and all(0 <= w <= 1 for w in own)),
                      ("--tensor-scale", len(tensorScale) == 4 and all(0 < f <= 4 for f in tensorScale))):
         if not ok:
@@ -109,6 +117,11 @@ def main():
     order = [rng.permutation(s) for s in shards]
     pos = [0] * M
     inflight = {}
+    # --late: the correction's momentum, its sum over the open round, and the
+    # closed rounds' mean corrections until their mean is applied.
+    lateV = [zeros() for _ in range(M)]
+    lateAcc = [zeros() for _ in range(M)]
+    lateInflight = {}
 
     def batch(i):
         if pos[i] + 64 > len(order[i]):
@@ -136,6 +149,9 @@ def main():
 
     first, last = None, 0.0
     for t in range(1, a.steps + 1):
+        # The mean model before this step: taken once, so that no worker's
+        # gradient point includes a step its peers took in the same step.
+        meanModel = [sum(X[j][k] for j in range(M)) / M for k in range(4)]
         for i in range(M):
             if a.fade < 1:
                 for k in range(4):
@@ -143,14 +159,22 @@ def main():
                     fade[i][k] *= 1 - a.fade
             point = X[i]
             if oracle:
-                mean = [sum(X[j][k] for j in range(M)) / M for k in range(4)]
-                point = [mean[k] if k in oracle else point[k] for k in range(4)]
+                point = [meanModel[k] if k in oracle else point[k] for k in range(4)]
             if any(w != 1 for w in own):
                 # The own steps not yet averaged: the open round and the own
                 # contributions of the rounds in flight.
                 point = [point[k] - (1 - own[k]) * (acc[i][k] + sum(q[i][k] for q in inflight.values()))
                          for k in range(4)]
-            g = [gk * f for gk, f in zip(grad(point, *batch(i)), tensorScale)]
+            xb, yb = batch(i)
+            g = [gk * f for gk, f in zip(grad(point, xb, yb), tensorScale)]
+            if a.late:
+                # The step the gradient at the mean model would have taken,
+                # less the one taken; the momentum is linear, so it has its own.
+                gMean = grad(meanModel, xb, yb)
+                for k in range(4):
+                    e = a.lr_scale * (gMean[k] * tensorScale[k] - g[k])
+                    lateV[i][k] = a.momentum * lateV[i][k] + e
+                    lateAcc[i][k] += a.late * a.lr * (e + a.momentum * lateV[i][k] if a.nesterov else lateV[i][k])
             for k in range(4):
                 V[i][k] = a.momentum * V[i][k] + a.lr_scale * g[k]
                 # PyTorch's SGD: Nesterov steps along g + momentum * v.
@@ -160,6 +184,9 @@ def main():
         if t % a.period == 0:  # a round closes: its contributions leave
             inflight[t] = [[q.copy() for q in acc[i]] for i in range(M)]
             acc = [zeros() for _ in range(M)]
+            if a.late:
+                lateInflight[t] = [sum(lateAcc[i][k] for i in range(M)) / M for k in range(4)]
+                lateAcc = [zeros() for _ in range(M)]
         due = t - a.delay
         if due in inflight:  # D steps later: own contribution -> the mean
             q = inflight.pop(due)
@@ -167,6 +194,11 @@ def main():
             for i in range(M):
                 for k in range(4):
                     (fade if a.fade < 1 else X)[i][k] += q[i][k] - mean[k]
+            if due in lateInflight:
+                c = lateInflight.pop(due)
+                for i in range(M):
+                    for k in range(4):
+                        X[i][k] -= c[k]
         if t % a.every == 0:
             last = accuracy([sum(X[i][k] for i in range(M)) / M for k in range(4)])
             if first is None and last >= a.target:
@@ -174,7 +206,8 @@ def main():
     print(f"K={a.period} D={a.delay} lr-scale={a.lr_scale:g} fade={a.fade:g} "
           f"nesterov={'yes' if a.nesterov else 'no'} seed={a.seed}"
           + (f" oracle={a.oracle}" if oracle else "") + (f" own={a.own}" if any(w != 1 for w in own) else "")
-          + (f" tensor-scale={a.tensor_scale}" if any(f != 1 for f in tensorScale) else "") + ": "
+          + (f" tensor-scale={a.tensor_scale}" if any(f != 1 for f in tensorScale) else "")
+          + (f" late={a.late:g}" if a.late else "") + ": "
           f"{a.target:.0%} at step {first if first else '-'}, {last:.2%} at step {a.steps}")
 
 
