@@ -149,9 +149,10 @@ def main():
 
     first, last = None, 0.0
     for t in range(1, a.steps + 1):
-        # The mean model before this step: taken once, so that no worker's
-        # gradient point includes a step its peers took in the same step.
-        meanModel = [sum(X[j][k] for j in range(M)) / M for k in range(4)]
+        # The mean model before this step, for --oracle and --late: taken
+        # once, so that no worker's gradient point includes a step its peers
+        # took in the same step.
+        meanModel = [sum(X[j][k] for j in range(M)) / M for k in range(4)] if oracle or a.late else None
         for i in range(M):
             if a.fade < 1:
                 for k in range(4):
