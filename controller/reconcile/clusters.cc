@@ -121,8 +121,13 @@ StatusOr<std::pair<std::string, MemberSecret>> parseMemberFlag(const std::string
 
 SecretClusters::SecretClusters(kube::KubeClient& hub, std::string ns,
                                std::map<std::string, MemberSecret> members,
-                               kube::ClientOptions options, std::chrono::milliseconds retryAfter)
-    : hub_(hub), ns_(std::move(ns)), options_(std::move(options)), retryAfter_(retryAfter) {
+                               kube::ClientOptions options, std::chrono::milliseconds retryAfter,
+                               const Clock& clock)
+    : hub_(hub),
+      ns_(std::move(ns)),
+      options_(std::move(options)),
+      retryAfter_(retryAfter),
+      clock_(clock) {
   for (auto& [name, secret] : members) members_[name].secret = std::move(secret);
 }
 
@@ -177,8 +182,8 @@ StatusOr<kube::KubeClient*> SecretClusters::client(const std::string& cluster) {
   }
   Member& m = it->second;
   if (m.client) return m.client.get();
-  const auto now = std::chrono::steady_clock::now();
-  if (!m.lastError.ok() && now - m.lastTry < retryAfter_) return m.lastError;
+  const auto now = clock_.now();
+  if (!m.lastError.ok() && m.lastTry && now - *m.lastTry < retryAfter_) return m.lastError;
   m.lastTry = now;
   const std::string where =
       fmt::format("member {}: Secret {}/{} key {}", cluster, ns_, m.secret.secret, m.secret.key);
@@ -259,7 +264,7 @@ void SecretClusters::secretChanged(const nlohmann::json& secret) {
   for (auto& [cluster, m] : members_) {
     if (m.secret.secret != name) continue;
     if (!m.client) {
-      m.lastTry = {};  // not made yet, or failed: the next client() reads the Secret at once
+      m.lastTry.reset();  // not made yet, or failed: the next client() reads the Secret at once
       continue;
     }
     const std::string where =

@@ -7,7 +7,9 @@
 // A member's client is made on first use and kept; a Secret that is missing
 // or holds no usable kubeconfig is an error naming it, tried again on the
 // next call (the user may create it later) but not more than every
-// `retryAfter`, so a broken member cannot slow every reconcile down.
+// `retryAfter` (measured on `clock`), so a broken member cannot slow every
+// reconcile down. A member never tried, or whose Secret changed since the
+// last try, is read on its next call whatever the time.
 // With enableCaches(), each cluster also gets a ClusterCache on first use.
 //
 // With watchSecrets(), the member Secrets are watched: when one changes (a
@@ -23,8 +25,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
+#include "common/clock.h"
 #include "controller/kube/client.h"
 #include "controller/kube/informer.h"
 #include "controller/reconcile/reconciler.h"
@@ -44,7 +48,8 @@ class SecretClusters : public Clusters {
  public:
   SecretClusters(kube::KubeClient& hub, std::string ns, std::map<std::string, MemberSecret> members,
                  kube::ClientOptions options,
-                 std::chrono::milliseconds retryAfter = std::chrono::seconds(10));
+                 std::chrono::milliseconds retryAfter = std::chrono::seconds(10),
+                 const Clock& clock = systemClock());
 
   StatusOr<kube::KubeClient*> client(const std::string& cluster) override;
   // local, then the members by name.
@@ -78,12 +83,17 @@ class SecretClusters : public Clusters {
     int reloads = 0;
     std::unique_ptr<ClusterCache> cache;
     Status lastError;
-    std::chrono::steady_clock::time_point lastTry{};
+    // When the Secret was last read; empty: never, or it changed since, so
+    // the next client() reads it at once. (Not a default time_point: that is
+    // the clock's epoch, the machine's boot, which is not "long ago" on a
+    // machine up for less than retryAfter.)
+    std::optional<Clock::TimePoint> lastTry;
   };
   kube::KubeClient& hub_;
   const std::string ns_;
   const kube::ClientOptions options_;
   const std::chrono::milliseconds retryAfter_;
+  const Clock& clock_;
   mutable std::mutex mu_;
   std::map<std::string, Member> members_;
   void notify(const std::string& ns, const std::string& job);

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
 #include "controller/kube/config.h"
 #include "tests/support/test_apiserver.h"
 
@@ -155,11 +156,16 @@ TEST_F(SecretClustersTest, AReplacedSecretIsUsedWithoutARestart) {
 }
 
 TEST_F(SecretClustersTest, ASecretCreatedLaterIsReadAtOnce) {
-  // A retry interval far longer than the test: only the watch can explain
-  // the second call's success.
+  // A retry interval far longer than the test, on a clock that stands still:
+  // only the watch can explain the second call's success. The fake clock's
+  // time since its epoch (24 h) is shorter than the interval, as a machine's
+  // steady clock is on a machine booted less than that long ago: a "never
+  // tried" stored as the epoch reads as "tried just now" there, whatever the
+  // uptime of the machine running the test.
+  FakeClock clock;
   SecretClusters clusters(*hubClient_, "geotrain-system",
                           {{"tokyo", {"geotrain-member-tokyo", "kubeconfig"}}}, {},
-                          std::chrono::hours(1));
+                          std::chrono::hours(48), clock);
   clusters.watchSecrets();
   auto missing = clusters.client("tokyo");
   ASSERT_FALSE(missing.ok());
@@ -171,6 +177,27 @@ TEST_F(SecretClustersTest, ASecretCreatedLaterIsReadAtOnce) {
   ASSERT_TRUE(eventually([&] { return clusters.client("tokyo").ok(); }));
   EXPECT_TRUE(reaches(**clusters.client("tokyo"), "only-after"));
   EXPECT_EQ(clusters.reloads("tokyo"), 0) << "a first read is not a reload";
+}
+
+TEST_F(SecretClustersTest, AFailedMemberIsTriedAgainOnlyAfterTheInterval) {
+  // Without the watch, a Secret created later is read once the retry
+  // interval has passed on the clock, and not before; the very first try
+  // happens at once whatever the clock says.
+  FakeClock clock;
+  SecretClusters clusters(*hubClient_, "geotrain-system",
+                          {{"tokyo", {"geotrain-member-tokyo", "kubeconfig"}}}, {},
+                          std::chrono::hours(48), clock);
+  auto missing = clusters.client("tokyo");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("geotrain-member-tokyo"), std::string::npos)
+      << missing.status().message();
+  storeSecret(kubeconfig("only-after"));
+  clock.advance(std::chrono::hours(47));
+  EXPECT_FALSE(clusters.client("tokyo").ok()) << "tried again before the interval";
+  clock.advance(std::chrono::hours(1));
+  auto tokyo = clusters.client("tokyo");
+  ASSERT_TRUE(tokyo.ok()) << tokyo.status().toString();
+  EXPECT_TRUE(reaches(**tokyo, "only-after"));
 }
 
 }  // namespace
