@@ -113,9 +113,41 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
   local
       ->add_option_function<std::string>(
           "--uplink", [&options](const std::string& v) { options.uplink = v; },
-          "WAN uplink of each worker, e.g. 100mbit (bit, kbit, mbit or gbit per second); 0 or "
-          "none = unlimited (default: the preset's, world 100mbit, lan unlimited)")
+          "WAN uplink of each worker (under --network netns: of each region, shared by its "
+          "workers), e.g. 100mbit (bit, kbit, mbit or gbit per second); 0 or none = unlimited "
+          "(default: the preset's, world 100mbit, lan unlimited)")
       ->type_name("RATE");
+  local
+      ->add_option("--network", options.network.mode,
+                   "What carries the WAN: userspace (the transport delays and shapes whole "
+                   "messages above TCP; no privileges) or netns (each region in a network "
+                   "namespace of its own, every packet between regions through an emulator "
+                   "below TCP: real TCP retransmissions, socket buffers and queues; needs root)")
+      ->type_name("MODE")
+      ->capture_default_str();
+  local
+      ->add_option("--loss", options.network.loss,
+                   "netns only: the share of packets a region's uplink loses, e.g. 1% for every "
+                   "region or tokyo=0.5% for one (repeatable; default: none)")
+      ->type_name("[REGION=]PERCENT%");
+  local
+      ->add_option_function<std::string>(
+          "--jitter", [&options](const std::string& v) { options.network.jitter = v; },
+          "netns only: every packet between regions takes up to this much longer, uniformly "
+          "drawn, in order (e.g. 5ms; default: none)")
+      ->type_name("TIME");
+  local
+      ->add_option_function<std::string>(
+          "--downlink", [&options](const std::string& v) { options.network.downlink = v; },
+          "netns only: every region's downlink, e.g. 200mbit (default: unlimited)")
+      ->type_name("RATE");
+  local
+      ->add_option_function<std::string>(
+          "--queue", [&options](const std::string& v) { options.network.queue = v; },
+          fmt::format("netns only: the longest a packet waits for a region's uplink or downlink "
+                      "before the link drops it (its buffer; default: {}ms)",
+                      static_cast<int>(kDefaultQueueSeconds * 1000)))
+      ->type_name("TIME");
   local
       ->add_option("--out,-o", options.out,
                    "Run folder, new or empty (default: runs/<YYYYmmdd-HHMMSS>)")
@@ -148,7 +180,8 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
   local
       ->add_option("--partition", options.faults.partition,
                    "Fault injection: cut a region off from the others (the emulated links drop "
-                   "everything both ways), e.g. tokyo@20s+30s (repeatable)")
+                   "everything both ways: messages under userspace, packets under netns), e.g. "
+                   "tokyo@20s+30s (repeatable)")
       ->type_name("REGION@TIME+DURATION");
   local
       ->add_option("--slow", options.faults.slow,
@@ -182,6 +215,8 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
   local->footer(
       "Starts one geotrain-worker per rank on this machine, with an emulated WAN between\n"
       "regions (traffic inside a region is not shaped), and shows live progress per region.\n"
+      "With --network netns (as root) each region runs in a network namespace of its own\n"
+      "(address 198.18.0.<region index + 1>) and the WAN is emulated below TCP.\n"
       "The run folder gets worker-<rank>.yaml (each rank's complete config: re-run one worker\n"
       "with geotrain-worker --config), keys/, logs/worker-<rank>.log (each worker's stderr),\n"
       "logs/launcher.log, progress.csv and summary.json.\n"

@@ -27,12 +27,12 @@ std::string megabytes(uint64_t bytes) {
   return fmt::format("{:.2f}", static_cast<double>(bytes) / 1e6);
 }
 
-std::string uplinkText(const std::string& uplink) {
+std::string uplinkText(const std::string& uplink, bool perRegion) {
   if (uplink.empty()) return "unlimited";
   constexpr std::string_view kRate = "rate=";
   std::string_view rate = uplink;
   if (rate.substr(0, kRate.size()) == kRate) rate.remove_prefix(kRate.size());
-  return fmt::format("{}/s per worker", rate);
+  return fmt::format("{}/s per {}", rate, perRegion ? "region" : "worker");
 }
 
 std::string syncText(const WorkerConfig& c) {
@@ -78,7 +78,8 @@ std::string renderRttMatrix(const Topology& t) {
   return out;
 }
 
-std::string renderHeader(const Topology& t, const WorkerConfig& config, const RunPaths& paths) {
+std::string renderHeader(const Topology& t, const WorkerConfig& config, const RunPaths& paths,
+                         bool uplinkPerRegion) {
   std::string out;
   out +=
       fmt::format("geotrain local: {} region{} x {} worker{} = {} worker{}\n", t.regions.size(),
@@ -100,7 +101,7 @@ std::string renderHeader(const Topology& t, const WorkerConfig& config, const Ru
   }
   out += fmt::format("  regions     {}\n", regions);
   out += fmt::format("  network     preset {}; WAN uplink {}; LAN inside a region unshaped\n",
-                     presetName(t.preset), uplinkText(t.uplink));
+                     presetName(t.preset), uplinkText(t.uplink, uplinkPerRegion));
   if (t.regions.size() > 1) {
     out += "  round-trip times (ms):\n";
     const std::string matrix = renderRttMatrix(t);

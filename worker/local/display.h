@@ -36,8 +36,10 @@ struct RunPaths {
 
 // Run folder, the job (algorithm and its parameters, model, steps), the
 // topology (regions with their ranks, RTT matrix in ms, uplink) and where
-// the logs and the CSV go.
-std::string renderHeader(const Topology& topology, const WorkerConfig& base, const RunPaths& paths);
+// the logs and the CSV go. `uplinkPerRegion`: the uplink is a region's,
+// shared by its workers (--network netns), not each worker's own.
+std::string renderHeader(const Topology& topology, const WorkerConfig& base, const RunPaths& paths,
+                         bool uplinkPerRegion = false);
 
 // The RTT matrix as a table in milliseconds ("-" on the diagonal).
 std::string renderRttMatrix(const Topology& topology);

@@ -25,6 +25,7 @@
 #include "common/worker_config.h"
 #include "worker/local/display.h"
 #include "worker/local/faults.h"
+#include "worker/local/network.h"
 #include "worker/local/outputs.h"
 #include "worker/local/plot.h"
 #include "worker/local/process.h"
@@ -34,6 +35,7 @@
 #include "worker/local/signal_watch.h"
 #include "worker/local/topology.h"
 #include "worker/local/worker_event.h"
+#include "worker/wan/netns_network.h"
 
 namespace geo::local {
 
@@ -118,8 +120,11 @@ struct Failure {
 // progress, detects failures and stops everyone.
 class JobRunner {
  public:
+  // `network`: the namespace WAN (--network netns), which partitions and
+  // throttles act on; null: the workers' own emulation, which signals reach.
   JobRunner(const LocalIo& io, RunState& state, CsvWriter& csv, std::ofstream& runLog,
-            SignalWatch& signals, std::vector<Worker> workers, FaultPlan plan)
+            SignalWatch& signals, std::vector<Worker> workers, FaultPlan plan,
+            wan::NetnsNetwork* network)
       : io_(io),
         state_(state),
         csv_(csv),
@@ -127,6 +132,7 @@ class JobRunner {
         signals_(signals),
         workers_(std::move(workers)),
         plan_(std::move(plan)),
+        network_(network),
         killsDone_(plan_.kills.size(), false),
         partitionState_(plan_.partitions.size(), 0),
         live_(*io.out, io.tty),
@@ -268,9 +274,15 @@ class JobRunner {
         const bool begin = partitionState_[i] == 0;
         ++partitionState_[i];
         const std::string& region = state_.topology().regions[static_cast<size_t>(p.regionIndex)];
-        for (Worker& w : workers_) {
-          if (state_.rank(w.rank).regionIndex != p.regionIndex) continue;
-          if (w.process && w.process->running()) w.process->signalGroup(begin ? SIGUSR1 : SIGUSR2);
+        if (network_ != nullptr) {
+          network_->setPartitioned(static_cast<size_t>(p.regionIndex), begin);
+        } else {
+          for (Worker& w : workers_) {
+            if (state_.rank(w.rank).regionIndex != p.regionIndex) continue;
+            if (w.process && w.process->running()) {
+              w.process->signalGroup(begin ? SIGUSR1 : SIGUSR2);
+            }
+          }
         }
         if (begin) {
           FaultRecord r;
@@ -298,8 +310,12 @@ class JobRunner {
       if (throttlesDone_[i] || t < f.atSeconds) continue;
       throttlesDone_[i] = true;
       const std::string& region = state_.topology().regions[static_cast<size_t>(f.regionIndex)];
+      if (network_ != nullptr) {
+        network_->setEgressRate(static_cast<size_t>(f.regionIndex),
+                                static_cast<double>(f.kbitPerSecond) * 1000);
+      }
       for (Worker& w : workers_) {
-        if (state_.rank(w.rank).regionIndex != f.regionIndex) continue;
+        if (network_ != nullptr || state_.rank(w.rank).regionIndex != f.regionIndex) continue;
         if (w.started && w.process && w.process->running()) {
           w.process->queueSignal(SIGRTMIN, static_cast<int>(f.kbitPerSecond));
         }
@@ -413,7 +429,8 @@ class JobRunner {
         w.started = true;
         for (size_t i = 0; i < plan_.throttles.size(); ++i) {
           const ThrottleFault& f = plan_.throttles[i];
-          if (throttlesDone_[i] && state_.rank(rank).regionIndex == f.regionIndex && w.process) {
+          if (network_ == nullptr && throttlesDone_[i] &&
+              state_.rank(rank).regionIndex == f.regionIndex && w.process) {
             w.process->queueSignal(SIGRTMIN, static_cast<int>(f.kbitPerSecond));
           }
         }
@@ -485,6 +502,7 @@ class JobRunner {
   SignalWatch& signals_;
   std::vector<Worker> workers_;
   FaultPlan plan_;
+  wan::NetnsNetwork* network_;
   std::vector<bool> killsDone_;
   std::vector<int> partitionState_;  // 0 before, 1 during, 2 after
   std::vector<bool> throttlesDone_ = std::vector<bool>(plan_.throttles.size(), false);
@@ -538,6 +556,48 @@ std::vector<FaultSummary> summarizeFaults(const std::vector<FaultRecord>& record
     if (regionDone && othersDone) f.finishSkewSeconds = *regionDone - *othersDone;
     out.push_back(std::move(f));
   }
+  return out;
+}
+
+// The header's lines for the namespace WAN.
+std::string describeNetns(const wan::NetnsNetwork& network) {
+  const wan::WanShape& shape = network.shape();
+  std::string extra;
+  const wan::SiteShape& first = shape.site.front();
+  if (first.ingressBitsPerSecond > 0) {
+    extra += fmt::format(", downlink {:.4g} Mbit/s", first.ingressBitsPerSecond / 1e6);
+  }
+  extra += fmt::format(", queue {} ms", first.queue.count() / 1000);
+  if (shape.jitter.count() > 0) extra += fmt::format(", jitter {} ms", shape.jitter.count() / 1e3);
+  std::string loss;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape.site[i].loss > 0) {
+      loss += fmt::format("{}{} {:.3g}%", loss.empty() ? "" : ", ", shape.sites[i],
+                          shape.site[i].loss * 100);
+    }
+  }
+  if (!loss.empty()) extra += ", loss " + loss;
+  return fmt::format(
+      "  netns       each region in its own network namespace ({} ... {}), the WAN emulated "
+      "below TCP{}; packet thread {}",
+      wan::siteAddress(0), wan::siteAddress(shape.size() - 1), extra,
+      network.realtime() ? "real-time (SCHED_FIFO)" : "at normal priority (no SCHED_FIFO)");
+}
+
+// What the namespace WAN did to each region's packets, for launcher.log.
+std::string wanCountersText(const wan::NetnsNetwork& network) {
+  const auto c = network.counters();
+  std::string out =
+      "wan: per region, packets sent / delivered to it / lost / uplink queue drops "
+      "/ downlink queue drops / partitioned\n";
+  for (size_t i = 0; i < c.sites.size(); ++i) {
+    const wan::SiteCounters& s = c.sites[i];
+    out += fmt::format("wan:   {}: {} / {} / {} / {} / {} / {}\n", network.shape().sites[i],
+                       s.packetsSent, s.packetsDelivered, s.lost, s.egressDropped, s.ingressDropped,
+                       s.partitioned);
+  }
+  out += fmt::format("wan: most packets held at once {}; foreign packets dropped {}\n", c.heldPeak,
+                     c.foreign);
   return out;
 }
 
@@ -619,6 +679,23 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   if (!topology.ok()) return topology.status();
   auto plan = makeFaultPlan(options.faults, *topology);
   if (!plan.ok()) return plan.status();
+  auto networkPlan = makeNetworkPlan(options.network, *topology);
+  if (!networkPlan.ok()) return networkPlan.status();
+  const bool netns = networkPlan->mode == NetworkMode::kNetns;
+  if (netns) {
+    if (Status allowed = wan::checkNetnsAllowed(); !allowed.ok()) {
+      return Status(allowed.code(),
+                    fmt::format("--network netns: {}. Run geotrain local as root (e.g. with "
+                                "sudo), or leave --network at userspace, the emulation above TCP "
+                                "that needs no privileges",
+                                allowed.message()));
+    }
+    if (!options.prometheusConfig.empty()) {
+      return invalidArgument(
+          "--prometheus-config with --network netns: the workers' /metrics listen inside their "
+          "regions' network namespaces, which a Prometheus on this machine cannot reach");
+    }
+  }
   int64_t stepTimeMs = 0;
   if (options.stepTime) {
     const auto seconds = parseSeconds(*options.stepTime);
@@ -657,6 +734,15 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   layout.threadsPerWorker = defaultThreadsPerWorker(std::thread::hardware_concurrency(), world);
   layout.ports.assign(static_cast<size_t>(world), 1);  // placeholders: validate before writing
   layout.metricsPorts.assign(static_cast<size_t>(world), 2);
+  if (netns) {
+    // Every worker binds its region's address; the WAN below TCP replaces
+    // the transport's own emulation.
+    layout.emulateLinks = false;
+    for (int64_t r = 0; r < world; ++r) {
+      layout.hosts.push_back(
+          wan::siteAddress(static_cast<size_t>(placeOf(*topology, r).regionIndex)));
+    }
+  }
   GEO_RETURN_IF_ERROR(validateRankConfigs(makeRankConfigs(*base, *topology, layout)));
 
   // ---- Files the flags name, possibly outside the run folder: checked before
@@ -675,6 +761,15 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
     GEO_RETURN_IF_ERROR(checkOutputFile("--prometheus-config", promPath, *outDir));
   }
   if (!options.plot.empty()) GEO_RETURN_IF_ERROR(checkOutputFile("--plot", plotPath, *outDir));
+
+  // ---- The namespace WAN, before anything is written: a failure leaves
+  // nothing behind. Its namespaces live as long as it and the workers do.
+  std::unique_ptr<wan::NetnsNetwork> network;
+  if (netns) {
+    auto made = wan::NetnsNetwork::create(networkPlan->shape);
+    if (!made.ok()) return made.status().withContext("--network netns");
+    network = std::move(*made);
+  }
 
   // ---- The run folder. Until the workers start, an error takes back
   // everything written so far (a file can still fail to be written: a full
@@ -713,16 +808,23 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
       w.spec.args.insert(w.spec.args.end(), {"--emulate-step-time", fmt::format("{}", stepTimeMs)});
     }
     w.spec.stderrPath = paths.logsDir / fmt::format("worker-{}.log", r);
+    if (network) {
+      w.spec.netnsFd = network->namespaceFd(static_cast<size_t>(placeOf(*topology, r).regionIndex));
+    }
     workers.push_back(std::move(w));
   }
   std::ofstream runLog(paths.runLog, std::ios::app);
   if (!runLog) return unavailable(fmt::format("cannot write {}", paths.runLog.string()));
   if (!options.plot.empty()) paths.plot = plotPath;
 
-  std::string metricsLines = fmt::format("  metrics     http://127.0.0.1:{}/metrics (rank 0)",
-                                         layout.metricsPorts.front());
+  std::string metricsLines =
+      fmt::format("  metrics     http://{}/metrics (rank 0)", configs.front().metrics.listen);
   if (world > 1) {
     metricsLines += fmt::format(" ... :{} (rank {})", layout.metricsPorts.back(), world - 1);
+  }
+  if (network) {
+    metricsLines += " inside the regions' namespaces";
+    metricsLines += "\n" + describeNetns(*network);
   }
   if (!options.prometheusConfig.empty()) {
     rollback.file(promPath);
@@ -730,7 +832,8 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
     metricsLines +=
         fmt::format("\n  prometheus  {} (scrape config for all workers)", promPath.string());
   }
-  *io.out << renderHeader(*topology, configs.front(), paths) << metricsLines << "\n" << std::flush;
+  *io.out << renderHeader(*topology, configs.front(), paths, netns) << metricsLines << "\n"
+          << std::flush;
 
   // ---- Run.
   auto signals = SignalWatch::create();
@@ -739,8 +842,9 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   RunState state(*topology, base->training.steps);
   rollback.keep();   // from here on the run folder records a run
   ports->release();  // right before the workers bind them
-  JobRunner runner(io, state, *csv, runLog, *signals, std::move(workers), *plan);
+  JobRunner runner(io, state, *csv, runLog, *signals, std::move(workers), *plan, network.get());
   LocalOutcome outcome = runner.run();
+  if (network) runLog << wanCountersText(*network) << std::flush;
 
   // ---- Report: the summary so far, then what went wrong (last, so it stays in view).
   RunSummary summary = state.summarize(runner.endSeconds());

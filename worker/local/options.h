@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "worker/local/faults.h"
+#include "worker/local/network.h"
 
 namespace geo::local {
 
@@ -65,6 +66,9 @@ struct LocalOptions {
   std::string preset = "world";
   std::vector<std::string> rtt;       // "london-tokyo=230ms", repeatable
   std::optional<std::string> uplink;  // nullopt: the preset's
+  // Which network carries the job, and the namespace WAN's own flags
+  // (network.h).
+  NetworkOptions network;
 
   // Outputs.
   std::string out;               // run folder; empty: runs/<YYYYmmdd-HHMMSS>

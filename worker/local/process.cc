@@ -1,6 +1,7 @@
 #include "worker/local/process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +51,8 @@ void closeOthers(int keep) {
       ::dup2(stderrFd, STDERR_FILENO) < 0) {
     reportAndExit(errorPipe, errno);
   }
+  if (spec.netnsFd >= 0 && ::setns(spec.netnsFd, CLONE_NEWNET) != 0)
+    reportAndExit(errorPipe, errno);
   closeOthers(errorPipe);  // exec closes the error pipe itself (close-on-exec)
   struct sigaction defaults {};
   defaults.sa_handler = SIG_DFL;

@@ -9,7 +9,8 @@
 // starts, and a Ctrl-C on the terminal reaches only the launcher, which
 // forwards it), asks for SIGTERM when the launcher dies
 // (PR_SET_PDEATHSIG), gets the signal mask and the SIGINT/SIGTERM/SIGPIPE
-// dispositions of a fresh process back, and closes every other descriptor.
+// dispositions of a fresh process back, joins SpawnSpec::netnsFd's network
+// namespace when one is given, and closes every other descriptor.
 // A failed exec is reported through a close-on-exec pipe, so spawn() returns
 // its errno as a Status instead of a child that exits 127.
 //
@@ -52,6 +53,9 @@ struct SpawnSpec {
   // The signal mask the child starts with (the caller's original mask when
   // it blocks signals for a signalfd); nullptr: empty mask.
   const sigset_t* childSignalMask = nullptr;
+  // A network namespace (a descriptor of /proc/.../ns/net) the child joins
+  // before exec; -1: the launcher's own. Joining needs CAP_SYS_ADMIN.
+  int netnsFd = -1;
 };
 
 class ChildProcess {

@@ -62,14 +62,19 @@ std::vector<WorkerConfig> makeRankConfigs(const WorkerConfig& base, const Topolo
   const int64_t world = topology.worldSize();
   GEO_ENFORCE_EQ(static_cast<int64_t>(layout.ports.size()), world, "one port per rank");
 
+  GEO_ENFORCE(layout.hosts.empty() || static_cast<int64_t>(layout.hosts.size()) == world,
+              "one host per rank, or none");
+  const auto host = [&](int64_t r) {
+    return layout.hosts.empty() ? std::string("127.0.0.1") : layout.hosts[static_cast<size_t>(r)];
+  };
   std::vector<std::string> peers;
   std::vector<std::string> regionOfRank;
   for (int64_t r = 0; r < world; ++r) {
-    peers.push_back(fmt::format("tcp://127.0.0.1:{}", layout.ports[static_cast<size_t>(r)]));
+    peers.push_back(fmt::format("tcp://{}:{}", host(r), layout.ports[static_cast<size_t>(r)]));
     regionOfRank.push_back(topology.regions[static_cast<size_t>(placeOf(topology, r).regionIndex)]);
   }
   std::map<std::string, std::string> links;
-  for (size_t i = 0; i < topology.regions.size(); ++i) {
+  for (size_t i = 0; layout.emulateLinks && i < topology.regions.size(); ++i) {
     for (size_t j = i + 1; j < topology.regions.size(); ++j) {
       links[linkKey(topology.regions[i], topology.regions[j])] =
           fmt::format("delay={}us", topology.rtt[i][j].count() / 2);
@@ -90,14 +95,14 @@ std::vector<WorkerConfig> makeRankConfigs(const WorkerConfig& base, const Topolo
     c.transport.peers = peers;
     c.transport.regions = regionOfRank;
     c.transport.links = links;
-    c.transport.uplink = topology.uplink;
+    c.transport.uplink = layout.emulateLinks ? topology.uplink : std::string();
     c.transport.keyDir = (layout.outDir / "keys").string();
     if (c.training.threads == 0) c.training.threads = layout.threadsPerWorker;
     c.metrics.enabled = !layout.metricsPorts.empty();
     if (c.metrics.enabled) {
       GEO_ENFORCE_EQ(static_cast<int64_t>(layout.metricsPorts.size()), world,
                      "one metrics port per rank");
-      c.metrics.listen = fmt::format("127.0.0.1:{}", layout.metricsPorts[static_cast<size_t>(r)]);
+      c.metrics.listen = fmt::format("{}:{}", host(r), layout.metricsPorts[static_cast<size_t>(r)]);
     }
     if (!base.checkpoint.dir.empty()) {
       c.checkpoint.dir =

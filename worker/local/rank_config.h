@@ -36,6 +36,12 @@ struct RankLayout {
   // Loopback port of each rank's /metrics (index = rank); empty: metrics off.
   std::vector<uint16_t> metricsPorts;
   int64_t threadsPerWorker = 1;  // training.threads when the base config leaves it 0
+  // The address each rank binds and is reached at (index = rank); empty:
+  // 127.0.0.1 for every rank. Under --network netns, its region's address.
+  std::vector<std::string> hosts;
+  // Whether the transport emulates the WAN (transport.links, .uplink): not
+  // when the network below TCP does (--network netns).
+  bool emulateLinks = true;
 };
 
 // max(1, hardwareCores / workers); hardwareCores 0 (unknown) counts as 1.
@@ -43,13 +49,15 @@ int64_t defaultThreadsPerWorker(unsigned hardwareCores, int64_t workers);
 
 // One config per rank (index = rank): the base config with
 //   worker.rank/worldSize/region/localRank/regionSize from the topology;
-//   transport.listen = transport.peers[rank] = tcp://127.0.0.1:<port>;
+//   transport.listen = transport.peers[rank] = tcp://<host>:<port> (host:
+//   layout.hosts[rank], else 127.0.0.1);
 //   transport.regions = the region of every rank;
-//   transport.links["a-b"] = "delay=<rtt/2>us" for every pair of regions in
-//   --regions order (a before b); transport.uplink = topology.uplink;
+//   with layout.emulateLinks: transport.links["a-b"] = "delay=<rtt/2>us" for
+//   every pair of regions in --regions order (a before b) and
+//   transport.uplink = topology.uplink (else neither);
 //   transport.keyDir = <outDir>/keys;
 //   training.threads = layout.threadsPerWorker unless the base sets one;
-//   metrics.listen = 127.0.0.1:<metricsPorts[rank]> (metrics.enabled = false
+//   metrics.listen = <host>:<metricsPorts[rank]> (metrics.enabled = false
 //   when layout.metricsPorts is empty); checkpoint.dir = <base dir>/rank-<r>
 //   when set.
 // Requires layout.ports.size() == topology.worldSize() (GEO_ENFORCE).

@@ -268,6 +268,22 @@ TEST(LocalRankConfigs, LanPresetAndUnlimitedUplink) {
   EXPECT_TRUE(validateRankConfigs(configs).ok());
 }
 
+TEST(LocalRankConfigs, UnderTheNamespaceNetworkEveryRankBindsItsRegionsAddress) {
+  const Topology t = topology("london,tokyo", 2);
+  RankLayout l = layout(4);
+  l.metricsPorts = {42000, 42001, 42002, 42003};
+  l.hosts = {"198.18.0.1", "198.18.0.1", "198.18.0.2", "198.18.0.2"};
+  l.emulateLinks = false;
+  const auto configs = makeRankConfigs(WorkerConfig{}, t, l);
+  ASSERT_TRUE(validateRankConfigs(configs).ok()) << validateRankConfigs(configs).toString();
+  EXPECT_EQ(configs[2].transport.listen, "tcp://198.18.0.2:41002");
+  EXPECT_EQ(configs[2].transport.peers[1], "tcp://198.18.0.1:41001");
+  EXPECT_EQ(configs[3].metrics.listen, "198.18.0.2:42003");
+  // The WAN below TCP replaces the transport's own emulation.
+  EXPECT_TRUE(configs[0].transport.links.empty());
+  EXPECT_EQ(configs[0].transport.uplink, "");
+}
+
 TEST(LocalRankConfigs, InvalidResultNamesTheRankFile) {
   const Topology t = topology("london,tokyo", 1);
   WorkerConfig base;

@@ -1,0 +1,102 @@
+#pragma once
+// NetnsNetwork: a WAN of kernel network namespaces, one per site, whose
+// packets cross an emulator below TCP (Linux only; root).
+//
+// Each site gets a network namespace of its own with its loopback up and a
+// TUN device `geo0` holding the site's address (siteAddress(): 198.18.0.1,
+// 198.18.0.2, ... in 198.18.0.0/15, the range RFC 2544 sets aside for
+// network benchmarks) and a route to every other site through it. Every
+// packet one site sends to another leaves through its TUN device into one
+// packet thread of this process, which asks a WanModel (wan_model.h) what
+// happens to it -- lost, dropped by a full queue, or delivered at a time --
+// holds it in a time-ordered heap, and writes it into the destination's
+// TUN device at that time. So the kernels' TCP stacks see the WAN as a real
+// path: retransmissions and their back-off after a cut, socket buffers that
+// take a send long before the bytes leave, queues in front of a slow uplink,
+// connections that stay half-open through a partition. Traffic inside a
+// site (its processes talking over the site's own address or loopback)
+// never reaches the emulator.
+//
+// Processes join a site with setns(namespaceFd(site), CLONE_NEWNET) before
+// exec (local::SpawnSpec::netnsFd does it). The namespaces are held only by
+// this object's descriptors and the processes in them: nothing is mounted
+// under /run/netns, so nothing is left behind when this process dies,
+// however it dies.
+//
+// Each namespace's TCP gets: autotuned buffers up to `tcpMaxBufferBytes`
+// (net.ipv4.tcp_rmem/tcp_wmem), IPv6 off, and the congestion control of the
+// machine's own namespace (bbr or cubic: whatever
+// net.ipv4.tcp_congestion_control says at the start).
+//
+// The packet thread asks for real-time scheduling (SCHED_FIFO) so that a
+// loaded machine does not add its own delays to the emulated ones; where that
+// is refused it runs at normal priority and says so (log).
+//
+// Threading: the setters, counters() and runIn() may be called from any
+// thread. Errors are Statuses naming the site and the failed call; one that
+// needs root says so.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/wan/wan_model.h"
+
+namespace geo::wan {
+
+struct NetnsOptions {
+  int mtu = 1500;
+  // The most a TCP socket's send or receive buffer may grow to.
+  int64_t tcpMaxBufferBytes = int64_t{32} << 20;
+};
+
+// The address of site `index` in every namespace network ("198.18.0.1" for
+// site 0). Sites of different networks never see each other, so every network
+// uses the same addresses.
+std::string siteAddress(size_t index);
+
+// Whether this process may create network namespaces; the error says what is
+// missing and how to run instead.
+Status checkNetnsAllowed();
+
+class NetnsNetwork {
+ public:
+  static StatusOr<std::unique_ptr<NetnsNetwork>> create(WanShape shape, NetnsOptions options = {});
+  // Stops the packet thread and closes the TUN devices and this object's
+  // namespace descriptors (a namespace goes once no process is left in it).
+  ~NetnsNetwork();
+  NetnsNetwork(const NetnsNetwork&) = delete;
+  NetnsNetwork& operator=(const NetnsNetwork&) = delete;
+
+  size_t size() const;
+  const WanShape& shape() const;
+  // A descriptor of the site's namespace (/proc/.../ns/net), for setns(2).
+  int namespaceFd(size_t site) const;
+
+  // Runs `fn` on a new thread that has joined the site's namespace (sockets
+  // it opens live there) and waits for it. An error if joining failed.
+  Status runIn(size_t site, const std::function<void()>& fn) const;
+
+  void setPartitioned(size_t site, bool cut);
+  void setEgressRate(size_t site, double bitsPerSecond);
+  void setIngressRate(size_t site, double bitsPerSecond);
+
+  struct Counters {
+    std::vector<SiteCounters> sites;
+    uint64_t foreign = 0;   // packets to no site, or not IPv4: dropped
+    uint64_t heldPeak = 0;  // most packets held at once
+  };
+  Counters counters() const;
+  // Whether the packet thread got real-time scheduling.
+  bool realtime() const;
+
+ private:
+  class Impl;
+  explicit NetnsNetwork(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace geo::wan
