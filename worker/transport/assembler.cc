@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/enforce.h"
@@ -27,7 +28,8 @@ PayloadAssembler::PayloadAssembler(uint32_t worldSize, std::shared_ptr<BufferPoo
   GEO_ENFORCE(pool_ != nullptr, "PayloadAssembler needs a buffer pool");
 }
 
-PayloadAssembler::Added PayloadAssembler::add(const FrameHeader& h, Payload chunk) {
+PayloadAssembler::Added PayloadAssembler::add(const FrameHeader& h, Payload chunk,
+                                              uint64_t stream) {
   GEO_ENFORCE(h.sender < bySender_.size(), "sender rank {} is outside the world of {}", h.sender,
               bySender_.size());
   GEO_ENFORCE(h.payloadOffset <= h.payloadBytes && chunk.size() <= h.payloadBytes - h.payloadOffset,
@@ -36,8 +38,46 @@ PayloadAssembler::Added PayloadAssembler::add(const FrameHeader& h, Payload chun
   GEO_ENFORCE(chunk.size() > 0 || h.payloadBytes == 0, "an empty chunk of a payload of {} bytes",
               h.payloadBytes);
   Added out;
-  Sender& sender = bySender_[h.sender];
+  ++adds_;
+  std::vector<Stream>& streams = bySender_[h.sender];
+  auto found =
+      std::find_if(streams.begin(), streams.end(), [&](const Stream& s) { return s.id == stream; });
+  // A payload of one chunk on a stream with nothing in progress needs no
+  // state (probes, small control messages): the common case stays free.
+  if (found == streams.end() && h.payloadOffset == 0 && chunk.size() == h.payloadBytes) {
+    out.complete = std::move(chunk);
+    return out;
+  }
+  if (found == streams.end()) {
+    if (streams.size() >= kMaxStreams) {
+      auto oldest =
+          std::min_element(streams.begin(), streams.end(),
+                           [](const Stream& a, const Stream& b) { return a.lastUse < b.lastUse; });
+      if (oldest->unfinished) {
+        out.dropped =
+            Status(StatusCode::kDataLoss,
+                   fmt::format("{} ended after {} of {} bytes: its connection went quiet while the "
+                               "sender used {} others",
+                               describe(oldest->unfinished->header), oldest->unfinished->filled,
+                               oldest->unfinished->header.payloadBytes, kMaxStreams));
+      }
+      streams.erase(oldest);
+    }
+    streams.push_back(Stream{stream, adds_, std::nullopt, std::nullopt});
+    found = streams.end() - 1;
+  }
+  Stream& sender = *found;
+  sender.lastUse = adds_;
   std::optional<Unfinished>& slot = sender.unfinished;
+  // A stream with nothing left in progress or being dropped is forgotten.
+  struct Forget {
+    std::vector<Stream>& streams;
+    uint64_t id;
+    ~Forget() {
+      std::erase_if(streams,
+                    [&](const Stream& s) { return s.id == id && !s.unfinished && !s.dropped; });
+    }
+  } forget{streams, stream};
 
   if (h.payloadOffset == 0) {
     sender.dropped.reset();
@@ -82,13 +122,17 @@ PayloadAssembler::Added PayloadAssembler::add(const FrameHeader& h, Payload chun
 
 size_t PayloadAssembler::unfinished() const {
   size_t n = 0;
-  for (const auto& s : bySender_) n += s.unfinished.has_value();
+  for (const auto& streams : bySender_) {
+    for (const Stream& s : streams) n += s.unfinished.has_value();
+  }
   return n;
 }
 
 uint64_t PayloadAssembler::unfinishedBytes() const {
   uint64_t n = 0;
-  for (const auto& s : bySender_) n += s.unfinished ? s.unfinished->header.payloadBytes : 0;
+  for (const auto& streams : bySender_) {
+    for (const Stream& s : streams) n += s.unfinished ? s.unfinished->header.payloadBytes : 0;
+  }
   return n;
 }
 

@@ -22,8 +22,15 @@
 //    per payload: the later chunks of a payload already dropped are dropped
 //    quietly (counted in discardedChunks()) until its sender begins another.
 //    Delivery is at most once: a payload is whole or not at all.
-//  - One sender's chunks never affect another's. Not thread-safe: the
-//    transport's I/O thread owns it.
+//  - One sender's chunks never affect another's, and neither do the chunks
+//    of one sender that arrive on another stream (add()'s `stream`: the
+//    connection they came in on). A sender may reach the receiver on
+//    several connections at once -- its probes on one, its data on another,
+//    and after a reconnect the old connection may still deliver what the
+//    kernel had buffered -- and each connection's chunks are in order only
+//    among themselves. A sender keeps at most kMaxStreams streams with a
+//    payload in progress; one more drops the oldest one's.
+//  - Not thread-safe: the transport's I/O thread owns it.
 
 #include <cstdint>
 #include <memory>
@@ -47,7 +54,8 @@ class PayloadAssembler {
     std::optional<Payload> complete;  // the whole payload, once its last chunk is in
     Status dropped;  // not OK when a chunk or an unfinished payload was dropped: why
   };
-  Added add(const FrameHeader& header, Payload chunk);
+  Added add(const FrameHeader& header, Payload chunk, uint64_t stream = 0);
+  static constexpr size_t kMaxStreams = 4;
 
   // Payloads begun and not yet complete, and the bytes they will take.
   size_t unfinished() const;
@@ -61,11 +69,15 @@ class PayloadAssembler {
     std::shared_ptr<std::byte[]> buffer;
     uint64_t filled = 0;
   };
-  struct Sender {
+  struct Stream {
+    uint64_t id = 0;
+    uint64_t lastUse = 0;  // add() calls so far when it last got a chunk
     std::optional<Unfinished> unfinished;
     std::optional<FrameHeader> dropped;  // the payload whose chunks are being dropped
   };
-  std::vector<Sender> bySender_;
+  // A sender's streams with a payload in progress or being dropped.
+  std::vector<std::vector<Stream>> bySender_;
+  uint64_t adds_ = 0;
   std::shared_ptr<BufferPool> pool_;
   uint64_t discarded_ = 0;
 };

@@ -82,6 +82,11 @@ enum class MessageKind : uint16_t {
   // settings every rank must share, compared by the receiver (zmq_transport.h,
   // TransportConfig::agreedSettings). Payload: encodeHello's text.
   kHello = 4,
+  // A receiver's acknowledgement of the data it has taken from a sender: the
+  // latest chunk received (header round and step; payload: the chunk's kind,
+  // payloadOffset and payloadBytes, three little-endian u64). Chunks travel
+  // in order, so it acknowledges every chunk before it too.
+  kAck = 5,
   kUpdate = 16,        // a (compressed) model update or gradient
   kGossip = 17,        // SwarmSGD pairwise model exchange
   kGossipReply = 18,   // the partner's half of a gossip exchange

@@ -77,6 +77,8 @@ struct SendMeta {
 };
 
 inline constexpr uint32_t kAnyPeer = 0xffffffffu;
+// Ping round trips PeerCounters::minRttSeconds looks back on.
+inline constexpr size_t kMinRttWindow = 16;
 
 struct PeerCounters {
   uint32_t peer = 0;
@@ -84,13 +86,28 @@ struct PeerCounters {
   uint64_t bytesReceived = 0;
   uint64_t messagesSent = 0;
   uint64_t messagesReceived = 0;
-  uint64_t reconnects = 0;   // connections re-established after the first
-  double rttSeconds = -1;    // last ping round trip, -1 before the first
+  uint64_t reconnects = 0;  // connections re-established after the first
+  double rttSeconds = -1;   // last ping round trip, -1 before the first
+  // The smallest of the recent ping round trips (the last kMinRttWindow):
+  // the path's propagation without its queues, as BBR's min_rtt is. Pings
+  // travel on a connection of their own, never behind data, so only the
+  // network's own queue can delay them, and not for long. -1 before the
+  // first.
+  double minRttSeconds = -1;
   uint64_t queuedBytes = 0;  // accepted by send(), not yet on the wire
   // Of those, the messages still waiting for the link: not yet taken by
   // ZeroMQ or, under link emulation, not yet through the emulated uplink and
   // link rate (messages past them are in flight on the link's delay).
   uint64_t backlogBytes = 0;
+  // Data handed to the network (ZeroMQ, the kernel's socket buffer, the
+  // path) that the peer has not acknowledged yet, and how long ago the
+  // oldest of it was handed over (0 when none). What queues below the
+  // transport -- a socket buffer that took megabytes at once, a slow
+  // uplink's queue -- shows here, and nowhere else.
+  uint64_t unackedBytes = 0;
+  double unackedSeconds = 0;
+  // Seconds since the peer last acknowledged data; -1: it never has.
+  double sinceAckSeconds = -1;
   // Liveness: every frame from the peer counts, and pings run every
   // pingInterval from the I/O thread whatever the caller does, so a live but
   // busy peer is heard at least that often. silentSeconds is the time since

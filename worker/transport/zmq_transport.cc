@@ -58,6 +58,9 @@ constexpr int kMonitorEvents =
 // hostile or broken client cannot flood the log: the first kLoggedFirst of a
 // kind, then every kLoggedEvery-th, each with its running count.
 constexpr uint64_t kLoggedFirst = 10;
+// Data chunks remembered until acknowledged, per peer (a peer that never
+// acknowledges cannot make the list grow without end).
+constexpr size_t kMaxUnackedChunks = size_t{1} << 16;
 constexpr uint64_t kLoggedEvery = 1000;
 
 bool logged(uint64_t n) {
@@ -106,6 +109,29 @@ struct Outgoing {
   }
 };
 
+// A data chunk handed to ZeroMQ, until the peer acknowledges it.
+struct SentChunk {
+  MessageKind kind;
+  uint64_t round = 0;
+  uint64_t step = 0;
+  uint64_t offset = 0;
+  uint64_t payloadBytes = 0;
+  uint64_t wireBytes = 0;
+  Clock::time_point sentAt;
+};
+
+// A probe (ping, pong, acknowledgement) waiting out an emulated link's delay.
+struct PendingProbe {
+  Clock::time_point release;
+  FrameHeader header;
+  std::vector<std::byte> body;
+};
+
+// Whether frames of this kind are data the receiver acknowledges (kAck).
+bool acknowledged(MessageKind kind) {
+  return static_cast<uint16_t>(kind) >= static_cast<uint16_t>(MessageKind::kUpdate);
+}
+
 struct PeerState {
   mutable std::mutex mu;
   std::condition_variable space;  // signalled when queuedBytes drops
@@ -122,11 +148,32 @@ struct PeerState {
   std::atomic<double> rttSeconds{-1};
   std::atomic<int64_t> lastHeardNs{0};  // steady clock of the last frame; 0: never
   std::atomic<bool> refused{false};     // its hello disagreed: nothing it sends is delivered
+  std::atomic<double> minRttSeconds{-1};
+  std::atomic<uint64_t> unackedBytes{0};
+  std::atomic<int64_t> oldestUnackedNs{0};  // steady clock; 0: nothing unacknowledged
+  std::atomic<int64_t> lastAckNs{0};        // steady clock of the last acknowledgement; 0: never
 
   // I/O thread only.
   std::optional<zmq::socket_t> dealer;
   std::optional<zmq::socket_t> monitor;
   bool blocked = false;  // the DEALER refused the head message: wait for POLLOUT
+  // Probes (pings, pongs, acknowledgements) take a connection of their own
+  // to the peer's ROUTER, so that nothing queued for the peer -- in our
+  // queue, in ZeroMQ's or in the kernel's socket buffer -- delays them: a
+  // round trip measures the path, and an acknowledgement says when data
+  // arrived, not when a queue ahead of it drained. One that cannot be sent
+  // at once (no connection) is dropped; the next one follows soon.
+  std::optional<zmq::socket_t> probe;
+  std::deque<PendingProbe> probes;  // under link emulation, until their release
+  std::deque<SentChunk> unacked;    // oldest first
+  std::deque<double> rtts;          // the recent ping round trips
+  // The latest data chunk received from the peer, not yet acknowledged; and
+  // the latest acknowledged, acknowledged again with every ping (one that
+  // was lost with its connection is then made good within a ping interval).
+  std::optional<FrameHeader> ackDue;
+  std::optional<FrameHeader> lastAcked;
+  std::optional<Clock::time_point> lastReconnect;
+  uint64_t silentReconnects = 0;  // since the peer was last heard
 };
 
 class ZmqTransport final : public Transport {
@@ -181,6 +228,27 @@ class ZmqTransport final : public Transport {
   std::optional<Clock::time_point> flush(uint32_t peer, Clock::time_point now);
   void reject(std::string reason);
   void sendPings(Clock::time_point now);
+  // A probe to `peer` on its probe connection, after the emulated link's
+  // delay where there is one (I/O thread).
+  // False when it could not be handed to ZeroMQ (no connection yet).
+  bool sendProbe(uint32_t peer, FrameHeader h, std::vector<std::byte> body, Clock::time_point now);
+  // False when it could not be handed to ZeroMQ (no connection yet).
+  bool writeProbe(uint32_t peer, const FrameHeader& h, const std::vector<std::byte>& body);
+  // Probes whose emulated delay is over; returns when the next one is due.
+  std::optional<Clock::time_point> flushProbes(Clock::time_point now);
+  // One acknowledgement per peer for the data taken from it since the last.
+  void sendAcks(Clock::time_point now);
+  void takeAck(uint32_t peer, const FrameHeader& h, const Payload& body);
+  void publishUnacked(PeerState& p);
+  // Fresh connections to peers that went silent (TransportConfig::reconnectAfter).
+  void reconnectStalled(Clock::time_point now);
+  void reconnect(uint32_t peer, bool probeToo, const std::string& why);
+  // "tokyo (rank 1)", or "rank 1" without rankNames.
+  std::string rankName(uint32_t peer) const {
+    return peer < cfg_.rankNames.size() && !cfg_.rankNames[peer].empty()
+               ? fmt::format("{} (rank {})", cfg_.rankNames[peer], peer)
+               : fmt::format("rank {}", peer);
+  }
   // Queues this rank's hello for `peer` (when there are agreed settings).
   void sendHello(uint32_t peer);
   // Compares a peer's hello with ours; a disagreement refuses the peer.
@@ -361,11 +429,30 @@ Status ZmqTransport::start() {
       d.set(zmq::sockopt::sndhwm, 64);
       d.set(zmq::sockopt::reconnect_ivl, 100);
       d.set(zmq::sockopt::reconnect_ivl_max, 2000);
+      if (cfg_.connectTimeout.count() > 0) {
+        d.set(zmq::sockopt::connect_timeout, static_cast<int>(cfg_.connectTimeout.count()));
+      }
       if (cfg_.encrypt) {
         setCurveKey(d, zmq::sockopt::curve_serverkey, cfg_.publicKeys[r]);
         setCurveKey(d, zmq::sockopt::curve_publickey, cfg_.publicKeys[cfg_.rank]);
         setCurveKey(d, zmq::sockopt::curve_secretkey, cfg_.secretKey);
       }
+      p.probe.emplace(ctx_, zmq::socket_type::dealer);
+      zmq::socket_t& probe = *p.probe;
+      probe.set(zmq::sockopt::linger, 0);
+      probe.set(zmq::sockopt::immediate, 1);
+      probe.set(zmq::sockopt::sndhwm, 16);
+      probe.set(zmq::sockopt::reconnect_ivl, 100);
+      probe.set(zmq::sockopt::reconnect_ivl_max, 2000);
+      if (cfg_.connectTimeout.count() > 0) {
+        probe.set(zmq::sockopt::connect_timeout, static_cast<int>(cfg_.connectTimeout.count()));
+      }
+      if (cfg_.encrypt) {
+        setCurveKey(probe, zmq::sockopt::curve_serverkey, cfg_.publicKeys[r]);
+        setCurveKey(probe, zmq::sockopt::curve_publickey, cfg_.publicKeys[cfg_.rank]);
+        setCurveKey(probe, zmq::sockopt::curve_secretkey, cfg_.secretKey);
+      }
+      probe.connect(cfg_.endpoints[r]);
       const std::string mon = fmt::format("inproc://geo-monitor-peer-{}", r);
       if (zmq_socket_monitor(d.handle(), mon.c_str(), kMonitorEvents) != 0) {
         return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
@@ -553,6 +640,13 @@ std::vector<PeerCounters> ZmqTransport::peerCounters() const {
     const uint64_t handshakes = p.handshakes;
     c.reconnects = handshakes > 1 ? handshakes - 1 : 0;
     c.rttSeconds = p.rttSeconds;
+    c.minRttSeconds = p.minRttSeconds;
+    c.unackedBytes = p.unackedBytes;
+    const int64_t oldestNs = p.oldestUnackedNs;
+    const int64_t ackNs = p.lastAckNs;
+    const int64_t nowNs = Clock::now().time_since_epoch().count();
+    c.unackedSeconds = oldestNs == 0 ? 0.0 : std::max<double>(0, (nowNs - oldestNs) * 1e-9);
+    c.sinceAckSeconds = ackNs == 0 ? -1.0 : std::max<double>(0, (nowNs - ackNs) * 1e-9);
     const int64_t heardNs = p.lastHeardNs;
     c.heard = heardNs != 0;
     const auto since = c.heard ? Clock::time_point(Clock::duration(heardNs)) : started_;
@@ -731,12 +825,19 @@ void ZmqTransport::handleInbound() {
     PeerState& p = peers_[header->sender];
     p.bytesReceived += kFrameHeaderBytes + parts[2].size();
     p.lastHeardNs = Clock::now().time_since_epoch().count();
+    p.silentReconnects = 0;
 
     // The chunk's message is let go as soon as it is copied into place; a
     // payload of one chunk is handed out as is.
     auto msg = std::make_shared<zmq::message_t>(std::move(parts[2]));
     const std::span<const std::byte> view(static_cast<const std::byte*>(msg->data()), msg->size());
-    auto added = assembler_.add(*header, Payload(std::move(msg), view));
+    // Each connection is a stream of its own: a sender's probes and data
+    // travel on two, and an old connection may still deliver after a
+    // reconnect.
+    const int srcFd = zmq_msg_get(parts[1].handle(), ZMQ_SRCFD);
+    auto added = assembler_.add(*header, Payload(std::move(msg), view),
+                                static_cast<uint64_t>(std::max(srcFd, 0)));
+    if (acknowledged(header->kind)) p.ackDue = *header;
     if (!added.dropped.ok()) reject(added.dropped.message());
     if (!added.complete) continue;
     Payload body = std::move(*added.complete);
@@ -754,7 +855,8 @@ void ZmqTransport::handleInbound() {
       FrameHeader pong = *header;
       pong.kind = MessageKind::kPong;
       pong.sender = cfg_.rank;
-      (void)enqueue(header->sender, pong, std::move(body), milliseconds(0));
+      std::vector<std::byte> echo(body.bytes().begin(), body.bytes().end());
+      sendProbe(header->sender, pong, std::move(echo), Clock::now());
       continue;
     }
     if (header->kind == MessageKind::kPong) {
@@ -762,8 +864,18 @@ void ZmqTransport::handleInbound() {
       if (body.size() == sizeof sentNs) {
         std::memcpy(&sentNs, body.data(), sizeof sentNs);
         const int64_t nowNs = Clock::now().time_since_epoch().count();
-        if (nowNs >= sentNs) p.rttSeconds = static_cast<double>(nowNs - sentNs) * 1e-9;
+        if (nowNs >= sentNs) {
+          const double rtt = static_cast<double>(nowNs - sentNs) * 1e-9;
+          p.rttSeconds = rtt;
+          p.rtts.push_back(rtt);
+          if (p.rtts.size() > kMinRttWindow) p.rtts.pop_front();
+          p.minRttSeconds = *std::min_element(p.rtts.begin(), p.rtts.end());
+        }
       }
+      continue;
+    }
+    if (header->kind == MessageKind::kAck) {
+      takeAck(header->sender, *header, body);
       continue;
     }
     Message m{*header, std::move(body), Clock::now()};
@@ -788,9 +900,12 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
     std::memcpy(&id, event.data(), sizeof id);
     std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
     if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && ++peer->handshakes > 1) {
-      // A new connection (the peer restarted): the new incarnation has not
-      // read our hello yet.
+      // A new connection (the peer restarted, or we reconnected): the new
+      // incarnation has not read our hello yet, and what the old connection
+      // held is gone.
       sendHello(static_cast<uint32_t>(peer - peers_.data()));
+      peer->unacked.clear();
+      publishUnacked(*peer);
     }
     if (peer == nullptr) trackRouterConnection(id, value);
   }
@@ -892,16 +1007,6 @@ std::optional<Clock::time_point> ZmqTransport::flush(uint32_t peer, Clock::time_
       if (p.queue.front().release > now) return p.queue.front().release;
       o = std::move(p.queue.front());
       p.queue.pop_front();
-      // A ping or pong that waited for a connection longer than a ping
-      // interval (the peer was away) would report that wait as its round
-      // trip: drop it, the next ping measures the link.
-      const bool probe = o.header.kind == MessageKind::kPing || o.header.kind == MessageKind::kPong;
-      if (probe && o.chunksSent == 0 && cfg_.pingInterval.count() > 0 &&
-          now - o.release > cfg_.pingInterval) {
-        p.queuedBytes -= kFrameHeaderBytes + o.payload.size();
-        p.space.notify_all();
-        continue;
-      }
     }
     const uint64_t bytes = kFrameHeaderBytes + o.payload.size();
     const size_t size = o.payload.size();
@@ -941,11 +1046,17 @@ std::optional<Clock::time_point> ZmqTransport::flush(uint32_t peer, Clock::time_
             [](void*, void* hint) { delete static_cast<Payload*>(hint); }, keep);
         (void)p.dealer->send(chunk, zmq::send_flags::dontwait);
         wireBytes += kFrameHeaderBytes + len;
+        if (acknowledged(h.kind)) {
+          if (p.unacked.size() >= kMaxUnackedChunks) p.unacked.pop_front();  // never acknowledged
+          p.unacked.push_back(
+              {h.kind, h.round, h.step, off, h.payloadBytes, kFrameHeaderBytes + len, now});
+        }
       }
     } catch (const zmq::error_t& e) {
       logger()->warn("transport rank {}: send to rank {} failed: {}", cfg_.rank, peer, e.what());
       sent = true;  // drop the rest: at-most-once delivery
     }
+    publishUnacked(p);
     std::lock_guard lock(p.mu);
     p.bytesSent += wireBytes;
     if (nextChunkAt) {  // the rest when the link has carried it
@@ -976,7 +1087,179 @@ void ZmqTransport::sendPings(Clock::time_point now) {
     h.sender = cfg_.rank;
     h.elementCount = sizeof ns;
     h.payloadBytes = sizeof ns;
-    (void)enqueue(r, h, Payload(std::move(stamp)), milliseconds(0));  // skip when full
+    sendProbe(r, h, std::move(stamp), now);
+    if (!peers_[r].ackDue && peers_[r].lastAcked) peers_[r].ackDue = peers_[r].lastAcked;
+  }
+  sendAcks(now);
+}
+
+bool ZmqTransport::sendProbe(uint32_t peer, FrameHeader h, std::vector<std::byte> body,
+                             Clock::time_point now) {
+  if (!reachable(peer)) return false;
+  if (cutOff(peer)) {
+    ++partitionDropped_;
+    return true;  // lost on the (emulated) way, as on a real link
+  }
+  h.jobHash = limits_.jobHash;
+  h.sender = cfg_.rank;
+  h.elementCount = body.size();
+  h.payloadBytes = body.size();
+  h.payloadOffset = 0;
+  PeerState& p = peers_[peer];
+  // Under link emulation a probe crosses the link's delay, but never waits
+  // behind the data queued for the link.
+  if (p.shaper && p.shaper->profile().oneWayDelay.count() > 0) {
+    p.probes.push_back({now + p.shaper->profile().oneWayDelay, h, std::move(body)});
+    return true;
+  }
+  return writeProbe(peer, h, body);
+}
+
+bool ZmqTransport::writeProbe(uint32_t peer, const FrameHeader& h,
+                              const std::vector<std::byte>& body) {
+  PeerState& p = peers_[peer];
+  std::array<std::byte, kFrameHeaderBytes> header;
+  encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(header));
+  try {
+    if (!p.probe
+             ->send(zmq::buffer(header.data(), header.size()),
+                    zmq::send_flags::sndmore | zmq::send_flags::dontwait)
+             .has_value()) {
+      return false;  // no connection (yet): the next probe follows soon
+    }
+    (void)p.probe->send(zmq::buffer(body.data(), body.size()), zmq::send_flags::dontwait);
+    p.bytesSent += kFrameHeaderBytes + body.size();
+    return true;
+  } catch (const zmq::error_t& e) {
+    logger()->debug("transport rank {}: probe to rank {} failed: {}", cfg_.rank, peer, e.what());
+    return false;
+  }
+}
+
+std::optional<Clock::time_point> ZmqTransport::flushProbes(Clock::time_point now) {
+  std::optional<Clock::time_point> next;
+  for (uint32_t r = 0; r < limits_.worldSize; ++r) {
+    if (!reachable(r)) continue;
+    PeerState& p = peers_[r];
+    while (!p.probes.empty() && p.probes.front().release <= now) {
+      if (!cutOff(r)) writeProbe(r, p.probes.front().header, p.probes.front().body);
+      p.probes.pop_front();
+    }
+    if (!p.probes.empty())
+      next = std::min(next.value_or(p.probes.front().release), p.probes.front().release);
+  }
+  return next;
+}
+
+void ZmqTransport::sendAcks(Clock::time_point now) {
+  for (uint32_t r = 0; r < limits_.worldSize; ++r) {
+    if (!reachable(r) || !peers_[r].ackDue) continue;
+    const FrameHeader got = *peers_[r].ackDue;
+    FrameHeader h;
+    h.kind = MessageKind::kAck;
+    h.round = got.round;
+    h.step = got.step;
+    const uint64_t fields[3] = {static_cast<uint64_t>(got.kind), got.payloadOffset,
+                                got.payloadBytes};
+    std::vector<std::byte> body(sizeof fields);
+    std::memcpy(body.data(), fields, sizeof fields);
+    // Kept until it leaves: a lost acknowledgement would hold the peer's
+    // next round back (DTS paces its rounds by them) until more data came.
+    if (sendProbe(r, h, std::move(body), now)) {
+      peers_[r].lastAcked = got;
+      peers_[r].ackDue.reset();
+    }
+  }
+}
+
+void ZmqTransport::takeAck(uint32_t peer, const FrameHeader& h, const Payload& body) {
+  uint64_t fields[3];
+  if (body.size() != sizeof fields) {
+    reject(fmt::format("an acknowledgement from rank {} of {} bytes (expected {})", peer,
+                       body.size(), sizeof fields));
+    return;
+  }
+  std::memcpy(fields, body.data(), sizeof fields);
+  PeerState& p = peers_[peer];
+  // Chunks are acknowledged in the order they left: the one named, and any
+  // before it (an older one not named was lost with its connection).
+  const auto it = std::find_if(p.unacked.begin(), p.unacked.end(), [&](const SentChunk& c) {
+    return static_cast<uint64_t>(c.kind) == fields[0] && c.round == h.round && c.step == h.step &&
+           c.offset == fields[1] && c.payloadBytes == fields[2];
+  });
+  if (it == p.unacked.end()) return;  // sent on a connection since replaced, or never ours
+  p.unacked.erase(p.unacked.begin(), it + 1);
+  p.lastAckNs = Clock::now().time_since_epoch().count();
+  publishUnacked(p);
+}
+
+void ZmqTransport::publishUnacked(PeerState& p) {
+  uint64_t bytes = 0;
+  for (const SentChunk& c : p.unacked) bytes += c.wireBytes;
+  p.unackedBytes = bytes;
+  p.oldestUnackedNs = p.unacked.empty() ? 0 : p.unacked.front().sentAt.time_since_epoch().count();
+}
+
+void ZmqTransport::reconnect(uint32_t peer, bool probeToo, const std::string& why) {
+  PeerState& p = peers_[peer];
+  const std::string& endpoint = cfg_.endpoints[peer];
+  try {
+    p.dealer->disconnect(endpoint);
+    p.dealer->connect(endpoint);
+    if (probeToo) {
+      p.probe->disconnect(endpoint);
+      p.probe->connect(endpoint);
+    }
+  } catch (const zmq::error_t& e) {
+    logger()->warn("transport rank {}: reconnecting to rank {} failed: {}", cfg_.rank, peer,
+                   e.what());
+    return;
+  }
+  // What the old connection held is gone with it.
+  p.unacked.clear();
+  publishUnacked(p);
+  p.blocked = false;
+  // The first of a silence at info; the retries while it lasts at debug.
+  const bool first = !p.silentReconnects++;
+  logger()->log(first ? spdlog::level::info : spdlog::level::debug,
+                "transport rank {}: {}; new connection{} to {}{}", cfg_.rank, why,
+                probeToo ? "s" : "", rankName(peer),
+                first ? fmt::format(" (again every {:.1f} s while it stays silent)",
+                                    std::chrono::duration<double>(cfg_.reconnectAfter).count())
+                      : std::string());
+}
+
+void ZmqTransport::reconnectStalled(Clock::time_point now) {
+  if (cfg_.reconnectAfter.count() <= 0) return;
+  const int64_t nowNs = now.time_since_epoch().count();
+  for (uint32_t r = 0; r < limits_.worldSize; ++r) {
+    if (!reachable(r)) continue;
+    PeerState& p = peers_[r];
+    if (p.lastReconnect && now - *p.lastReconnect < cfg_.reconnectAfter) continue;
+    const int64_t heardNs = p.lastHeardNs;
+    if (heardNs == 0) continue;  // never heard: ZeroMQ keeps trying on its own
+    const double silent = (nowNs - heardNs) * 1e-9;
+    const double after = std::chrono::duration<double>(cfg_.reconnectAfter).count();
+    if (silent >= after) {
+      p.lastReconnect = now;
+      reconnect(r, true, fmt::format("{} silent for {:.1f} s", rankName(r), silent));
+      continue;
+    }
+    // Heard (its probes arrive) but none of our data acknowledged for long
+    // while some is outstanding: the data connection alone is stuck.
+    if (!p.unacked.empty()) {
+      const int64_t ackNs = p.lastAckNs;
+      const int64_t since =
+          std::max<int64_t>(ackNs, p.unacked.front().sentAt.time_since_epoch().count());
+      const double stuck = (nowNs - since) * 1e-9;
+      if (stuck >= 2.5 * after) {
+        p.lastReconnect = now;
+        reconnect(r, false,
+                  fmt::format("none of our data acknowledged by {} for {:.1f} s although it is "
+                              "heard",
+                              rankName(r), stuck));
+      }
+    }
   }
 }
 
@@ -1002,9 +1285,7 @@ void ZmqTransport::checkHello(uint32_t peer, const Payload& hello) {
   const auto disagreement = compareHello(text, cfg_.agreedSettings);
   if (!disagreement) return;
   peers_[peer].refused = true;
-  const std::string name = peer < cfg_.rankNames.size() && !cfg_.rankNames[peer].empty()
-                               ? fmt::format("{} (rank {})", cfg_.rankNames[peer], peer)
-                               : fmt::format("rank {}", peer);
+  const std::string name = rankName(peer);
   // The peer's text goes into logs: printable ASCII only, and bounded.
   const auto printable = [](std::string_view v) {
     std::string out(v.substr(0, 200));
@@ -1074,9 +1355,11 @@ void ZmqTransport::ioLoop() {
       nextPing = now + cfg_.pingInterval;
     }
     if (!stopping_) reportRefusalWhenDue(now);
+    if (!stopping_) reconnectStalled(now);
     // Send whatever is due, and find when the next shaped message is.
     auto next = stopping_ ? *stopDeadline : now + milliseconds(pendingRefusal_ ? 50 : 200);
     if (!stopping_ && cfg_.pingInterval.count() > 0) next = std::min(next, nextPing);
+    if (auto t = flushProbes(now)) next = std::min(next, *t);
     bool pending = false;
     for (uint32_t r = 0; r < world; ++r) {
       if (!reachable(r) || peers_[r].blocked) continue;
@@ -1125,7 +1408,10 @@ void ZmqTransport::ioLoop() {
     }
     if (zap_ && (items[3].revents & ZMQ_POLLIN)) handleZap();
     if (items[2].revents & ZMQ_POLLIN) handleMonitor(*routerMonitor_, nullptr);
-    if (items[1].revents & ZMQ_POLLIN) handleInbound();
+    if (items[1].revents & ZMQ_POLLIN) {
+      handleInbound();
+      sendAcks(Clock::now());
+    }
     for (size_t i = 0; i < pollOutPeers.size(); ++i) {
       PeerState& p = peers_[pollOutPeers[i]];
       if (items[fixed + 2 * i + 1].revents & ZMQ_POLLIN) handleMonitor(*p.monitor, &p);
@@ -1152,6 +1438,7 @@ void ZmqTransport::closeSockets(std::chrono::milliseconds linger) {
     p.monitor.reset();
     if (p.dealer) p.dealer->set(zmq::sockopt::linger, static_cast<int>(linger.count()));
     p.dealer.reset();
+    p.probe.reset();
   }
   routerMonitor_.reset();
   router_.reset();

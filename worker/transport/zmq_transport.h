@@ -69,7 +69,22 @@ struct TransportConfig {
   uint64_t maxInboxBytes = uint64_t{2} << 30;          // stop reading beyond
   uint64_t maxPayloadBytes = uint64_t{1} << 31;        // larger frames are refused
   std::chrono::milliseconds pingInterval{1000};        // 0: no pings (no RTT)
-  std::chrono::milliseconds linger{2000};              // time queued sends get at shutdown
+  // A peer heard before that stays silent this long gets fresh connections
+  // (ours to it: the data and the probe connection), and again every so
+  // long while it stays silent. A connection that lost packets for a while
+  // -- a partition, a link down -- resumes only when TCP's retransmission
+  // timer fires, which backs off exponentially (after a 30 s cut, up to
+  // half a minute more of silence); a new connection is up within a
+  // connect. What was in the old connection's buffers is lost (delivery is
+  // at most once). The same when the peer is heard but has not
+  // acknowledged any of our data for 2.5 times this long while data is
+  // outstanding: the data connection alone is stuck. 0: never.
+  std::chrono::milliseconds reconnectAfter{2000};
+  // How long one connection attempt may take before it is abandoned and
+  // tried again (ZMQ_CONNECT_TIMEOUT): without it a SYN lost in a partition
+  // is retried by the kernel for minutes, with the same back-off.
+  std::chrono::milliseconds connectTimeout{1000};
+  std::chrono::milliseconds linger{2000};  // time queued sends get at shutdown
 };
 
 // Binds, connects and starts the I/O thread. Errors (bad config, key files

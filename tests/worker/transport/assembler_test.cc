@@ -140,6 +140,48 @@ TEST(PayloadAssembler, ANewPayloadDropsTheUnfinishedOne) {
   EXPECT_EQ(a.unfinished(), 0u);
 }
 
+// One sender on two connections (its probes on one, its data on the other;
+// or an old connection still delivering after a reconnect): each stream's
+// chunks are assembled apart, and a whole message on one does not drop the
+// payload in progress on the other.
+TEST(PayloadAssembler, KeepsEachStreamOfOneSenderApart) {
+  PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
+  const auto data = pattern(300, 8);
+  const auto old = pattern(200, 9);
+  EXPECT_FALSE(a.add(headerFor(1, 5, 300, 0), chunkOf(data, 0, 100), /*stream=*/7).complete);
+  EXPECT_FALSE(a.add(headerFor(1, 4, 200, 0), chunkOf(old, 0, 50), /*stream=*/8).complete);
+  // A ping on a third stream, whole: handed back, nothing dropped.
+  const auto ping = pattern(8, 1);
+  auto probe = a.add(headerFor(1, 0, 8, 0), chunkOf(ping, 0, 8), /*stream=*/9);
+  ASSERT_TRUE(probe.complete.has_value());
+  EXPECT_TRUE(probe.dropped.ok()) << probe.dropped.toString();
+  EXPECT_EQ(a.unfinished(), 2u);
+  EXPECT_FALSE(a.add(headerFor(1, 5, 300, 100), chunkOf(data, 100, 100), 7).complete);
+  auto second = a.add(headerFor(1, 4, 200, 50), chunkOf(old, 50, 150), 8);
+  ASSERT_TRUE(second.complete.has_value());
+  EXPECT_TRUE(sameBytes(second.complete->bytes(), old));
+  auto first = a.add(headerFor(1, 5, 300, 200), chunkOf(data, 200, 100), 7);
+  ASSERT_TRUE(first.complete.has_value());
+  EXPECT_TRUE(sameBytes(first.complete->bytes(), data));
+  EXPECT_EQ(a.unfinished(), 0u);
+}
+
+// A sender with more streams in progress than kMaxStreams (connections that
+// died mid-payload): the least recently used one's payload is dropped, saying
+// so, and memory stays bounded.
+TEST(PayloadAssembler, DropsTheOldestStreamBeyondTheLimit) {
+  PayloadAssembler a(2, BufferPool::create(8, 1 << 20));
+  const auto p = pattern(100, 3);
+  for (uint64_t stream = 0; stream < PayloadAssembler::kMaxStreams; ++stream) {
+    auto added = a.add(headerFor(1, stream, 100, 0), chunkOf(p, 0, 10), stream);
+    EXPECT_TRUE(added.dropped.ok());
+  }
+  EXPECT_EQ(a.unfinished(), PayloadAssembler::kMaxStreams);
+  auto added = a.add(headerFor(1, 99, 100, 0), chunkOf(p, 0, 10), 99);
+  expectDropped(added, {"round 0 from rank 1", "its connection went quiet"});
+  EXPECT_EQ(a.unfinished(), PayloadAssembler::kMaxStreams);
+}
+
 TEST(PayloadAssembler, DropsAChunkWithNoPayloadInProgress) {
   PayloadAssembler a(2, BufferPool::create(4, 1 << 20));
   const auto payload = pattern(100, 8);

@@ -98,6 +98,7 @@ TEST(MessageKind, NamesAndKnownSet) {
   EXPECT_EQ(messageKindName(MessageKind::kPing), "ping");
   EXPECT_EQ(messageKindName(MessageKind::kPong), "pong");
   EXPECT_EQ(messageKindName(MessageKind::kHello), "hello");
+  EXPECT_EQ(messageKindName(MessageKind::kAck), "ack");
   EXPECT_EQ(messageKindName(MessageKind::kUpdate), "update");
   EXPECT_EQ(messageKindName(MessageKind::kGossip), "gossip");
   EXPECT_EQ(messageKindName(MessageKind::kGossipReply), "gossip-reply");
@@ -112,7 +113,7 @@ TEST(MessageKind, NamesAndKnownSet) {
       EXPECT_NE(messageKindName(static_cast<MessageKind>(k)), "unknown");
     }
   }
-  EXPECT_EQ(known, 9);
+  EXPECT_EQ(known, 10);
 }
 
 TEST(FrameHeader, EncodesTheDocumentedLayout) {
