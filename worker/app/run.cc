@@ -243,13 +243,32 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   done.kind = EventKind::kDone;
   done.step = c.training.steps;
   if ((*trainer)->arrivedAfterEnd()) {
-    // Nothing to do: the job ended without us (exit 0, so that a supervisor
-    // does not restart us again and again).
-    logger()->warn(
-        "the job finished before this worker could rejoin it (every peer that answered had "
-        "completed {} steps); nothing to do",
-        c.training.steps);
+    // The job ended without us. With its final model (a peer that finished
+    // sent it) this worker ends as the others did: evaluated, checkpointed,
+    // exit 0, so that a supervisor does not start it again and again.
+    // Without it, it fails: exiting 0 with a model no other worker holds
+    // would pass for a finished worker.
+    if (!(*trainer)->holdsFinalModel()) {
+      return reportFailure(
+          &progress,
+          failedPrecondition(fmt::format(
+              "the job finished before this worker could rejoin it, and no peer sent its final "
+              "model (all {} steps were done without it)",
+              c.training.steps)));
+    }
+    const double accuracy = (*trainer)->evaluate();
+    if (!c.checkpoint.dir.empty()) {
+      if (Status saved = (*trainer)->saveCheckpoint(); !saved.ok()) {
+        logger()->warn("the job's final model was not checkpointed: {}", saved.message());
+      }
+    }
+    logger()->info(
+        "the job finished before this worker could rejoin it; it holds the job's final model "
+        "(test accuracy {:.2f}%)",
+        accuracy * 100);
     done.arrivedAfterEnd = true;
+    done.testAccuracy = accuracy;
+    done.modelHash = modelHash((*trainer)->flat().values);
     progress.emit(std::move(done));
     return kExitOk;
   }

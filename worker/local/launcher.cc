@@ -255,6 +255,15 @@ class JobRunner {
     for (Worker& w : workers_) {
       if (!w.restartAt || t < *w.restartAt || (w.process && w.process->running())) continue;
       w.restartAt.reset();
+      if (!anyOtherRunning(w.rank)) {
+        // The job ended while it was down: started now it could only train
+        // alone, or fail (a worker resumed from a checkpoint that hears no
+        // peer refuses to train alone). A Kubernetes Job whose other
+        // indexes completed is over too.
+        log(fmt::format("worker {} not restarted: every other worker has exited (the job is over)",
+                        w.rank));
+        continue;
+      }
       readFrom(w);
       auto child = ChildProcess::spawn(w.spec);
       if (!child.ok()) {
@@ -358,6 +367,13 @@ class JobRunner {
       if (f.rank == failure.rank) return;
     }
     failures_.push_back(std::move(failure));
+  }
+
+  bool anyOtherRunning(int64_t rank) const {
+    for (const Worker& w : workers_) {
+      if (w.rank != rank && w.process && w.process->running()) return true;
+    }
+    return false;
   }
 
   bool anyRunning() const {

@@ -74,6 +74,7 @@ constexpr int64_t kMinStepsBetweenChanges = 32;
 constexpr size_t kBaseRttWindow = 64;
 constexpr size_t kLateWindow = 4;  // incomplete rounds a late contribution may still join
 constexpr auto kPoll = std::chrono::milliseconds(20);
+constexpr uint64_t kStepTimeWindow = 64;  // steps the step time is averaged over
 
 class Dts final : public Base {
  public:
@@ -91,6 +92,10 @@ class Dts final : public Base {
     // worker that asks to join meanwhile may still contribute to it.
     membership_.setOpenRound(
         [this] { return pending_.empty() ? nextRound_ : pending_.front().round; });
+    // A peer heard again after a partition says from which round it sends
+    // (internal.h): its contributions delayed through the cut by TCP say
+    // nothing of the rounds it completed without us meanwhile.
+    membership_.setResumeAnnounced(true);
   }
 
   std::string describe() const override {
@@ -142,7 +147,15 @@ class Dts final : public Base {
       // waits are those of the previous call, inside this interval.
       const double seconds =
           std::max(0.0, std::chrono::duration<double>(now - *lastStepAt_).count() - waitedSince_);
-      stepSeconds_ = stepSeconds_ <= 0 ? seconds : 0.9 * stepSeconds_ + 0.1 * seconds;
+      // The mean of the steps so far, then a moving average over about
+      // kStepTimeWindow steps: what D and K need is how many steps pass
+      // while a link carries a round (tens to hundreds of milliseconds), and
+      // on a machine with more busy threads than cores a single step's time
+      // swings by 3x with the scheduler's time slices (an average over ten
+      // steps made D swing between 30 and 135 steps on one link).
+      ++stepSamples_;
+      const double weight = 1.0 / static_cast<double>(std::min(stepSamples_, kStepTimeWindow));
+      stepSeconds_ = stepSeconds_ <= 0 ? seconds : (1 - weight) * stepSeconds_ + weight * seconds;
       stats_.setStepSeconds(stepSeconds_);
     }
     lastStepAt_ = now;
@@ -167,7 +180,9 @@ class Dts final : public Base {
     init(flat);
     auto joined = membership_.join(step, schedule_.k, flat.values, &flat);
     if (!joined.ok()) return joined.status();
-    if (joined->jobFinished) return train::JoinResult{step, true};
+    if (joined->jobFinished) {
+      return train::JoinResult{joined->finalModel ? joined->step : step, true, joined->finalModel};
+    }
     if (joined->transferred) {
       // Our rounds in flight (from a checkpoint) are void: the peers have
       // completed them long ago. Start the next round from the new model.
@@ -197,6 +212,16 @@ class Dts final : public Base {
     if (group_.size() <= 1) return {};
     init(flat);
     finishing_ = true;  // no more changes of period: no more rounds
+    membership_.setFinishing();
+    // Our peers may number their last rounds differently (a change of
+    // period heard late, a round closed on the new grid): they must not
+    // wait for a round of ours that will never come.
+    {
+      auto bytes = std::make_shared<std::vector<std::byte>>(sizeof nextRound_);
+      std::memcpy(bytes->data(), &nextRound_, sizeof nextRound_);
+      GEO_RETURN_IF_ERROR(sendTo(presentPeers(), MessageKind::kControl, kDtsFinishedRound, steps,
+                                 CodecId::kRaw, sizeof nextRound_, std::move(bytes)));
+    }
     while (!pending_.empty()) {
       GEO_RETURN_IF_ERROR(complete(pending_.front(), steps, flat));
       pending_.pop_front();
@@ -409,17 +434,47 @@ class Dts final : public Base {
     return to;
   }
 
-  // Serves joins; a peer heard again gets our rounds still in flight, which
-  // it may be waiting for (we did not send them while it was suspected).
+  // Serves joins; a peer heard again, or one that heard us again and asked
+  // for our resume, gets our rounds still in flight: our resume says it
+  // gets every one of them (we did not send them while it was suspected,
+  // and what a replaced connection held was lost).
   Status serveAndResend(int64_t t, const train::FlatParameters& flat) {
     auto served = membership_.serve(t, flat.values, false, &flat);
     if (!served.ok()) return served.status();
-    for (uint32_t peer : served->heardAgain) {
+    std::vector<uint32_t> to = served->heardAgain;
+    to.insert(to.end(), served->resumeAsked.begin(), served->resumeAsked.end());
+    std::sort(to.begin(), to.end());
+    to.erase(std::unique(to.begin(), to.end()), to.end());
+    for (uint32_t peer : to) {
       for (const Pending& p : pending_) {
         GEO_RETURN_IF_ERROR(sendUpdate({peer}, p.round, p.sendStep, p.bytes));
       }
     }
+    takeFinished();
     return {};
+  }
+
+  // Peers that have taken their last step: they send no contribution to a
+  // round at or after the one they name (kDtsFinishedRound).
+  void takeFinished() {
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self) continue;
+      for (auto m = transport_->receive(MessageKind::kControl, kDtsFinishedRound, group_.ranks[i],
+                                        std::chrono::milliseconds(0));
+           m.ok(); m = transport_->receive(MessageKind::kControl, kDtsFinishedRound,
+                                           group_.ranks[i], std::chrono::milliseconds(0))) {
+        uint64_t rounds = 0;
+        if (m->payload.size() != sizeof rounds) continue;
+        std::memcpy(&rounds, m->payload.data(), sizeof rounds);
+        finishedAt_[i] = rounds;
+      }
+    }
+  }
+
+  // Whether peer i's contribution to `round` is to be waited for.
+  bool awaited(size_t i, uint64_t round) const {
+    if (finishedAt_[i] && round >= *finishedAt_[i]) return false;  // it closed no such round
+    return membership_.expected(group_.ranks[i], round);
   }
 
   // A contribution that came after `p` completed without it.
@@ -755,9 +810,9 @@ class Dts final : public Base {
     // recent ones is the path's.
     for (const auto& c : transport_->peerCounters()) {
       const auto i = group_.indexOf(c.peer);
-      if (!i || c.rttSeconds < 0) continue;
+      if (!i || c.minRttSeconds < 0) continue;
       auto& rtts = baseRtts_[*i];
-      rtts.push_back(c.rttSeconds);
+      rtts.push_back(c.minRttSeconds);
       if (rtts.size() > kBaseRttWindow) rtts.pop_front();
     }
     // Decide on measurements of the K in force only: the last four link
@@ -855,10 +910,17 @@ class Dts final : public Base {
   Status awaitUplink(int64_t t, train::FlatParameters& flat) {
     if (lastRoundBytes_ == 0) return {};
     const auto t0 = Clock::now();
+    const double round = roundSeconds();
     const auto backlogged = [&] {
       for (const auto& c : transport_->peerCounters()) {
-        if (c.backlogBytes >= lastRoundBytes_ && group_.indexOf(c.peer) &&
-            !membership_.suspected(c.peer)) {
+        if (!group_.indexOf(c.peer) || membership_.suspected(c.peer)) continue;
+        if (c.backlogBytes >= lastRoundBytes_) return true;
+        // Below the transport (a socket buffer that took the bytes at once,
+        // a real uplink's queue): the oldest data the peer has not
+        // acknowledged left more than a round trip and a round ago, so more
+        // than a round's worth waits ahead somewhere on the way.
+        if (c.sinceAckSeconds >= 0 && c.minRttSeconds > 0 &&
+            c.unackedSeconds > c.minRttSeconds + round) {
           return true;
         }
       }
@@ -870,6 +932,9 @@ class Dts final : public Base {
       GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
       pollArrivals();
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (const double waited = secondsSince(t0); waited >= 0.05) {
+      logger()->debug("dts: the uplink held round {} back for {:.0f} ms", nextRound_, waited * 1e3);
     }
     noteWait(secondsSince(t0));
     return {};
@@ -942,15 +1007,17 @@ class Dts final : public Base {
     // joins meanwhile; a peer suspected while we wait is not waited for.
     const auto t0 = Clock::now();
     const auto deadline = t0 + options_.timeout;
+    std::vector<size_t> waitedFor;  // for the debug log: whom the wait was for
     while (true) {
       GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
       pollArrivals();
       std::vector<size_t> waiting;
       for (size_t i = 0; i < group_.size(); ++i) {
-        if (i != group_.self && !p.has(i) && membership_.expected(group_.ranks[i], p.round)) {
+        if (i != group_.self && !p.has(i) && awaited(i, p.round)) {
           waiting.push_back(i);
         }
       }
+      if (waitedFor.empty()) waitedFor = waiting;
       if (waiting.empty()) break;
       if (Clock::now() >= deadline) {
         for (size_t i : waiting) {
@@ -970,6 +1037,17 @@ class Dts final : public Base {
       if (!i || *i == group_.self || p.got[*i]) continue;  // a duplicate
       p.got[*i] = std::move(*m);
       membership_.delivered(group_.ranks[*i], p.round);
+    }
+    if (const double waited = secondsSince(t0); waited >= 0.05) {
+      std::string whom;
+      for (size_t i : waitedFor) {
+        whom += fmt::format("{}{}", whom.empty() ? "" : ", ", topology_.describe(group_.ranks[i]));
+      }
+      logger()->debug(
+          "dts: waited {:.0f} ms at step {} for round {} (sent at step {}, D = {}, step time "
+          "{:.1f} "
+          "ms) from {}",
+          waited * 1e3, t, p.round, p.sendStep, delay_, stepSeconds_ * 1e3, whom);
     }
     noteWait(secondsSince(t0));
     // Every contribution is decoded and checked before it is used: nothing a
@@ -1078,7 +1156,9 @@ class Dts final : public Base {
     if (measured) stats_.setLink(link);
     if (!measured) {
       for (const auto& c : transport_->peerCounters()) {
-        if (group_.indexOf(c.peer)) link = std::max(link, c.rttSeconds / 2);
+        // The path's round trip, the smallest recent one: the first pings
+        // of a job wait behind connection set-up and TCP's slow start.
+        if (group_.indexOf(c.peer)) link = std::max(link, c.minRttSeconds / 2);
       }
     }
     const std::optional<int64_t> chosen = autoDelaySteps(link, stepSeconds_, options_.maxAutoDelay);
@@ -1114,6 +1194,10 @@ class Dts final : public Base {
   int64_t delay_;
   int64_t loggedDelay_;
   std::deque<Late> late_;
+  // By group index: the rounds a peer that has finished training closed
+  // (it sends no contribution to a later one); nullopt while it trains.
+  std::vector<std::optional<uint64_t>> finishedAt_ =
+      std::vector<std::optional<uint64_t>>(group_.size());
   // D = auto: this worker's part of the rounds it completed last (at most
   // lateWindow()). The workers' delays differ, so a round this worker has
   // completed may still be due at a peer; a checkpoint keeps these, and a
@@ -1153,7 +1237,8 @@ class Dts final : public Base {
   std::vector<std::deque<double>> baseRtts_ = std::vector<std::deque<double>>(group_.size());
   std::vector<std::deque<double>> links_ = std::vector<std::deque<double>>(group_.size());
   double stepSeconds_ = 0;  // a step's time, waits for peers excluded (moving average)
-  double waitedSince_ = 0;  // seconds waited for peers since the last step
+  uint64_t stepSamples_ = 0;
+  double waitedSince_ = 0;                       // seconds waited for peers since the last step
   std::optional<Clock::time_point> lastStepAt_;  // the latest afterStep's start
   uint64_t lastRoundBytes_ = 0;                  // the latest round's encoded update
   int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step

@@ -50,6 +50,14 @@ inline constexpr uint64_t kFinalAckRound = ~uint64_t{0} - 11;
 // members why (payload: the error message, at most kMaxStopReasonBytes).
 inline constexpr uint64_t kLeaderStoppedRound = ~uint64_t{0} - 12;
 inline constexpr size_t kMaxStopReasonBytes = 1024;
+// Membership with announced resumes (Membership::setResumeAnnounced): a
+// worker that hears a suspected peer again tells it from which round on it
+// sends its contributions (payload: that round, u64; then one byte, 1 when
+// the peer is asked to answer with its own).
+inline constexpr uint64_t kResumeRound = ~uint64_t{0} - 13;
+// DTS: a worker that has taken its last step tells its peers how many
+// rounds it closed (payload: u64): it sends no contribution to a later one.
+inline constexpr uint64_t kDtsFinishedRound = ~uint64_t{0} - 14;
 // Rounds at or above this are control rounds, never an algorithm's.
 inline constexpr uint64_t kFirstControlRound = ~uint64_t{0} - 63;
 
@@ -126,7 +134,9 @@ class StatsRecorder {
 // its slow starters a while but not for a worker that never comes. A
 // suspected peer is heard again the moment any frame of it arrives; it is
 // expected again once it delivers a contribution (both sides went on without
-// each other and may be rounds apart). A
+// each other and may be rounds apart) -- or, with announced resumes
+// (setResumeAnnounced), once it says from which round on it sends them
+// (below). A
 // straggler is not suspected: its I/O thread keeps answering pings while its
 // training thread is slow, so it is waited for (up to the round time-out).
 //
@@ -166,8 +176,31 @@ class StatsRecorder {
 // steps); it fetches only from a peer that found it behind: one that is
 // still completing the joiner's round (a step or so ahead of it) counts on
 // its contribution, and its model is not a round's result anyone else
-// holds. When no peer answers within the start-up grace it keeps its own (a
-// whole-job restart from checkpoints, or a single survivor).
+// holds. When no peer answers within the start-up grace, a worker at step 0
+// keeps its own (the first of a job to start; the others join it), and one
+// resumed from a checkpoint fails, saying so: the job ran without it, so it
+// has finished or every other worker is down, and training on alone would
+// end with a model no one else holds. (A whole-job restart from
+// checkpoints is a common start: the workers answer each other.)
+// The end of a job: a worker that has taken its last step answers offers
+// with "finished" (setFinishing) and keeps a joiner's request for state until
+// its final average is in (setFinalModel); it then sends the job's final
+// model alone, as fp32. A joiner that hears only finished peers asks for
+// that, and so does one whose state request reaches a finishing peer: both
+// end with the job's final model (Joined::finalModel) and take no step. One
+// that gets it from nobody fails, saying so.
+//
+// Announced resumes (DTS). A peer heard again after a partition may
+// deliver contributions it sent before the cut (a real network's TCP keeps
+// them in its buffers and retransmits them once the path is back), while it
+// sent none of the rounds it completed without us meanwhile: taking such a
+// late delivery as a sign that every later round will come made a worker
+// wait the round time-out for rounds the peer had never sent. So each side,
+// on hearing the other again, sends kResumeRound with the oldest round it
+// has not completed (it sends its contributions to that round and every
+// later one again), asking for the other's; the other answers with its
+// own. A peer heard again is expected again only from the round its resume
+// names, and is asked again every kResumeAskEvery until it answers.
 //
 // Threading: the synchronizer's thread, except addTo(), which may be called
 // from any thread (stats()).
@@ -185,6 +218,10 @@ class Membership {
   // replaces the round in progress at the step serve() is given. A joiner is
   // behind only if it missed this round (see above).
   void setOpenRound(std::function<uint64_t()> openRound) { openRound_ = std::move(openRound); }
+  // Turns announced resumes on (see above); the algorithm then sends its
+  // contributions from its oldest open round on again to every peer in
+  // Served::heardAgain and Served::resumeAsked.
+  void setResumeAnnounced(bool on) { resumeAnnounced_ = on; }
 
   // Reads the transport's liveness; logs and counts every change.
   void refresh();
@@ -212,6 +249,9 @@ class Membership {
   struct Served {
     std::vector<uint32_t> queried;     // peers that (re)started: their old state is void
     std::vector<uint32_t> heardAgain;  // suspected peers heard again since the last call
+    // With announced resumes: peers that heard us again and asked from
+    // which round we send; they got our answer.
+    std::vector<uint32_t> resumeAsked;
   };
 
   // Answers pending queries and fetches (`step`, `values`; `finished` once
@@ -222,7 +262,10 @@ class Membership {
   struct Joined {
     int64_t step = 0;          // the step to continue from
     bool transferred = false;  // the model in `values` came from a peer
-    bool jobFinished = false;  // every peer that answered had finished
+    // The job has ended without us: every peer that answered had finished,
+    // or the state came from one that had.
+    bool jobFinished = false;
+    bool finalModel = false;  // `values` hold the job's final model (from a peer that finished)
   };
   // The joiner's side, before the first step: query, wait for offers (all
   // peers, or the grace), fetch from the nearest peer ahead, write the model
@@ -233,6 +276,11 @@ class Membership {
                         train::FlatParameters* flat = nullptr);
   // Tells every peer that this worker contributes from `round` on.
   Status announce(uint64_t round, int64_t step);
+  // Training is over: offers say "finished", and a joiner's request for
+  // state waits until setFinalModel() (its answer is then the final model).
+  void setFinishing() { finishing_ = true; }
+  // The values serve() is given are the job's final model from now on.
+  void setFinalModel() { final_ = true; }
 
   // peerUp, degradedSeconds, rejoins, peerRejoins, state-transfer figures.
   void addTo(SyncStats& stats) const;
@@ -244,9 +292,21 @@ class Membership {
     bool suspected = false;
     bool joining = false;
     bool absent = false;
+    // Heard again after a suspicion, its resume not yet heard (announced
+    // resumes only); and when we last asked for it.
+    bool awaitingResume = false;
+    std::optional<Clock::time_point> resumeAsked;
     uint64_t expectFrom = 0;
     double rtt = -1;
   };
+  // Sends our resume (the oldest round we have not completed) to `peer`.
+  Status sendResume(uint32_t peer, int64_t step, bool askBack);
+  // Asks each candidate (indices into peers_) in turn for its state and
+  // adopts the first one that arrives and checks out (into `values` and the
+  // optimizer); `out` says what came. A candidate suspected meanwhile, or
+  // silent for the round time-out, is passed over.
+  Status fetchState(const std::vector<size_t>& candidates, int64_t ownStep, Clock::time_point t0,
+                    torch::Tensor& values, train::FlatParameters* flat, Joined& out);
   PeerLife& life(uint32_t peer);
   uint64_t roundAt(int64_t step) const;  // the round in progress at `step`
   // The oldest round not completed yet, this worker being at `step`.
@@ -266,6 +326,9 @@ class Membership {
   std::function<uint64_t(int64_t)> roundOf_;  // empty: s / stepsPerRound_
   std::function<uint64_t()> openRound_;       // empty: roundAt(the step served at)
   bool inJoin_ = false;                       // in join(): offers say so
+  bool resumeAnnounced_ = false;
+  bool finishing_ = false;  // setFinishing()
+  bool final_ = false;      // setFinalModel()
   // This process's identity in the join protocol (random), and the peers
   // (rank, their identity) that were joining while we joined: a common start.
   uint64_t incarnation_;

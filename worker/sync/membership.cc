@@ -26,6 +26,9 @@ constexpr auto kPoll = std::chrono::milliseconds(20);
 // A peer never heard is waited for this long at most (or the round time-out,
 // when shorter): a slow starter joins later by state transfer anyway.
 constexpr auto kStartGrace = std::chrono::seconds(20);
+// A peer heard again that has not said from which round it resumes is asked
+// again this often (the question may have been lost with a connection).
+constexpr auto kResumeAskEvery = std::chrono::seconds(2);
 
 double seconds(std::chrono::milliseconds d) {
   return std::chrono::duration<double>(d).count();
@@ -71,7 +74,9 @@ std::chrono::milliseconds Membership::peerTimeout(uint32_t peer) const {
   const PeerLife* l = find(peer);
   const double rtt = l != nullptr ? std::max(l->rtt, 0.0) : 0.0;
   // Pings leave every second: 3 s is three missed pings; a long link gets
-  // room for a few of its round trips on top.
+  // room for a few of its round trips on top. The path's round trip, the
+  // smallest recent one: a ping that waited out a partition in TCP's
+  // buffers came back after seconds, and stretched the time-out to 50 s.
   const double s = std::max(3.0, 4 * rtt + 2.0);
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
 }
@@ -92,7 +97,7 @@ void Membership::refresh() {
     const auto it = std::find(peers_.begin(), peers_.end(), c.peer);
     if (it == peers_.end()) continue;
     PeerLife& l = lives_[static_cast<size_t>(it - peers_.begin())];
-    if (c.rttSeconds > 0) l.rtt = c.rttSeconds;
+    if (c.minRttSeconds > 0) l.rtt = c.minRttSeconds;
     const double limit = c.heard ? seconds(peerTimeout(c.peer))
                                  : std::max(seconds(grace), seconds(peerTimeout(c.peer)));
     const bool silent = c.silentSeconds > limit;
@@ -109,9 +114,12 @@ void Membership::refresh() {
       // again from now on), not from a round we would have to guess.
       l.suspected = false;
       l.absent = true;
+      l.awaitingResume = resumeAnnounced_;
+      l.resumeAsked.reset();
       heardAgain_.push_back(c.peer);
-      logger()->info("{}: {} is heard again; expected again once it delivers", name_,
-                     topology_.describe(c.peer));
+      logger()->info("{}: {} is heard again; expected again once it {}", name_,
+                     topology_.describe(c.peer),
+                     resumeAnnounced_ ? "says from which round it sends" : "delivers");
     }
   }
 }
@@ -133,7 +141,8 @@ bool Membership::anyJoining() const {
 
 bool Membership::expected(uint32_t peer, uint64_t round) const {
   const PeerLife* l = find(peer);
-  return l != nullptr && !l->suspected && !l->joining && !l->absent && round >= l->expectFrom;
+  return l != nullptr && !l->suspected && !l->joining && !l->absent && !l->awaitingResume &&
+         round >= l->expectFrom;
 }
 
 bool Membership::absent(uint32_t peer) const {
@@ -162,6 +171,15 @@ Status Membership::sendControl(uint32_t to, uint64_t round, int64_t step,
                     std::move(bytes), options_.timeout);
 }
 
+Status Membership::sendResume(uint32_t peer, int64_t step, bool askBack) {
+  const uint64_t first = openRound(step);
+  auto bytes = std::make_shared<std::vector<std::byte>>(sizeof first + 1);
+  std::memcpy(bytes->data(), &first, sizeof first);
+  (*bytes)[sizeof first] = std::byte{static_cast<unsigned char>(askBack ? 1 : 0)};
+  if (askBack) life(peer).resumeAsked = Clock::now();
+  return sendControl(peer, kResumeRound, step, std::move(bytes), CodecId::kRaw, 0);
+}
+
 StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor& values,
                                                bool finished, const train::FlatParameters* flat) {
   Served out;
@@ -173,6 +191,37 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
   for (size_t i = 0; i < peers_.size(); ++i) {
     const uint32_t p = peers_[i];
     PeerLife& l = lives_[i];
+    if (resumeAnnounced_) {
+      for (auto m = transport_->receive(MessageKind::kControl, kResumeRound, p, now); m.ok();
+           m = transport_->receive(MessageKind::kControl, kResumeRound, p, now)) {
+        uint64_t first = 0;
+        if (m->payload.size() != sizeof first + 1) {
+          logger()->warn("{}: ignoring a resume of {} with {} bytes (expected {})", name_,
+                         topology_.describe(p), m->payload.size(), sizeof first + 1);
+          continue;
+        }
+        std::memcpy(&first, m->payload.data(), sizeof first);
+        if (l.awaitingResume) {
+          logger()->info(
+              "{}: {} sends its contributions from round {} on; expected again from "
+              "then",
+              name_, topology_.describe(p), first);
+        }
+        l.awaitingResume = false;
+        l.absent = false;
+        l.expectFrom = first;
+        if (m->payload.data()[sizeof first] != std::byte{0}) {
+          GEO_RETURN_IF_ERROR(sendResume(p, step, false));
+          out.resumeAsked.push_back(p);
+        }
+      }
+      const bool heardAgain =
+          std::find(out.heardAgain.begin(), out.heardAgain.end(), p) != out.heardAgain.end();
+      if (l.awaitingResume && !l.suspected &&
+          (heardAgain || !l.resumeAsked || Clock::now() - *l.resumeAsked >= kResumeAskEvery)) {
+        GEO_RETURN_IF_ERROR(sendResume(p, step, true));
+      }
+    }
     for (auto q = transport_->receive(MessageKind::kControl, kJoinQueryRound, p, now); q.ok();
          q = transport_->receive(MessageKind::kControl, kJoinQueryRound, p, now)) {
       // Behind -- the round it contributes to next is one we completed
@@ -185,6 +234,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       const bool behind = roundAt(static_cast<int64_t>(q->header.step)) < open;
       l.joining = behind;
       l.absent = false;
+      l.awaitingResume = false;
       out.queried.push_back(p);
       uint64_t itsIncarnation = 0;
       if (q->payload.size() == sizeof itsIncarnation) {
@@ -195,8 +245,9 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       // Our verdict travels with the offer: the joiner fetches state only
       // from a peer that does not count on its contribution, so both sides
       // agree on whether it takes part in our open round.
-      (*offer)[0] = std::byte{static_cast<unsigned char>((finished ? 1 : 0) | (inJoin_ ? 2 : 0) |
-                                                         (coStarter ? 4 : 0) | (behind ? 8 : 0))};
+      (*offer)[0] = std::byte{static_cast<unsigned char>((finished || finishing_ ? 1 : 0) |
+                                                         (inJoin_ ? 2 : 0) | (coStarter ? 4 : 0) |
+                                                         (behind ? 8 : 0))};
       std::memcpy(offer->data() + 1, &incarnation_, sizeof incarnation_);
       GEO_RETURN_IF_ERROR(
           sendControl(p, kJoinOfferRound, step, std::move(offer), CodecId::kRaw, 0));
@@ -209,9 +260,28 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
                               : std::string());
       }
     }
-    for (auto f = transport_->receive(MessageKind::kControl, kJoinFetchRound, p, now); f.ok();
-         f = transport_->receive(MessageKind::kControl, kJoinFetchRound, p, now)) {
+    // A worker that has taken its last step holds no round's result until
+    // the final average is in: a joiner's request for state waits until
+    // then (lingerForJoiners answers it), and gets the job's final model.
+    const bool deferFetch = finishing_ && !final_;
+    for (auto f = deferFetch ? StatusOr<Message>(deadlineExceeded("deferred"))
+                             : transport_->receive(MessageKind::kControl, kJoinFetchRound, p, now);
+         f.ok(); f = transport_->receive(MessageKind::kControl, kJoinFetchRound, p, now)) {
       auto bytes = tensorBytes(values.contiguous());
+      if (final_) {
+        // The job's final model alone (fp32, no optimizer: nobody trains
+        // on): the joiner knows it by its codec.
+        {
+          std::lock_guard lock(mu_);
+          transferSent_ += bytes->size();
+        }
+        logger()->info("{}: sending the job's final model to {}, which started after the end",
+                       name_, topology_.describe(p));
+        GEO_RETURN_IF_ERROR(sendControl(p, kJoinStateRound, step, std::move(bytes), CodecId::kFp32,
+                                        static_cast<uint64_t>(values.numel())));
+        l.joining = false;
+        continue;
+      }
       if (flat != nullptr && flat->saveOptimizer) {
         const std::string optimizer = flat->saveOptimizer();
         const auto* begin = reinterpret_cast<const std::byte*>(optimizer.data());
@@ -232,6 +302,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       // region leader -- waits for it from its very first step.
       l.joining = false;
       l.absent = false;
+      l.awaitingResume = false;
       l.expectFrom = roundAt(step);
     }
     for (auto j = transport_->receive(MessageKind::kControl, kJoinedRound, p, now); j.ok();
@@ -245,6 +316,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       std::memcpy(&round, j->payload.data(), sizeof round);
       l.joining = false;
       l.absent = false;
+      l.awaitingResume = false;
       l.expectFrom = round;
       logger()->debug("{}: {} contributes from round {} (its step {})", name_,
                       topology_.describe(p), round, j->header.step);
@@ -329,14 +401,48 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
     }
   }
   if (answered == 0) {
+    if (ownStep > 0) {
+      // Resumed from a checkpoint, so the job ran without us: it has
+      // finished, or every other worker is down. Training on alone would end
+      // with a model no other worker holds.
+      return failedPrecondition(fmt::format(
+          "{}: no peer answered within {:.1f} s, and this worker resumed at step {}: the job has "
+          "finished without it (the workers that finished hold its final model) or every other "
+          "worker is down; not training on alone",
+          name_, secondsSince(t0), ownStep));
+    }
     logger()->info("{}: no peer answered within {:.1f} s; starting from our own state (step {})",
                    name_, secondsSince(t0), ownStep);
     return out;
   }
+  // Nearest first (unknown RTTs last).
+  const auto nearestFirst = [&](std::vector<size_t>& candidates) {
+    std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
+      const double ra = lives_[a].rtt > 0 ? lives_[a].rtt : 1e9;
+      const double rb = lives_[b].rtt > 0 ? lives_[b].rtt : 1e9;
+      return ra < rb;
+    });
+  };
   if (finished == answered) {
+    // The job has ended: take its final model from a peer that finished
+    // (it answers once its final average is in).
+    std::vector<size_t> candidates;
+    for (size_t i = 0; i < peers_.size(); ++i) {
+      if (offers[i] && offers[i]->finished) candidates.push_back(i);
+    }
+    nearestFirst(candidates);
+    logger()->info(
+        "{}: every peer that answered ({}) has finished training; asking for the job's "
+        "final model",
+        name_, answered);
+    GEO_RETURN_IF_ERROR(fetchState(candidates, ownStep, t0, values, flat, out));
+    if (!out.transferred) {
+      return failedPrecondition(fmt::format(
+          "{}: the job finished before this worker could rejoin it, and no peer that finished sent "
+          "its final model",
+          name_));
+    }
     out.jobFinished = true;
-    logger()->warn("{}: every peer that answered ({}) has finished training; nothing to rejoin",
-                   name_, answered);
     return out;
   }
   // Every peer still counts on our part of its oldest open round (it may
@@ -349,8 +455,7 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
   // are applied late).
   if (!behind || commonStart) return out;
 
-  // Peers that found us behind, within a round of the furthest of them,
-  // nearest first (unknown RTTs last).
+  // Peers that found us behind, within a round of the furthest of them.
   std::vector<size_t> candidates;
   for (size_t i = 0; i < peers_.size(); ++i) {
     if (offers[i] && !offers[i]->finished && offers[i]->behind &&
@@ -358,11 +463,18 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
       candidates.push_back(i);
     }
   }
-  std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
-    const double ra = lives_[a].rtt > 0 ? lives_[a].rtt : 1e9;
-    const double rb = lives_[b].rtt > 0 ? lives_[b].rtt : 1e9;
-    return ra < rb;
-  });
+  nearestFirst(candidates);
+  GEO_RETURN_IF_ERROR(fetchState(candidates, ownStep, t0, values, flat, out));
+  if (!out.transferred) {
+    logger()->warn("{}: no peer ahead of us sent its state; going on from our own (step {})", name_,
+                   ownStep);
+  }
+  return out;
+}
+
+Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t ownStep,
+                              Clock::time_point t0, torch::Tensor& values,
+                              train::FlatParameters* flat, Joined& out) {
   for (size_t i : candidates) {
     const uint32_t p = peers_[i];
     const auto f0 = Clock::now();
@@ -385,12 +497,15 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
                      topology_.describe(p));
       continue;
     }
+    // A peer that finished sends the job's final model alone, as fp32.
+    const bool finalModel = state->header.codec == CodecId::kFp32;
     const auto modelBytes = static_cast<size_t>(values.numel()) * 4;
-    if (state->payload.size() < modelBytes) {
+    if (state->payload.size() < modelBytes || (finalModel && state->payload.size() != modelBytes)) {
       logger()->warn(
-          "{}: the state of {} has {} bytes, expected at least {} (the same model everywhere?); "
-          "trying the next peer",
-          name_, topology_.describe(p), state->payload.size(), modelBytes);
+          "{}: the state of {} has {} bytes, expected {} {} (the same model everywhere?); trying "
+          "the next peer",
+          name_, topology_.describe(p), state->payload.size(), finalModel ? "exactly" : "at least",
+          modelBytes);
       continue;
     }
     // The model is checked before anything of the state is adopted.
@@ -403,7 +518,8 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
                      topology_.describe(p), reason, ok.message());
       continue;
     }
-    if (flat != nullptr && flat->loadOptimizer && state->payload.size() > modelBytes) {
+    if (!finalModel && flat != nullptr && flat->loadOptimizer &&
+        state->payload.size() > modelBytes) {
       const auto rest = state->payload.bytes().subspan(modelBytes);
       const Status loaded =
           flat->loadOptimizer(std::string(reinterpret_cast<const char*>(rest.data()), rest.size()));
@@ -423,16 +539,17 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
     }
     out.step = static_cast<int64_t>(state->header.step);
     out.transferred = true;
+    out.jobFinished = out.jobFinished || finalModel;
+    out.finalModel = finalModel;
     logger()->info(
-        "{}: joined the running job at step {} (we were at step {}): took the model of {} "
-        "({:.2f} MB in {:.2f} s, {:.2f} s after start)",
-        name_, out.step, ownStep, topology_.describe(p),
+        "{}: {} at step {} (we were at step {}): took the {} of {} ({:.2f} MB in {:.2f} s, "
+        "{:.2f} s after start)",
+        name_, finalModel ? "the job had finished" : "joined the running job", out.step, ownStep,
+        finalModel ? "final model" : "model", topology_.describe(p),
         static_cast<double>(state->payload.size()) / 1e6, took, secondsSince(t0));
-    return out;
+    return {};
   }
-  logger()->warn("{}: no peer ahead of us sent its state; going on from our own (step {})", name_,
-                 ownStep);
-  return out;
+  return {};
 }
 
 Status Membership::announce(uint64_t round, int64_t step) {

@@ -72,7 +72,9 @@ class Swarm final : public Base {
     init(flat);
     auto joined = membership_.join(step, options_.swarmH, flat.values, &flat);
     if (!joined.ok()) return joined.status();
-    if (joined->jobFinished) return train::JoinResult{step, true};
+    if (joined->jobFinished) {
+      return train::JoinResult{joined->finalModel ? joined->step : step, true, joined->finalModel};
+    }
     if (resumed_ || joined->transferred) GEO_RETURN_IF_ERROR(resync(joined->step, flat));
     resumed_ = false;
     GEO_RETURN_IF_ERROR(membership_.announce(0, joined->step));

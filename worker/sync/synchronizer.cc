@@ -363,6 +363,8 @@ StatusOr<Message> Base::receiveFrom(uint32_t peer, MessageKind kind, uint64_t ro
 }
 
 Status Base::lingerForJoiners(const train::FlatParameters& flat, int64_t steps) {
+  // Whatever we hold now is the job's final model: joiners get it.
+  membership_.setFinalModel();
   GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
   if (!membership_.anyJoining()) return {};
   std::chrono::milliseconds longest{0};
@@ -378,8 +380,14 @@ Status Base::lingerForJoiners(const train::FlatParameters& flat, int64_t steps) 
 }
 
 Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
-  if (group_.size() <= 1) return {};
-  membership_.refresh();
+  membership_.setFinishing();
+  if (group_.size() <= 1) {
+    membership_.setFinalModel();
+    return {};
+  }
+  // Announcements already here count: a worker that finished rejoining a
+  // moment ago (its kJoinedRound waits in the inbox) takes part.
+  GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
   // Everyone heard and not rejoining takes part (a straggler given up on
   // during training too: it is alive and will send its model).
   const auto alive = [&](size_t i) {
@@ -707,7 +715,9 @@ class Hierarchical final : public Synchronizer {
     }
     auto joined = lanMembers_.join(step, 1, flat.values, &flat);
     if (!joined.ok()) return joined.status();
-    if (joined->jobFinished) return train::JoinResult{step, true};
+    if (joined->jobFinished) {
+      return train::JoinResult{joined->finalModel ? joined->step : step, true, joined->finalModel};
+    }
     GEO_RETURN_IF_ERROR(lanMembers_.announce(static_cast<uint64_t>(joined->step), joined->step));
     return train::JoinResult{joined->step, false};
   }

@@ -612,6 +612,8 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
     if (!joined.ok()) return joined.status();
     if (joined->jobFinished || joined->step >= options_.steps) {
       arrivedAfterEnd_ = true;
+      holdsFinalModel_ = joined->finalModel;
+      if (holdsFinalModel_) step_ = options_.steps;
       return {};
     }
     if (joined->step != step_) {

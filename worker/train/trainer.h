@@ -92,6 +92,9 @@ struct FlatParameters {
 struct JoinResult {
   int64_t step = 0;          // the step training continues from
   bool jobFinished = false;  // the job already ended without this worker: do not train
+  // jobFinished: the parameters now hold the job's final model, from a peer
+  // that finished.
+  bool finalModel = false;
 };
 
 struct JobModel {
@@ -234,6 +237,9 @@ class Trainer {
   // After run(): the hook's join() found that the job had finished without
   // this worker, so run() took no step.
   bool arrivedAfterEnd() const { return arrivedAfterEnd_; }
+  // With arrivedAfterEnd(): the parameters hold the job's final model (a
+  // peer that finished sent it), and currentStep() is the last step.
+  bool holdsFinalModel() const { return holdsFinalModel_; }
   // After run(): the step join() adopted from a peer, if it did.
   std::optional<int64_t> joinedAt() const { return joinedAt_; }
   FlatParameters& flat() { return flat_; }
@@ -266,6 +272,7 @@ class Trainer {
   BatchSampler sampler_;
   int64_t step_ = 0;
   bool arrivedAfterEnd_ = false;
+  bool holdsFinalModel_ = false;
   std::optional<int64_t> joinedAt_;
   // Checkpoints resume() refused (corrupt, or for another model or
   // optimizer): rotation does not count them as good ones.
