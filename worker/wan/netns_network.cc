@@ -39,7 +39,25 @@ constexpr uint32_t kNetmask = 0xfffe0000u;              // /15
 constexpr const char* kTunName = "geo0";
 // Packets read from one TUN device before the others get a turn.
 constexpr int kReadBatch = 64;
-constexpr size_t kMaxPacket = 65536;
+// The header a TUN device with IFF_VNET_HDR puts before each packet
+// (struct virtio_net_hdr of <linux/virtio_net.h>, which does not compile as
+// C++: a field is named `class`). Little-endian on this host, as the
+// kernel's legacy virtio-net header is native-endian.
+struct VnetHeader {
+  uint8_t flags;
+  uint8_t gsoType;  // 0: a single packet; else a batch of segments (| 0x80: ECN)
+  uint16_t hdrLen;
+  uint16_t gsoSize;  // payload bytes per segment
+  uint16_t csumStart;
+  uint16_t csumOffset;
+};
+static_assert(sizeof(VnetHeader) == 10);
+constexpr uint8_t kGsoNone = 0;
+constexpr uint8_t kGsoEcn = 0x80;
+// The largest packet a TUN device hands over: 64 KiB of IP, plus the
+// virtio-net header that carries a batch's segmentation (offload on).
+constexpr size_t kVnetHeaderBytes = sizeof(VnetHeader);
+constexpr size_t kMaxPacket = 65536 + kVnetHeaderBytes;
 
 std::string errnoText(int error) {
   return std::strerror(error);
@@ -140,7 +158,7 @@ struct Site {
 // On the calling thread: a new namespace with lo up and the TUN device of
 // site `index`. The thread stays in the new namespace.
 StatusOr<Site> makeSite(size_t index, const WanShape& shape, const NetnsOptions& options,
-                        const std::string& congestionControl) {
+                        const std::string& congestionControl, bool offload) {
   const std::string where = fmt::format("site {} ({})", index, shape.sites[index]);
   if (::unshare(CLONE_NEWNET) != 0) {
     const int error = errno;
@@ -177,9 +195,18 @@ StatusOr<Site> makeSite(size_t index, const WanShape& shape, const NetnsOptions&
   }
   ifreq ifr{};
   std::strncpy(ifr.ifr_name, kTunName, IFNAMSIZ - 1);
-  ifr.ifr_flags = IFF_TUN | IFF_NO_PI;
+  ifr.ifr_flags = static_cast<short>(IFF_TUN | IFF_NO_PI | (offload ? IFF_VNET_HDR : 0));
   if (::ioctl(site.tun.get(), TUNSETIFF, &ifr) != 0) {
     return unavailable(fmt::format("{}: creating the TUN device: {}", where, errnoText(errno)));
+  }
+  if (offload) {
+    const int headerBytes = static_cast<int>(kVnetHeaderBytes);
+    const unsigned features = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN;
+    if (::ioctl(site.tun.get(), TUNSETVNETHDRSZ, &headerBytes) != 0 ||
+        ::ioctl(site.tun.get(), TUNSETOFFLOAD, features) != 0) {
+      return unavailable(
+          fmt::format("{}: segmentation offload on the TUN device: {}", where, errnoText(errno)));
+    }
   }
   ifr = {};
   std::strncpy(ifr.ifr_name, kTunName, IFNAMSIZ - 1);
@@ -235,10 +262,27 @@ Status checkNetnsAllowed() {
   return result;
 }
 
+// The bytes a packet puts on the wire: itself, or under offload every
+// segment of a batch with its own IP and TCP headers. `ip` is the packet
+// after any virtio-net header.
+size_t wireBytes(const uint8_t* vnet, const uint8_t* ip, size_t ipBytes) {
+  if (vnet == nullptr) return ipBytes;
+  VnetHeader h;
+  std::memcpy(&h, vnet, sizeof h);
+  if ((h.gsoType & ~kGsoEcn) == kGsoNone || h.gsoSize == 0) return ipBytes;
+  const size_t ipHeader = static_cast<size_t>(ip[0] & 0x0f) * 4;
+  if (ipHeader + 13 > ipBytes) return ipBytes;
+  const size_t headers = ipHeader + static_cast<size_t>(ip[ipHeader + 12] >> 4) * 4;
+  if (headers >= ipBytes) return ipBytes;
+  const size_t payload = ipBytes - headers;
+  const size_t segments = (payload + h.gsoSize - 1) / h.gsoSize;
+  return payload + segments * headers;
+}
+
 class NetnsNetwork::Impl {
  public:
-  Impl(WanShape shape, std::vector<Site> sites)
-      : model_(std::move(shape)), sites_(std::move(sites)) {}
+  Impl(WanShape shape, std::vector<Site> sites, bool offload)
+      : model_(std::move(shape)), sites_(std::move(sites)), offload_(offload) {}
 
   ~Impl() { stop(); }
 
@@ -273,6 +317,7 @@ class NetnsNetwork::Impl {
   WanModel model_;  // guarded by mu_
   mutable std::mutex mu_;
   std::vector<Site> sites_;
+  const bool offload_;
   uint64_t foreign_ = 0;   // guarded by mu_
   uint64_t heldPeak_ = 0;  // guarded by mu_
 
@@ -285,8 +330,9 @@ class NetnsNetwork::Impl {
     uint64_t seq = 0;
     uint32_t src = 0;
     uint32_t dst = 0;
-    bool arrived = false;  // past arrive(): written at `at`
-    std::vector<uint8_t> bytes;
+    bool arrived = false;        // past arrive(): written at `at`
+    size_t wire = 0;             // the bytes it puts on the wire (WanModel's size)
+    std::vector<uint8_t> bytes;  // as read, a virtio-net header first under offload
   };
   // A min-heap on (at, seq): equal times leave in the order they came.
   struct Later {
@@ -333,25 +379,29 @@ class NetnsNetwork::Impl {
       if (got <= 0) return;
       const auto now = Clock::now();
       const size_t size = static_cast<size_t>(got);
-      if (size < 20 || (buffer[0] >> 4) != 4) {
+      const size_t skip = offload_ ? kVnetHeaderBytes : 0;
+      const uint8_t* ip = buffer.data() + skip;
+      if (size < skip + 20 || (ip[0] >> 4) != 4) {
         ++foreign_;
         continue;
       }
-      const uint32_t dstAddress = (uint32_t{buffer[16]} << 24) | (uint32_t{buffer[17]} << 16) |
-                                  (uint32_t{buffer[18]} << 8) | uint32_t{buffer[19]};
+      const uint32_t dstAddress = (uint32_t{ip[16]} << 24) | (uint32_t{ip[17]} << 16) |
+                                  (uint32_t{ip[18]} << 8) | uint32_t{ip[19]};
       const uint64_t slot = uint64_t{dstAddress} - kBase - 1;
       if (dstAddress <= kBase || slot >= sites_.size() || slot == src) {
         ++foreign_;
         continue;
       }
       const auto dst = static_cast<size_t>(slot);
-      const WanModel::Answer answer = model_.send(src, dst, size, now);
+      const size_t wire = wireBytes(offload_ ? buffer.data() : nullptr, ip, size - skip);
+      const WanModel::Answer answer = model_.send(src, dst, wire, now);
       if (answer.fate != Fate::kDelivered) continue;
       Pending p;
       p.at = answer.at;
       p.seq = nextSeq_++;
       p.src = static_cast<uint32_t>(src);
       p.dst = static_cast<uint32_t>(dst);
+      p.wire = wire;
       p.bytes.assign(buffer.begin(), buffer.begin() + got);
       heap_.push_back(std::move(p));
       std::push_heap(heap_.begin(), heap_.end(), Later{});
@@ -367,7 +417,7 @@ class NetnsNetwork::Impl {
       Pending p = std::move(heap_.back());
       heap_.pop_back();
       if (!p.arrived) {
-        const WanModel::Answer answer = model_.arrive(p.src, p.dst, p.bytes.size(), p.at);
+        const WanModel::Answer answer = model_.arrive(p.src, p.dst, p.wire, p.at);
         if (answer.fate != Fate::kDelivered) continue;
         p.arrived = true;
         if (answer.at > p.at) {
@@ -419,14 +469,18 @@ StatusOr<std::unique_ptr<NetnsNetwork>> NetnsNetwork::create(WanShape shape, Net
                                        options.tcpMaxBufferBytes));
   }
   const std::string congestionControl = readSysctl("/proc/sys/net/ipv4/tcp_congestion_control");
+  // Lost packets are single segments: no offload where any site loses some.
+  const bool offload =
+      options.offload && std::all_of(shape.site.begin(), shape.site.end(),
+                                     [](const SiteShape& site) { return site.loss == 0; });
   std::vector<Site> sites;
   for (size_t i = 0; i < shape.size(); ++i) {
     std::optional<StatusOr<Site>> site;
-    onOwnThread([&] { site.emplace(makeSite(i, shape, options, congestionControl)); });
+    onOwnThread([&] { site.emplace(makeSite(i, shape, options, congestionControl, offload)); });
     if (!site->ok()) return site->status();
     sites.push_back(std::move(**site));
   }
-  auto impl = std::make_unique<Impl>(std::move(shape), std::move(sites));
+  auto impl = std::make_unique<Impl>(std::move(shape), std::move(sites), offload);
   GEO_RETURN_IF_ERROR(impl->start());
   return std::unique_ptr<NetnsNetwork>(new NetnsNetwork(std::move(impl)));
 }
@@ -476,6 +530,10 @@ void NetnsNetwork::setIngressRate(size_t site, double bitsPerSecond) {
 
 bool NetnsNetwork::realtime() const {
   return impl_->realtime_.load();
+}
+
+bool NetnsNetwork::offload() const {
+  return impl_->offload_;
 }
 
 NetnsNetwork::Counters NetnsNetwork::counters() const {
