@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -131,6 +132,10 @@ TEST_F(NetnsNetworkTest, RoundTripsAreThoseAskedFor) {
   stop = true;
   b.join();
   c.join();
+  std::printf(
+      "round trips (median of 15): a-b %.2f ms (asked 100), a-c %.2f ms (40), c-b %.2f ms "
+      "(10)\n",
+      ab * 1e3, ac * 1e3, cb * 1e3);
   EXPECT_NEAR(ab, 0.100, 0.100 * 0.03 + 0.001);
   EXPECT_NEAR(ac, 0.040, 0.040 * 0.03 + 0.001);
   EXPECT_NEAR(cb, 0.010, 0.010 * 0.03 + 0.001);
@@ -187,6 +192,10 @@ TEST_F(NetnsNetworkTest, TcpFillsTheShapedUplinkAndNoMore) {
   ASSERT_TRUE(s.ok()) << s.toString();
   receiver.join();
   const double wire = goodput.load() * 1500.0 / 1448.0;
+  std::printf(
+      "TCP a -> b over 2-6 s: goodput %.2f Mbit/s, %.2f Mbit/s on the wire (asked 20, "
+      "offload %s)\n",
+      goodput.load() / 1e6, wire / 1e6, net->offload() ? "on" : "off");
   EXPECT_NEAR(wire, 20e6, 20e6 * 0.05) << "goodput " << goodput.load() / 1e6 << " Mbit/s";
 }
 
@@ -222,6 +231,7 @@ TEST_F(NetnsNetworkTest, LossAndPartitionsDropWhatTheyShould) {
     ::close(fd);
   });
   ASSERT_TRUE(s.ok()) << s.toString();
+  std::printf("20%% loss at c: %d of 400 probes answered\n", answered);
   EXPECT_NEAR(answered, 320, 40);
   EXPECT_EQ(net->counters().sites[2].lost, 400u - static_cast<uint64_t>(answered));
 
@@ -259,6 +269,10 @@ TEST_F(NetnsNetworkTest, AThrottledUplinkCarriesTheNewRate) {
   // 5 Mbit/s x 1.1 s passes.
   const double passed = static_cast<double>((after.packetsSent - before.packetsSent) -
                                             (after.egressDropped - before.egressDropped));
+  std::printf(
+      "throttled to 5 Mbit/s: %.2f Mbit passed in 1 s of sending (expected 5.5: 1 s and "
+      "the 100 ms queue)\n",
+      passed * 1028 * 8 / 1e6);
   EXPECT_NEAR(passed * 1028 * 8, 5e6 * 1.1, 5e6 * 0.15);
 }
 
