@@ -22,6 +22,10 @@ Columns:
 
 Usage: bench/faults_bench.py [--geotrain build/worker/geotrain] [--steps 3000]
        [--at 15] [--down 10] [--partition 30] [--only dts-kill,...]
+       [--network userspace|netns] [--dts-defaults]
+--network netns: kernel TCP between network namespaces, the WAN emulated
+below TCP (geotrain local --network netns; needs root). --dts-defaults: dts
+with K and D auto (the default) instead of K = 4.
 """
 
 import argparse
@@ -82,14 +86,17 @@ def main():
     ap.add_argument("--down", type=float, default=10)
     ap.add_argument("--partition", type=float, default=30)
     ap.add_argument("--only", default="")
+    ap.add_argument("--network", default="userspace", choices=["userspace", "netns"])
+    ap.add_argument("--dts-defaults", action="store_true")
     a = ap.parse_args()
     if not os.access(a.geotrain, os.X_OK):
         sys.exit(f"faults_bench: {a.geotrain} is not an executable (build the geotrain target)")
     work = tempfile.mkdtemp(prefix="geotrain-faults-")
     common = ["--preset", "world", "--model", "mlp", "--eval-interval", "0", "--steps",
               str(a.steps), "--codec", "qsgd", "--bits", "4", "--set", "training.logInterval=10",
-              "--set", f"checkpoint.dir={work}/ckpt-SCENARIO", "--set", "checkpoint.interval=100"]
-    dts = ["--algorithm", "dts", "--period", "4", "--delay", "auto"]
+              "--set", f"checkpoint.dir={work}/ckpt-SCENARIO", "--set", "checkpoint.interval=100",
+              "--network", a.network]
+    dts = ["--algorithm", "dts", "--period", "auto" if a.dts_defaults else "4", "--delay", "auto"]
     kill = ["--kill", f"tokyo@{a.at:g}s", "--restart-after", f"{a.down:g}s"]
     scenarios = [
         ("dts kill", "dts", dts, kill, [1], False),

@@ -29,11 +29,14 @@
 # Usage: bench/wan_time_to_accuracy.sh [--models mlp,cnn] [--steps-mlp N]
 #          [--steps-cnn N] [--configs a,b,...] [--networks a,b,...]
 #          [--seeds a,b,...] [--step-time T] [--set KEY=VALUE]... [--out DIR]
-#          [--reference DIR] [--build DIR]
+#          [--reference DIR] [--network userspace|netns] [--build DIR]
 # --step-time (e.g. 25ms) gives every step at least that much compute, as
 # a larger model's would (geotrain local --step-time): the links are then
 # fewer steps of delay. --set passes a worker.yaml override to every run
 # (e.g. --set sync.scaleLrWithDelay=false); use another --out for each.
+# --network netns runs every job, the lan reference too, on kernel TCP
+# between network namespaces with the WAN emulated below TCP (geotrain
+# local --network netns; needs root); default: userspace.
 # --reference DIR: the allreduce-fp32 lan runs (same seeds) that steps are
 # compared with come from DIR, not --out (default: --out). Allreduce's steps
 # do not depend on --step-time or --set of the delay rules: one set of
@@ -71,6 +74,7 @@ while [[ $# -gt 0 ]]; do
     --set) extra+=(--set "$2"); shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --reference) reference="$2"; shift 2 ;;
+    --network) extra+=(--network "$2"); shift 2 ;;
     --build) build="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "wan_time_to_accuracy.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
