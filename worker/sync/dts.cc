@@ -74,7 +74,6 @@ constexpr int64_t kMinStepsBetweenChanges = 32;
 constexpr size_t kBaseRttWindow = 64;
 constexpr size_t kLateWindow = 4;  // incomplete rounds a late contribution may still join
 constexpr auto kPoll = std::chrono::milliseconds(20);
-constexpr uint64_t kStepTimeWindow = 64;  // steps the step time is averaged over
 
 class Dts final : public Base {
  public:
@@ -147,15 +146,7 @@ class Dts final : public Base {
       // waits are those of the previous call, inside this interval.
       const double seconds =
           std::max(0.0, std::chrono::duration<double>(now - *lastStepAt_).count() - waitedSince_);
-      // The mean of the steps so far, then a moving average over about
-      // kStepTimeWindow steps: what D and K need is how many steps pass
-      // while a link carries a round (tens to hundreds of milliseconds), and
-      // on a machine with more busy threads than cores a single step's time
-      // swings by 3x with the scheduler's time slices (an average over ten
-      // steps made D swing between 30 and 135 steps on one link).
-      ++stepSamples_;
-      const double weight = 1.0 / static_cast<double>(std::min(stepSamples_, kStepTimeWindow));
-      stepSeconds_ = stepSeconds_ <= 0 ? seconds : (1 - weight) * stepSeconds_ + weight * seconds;
+      stepSeconds_ = stepSeconds_ <= 0 ? seconds : 0.9 * stepSeconds_ + 0.1 * seconds;
       stats_.setStepSeconds(stepSeconds_);
     }
     lastStepAt_ = now;
@@ -216,12 +207,7 @@ class Dts final : public Base {
     // Our peers may number their last rounds differently (a change of
     // period heard late, a round closed on the new grid): they must not
     // wait for a round of ours that will never come.
-    {
-      auto bytes = std::make_shared<std::vector<std::byte>>(sizeof nextRound_);
-      std::memcpy(bytes->data(), &nextRound_, sizeof nextRound_);
-      GEO_RETURN_IF_ERROR(sendTo(presentPeers(), MessageKind::kControl, kDtsFinishedRound, steps,
-                                 CodecId::kRaw, sizeof nextRound_, std::move(bytes)));
-    }
+    GEO_RETURN_IF_ERROR(sendFinished(presentPeers()));
     while (!pending_.empty()) {
       GEO_RETURN_IF_ERROR(complete(pending_.front(), steps, flat));
       pending_.pop_front();
@@ -449,9 +435,24 @@ class Dts final : public Base {
       for (const Pending& p : pending_) {
         GEO_RETURN_IF_ERROR(sendUpdate({peer}, p.round, p.sendStep, p.bytes));
       }
+      if (finishing_) GEO_RETURN_IF_ERROR(sendFinished({peer}));
     }
     takeFinished();
     return {};
+  }
+
+  // After the last step, to a peer heard again (during the final average):
+  // it must not wait for rounds of ours that will never come.
+  Status peerHeardAgain(uint32_t peer) override {
+    return finishing_ ? sendFinished({peer}) : Status();
+  }
+
+  // Tells `to` how many rounds this worker closed (kDtsFinishedRound).
+  Status sendFinished(const std::vector<uint32_t>& to) {
+    auto bytes = std::make_shared<std::vector<std::byte>>(sizeof nextRound_);
+    std::memcpy(bytes->data(), &nextRound_, sizeof nextRound_);
+    return sendTo(to, MessageKind::kControl, kDtsFinishedRound, jobStep_, CodecId::kRaw,
+                  sizeof nextRound_, std::move(bytes));
   }
 
   // Peers that have taken their last step: they send no contribution to a
@@ -917,10 +918,16 @@ class Dts final : public Base {
         if (c.backlogBytes >= lastRoundBytes_) return true;
         // Below the transport (a socket buffer that took the bytes at once,
         // a real uplink's queue): the oldest data the peer has not
-        // acknowledged left more than a round trip and a round ago, so more
-        // than a round's worth waits ahead somewhere on the way.
-        if (c.sinceAckSeconds >= 0 && c.minRttSeconds > 0 &&
-            c.unackedSeconds > c.minRttSeconds + round) {
+        // acknowledged left more than a round trip and two rounds ago (one
+        // for the acknowledgement's own way back, behind the peer's
+        // uplink), so more than a round's worth waits ahead somewhere on the
+        // way -- while acknowledgements keep coming. When they stop (their
+        // own packets lost at a full queue, TCP backing off), their silence
+        // says nothing of the data's queue: holding on it stalled every
+        // worker for 5-6 s at a saturated uplink.
+        const double limit = c.minRttSeconds + 2 * round;
+        if (c.sinceAckSeconds >= 0 && c.minRttSeconds > 0 && c.unackedSeconds > limit &&
+            c.sinceAckSeconds < limit) {
           return true;
         }
       }
@@ -1237,7 +1244,6 @@ class Dts final : public Base {
   std::vector<std::deque<double>> baseRtts_ = std::vector<std::deque<double>>(group_.size());
   std::vector<std::deque<double>> links_ = std::vector<std::deque<double>>(group_.size());
   double stepSeconds_ = 0;  // a step's time, waits for peers excluded (moving average)
-  uint64_t stepSamples_ = 0;
   double waitedSince_ = 0;                       // seconds waited for peers since the last step
   std::optional<Clock::time_point> lastStepAt_;  // the latest afterStep's start
   uint64_t lastRoundBytes_ = 0;                  // the latest round's encoded update

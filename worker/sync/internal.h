@@ -393,6 +393,21 @@ class Base : public Synchronizer {
   // Serves joins; the algorithm hears of restarted and joined peers.
   Status serveMembership(int64_t step, const train::FlatParameters& flat, bool finished);
   virtual void peerRestarted(uint32_t peer) { (void)peer; }
+  // A suspected peer heard again, or one that asked for our resume, while
+  // Base serves membership (the final average, the linger for joiners).
+  virtual Status peerHeardAgain(uint32_t peer) {
+    (void)peer;
+    return {};
+  }
+  // Before the final average, for a worker that hears none of its peers
+  // (it is cut off, most likely, rather than every other worker dead):
+  // waits while a peer is suspected that fell silent less than the round
+  // time-out ago -- a partition may heal, and a worker that finished alone
+  // on its side would end with a model of its own -- serving membership
+  // meanwhile; a peer silent for longer is gone. A worker that hears some
+  // peers does not wait: a silent one is then dead more often than cut off,
+  // and waiting cost every survivor of a dead peer the round time-out.
+  Status awaitSuspectedPeers(const train::FlatParameters& flat, int64_t steps);
 
   SyncOptions options_;
   Topology topology_;

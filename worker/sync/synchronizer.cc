@@ -309,6 +309,44 @@ Status Base::serveMembership(int64_t step, const train::FlatParameters& flat, bo
   auto served = membership_.serve(step, flat.values, finished, &flat);
   if (!served.ok()) return served.status();
   for (uint32_t p : served->queried) peerRestarted(p);
+  for (uint32_t p : served->heardAgain) GEO_RETURN_IF_ERROR(peerHeardAgain(p));
+  for (uint32_t p : served->resumeAsked) GEO_RETURN_IF_ERROR(peerHeardAgain(p));
+  return {};
+}
+
+Status Base::awaitSuspectedPeers(const train::FlatParameters& flat, int64_t steps) {
+  const double limit = std::chrono::duration<double>(options_.timeout).count();
+  bool logged = false;
+  const auto t0 = Clock::now();
+  while (true) {
+    GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
+    bool hearsSome = false;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      hearsSome = hearsSome || (i != group_.self && !membership_.suspected(group_.ranks[i]));
+    }
+    if (hearsSome) break;
+    std::string waiting;
+    double longest = 0;
+    for (const auto& c : transport_->peerCounters()) {
+      if (!group_.indexOf(c.peer) || !membership_.suspected(c.peer) || !c.heard ||
+          c.silentSeconds >= limit) {
+        continue;
+      }
+      waiting += fmt::format("{}{} (silent for {:.1f} s)", waiting.empty() ? "" : ", ",
+                             topology_.describe(c.peer), c.silentSeconds);
+      longest = std::max(longest, c.silentSeconds);
+    }
+    if (waiting.empty()) break;
+    if (!logged) {
+      logger()->info(
+          "sync: waiting up to {:.1f} s for {} before agreeing on the final model: a partition "
+          "may heal (a peer silent for the round time-out, {:.3g} s, is taken for gone)",
+          limit - longest, waiting, limit);
+      logged = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (logged) stats_.waited(secondsSince(t0));
   return {};
 }
 
@@ -386,8 +424,9 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     return {};
   }
   // Announcements already here count: a worker that finished rejoining a
-  // moment ago (its kJoinedRound waits in the inbox) takes part.
-  GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
+  // moment ago (its kJoinedRound waits in the inbox) takes part; and a peer
+  // cut off a moment ago may come back.
+  GEO_RETURN_IF_ERROR(awaitSuspectedPeers(flat, steps));
   // Everyone heard and not rejoining takes part (a straggler given up on
   // during training too: it is alive and will send its model).
   const auto alive = [&](size_t i) {
