@@ -702,11 +702,14 @@ std::vector<Section> buildSchema() {
        {makeField("builtin", &W::model, &W::Model::builtin, string,
                   oneOf({"mlp", "cnn", "resnet18"}, /*emptyAllowed=*/true), clearTorchscript),
         makeField("torchscript", &W::model, &W::Model::torchscript, string, anyString(),
-                  clearBuiltin)}});
+                  clearBuiltin),
+        makeField("classes", &W::model, &W::Model::classes, integer, between(0, kMaxClasses))}});
   schema.push_back({"dataset",
                     {makeField("name", &W::dataset, &W::Dataset::name, string,
-                               oneOf({"fashion-mnist", "mnist", "cifar10", "synthetic"})),
+                               oneOf({"fashion-mnist", "mnist", "cifar10", "synthetic", "npy"})),
                      makeField("path", &W::dataset, &W::Dataset::path, string, anyString()),
+                     makeField("sharding", &W::dataset, &W::Dataset::sharding, string,
+                               oneOf({"auto", "job", "region"})),
                      makeField("shardIndex", &W::dataset, &W::Dataset::shardIndex, optionalInteger,
                                shardRule(0)),
                      makeField("shardCount", &W::dataset, &W::Dataset::shardCount, optionalInteger,
@@ -735,6 +738,8 @@ std::vector<Section> buildSchema() {
         makeField("logInterval", &W::training, &W::Training::logInterval, integer, atLeast(0)),
         makeField("device", &W::training, &W::Training::device, string,
                   oneOf({"auto", "cpu", "cuda"})),
+        makeField("loss", &W::training, &W::Training::loss, string,
+                  oneOf({"cross-entropy", "mse"})),
         makeField("threads", &W::training, &W::Training::threads, integer,
                   between(0, kMaxThreads))}});
   schema.push_back(
@@ -774,6 +779,8 @@ std::vector<Section> buildSchema() {
         makeField("interval", &W::checkpoint, &W::Checkpoint::interval, integer, atLeast(1)),
         makeField("keep", &W::checkpoint, &W::Checkpoint::keep, integer, atLeast(1)),
         makeField("resume", &W::checkpoint, &W::Checkpoint::resume, boolean, anyBool())}});
+  schema.push_back(
+      {"output", {makeField("path", &W::output, &W::Output::path, string, anyString())}});
   schema.push_back(
       {"metrics",
        {makeField("listen", &W::metrics, &W::Metrics::listen, string, anyString()),
@@ -1027,8 +1034,15 @@ Status validateRelations(const WorkerConfig& c) {
     return invalidArgument(fmt::format(
         "dataset.shardIndex: {}{} is not allowed (allowed: 0..{}, below dataset.shardCount{} = "
         "{})",
-        shardIndex, c.dataset.shardIndex ? "" : " (derived from worker.rank)", shardCount - 1,
-        c.dataset.shardCount ? "" : " (derived from worker.worldSize)", shardCount));
+        shardIndex,
+        c.dataset.shardIndex             ? ""
+        : c.dataset.sharding == "region" ? " (derived from worker.localRank)"
+                                         : " (derived from worker.rank)",
+        shardCount - 1,
+        c.dataset.shardCount             ? ""
+        : c.dataset.sharding == "region" ? " (derived from worker.regionSize)"
+                                         : " (derived from worker.worldSize)",
+        shardCount));
   }
 
   const bool hasBuiltin = !c.model.builtin.empty();
@@ -1042,11 +1056,12 @@ Status validateRelations(const WorkerConfig& c) {
         "torchscript: a file path)");
   }
 
-  if (c.dataset.path.empty() && c.dataset.name != "synthetic") {
-    return invalidArgument(fmt::format(
-        "dataset.path: \"\" is not allowed (allowed: a path; empty only with dataset.name: "
-        "synthetic, not {})",
-        c.dataset.name));
+  // The Debian packages' data sets have a home (/usr/share/datasets/<name>);
+  // a user's own files do not.
+  if (c.dataset.path.empty() && c.dataset.name == "npy") {
+    return invalidArgument(
+        "dataset.path: \"\" is not allowed with dataset.name: npy (allowed: the folder holding "
+        "train_x.npy, train_y.npy, test_x.npy and test_y.npy)");
   }
 
   const auto peerCount = static_cast<int64_t>(c.transport.peers.size());
@@ -1260,11 +1275,14 @@ std::string printableText(std::string_view text) {
 }
 
 int64_t effectiveShardIndex(const WorkerConfig& config) {
-  return config.dataset.shardIndex.value_or(config.worker.rank);
+  const bool region = config.dataset.sharding == "region";
+  return config.dataset.shardIndex.value_or(region ? config.worker.localRank : config.worker.rank);
 }
 
 int64_t effectiveShardCount(const WorkerConfig& config) {
-  return config.dataset.shardCount.value_or(config.worker.worldSize);
+  const bool region = config.dataset.sharding == "region";
+  return config.dataset.shardCount.value_or(region ? config.worker.regionSize
+                                                   : config.worker.worldSize);
 }
 
 }  // namespace geo

@@ -55,6 +55,7 @@ inline constexpr double kMaxSeconds = 1e6;
 // dataset.syntheticSamples: the synthetic set is generated in memory, 3 KiB
 // a sample (1e6 samples: about 3 GiB).
 inline constexpr int64_t kMaxSyntheticSamples = 1000000;
+inline constexpr int64_t kMaxClasses = 1 << 20;  // model.classes
 // sync.bucket and sync.bits: exactly what the QSGD kernels accept
 // (kernels/qsgd_limits.h), so a value the kernels would refuse is refused
 // here, by the controller and by `geotrain local` rather than when a worker
@@ -109,16 +110,32 @@ struct WorkerConfig {
   struct Model {
     std::string builtin = "mlp";
     std::string torchscript;
+    // Outputs of the model: 0 takes them from the data (the training
+    // split's largest label + 1 for cross-entropy, the targets' width for
+    // mse); 1..kMaxClasses fixes them (a label at or above it is an error).
+    int64_t classes = 0;
 
     bool operator==(const Model&) const = default;
   };
 
   struct Dataset {
-    std::string name = "fashion-mnist";  // fashion-mnist|mnist|cifar10|synthetic
-    std::string path = "/usr/share/datasets/fashion-mnist";  // may be empty only for synthetic
+    std::string name = "fashion-mnist";  // fashion-mnist|mnist|cifar10|synthetic|npy
+    // The folder with the data set's files. Empty: where the Debian package
+    // installs it (/usr/share/datasets/<name>); npy needs one.
+    std::string path;
+    // How the shards are derived when shardIndex/shardCount are not set:
+    //   job     one copy of the data for the whole job: shard worker.rank of
+    //           worker.worldSize;
+    //   region  each region has a copy of its own (its own samples): shard
+    //           worker.localRank of worker.regionSize, so that the region's
+    //           workers together read all of it;
+    //   auto    the controller (or geotrain local) decides: region where a
+    //           region has a data path of its own, else job. A worker that
+    //           still sees auto (run by hand) takes job.
+    std::string sharding = "auto";
     // Which part of the data this worker reads. Not set (nullopt): derived
-    // from the worker, shardIndex = worker.rank and shardCount =
-    // worker.worldSize; see effectiveShardIndex()/effectiveShardCount().
+    // from the worker as `sharding` says; see effectiveShardIndex()/
+    // effectiveShardCount().
     std::optional<int64_t> shardIndex;
     std::optional<int64_t> shardCount;
     int64_t syntheticSamples = 60000;  // size of the `synthetic` data set, 1..kMaxSyntheticSamples
@@ -143,7 +160,9 @@ struct WorkerConfig {
     int64_t evalBacklog = 0;            // 0..kMaxEvalBacklog; snapshots waiting for evaluation
     int64_t logInterval = 50;           // >= 0; 0 = no periodic log lines
     std::string device = "auto";        // auto|cpu|cuda
-    int64_t threads = 0;                // 0..kMaxThreads; intra-op threads, 0 = library default
+    // cross-entropy (integer labels) | mse (float targets: regression).
+    std::string loss = "cross-entropy";
+    int64_t threads = 0;  // 0..kMaxThreads; intra-op threads, 0 = library default
 
     bool operator==(const Training&) const = default;
   };
@@ -217,6 +236,15 @@ struct WorkerConfig {
     bool operator==(const Checkpoint&) const = default;
   };
 
+  // Where the trained job model goes (train/export.h): empty, nowhere; else a
+  // folder that receives model.pt (a state dict torch.load reads) and, where
+  // the model can be written as TorchScript, model.torchscript.pt.
+  struct Output {
+    std::string path;
+
+    bool operator==(const Output&) const = default;
+  };
+
   struct Metrics {
     std::string listen = "0.0.0.0:9400";  // host:port of /metrics; non-empty when enabled
     bool enabled = true;
@@ -240,6 +268,7 @@ struct WorkerConfig {
   Sync sync;
   Transport transport;
   Checkpoint checkpoint;
+  Output output;
   Metrics metrics;
   Log log;
 

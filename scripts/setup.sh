@@ -27,6 +27,7 @@ PACKAGES=(
   python3-prometheus-client python3-yaml  # metrics tests: parse the exposition and the scrape config
   prometheus                        # metrics tests: scrape a run and evaluate the dashboard's PromQL
   python3-jsonschema                # the CRD's schema against the controller's validation
+  python3-torch python3-numpy       # the exported model read back by Python (torch.load, torch.jit.load)
   yamllint                          # manifests/ and the chart's YAML
 )
 

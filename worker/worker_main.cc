@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   };
   addShort("--model", "model.builtin", "Built-in model: mlp, cnn or resnet18");
   addShort("--torchscript", "model.torchscript", "TorchScript model file to train instead");
-  addShort("--dataset", "dataset.name", "fashion-mnist, mnist, cifar10 or synthetic");
+  addShort("--dataset", "dataset.name", "fashion-mnist, mnist, cifar10, synthetic or npy");
   addShort("--data-path", "dataset.path", "Folder with the data set files");
   addShort("--steps", "training.steps", "Optimizer steps");
   addShort("--batch-size", "training.batchSize", "Samples per step");

@@ -19,8 +19,8 @@ using nlohmann::json;
 // The worker.yaml sections a spec may set, and the keys of them it may not
 // (the controller derives the shards from the worker's place in the job).
 const std::vector<std::string>& workerSections() {
-  static const std::vector<std::string> sections = {"model", "dataset",    "training",
-                                                    "sync",  "checkpoint", "log"};
+  static const std::vector<std::string> sections = {"model",      "dataset", "training", "sync",
+                                                    "checkpoint", "output",  "log"};
   return sections;
 }
 bool controllerOwned(const std::string& dotted) {
@@ -750,7 +750,9 @@ ParsedSpec parseSpec(const json& object) {
                       "e.g. /checkpoints)"});
   }
   for (size_t i = 0; i < spec.regions.size(); ++i) {
-    if (spec.worker.dataset.name != "synthetic" && spec.dataPath(spec.regions[i]).empty()) {
+    // The packaged data sets default to their Debian folder; a user's own
+    // files have none.
+    if (spec.worker.dataset.name == "npy" && spec.dataPath(spec.regions[i]).empty()) {
       errors.push_back({FieldError::Type::kRequired, fmt::format("spec.regions[{}].dataPath", i),
                         fmt::format("Required value (dataset {} needs a path: set "
                                     "spec.dataset.path or this)",

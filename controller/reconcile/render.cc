@@ -243,6 +243,11 @@ StatusOr<WorkerConfig> renderWorkerConfig(const JobRef& job, const api::Training
   c.worker.rank = plan[index].firstRank;  // each pod: --completion-index
   c.worker.localRank = 0;
   c.dataset.path = spec.dataPath(own);
+  // A region with a data path of its own keeps its own samples: its workers
+  // split them among themselves (shard localRank of regionSize), so that
+  // the region's data is read whole. One shared path is one copy of the
+  // job's data, split over every worker. An explicit job or region wins.
+  if (c.dataset.sharding == "auto") c.dataset.sharding = own.dataPath.empty() ? "job" : "region";
   c.dataset.shardIndex.reset();
   c.dataset.shardCount.reset();
   c.transport.listen = fmt::format("tcp://*:{}", own.gateway.port);

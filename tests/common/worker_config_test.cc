@@ -123,7 +123,7 @@ TEST(WorkerConfig, EmptyDocumentGivesDefaults) {
   EXPECT_EQ(defaults.job.seed, 42u);
   EXPECT_EQ(defaults.worker.worldSize, 1);
   EXPECT_EQ(defaults.model.builtin, "mlp");
-  EXPECT_EQ(defaults.dataset.path, "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(defaults.dataset.path, "");  // the data set's Debian folder
   EXPECT_FALSE(defaults.dataset.shardIndex.has_value());
   EXPECT_EQ(defaults.training.lr, 0.05);
   EXPECT_EQ(defaults.sync.period, std::nullopt);  // auto
@@ -234,10 +234,21 @@ TEST(WorkerConfig, EffectiveShard) {
   config.worker.worldSize = 4;
   EXPECT_EQ(effectiveShardIndex(config), 3);
   EXPECT_EQ(effectiveShardCount(config), 4);
+  // A region's own copy: split among the region's workers.
+  config.worker.localRank = 1;
+  config.worker.regionSize = 2;
+  config.dataset.sharding = "region";
+  EXPECT_EQ(effectiveShardIndex(config), 1);
+  EXPECT_EQ(effectiveShardCount(config), 2);
+  // auto, left to a worker run by hand, is the job's split.
+  config.dataset.sharding = "auto";
+  EXPECT_EQ(effectiveShardIndex(config), 3);
+  EXPECT_EQ(effectiveShardCount(config), 4);
   config.dataset.shardIndex = 0;
   config.dataset.shardCount = 1;
   EXPECT_EQ(effectiveShardIndex(config), 0);
   EXPECT_EQ(effectiveShardCount(config), 1);
+  EXPECT_EQ(parseOk("dataset:\n  sharding: region\n").dataset.sharding, "region");
 }
 
 // ---- Errors ----
@@ -341,7 +352,7 @@ INSTANTIATE_TEST_SUITE_P(
                   {"model.builtin: vgg is not allowed (allowed: mlp, cnn, resnet18)"}},
         ErrorCase{"dataset:\n  name: imagenet\n",
                   {"dataset.name: imagenet is not allowed (allowed: fashion-mnist, mnist, "
-                   "cifar10, synthetic)"}},
+                   "cifar10, synthetic, npy)"}},
         ErrorCase{"dataset:\n  shardCount: 0\n",
                   {"dataset.shardCount: 0 is not allowed (allowed: an integer >= 1, or null"}},
         ErrorCase{"checkpoint:\n  keep: 0\n", {"checkpoint.keep: 0 is not allowed"}},
@@ -404,9 +415,14 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"transport:\n  regions: [London]\n",
                   {"test.yaml:2:13: transport.regions[0]: London is not allowed (allowed: a "
                    "region name"}},
-        ErrorCase{"dataset:\n  name: mnist\n  path: \"\"\n",
-                  {"dataset.path: \"\" is not allowed (allowed: a path; empty only with "
-                   "dataset.name: synthetic"}},
+        ErrorCase{"dataset:\n  name: npy\n  path: \"\"\n",
+                  {"dataset.path: \"\" is not allowed with dataset.name: npy (allowed: the "
+                   "folder holding train_x.npy"}},
+        ErrorCase{"training:\n  loss: hinge\n",
+                  {"training.loss: hinge is not allowed (allowed: cross-entropy, mse)"}},
+        ErrorCase{"model:\n  classes: -1\n", {"model.classes: -1 is not allowed"}},
+        ErrorCase{"dataset:\n  sharding: rack\n",
+                  {"dataset.sharding: rack is not allowed (allowed: auto, job, region)"}},
         ErrorCase{"metrics:\n  listen: \"\"\n",
                   {"metrics.listen: \"\" is not allowed (allowed: host:port while "
                    "metrics.enabled is true)"}}));
@@ -841,7 +857,7 @@ TEST(WorkerConfig, DocsListEveryKeyWithItsDefault) {
   const std::string docs = readFile(GEO_WORKER_CONFIG_DOC);
   ASSERT_FALSE(docs.empty()) << "cannot read " << GEO_WORKER_CONFIG_DOC;
   const auto keys = defaultKeyValues();
-  EXPECT_EQ(keys.size(), 60u);  // the schema's key count: update with the docs
+  EXPECT_EQ(keys.size(), 64u);  // the schema's key count: update with the docs
   for (const auto& [path, value] : keys) {
     // A reference row: | `path` | type | `default` | allowed | meaning |
     const std::string rowStart = "| `" + path + "` |";

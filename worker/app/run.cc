@@ -1,7 +1,9 @@
 #include "worker/app/run.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -88,12 +90,60 @@ void watchPartitionSignals(transport::Transport* transport) {
   }).detach();
 }
 
+// What a user loading the exported model needs to know of it (model.json).
+struct ExportFacts {
+  std::string model;
+  std::vector<int64_t> inputShape;
+  int64_t outputs = 0;
+  std::optional<double> testAccuracy;
+  std::optional<double> testLoss;
+  std::string modelHash;
+};
+
+// The job's final model into output.path: once per region (its first
+// worker; the others hold the same bytes), so that each region's volume has
+// it. A failure fails the worker: the user asked for the model there.
+Status exportJobModel(const WorkerConfig& c, train::Model& model, const ExportFacts& f) {
+  if (c.output.path.empty() || c.worker.localRank != 0) return {};
+  nlohmann::ordered_json meta = {
+      {"job", c.job.id},
+      {"region", c.worker.region},
+      {"model", f.model},
+      {"inputShape", f.inputShape},
+      {"outputs", f.outputs},
+      {"task", c.training.loss == "mse" ? "regression" : "classification"},
+      {"loss", c.training.loss},
+      {"dataset", c.dataset.name},
+      {"inputs", train::describeInputs(c.dataset.name)},
+      {"steps", c.training.steps},
+      {"testAccuracy", f.testAccuracy ? nlohmann::ordered_json(*f.testAccuracy) : nullptr},
+      {"testLoss", f.testLoss ? nlohmann::ordered_json(*f.testLoss) : nullptr},
+      {"modelHash", f.modelHash},
+  };
+  auto written = train::exportModel(model, c.output.path, meta.dump(2) + "\n");
+  if (!written.ok()) return written.status().withContext("exporting the model (output.path)");
+  std::vector<std::string> names;
+  for (const auto& p : *written) names.push_back(p.filename().string());
+  logger()->info("output: the job's model is in {} ({})", c.output.path, fmt::join(names, ", "));
+  return {};
+}
+
+// "test accuracy 86.21%" (classification) or "test loss 0.0123".
+std::string describeEvaluation(std::optional<double> accuracy, double loss) {
+  return accuracy ? fmt::format("test accuracy {:.2f}%", *accuracy * 100)
+                  : fmt::format("test loss {:.5g}", loss);
+}
+
 // A step's log line for --progress-format text.
 void logStep(const train::StepStats& st, const sync::Synchronizer* sync, bool dts) {
   std::string eval;
   if (st.evalAccuracy) {
     eval = fmt::format(" eval accuracy {:.2f}%", *st.evalAccuracy * 100);
-    if (st.evalStep && *st.evalStep != st.step) eval += fmt::format(" (step {})", *st.evalStep);
+  } else if (st.evalLoss) {
+    eval = fmt::format(" eval loss {:.5g}", *st.evalLoss);
+  }
+  if (!eval.empty() && st.evalStep && *st.evalStep != st.step) {
+    eval += fmt::format(" (step {})", *st.evalStep);
   }
   std::string syncText;
   if (sync != nullptr) {
@@ -160,6 +210,8 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   auto data = loadTrainingData(c);
   if (!data.ok()) return reportFailure(&progress, data.status());
   const int64_t shardSamples = data->shard.size();
+  const std::vector<int64_t> inputShape = data->inputShape;
+  const int64_t numClasses = data->numClasses;
   torch::manual_seed(c.job.seed);  // identical initial weights on every worker
   const train::ModelSpec modelSpec{c.model.builtin, c.model.torchscript};
   auto model = train::makeModel(modelSpec, data->inputShape, data->numClasses);
@@ -193,11 +245,21 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   auto resumed = (*trainer)->resume();
   if (!resumed.ok()) return reportFailure(&progress, resumed.status());
 
+  // Whose data the shard is cut from: one copy for the job, or this
+  // region's own (dataset.sharding).
+  const std::string of = c.dataset.shardIndex || c.dataset.shardCount ? "as configured"
+                         : c.dataset.sharding == "region"
+                             ? fmt::format("of region {}'s copy", c.worker.region)
+                             : std::string("of the job's data");
   logger()->info(
-      "rank {}/{} ({}): {} ({} parameters) on {}, {} shard {}/{} ({} samples), {} steps of {}{}",
+      "rank {}/{} ({}): {} ({} parameters) on {}, {} shard {}/{} {} ({} samples in {}), {} steps "
+      "of {}{}",
       c.worker.rank, c.worker.worldSize, c.worker.region, describe, params, device->str(),
-      c.dataset.name, data->shardIndex, data->shardCount, shardSamples, c.training.steps,
-      c.training.batchSize,
+      c.dataset.name, data->shardIndex, data->shardCount, of, shardSamples,
+      c.dataset.name == "synthetic" ? std::string("memory, generated")
+      : c.dataset.path.empty()      ? train::defaultDatasetPath(c.dataset.name).string()
+                                    : c.dataset.path,
+      c.training.steps, c.training.batchSize,
       *resumed > 0 ? ", resumed at step " + std::to_string(*resumed) : std::string());
   if (sync) logger()->info("sync: {}", sync->describe());
   WorkerEvent start;
@@ -213,15 +275,17 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   start.resumedAt = *resumed;
   progress.emit(std::move(start));
 
-  std::optional<double> finalAccuracy;
+  std::optional<double> finalAccuracy, finalEvalLoss;
   double finalLoss = 0;
   const Status s = (*trainer)->run([&](const train::StepStats& st) {
     if (st.step == c.training.steps) {
       finalAccuracy = st.evalAccuracy;
+      finalEvalLoss = st.evalLoss;
       finalLoss = st.loss;
     }
     hook.setLoss(st.loss);
     if (metrics && st.evalAccuracy) metrics->setEvalAccuracy(*st.evalAccuracy);
+    if (metrics && st.evalLoss) metrics->setEvalLoss(*st.evalLoss);
     if (!progress.jsonl()) return logStep(st, sync.get(), c.sync.algorithm == "dts");
     WorkerEvent e;
     e.kind = EventKind::kProgress;
@@ -231,6 +295,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     e.samplesPerSecond = st.samplesPerSecond;
     if (st.evalAccuracy) {
       e.evalAccuracy = st.evalAccuracy;
+      e.evalLoss = st.evalLoss;
       e.evalStep = st.evalStep.value_or(st.step);
       e.evalAgeSeconds = st.evalAgeSeconds;
     }
@@ -256,7 +321,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
               "model (all {} steps were done without it)",
               c.training.steps)));
     }
-    const double accuracy = (*trainer)->evaluate();
+    const train::Evaluation final = (*trainer)->evaluate();
     if (!c.checkpoint.dir.empty()) {
       if (Status saved = (*trainer)->saveCheckpoint(); !saved.ok()) {
         logger()->warn("the job's final model was not checkpointed: {}", saved.message());
@@ -264,11 +329,18 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     }
     logger()->info(
         "the job finished before this worker could rejoin it; it holds the job's final model "
-        "(test accuracy {:.2f}%)",
-        accuracy * 100);
+        "({})",
+        describeEvaluation(final.accuracy, final.loss));
     done.arrivedAfterEnd = true;
-    done.testAccuracy = accuracy;
+    done.testAccuracy = final.accuracy;
+    done.testLoss = final.loss;
     done.modelHash = modelHash((*trainer)->flat().values);
+    if (Status exported = exportJobModel(
+            c, (*trainer)->model(),
+            {describe, inputShape, numClasses, final.accuracy, final.loss, done.modelHash});
+        !exported.ok()) {
+      return reportFailure(&progress, exported);
+    }
     progress.emit(std::move(done));
     return kExitOk;
   }
@@ -277,14 +349,22 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   done.modelHash = modelHash((*trainer)->flat().values);
   done.joinedAt = (*trainer)->joinedAt();
   done.testAccuracy = finalAccuracy;
+  done.testLoss = finalEvalLoss;
+  if (Status exported = exportJobModel(
+          c, (*trainer)->model(),
+          {describe, inputShape, numClasses, finalAccuracy, finalEvalLoss, done.modelHash});
+      !exported.ok()) {
+    return reportFailure(&progress, exported);
+  }
   // The last metrics and the done event come from one reading, so a scraper
   // that finds the worker lingering sees exactly the totals of the event.
   const Totals totals = readTotals(sync.get(), transport.get());
   hook.publish(totals);
   addTotals(done, totals, *topology);
   progress.emit(std::move(done));
-  if (finalAccuracy) {
-    logger()->info("done: {} steps, test accuracy {:.2f}%", c.training.steps, *finalAccuracy * 100);
+  if (finalAccuracy || finalEvalLoss) {
+    logger()->info("done: {} steps, {}", c.training.steps,
+                   describeEvaluation(finalAccuracy, finalEvalLoss.value_or(0)));
   }
   if (metrics && c.metrics.lingerSeconds > 0) {
     // A worker that exits at once takes its final values with it before

@@ -77,17 +77,25 @@ StatusOr<TrainingData> loadTrainingData(const WorkerConfig& c) {
   spec.path = c.dataset.path;
   spec.syntheticSamples = c.dataset.syntheticSamples;
   spec.seed = c.job.seed;
+  spec.classes = c.model.classes;
   auto trainSplit = train::loadDataset(spec, train::Split::kTrain);
   if (!trainSplit.ok()) return trainSplit.status();
   auto test = train::loadDataset(spec, train::Split::kTest);
   if (!test.ok()) return test.status();
+  GEO_RETURN_IF_ERROR(train::checkSplitsAgree(*trainSplit, *test, spec.name));
+  // The loss must fit the targets: labels for cross-entropy, floats for mse.
+  if (trainSplit->regression() != (c.training.loss == "mse")) {
+    return invalidArgument(fmt::format(
+        "training.loss: {} does not fit dataset {}, whose targets are {} (allowed: {})",
+        c.training.loss, spec.name, trainSplit->regression() ? "floats" : "integer labels",
+        trainSplit->regression() ? "mse" : "cross-entropy"));
+  }
   TrainingData d;
   d.shardIndex = effectiveShardIndex(c);
   d.shardCount = effectiveShardCount(c);
   d.shard = train::shard(*trainSplit, d.shardIndex, d.shardCount);
   d.test = std::move(*test);
-  d.inputShape = {trainSplit->inputs.size(1), trainSplit->inputs.size(2),
-                  trainSplit->inputs.size(3)};
+  d.inputShape = trainSplit->inputs.sizes().slice(1).vec();
   d.numClasses = trainSplit->numClasses;
   return d;  // the shard owns its samples: the rest of the split goes here
 }

@@ -47,7 +47,7 @@ struct TrainingData {
   train::TensorDataset test;
   int64_t shardIndex = 0;
   int64_t shardCount = 1;
-  std::vector<int64_t> inputShape;  // C, H, W
+  std::vector<int64_t> inputShape;  // one sample's: C, H, W for images
   int64_t numClasses = 0;
 };
 // The rest of the training split is freed before returning.

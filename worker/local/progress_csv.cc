@@ -18,21 +18,22 @@ std::string cell(const std::optional<T>& v) {
 
 std::string csvHeader() {
   return "wall_seconds,rank,region,step,loss,samples_per_second,eval_accuracy,eval_step,"
-         "wan_sent_bytes,"
+         "eval_loss,wan_sent_bytes,"
          "wan_received_bytes,lan_sent_bytes,lan_received_bytes,payload_bytes,staleness_mean,"
          "staleness_max,delay,applied_updates,missing,event\n";
 }
 
 std::string csvRow(double wallSeconds, int64_t rank, std::string_view region,
                    const WorkerEvent& e) {
-  return fmt::format("{:.3f},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", wallSeconds,
-                     rank, region, cell(e.step), cell(e.loss), cell(e.samplesPerSecond),
-                     cell(e.evalAccuracy),
-                     cell(e.evalAccuracy ? (e.evalStep ? e.evalStep : e.step) : std::nullopt),
-                     cell(e.bytes.wanSent), cell(e.bytes.wanReceived), cell(e.bytes.lanSent),
-                     cell(e.bytes.lanReceived), cell(e.bytes.payload), cell(e.sync.stalenessMean),
-                     cell(e.sync.stalenessMax), cell(e.sync.delay), cell(e.sync.appliedUpdates),
-                     cell(e.sync.missing), e.name);
+  const bool evaluated = e.evalAccuracy || e.evalLoss;
+  return fmt::format("{:.3f},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                     wallSeconds, rank, region, cell(e.step), cell(e.loss),
+                     cell(e.samplesPerSecond), cell(e.evalAccuracy),
+                     cell(evaluated ? (e.evalStep ? e.evalStep : e.step) : std::nullopt),
+                     cell(e.evalLoss), cell(e.bytes.wanSent), cell(e.bytes.wanReceived),
+                     cell(e.bytes.lanSent), cell(e.bytes.lanReceived), cell(e.bytes.payload),
+                     cell(e.sync.stalenessMean), cell(e.sync.stalenessMax), cell(e.sync.delay),
+                     cell(e.sync.appliedUpdates), cell(e.sync.missing), e.name);
 }
 
 StatusOr<CsvWriter> CsvWriter::create(const std::filesystem::path& path) {

@@ -3,14 +3,14 @@
 // --csv): a header row, then one row per "progress" or "done" event, in the
 // order the launcher received them:
 //   wall_seconds,rank,region,step,loss,samples_per_second,eval_accuracy,
-//   wan_sent_bytes,wan_received_bytes,lan_sent_bytes,lan_received_bytes,
+//   eval_step,eval_loss,wan_sent_bytes,wan_received_bytes,lan_sent_bytes,lan_received_bytes,
 //   payload_bytes,staleness_mean,staleness_max,delay,applied_updates,missing,
 //   event
 // wall_seconds is the launcher's time since launch; a value the event did
-// not carry is an empty cell (eval_accuracy is empty on steps without an
-// evaluation); event is the event's name, progress or done (a done row
-// follows the last progress row and has the worker's final totals). Region names are DNS labels, so
-// no cell needs quoting.
+// not carry is an empty cell (eval_accuracy and eval_loss are empty on steps
+// without an evaluation, eval_accuracy also on a regression job's); event is the event's name,
+// progress or done (a done row follows the last progress row and has the worker's final totals).
+// Region names are DNS labels, so no cell needs quoting.
 //
 // CsvWriter owns its file; not thread-safe; errors are Statuses naming the
 // path.

@@ -108,6 +108,18 @@ std::vector<WorkerConfig> makeRankConfigs(const WorkerConfig& base, const Topolo
       c.checkpoint.dir =
           (std::filesystem::path(base.checkpoint.dir) / fmt::format("rank-{}", r)).string();
     }
+    // dataset.path may name each region's own copy ("/data/{region}"): each
+    // region's workers then split that copy among themselves.
+    const bool perRegion = c.dataset.path.find("{region}") != std::string::npos;
+    for (size_t at = c.dataset.path.find("{region}"); at != std::string::npos;
+         at = c.dataset.path.find("{region}", at)) {
+      c.dataset.path.replace(at, std::string_view("{region}").size(), c.worker.region);
+    }
+    if (c.dataset.sharding == "auto") c.dataset.sharding = perRegion ? "region" : "job";
+    // One model out, from rank 0: every worker ends with the same bytes, and
+    // the regions here share one file system (in Kubernetes each region's
+    // first worker writes into its own volume).
+    if (r != 0) c.output.path.clear();
     configs.push_back(std::move(c));
   }
   return configs;

@@ -75,6 +75,7 @@ nlohmann::ordered_json groupJson(const GroupSummary& g) {
   return {
       {"wallSeconds", g.wallSeconds},
       {"testAccuracy", orNull(g.testAccuracy)},
+      {"testLoss", orNull(g.testLoss)},
       {"steps", g.steps},
       {"stepsPerSecond", orNull(g.stepsPerSecond)},
       {"wanBytes", g.wanBytes()},
@@ -150,6 +151,7 @@ void RunState::record(int64_t rank, double wallSeconds, const WorkerEvent& e) {
         p.done = true;
         p.doneWallSeconds = wallSeconds;
         keep(p.testAccuracy, e.testAccuracy);
+        keep(p.testLoss, e.testLoss);
       }
       break;
     case EventKind::kError:
@@ -192,8 +194,8 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
                                       double wallSeconds) const {
   GroupSummary g;
   g.wallSeconds = wallSeconds;
-  double accuracySum = 0;
-  int accuracyCount = 0;
+  double accuracySum = 0, lossSum = 0;
+  int accuracyCount = 0, lossCount = 0;
   std::optional<double> lastDone;
   bool allDone = !ranks.empty();
   g.steps = ranks.empty() ? 0 : std::numeric_limits<int64_t>::max();
@@ -201,6 +203,10 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
     if (p->testAccuracy) {
       accuracySum += *p->testAccuracy;
       ++accuracyCount;
+    }
+    if (p->testLoss) {
+      lossSum += *p->testLoss;
+      ++lossCount;
     }
     if (p->doneWallSeconds) {
       lastDone = std::max(lastDone.value_or(0), *p->doneWallSeconds);
@@ -222,6 +228,7 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
     keepLargest(g.waitSeconds, p->sync.waitSeconds);
   }
   if (accuracyCount > 0) g.testAccuracy = accuracySum / accuracyCount;
+  if (lossCount > 0) g.testLoss = lossSum / lossCount;
   if (allDone && lastDone) g.wallSeconds = std::min(wallSeconds, *lastDone);
   if (g.wanSentBytes > 0) {
     g.compressionRatio = static_cast<double>(g.payloadBytes) / static_cast<double>(g.wanSentBytes);

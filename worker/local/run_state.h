@@ -8,6 +8,7 @@
 // an event leaves out keeps its last value, so a worker may send partial
 // events. Definitions used by the summary, per region and overall:
 //   testAccuracy     mean over the workers that reported one in "done"
+//   testLoss         the same for the final model's test loss per sample
 //   wallSeconds      overall: the time passed in (launch to end); region: its
 //                    last "done" once all its workers sent one, else overall
 //   steps            smallest last step over the workers
@@ -63,6 +64,7 @@ struct RankProgress {
   std::optional<double> samplesPerSecond;
   std::optional<double> evalAccuracy;  // the latest evaluation
   std::optional<double> testAccuracy;  // from "done"
+  std::optional<double> testLoss;      // from "done"
   std::optional<double> doneWallSeconds;
   SyncStats sync;
   ByteCounts bytes;
@@ -94,6 +96,7 @@ struct RegionSnapshot {
 
 struct GroupSummary {
   std::optional<double> testAccuracy;
+  std::optional<double> testLoss;  // mean over the workers that reported one in "done"
   double wallSeconds = 0;
   int64_t steps = 0;
   std::optional<double> stepsPerSecond;

@@ -116,9 +116,11 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
   e.lr = number(j, "lr");
   e.samplesPerSecond = number(j, "samplesPerSecond");
   e.evalAccuracy = number(j, "evalAccuracy");
+  e.evalLoss = number(j, "evalLoss");
   e.evalStep = integer(j, "evalStep");
   e.evalAgeSeconds = number(j, "evalAgeSeconds");
   e.testAccuracy = number(j, "testAccuracy");
+  e.testLoss = number(j, "testLoss");
   if (const Json* sync = member(j, "sync")) {
     e.sync.delay = number(*sync, "delay");
     e.sync.lrScale = number(*sync, "lrScale");
@@ -243,12 +245,14 @@ std::string formatWorkerEvent(const WorkerEvent& e) {
   put(j, "lr", e.lr, "{:.6g}");
   put(j, "samplesPerSecond", e.samplesPerSecond, "{:.1f}");
   put(j, "evalAccuracy", e.evalAccuracy, "{:.6g}");
+  put(j, "evalLoss", e.evalLoss, "{:.6g}");
   put(j, "evalStep", e.evalStep);
   put(j, "evalAgeSeconds", e.evalAgeSeconds, "{:.4g}");
   put(j, "stepSecondsMax", e.stepSecondsMax, "{:.4g}");
   put(j, "modelHash", e.modelHash);
   put(j, "joinedAt", e.joinedAt);
   put(j, "testAccuracy", e.testAccuracy, "{:.6g}");
+  put(j, "testLoss", e.testLoss, "{:.6g}");
   put(j, "arrivedAfterEnd", e.arrivedAfterEnd);
   put(j, "message", e.message);
 

@@ -107,10 +107,12 @@ struct WorkerEvent {
   std::vector<std::string> nonFinite;  // members that were no finite number ("loss")
   std::optional<double> lr;
   std::optional<double> samplesPerSecond;
-  std::optional<double> evalAccuracy;  // 0..1, only on lines that report one
+  std::optional<double> evalAccuracy;  // 0..1, only on lines that report one (classification)
+  std::optional<double> evalLoss;      // the test loss per sample, with every evaluation
   std::optional<int64_t> evalStep;     // the step evaluated (may be earlier)
   std::optional<double> evalAgeSeconds;
-  std::optional<double> testAccuracy;  // done: the final (averaged) model
+  std::optional<double> testAccuracy;  // done: the final (averaged) model (classification)
+  std::optional<double> testLoss;      // done: the final model's test loss
   SyncStats sync;
   ByteCounts bytes;
 

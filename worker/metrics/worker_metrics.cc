@@ -217,6 +217,8 @@ void WorkerMetrics::buildFamilies() {
   trainStep_ = &gauge("geotrain_train_step",
                       "Training steps completed (a resumed worker counts from its checkpoint)");
   evalAccuracy_ = &gauge("geotrain_eval_accuracy", "Accuracy of the latest evaluation (0..1)");
+  evalLoss_ = &gauge("geotrain_eval_loss",
+                     "Test loss per sample of the latest evaluation (cross-entropy or mse)");
   samples_ = &counter("geotrain_samples_total", "Training samples consumed");
 }
 
@@ -357,6 +359,11 @@ void WorkerMetrics::setStep(int64_t stepsCompleted) {
 void WorkerMetrics::setEvalAccuracy(double accuracy) {
   std::lock_guard lock(mu_);
   evalAccuracy_->Set(accuracy);
+}
+
+void WorkerMetrics::setEvalLoss(double loss) {
+  std::lock_guard lock(mu_);
+  evalLoss_->Set(loss);
 }
 
 }  // namespace geo::metrics

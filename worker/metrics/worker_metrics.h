@@ -120,6 +120,8 @@ class WorkerMetrics {
   void setStep(int64_t stepsCompleted);
 
   void setEvalAccuracy(double accuracy);
+  // The latest evaluation's test loss per sample (cross-entropy or mse).
+  void setEvalLoss(double loss);
 
   // For callers that add their own series (they get the constant labels only
   // if they set them).
@@ -188,6 +190,7 @@ class WorkerMetrics {
   prometheus::Gauge* trainLoss_ = nullptr;
   prometheus::Gauge* trainStep_ = nullptr;
   prometheus::Gauge* evalAccuracy_ = nullptr;
+  prometheus::Gauge* evalLoss_ = nullptr;
   prometheus::Counter* samples_ = nullptr;
 };
 

@@ -1,5 +1,7 @@
 #include "worker/train/dataset.h"
 
+#include "worker/train/npy.h"
+
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -25,6 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kNumClasses = 10;
+// The most classes a label file may imply (model.classes' bound).
+constexpr int64_t kMaxClassesLoaded = int64_t{1} << 20;
 
 // Per-channel statistics of each training set's pixels scaled to [0, 1]; the
 // normalization of both splits uses them so that training inputs are ~N(0, 1).
@@ -471,11 +475,145 @@ StatusOr<TensorDataset> makeSynthetic(const DatasetSpec& spec, Split split) {
   return out;
 }
 
+// ---- npy: a user's own arrays ----------------------------------------------------
+
+// Element i of `a` as T (a's kind and size were checked by openNpy).
+template <typename T>
+T npyAt(const NpyArray& a, int64_t i) {
+  const std::byte* p = a.data + static_cast<size_t>(i) * a.itemSize;
+  auto load = [p]<typename S>(S) {
+    S v;
+    std::memcpy(&v, p, sizeof v);
+    return static_cast<T>(v);
+  };
+  switch (a.kind) {
+    case NpyKind::kBool: return load(uint8_t{});
+    case NpyKind::kUnsigned:
+      switch (a.itemSize) {
+        case 1: return load(uint8_t{});
+        case 2: return load(uint16_t{});
+        case 4: return load(uint32_t{});
+        default: return load(uint64_t{});
+      }
+    case NpyKind::kSigned:
+      switch (a.itemSize) {
+        case 1: return load(int8_t{});
+        case 2: return load(int16_t{});
+        case 4: return load(int32_t{});
+        default: return load(int64_t{});
+      }
+    case NpyKind::kFloat:
+      if (a.itemSize == 2) {
+        c10::Half h;
+        std::memcpy(&h, p, sizeof h);
+        return static_cast<T>(static_cast<float>(h));
+      }
+      return a.itemSize == 4 ? load(float{}) : load(double{});
+  }
+  return T{};
+}
+
+// float32 features. A float32 file is used in place (the mapping is the
+// tensor's storage, read-only: training only ever gathers rows from it);
+// any other dtype is converted into memory of our own.
+torch::Tensor npyFeatures(const NpyArray& a) {
+  std::vector<int64_t> shape = a.shape;
+  if (a.kind == NpyKind::kFloat && a.itemSize == 4) {
+    auto keep = a.mapping;
+    return torch::from_blob(
+        const_cast<std::byte*>(a.data), shape, [keep](void*) mutable { keep.reset(); },
+        torch::TensorOptions().dtype(torch::kFloat));
+  }
+  torch::Tensor out = torch::empty(shape, torch::kFloat);
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, a.elements(), 1 << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dst[i] = npyAt<float>(a, i);
+  });
+  return out;
+}
+
+StatusOr<TensorDataset> loadNpy(const DatasetSpec& spec, Split split) {
+  if (spec.path.empty()) {
+    return invalidArgument(
+        "dataset npy needs dataset.path: the folder with train_x.npy, "
+        "train_y.npy, test_x.npy and test_y.npy");
+  }
+  const std::string prefix(splitName(split));
+  auto x = openNpy(spec.path / (prefix + "_x.npy"));
+  if (!x.ok()) return x.status();
+  auto y = openNpy(spec.path / (prefix + "_y.npy"));
+  if (!y.ok()) return y.status();
+  const std::string xs = x->path.string(), ys = y->path.string();
+  if (x->shape.empty() || x->shape[0] < 1) {
+    return dataLoss(
+        fmt::format("{}: holds {}; expected [N, ...] with N >= 1 samples", xs, x->describe()));
+  }
+  if (x->kind == NpyKind::kBool) {
+    return invalidArgument(
+        fmt::format("{}: holds {}; features must be numbers (save "
+                    "x.astype(\"<f4\"))",
+                    xs, x->describe()));
+  }
+  const int64_t n = x->shape[0];
+  if (y->shape.empty() || y->shape[0] != n || y->shape.size() > 2) {
+    return dataLoss(
+        fmt::format("{}: holds {}; expected [{}] (a label or target per sample of {}) "
+                    "or [{}, T] (T float targets each)",
+                    ys, y->describe(), n, xs, n));
+  }
+  TensorDataset out;
+  out.inputs = npyFeatures(*x);
+  if (y->kind == NpyKind::kFloat) {
+    // Regression: float targets [N, T], T >= 1.
+    const int64_t width = y->shape.size() == 2 ? y->shape[1] : 1;
+    if (width < 1) return dataLoss(fmt::format("{}: holds {}; no targets", ys, y->describe()));
+    torch::Tensor t = torch::empty({n, width}, torch::kFloat);
+    float* dst = t.data_ptr<float>();
+    for (int64_t i = 0; i < n * width; ++i) {
+      dst[i] = npyAt<float>(*y, i);
+      if (!std::isfinite(dst[i])) {
+        return dataLoss(fmt::format("{}: target {} of sample {} is {} (expected a finite number)",
+                                    ys, i % width, i / width, dst[i]));
+      }
+    }
+    out.targets = std::move(t);
+    out.numClasses = width;
+    return out;
+  }
+  // Classification: one integer label per sample in [0, classes).
+  if (y->shape.size() != 1) {
+    return dataLoss(fmt::format("{}: holds {}; integer labels must be one per sample ([{}])", ys,
+                                y->describe(), n));
+  }
+  torch::Tensor t = torch::empty({n}, torch::kLong);
+  int64_t* dst = t.data_ptr<int64_t>();
+  int64_t largest = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool huge = y->kind == NpyKind::kUnsigned && y->itemSize == 8 &&
+                      npyAt<uint64_t>(*y, i) > static_cast<uint64_t>(kMaxClassesLoaded);
+    const int64_t v = huge ? -1 : npyAt<int64_t>(*y, i);
+    const bool tooLarge = spec.classes > 0 ? v >= spec.classes : v >= kMaxClassesLoaded;
+    if (huge || v < 0 || tooLarge) {
+      return dataLoss(fmt::format("{}: label {} of sample {} is out of range: expected [0, {}){}",
+                                  ys,
+                                  huge ? std::to_string(npyAt<uint64_t>(*y, i)) : std::to_string(v),
+                                  i, spec.classes > 0 ? spec.classes : kMaxClassesLoaded,
+                                  spec.classes > 0 ? " (model.classes)" : ""));
+    }
+    dst[i] = v;
+    largest = std::max(largest, v);
+  }
+  out.targets = std::move(t);
+  out.numClasses = spec.classes > 0 ? spec.classes : largest + 1;
+  return out;
+}
+
 StatusOr<TensorDataset> loadUnchecked(const DatasetSpec& spec, Split split) {
   if (spec.name == "fashion-mnist") return loadIdx(spec, split, kFashionMnistNorm);
   if (spec.name == "mnist") return loadIdx(spec, split, kMnistNorm);
   if (spec.name == "cifar10") return loadCifar10(spec, split);
   if (spec.name == "synthetic") return makeSynthetic(spec, split);
+  if (spec.name == "npy") return loadNpy(spec, split);
   return invalidArgument(fmt::format("unknown dataset \"{}\": expected one of {}", spec.name,
                                      fmt::join(kDatasetNames, ", ")));
 }
@@ -496,8 +634,62 @@ int64_t TensorDataset::size() const {
   return inputs.defined() ? inputs.size(0) : 0;
 }
 
+bool TensorDataset::regression() const {
+  return targets.defined() && targets.is_floating_point();
+}
+
+Status checkSplitsAgree(const TensorDataset& train, const TensorDataset& test,
+                        std::string_view name) {
+  const auto trainShape = train.inputs.sizes().slice(1).vec();
+  const auto testShape = test.inputs.sizes().slice(1).vec();
+  if (trainShape != testShape) {
+    return dataLoss(
+        fmt::format("dataset {}: test samples are [{}], training samples [{}] (they "
+                    "must match)",
+                    name, fmt::join(testShape, ", "), fmt::join(trainShape, ", ")));
+  }
+  if (train.regression() != test.regression()) {
+    return dataLoss(fmt::format(
+        "dataset {}: the training split has {} targets, the test split {} (they must match)", name,
+        train.regression() ? "float" : "integer", test.regression() ? "float" : "integer"));
+  }
+  if (train.regression()) {
+    if (train.numClasses != test.numClasses) {
+      return dataLoss(fmt::format("dataset {}: {} targets per training sample, {} per test sample",
+                                  name, train.numClasses, test.numClasses));
+    }
+    return {};
+  }
+  const int64_t largest = test.size() == 0 ? -1 : test.targets.max().item<int64_t>();
+  if (largest >= train.numClasses) {
+    return dataLoss(fmt::format(
+        "dataset {}: test label {} is out of range: the training split implies {} classes "
+        "[0, {}) (set model.classes to fix the count)",
+        name, largest, train.numClasses, train.numClasses));
+  }
+  return {};
+}
+
 std::string_view splitName(Split split) {
   return split == Split::kTrain ? "train" : "test";
+}
+
+std::string describeInputs(std::string_view name) {
+  const auto scaled = [](std::string_view shape, const Normalization& n, int channels) {
+    if (channels == 1) {
+      return fmt::format("float32 {}: (pixel / 255 - {:.4f}) / {:.4f}", shape, n.mean[0], n.std[0]);
+    }
+    return fmt::format(
+        "float32 {}: (pixel / 255 - mean[c]) / std[c], mean {:.4f} {:.4f} {:.4f}, "
+        "std {:.4f} {:.4f} {:.4f} (R, G, B planes)",
+        shape, n.mean[0], n.mean[1], n.mean[2], n.std[0], n.std[1], n.std[2]);
+  };
+  if (name == "fashion-mnist") return scaled("[N, 1, 28, 28]", kFashionMnistNorm, 1);
+  if (name == "mnist") return scaled("[N, 1, 28, 28]", kMnistNorm, 1);
+  if (name == "cifar10") return scaled("[N, 3, 32, 32]", kCifar10Norm, 3);
+  if (name == "synthetic") return scaled("[N, 1, 28, 28]", kSyntheticNorm, 1);
+  if (name == "npy") return "float32 [N, ...]: the values of train_x.npy, as they are";
+  return "unknown";
 }
 
 std::filesystem::path defaultDatasetPath(std::string_view name) {
@@ -514,6 +706,17 @@ StatusOr<TensorDataset> loadDataset(const DatasetSpec& spec, Split split) {
     auto loaded = loadUnchecked(spec, split);
     if (!loaded.ok()) {
       return loaded.status().withContext(fmt::format("loading {} {}", spec.name, splitName(split)));
+    }
+    if (spec.classes > 0 && !loaded->regression()) {
+      // model.classes fixes the outputs; every label must be below it.
+      const int64_t largest = loaded->size() == 0 ? -1 : loaded->targets.max().item<int64_t>();
+      if (largest >= spec.classes) {
+        return dataLoss(
+            fmt::format("loading {} {}: label {} is out of range: expected [0, {}) "
+                        "(model.classes)",
+                        spec.name, splitName(split), largest, spec.classes));
+      }
+      loaded->numClasses = spec.classes;
     }
     return loaded;
   } catch (const std::bad_alloc&) {

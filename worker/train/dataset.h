@@ -33,12 +33,16 @@ struct TensorDataset {
   // statistics; the test split uses the same constants), so the training
   // inputs have mean ~0 and standard deviation ~1 per channel.
   torch::Tensor inputs;
-  // int64 [N], every value in [0, numClasses).
+  // Classification: int64 [N], every value in [0, numClasses).
+  // Regression (npy with float targets): float32 [N, T], and numClasses = T.
   torch::Tensor targets;
+  // The model's outputs: classes, or regression targets per sample.
   int64_t numClasses = 10;
 
   // N; 0 for a default-constructed (empty) data set.
   int64_t size() const;
+  // Float targets (trained with mse), not class labels.
+  bool regression() const;
 };
 
 enum class Split { kTrain, kTest };
@@ -47,7 +51,8 @@ enum class Split { kTrain, kTest };
 std::string_view splitName(Split split);
 
 struct DatasetSpec {
-  // One of kDatasetNames: "fashion-mnist", "mnist", "cifar10", "synthetic".
+  // One of kDatasetNames: "fashion-mnist", "mnist", "cifar10", "synthetic",
+  // "npy".
   std::string name = "fashion-mnist";
   // Folder holding the files; empty means defaultDatasetPath(name). Ignored by
   // "synthetic".
@@ -58,15 +63,24 @@ struct DatasetSpec {
   // "synthetic" only: seeds the generator (train and test use distinct
   // streams derived from it).
   uint64_t seed = 42;
+  // Classification: the number of classes (model.classes); 0 takes it from
+  // the data (the built-in sets' 10; npy: the largest training label + 1).
+  // A label at or above it is an error.
+  int64_t classes = 0;
 };
 
 inline constexpr std::string_view kDatasetNames[] = {"fashion-mnist", "mnist", "cifar10",
-                                                     "synthetic"};
+                                                     "synthetic", "npy"};
 
 // Where the Debian dataset packages install a data set:
 // /usr/share/datasets/<name> ("fashion-mnist", "mnist", "cifar10"); empty for
 // "synthetic" and unknown names.
 std::filesystem::path defaultDatasetPath(std::string_view name);
+
+// How the data set's samples reach the model, for a user who feeds the
+// exported model inputs of their own: shape and scaling, e.g. for
+// fashion-mnist "float32 [N, 1, 28, 28]: (pixel / 255 - 0.2860) / 0.3530".
+std::string describeInputs(std::string_view name);
 
 // Loads one split of a data set into memory.
 //
@@ -78,6 +92,12 @@ std::filesystem::path defaultDatasetPath(std::string_view name);
 //     or test_batch.bin (test), directly in spec.path or in its
 //     cifar-10-batches-bin/ subfolder; records of 1 label byte + 3072 pixel
 //     bytes (1024 R, 1024 G, 1024 B, row-major) -> inputs [N, 3, 32, 32].
+//   npy: {train,test}_x.npy and {train,test}_y.npy (numpy.save; see npy.h
+//     for the dtypes taken). x: [N, ...] features of any shape the model
+//     takes, used as they are (no normalization: scale them as you would in
+//     PyTorch); a float32 file is memory-mapped, not copied, other dtypes
+//     are converted to float32. y: integer labels [N] (classification,
+//     labels in [0, classes)) or float targets [N] or [N, T] (regression).
 //   synthetic: no files. A deterministic function of (seed, split,
 //     syntheticSamples), generated in parallel: each image is 1x28x28 with
 //     one Gaussian blob whose position depends on the class (10 positions on
@@ -105,6 +125,12 @@ std::filesystem::path defaultDatasetPath(std::string_view name);
 // multi-threaded pass converts and normalizes them (no per-pixel tensor
 // calls). The synthetic set (60000) is generated in ~0.2 s on one core.
 StatusOr<TensorDataset> loadDataset(const DatasetSpec& spec, Split split);
+
+// The test split fits the training split: the same sample shape, the same
+// kind of target (labels or floats), test labels below the training split's
+// class count, as many regression targets. DataLoss naming both otherwise.
+Status checkSplitsAgree(const TensorDataset& train, const TensorDataset& test,
+                        std::string_view name);
 
 // The part of `d` that worker `index` of `count` trains on: element i belongs
 // to shard i % count (strided, so every shard sees the same mix of the data

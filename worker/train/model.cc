@@ -1,7 +1,14 @@
 #include "worker/train/model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/script.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
 
 namespace geo::train {
 
@@ -47,9 +54,49 @@ namespace {
 // Wraps a torch::nn module (built-ins).
 class ModuleModel : public Model {
  public:
+  // `script`: the module's forward in TorchScript, over its parameters and
+  // buffers by name (self.fc1.weight); empty where none was written.
   ModuleModel(std::shared_ptr<torch::nn::Module> module,
-              std::function<torch::Tensor(const torch::Tensor&)> forward, std::string describe)
-      : module_(std::move(module)), forward_(std::move(forward)), describe_(std::move(describe)) {}
+              std::function<torch::Tensor(const torch::Tensor&)> forward, std::string describe,
+              std::string script = {})
+      : module_(std::move(module)),
+        forward_(std::move(forward)),
+        describe_(std::move(describe)),
+        script_(std::move(script)) {}
+
+  StatusOr<torch::jit::Module> toTorchScript() override {
+    if (script_.empty()) {
+      return failedPrecondition(fmt::format("{} has no TorchScript form", describe_));
+    }
+    // The same tree of modules, parameters and buffers (so that the state
+    // dict's names match model.pt's), and the forward written out.
+    torch::jit::Module root("geotrain");
+    auto place = [&](const std::string& dotted, const torch::Tensor& t, bool parameter) {
+      torch::jit::Module* at = &root;
+      std::vector<torch::jit::Module> path;
+      size_t start = 0;
+      std::string name = dotted;
+      for (size_t dot = dotted.find('.'); dot != std::string::npos;
+           start = dot + 1, dot = dotted.find('.', start)) {
+        const std::string part = dotted.substr(start, dot - start);
+        if (!at->hasattr(part)) at->register_module(part, torch::jit::Module(part));
+        path.push_back(at->attr(part).toModule());
+        at = &path.back();
+        name = dotted.substr(dot + 1);
+      }
+      const torch::Tensor value = t.detach().cpu().clone();
+      if (parameter) {
+        at->register_parameter(name, value, /*is_buffer=*/false);
+      } else {
+        at->register_buffer(name, value);
+      }
+    };
+    for (const auto& [name, t] : namedParameters()) place(name, t, true);
+    for (const auto& [name, t] : namedBuffers()) place(name, t, false);
+    root.define(script_);
+    root.eval();
+    return root;
+  }
 
   torch::Tensor forward(const torch::Tensor& input) override { return forward_(input); }
   std::vector<std::pair<std::string, torch::Tensor>> namedParameters() override {
@@ -70,7 +117,25 @@ class ModuleModel : public Model {
   std::shared_ptr<torch::nn::Module> module_;
   std::function<torch::Tensor(const torch::Tensor&)> forward_;
   std::string describe_;
+  std::string script_;
 };
+
+// The built-ins' forwards in TorchScript, op for op as their C++ forwards
+// run (torch::nn::Linear on a matrix is addmm), so that the exported module
+// computes the same outputs (to float rounding: TorchScript's executor may
+// split the products differently).
+constexpr const char* kMlpScript = R"(
+def forward(self, x):
+    h = torch.relu(torch.addmm(self.fc1.bias, x.flatten(1), self.fc1.weight.t()))
+    return torch.addmm(self.fc2.bias, h, self.fc2.weight.t())
+)";
+constexpr const char* kCnnScript = R"(
+def forward(self, x):
+    x = torch.max_pool2d(torch.relu(torch.conv2d(x, self.conv1.weight, self.conv1.bias, [1, 1], [2, 2])), [2, 2])
+    x = torch.max_pool2d(torch.relu(torch.conv2d(x, self.conv2.weight, self.conv2.bias, [1, 1], [2, 2])), [2, 2])
+    h = torch.relu(torch.addmm(self.fc1.bias, x.flatten(1), self.fc1.weight.t()))
+    return torch.addmm(self.fc2.bias, h, self.fc2.weight.t())
+)";
 
 struct MlpImpl : torch::nn::Module {
   MlpImpl(int64_t in, int64_t classes)
@@ -187,6 +252,12 @@ class ScriptModel : public Model {
   void setTraining(bool on) override { module_.train(on); }
   void to(torch::Device device) override { module_.to(device); }
   std::string describe() const override { return "torchscript " + path_; }
+  StatusOr<torch::jit::Module> toTorchScript() override {
+    torch::jit::Module copy = module_.deepcopy();
+    copy.to(torch::kCPU);
+    copy.eval();
+    return copy;
+  }
 
  private:
   torch::jit::Module module_;
@@ -195,14 +266,77 @@ class ScriptModel : public Model {
 
 }  // namespace
 
+StatusOr<std::vector<std::filesystem::path>> exportModel(Model& model,
+                                                         const std::filesystem::path& dir,
+                                                         const std::string& metadata) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return failedPrecondition(
+        fmt::format("output.path: cannot create {}: {}", dir.string(), ec.message()));
+  }
+  std::vector<fs::path> written;
+  // Writes beside `name`, then renames over it.
+  auto place = [&](const std::string& name,
+                   const std::function<void(const fs::path&)>& write) -> Status {
+    const fs::path final = dir / name;
+    const fs::path partial = dir / (name + ".partial");
+    try {
+      write(partial);
+    } catch (const std::exception& e) {
+      fs::remove(partial, ec);
+      return failedPrecondition(fmt::format("cannot write {}: {}", final.string(), e.what()));
+    }
+    fs::rename(partial, final, ec);
+    if (ec) {
+      return failedPrecondition(fmt::format("cannot write {}: {}", final.string(), ec.message()));
+    }
+    written.push_back(final);
+    return {};
+  };
+  auto writeBytes = [](const fs::path& path, const char* data, size_t size) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(data, static_cast<std::streamsize>(size));
+    out.close();
+    if (!out) throw std::runtime_error(std::strerror(errno));
+  };
+  GEO_RETURN_IF_ERROR(place("model.pt", [&](const fs::path& path) {
+    c10::Dict<std::string, torch::Tensor> state;
+    for (const auto& [name, t] : model.namedParameters()) state.insert(name, t.detach().cpu());
+    for (const auto& [name, t] : model.namedBuffers()) state.insert(name, t.detach().cpu());
+    const std::vector<char> bytes = torch::pickle_save(state);
+    writeBytes(path, bytes.data(), bytes.size());
+  }));
+  auto scripted = model.toTorchScript();
+  if (scripted.ok()) {
+    GEO_RETURN_IF_ERROR(place("model.torchscript.pt",
+                              [&](const fs::path& path) { scripted->save(path.string()); }));
+  }
+  GEO_RETURN_IF_ERROR(place("model.json", [&](const fs::path& path) {
+    writeBytes(path, metadata.data(), metadata.size());
+  }));
+  return written;
+}
+
 StatusOr<std::unique_ptr<Model>> makeModel(const ModelSpec& spec,
                                            const std::vector<int64_t>& inputShape,
                                            int64_t numClasses) {
-  if (inputShape.size() != 3) {
-    return invalidArgument(
-        fmt::format("model input shape must be [C, H, W], got {} dimensions", inputShape.size()));
+  if (inputShape.empty()) {
+    return invalidArgument("model input shape is empty: each sample must have at least one value");
   }
-  const int64_t c = inputShape[0], h = inputShape[1], w = inputShape[2];
+  int64_t features = 1;
+  for (const int64_t d : inputShape) features *= d;
+  // The convolutional models take images, [C, H, W].
+  const bool image = inputShape.size() == 3;
+  const int64_t c = image ? inputShape[0] : 0, h = image ? inputShape[1] : 0,
+                w = image ? inputShape[2] : 0;
+  if (!image && spec.torchscript.empty() && spec.builtin != "mlp") {
+    return invalidArgument(fmt::format(
+        "model.builtin {} takes images [C, H, W]; the data's samples are [{}] (allowed: mlp, or "
+        "a TorchScript model)",
+        spec.builtin, fmt::join(inputShape, ", ")));
+  }
   if (!spec.torchscript.empty()) {
     if (!std::filesystem::exists(spec.torchscript)) {
       return notFound(
@@ -222,10 +356,10 @@ StatusOr<std::unique_ptr<Model>> makeModel(const ModelSpec& spec,
     }
   }
   if (spec.builtin == "mlp") {
-    auto m = std::make_shared<MlpImpl>(c * h * w, numClasses);
+    auto m = std::make_shared<MlpImpl>(features, numClasses);
     return std::unique_ptr<Model>(std::make_unique<ModuleModel>(
         m, [m](const torch::Tensor& x) { return m->forward(x); },
-        fmt::format("mlp {}-256-{}", c * h * w, numClasses)));
+        fmt::format("mlp {}-256-{}", features, numClasses), kMlpScript));
   }
   if (spec.builtin == "cnn") {
     if (h % 4 != 0 || w % 4 != 0) {
@@ -234,7 +368,8 @@ StatusOr<std::unique_ptr<Model>> makeModel(const ModelSpec& spec,
     }
     auto m = std::make_shared<CnnImpl>(c, h, w, numClasses);
     return std::unique_ptr<Model>(std::make_unique<ModuleModel>(
-        m, [m](const torch::Tensor& x) { return m->forward(x); }, "cnn conv16-conv32-128"));
+        m, [m](const torch::Tensor& x) { return m->forward(x); }, "cnn conv16-conv32-128",
+        kCnnScript));
   }
   if (spec.builtin == "resnet18") {
     auto m = std::make_shared<ResNet18Impl>(c, numClasses);

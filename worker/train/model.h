@@ -13,6 +13,7 @@
 // file, a TorchScript module without parameters); forward() throws
 // c10::Error (TORCH_CHECK) on shape mismatches, as LibTorch does.
 
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -45,14 +46,40 @@ class Model {
   // Status naming the first missing or mis-shaped tensor.
   void save(torch::serialize::OutputArchive& archive);
   Status load(torch::serialize::InputArchive& archive);
+
+  // A TorchScript module computing forward() with a copy of the current
+  // parameters and buffers (on the CPU, in eval mode), whose state dict has
+  // the names of namedParameters()/namedBuffers(). FailedPrecondition for a
+  // model without a TorchScript form (resnet18).
+  virtual StatusOr<torch::jit::Module> toTorchScript() {
+    return failedPrecondition(describe() + " has no TorchScript form");
+  }
 };
+
+// Writes the model into `dir` (created if missing) for use outside geotrain:
+//   model.pt              the state dict: {name: tensor} for every parameter
+//                         and buffer, on the CPU, in a file Python's
+//                         torch.load() reads (torch::pickle_save);
+//   model.torchscript.pt  the model as TorchScript (torch.jit.load in Python,
+//                         torch::jit::load in C++), where it has that form;
+//   model.json            `metadata` (what the caller says of the model).
+// Each file is written beside its final name and renamed over it, so a
+// reader never sees half a file and an earlier export stays whole until the
+// new one is. Returns the files written; an error names the file.
+StatusOr<std::vector<std::filesystem::path>> exportModel(Model& model,
+                                                         const std::filesystem::path& dir,
+                                                         const std::string& metadata);
 
 struct ModelSpec {
   std::string builtin = "mlp";        // mlp | cnn | resnet18; ignored with torchscript
   std::filesystem::path torchscript;  // a module saved with torch.jit.save
 };
 
-// Builds the model for inputs of shape [C, H, W] and `numClasses` outputs.
+// Builds the model for samples of shape `inputShape` (without the batch
+// dimension: [C, H, W] for images, which cnn and resnet18 require; mlp
+// flattens any shape) and `numClasses` outputs (class logits, or regression
+// targets). A TorchScript model must itself map [N, ...inputShape] to
+// [N, numClasses]; the trainer finds a mismatch at its first step.
 // Initial weights come from torch's default generator: seed it first
 // (torch::manual_seed) for reproducible runs.
 StatusOr<std::unique_ptr<Model>> makeModel(const ModelSpec& spec,

@@ -277,15 +277,27 @@ StatusOr<CheckpointFile> readCheckpointFile(const fs::path& path) {
   return file;
 }
 
-// Whether a tensor holds only finite values (integer tensors always do).
-// Top-1 accuracy of `model` on `test`, in batches of 1000; nullopt when
-// `stop` became true between two batches.
-std::optional<double> accuracyOf(Model& model, const TensorDataset& test, torch::Device device,
-                                 const std::atomic<bool>* stop = nullptr) {
+// The training loss of `output` against `targets`: cross-entropy over class
+// logits, or the mean squared error against float targets [N, T].
+torch::Tensor lossOf(const torch::Tensor& output, const torch::Tensor& targets) {
+  if (targets.is_floating_point()) {
+    return torch::mse_loss(output.reshape(targets.sizes()), targets);
+  }
+  return torch::nn::functional::cross_entropy(output, targets);
+}
+
+// `model` on `test`, in batches of 1000: top-1 accuracy (classification)
+// and the mean loss per sample; nullopt when `stop` became true between two
+// batches.
+std::optional<Evaluation> evaluationOf(Model& model, const TensorDataset& test,
+                                       torch::Device device,
+                                       const std::atomic<bool>* stop = nullptr) {
   torch::NoGradGuard noGrad;
   model.setTraining(false);
   int64_t correct = 0;
+  double lossSum = 0;
   const int64_t n = test.size();
+  const bool regression = test.regression();
   for (int64_t start = 0; start < n; start += 1000) {
     if (stop != nullptr && stop->load()) {
       model.setTraining(true);
@@ -294,12 +306,20 @@ std::optional<double> accuracyOf(Model& model, const TensorDataset& test, torch:
     const int64_t len = std::min<int64_t>(1000, n - start);
     const auto x = test.inputs.narrow(0, start, len).to(device);
     const auto y = test.targets.narrow(0, start, len).to(device);
-    correct += model.forward(x).argmax(1).eq(y).sum().item<int64_t>();
+    const auto out = model.forward(x);
+    lossSum += lossOf(out, y).item<double>() * static_cast<double>(len);
+    if (!regression) correct += out.argmax(1).eq(y).sum().item<int64_t>();
   }
   model.setTraining(true);
-  return n == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(n);
+  Evaluation e;
+  e.loss = n == 0 ? 0.0 : lossSum / static_cast<double>(n);
+  if (!regression) {
+    e.accuracy = n == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(n);
+  }
+  return e;
 }
 
+// Whether a tensor holds only finite values (integer tensors always do).
 bool allFinite(const torch::Tensor& t) {
   if (!t.defined() || !t.is_floating_point()) return true;
   return torch::isfinite(t).all().item<bool>();
@@ -366,7 +386,7 @@ StatusOr<StepStats> Trainer::step() {
     const auto y = train_.targets.index_select(0, indices).to(options_.device);
     model_->setTraining(true);
     flat_.grads.zero_();
-    const auto loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
+    const auto loss = lossOf(model_->forward(x), y);
     const double lossValue = loss.item<double>();
     if (!std::isfinite(lossValue)) {
       // A diverged worker stops and says so: its state must not reach its
@@ -401,8 +421,8 @@ StatusOr<StepStats> Trainer::step() {
   return stats;
 }
 
-double Trainer::evaluate() {
-  return *accuracyOf(*model_, test_, options_.device);
+Evaluation Trainer::evaluate() {
+  return *evaluationOf(*model_, test_, options_.device);
 }
 
 // ---- Background evaluation ---------------------------------------------------------
@@ -415,7 +435,7 @@ class BackgroundEvaluator {
   struct Result {
     int64_t step = 0;
     Clock::time_point takenAt;
-    double accuracy = 0;
+    Evaluation evaluation;
   };
 
   // `backlog`: snapshots that may wait while one is evaluated (0: none,
@@ -506,7 +526,7 @@ class BackgroundEvaluator {
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      std::optional<double> accuracy;  // nullopt: abandoned, or failed (logged)
+      std::optional<Evaluation> evaluation;  // nullopt: abandoned, or failed (logged)
       try {
         if (before_ != nullptr && *before_) (*before_)();
         torch::NoGradGuard noGrad;
@@ -519,15 +539,15 @@ class BackgroundEvaluator {
         for (size_t i = 0; i < buffers.size() && i < job.buffers.size(); ++i) {
           buffers[i].second.copy_(job.buffers[i]);
         }
-        accuracy = accuracyOf(*model_, *test_, device_, &abandon_);
+        evaluation = evaluationOf(*model_, *test_, device_, &abandon_);
       } catch (const c10::Error& e) {
         logger()->warn("background evaluation of step {} failed: {}", job.step,
                        e.what_without_backtrace());
       }
       {
         std::lock_guard lock(mu_);
-        if (accuracy) {
-          done_.push_back({job.step, job.takenAt, *accuracy});
+        if (evaluation) {
+          done_.push_back({job.step, job.takenAt, *evaluation});
         } else if (abandon_) {
           ++skipped_;
         }
@@ -592,7 +612,8 @@ namespace {
 
 // `stats` reporting a background evaluation's result.
 StepStats withEvaluation(StepStats stats, const BackgroundEvaluator::Result& r) {
-  stats.evalAccuracy = r.accuracy;
+  stats.evalAccuracy = r.evaluation.accuracy;
+  stats.evalLoss = r.evaluation.loss;
   stats.evalStep = r.step;
   stats.evalAgeSeconds =
       std::chrono::duration<double>(BackgroundEvaluator::Clock::now() - r.takenAt).count();
@@ -700,10 +721,10 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
           torch::NoGradGuard noGrad;
           const torch::Tensor own = flat_.values.clone();
           flat_.values.copy_(job->values);
-          stats->evalAccuracy = evaluate();
+          stats->setEvaluation(evaluate());
           flat_.values.copy_(own);
         } else {
-          stats->evalAccuracy = evaluate();
+          stats->setEvaluation(evaluate());
         }
         stats->evalStep = job ? job->step : step_;
         stats->evalAgeSeconds =

@@ -149,6 +149,12 @@ class StepHook {
   }
 };
 
+// A model measured on the test split.
+struct Evaluation {
+  std::optional<double> accuracy;  // top-1; classification only
+  double loss = 0;                 // mean per sample: cross-entropy, or squared error
+};
+
 struct StepStats {
   int64_t step = 0;  // steps completed
   double loss = 0;
@@ -159,9 +165,16 @@ struct StepStats {
   // evaluation, or for the job's model, StepHook::jobModel), and how long
   // before this report that model was taken (0 for an evaluation run in
   // line).
+  // (Classification only; evalLoss is set with every evaluation.)
   std::optional<double> evalAccuracy;
+  std::optional<double> evalLoss;
   std::optional<int64_t> evalStep;
   double evalAgeSeconds = 0;
+
+  void setEvaluation(const Evaluation& e) {
+    evalAccuracy = e.accuracy;
+    evalLoss = e.loss;
+  }
 };
 
 class BackgroundEvaluator;
@@ -201,7 +214,7 @@ class Trainer {
   Status run(const std::function<void(const StepStats&)>& progress);
 
   // Top-1 accuracy of the current parameters on the test set.
-  double evaluate();
+  Evaluation evaluate();
 
   // From now on, periodic evaluations (every evalInterval steps) run in the
   // background on `evalModel`, a second instance of the same architecture:

@@ -210,7 +210,7 @@ CEL_ONLY = [
     (merged({"model": {"builtin": "mlp", "torchscript": "/m.pt"}}),
      "set exactly one of builtin and torchscript"),
     (merged({"model": {"builtin": ""}}), "builtin is empty and no torchscript is set"),
-    (merged({"dataset": {"path": ""}}), "needs a path"),
+    (merged({"dataset": {"name": "npy", "path": ""}}), "needs a path"),
     ({"regions": [{"name": "a"}, {"name": "a"}]}, "x-kubernetes-list-map-keys"),
     ({"regions": [{"name": "a", "gateway": {"serviceType": "NodePort"}}]},
      "a NodePort gateway needs an endpoint"),

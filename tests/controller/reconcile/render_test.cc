@@ -146,6 +146,21 @@ TEST(Render, WorkerConfigOfARegion) {
   ASSERT_TRUE(placeByCompletionIndex(pod, 1).ok());
   EXPECT_EQ(pod.worker.rank, 3);
   EXPECT_TRUE(validateWorkerConfig(pod).ok()) << validateWorkerConfig(pod).message();
+  // tokyo keeps its own data (its dataPath): its two workers split it, the
+  // second reads shard 1 of 2 of tokyo's copy, not shard 3 of 4.
+  EXPECT_EQ(pod.dataset.sharding, "region");
+  EXPECT_EQ(effectiveShardIndex(pod), 1);
+  EXPECT_EQ(effectiveShardCount(pod), 2);
+  // london reads the job's shared path: a split over the whole job.
+  auto london = renderWorkerConfig(kJob, spec, 0, kEndpoints, {});
+  ASSERT_TRUE(london.ok());
+  EXPECT_EQ(london->dataset.sharding, "job");
+  // An explicit choice wins over the derived one.
+  api::TrainingJobSpec shared = spec;
+  shared.worker.dataset.sharding = "job";
+  auto tokyoShared = renderWorkerConfig(kJob, shared, 1, kEndpoints, {});
+  ASSERT_TRUE(tokyoShared.ok());
+  EXPECT_EQ(tokyoShared->dataset.sharding, "job");
 
   // Without the other region's gateway address there is no config yet.
   auto waiting = renderWorkerConfig(kJob, spec, 1, {{"tokyo", "tk.example.org:31000"}}, {});

@@ -215,14 +215,41 @@ TEST(LocalRankConfigs, EveryGeneratedConfigIsValidAndSurvivesYaml) {
     WorkerConfig base;
     base.sync.algorithm = "allreduce";
     base.checkpoint.dir = "/ckpt";
+    base.output.path = "/model";
     const auto configs = makeRankConfigs(base, t, layout(t.worldSize()));
     ASSERT_TRUE(validateRankConfigs(configs).ok()) << validateRankConfigs(configs).toString();
     for (const WorkerConfig& c : configs) {
       EXPECT_EQ(c.checkpoint.dir, "/ckpt/rank-" + std::to_string(c.worker.rank));
+      // One model out: rank 0 writes it (the regions share a file system).
+      EXPECT_EQ(c.output.path, c.worker.rank == 0 ? "/model" : "");
       auto back = parseWorkerConfig(toYaml(c), "worker.yaml");
       ASSERT_TRUE(back.ok()) << back.status().toString();
       EXPECT_EQ(*back, c);
     }
+  }
+}
+
+// "/data/{region}": each region reads its own copy, split among its workers;
+// one shared path is split over the whole job.
+TEST(LocalRankConfigs, ARegionPlaceholderMakesEachRegionReadItsOwnCopy) {
+  const Topology t = topology("london,tokyo", 2);
+  WorkerConfig base;
+  base.sync.algorithm = "dts";
+  base.dataset.name = "npy";
+  base.dataset.path = "/data/{region}/npy";
+  const auto configs = makeRankConfigs(base, t, layout(t.worldSize()));
+  ASSERT_TRUE(validateRankConfigs(configs).ok()) << validateRankConfigs(configs).toString();
+  for (const WorkerConfig& c : configs) {
+    EXPECT_EQ(c.dataset.path, "/data/" + c.worker.region + "/npy");
+    EXPECT_EQ(c.dataset.sharding, "region");
+    EXPECT_EQ(effectiveShardIndex(c), c.worker.localRank);
+    EXPECT_EQ(effectiveShardCount(c), 2);
+  }
+  base.dataset.path = "/data/shared";
+  for (const WorkerConfig& c : makeRankConfigs(base, t, layout(t.worldSize()))) {
+    EXPECT_EQ(c.dataset.sharding, "job");
+    EXPECT_EQ(effectiveShardIndex(c), c.worker.rank);
+    EXPECT_EQ(effectiveShardCount(c), 4);
   }
 }
 

@@ -97,11 +97,12 @@ TEST(LocalWorkerEvent, LenientOnContentStrictOnForm) {
 }
 
 TEST(LocalCsv, HeaderAndRows) {
-  EXPECT_EQ(csvHeader(),
-            "wall_seconds,rank,region,step,loss,samples_per_second,eval_accuracy,eval_step,"
-            "wan_sent_bytes,wan_received_bytes,lan_sent_bytes,lan_received_bytes,payload_bytes,"
-            "staleness_mean,"
-            "staleness_max,delay,applied_updates,missing,event\n");
+  EXPECT_EQ(
+      csvHeader(),
+      "wall_seconds,rank,region,step,loss,samples_per_second,eval_accuracy,eval_step,"
+      "eval_loss,wan_sent_bytes,wan_received_bytes,lan_sent_bytes,lan_received_bytes,payload_bytes,"
+      "staleness_mean,"
+      "staleness_max,delay,applied_updates,missing,event\n");
   const WorkerEvent full = event(
       progress(2, 50, 3.2,
                R"(,"loss":0.61,"samplesPerSecond":1200.5,"evalAccuracy":0.81,"sync":{"delay":4,)"
@@ -109,16 +110,20 @@ TEST(LocalCsv, HeaderAndRows) {
                R"("bytes":{"wanSent":10,"wanReceived":20,)"
                R"("lanSent":30,"lanReceived":40,"payload":80})"));
   EXPECT_EQ(csvRow(1.23456, 2, "tokyo", full),
-            "1.235,2,tokyo,50,0.61,1200.5,0.81,50,10,20,30,40,80,3.5,4,4,12,1,progress\n");
+            "1.235,2,tokyo,50,0.61,1200.5,0.81,50,,10,20,30,40,80,3.5,4,4,12,1,progress\n");
   // Absent values are empty cells: no evaluation on this step.
   const WorkerEvent sparse = event(progress(0, 60, 4.0, R"(,"loss":0.5)"));
-  EXPECT_EQ(csvRow(2, 0, "london", sparse), "2.000,0,london,60,0.5,,,,,,,,,,,,,,progress\n");
+  EXPECT_EQ(csvRow(2, 0, "london", sparse), "2.000,0,london,60,0.5,,,,,,,,,,,,,,,progress\n");
   // A background evaluation: the step it measured, earlier than the line's.
   const WorkerEvent late = event(progress(
       0, 70, 5.0, R"(,"loss":0.4,"evalAccuracy":0.83,"evalStep":50,"evalAgeSeconds":1.5)"));
   EXPECT_EQ(late.evalStep, 50);
   EXPECT_EQ(late.evalAgeSeconds, 1.5);
-  EXPECT_EQ(csvRow(3, 0, "london", late), "3.000,0,london,70,0.4,,0.83,50,,,,,,,,,,,progress\n");
+  EXPECT_EQ(csvRow(3, 0, "london", late), "3.000,0,london,70,0.4,,0.83,50,,,,,,,,,,,,progress\n");
+  // A regression job's evaluation: a loss, no accuracy.
+  const WorkerEvent mse = event(progress(0, 80, 6.0, R"(,"loss":0.3,"evalLoss":0.0125)"));
+  EXPECT_EQ(mse.evalLoss, 0.0125);
+  EXPECT_EQ(csvRow(4, 0, "london", mse), "4.000,0,london,80,0.3,,,80,0.0125,,,,,,,,,,,progress\n");
 }
 
 TEST(LocalTimeToAccuracy, FirstEvaluationAtOrAboveEachThreshold) {

@@ -328,6 +328,7 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
       {"geotrain_train_loss", "gauge"},
       {"geotrain_train_step", "gauge"},
       {"geotrain_eval_accuracy", "gauge"},
+      {"geotrain_eval_loss", "gauge"},
       {"geotrain_samples_total", "counter"},
       {"geotrain_codec_seconds_total", "counter"},
       {"geotrain_sync_delay_steps", "gauge"},

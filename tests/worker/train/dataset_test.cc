@@ -401,7 +401,183 @@ TEST_F(DatasetFiles, Cifar10Errors) {
                  {"test_batch.bin", "label 200 of record 1 is out of range"});
 }
 
-// ---- Synthetic -------------------------------------------------------------------
+// ---- npy: a user's own arrays ----------------------------------------------------
+
+// A .npy file as numpy.save writes it (format 1.0): magic, version, header
+// length, the dict literal padded with spaces to a multiple of 64 bytes, then
+// the raw elements.
+std::vector<uint8_t> npyFile(const std::string& descr, const std::vector<int64_t>& shape,
+                             const void* data, size_t bytes, bool fortran = false) {
+  std::string shapeText = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    shapeText += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? "," : "");
+    if (i + 1 < shape.size()) shapeText += " ";
+  }
+  shapeText += ")";
+  std::string header = fmt::format("{{'descr': '{}', 'fortran_order': {}, 'shape': {}, }}", descr,
+                                   fortran ? "True" : "False", shapeText);
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::vector<uint8_t> out = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  out.push_back(static_cast<uint8_t>(header.size() & 0xff));
+  out.push_back(static_cast<uint8_t>(header.size() >> 8));
+  out.insert(out.end(), header.begin(), header.end());
+  const auto* p = static_cast<const uint8_t*>(data);
+  out.insert(out.end(), p, p + bytes);
+  return out;
+}
+
+template <typename T>
+std::vector<uint8_t> npyOf(const std::string& descr, const std::vector<int64_t>& shape,
+                           const std::vector<T>& values) {
+  return npyFile(descr, shape, values.data(), values.size() * sizeof(T));
+}
+
+class DatasetNpy : public DatasetFiles {
+ protected:
+  // n samples of [2, 3] float32 features (sample i, element k = i + k / 10)
+  // and labels i % classes, in both splits.
+  void writeClassification(int64_t n, int64_t classes) {
+    for (const std::string split : {"train", "test"}) {
+      std::vector<float> x;
+      std::vector<int64_t> y;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int k = 0; k < 6; ++k) x.push_back(static_cast<float>(i) + static_cast<float>(k) / 10);
+        y.push_back(i % classes);
+      }
+      writeFile(dir_ / (split + "_x.npy"), npyOf("<f4", {n, 2, 3}, x));
+      writeFile(dir_ / (split + "_y.npy"), npyOf("<i8", {n}, y));
+    }
+  }
+  StatusOr<TensorDataset> loadNpy(Split split = Split::kTrain, int64_t classes = 0) {
+    return loadDataset(DatasetSpec{.name = "npy", .path = dir_, .classes = classes}, split);
+  }
+  void expectError(const StatusOr<TensorDataset>& r, StatusCode code,
+                   const std::vector<std::string>& pieces) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), code) << r.status().toString();
+    for (const std::string& piece : pieces) {
+      EXPECT_NE(r.status().message().find(piece), std::string::npos)
+          << "\"" << piece << "\" missing from: " << r.status().toString();
+    }
+  }
+};
+
+TEST_F(DatasetNpy, ClassificationOfAnyShapeWithClassesFromTheLabels) {
+  writeClassification(40, 13);
+  auto train = loadNpy();
+  ASSERT_TRUE(train.ok()) << train.status().toString();
+  EXPECT_EQ(train->inputs.sizes(), (std::vector<int64_t>{40, 2, 3}));
+  EXPECT_EQ(train->inputs.dtype(), torch::kFloat);
+  EXPECT_FLOAT_EQ(train->inputs[7][1][2].item<float>(), 7.5f);
+  EXPECT_EQ(train->targets.dtype(), torch::kLong);
+  EXPECT_EQ(train->targets[27].item<int64_t>(), 1);
+  EXPECT_FALSE(train->regression());
+  EXPECT_EQ(train->numClasses, 13);  // beyond ten classes, from the largest label
+  auto test = loadNpy(Split::kTest);
+  ASSERT_TRUE(test.ok());
+  EXPECT_TRUE(checkSplitsAgree(*train, *test, "npy").ok());
+  // A shard of a memory-mapped set owns its rows (the mapping may go).
+  const TensorDataset half = shard(*train, 1, 2);
+  EXPECT_EQ(half.size(), 20);
+  EXPECT_FLOAT_EQ(half.inputs[0][0][0].item<float>(), 1.0f);
+  // model.classes fixes the count; a label at or above it is an error.
+  auto wide = loadNpy(Split::kTrain, 100);
+  ASSERT_TRUE(wide.ok());
+  EXPECT_EQ(wide->numClasses, 100);
+  expectError(loadNpy(Split::kTrain, 5), StatusCode::kDataLoss,
+              {"train_y.npy", "label 5 of sample 5 is out of range", "[0, 5)", "model.classes"});
+}
+
+TEST_F(DatasetNpy, RegressionTargetsAndConvertedFeatures) {
+  for (const std::string split : {"train", "test"}) {
+    const std::vector<double> x = {1, 2, 3, 4, 5, 6};  // float64: converted to float32
+    const std::vector<float> y = {0.5f, -1, 2, 0.25f, 3, 4};
+    writeFile(dir_ / (split + "_x.npy"), npyOf("<f8", {3, 2}, x));
+    writeFile(dir_ / (split + "_y.npy"), npyOf("<f4", {3, 2}, y));
+  }
+  auto train = loadNpy();
+  ASSERT_TRUE(train.ok()) << train.status().toString();
+  EXPECT_TRUE(train->regression());
+  EXPECT_EQ(train->numClasses, 2);  // targets per sample
+  EXPECT_EQ(train->targets.sizes(), (std::vector<int64_t>{3, 2}));
+  EXPECT_FLOAT_EQ(train->targets[1][1].item<float>(), 0.25f);
+  EXPECT_EQ(train->inputs.dtype(), torch::kFloat);
+  EXPECT_FLOAT_EQ(train->inputs[2][1].item<float>(), 6.0f);
+  // One target per sample may be a flat [N] file.
+  writeFile(dir_ / "train_y.npy", npyOf("<f8", {3}, std::vector<double>{1, 2, 3}));
+  auto flat = loadNpy();
+  ASSERT_TRUE(flat.ok()) << flat.status().toString();
+  EXPECT_EQ(flat->targets.sizes(), (std::vector<int64_t>{3, 1}));
+  auto test = loadNpy(Split::kTest);
+  ASSERT_TRUE(test.ok());
+  const Status s = checkSplitsAgree(*flat, *test, "npy");
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("1 targets per training sample, 2 per test sample"), std::string::npos)
+      << s.toString();
+}
+
+TEST_F(DatasetNpy, BadFilesAreNamedWithWhatIsWrong) {
+  writeClassification(10, 3);
+  const fs::path x = dir_ / "train_x.npy";
+  const fs::path y = dir_ / "train_y.npy";
+  const auto good = readFile(x);
+  // Missing.
+  fs::remove(dir_ / "test_y.npy");
+  expectError(loadNpy(Split::kTest), StatusCode::kNotFound, {"test_y.npy", "no such file"});
+  // Not numpy's at all.
+  writeFile(x, {'h', 'e', 'l', 'l', 'o', ',', ' ', 'w', 'o', 'r', 'l', 'd'});
+  expectError(loadNpy(), StatusCode::kDataLoss, {"train_x.npy", "not a .npy file"});
+  // Truncated, and with trailing bytes.
+  writeFile(x, std::vector<uint8_t>(good.begin(), good.end() - 5));
+  expectError(loadNpy(), StatusCode::kDataLoss, {"train_x.npy", "truncated"});
+  auto longer = good;
+  longer.push_back(0);
+  writeFile(x, longer);
+  expectError(loadNpy(), StatusCode::kDataLoss, {"train_x.npy", "trailing bytes"});
+  // Big-endian, Fortran order, a dtype numpy has and we do not take.
+  const std::vector<float> six(60, 1.0f);
+  writeFile(x, npyOf(">f4", {10, 6}, six));
+  expectError(loadNpy(), StatusCode::kInvalidArgument, {"train_x.npy", ">f4", "big-endian"});
+  writeFile(x, npyFile("<f4", {10, 6}, six.data(), six.size() * 4, /*fortran=*/true));
+  expectError(loadNpy(), StatusCode::kInvalidArgument, {"train_x.npy", "Fortran order"});
+  writeFile(x, npyOf("<c8", {10, 3}, six));
+  expectError(loadNpy(), StatusCode::kInvalidArgument, {"train_x.npy", "dtype <c8"});
+  writeFile(x, good);
+  // Labels: a count that differs from the features', a negative label.
+  writeFile(y, npyOf("<i8", {9}, std::vector<int64_t>(9, 0)));
+  expectError(loadNpy(), StatusCode::kDataLoss, {"train_y.npy", "int64 [9]", "expected [10]"});
+  std::vector<int32_t> labels(10, 1);
+  labels[4] = -2;
+  writeFile(y, npyOf("<i4", {10}, labels));
+  expectError(loadNpy(), StatusCode::kDataLoss,
+              {"train_y.npy", "label -2 of sample 4 is out of range"});
+  // Integer labels must be one per sample.
+  writeFile(y, npyOf("<i8", {10, 2}, std::vector<int64_t>(20, 0)));
+  expectError(loadNpy(), StatusCode::kDataLoss, {"train_y.npy", "one per sample"});
+  // A test label the training split never had.
+  writeClassification(10, 3);
+  std::vector<int64_t> testLabels(10, 0);
+  testLabels[9] = 7;
+  writeFile(dir_ / "test_y.npy", npyOf("<i8", {10}, testLabels));
+  auto train = loadNpy();
+  auto test = loadNpy(Split::kTest);
+  ASSERT_TRUE(train.ok() && test.ok());
+  const Status s = checkSplitsAgree(*train, *test, "npy");
+  EXPECT_NE(s.message().find("test label 7 is out of range"), std::string::npos) << s.toString();
+  // No folder named.
+  expectError(loadDataset(DatasetSpec{.name = "npy"}, Split::kTrain), StatusCode::kInvalidArgument,
+              {"dataset.path"});
+}
+
+TEST(DatasetInputs, DescribedForTheExportedModel) {
+  EXPECT_EQ(describeInputs("fashion-mnist"),
+            "float32 [N, 1, 28, 28]: (pixel / 255 - 0.2860) / 0.3530");
+  EXPECT_NE(describeInputs("cifar10").find("R, G, B"), std::string::npos);
+  EXPECT_NE(describeInputs("npy").find("as they are"), std::string::npos);
+}
+
+// ---- Synthetic -----------------------------------------------------------------
 
 TEST(DatasetSynthetic, DeterministicPerSeedAndDifferentAcrossSeeds) {
   auto spec = DatasetSpec{.name = "synthetic", .syntheticSamples = 600, .seed = 7};

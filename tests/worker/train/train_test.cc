@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <spdlog/sinks/ostream_sink.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
 #include <atomic>
@@ -214,7 +215,7 @@ TEST(TrainTorchScript, UserModelTrainsFromCpp) {
   const auto [first, lastMean] = lossDrop(*t, o.steps);
   EXPECT_GT(first, 1.8);  // untrained: about ln(10) = 2.3
   EXPECT_LT(lastMean, 0.35 * first);
-  EXPECT_GE(t->evaluate(), 0.75);
+  EXPECT_GE(*t->evaluate().accuracy, 0.75);
 }
 
 fs::path tempDir(const std::string& name) {
@@ -241,6 +242,84 @@ class CountingHook : public StepHook {
   }
   int64_t steps_ = 0;
 };
+
+// ---- Export --------------------------------------------------------------------
+
+// The exported files give back the trained model: the TorchScript module
+// computes the same outputs (the same ops, to float rounding) and the state dict
+// holds every parameter and buffer by name. Python's side (torch.load,
+// torch.jit.load) is tests/worker/train/export_python_test.py.
+TEST(TrainExport, TorchScriptAndStateDictGiveTheModelBack) {
+  const auto& data = fashion();
+  ASSERT_GT(data.test.size(), 0);
+  const torch::Tensor x = data.test.inputs.narrow(0, 0, 64);
+  for (const std::string builtin : {"mlp", "cnn", "resnet18"}) {
+    SCOPED_TRACE(builtin);
+    torch::manual_seed(3);
+    const std::vector<int64_t> shape =
+        builtin == "resnet18" ? std::vector<int64_t>{3, 32, 32} : std::vector<int64_t>{1, 28, 28};
+    auto m = makeModel({builtin, ""}, shape, 10);
+    ASSERT_TRUE(m.ok()) << m.status().toString();
+    (*m)->setTraining(false);
+    const fs::path dir = tempDir("geo-export-" + builtin);
+    auto written = exportModel(**m, dir, "{\"model\": \"test\"}\n");
+    ASSERT_TRUE(written.ok()) << written.status().toString();
+    EXPECT_TRUE(fs::exists(dir / "model.pt"));
+    EXPECT_TRUE(fs::exists(dir / "model.json"));
+    EXPECT_FALSE(fs::exists(dir / "model.pt.partial"));
+    // The state dict, read back as torch.load would.
+    std::ifstream in(dir / "model.pt", std::ios::binary);
+    const std::vector<char> bytes{std::istreambuf_iterator<char>(in),
+                                  std::istreambuf_iterator<char>()};
+    const auto state = torch::pickle_load(bytes).toGenericDict();
+    const auto params = (*m)->namedParameters();
+    const auto buffers = (*m)->namedBuffers();
+    EXPECT_EQ(state.size(), params.size() + buffers.size());
+    for (const auto& [name, t] : params) {
+      ASSERT_TRUE(state.contains(name)) << name;
+      EXPECT_TRUE(torch::equal(state.at(name).toTensor(), t)) << name;
+    }
+    if (builtin == "resnet18") {
+      // No TorchScript form yet: the state dict alone, and nothing half-written.
+      EXPECT_EQ(written->size(), 2u);
+      EXPECT_FALSE(fs::exists(dir / "model.torchscript.pt"));
+      continue;
+    }
+    ASSERT_EQ(written->size(), 3u);
+    torch::jit::Module loaded = torch::jit::load((dir / "model.torchscript.pt").string());
+    torch::NoGradGuard noGrad;
+    const torch::Tensor want = (*m)->forward(x);
+    const torch::Tensor got = loaded.forward({x}).toTensor();
+    // The same ops; TorchScript's executor may block them differently, so
+    // equal to float rounding rather than bit for bit.
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << (got - want).abs().max().item<float>();
+    std::vector<std::string> names;
+    for (const auto& p : loaded.named_parameters()) names.push_back(p.name);
+    EXPECT_EQ(names.size(), params.size());
+    fs::remove_all(dir);
+  }
+  // A folder that cannot be made is named.
+  torch::manual_seed(3);
+  auto m = makeModel({"mlp", ""}, {1, 28, 28}, 10);
+  ASSERT_TRUE(m.ok());
+  auto refused = exportModel(**m, "/proc/geotrain-export", "{}");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("/proc/geotrain-export"), std::string::npos)
+      << refused.status().toString();
+}
+
+// Tabular inputs and more than ten outputs: the mlp takes any sample shape;
+// the image models say what they need.
+TEST(TrainModels, AnyInputShapeForTheMlpImagesForTheOthers) {
+  auto m = makeModel({"mlp", ""}, {12}, 37);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_EQ((*m)->forward(torch::zeros({5, 12})).sizes(), (std::vector<int64_t>{5, 37}));
+  auto cnn = makeModel({"cnn", ""}, {12}, 3);
+  ASSERT_FALSE(cnn.ok());
+  EXPECT_NE(cnn.status().message().find("cnn takes images [C, H, W]; the data's samples are [12]"),
+            std::string::npos)
+      << cnn.status().toString();
+}
 
 TEST(TrainCheckpoint, ResumeGivesBitwiseTheSameParameters) {
   TrainerOptions o;
@@ -631,7 +710,7 @@ double accuracyOf(const torch::Tensor& values, const TrainerOptions& o) {
     torch::NoGradGuard noGrad;
     t->flat().values.copy_(values);
   }
-  return t->evaluate();
+  return *t->evaluate().accuracy;
 }
 
 // From now on `t` evaluates periodically in the background, on a second mlp.
@@ -714,7 +793,7 @@ TEST(TrainEvaluation, MeasuresTheJobModelWhereTheHookKeepsOne) {
       if (!st.evalAccuracy) continue;
       ASSERT_TRUE(st.evalStep.has_value());
       if (*st.evalStep == o.steps) {  // the final one: the final model
-        EXPECT_EQ(*st.evalAccuracy, t->evaluate());
+        EXPECT_EQ(*st.evalAccuracy, *t->evaluate().accuracy);
         continue;
       }
       ++periodic;
