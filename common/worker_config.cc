@@ -700,22 +700,30 @@ std::vector<Section> buildSchema() {
   schema.push_back(
       {"model",
        {makeField("builtin", &W::model, &W::Model::builtin, string,
-                  oneOf({"mlp", "cnn", "resnet18"}, /*emptyAllowed=*/true), clearTorchscript),
+                  oneOf({"mlp", "cnn", "resnet18", "gpt"}, /*emptyAllowed=*/true),
+                  clearTorchscript),
         makeField("torchscript", &W::model, &W::Model::torchscript, string, anyString(),
                   clearBuiltin),
-        makeField("classes", &W::model, &W::Model::classes, integer, between(0, kMaxClasses))}});
-  schema.push_back({"dataset",
-                    {makeField("name", &W::dataset, &W::Dataset::name, string,
-                               oneOf({"fashion-mnist", "mnist", "cifar10", "synthetic", "npy"})),
-                     makeField("path", &W::dataset, &W::Dataset::path, string, anyString()),
-                     makeField("sharding", &W::dataset, &W::Dataset::sharding, string,
-                               oneOf({"auto", "job", "region"})),
-                     makeField("shardIndex", &W::dataset, &W::Dataset::shardIndex, optionalInteger,
-                               shardRule(0)),
-                     makeField("shardCount", &W::dataset, &W::Dataset::shardCount, optionalInteger,
-                               shardRule(1)),
-                     makeField("syntheticSamples", &W::dataset, &W::Dataset::syntheticSamples,
-                               integer, between(1, kMaxSyntheticSamples))}});
+        makeField("classes", &W::model, &W::Model::classes, integer, between(0, kMaxClasses)),
+        makeField("width", &W::model, &W::Model::width, integer, between(0, kMaxModelWidth)),
+        makeField("layers", &W::model, &W::Model::layers, integer, between(1, kMaxModelLayers)),
+        makeField("heads", &W::model, &W::Model::heads, integer, between(1, kMaxModelLayers)),
+        makeField("context", &W::model, &W::Model::context, integer, between(1, kMaxContext))}});
+  schema.push_back(
+      {"dataset",
+       {makeField("name", &W::dataset, &W::Dataset::name, string,
+                  oneOf({"fashion-mnist", "mnist", "cifar10", "synthetic", "npy", "tokens"})),
+        makeField("path", &W::dataset, &W::Dataset::path, string, anyString()),
+        makeField("sharding", &W::dataset, &W::Dataset::sharding, string,
+                  oneOf({"auto", "job", "region"})),
+        makeField("shardIndex", &W::dataset, &W::Dataset::shardIndex, optionalInteger,
+                  shardRule(0)),
+        makeField("shardCount", &W::dataset, &W::Dataset::shardCount, optionalInteger,
+                  shardRule(1)),
+        makeField("syntheticSamples", &W::dataset, &W::Dataset::syntheticSamples, integer,
+                  between(1, kMaxSyntheticSamples)),
+        makeField("tokenBytes", &W::dataset, &W::Dataset::tokenBytes, integer,
+                  oneOf(std::vector<int64_t>{2, 4}))}});
   schema.push_back(
       {"training",
        {makeField("steps", &W::training, &W::Training::steps, integer, atLeast(1)),
@@ -739,7 +747,7 @@ std::vector<Section> buildSchema() {
         makeField("device", &W::training, &W::Training::device, string,
                   oneOf({"auto", "cpu", "cuda"})),
         makeField("loss", &W::training, &W::Training::loss, string,
-                  oneOf({"cross-entropy", "mse"})),
+                  oneOf({"cross-entropy", "mse", "next-token"})),
         makeField("threads", &W::training, &W::Training::threads, integer,
                   between(0, kMaxThreads))}});
   schema.push_back(
@@ -1062,6 +1070,55 @@ Status validateRelations(const WorkerConfig& c) {
     return invalidArgument(
         "dataset.path: \"\" is not allowed with dataset.name: npy (allowed: the folder holding "
         "train_x.npy, train_y.npy, test_x.npy and test_y.npy)");
+  }
+  if (c.dataset.path.empty() && c.dataset.name == "tokens") {
+    return invalidArgument(
+        "dataset.path: \"\" is not allowed with dataset.name: tokens (allowed: the folder holding "
+        "train.bin and val.bin)");
+  }
+  // Every worker must build the same model. With each region reading data
+  // of its own, a class count (or vocabulary, or target width) taken from
+  // the data could differ between regions, and the workers would then
+  // refuse each other's updates all job long: it must be given.
+  if (c.dataset.sharding == "region" && c.model.classes == 0 &&
+      (c.dataset.name == "npy" || c.dataset.name == "tokens")) {
+    return invalidArgument(fmt::format(
+        "model.classes: 0 is not allowed with dataset.sharding: region and dataset.name: {} "
+        "(allowed: the job's {} count, 1..{}: each region's data could imply another, and every "
+        "worker must build the same model)",
+        c.dataset.name,
+        c.dataset.name == "tokens" ? "vocabulary"
+        : c.training.loss == "mse" ? "targets-per-sample"
+                                   : "class",
+        kMaxClasses));
+  }
+  // Token windows go with the next-token loss and the gpt (or a TorchScript
+  // model taking [N, context] token ids), and nothing else with either.
+  const bool tokens = c.dataset.name == "tokens";
+  if (tokens != (c.training.loss == "next-token")) {
+    return invalidArgument(fmt::format(
+        "training.loss: {} is not allowed with dataset.name: {} (allowed: {})", c.training.loss,
+        c.dataset.name, tokens ? "next-token" : "cross-entropy or mse"));
+  }
+  if (c.model.builtin == "gpt" && !tokens) {
+    return invalidArgument(fmt::format(
+        "model.builtin: gpt is not allowed with dataset.name: {} (allowed: tokens; the gpt reads "
+        "token ids)",
+        c.dataset.name));
+  }
+  if (tokens && !c.model.builtin.empty() && c.model.builtin != "gpt") {
+    return invalidArgument(fmt::format(
+        "model.builtin: {} is not allowed with dataset.name: tokens (allowed: gpt, or a "
+        "TorchScript model)",
+        c.model.builtin));
+  }
+  if (c.model.builtin == "gpt") {
+    const int64_t width = c.model.width > 0 ? c.model.width : 128;
+    if (width % c.model.heads != 0) {
+      return invalidArgument(
+          fmt::format("model.heads: {} is not allowed (allowed: a divisor of model.width = {})",
+                      c.model.heads, width));
+    }
   }
 
   const auto peerCount = static_cast<int64_t>(c.transport.peers.size());

@@ -55,7 +55,10 @@ inline constexpr double kMaxSeconds = 1e6;
 // dataset.syntheticSamples: the synthetic set is generated in memory, 3 KiB
 // a sample (1e6 samples: about 3 GiB).
 inline constexpr int64_t kMaxSyntheticSamples = 1000000;
-inline constexpr int64_t kMaxClasses = 1 << 20;  // model.classes
+inline constexpr int64_t kMaxClasses = 1 << 20;     // model.classes
+inline constexpr int64_t kMaxModelWidth = 1 << 16;  // model.width
+inline constexpr int64_t kMaxModelLayers = 256;     // model.layers, model.heads
+inline constexpr int64_t kMaxContext = 1 << 16;     // model.context
 // sync.bucket and sync.bits: exactly what the QSGD kernels accept
 // (kernels/qsgd_limits.h), so a value the kernels would refuse is refused
 // here, by the controller and by `geotrain local` rather than when a worker
@@ -114,12 +117,20 @@ struct WorkerConfig {
     // split's largest label + 1 for cross-entropy, the targets' width for
     // mse); 1..kMaxClasses fixes them (a label at or above it is an error).
     int64_t classes = 0;
+    // The built-ins' size. width: the mlp's hidden units and the gpt's
+    // embedding (0: the model's default, 256 and 128); gpt only: layers,
+    // attention heads (dividing width) and context (tokens it attends over,
+    // the length of the windows it trains on).
+    int64_t width = 0;
+    int64_t layers = 4;
+    int64_t heads = 4;
+    int64_t context = 128;
 
     bool operator==(const Model&) const = default;
   };
 
   struct Dataset {
-    std::string name = "fashion-mnist";  // fashion-mnist|mnist|cifar10|synthetic|npy
+    std::string name = "fashion-mnist";  // fashion-mnist|mnist|cifar10|synthetic|npy|tokens
     // The folder with the data set's files. Empty: where the Debian package
     // installs it (/usr/share/datasets/<name>); npy needs one.
     std::string path;
@@ -139,6 +150,7 @@ struct WorkerConfig {
     std::optional<int64_t> shardIndex;
     std::optional<int64_t> shardCount;
     int64_t syntheticSamples = 60000;  // size of the `synthetic` data set, 1..kMaxSyntheticSamples
+    int64_t tokenBytes = 2;            // tokens: bytes per token id in train.bin/val.bin, 2 or 4
 
     bool operator==(const Dataset&) const = default;
   };
@@ -160,7 +172,8 @@ struct WorkerConfig {
     int64_t evalBacklog = 0;            // 0..kMaxEvalBacklog; snapshots waiting for evaluation
     int64_t logInterval = 50;           // >= 0; 0 = no periodic log lines
     std::string device = "auto";        // auto|cpu|cuda
-    // cross-entropy (integer labels) | mse (float targets: regression).
+    // cross-entropy (integer labels) | mse (float targets: regression) |
+    // next-token (tokens: cross-entropy of each position's next token).
     std::string loss = "cross-entropy";
     int64_t threads = 0;  // 0..kMaxThreads; intra-op threads, 0 = library default
 

@@ -28,6 +28,7 @@ PACKAGES=(
   prometheus                        # metrics tests: scrape a run and evaluate the dashboard's PromQL
   python3-jsonschema                # the CRD's schema against the controller's validation
   python3-torch python3-numpy       # the exported model read back by Python (torch.load, torch.jit.load)
+  python3.11-doc                    # the gpt test's corpus: the documentation's reStructuredText (scripts/prepare-text.py)
   yamllint                          # manifests/ and the chart's YAML
 )
 

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
         flag, [&shorthand, key](const std::string& v) { shorthand.emplace_back(key, v); },
         help + " (= --set " + key + "=...)");
   };
-  addShort("--model", "model.builtin", "Built-in model: mlp, cnn or resnet18");
+  addShort("--model", "model.builtin", "Built-in model: mlp, cnn, resnet18 or gpt");
   addShort("--torchscript", "model.torchscript", "TorchScript model file to train instead");
   addShort("--dataset", "dataset.name", "fashion-mnist, mnist, cifar10, synthetic or npy");
   addShort("--data-path", "dataset.path", "Folder with the data set files");

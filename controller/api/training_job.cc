@@ -752,7 +752,8 @@ ParsedSpec parseSpec(const json& object) {
   for (size_t i = 0; i < spec.regions.size(); ++i) {
     // The packaged data sets default to their Debian folder; a user's own
     // files have none.
-    if (spec.worker.dataset.name == "npy" && spec.dataPath(spec.regions[i]).empty()) {
+    const std::string& name = spec.worker.dataset.name;
+    if ((name == "npy" || name == "tokens") && spec.dataPath(spec.regions[i]).empty()) {
       errors.push_back({FieldError::Type::kRequired, fmt::format("spec.regions[{}].dataPath", i),
                         fmt::format("Required value (dataset {} needs a path: set "
                                     "spec.dataset.path or this)",

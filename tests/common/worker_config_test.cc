@@ -349,10 +349,10 @@ INSTANTIATE_TEST_SUITE_P(
                   {"log.level: verbose is not allowed (allowed: trace, debug, info, warn, error, "
                    "critical, off)"}},
         ErrorCase{"model:\n  builtin: vgg\n",
-                  {"model.builtin: vgg is not allowed (allowed: mlp, cnn, resnet18)"}},
+                  {"model.builtin: vgg is not allowed (allowed: mlp, cnn, resnet18, gpt)"}},
         ErrorCase{"dataset:\n  name: imagenet\n",
                   {"dataset.name: imagenet is not allowed (allowed: fashion-mnist, mnist, "
-                   "cifar10, synthetic, npy)"}},
+                   "cifar10, synthetic, npy, tokens)"}},
         ErrorCase{"dataset:\n  shardCount: 0\n",
                   {"dataset.shardCount: 0 is not allowed (allowed: an integer >= 1, or null"}},
         ErrorCase{"checkpoint:\n  keep: 0\n", {"checkpoint.keep: 0 is not allowed"}},
@@ -418,9 +418,23 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"dataset:\n  name: npy\n  path: \"\"\n",
                   {"dataset.path: \"\" is not allowed with dataset.name: npy (allowed: the "
                    "folder holding train_x.npy"}},
-        ErrorCase{"training:\n  loss: hinge\n",
-                  {"training.loss: hinge is not allowed (allowed: cross-entropy, mse)"}},
+        ErrorCase{
+            "training:\n  loss: hinge\n",
+            {"training.loss: hinge is not allowed (allowed: cross-entropy, mse, next-token)"}},
         ErrorCase{"model:\n  classes: -1\n", {"model.classes: -1 is not allowed"}},
+        ErrorCase{"dataset:\n  name: tokens\n  path: /data\n",
+                  {"training.loss: cross-entropy is not allowed with dataset.name: tokens "
+                   "(allowed: next-token)"}},
+        ErrorCase{"model:\n  builtin: gpt\n",
+                  {"model.builtin: gpt is not allowed with dataset.name: fashion-mnist (allowed: "
+                   "tokens"}},
+        ErrorCase{"model:\n  builtin: gpt\n  heads: 3\ndataset:\n  name: tokens\n  path: /d\n"
+                  "training:\n  loss: next-token\n",
+                  {"model.heads: 3 is not allowed (allowed: a divisor of model.width = 128)"}},
+        ErrorCase{"dataset:\n  tokenBytes: 3\n", {"dataset.tokenBytes: 3 is not allowed"}},
+        ErrorCase{"dataset:\n  name: npy\n  path: /d\n  sharding: region\n",
+                  {"model.classes: 0 is not allowed with dataset.sharding: region and "
+                   "dataset.name: npy (allowed: the job's class count"}},
         ErrorCase{"dataset:\n  sharding: rack\n",
                   {"dataset.sharding: rack is not allowed (allowed: auto, job, region)"}},
         ErrorCase{"metrics:\n  listen: \"\"\n",
@@ -857,7 +871,7 @@ TEST(WorkerConfig, DocsListEveryKeyWithItsDefault) {
   const std::string docs = readFile(GEO_WORKER_CONFIG_DOC);
   ASSERT_FALSE(docs.empty()) << "cannot read " << GEO_WORKER_CONFIG_DOC;
   const auto keys = defaultKeyValues();
-  EXPECT_EQ(keys.size(), 64u);  // the schema's key count: update with the docs
+  EXPECT_EQ(keys.size(), 69u);  // the schema's key count: update with the docs
   for (const auto& [path, value] : keys) {
     // A reference row: | `path` | type | `default` | allowed | meaning |
     const std::string rowStart = "| `" + path + "` |";

@@ -13,6 +13,7 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <thread>
@@ -128,10 +129,16 @@ Status exportJobModel(const WorkerConfig& c, train::Model& model, const ExportFa
   return {};
 }
 
-// "test accuracy 86.21%" (classification) or "test loss 0.0123".
-std::string describeEvaluation(std::optional<double> accuracy, double loss) {
-  return accuracy ? fmt::format("test accuracy {:.2f}%", *accuracy * 100)
-                  : fmt::format("test loss {:.5g}", loss);
+// "test accuracy 86.21%" (classification), "test loss 0.0123" (mse) or
+// "validation loss 1.52 (2.19 bits per token)" (next-token).
+std::string describeEvaluation(std::optional<double> accuracy, double loss,
+                               const std::string& lossName) {
+  if (accuracy) return fmt::format("test accuracy {:.2f}%", *accuracy * 100);
+  if (lossName == "next-token") {
+    return fmt::format("validation loss {:.4f} ({:.3f} bits per token)", loss,
+                       loss / std::log(2.0));
+  }
+  return fmt::format("test loss {:.5g}", loss);
 }
 
 // A step's log line for --progress-format text.
@@ -213,7 +220,8 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   const std::vector<int64_t> inputShape = data->inputShape;
   const int64_t numClasses = data->numClasses;
   torch::manual_seed(c.job.seed);  // identical initial weights on every worker
-  const train::ModelSpec modelSpec{c.model.builtin, c.model.torchscript};
+  const train::ModelSpec modelSpec{c.model.builtin, c.model.torchscript, c.model.width,
+                                   c.model.layers,  c.model.heads,       c.model.context};
   auto model = train::makeModel(modelSpec, data->inputShape, data->numClasses);
   if (!model.ok()) return reportFailure(&progress, model.status());
   const std::string describe = (*model)->describe();
@@ -293,7 +301,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     e.loss = st.loss;
     e.lr = st.lr;
     e.samplesPerSecond = st.samplesPerSecond;
-    if (st.evalAccuracy) {
+    if (st.evalAccuracy || st.evalLoss) {
       e.evalAccuracy = st.evalAccuracy;
       e.evalLoss = st.evalLoss;
       e.evalStep = st.evalStep.value_or(st.step);
@@ -330,7 +338,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     logger()->info(
         "the job finished before this worker could rejoin it; it holds the job's final model "
         "({})",
-        describeEvaluation(final.accuracy, final.loss));
+        describeEvaluation(final.accuracy, final.loss, c.training.loss));
     done.arrivedAfterEnd = true;
     done.testAccuracy = final.accuracy;
     done.testLoss = final.loss;
@@ -364,7 +372,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   progress.emit(std::move(done));
   if (finalAccuracy || finalEvalLoss) {
     logger()->info("done: {} steps, {}", c.training.steps,
-                   describeEvaluation(finalAccuracy, finalEvalLoss.value_or(0)));
+                   describeEvaluation(finalAccuracy, finalEvalLoss.value_or(0), c.training.loss));
   }
   if (metrics && c.metrics.lingerSeconds > 0) {
     // A worker that exits at once takes its final values with it before

@@ -78,6 +78,8 @@ StatusOr<TrainingData> loadTrainingData(const WorkerConfig& c) {
   spec.syntheticSamples = c.dataset.syntheticSamples;
   spec.seed = c.job.seed;
   spec.classes = c.model.classes;
+  spec.tokenBytes = c.dataset.tokenBytes;
+  spec.context = c.model.context;
   auto trainSplit = train::loadDataset(spec, train::Split::kTrain);
   if (!trainSplit.ok()) return trainSplit.status();
   auto test = train::loadDataset(spec, train::Split::kTest);
@@ -95,7 +97,8 @@ StatusOr<TrainingData> loadTrainingData(const WorkerConfig& c) {
   d.shardCount = effectiveShardCount(c);
   d.shard = train::shard(*trainSplit, d.shardIndex, d.shardCount);
   d.test = std::move(*test);
-  d.inputShape = trainSplit->inputs.sizes().slice(1).vec();
+  d.inputShape = trainSplit->isTokenStream() ? std::vector<int64_t>{trainSplit->context}
+                                             : trainSplit->inputs.sizes().slice(1).vec();
   d.numClasses = trainSplit->numClasses;
   return d;  // the shard owns its samples: the rest of the split goes here
 }

@@ -86,7 +86,10 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
                   "sync.timeoutSeconds", d.sync.timeoutSeconds));
   keyFlag("--steps", "N", keyHelp("Training steps", "training.steps", d.training.steps));
   keyFlag("--model", "NAME",
-          keyHelp("Built-in model: mlp, cnn or resnet18", "model.builtin", d.model.builtin));
+          keyHelp("Built-in model: mlp, cnn, resnet18 or gpt (gpt: on dataset.name tokens with "
+                  "training.loss next-token, which it sets; dataset.path names the folder with "
+                  "train.bin and val.bin, e.g. from scripts/prepare-text.py)",
+                  "model.builtin", d.model.builtin));
   keyFlag("--batch-size", "N",
           keyHelp("Samples per step and worker", "training.batchSize", d.training.batchSize));
   keyFlag("--lr", "LR", keyHelp("Learning rate", "training.lr", d.training.lr));

@@ -136,7 +136,8 @@ std::vector<std::string> renderRegionLines(const RunState& state,
         "{:>4}  delay {:>3}  eval {:>6}{}",
         t.regions[i], width, s.step, stepWidth, state.totalSteps(), number(s.loss, 4),
         s.samplesPerSecond, rate, number(s.stalenessMean, 1), number(s.delay, 0),
-        percent(s.evalAccuracy), s.done ? "  done" : ""));
+        s.evalAccuracy || !s.evalLoss ? percent(s.evalAccuracy) : number(s.evalLoss, 3),
+        s.done ? "  done" : ""));
   }
   return lines;
 }
@@ -170,15 +171,17 @@ std::string renderSummary(const RunSummary& summary, const RunPaths& paths) {
 
   std::string out =
       fmt::format("summary ({}, {:.1f} s)\n", summary.outcome, summary.overall.wallSeconds);
+  // A regression or a language model has a loss and no accuracy.
+  const bool lossOnly = !summary.overall.testAccuracy && summary.overall.testLoss;
   out += fmt::format(
       "  {:<{}}  {:>8}  {:>8}  {:>7}  {:>9}  {:>9}  {:>11}  {:>9}  {:>9}  {:>7}  {:>6}\n", "region",
-      width, "test acc", "wall s", "steps/s", "WAN MB", "LAN MB", "compression", "stale avg",
-      "stale max", "missing", "wait s");
+      width, lossOnly ? "test loss" : "test acc", "wall s", "steps/s", "WAN MB", "LAN MB",
+      "compression", "stale avg", "stale max", "missing", "wait s");
   auto row = [&](const std::string& name, const GroupSummary& g) {
     out += fmt::format(
         "  {:<{}}  {:>8}  {:>8.1f}  {:>7}  {:>9}  {:>9}  {:>11}  {:>9}  {:>9}  {:>7}  {:>6}\n",
-        name, width, percent(g.testAccuracy), g.wallSeconds, number(g.stepsPerSecond, 2),
-        megabytes(g.wanBytes()), megabytes(g.lanBytes()),
+        name, width, lossOnly ? number(g.testLoss, 4) : percent(g.testAccuracy), g.wallSeconds,
+        number(g.stepsPerSecond, 2), megabytes(g.wanBytes()), megabytes(g.lanBytes()),
         g.compressionRatio ? fmt::format("{:.1f}x", *g.compressionRatio) : std::string("-"),
         number(g.stalenessMean, 2), number(g.stalenessMax, 0), g.missing, number(g.waitSeconds, 1));
   };
@@ -193,7 +196,7 @@ std::string renderSummary(const RunSummary& summary, const RunPaths& paths) {
     tta += fmt::format("{}{:.0f}%: {}", tta.empty() ? "" : ", ", threshold * 100,
                        seconds ? fmt::format("{:.1f} s", *seconds) : std::string("not reached"));
   }
-  out += fmt::format("  time to accuracy (rank 0)  {}\n", tta);
+  if (!lossOnly) out += fmt::format("  time to accuracy (rank 0)  {}\n", tta);
   if (summary.modelsAgree) {
     out += fmt::format("  final models   {}\n", *summary.modelsAgree
                                                     ? "identical on every worker that finished"

@@ -49,6 +49,12 @@ StatusOr<WorkerConfig> buildBaseConfig(const LocalOptions& options) {
   if (!algorithmNamed && config.sync.algorithm == "none") {
     config.sync.algorithm = kDefaultAlgorithm;
   }
+  // The gpt reads token ids: --model gpt alone brings the token data set and
+  // its loss with it (a data set of images could only be refused).
+  if (config.model.builtin == "gpt" && config.dataset.name != "tokens") {
+    config.dataset.name = "tokens";
+    if (config.training.loss == "cross-entropy") config.training.loss = "next-token";
+  }
   return config;
 }
 

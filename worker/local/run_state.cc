@@ -138,6 +138,7 @@ void RunState::record(int64_t rank, double wallSeconds, const WorkerEvent& e) {
       if (e.step) p.step = std::max(p.step, *e.step);
       keep(p.loss, e.loss);
       keep(p.samplesPerSecond, e.samplesPerSecond);
+      if (e.evalLoss) p.evalLoss = e.evalLoss;
       if (e.evalAccuracy) {
         p.evalAccuracy = e.evalAccuracy;
         p.evals.push_back({std::max(0.0, wallSeconds - e.evalAgeSeconds.value_or(0)),
@@ -182,6 +183,7 @@ RegionSnapshot RunState::regionSnapshot(size_t regionIndex) const {
     // The leader (local index 0) comes first: its values win.
     if (!s.delay) s.delay = p.sync.delay;
     if (!s.evalAccuracy) s.evalAccuracy = p.evalAccuracy;
+    if (!s.evalLoss) s.evalLoss = p.evalLoss;
   }
   if (members.empty()) s.step = 0;
   if (lossCount > 0) s.loss = lossSum / lossCount;

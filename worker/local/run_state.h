@@ -63,6 +63,7 @@ struct RankProgress {
   std::optional<double> loss;
   std::optional<double> samplesPerSecond;
   std::optional<double> evalAccuracy;  // the latest evaluation
+  std::optional<double> evalLoss;      // the latest evaluation's test loss
   std::optional<double> testAccuracy;  // from "done"
   std::optional<double> testLoss;      // from "done"
   std::optional<double> doneWallSeconds;
@@ -91,6 +92,7 @@ struct RegionSnapshot {
   std::optional<double> stalenessMean;
   std::optional<double> delay;         // the leader's, else any worker's
   std::optional<double> evalAccuracy;  // the leader's latest, else any worker's
+  std::optional<double> evalLoss;      // the same, for tasks without an accuracy
   bool done = false;                   // every worker sent "done"
 };
 

@@ -2,6 +2,11 @@
 
 #include "worker/train/npy.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -608,12 +614,118 @@ StatusOr<TensorDataset> loadNpy(const DatasetSpec& spec, Split split) {
   return out;
 }
 
+// ---- tokens: a corpus as flat token ids ------------------------------------------
+
+// Maps `file` as a stream of token ids and checks every id against the
+// vocabulary: `classes` when set, else grown to the largest id + 1 (at
+// least 256, bytes). Returns the stream and the vocabulary.
+StatusOr<std::pair<TokenStream, int64_t>> mapTokens(const fs::path& file, int64_t tokenBytes,
+                                                    int64_t classes) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return notFound(fmt::format("{}: no such file", file.string()));
+    return Status(err == EACCES ? StatusCode::kPermissionDenied : StatusCode::kDataLoss,
+                  fmt::format("{}: cannot be opened: {}", file.string(), std::strerror(err)));
+  }
+  struct stat st {};
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  const auto size = regular ? static_cast<size_t>(st.st_size) : 0;
+  void* addr = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+  const int mapErr = errno;
+  ::close(fd);
+  if (!regular) return dataLoss(fmt::format("{}: not a regular file", file.string()));
+  if (size % static_cast<size_t>(tokenBytes) != 0) {
+    return dataLoss(
+        fmt::format("{}: {} bytes is not a whole number of {}-byte token ids (dataset.tokenBytes)",
+                    file.string(), size, tokenBytes));
+  }
+  if (addr == MAP_FAILED) {
+    return dataLoss(
+        size == 0 ? fmt::format("{}: the file is empty", file.string())
+                  : fmt::format("{}: cannot be mapped: {}", file.string(), std::strerror(mapErr)));
+  }
+  TokenStream s;
+  s.mapping = std::shared_ptr<const void>(
+      addr, [size](const void* a) { ::munmap(const_cast<void*>(a), size); });
+  s.data = static_cast<const std::byte*>(addr);
+  s.count = static_cast<int64_t>(size) / tokenBytes;
+  s.tokenBytes = tokenBytes;
+  // The largest id, in parallel: a corpus of gigabytes is read once here.
+  std::atomic<int64_t> largest{0};
+  std::atomic<int64_t> firstBad{std::numeric_limits<int64_t>::max()};
+  at::parallel_for(0, s.count, 1 << 20, [&](int64_t begin, int64_t end) {
+    int64_t top = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t id = s.at(i);
+      top = std::max(top, id);
+      if (classes > 0 && id >= classes) {
+        int64_t seen = firstBad.load();
+        while (i < seen && !firstBad.compare_exchange_weak(seen, i)) {
+        }
+        break;
+      }
+    }
+    int64_t seen = largest.load();
+    while (top > seen && !largest.compare_exchange_weak(seen, top)) {
+    }
+  });
+  if (firstBad.load() != std::numeric_limits<int64_t>::max()) {
+    const int64_t i = firstBad.load();
+    return dataLoss(
+        fmt::format("{}: token id {} at position {} is out of range: the vocabulary "
+                    "is [0, {}) (model.classes)",
+                    file.string(), s.at(i), i, classes));
+  }
+  const int64_t vocab = classes > 0 ? classes : std::max<int64_t>(256, largest.load() + 1);
+  return std::make_pair(std::move(s), vocab);
+}
+
+StatusOr<TensorDataset> loadTokens(const DatasetSpec& spec, Split split) {
+  if (spec.path.empty()) {
+    return invalidArgument(
+        "dataset tokens needs dataset.path: the folder with train.bin and "
+        "val.bin");
+  }
+  if (spec.tokenBytes != 2 && spec.tokenBytes != 4) {
+    return invalidArgument(
+        fmt::format("dataset.tokenBytes: {} is not allowed (allowed: 2, 4)", spec.tokenBytes));
+  }
+  const fs::path file = spec.path / (split == Split::kTrain ? "train.bin" : "val.bin");
+  auto mapped = mapTokens(file, spec.tokenBytes, spec.classes);
+  if (!mapped.ok()) return mapped.status();
+  auto& [stream, vocab] = *mapped;
+  if (stream.count < spec.context + 1) {
+    return dataLoss(fmt::format("{}: {} tokens, fewer than one window of model.context + 1 = {}",
+                                file.string(), stream.count, spec.context + 1));
+  }
+  TensorDataset out;
+  out.numClasses = vocab;
+  out.context = spec.context;
+  if (split == Split::kTrain) {
+    out.tokens = std::move(stream);
+    return out;
+  }
+  // Evaluation windows, evenly spread: the same on every worker and at every
+  // evaluation, so that losses compare.
+  const int64_t span = stream.count - spec.context;  // window starts
+  const int64_t windows = std::min<int64_t>(kEvalWindows, span);
+  torch::Tensor starts = torch::empty({windows}, torch::kLong);
+  for (int64_t w = 0; w < windows; ++w) starts[w] = w * span / windows;
+  TensorDataset whole;
+  whole.tokens = std::move(stream);
+  whole.context = spec.context;
+  std::tie(out.inputs, out.targets) = tokenWindows(whole, starts);
+  return out;
+}
+
 StatusOr<TensorDataset> loadUnchecked(const DatasetSpec& spec, Split split) {
   if (spec.name == "fashion-mnist") return loadIdx(spec, split, kFashionMnistNorm);
   if (spec.name == "mnist") return loadIdx(spec, split, kMnistNorm);
   if (spec.name == "cifar10") return loadCifar10(spec, split);
   if (spec.name == "synthetic") return makeSynthetic(spec, split);
   if (spec.name == "npy") return loadNpy(spec, split);
+  if (spec.name == "tokens") return loadTokens(spec, split);
   return invalidArgument(fmt::format("unknown dataset \"{}\": expected one of {}", spec.name,
                                      fmt::join(kDatasetNames, ", ")));
 }
@@ -631,7 +743,64 @@ uint64_t uniformBelow(std::mt19937_64& rng, uint64_t bound) {
 }  // namespace
 
 int64_t TensorDataset::size() const {
+  if (isTokenStream()) return std::max<int64_t>(0, tokens.count - context);
   return inputs.defined() ? inputs.size(0) : 0;
+}
+
+int64_t TokenStream::at(int64_t i) const {
+  const std::byte* p = data + i * tokenBytes;
+  if (tokenBytes == 2) {
+    uint16_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+TokenStream TokenStream::slice(int64_t begin, int64_t end) const {
+  GEO_ENFORCE(0 <= begin && begin <= end && end <= count, "token slice [{}, {}) of {}", begin, end,
+              count);
+  TokenStream s = *this;
+  s.data = data + begin * tokenBytes;
+  s.count = end - begin;
+  return s;
+}
+
+torch::Tensor randomWindowStarts(uint64_t seed, int64_t step, int64_t batch, int64_t limit) {
+  GEO_ENFORCE(limit >= 1, "no window to draw from ({} starts)", limit);
+  torch::Tensor out = torch::empty({batch}, torch::kLong);
+  int64_t* p = out.data_ptr<int64_t>();
+  // Counter-based: the step and the seed pick the stream, nothing carries
+  // over from one step to the next.
+  SplitMix64 rng(seed * 0x9e3779b97f4a7c15ull +
+                 static_cast<uint64_t>(step) * 0xbf58476d1ce4e5b9ull);
+  for (int64_t b = 0; b < batch; ++b) {
+    p[b] = static_cast<int64_t>(rng() % static_cast<uint64_t>(limit));
+  }
+  return out;
+}
+
+std::pair<torch::Tensor, torch::Tensor> tokenWindows(const TensorDataset& d,
+                                                     const torch::Tensor& starts) {
+  GEO_ENFORCE(d.isTokenStream(), "tokenWindows of a data set without a token stream");
+  const int64_t batch = starts.size(0);
+  const int64_t t = d.context;
+  torch::Tensor x = torch::empty({batch, t}, torch::kLong);
+  torch::Tensor y = torch::empty({batch, t}, torch::kLong);
+  const int64_t* s = starts.data_ptr<int64_t>();
+  int64_t* px = x.data_ptr<int64_t>();
+  int64_t* py = y.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    GEO_ENFORCE(s[b] >= 0 && s[b] + t < d.tokens.count, "window at {} past the stream's {} tokens",
+                s[b], d.tokens.count);
+    for (int64_t i = 0; i < t; ++i) {
+      px[b * t + i] = d.tokens.at(s[b] + i);
+      py[b * t + i] = d.tokens.at(s[b] + i + 1);
+    }
+  }
+  return {x, y};
 }
 
 bool TensorDataset::regression() const {
@@ -640,6 +809,18 @@ bool TensorDataset::regression() const {
 
 Status checkSplitsAgree(const TensorDataset& train, const TensorDataset& test,
                         std::string_view name) {
+  if (train.isTokenStream()) {
+    // Both checked against the vocabulary when loaded; the evaluation's
+    // vocabulary is the training split's.
+    const int64_t largest = test.targets.max().item<int64_t>();
+    if (largest >= train.numClasses) {
+      return dataLoss(
+          fmt::format("dataset {}: val.bin holds token id {}, train.bin only ids "
+                      "below {} (set model.classes to the vocabulary)",
+                      name, largest, train.numClasses));
+    }
+    return {};
+  }
   const auto trainShape = train.inputs.sizes().slice(1).vec();
   const auto testShape = test.inputs.sizes().slice(1).vec();
   if (trainShape != testShape) {
@@ -689,6 +870,7 @@ std::string describeInputs(std::string_view name) {
   if (name == "cifar10") return scaled("[N, 3, 32, 32]", kCifar10Norm, 3);
   if (name == "synthetic") return scaled("[N, 1, 28, 28]", kSyntheticNorm, 1);
   if (name == "npy") return "float32 [N, ...]: the values of train_x.npy, as they are";
+  if (name == "tokens") return "int64 [N, T]: token ids, T <= model.context";
   return "unknown";
 }
 
@@ -730,7 +912,15 @@ StatusOr<TensorDataset> loadDataset(const DatasetSpec& spec, Split split) {
 TensorDataset shard(const TensorDataset& d, int64_t index, int64_t count) {
   GEO_ENFORCE(count >= 1, "shard count must be >= 1 (got {})", count);
   GEO_ENFORCE(index >= 0 && index < count, "shard index must be in [0, {}) (got {})", count, index);
-  if (count == 1 || !d.inputs.defined()) return d;
+  if (count == 1) return d;
+  if (d.isTokenStream()) {
+    // Contiguous parts: windows stay inside a worker's part.
+    TensorDataset out = d;
+    const int64_t n = d.tokens.count;
+    out.tokens = d.tokens.slice(index * n / count, (index + 1) * n / count);
+    return out;
+  }
+  if (!d.inputs.defined()) return d;
   const int64_t n = d.size();
   GEO_ENFORCE_EQ(d.targets.size(0), n, "inputs and targets must have the same length");
   TensorDataset out;

@@ -25,8 +25,27 @@
 
 namespace geo::train {
 
+// A stream of token ids (dataset "tokens"): a read-only memory map of a
+// flat file of little-endian uint16 or uint32 ids, or a part of one.
+struct TokenStream {
+  std::shared_ptr<const void> mapping;  // keeps the file mapped
+  const std::byte* data = nullptr;      // the first token of this part
+  int64_t count = 0;                    // tokens in this part
+  int64_t tokenBytes = 2;
+
+  int64_t at(int64_t i) const;
+  // Tokens [begin, end) of this part, sharing the mapping.
+  TokenStream slice(int64_t begin, int64_t end) const;
+};
+
 // A data set in memory, ready for training. Both tensors are on the CPU,
 // contiguous, and have the same first dimension.
+//
+// A token data set's training split is a stream instead (`tokens`, with
+// `context`): a sample is the window of context + 1 tokens from any position,
+// drawn by randomWindowStarts() and cut by tokenWindows(). Its evaluation
+// split is materialized: inputs and targets int64 [W, context], targets
+// the inputs shifted by one token.
 struct TensorDataset {
   // float32 [N, C, H, W]: pixel intensities normalized as (x/255 - mean) / std
   // with fixed per-data-set, per-channel constants (the training set's own
@@ -36,10 +55,15 @@ struct TensorDataset {
   // Classification: int64 [N], every value in [0, numClasses).
   // Regression (npy with float targets): float32 [N, T], and numClasses = T.
   torch::Tensor targets;
-  // The model's outputs: classes, or regression targets per sample.
+  // The model's outputs: classes, regression targets per sample, or the
+  // vocabulary (tokens).
   int64_t numClasses = 10;
+  TokenStream tokens;  // a token training split; empty otherwise
+  int64_t context = 0;
 
-  // N; 0 for a default-constructed (empty) data set.
+  bool isTokenStream() const { return tokens.count > 0; }
+  // N; for a token stream the window starts, tokens.count - context; 0 for a
+  // default-constructed (empty) data set.
   int64_t size() const;
   // Float targets (trained with mse), not class labels.
   bool regression() const;
@@ -67,10 +91,15 @@ struct DatasetSpec {
   // the data (the built-in sets' 10; npy: the largest training label + 1).
   // A label at or above it is an error.
   int64_t classes = 0;
+  // "tokens" only: bytes per token id (2 or 4) and the window length.
+  int64_t tokenBytes = 2;
+  int64_t context = 128;
 };
 
 inline constexpr std::string_view kDatasetNames[] = {"fashion-mnist", "mnist", "cifar10",
-                                                     "synthetic", "npy"};
+                                                     "synthetic",     "npy",   "tokens"};
+// Windows of a token set's evaluation split (evenly spread over val.bin).
+inline constexpr int64_t kEvalWindows = 64;
 
 // Where the Debian dataset packages install a data set:
 // /usr/share/datasets/<name> ("fashion-mnist", "mnist", "cifar10"); empty for
@@ -98,6 +127,13 @@ std::string describeInputs(std::string_view name);
 //     PyTorch); a float32 file is memory-mapped, not copied, other dtypes
 //     are converted to float32. y: integer labels [N] (classification,
 //     labels in [0, classes)) or float targets [N] or [N, T] (regression).
+//   tokens: train.bin and val.bin, flat token ids (uint16 or uint32, as
+//     spec.tokenBytes says, little-endian: numpy's tofile() of a "<u2" or
+//     "<u4" array), memory-mapped. The vocabulary (numClasses) is
+//     spec.classes, else 256 (bytes) or the largest id + 1 if larger; an id
+//     at or above spec.classes is an error naming the file and position. The
+//     training split is a stream of windows; the test split is kEvalWindows
+//     (at most) windows of context + 1 tokens evenly spread over val.bin.
 //   synthetic: no files. A deterministic function of (seed, split,
 //     syntheticSamples), generated in parallel: each image is 1x28x28 with
 //     one Gaussian blob whose position depends on the class (10 positions on
@@ -132,6 +168,16 @@ StatusOr<TensorDataset> loadDataset(const DatasetSpec& spec, Split split);
 Status checkSplitsAgree(const TensorDataset& train, const TensorDataset& test,
                         std::string_view name);
 
+// The starts of `batch` windows for step `step`, uniform in [0, limit):
+// a function of (seed, step) alone (a counter-based generator), so a
+// resumed worker draws what it would have drawn. int64 [batch].
+torch::Tensor randomWindowStarts(uint64_t seed, int64_t step, int64_t batch, int64_t limit);
+
+// The windows of `d`'s token stream at `starts`: inputs int64 [B, context]
+// and targets the same windows one token later.
+std::pair<torch::Tensor, torch::Tensor> tokenWindows(const TensorDataset& d,
+                                                     const torch::Tensor& starts);
+
 // The part of `d` that worker `index` of `count` trains on: element i belongs
 // to shard i % count (strided, so every shard sees the same mix of the data
 // set's order and the shard sizes differ by at most one: shard `index` has
@@ -140,6 +186,9 @@ Status checkSplitsAgree(const TensorDataset& train, const TensorDataset& test,
 //
 // The result owns contiguous copies of its rows (so the full data set can be
 // freed), except count == 1, which returns `d` itself (shared tensors).
+// A token stream is cut into `count` contiguous parts instead (part
+// `index`: tokens [index * n / count, (index + 1) * n / count)), sharing
+// the mapping.
 // GEO_ENFORCE: count >= 1 and 0 <= index < count.
 TensorDataset shard(const TensorDataset& d, int64_t index, int64_t count);
 

@@ -6,9 +6,11 @@
 #include <torch/script.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 
 namespace geo::train {
 
@@ -138,9 +140,9 @@ def forward(self, x):
 )";
 
 struct MlpImpl : torch::nn::Module {
-  MlpImpl(int64_t in, int64_t classes)
-      : fc1(register_module("fc1", torch::nn::Linear(in, 256))),
-        fc2(register_module("fc2", torch::nn::Linear(256, classes))) {}
+  MlpImpl(int64_t in, int64_t classes, int64_t hidden)
+      : fc1(register_module("fc1", torch::nn::Linear(in, hidden))),
+        fc2(register_module("fc2", torch::nn::Linear(hidden, classes))) {}
   torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(fc1(x.flatten(1)))); }
   torch::nn::Linear fc1, fc2;
 };
@@ -226,6 +228,84 @@ struct ResNet18Impl : torch::nn::Module {
   torch::nn::BatchNorm2d bn;
   torch::nn::Sequential blocks;
   torch::nn::Linear fc;
+};
+
+// A decoder-only transformer (GPT-2's shape, small): token and position
+// embeddings, `layers` blocks of pre-norm causal self-attention and a 4x
+// MLP, a final LayerNorm and a linear head to the vocabulary. Inputs are
+// token ids [N, T] (T <= context), outputs next-token logits [N, T, vocab].
+struct CausalSelfAttentionImpl : torch::nn::Module {
+  CausalSelfAttentionImpl(int64_t width, int64_t headCount)
+      : heads(headCount),
+        qkv(register_module("qkv", torch::nn::Linear(width, 3 * width))),
+        proj(register_module("proj", torch::nn::Linear(width, width))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    const int64_t n = x.size(0), t = x.size(1), c = x.size(2), d = c / heads;
+    const auto parts = qkv(x).split(c, 2);
+    const auto split = [&](const torch::Tensor& p) {
+      return p.view({n, t, heads, d}).transpose(1, 2);  // [N, heads, T, d]
+    };
+    const auto q = split(parts[0]), k = split(parts[1]), v = split(parts[2]);
+    auto att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+    // Each position attends to itself and the ones before it.
+    const auto future =
+        torch::ones({t, t}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1);
+    att = att.masked_fill(future, -std::numeric_limits<float>::infinity()).softmax(-1);
+    return proj(torch::matmul(att, v).transpose(1, 2).reshape({n, t, c}));
+  }
+  int64_t heads;
+  torch::nn::Linear qkv, proj;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+struct GptBlockImpl : torch::nn::Module {
+  GptBlockImpl(int64_t width, int64_t heads)
+      : ln1(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})))),
+        attn(register_module("attn", CausalSelfAttention(width, heads))),
+        ln2(register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})))),
+        fc(register_module("fc", torch::nn::Linear(width, 4 * width))),
+        out(register_module("out", torch::nn::Linear(4 * width, width))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = x + attn(ln1(x));
+    return x + out(torch::gelu(fc(ln2(x))));
+  }
+  torch::nn::LayerNorm ln1;
+  CausalSelfAttention attn;
+  torch::nn::LayerNorm ln2;
+  torch::nn::Linear fc, out;
+};
+TORCH_MODULE(GptBlock);
+
+struct GptImpl : torch::nn::Module {
+  GptImpl(int64_t vocab, int64_t window, int64_t width, int64_t layers, int64_t heads)
+      : context(window),
+        tokens(register_module("tokens", torch::nn::Embedding(vocab, width))),
+        positions(register_module("positions", torch::nn::Embedding(window, width))),
+        blocks(register_module("blocks", torch::nn::ModuleList())),
+        ln(register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({width})))),
+        head(register_module(
+            "head", torch::nn::Linear(torch::nn::LinearOptions(width, vocab).bias(false)))) {
+    for (int64_t i = 0; i < layers; ++i) blocks->push_back(GptBlock(width, heads));
+    // GPT-2's initialization of the embeddings (LibTorch's is N(0, 1)).
+    torch::NoGradGuard noGrad;
+    tokens->weight.normal_(0, 0.02);
+    positions->weight.normal_(0, 0.02);
+  }
+  torch::Tensor forward(const torch::Tensor& ids) {
+    TORCH_CHECK(ids.dim() == 2 && ids.size(1) <= context,
+                "gpt takes token ids [N, T] with T <= ", context, " (model.context), got ",
+                ids.sizes());
+    const auto at =
+        torch::arange(ids.size(1), torch::TensorOptions().dtype(torch::kLong).device(ids.device()));
+    torch::Tensor x = tokens(ids) + positions(at);
+    for (const auto& block : *blocks) x = block->as<GptBlock>()->forward(x);
+    return head(ln(x));
+  }
+  int64_t context;
+  torch::nn::Embedding tokens, positions;
+  torch::nn::ModuleList blocks;
+  torch::nn::LayerNorm ln;
+  torch::nn::Linear head;
 };
 
 // A TorchScript module trained from C++: parameters are its attributes,
@@ -331,7 +411,7 @@ StatusOr<std::unique_ptr<Model>> makeModel(const ModelSpec& spec,
   const bool image = inputShape.size() == 3;
   const int64_t c = image ? inputShape[0] : 0, h = image ? inputShape[1] : 0,
                 w = image ? inputShape[2] : 0;
-  if (!image && spec.torchscript.empty() && spec.builtin != "mlp") {
+  if (!image && spec.torchscript.empty() && spec.builtin != "mlp" && spec.builtin != "gpt") {
     return invalidArgument(fmt::format(
         "model.builtin {} takes images [C, H, W]; the data's samples are [{}] (allowed: mlp, or "
         "a TorchScript model)",
@@ -355,11 +435,31 @@ StatusOr<std::unique_ptr<Model>> makeModel(const ModelSpec& spec,
                                          spec.torchscript.string(), e.what_without_backtrace()));
     }
   }
-  if (spec.builtin == "mlp") {
-    auto m = std::make_shared<MlpImpl>(features, numClasses);
+  if (spec.builtin == "gpt") {
+    if (inputShape.size() != 1) {
+      return invalidArgument(fmt::format(
+          "model.builtin gpt takes token ids [N, T]; the data's samples are [{}] (allowed: "
+          "dataset.name: tokens)",
+          fmt::join(inputShape, ", ")));
+    }
+    const int64_t width = spec.width > 0 ? spec.width : 128;
+    if (width % spec.heads != 0) {
+      return invalidArgument(
+          fmt::format("model.heads: {} is not allowed (allowed: a divisor of model.width = {})",
+                      spec.heads, width));
+    }
+    auto m = std::make_shared<GptImpl>(numClasses, spec.context, width, spec.layers, spec.heads);
     return std::unique_ptr<Model>(std::make_unique<ModuleModel>(
         m, [m](const torch::Tensor& x) { return m->forward(x); },
-        fmt::format("mlp {}-256-{}", features, numClasses), kMlpScript));
+        fmt::format("gpt {} layers, width {}, {} heads, context {}, vocabulary {}", spec.layers,
+                    width, spec.heads, spec.context, numClasses)));
+  }
+  if (spec.builtin == "mlp") {
+    const int64_t hidden = spec.width > 0 ? spec.width : 256;
+    auto m = std::make_shared<MlpImpl>(features, numClasses, hidden);
+    return std::unique_ptr<Model>(std::make_unique<ModuleModel>(
+        m, [m](const torch::Tensor& x) { return m->forward(x); },
+        fmt::format("mlp {}-{}-{}", features, hidden, numClasses), kMlpScript));
   }
   if (spec.builtin == "cnn") {
     if (h % 4 != 0 || w % 4 != 0) {
@@ -376,9 +476,10 @@ StatusOr<std::unique_ptr<Model>> makeModel(const ModelSpec& spec,
     return std::unique_ptr<Model>(std::make_unique<ModuleModel>(
         m, [m](const torch::Tensor& x) { return m->forward(x); }, "resnet18 (CIFAR variant)"));
   }
-  return invalidArgument(fmt::format(
-      "model.builtin: '{}' is not a model (allowed: mlp, cnn, resnet18; or set model.torchscript)",
-      spec.builtin));
+  return invalidArgument(
+      fmt::format("model.builtin: '{}' is not a model (allowed: mlp, cnn, resnet18, gpt; or set "
+                  "model.torchscript)",
+                  spec.builtin));
 }
 
 }  // namespace geo::train

@@ -71,8 +71,14 @@ StatusOr<std::vector<std::filesystem::path>> exportModel(Model& model,
                                                          const std::string& metadata);
 
 struct ModelSpec {
-  std::string builtin = "mlp";        // mlp | cnn | resnet18; ignored with torchscript
+  std::string builtin = "mlp";        // mlp | cnn | resnet18 | gpt; ignored with torchscript
   std::filesystem::path torchscript;  // a module saved with torch.jit.save
+  // The built-ins' size (model.width ...): width 0 is the model's default
+  // (mlp 256 hidden units, gpt 128); the rest are the gpt's.
+  int64_t width = 0;
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t context = 128;
 };
 
 // Builds the model for samples of shape `inputShape` (without the batch

@@ -24,6 +24,7 @@
 #include <regex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "common/logging.h"
 
@@ -279,9 +280,15 @@ StatusOr<CheckpointFile> readCheckpointFile(const fs::path& path) {
 
 // The training loss of `output` against `targets`: cross-entropy over class
 // logits, or the mean squared error against float targets [N, T].
+// Next-token logits [N, T, V] against token ids [N, T]: the cross-entropy
+// of every position.
 torch::Tensor lossOf(const torch::Tensor& output, const torch::Tensor& targets) {
   if (targets.is_floating_point()) {
     return torch::mse_loss(output.reshape(targets.sizes()), targets);
+  }
+  if (targets.dim() == 2) {
+    return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}),
+                                                targets.reshape({-1}));
   }
   return torch::nn::functional::cross_entropy(output, targets);
 }
@@ -297,13 +304,17 @@ std::optional<Evaluation> evaluationOf(Model& model, const TensorDataset& test,
   int64_t correct = 0;
   double lossSum = 0;
   const int64_t n = test.size();
-  const bool regression = test.regression();
-  for (int64_t start = 0; start < n; start += 1000) {
+  // Accuracy for class labels; a regression or a language model has its
+  // loss alone.
+  const bool regression = test.regression() || test.targets.dim() != 1;
+  // Token windows cost T × T of attention each: fewer to a batch.
+  const int64_t chunk = test.targets.dim() == 2 ? 16 : 1000;
+  for (int64_t start = 0; start < n; start += chunk) {
     if (stop != nullptr && stop->load()) {
       model.setTraining(true);
       return std::nullopt;
     }
-    const int64_t len = std::min<int64_t>(1000, n - start);
+    const int64_t len = std::min<int64_t>(chunk, n - start);
     const auto x = test.inputs.narrow(0, start, len).to(device);
     const auto y = test.targets.narrow(0, start, len).to(device);
     const auto out = model.forward(x);
@@ -334,7 +345,10 @@ Trainer::Trainer(std::unique_ptr<Model> model, TensorDataset train, TensorDatase
       test_(std::move(test)),
       options_(std::move(options)),
       hook_(hook),
-      sampler_(train_.size(), options_.batchSize, options_.seed) {}
+      // A token stream draws its windows by step (randomWindowStarts), not
+      // from a permutation of its millions of starts: its sampler is idle.
+      sampler_(train_.isTokenStream() ? options_.batchSize : train_.size(), options_.batchSize,
+               options_.seed) {}
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(std::unique_ptr<Model> model,
                                                    TensorDataset train, TensorDataset test,
@@ -381,9 +395,19 @@ StatusOr<StepStats> Trainer::step() {
   StepStats stats;
   const auto started = std::chrono::steady_clock::now();
   try {
-    const auto indices = sampler_.next();
-    const auto x = train_.inputs.index_select(0, indices).to(options_.device);
-    const auto y = train_.targets.index_select(0, indices).to(options_.device);
+    torch::Tensor x, y;
+    if (train_.isTokenStream()) {
+      // Windows from anywhere in this worker's part of the stream, drawn
+      // by step: a resumed worker draws what it would have.
+      std::tie(x, y) = tokenWindows(
+          train_, randomWindowStarts(options_.seed, step_, options_.batchSize, train_.size()));
+      x = x.to(options_.device);
+      y = y.to(options_.device);
+    } else {
+      const auto indices = sampler_.next();
+      x = train_.inputs.index_select(0, indices).to(options_.device);
+      y = train_.targets.index_select(0, indices).to(options_.device);
+    }
     model_->setTraining(true);
     flat_.grads.zero_();
     const auto loss = lossOf(model_->forward(x), y);

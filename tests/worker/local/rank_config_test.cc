@@ -237,6 +237,7 @@ TEST(LocalRankConfigs, ARegionPlaceholderMakesEachRegionReadItsOwnCopy) {
   base.sync.algorithm = "dts";
   base.dataset.name = "npy";
   base.dataset.path = "/data/{region}/npy";
+  base.model.classes = 10;  // required: each region's labels could size the model otherwise
   const auto configs = makeRankConfigs(base, t, layout(t.worldSize()));
   ASSERT_TRUE(validateRankConfigs(configs).ok()) << validateRankConfigs(configs).toString();
   for (const WorkerConfig& c : configs) {

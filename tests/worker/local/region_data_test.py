@@ -103,6 +103,14 @@ with tempfile.TemporaryDirectory(prefix="geo-region-data-") as tmp:
         check(accuracy is not None and accuracy > 0.9,
               f"the job's model learned both regions' classes (test accuracy {accuracy})")
 
+    # Without model.classes each region's labels would size its model (5 and
+    # 10 classes): refused at start, naming the key.
+    out = os.path.join(tmp, "classes")
+    r = run(data, out, "--set", "model.classes=0")
+    output = r.stdout + r.stderr
+    check(r.returncode != 0 and "model.classes: 0 is not allowed with dataset.sharding: region"
+          in output, f"regions' own labels without model.classes are refused (exit {r.returncode})")
+
     # The job's split over the same files: a quarter of each copy per worker,
     # half of each region's samples never read. The check above must fail.
     out = os.path.join(tmp, "job")

@@ -570,6 +570,98 @@ TEST_F(DatasetNpy, BadFilesAreNamedWithWhatIsWrong) {
               {"dataset.path"});
 }
 
+// ---- tokens: a corpus as flat token ids ----------------------------------------
+
+class DatasetTokens : public DatasetNpy {
+ protected:
+  // n uint16 ids, id i = (i * 7) % modulo, in train.bin and val.bin.
+  void writeTokens(int64_t n, int64_t modulo) {
+    std::vector<uint16_t> ids;
+    for (int64_t i = 0; i < n; ++i) ids.push_back(static_cast<uint16_t>((i * 7) % modulo));
+    const auto* p = reinterpret_cast<const uint8_t*>(ids.data());
+    const std::vector<uint8_t> bytes(p, p + ids.size() * 2);
+    writeFile(dir_ / "train.bin", bytes);
+    writeFile(dir_ / "val.bin", bytes);
+  }
+  StatusOr<TensorDataset> loadTokens(Split split, int64_t context = 8, int64_t classes = 0) {
+    return loadDataset(
+        DatasetSpec{.name = "tokens", .path = dir_, .classes = classes, .context = context}, split);
+  }
+};
+
+TEST_F(DatasetTokens, WindowsOfTheStreamAndTheirNextTokens) {
+  writeTokens(1000, 300);
+  auto train = loadTokens(Split::kTrain);
+  ASSERT_TRUE(train.ok()) << train.status().toString();
+  EXPECT_TRUE(train->isTokenStream());
+  EXPECT_EQ(train->numClasses, 300);  // ids up to 299: more than bytes
+  EXPECT_EQ(train->size(), 1000 - 8);
+  const torch::Tensor starts = torch::tensor({0, 5, 991}, torch::kLong);
+  const auto [x, y] = tokenWindows(*train, starts);
+  EXPECT_EQ(x.sizes(), (std::vector<int64_t>{3, 8}));
+  EXPECT_EQ(x[1][0].item<int64_t>(), 35);
+  EXPECT_EQ(y[1][0].item<int64_t>(), 42);  // the next token
+  EXPECT_EQ(y[2][7].item<int64_t>(), (999 * 7) % 300);
+  // Evaluation: fixed windows spread over val.bin.
+  auto val = loadTokens(Split::kTest);
+  ASSERT_TRUE(val.ok());
+  EXPECT_EQ(val->inputs.sizes(), (std::vector<int64_t>{kEvalWindows, 8}));
+  EXPECT_TRUE(torch::equal(val->targets.narrow(1, 0, 7), val->inputs.narrow(1, 1, 7)));
+  EXPECT_TRUE(checkSplitsAgree(*train, *val, "tokens").ok());
+  // Byte-level ids have the bytes' vocabulary.
+  writeTokens(100, 50);
+  auto bytes = loadTokens(Split::kTrain);
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(bytes->numClasses, 256);
+}
+
+TEST_F(DatasetTokens, ContiguousShardsAndDrawsThatDependOnTheStepAlone) {
+  writeTokens(1000, 256);
+  auto train = loadTokens(Split::kTrain);
+  ASSERT_TRUE(train.ok());
+  int64_t total = 0;
+  for (int64_t i = 0; i < 3; ++i) {
+    const TensorDataset part = shard(*train, i, 3);
+    total += part.tokens.count;
+    EXPECT_EQ(part.tokens.at(0), train->tokens.at(i * 1000 / 3));
+  }
+  EXPECT_EQ(total, 1000);
+  const torch::Tensor a = randomWindowStarts(7, 12, 64, 100);
+  EXPECT_TRUE(torch::equal(a, randomWindowStarts(7, 12, 64, 100)));
+  EXPECT_FALSE(torch::equal(a, randomWindowStarts(7, 13, 64, 100)));
+  EXPECT_FALSE(torch::equal(a, randomWindowStarts(8, 12, 64, 100)));
+  EXPECT_GE(a.min().item<int64_t>(), 0);
+  EXPECT_LT(a.max().item<int64_t>(), 100);
+}
+
+TEST_F(DatasetTokens, BadFilesAreNamedWithWhatIsWrong) {
+  writeTokens(1000, 300);
+  // An id at or above the vocabulary set by model.classes.
+  expectError(loadTokens(Split::kTrain, 8, 256), StatusCode::kDataLoss,
+              {"train.bin", "token id 259 at position 37 is out of range", "[0, 256)"});
+  // Half a token, too short for a window, missing, uint32 ids read as such.
+  writeFile(dir_ / "train.bin", {1, 0, 2});
+  expectError(loadTokens(Split::kTrain), StatusCode::kDataLoss,
+              {"train.bin", "3 bytes is not a whole number of 2-byte token ids"});
+  writeFile(dir_ / "train.bin", {1, 0, 2, 0});
+  expectError(loadTokens(Split::kTrain), StatusCode::kDataLoss,
+              {"train.bin", "2 tokens, fewer than one window of model.context + 1 = 9"});
+  fs::remove(dir_ / "val.bin");
+  expectError(loadTokens(Split::kTest), StatusCode::kNotFound, {"val.bin", "no such file"});
+  std::vector<uint8_t> wide;
+  for (uint32_t i = 0; i < 20; ++i) {
+    const uint32_t id = 70000 + i;
+    wide.insert(wide.end(), reinterpret_cast<const uint8_t*>(&id),
+                reinterpret_cast<const uint8_t*>(&id) + 4);
+  }
+  writeFile(dir_ / "train.bin", wide);
+  auto four = loadDataset(
+      DatasetSpec{.name = "tokens", .path = dir_, .tokenBytes = 4, .context = 8}, Split::kTrain);
+  ASSERT_TRUE(four.ok()) << four.status().toString();
+  EXPECT_EQ(four->numClasses, 70020);
+  EXPECT_EQ(four->tokens.at(3), 70003);
+}
+
 TEST(DatasetInputs, DescribedForTheExportedModel) {
   EXPECT_EQ(describeInputs("fashion-mnist"),
             "float32 [N, 1, 28, 28]: (pixel / 255 - 0.2860) / 0.3530");

@@ -321,6 +321,42 @@ TEST(TrainModels, AnyInputShapeForTheMlpImagesForTheOthers) {
       << cnn.status().toString();
 }
 
+// The gpt: next-token logits for every position, each depending only on the
+// tokens up to it (the causal mask), and the size its keys ask for.
+TEST(TrainModels, GptIsCausalAndSizedByItsKeys) {
+  torch::manual_seed(5);
+  ModelSpec spec{"gpt", ""};
+  spec.width = 32;
+  spec.layers = 2;
+  spec.heads = 4;
+  spec.context = 16;
+  auto m = makeModel(spec, {16}, 256);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  // Embeddings 256 x 32 + 16 x 32, per block 4 * 32 * 32 * 3 + biases and
+  // norms, the head 32 x 256.
+  const int64_t block =
+      2 * 32 + (32 * 96 + 96) + (32 * 32 + 32) + 2 * 32 + (32 * 128 + 128) + (128 * 32 + 32);
+  EXPECT_EQ((*m)->parameterCount(), 256 * 32 + 16 * 32 + 2 * block + 2 * 32 + 32 * 256);
+  (*m)->setTraining(false);
+  torch::NoGradGuard noGrad;
+  const torch::Tensor ids = torch::randint(0, 256, {3, 16}, torch::kLong);
+  const torch::Tensor out = (*m)->forward(ids);
+  EXPECT_EQ(out.sizes(), (std::vector<int64_t>{3, 16, 256}));
+  // Change the last eight tokens: the first eight positions' logits stay.
+  torch::Tensor changed = ids.clone();
+  changed.narrow(1, 8, 8).fill_(7);
+  const torch::Tensor again = (*m)->forward(changed);
+  EXPECT_TRUE(torch::allclose(again.narrow(1, 0, 8), out.narrow(1, 0, 8), 1e-5, 1e-6));
+  EXPECT_FALSE(torch::allclose(again.narrow(1, 8, 8), out.narrow(1, 8, 8), 1e-5, 1e-6));
+  spec.heads = 5;
+  auto odd = makeModel(spec, {16}, 256);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("model.heads: 5 is not allowed"), std::string::npos);
+  auto images = makeModel({"gpt", ""}, {1, 28, 28}, 10);
+  ASSERT_FALSE(images.ok());
+  EXPECT_NE(images.status().message().find("gpt takes token ids"), std::string::npos);
+}
+
 TEST(TrainCheckpoint, ResumeGivesBitwiseTheSameParameters) {
   TrainerOptions o;
   o.steps = 60;
