@@ -992,6 +992,7 @@ json statusToJson(const TrainingJobStatus& s) {
   out["progress"] = std::move(progress);
   if (!s.startTime.empty()) out["startTime"] = s.startTime;
   if (!s.completionTime.empty()) out["completionTime"] = s.completionTime;
+  if (!s.outputPath.empty()) out["outputPath"] = s.outputPath;
   return out;
 }
 
@@ -1047,6 +1048,7 @@ TrainingJobStatus statusFromJson(const json& j) {
   }
   s.startTime = str(j, "startTime");
   s.completionTime = str(j, "completionTime");
+  s.outputPath = str(j, "outputPath");
   return s;
 }
 

@@ -313,6 +313,9 @@ struct TrainingJobStatus {
   Progress progress;
   std::string startTime;       // RFC 3339, empty until the workers started
   std::string completionTime;  // RFC 3339, empty until Succeeded
+  // Where the job's model went (spec.output.path in each region's volume);
+  // empty until Succeeded, or when the spec writes none.
+  std::string outputPath;
 
   bool operator==(const TrainingJobStatus&) const = default;
 };

@@ -505,6 +505,7 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   if (!parsed.errors.empty()) return invalidSpec(pass, std::move(parsed.errors));
   pass.spec = std::move(parsed.spec);
   pass.obs.suspended = pass.spec.runPolicy.suspend;
+  pass.obs.outputPath = pass.spec.worker.output.path;
   pass.plan = planRanks(pass.spec);
   observeRegions(pass);                       // 4
   GEO_RETURN_IF_ERROR(applyWorkloads(pass));  // 5

@@ -171,6 +171,7 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
   set(api::kConditionSucceeded, succeeded, succeeded ? "AllRegionsComplete" : "NotComplete",
       succeeded ? fmt::format("all {} regions completed", total) : "");
   if (succeeded && s.completionTime.empty()) s.completionTime = now;
+  if (succeeded) s.outputPath = o.outputPath;
 
   const bool allReady = total > 0 && ready == total;
   // Every region is up or restarting a worker: the job has started and runs

@@ -104,7 +104,10 @@ struct Observation {
   // The region whose gateway address is missing (the workloads wait for it).
   std::string waitingForGateway;
   std::optional<api::Progress> progress;  // scraped from rank 0, when reachable
-  std::string now;                        // RFC 3339
+  // spec.output.path: where each region's first worker writes the job's
+  // model; named in the status once the job has succeeded.
+  std::string outputPath;
+  std::string now;  // RFC 3339
 };
 
 // Whether the status records a finished job (Succeeded or Failed True).

@@ -82,6 +82,23 @@ TEST(Status, FromWaitingToRunningToSucceeded) {
   EXPECT_EQ(condition(s, "Running").reason, "Finished");
   EXPECT_EQ(s.completionTime, "t5");
   EXPECT_EQ(s.regionsReady, "2/2");
+  EXPECT_EQ(s.outputPath, "");  // the spec writes no model
+}
+
+// Where the model went is named once the job has succeeded, not before.
+TEST(Status, ASucceededJobNamesWhereItsModelWent) {
+  Observation running = twoRegions(job(2, 2, 0, 0), job(2, 2, 0, 0), "t1");
+  running.outputPath = "/models/run-7";
+  const api::TrainingJobStatus s = aggregateStatus({}, running);
+  EXPECT_EQ(s.outputPath, "");
+  const json complete = {{{"type", "Complete"}, {"status", "True"}}};
+  Observation done = twoRegions(job(0, 0, 2, 0, complete), job(0, 0, 2, 0, complete), "t2");
+  done.outputPath = "/models/run-7";
+  const api::TrainingJobStatus finished = aggregateStatus(s, done);
+  EXPECT_EQ(finished.state, "Succeeded");
+  EXPECT_EQ(finished.outputPath, "/models/run-7");
+  // It survives the status's trip through JSON (what the API server stores).
+  EXPECT_EQ(api::statusFromJson(api::statusToJson(finished)).outputPath, "/models/run-7");
 }
 
 TEST(Status, OneFailedRegionFailsTheJob) {
