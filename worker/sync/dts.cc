@@ -1244,7 +1244,7 @@ class Dts final : public Base {
   std::vector<std::deque<double>> baseRtts_ = std::vector<std::deque<double>>(group_.size());
   std::vector<std::deque<double>> links_ = std::vector<std::deque<double>>(group_.size());
   double stepSeconds_ = 0;  // a step's time, waits for peers excluded (moving average)
-  double waitedSince_ = 0;                       // seconds waited for peers since the last step
+  double waitedSince_ = 0;  // seconds waited for peers since the last step
   std::optional<Clock::time_point> lastStepAt_;  // the latest afterStep's start
   uint64_t lastRoundBytes_ = 0;                  // the latest round's encoded update
   int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step

@@ -2,11 +2,6 @@
 
 #include "worker/train/npy.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -492,21 +487,16 @@ T npyAt(const NpyArray& a, int64_t i) {
     std::memcpy(&v, p, sizeof v);
     return static_cast<T>(v);
   };
+  const bool isSigned = a.kind == NpyKind::kSigned;
   switch (a.kind) {
     case NpyKind::kBool: return load(uint8_t{});
     case NpyKind::kUnsigned:
-      switch (a.itemSize) {
-        case 1: return load(uint8_t{});
-        case 2: return load(uint16_t{});
-        case 4: return load(uint32_t{});
-        default: return load(uint64_t{});
-      }
     case NpyKind::kSigned:
       switch (a.itemSize) {
-        case 1: return load(int8_t{});
-        case 2: return load(int16_t{});
-        case 4: return load(int32_t{});
-        default: return load(int64_t{});
+        case 1: return isSigned ? load(int8_t{}) : load(uint8_t{});
+        case 2: return isSigned ? load(int16_t{}) : load(uint16_t{});
+        case 4: return isSigned ? load(int32_t{}) : load(uint32_t{});
+        default: return isSigned ? load(int64_t{}) : load(uint64_t{});
       }
     case NpyKind::kFloat:
       if (a.itemSize == 2) {
@@ -621,35 +611,17 @@ StatusOr<TensorDataset> loadNpy(const DatasetSpec& spec, Split split) {
 // least 256, bytes). Returns the stream and the vocabulary.
 StatusOr<std::pair<TokenStream, int64_t>> mapTokens(const fs::path& file, int64_t tokenBytes,
                                                     int64_t classes) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return notFound(fmt::format("{}: no such file", file.string()));
-    return Status(err == EACCES ? StatusCode::kPermissionDenied : StatusCode::kDataLoss,
-                  fmt::format("{}: cannot be opened: {}", file.string(), std::strerror(err)));
-  }
-  struct stat st {};
-  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  const auto size = regular ? static_cast<size_t>(st.st_size) : 0;
-  void* addr = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
-  const int mapErr = errno;
-  ::close(fd);
-  if (!regular) return dataLoss(fmt::format("{}: not a regular file", file.string()));
-  if (size % static_cast<size_t>(tokenBytes) != 0) {
+  auto mapped = mapFile(file);
+  if (!mapped.ok()) return mapped.status();
+  if (mapped->size % static_cast<size_t>(tokenBytes) != 0) {
     return dataLoss(
         fmt::format("{}: {} bytes is not a whole number of {}-byte token ids (dataset.tokenBytes)",
-                    file.string(), size, tokenBytes));
-  }
-  if (addr == MAP_FAILED) {
-    return dataLoss(
-        size == 0 ? fmt::format("{}: the file is empty", file.string())
-                  : fmt::format("{}: cannot be mapped: {}", file.string(), std::strerror(mapErr)));
+                    file.string(), mapped->size, tokenBytes));
   }
   TokenStream s;
-  s.mapping = std::shared_ptr<const void>(
-      addr, [size](const void* a) { ::munmap(const_cast<void*>(a), size); });
-  s.data = static_cast<const std::byte*>(addr);
-  s.count = static_cast<int64_t>(size) / tokenBytes;
+  s.mapping = std::move(mapped->mapping);
+  s.data = mapped->data;
+  s.count = static_cast<int64_t>(mapped->size) / tokenBytes;
   s.tokenBytes = tokenBytes;
   // The largest id, in parallel: a corpus of gigabytes is read once here.
   std::atomic<int64_t> largest{0};

@@ -209,7 +209,7 @@ Status parseNpyHeader(std::string_view head, size_t fileBytes, const std::filesy
   return {};
 }
 
-StatusOr<NpyArray> openNpy(const std::filesystem::path& path) {
+StatusOr<MappedFile> mapFile(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -236,13 +236,23 @@ StatusOr<NpyArray> openNpy(const std::filesystem::path& path) {
     return dataLoss(fmt::format("{}: cannot be mapped: {}", path.string(), errnoText(errno)));
   }
   mapping->size = size;
-  const auto* base = static_cast<const std::byte*>(mapping->addr);
+  MappedFile out;
+  out.data = static_cast<const std::byte*>(mapping->addr);
+  out.size = size;
+  out.mapping = std::shared_ptr<const void>(mapping, mapping->addr);
+  return out;
+}
+
+StatusOr<NpyArray> openNpy(const std::filesystem::path& path) {
+  auto file = mapFile(path);
+  if (!file.ok()) return file.status();
   NpyArray out;
   size_t offset = 0;
-  const std::string_view head(reinterpret_cast<const char*>(base), std::min(size, kMaxHeader + 12));
-  GEO_RETURN_IF_ERROR(parseNpyHeader(head, size, path, out, &offset));
-  out.data = base + offset;
-  out.mapping = std::shared_ptr<const void>(mapping, mapping->addr);
+  const std::string_view head(reinterpret_cast<const char*>(file->data),
+                              std::min(file->size, kMaxHeader + 12));
+  GEO_RETURN_IF_ERROR(parseNpyHeader(head, file->size, path, out, &offset));
+  out.data = file->data + offset;
+  out.mapping = std::move(file->mapping);
   return out;
 }
 

@@ -46,6 +46,18 @@ struct NpyArray {
   std::string describe() const;
 };
 
+// A whole regular file, mapped read-only (the .npy arrays and the token
+// files): unmapped when the last copy of `mapping` goes.
+struct MappedFile {
+  std::shared_ptr<const void> mapping;
+  const std::byte* data = nullptr;
+  size_t size = 0;
+};
+
+// Errors: NotFound (no such file), PermissionDenied, DataLoss (not a regular
+// file, an empty one, one that cannot be mapped); each names the file.
+StatusOr<MappedFile> mapFile(const std::filesystem::path& path);
+
 // Parses a .npy header (the bytes from the magic string on; `fileBytes` is
 // the whole file's size). Exposed for tests; openNpy() is the entry point.
 // On success sets every field of `out` but data/mapping, and `*dataOffset`.

@@ -306,7 +306,7 @@ std::optional<Evaluation> evaluationOf(Model& model, const TensorDataset& test,
   const int64_t n = test.size();
   // Accuracy for class labels; a regression or a language model has its
   // loss alone.
-  const bool regression = test.regression() || test.targets.dim() != 1;
+  const bool lossOnly = test.regression() || test.targets.dim() != 1;
   // Token windows cost T × T of attention each: fewer to a batch.
   const int64_t chunk = test.targets.dim() == 2 ? 16 : 1000;
   for (int64_t start = 0; start < n; start += chunk) {
@@ -319,12 +319,12 @@ std::optional<Evaluation> evaluationOf(Model& model, const TensorDataset& test,
     const auto y = test.targets.narrow(0, start, len).to(device);
     const auto out = model.forward(x);
     lossSum += lossOf(out, y).item<double>() * static_cast<double>(len);
-    if (!regression) correct += out.argmax(1).eq(y).sum().item<int64_t>();
+    if (!lossOnly) correct += out.argmax(1).eq(y).sum().item<int64_t>();
   }
   model.setTraining(true);
   Evaluation e;
   e.loss = n == 0 ? 0.0 : lossSum / static_cast<double>(n);
-  if (!regression) {
+  if (!lossOnly) {
     e.accuracy = n == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(n);
   }
   return e;
