@@ -899,15 +899,30 @@ class Hierarchical final : public Synchronizer {
       acceptFromLeader(*m, flat.values, std::numeric_limits<float>::max(), "the final model");
       return {};
     }
+    // The end as a member that (re)starts now sees it -- as a flat peer's
+    // end: an offer says "finished", and a request for state waits for the
+    // final model. Without this, a member restarted while its leader ran
+    // the WAN's final average heard nothing, took the leader's exit for a
+    // dead job and failed, or joined at the last step and waited for a
+    // step the leader never took.
+    lanMembers_.setFinishing();
+    if (auto served = lanMembers_.serve(steps, flat.values, true, &flat); !served.ok()) {
+      return served.status();
+    }
     if (inner_) GEO_RETURN_IF_ERROR(tellMembersWhy(inner_->finish(steps, flat), steps));
-    lanMembers_.refresh();
+    lanMembers_.setFinalModel();
+    if (auto served = lanMembers_.serve(steps, flat.values, true, &flat); !served.ok()) {
+      return served.status();
+    }
     std::vector<uint32_t> to;
     for (size_t i = 1; i < members_.size(); ++i) {
       if (lanMembers_.expected(members_[i], static_cast<uint64_t>(steps)))
         to.push_back(members_[i]);
     }
-    return send(to, MessageKind::kLanBroadcast, kFinalAverageRound, steps, CodecId::kFp32,
-                static_cast<uint64_t>(flat.values.numel()), tensorBytes(flat.values));
+    GEO_RETURN_IF_ERROR(send(to, MessageKind::kLanBroadcast, kFinalAverageRound, steps,
+                             CodecId::kFp32, static_cast<uint64_t>(flat.values.numel()),
+                             tensorBytes(flat.values)));
+    return lingerForMembers(steps, flat);
   }
 
   // A leader's WAN algorithm knows the job's model; a member keeps none
@@ -947,6 +962,25 @@ class Hierarchical final : public Synchronizer {
         sendBuffer(*transport_, topology_, to, kind,
                    {round, static_cast<uint64_t>(step), codec, elements}, bytes, options_.timeout);
     return s.ok() ? s : Status(s.code(), "hierarchical sync: " + s.message());
+  }
+
+  // A member that is (re)joining as the leader finishes gets the job's
+  // final model: the leader answers it for up to twice the longest peer
+  // time-out (Base::lingerForJoiners does the same among leaders).
+  Status lingerForMembers(int64_t steps, const train::FlatParameters& flat) {
+    if (!lanMembers_.anyJoining()) return {};
+    std::chrono::milliseconds longest{0};
+    for (uint32_t p : lanMembers_.peers()) longest = std::max(longest, lanMembers_.peerTimeout(p));
+    const auto deadline = Clock::now() + 2 * longest;
+    logger()->info(
+        "hierarchical sync: a member is rejoining as we finish; answering it for up to {:.1f} s",
+        std::chrono::duration<double>(2 * longest).count());
+    while (lanMembers_.anyJoining() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto served = lanMembers_.serve(steps, flat.values, true, &flat);
+      if (!served.ok()) return served.status();
+    }
+    return {};
   }
 
   // A member takes what its leader sends only if it is sound (the right size,

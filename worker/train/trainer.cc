@@ -655,7 +655,24 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
       return internalError(fmt::format("joining the job failed: {}", e.what_without_backtrace()));
     }
     if (!joined.ok()) return joined.status();
-    if (joined->jobFinished || joined->step >= options_.steps) {
+    if (!joined->jobFinished && joined->step >= options_.steps) {
+      // A peer sent its state after its last step, before its final
+      // average: the peers count on us in that average (a region leader
+      // sends us the job's final model), so take part in it.
+      logger()->info("joined the job at its last step ({}); taking part in its final average",
+                     joined->step);
+      step_ = options_.steps;
+      try {
+        GEO_RETURN_IF_ERROR(hook_->finish(step_, flat_));
+      } catch (const c10::Error& e) {
+        return internalError(
+            fmt::format("finishing training failed: {}", e.what_without_backtrace()));
+      }
+      arrivedAfterEnd_ = true;
+      holdsFinalModel_ = true;
+      return {};
+    }
+    if (joined->jobFinished) {
       arrivedAfterEnd_ = true;
       holdsFinalModel_ = joined->finalModel;
       if (holdsFinalModel_) step_ = options_.steps;

@@ -112,6 +112,10 @@ class StepHook {
   // (0, or resumed from its checkpoint): a synchronizer whose peers are
   // ahead replaces `flat.values` by a live peer's model and returns the
   // job's step, which the trainer adopts (its optimizer state stays its own).
+  // A job's step at or past the last (a peer answered after its last step,
+  // before its final average) means the job is finishing with us: the
+  // trainer takes no step, calls finish() at once, and ends on what it
+  // leaves (the job's final model) as a worker that arrived after the end.
   virtual StatusOr<JoinResult> join(int64_t step, FlatParameters& flat) {
     (void)flat;
     return JoinResult{step, false};

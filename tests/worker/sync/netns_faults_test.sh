@@ -12,6 +12,8 @@
 #                   and of the final average)
 #   restart-at-end  tokyo killed and restarted a moment before the others
 #                   finish (with checkpoints, as a real job has)
+#   restart-at-end-hier  the same for a member of tokyo, two workers per
+#                   region (hierarchical sync: its leader answers it)
 #   slow-site       ohio's steps take twice as long
 #   loss-1pct       every region's uplink loses 1% of its packets
 #   no-fault        5 runs of 800 steps in a row
@@ -131,6 +133,14 @@ grep -q 'joined the running job' "$work/kill-london/logs/worker-0.log" ||
 run restart-at-end --steps 800 --kill tokyo@12s --restart-after 9s \
   --set checkpoint.dir="$work/restart-at-end-ckpt" --set checkpoint.interval=100
 check restart-at-end --may-fail 1
+
+# The same under hierarchical sync (two workers per region): tokyo's member
+# restarts as its leader runs the WAN's final average. The leader must
+# answer it with the job's final model (or it fails saying that the job
+# had ended), as a flat peer does.
+run restart-at-end-hier --steps 800 --workers-per-region 2 --kill tokyo:1@12s --restart-after 18s \
+  --set checkpoint.dir="$work/restart-at-end-hier-ckpt" --set checkpoint.interval=100
+check restart-at-end-hier --may-fail 3
 
 run slow-site --steps 600 --slow ohio=2x
 check slow-site

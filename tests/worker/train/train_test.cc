@@ -657,6 +657,56 @@ TEST(TrainCheckpointIntegrity, NoneVerifyingIsDataLossNamingTheFolder) {
 
 // Sets one gradient to NaN at `step` and the parameter back to a finite
 // value after the optimizer step: only the optimizer state is poisoned.
+// A peer that answered after its last step and before its final average:
+// the job's step is the last one, and the peers count on this worker in the
+// final average. The trainer takes no step, runs finish() at once and ends
+// holding what it leaves -- the job's final model.
+class JoinsAtTheLastStepHook : public StepHook {
+ public:
+  explicit JoinsAtTheLastStepHook(int64_t jobStep) : jobStep_(jobStep) {}
+  StatusOr<JoinResult> join(int64_t, FlatParameters& flat) override {
+    flat.values.fill_(0.25f);  // the peer's model at its last step
+    return JoinResult{jobStep_, false};
+  }
+  Status afterBackward(int64_t, FlatParameters&) override {
+    ++steps;
+    return {};
+  }
+  Status finish(int64_t s, FlatParameters& flat) override {
+    finishedAt.push_back(s);
+    flat.values.fill_(0.5f);  // the final average
+    return {};
+  }
+  int64_t steps = 0;
+  std::vector<int64_t> finishedAt;
+
+ private:
+  int64_t jobStep_;
+};
+
+TEST(TrainJoin, AJoinAtTheLastStepTakesPartInTheFinalAverage) {
+  TrainerOptions o;
+  o.steps = 30;
+  o.evalInterval = 0;
+  JoinsAtTheLastStepHook hook(/*jobStep=*/30);
+  auto t = makeTrainer(kMlp, o, &hook);
+  ASSERT_TRUE(t->run([](const StepStats&) {}).ok());
+  EXPECT_EQ(hook.steps, 0);
+  EXPECT_EQ(hook.finishedAt, (std::vector<int64_t>{30}));
+  EXPECT_TRUE(t->arrivedAfterEnd());
+  EXPECT_TRUE(t->holdsFinalModel());
+  EXPECT_EQ(t->currentStep(), 30);
+  EXPECT_TRUE(torch::all(t->flat().values == 0.5f).item<bool>());
+
+  // A step before the last: it trains the rest, then finishes once.
+  JoinsAtTheLastStepHook earlier(/*jobStep=*/25);
+  auto u = makeTrainer(kMlp, o, &earlier);
+  ASSERT_TRUE(u->run([](const StepStats&) {}).ok());
+  EXPECT_EQ(earlier.steps, 5);
+  EXPECT_EQ(earlier.finishedAt, (std::vector<int64_t>{30}));
+  EXPECT_FALSE(u->arrivedAfterEnd());
+}
+
 class PoisonOptimizerHook : public StepHook {
  public:
   explicit PoisonOptimizerHook(int64_t step) : step_(step) {}
