@@ -81,7 +81,12 @@ class ModuleModel : public Model {
       for (size_t dot = dotted.find('.'); dot != std::string::npos;
            start = dot + 1, dot = dotted.find('.', start)) {
         const std::string part = dotted.substr(start, dot - start);
-        if (!at->hasattr(part)) at->register_module(part, torch::jit::Module(part));
+        // Each submodule a class of its own, named by its path: "0" of a
+        // Sequential is no identifier, and one class name for every block's
+        // conv1 would be one class in the saved file.
+        std::string type = "m_" + dotted.substr(0, dot);
+        std::replace(type.begin(), type.end(), '.', '_');
+        if (!at->hasattr(part)) at->register_module(part, torch::jit::Module(type));
         path.push_back(at->attr(part).toModule());
         at = &path.back();
         name = dotted.substr(dot + 1);
@@ -95,6 +100,8 @@ class ModuleModel : public Model {
     };
     for (const auto& [name, t] : namedParameters()) place(name, t, true);
     for (const auto& [name, t] : namedBuffers()) place(name, t, false);
+    // `self.training` (train() and eval() set it): batch norm reads it.
+    root.register_attribute("training", c10::BoolType::get(), false);
     root.define(script_);
     root.eval();
     return root;
@@ -138,6 +145,82 @@ def forward(self, x):
     h = torch.relu(torch.addmm(self.fc1.bias, x.flatten(1), self.fc1.weight.t()))
     return torch.addmm(self.fc2.bias, h, self.fc2.weight.t())
 )";
+
+// ResNet-18's forward (ResNet18Impl below), written out block by block: a
+// block is getattr(self.blocks, "i") (TorchScript has no `self.blocks.0`).
+// Batch norm as torch::nn::BatchNorm2d runs it (momentum 0.1, eps 1e-5):
+// on batch statistics while training, on the running ones in eval().
+std::string resnet18Script(const std::vector<std::pair<int64_t, bool>>& blocks) {
+  std::string s = R"py(
+def _bn(self, x, w, b, mean, var):
+    return torch.batch_norm(x, w, b, mean, var, self.training, 0.1, 1e-05, True)
+
+def forward(self, x):
+    x = torch.relu(self._bn(torch.conv2d(x, self.stem.weight, None, [1, 1], [1, 1]), self.bn.weight, self.bn.bias, self.bn.running_mean, self.bn.running_var))
+)py";
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto [stride, shortcut] = blocks[i];
+    const std::string b = fmt::format("getattr(self.blocks, \"{}\")", i);
+    const auto bn = [&](const std::string& m) {
+      return fmt::format("{0}.weight, {0}.bias, {0}.running_mean, {0}.running_var", m);
+    };
+    s += fmt::format(
+        "    y = torch.relu(self._bn(torch.conv2d(x, {0}.conv1.weight, None, [{1}, {1}], [1, 1]), "
+        "{2}))\n"
+        "    y = self._bn(torch.conv2d(y, {0}.conv2.weight, None, [1, 1], [1, 1]), {3})\n",
+        b, stride, bn(b + ".bn1"), bn(b + ".bn2"));
+    if (shortcut) {
+      const std::string conv = fmt::format("getattr({}.shortcut, \"0\")", b);
+      const std::string norm = fmt::format("getattr({}.shortcut, \"1\")", b);
+      s += fmt::format(
+          "    x = torch.relu(y + self._bn(torch.conv2d(x, {0}.weight, None, [{1}, {1}], [0, 0]), "
+          "{2}))\n",
+          conv, stride, bn(norm));
+    } else {
+      s += "    x = torch.relu(y + x)\n";
+    }
+  }
+  s += "    x = torch.adaptive_avg_pool2d(x, [1, 1]).flatten(1)\n"
+       "    return torch.linear(x, self.fc.weight, self.fc.bias)\n";
+  return s;
+}
+
+// The gpt's forward (GptImpl below), its blocks written out one by one.
+std::string gptScript(int64_t layers, int64_t heads, int64_t context) {
+  std::string s = fmt::format(R"py(
+def _attn(self, x, qkv_w, qkv_b, proj_w, proj_b):
+    n, t, c = x.size(0), x.size(1), x.size(2)
+    d = c // {0}
+    parts = torch.linear(x, qkv_w, qkv_b).split(c, 2)
+    q = parts[0].view([n, t, {0}, d]).transpose(1, 2)
+    k = parts[1].view([n, t, {0}, d]).transpose(1, 2)
+    v = parts[2].view([n, t, {0}, d]).transpose(1, 2)
+    att = torch.matmul(q, k.transpose(-2, -1)) / torch.sqrt(float(d))
+    future = torch.ones([t, t], device=x.device).triu(1) > 0.5
+    att = att.masked_fill(future, float("-inf")).softmax(-1)
+    return torch.linear(torch.matmul(att, v).transpose(1, 2).reshape([n, t, c]), proj_w, proj_b)
+
+def forward(self, ids):
+    assert ids.dim() == 2 and ids.size(1) <= {1}, "gpt takes token ids [N, T] with T <= {1} (model.context)"
+    width = self.tokens.weight.size(1)
+    at = torch.arange(ids.size(1), device=ids.device)
+    x = torch.embedding(self.tokens.weight, ids) + torch.embedding(self.positions.weight, at)
+)py",
+                              heads, context);
+  for (int64_t i = 0; i < layers; ++i) {
+    s += fmt::format(
+        "    b = getattr(self.blocks, \"{}\")\n"
+        "    x = x + self._attn(torch.layer_norm(x, [width], b.ln1.weight, b.ln1.bias, 1e-05), "
+        "b.attn.qkv.weight, b.attn.qkv.bias, b.attn.proj.weight, b.attn.proj.bias)\n"
+        "    h = torch.gelu(torch.linear(torch.layer_norm(x, [width], b.ln2.weight, b.ln2.bias, "
+        "1e-05), b.fc.weight, b.fc.bias))\n"
+        "    x = x + torch.linear(h, b.out.weight, b.out.bias)\n",
+        i);
+  }
+  s += "    return torch.linear(torch.layer_norm(x, [width], self.ln.weight, self.ln.bias, 1e-05), "
+       "self.head.weight, None)\n";
+  return s;
+}
 
 struct MlpImpl : torch::nn::Module {
   MlpImpl(int64_t in, int64_t classes, int64_t hidden)
@@ -213,6 +296,7 @@ struct ResNet18Impl : torch::nn::Module {
       for (int b = 0; b < 2; ++b) {
         const int64_t stride = (stage > 0 && b == 0) ? 2 : 1;
         blocks->push_back(BasicBlock(in, widths[stage], stride));
+        layout.emplace_back(stride, stride != 1 || in != widths[stage]);
         in = widths[stage];
       }
     }
@@ -228,6 +312,8 @@ struct ResNet18Impl : torch::nn::Module {
   torch::nn::BatchNorm2d bn;
   torch::nn::Sequential blocks;
   torch::nn::Linear fc;
+  std::vector<std::pair<int64_t, bool>>
+      layout;  // each block's stride, and whether it has a shortcut
 };
 
 // A decoder-only transformer (GPT-2's shape, small): token and position
@@ -452,7 +538,8 @@ StatusOr<std::unique_ptr<Model>> makeModel(const ModelSpec& spec,
     return std::unique_ptr<Model>(std::make_unique<ModuleModel>(
         m, [m](const torch::Tensor& x) { return m->forward(x); },
         fmt::format("gpt {} layers, width {}, {} heads, context {}, vocabulary {}", spec.layers,
-                    width, spec.heads, spec.context, numClasses)));
+                    width, spec.heads, spec.context, numClasses),
+        gptScript(spec.layers, spec.heads, spec.context)));
   }
   if (spec.builtin == "mlp") {
     const int64_t hidden = spec.width > 0 ? spec.width : 256;
@@ -474,7 +561,8 @@ StatusOr<std::unique_ptr<Model>> makeModel(const ModelSpec& spec,
   if (spec.builtin == "resnet18") {
     auto m = std::make_shared<ResNet18Impl>(c, numClasses);
     return std::unique_ptr<Model>(std::make_unique<ModuleModel>(
-        m, [m](const torch::Tensor& x) { return m->forward(x); }, "resnet18 (CIFAR variant)"));
+        m, [m](const torch::Tensor& x) { return m->forward(x); }, "resnet18 (CIFAR variant)",
+        resnet18Script(m->layout)));
   }
   return invalidArgument(
       fmt::format("model.builtin: '{}' is not a model (allowed: mlp, cnn, resnet18, gpt; or set "

@@ -8,7 +8,9 @@ two regions for 400 steps, and checks: the job succeeds with identical
 models; rank 0's periodic validation losses fall; the final one is under
 3.2 nats a byte (an untrained model's is ln 256 = 5.55; the bytes' own
 frequencies in val.bin, a model of no context, give about 3.5); the worker reports it in bits per token;
-summary.json has it as testLoss and no accuracy.
+summary.json has it as testLoss and no accuracy; the exported model
+(output.path), loaded by Python's torch, gives the same validation loss on
+the same 64 windows of val.bin (skipped without Debian's python3-torch).
 
 Usage: gpt_test.py GEOTRAIN_BINARY
 Exit 77 (skipped) without python3.11-doc.
@@ -49,7 +51,8 @@ with tempfile.TemporaryDirectory(prefix="geo-gpt-") as tmp:
          "--regions", "london,tokyo", "--steps", "400", "--eval-interval", "100",
          "--set", "model.width=64", "--set", "model.layers=2", "--set", "model.heads=2",
          "--set", "model.context=64", "--batch-size", "16", "--lr", "0.01",
-         "--set", "training.optimizer=adam", "--out", out],
+         "--set", "training.optimizer=adam", "--set", f"output.path={tmp}/model",
+         "--out", out],
         capture_output=True, text=True, timeout=900)
     check(r.returncode == 0, f"the gpt job exits 0 (got {r.returncode}: {r.stderr[-600:]})")
     if r.returncode == 0:
@@ -70,6 +73,34 @@ with tempfile.TemporaryDirectory(prefix="geo-gpt-") as tmp:
         log = open(os.path.join(out, "logs", "worker-0.log")).read()
         check("bits per token" in log and "gpt 2 layers, width 64, 2 heads, context 64" in log,
               "the worker names the model and reports bits per token")
+
+        try:
+            import numpy as np
+            import torch
+        except ImportError as e:
+            print(f"the export's Python check skipped: {e} (apt-get install python3-torch "
+                  "python3-numpy)")
+        else:
+            # What a user does with the result: load it and measure it. The
+            # worker's validation windows: 64 of context + 1 tokens, evenly
+            # spread over val.bin (worker/train/dataset.cc).
+            model = torch.jit.load(os.path.join(tmp, "model", "model.torchscript.pt"))
+            state = torch.load(os.path.join(tmp, "model", "model.pt"))
+            check(all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+                  and len(state) == len(model.state_dict()),
+                  "the TorchScript module holds model.pt's tensors")
+            val = np.fromfile(os.path.join(corpus, "val.bin"), dtype="<u2").astype(np.int64)
+            span = len(val) - 64
+            starts = [w * span // 64 for w in range(64)]
+            windows = torch.from_numpy(np.stack([val[s:s + 65] for s in starts]))
+            model.eval()
+            with torch.no_grad():
+                logits = model(windows[:, :64])
+                loss = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.size(-1)), windows[:, 1:].reshape(-1)).item()
+            check(abs(loss - summary["testLoss"]) < 1e-3,
+                  f"Python's validation loss of the exported gpt is geotrain's "
+                  f"({loss:.5f} against {summary['testLoss']:.5f})")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
