@@ -787,8 +787,10 @@ std::vector<Section> buildSchema() {
         makeField("interval", &W::checkpoint, &W::Checkpoint::interval, integer, atLeast(1)),
         makeField("keep", &W::checkpoint, &W::Checkpoint::keep, integer, atLeast(1)),
         makeField("resume", &W::checkpoint, &W::Checkpoint::resume, boolean, anyBool())}});
-  schema.push_back(
-      {"output", {makeField("path", &W::output, &W::Output::path, string, anyString())}});
+  schema.push_back({"output",
+                    {makeField("path", &W::output, &W::Output::path, string, anyString()),
+                     makeField("everyCheckpoint", &W::output, &W::Output::everyCheckpoint, boolean,
+                               anyBool())}});
   schema.push_back(
       {"metrics",
        {makeField("listen", &W::metrics, &W::Metrics::listen, string, anyString()),

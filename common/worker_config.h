@@ -254,6 +254,9 @@ struct WorkerConfig {
   // the model can be written as TorchScript, model.torchscript.pt.
   struct Output {
     std::string path;
+    // Also export every checkpoint.interval steps, replacing the previous
+    // export, so a job that dies leaves its latest model behind.
+    bool everyCheckpoint = false;
 
     bool operator==(const Output&) const = default;
   };

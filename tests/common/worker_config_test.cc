@@ -871,7 +871,7 @@ TEST(WorkerConfig, DocsListEveryKeyWithItsDefault) {
   const std::string docs = readFile(GEO_WORKER_CONFIG_DOC);
   ASSERT_FALSE(docs.empty()) << "cannot read " << GEO_WORKER_CONFIG_DOC;
   const auto keys = defaultKeyValues();
-  EXPECT_EQ(keys.size(), 69u);  // the schema's key count: update with the docs
+  EXPECT_EQ(keys.size(), 70u);  // the schema's key count: update with the docs
   for (const auto& [path, value] : keys) {
     // A reference row: | `path` | type | `default` | allowed | meaning |
     const std::string rowStart = "| `" + path + "` |";

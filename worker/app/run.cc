@@ -99,11 +99,15 @@ struct ExportFacts {
   std::optional<double> testAccuracy;
   std::optional<double> testLoss;
   std::string modelHash;
+  int64_t step = 0;   // the step the model is at
+  bool final = true;  // the job's final model; false: an export at a checkpoint
 };
 
 // The job's final model into output.path: once per region (its first
 // worker; the others hold the same bytes), so that each region's volume has
-// it. A failure fails the worker: the user asked for the model there.
+// it. A failure fails the worker: the user asked for the model there. With
+// output.everyCheckpoint, also this worker's model at each checkpoint
+// (f.final false), which the next export replaces.
 Status exportJobModel(const WorkerConfig& c, train::Model& model, const ExportFacts& f) {
   if (c.output.path.empty() || c.worker.localRank != 0) return {};
   nlohmann::ordered_json meta = {
@@ -112,11 +116,15 @@ Status exportJobModel(const WorkerConfig& c, train::Model& model, const ExportFa
       {"model", f.model},
       {"inputShape", f.inputShape},
       {"outputs", f.outputs},
-      {"task", c.training.loss == "mse" ? "regression" : "classification"},
+      {"task", c.training.loss == "mse"          ? "regression"
+               : c.training.loss == "next-token" ? "next-token prediction"
+                                                 : "classification"},
       {"loss", c.training.loss},
       {"dataset", c.dataset.name},
       {"inputs", train::describeInputs(c.dataset.name)},
       {"steps", c.training.steps},
+      {"step", f.step},
+      {"final", f.final},
       {"testAccuracy", f.testAccuracy ? nlohmann::ordered_json(*f.testAccuracy) : nullptr},
       {"testLoss", f.testLoss ? nlohmann::ordered_json(*f.testLoss) : nullptr},
       {"modelHash", f.modelHash},
@@ -125,7 +133,12 @@ Status exportJobModel(const WorkerConfig& c, train::Model& model, const ExportFa
   if (!written.ok()) return written.status().withContext("exporting the model (output.path)");
   std::vector<std::string> names;
   for (const auto& p : *written) names.push_back(p.filename().string());
-  logger()->info("output: the job's model is in {} ({})", c.output.path, fmt::join(names, ", "));
+  if (f.final) {
+    logger()->info("output: the job's model is in {} ({})", c.output.path, fmt::join(names, ", "));
+  } else {
+    logger()->info("output: the model at step {} is in {} (output.everyCheckpoint)", f.step,
+                   c.output.path);
+  }
   return {};
 }
 
@@ -252,6 +265,17 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   }
   auto resumed = (*trainer)->resume();
   if (!resumed.ok()) return reportFailure(&progress, resumed.status());
+  if (c.output.everyCheckpoint && !c.output.path.empty() && c.worker.localRank == 0) {
+    train::Trainer* t = trainer->get();
+    (*trainer)->setAfterCheckpoint([&c, t, describe, inputShape, numClasses](int64_t step) {
+      const std::string hash = modelHash(train::wholeModel(t->flat()));
+      ExportFacts facts{describe,     inputShape, numClasses, std::nullopt,
+                        std::nullopt, hash,       step,       false};
+      if (Status s = exportJobModel(c, t->model(), facts); !s.ok()) {
+        logger()->warn("{}; training goes on (the final export must succeed)", s.message());
+      }
+    });
+  }
 
   // Whose data the shard is cut from: one copy for the job, or this
   // region's own (dataset.sharding).
@@ -342,10 +366,10 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     done.arrivedAfterEnd = true;
     done.testAccuracy = final.accuracy;
     done.testLoss = final.loss;
-    done.modelHash = modelHash((*trainer)->flat().values);
-    if (Status exported = exportJobModel(
-            c, (*trainer)->model(),
-            {describe, inputShape, numClasses, final.accuracy, final.loss, done.modelHash});
+    done.modelHash = modelHash(train::wholeModel((*trainer)->flat()));
+    if (Status exported = exportJobModel(c, (*trainer)->model(),
+                                         {describe, inputShape, numClasses, final.accuracy,
+                                          final.loss, done.modelHash, c.training.steps});
         !exported.ok()) {
       return reportFailure(&progress, exported);
     }
@@ -354,13 +378,13 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   }
   done.loss = finalLoss;
   done.stepSecondsMax = hook.longestStep();
-  done.modelHash = modelHash((*trainer)->flat().values);
+  done.modelHash = modelHash(train::wholeModel((*trainer)->flat()));
   done.joinedAt = (*trainer)->joinedAt();
   done.testAccuracy = finalAccuracy;
   done.testLoss = finalEvalLoss;
-  if (Status exported = exportJobModel(
-          c, (*trainer)->model(),
-          {describe, inputShape, numClasses, finalAccuracy, finalEvalLoss, done.modelHash});
+  if (Status exported = exportJobModel(c, (*trainer)->model(),
+                                       {describe, inputShape, numClasses, finalAccuracy,
+                                        finalEvalLoss, done.modelHash, c.training.steps});
       !exported.ok()) {
     return reportFailure(&progress, exported);
   }

@@ -60,7 +60,8 @@ std::unique_ptr<metrics::WorkerMetrics> startMetrics(const WorkerConfig& config,
                                                      const sync::Topology& topology);
 
 // 64-bit FNV-1a of the values' bytes, 16 hex digits: workers that agree on
-// the final model print the same.
+// the final model print the same. Given train::wholeModel(), it covers batch
+// norm's running statistics too.
 std::string modelHash(const torch::Tensor& values);
 
 // The transport's onDisagreement for geotrain-worker: a peer runs other sync

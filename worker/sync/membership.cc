@@ -267,7 +267,10 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
     for (auto f = deferFetch ? StatusOr<Message>(deadlineExceeded("deferred"))
                              : transport_->receive(MessageKind::kControl, kJoinFetchRound, p, now);
          f.ok(); f = transport_->receive(MessageKind::kControl, kJoinFetchRound, p, now)) {
-      auto bytes = tensorBytes(values.contiguous());
+      // The job's final model is the whole model (with batch norm's
+      // statistics) where the trainer keeps one.
+      auto bytes = tensorBytes(final_ && flat != nullptr ? train::wholeModel(*flat).contiguous()
+                                                         : values.contiguous());
       if (final_) {
         // The job's final model alone (fp32, no optimizer: nobody trains
         // on): the joiner knows it by its codec.
@@ -277,8 +280,9 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
         }
         logger()->info("{}: sending the job's final model to {}, which started after the end",
                        name_, topology_.describe(p));
-        GEO_RETURN_IF_ERROR(sendControl(p, kJoinStateRound, step, std::move(bytes), CodecId::kFp32,
-                                        static_cast<uint64_t>(values.numel())));
+        const auto numel = static_cast<uint64_t>(bytes->size() / 4);
+        GEO_RETURN_IF_ERROR(
+            sendControl(p, kJoinStateRound, step, std::move(bytes), CodecId::kFp32, numel));
         l.joining = false;
         continue;
       }
@@ -497,9 +501,11 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
                      topology_.describe(p));
       continue;
     }
-    // A peer that finished sends the job's final model alone, as fp32.
+    // A peer that finished sends the job's final model alone, as fp32: the
+    // whole model (with batch norm's statistics) where we keep one.
     const bool finalModel = state->header.codec == CodecId::kFp32;
-    const auto modelBytes = static_cast<size_t>(values.numel()) * 4;
+    torch::Tensor whole = flat != nullptr ? train::wholeModel(*flat) : values;
+    const auto modelBytes = static_cast<size_t>(finalModel ? whole.numel() : values.numel()) * 4;
     if (state->payload.size() < modelBytes || (finalModel && state->payload.size() != modelBytes)) {
       logger()->warn(
           "{}: the state of {} has {} bytes, expected {} {} (the same model everywhere?); trying "
@@ -509,7 +515,7 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
       continue;
     }
     // The model is checked before anything of the state is adopted.
-    torch::Tensor model = torch::empty({values.numel()}, torch::kFloat32);
+    torch::Tensor model = torch::empty({static_cast<int64_t>(modelBytes / 4)}, torch::kFloat32);
     std::string reason;
     if (const Status ok = checkedCopy(state->payload.bytes().first(modelBytes), model,
                                       std::numeric_limits<float>::max(), reason);
@@ -529,7 +535,11 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
         continue;
       }
     }
-    values.copy_(model.view(values.sizes()));
+    if (finalModel) {
+      whole.copy_(model.view(whole.sizes()));
+    } else {
+      values.copy_(model.view(values.sizes()));
+    }
     const double took = secondsSince(f0);
     {
       std::lock_guard lock(mu_);

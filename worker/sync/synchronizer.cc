@@ -435,8 +435,11 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   };
   size_t coordinator = 0;
   while (!alive(coordinator)) ++coordinator;  // self is alive: terminates
-  auto own = tensorBytes(flat.values);
-  const auto numel = static_cast<uint64_t>(flat.values.numel());
+  // The whole model: the parameters and the float buffers (batch norm's
+  // running statistics), so that every worker ends with the same one.
+  torch::Tensor whole = train::wholeModel(flat);
+  auto own = tensorBytes(whole);
+  const auto numel = static_cast<uint64_t>(whole.numel());
   if (coordinator != group_.self) {
     const uint32_t c = group_.ranks[coordinator];
     stats_.encoded(numel * 4, own->size(), 1);
@@ -452,7 +455,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     }
     std::string reason;
     if (const Status ok =
-            checkedCopy(m->payload.bytes(), flat.values, std::numeric_limits<float>::max(), reason);
+            checkedCopy(m->payload.bytes(), whole, std::numeric_limits<float>::max(), reason);
         !ok.ok()) {
       reject(c, "the final average", reason, ok);
       logger()->warn("sync: keeping our own final model");
@@ -477,7 +480,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
       stats_.missed();
       continue;
     }
-    torch::Tensor model = torch::empty_like(flat.values);
+    torch::Tensor model = torch::empty_like(whole);
     std::string reason;
     if (const Status ok =
             checkedCopy(m->payload.bytes(), model, std::numeric_limits<float>::max(), reason);
@@ -496,16 +499,16 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   }
   auto identity = codec::makeCodec({.name = "identity"});
   GEO_ENFORCE(identity.ok(), "identity codec: {}", identity.status().message());
-  torch::Tensor sum = torch::zeros_like(flat.values);
+  torch::Tensor sum = torch::zeros_like(whole);
   for (size_t i = 0; i < group_.size(); ++i) {
     if (i != group_.self && !got[i]) continue;
     const auto bytes = i == group_.self ? std::span<const std::byte>(own->data(), own->size())
                                         : got[i]->payload.bytes();
     (*identity)->decodeAccumulate(bytes, static_cast<float>(group_.weights[i] / total), sum);
   }
-  flat.values.copy_(sum);
+  whole.copy_(sum);
   modified_ = true;
-  auto result = tensorBytes(flat.values);
+  auto result = tensorBytes(whole);
   stats_.encoded(numel * 4, result->size(), to.size());
   GEO_RETURN_IF_ERROR(
       sendTo(to, MessageKind::kControl, kFinalAverageRound, steps, CodecId::kFp32, numel, result));
@@ -893,10 +896,11 @@ class Hierarchical final : public Synchronizer {
   }
 
   Status finish(int64_t steps, train::FlatParameters& flat) override {
+    torch::Tensor whole = train::wholeModel(flat);  // with batch norm's statistics
     if (!isLeader()) {
       auto m = fromLeader(kFinalAverageRound, steps, flat, "final model");
       if (!m.ok()) return m.status();
-      acceptFromLeader(*m, flat.values, std::numeric_limits<float>::max(), "the final model");
+      acceptFromLeader(*m, whole, std::numeric_limits<float>::max(), "the final model");
       return {};
     }
     // The end as a member that (re)starts now sees it -- as a flat peer's
@@ -920,8 +924,8 @@ class Hierarchical final : public Synchronizer {
         to.push_back(members_[i]);
     }
     GEO_RETURN_IF_ERROR(send(to, MessageKind::kLanBroadcast, kFinalAverageRound, steps,
-                             CodecId::kFp32, static_cast<uint64_t>(flat.values.numel()),
-                             tensorBytes(flat.values)));
+                             CodecId::kFp32, static_cast<uint64_t>(whole.numel()),
+                             tensorBytes(whole)));
     return lingerForMembers(steps, flat);
   }
 

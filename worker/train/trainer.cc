@@ -87,9 +87,27 @@ FlatParameters flattenParameters(Model& model, torch::Device device) {
   FlatParameters flat;
   int64_t total = 0;
   for (auto& p : model.parameters()) total += p.numel();
+  // float32 buffers (batch norm's running statistics; not its integer
+  // batch count) live after the parameters, in the same storage.
+  std::vector<torch::Tensor> buffers;
+  int64_t buffered = 0;
+  for (auto& [name, b] : model.namedBuffers()) {
+    if (b.scalar_type() != torch::kFloat32 || b.numel() == 0) continue;
+    buffers.push_back(b);
+    buffered += b.numel();
+  }
   const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  flat.values = torch::empty({total}, opts);
+  flat.model = torch::empty({total + buffered}, opts);
+  flat.values = flat.model.narrow(0, 0, total);
   flat.grads = torch::zeros({total}, opts);
+  int64_t at = total;
+  for (auto& b : buffers) {
+    const int64_t n = b.numel();
+    auto value = flat.model.narrow(0, at, n).view(b.sizes());
+    value.copy_(b);
+    b.set_data(value);  // the buffer now lives in the flat storage
+    at += n;
+  }
   int64_t offset = 0;
   for (auto& p : model.parameters()) {
     const int64_t n = p.numel();
@@ -778,6 +796,9 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
     if (!options_.checkpointDir.empty() &&
         (step_ % options_.checkpointInterval == 0 || step_ == options_.steps)) {
       GEO_RETURN_IF_ERROR(saveCheckpoint());
+    }
+    if (afterCheckpoint_ && step_ % options_.checkpointInterval == 0 && step_ < options_.steps) {
+      afterCheckpoint_(step_);
     }
   }
   if (evalsSkipped() > 0) {

@@ -80,6 +80,14 @@ struct FlatParameters {
   torch::Tensor values;
   torch::Tensor grads;
   std::vector<torch::Tensor> params;  // the views, in order
+  // `values` followed by the model's float32 buffers (batch norm's running
+  // statistics), in one storage: `values` is its first part. Training
+  // exchanges `values` only (each worker's statistics follow its own
+  // batches); the final average and the final model carry all of it, so
+  // that every worker ends with -- and exports -- the same whole model.
+  // Undefined where a caller built the struct itself: wholeModel() is then
+  // `values`.
+  torch::Tensor model;
   // The optimizer's state (momentum buffers, Adam moments) as bytes and back,
   // so that a synchronizer can hand a joining worker the whole training
   // state, not only the parameters. Set by the Trainer; empty otherwise.
@@ -87,6 +95,11 @@ struct FlatParameters {
   std::function<std::string()> saveOptimizer;
   std::function<Status(const std::string&)> loadOptimizer;
 };
+
+// `flat.model` where the trainer set it, else `flat.values`.
+inline torch::Tensor wholeModel(const FlatParameters& flat) {
+  return flat.model.defined() ? flat.model : flat.values;
+}
 
 // What StepHook::join() decided.
 struct JoinResult {
@@ -254,6 +267,10 @@ class Trainer {
   // After run(): the hook's join() found that the job had finished without
   // this worker, so run() took no step.
   bool arrivedAfterEnd() const { return arrivedAfterEnd_; }
+  // Called on the training thread every checkpointInterval steps before the
+  // last (after that step's checkpoint, when checkpoints are written), with
+  // the step: the worker exports the model there (output.everyCheckpoint).
+  void setAfterCheckpoint(std::function<void(int64_t step)> f) { afterCheckpoint_ = std::move(f); }
   // With arrivedAfterEnd(): the parameters hold the job's final model (a
   // peer that finished sent it), and currentStep() is the last step.
   bool holdsFinalModel() const { return holdsFinalModel_; }
@@ -289,6 +306,7 @@ class Trainer {
   BatchSampler sampler_;
   int64_t step_ = 0;
   bool arrivedAfterEnd_ = false;
+  std::function<void(int64_t)> afterCheckpoint_;
   bool holdsFinalModel_ = false;
   std::optional<int64_t> joinedAt_;
   // Checkpoints resume() refused (corrupt, or for another model or

@@ -11,6 +11,10 @@ checks what a user would do next:
   - Python's accuracy (classification) or mean squared error (regression) of
     the exported model on the test split equals what geotrain reported in its
     summary and in model.json: LibTorch and Python compute the same model;
+  - output.everyCheckpoint exports along the way, and the final export
+    replaces those;
+  - resnet18's batch-norm statistics end the same in both regions, and
+    Python's accuracy of its export is geotrain's;
   - a bad file stops the job with a message that names it.
 
 Usage: export_python_test.py GEOTRAIN_BINARY
@@ -106,10 +110,17 @@ with tempfile.TemporaryDirectory(prefix="geo-export-py-") as tmp:
     np.save(f"{data}/test_y.npy", (x_test[:2000].mean(1) / 255.0).astype("<f4"))
     model_dir = os.path.join(tmp, "model-regression")
     r = run(data, os.path.join(tmp, "run-regression"), model_dir,
-            "--set", "training.loss=mse", "--set", "training.lr=0.01")
+            "--set", "training.loss=mse", "--set", "training.lr=0.01",
+            "--set", "checkpoint.interval=100", "--set", "output.everyCheckpoint=true")
     check(r.returncode == 0, f"regression job exits 0 (got {r.returncode}: {r.stderr[-500:]})")
     if r.returncode == 0:
         summary = json.load(open(os.path.join(tmp, "run-regression", "summary.json")))
+        log = open(os.path.join(tmp, "run-regression", "logs", "worker-0.log")).read()
+        check("the model at step 100 is in" in log and "the model at step 200 is in" in log,
+              "output.everyCheckpoint exports at steps 100 and 200")
+        meta = json.load(open(os.path.join(model_dir, "model.json")))
+        check(meta["final"] is True and meta["step"] == 300 and meta["task"] == "regression",
+              f"the final export replaced them (final {meta['final']}, step {meta['step']})")
         module = torch.jit.load(os.path.join(model_dir, "model.torchscript.pt"))
         x = torch.from_numpy(np.load(f"{data}/test_x.npy").astype("<f4"))
         y = torch.from_numpy(np.load(f"{data}/test_y.npy")).reshape(-1, 1)
@@ -120,6 +131,39 @@ with tempfile.TemporaryDirectory(prefix="geo-export-py-") as tmp:
               f"Python's mse {mse:.6g} is geotrain's {summary['testLoss']:.6g}")
         variance = float(y.var())
         check(mse < 0.2 * variance, f"the regression learned (mse {mse:.3g} < 0.2 × {variance:.3g})")
+
+    # ---- Batch norm: resnet18 on 3x32x32 images. Its running statistics are
+    # buffers, not parameters: the final average carries them too, so both
+    # regions end with -- and export -- the same whole model.
+    images = os.path.join(tmp, "images")
+    os.makedirs(images)
+    rng = np.random.default_rng(0)
+    means = rng.standard_normal((10, 3, 1, 1)).astype("<f4")
+    for split, n in (("train", 256), ("test", 128)):
+        y = rng.integers(0, 10, n)
+        np.save(f"{images}/{split}_x.npy",
+                (means[y] + rng.standard_normal((n, 3, 32, 32))).astype("<f4"))
+        np.save(f"{images}/{split}_y.npy", y.astype("<i8"))
+    model_dir = os.path.join(tmp, "model-resnet")
+    r = subprocess.run(
+        [GEOTRAIN, "local", "--regions", "london,tokyo", "--model", "resnet18", "--steps", "20",
+         "--batch-size", "16", "--eval-interval", "0", "--set", "dataset.name=npy",
+         "--set", f"dataset.path={images}", "--set", f"output.path={model_dir}",
+         "--out", os.path.join(tmp, "run-resnet")], capture_output=True, text=True, timeout=600)
+    check(r.returncode == 0, f"resnet18 job exits 0 (got {r.returncode}: {r.stderr[-500:]})")
+    if r.returncode == 0:
+        summary = json.load(open(os.path.join(tmp, "run-resnet", "summary.json")))
+        accuracies = {name: reg["testAccuracy"] for name, reg in summary["regions"].items()}
+        check(summary["modelsAgree"] is True and len(set(accuracies.values())) == 1,
+              f"both regions end with the same model, statistics included ({accuracies})")
+        module = torch.jit.load(os.path.join(model_dir, "model.torchscript.pt"))
+        module.eval()
+        with torch.no_grad():
+            logits = module(torch.from_numpy(np.load(f"{images}/test_x.npy")))
+        accuracy = float((logits.argmax(1).numpy() == np.load(f"{images}/test_y.npy")).mean())
+        check(abs(accuracy - summary["testAccuracy"]) < 1e-6,  # the summary has 6 digits
+              f"Python's accuracy of the exported resnet18 {accuracy:.4f} is geotrain's "
+              f"{summary['testAccuracy']:.4f}")
 
     # ---- A bad file stops the job, named.
     np.save(f"{data}/test_y.npy", np.zeros(1999, "<f4"))
