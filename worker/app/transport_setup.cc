@@ -135,6 +135,11 @@ StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& c, uint
   }
   t.rankNames = regions;
   t.agreedSettings = agreedSyncSettings(c);
+  // Opens each WAN connection's congestion window to about 170 packets
+  // while the job starts: an mlp's 4-bit round (0.1 MB) then crosses in one
+  // round trip from the first round on. At 100 Mbit/s it takes 21 ms of
+  // uplink per peer, once.
+  t.warmupBytes = 256 << 10;
   return t;
 }
 

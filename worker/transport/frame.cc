@@ -98,6 +98,7 @@ bool isKnownKind(uint16_t kind) {
     case static_cast<uint16_t>(MessageKind::kPong):
     case static_cast<uint16_t>(MessageKind::kHello):
     case static_cast<uint16_t>(MessageKind::kAck):
+    case static_cast<uint16_t>(MessageKind::kWarmup):
     case static_cast<uint16_t>(MessageKind::kUpdate):
     case static_cast<uint16_t>(MessageKind::kGossip):
     case static_cast<uint16_t>(MessageKind::kGossipReply):
@@ -114,6 +115,7 @@ std::string_view messageKindName(MessageKind kind) {
     case MessageKind::kPong: return "pong";
     case MessageKind::kHello: return "hello";
     case MessageKind::kAck: return "ack";
+    case MessageKind::kWarmup: return "warmup";
     case MessageKind::kUpdate: return "update";
     case MessageKind::kGossip: return "gossip";
     case MessageKind::kGossipReply: return "gossip-reply";
@@ -180,10 +182,11 @@ StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint6
   if (!isKnownKind(kind)) {
     return headerError(
         StatusCode::kInvalidArgument,
-        fmt::format("kind {} is not a known message kind (ping=1, pong=2, hello=4, ack=5, "
-                    "update=16, gossip=17, gossip-reply=18, control=19, "
-                    "lan-reduce=20, lan-broadcast=21)",
-                    kind));
+        fmt::format(
+            "kind {} is not a known message kind (ping=1, pong=2, hello=4, ack=5, warmup=6, "
+            "update=16, gossip=17, gossip-reply=18, control=19, "
+            "lan-reduce=20, lan-broadcast=21)",
+            kind));
   }
 
   const uint64_t jobHash = loadLe<uint64_t>(header, kOffJobHash);

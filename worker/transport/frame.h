@@ -87,6 +87,11 @@ enum class MessageKind : uint16_t {
   // payloadOffset and payloadBytes, three little-endian u64). Chunks travel
   // in order, so it acknowledges every chunk before it too.
   kAck = 5,
+  // Padding a sender writes to each WAN peer as it starts
+  // (TransportConfig::warmupBytes), so that TCP's congestion window has
+  // opened before the first rounds need it. The receiver drops it; it is
+  // neither delivered nor acknowledged.
+  kWarmup = 6,
   kUpdate = 16,        // a (compressed) model update or gradient
   kGossip = 17,        // SwarmSGD pairwise model exchange
   kGossipReply = 18,   // the partner's half of a gossip exchange

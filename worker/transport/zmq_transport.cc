@@ -251,6 +251,8 @@ class ZmqTransport final : public Transport {
   }
   // Queues this rank's hello for `peer` (when there are agreed settings).
   void sendHello(uint32_t peer);
+  // TransportConfig::warmupBytes of padding to a WAN peer, after its hello.
+  void sendWarmup(uint32_t peer);
   // Compares a peer's hello with ours; a disagreement refuses the peer.
   void checkHello(uint32_t peer, const Payload& hello);
   void dropQueuedPings();
@@ -469,7 +471,9 @@ Status ZmqTransport::start() {
   // First in every queue, so that it is the first frame each peer reads from
   // this rank: the peer checks the settings before any update.
   for (uint32_t r = 0; r < limits_.worldSize; ++r) {
-    if (reachable(r)) sendHello(r);
+    if (!reachable(r)) continue;
+    sendHello(r);
+    sendWarmup(r);
   }
   io_ = std::thread([this] { ioLoop(); });
   return {};
@@ -851,6 +855,7 @@ void ZmqTransport::handleInbound() {
       checkHello(header->sender, body);
       continue;
     }
+    if (header->kind == MessageKind::kWarmup) continue;  // padding: its bytes were its purpose
     if (header->kind == MessageKind::kPing) {
       FrameHeader pong = *header;
       pong.kind = MessageKind::kPong;
@@ -1277,6 +1282,18 @@ void ZmqTransport::sendHello(uint32_t peer) {
   // A hello that finds the queue full (a peer that reads nothing) is
   // skipped: the next reconnect sends another.
   (void)enqueue(peer, h, Payload(std::move(bytes)), milliseconds(0));
+}
+
+void ZmqTransport::sendWarmup(uint32_t peer) {
+  if (cfg_.warmupBytes == 0 || !wanPeer(peer)) return;
+  FrameHeader h;
+  h.kind = MessageKind::kWarmup;
+  h.jobHash = limits_.jobHash;
+  h.sender = cfg_.rank;
+  h.elementCount = cfg_.warmupBytes;
+  h.payloadBytes = cfg_.warmupBytes;
+  // Best effort, like the hello: a full queue skips it.
+  (void)enqueue(peer, h, Payload(std::vector<std::byte>(cfg_.warmupBytes)), milliseconds(0));
 }
 
 void ZmqTransport::checkHello(uint32_t peer, const Payload& hello) {

@@ -65,6 +65,17 @@ struct TransportConfig {
   // s of silence at 4 Mbit/s, and its sender would be suspected. 64 KiB is
   // 0.13 s at 4 Mbit/s, and the per-message cost is lost in WAN bandwidth.
   size_t wanChunkBytes = size_t{64} << 10;
+  // Padding (kWarmup frames, dropped by the receiver) sent to each WAN peer
+  // after the first hello, as the transport starts. A fresh TCP connection
+  // starts with a congestion window of 10 packets and doubles it each round
+  // trip only while it has data to send: the first rounds' updates (100 KB
+  // and more) took 3 round trips, 0.7 s on a 230 ms path, instead of one
+  // -- which the automatic delay read as the link and the first seconds of
+  // training paid for in staleness. Sent while the job starts (the join,
+  // loading the data), the padding opens the window before that. Not after
+  // a reconnect: the rounds resent then open it, and on a throttled link
+  // padding would hold them back. 0: none.
+  uint64_t warmupBytes = 0;
   uint64_t maxQueuedBytesPerPeer = uint64_t{1} << 30;  // send() backpressure
   uint64_t maxInboxBytes = uint64_t{2} << 30;          // stop reading beyond
   uint64_t maxPayloadBytes = uint64_t{1} << 31;        // larger frames are refused

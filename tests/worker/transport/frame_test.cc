@@ -99,6 +99,7 @@ TEST(MessageKind, NamesAndKnownSet) {
   EXPECT_EQ(messageKindName(MessageKind::kPong), "pong");
   EXPECT_EQ(messageKindName(MessageKind::kHello), "hello");
   EXPECT_EQ(messageKindName(MessageKind::kAck), "ack");
+  EXPECT_EQ(messageKindName(MessageKind::kWarmup), "warmup");
   EXPECT_EQ(messageKindName(MessageKind::kUpdate), "update");
   EXPECT_EQ(messageKindName(MessageKind::kGossip), "gossip");
   EXPECT_EQ(messageKindName(MessageKind::kGossipReply), "gossip-reply");
@@ -113,7 +114,7 @@ TEST(MessageKind, NamesAndKnownSet) {
       EXPECT_NE(messageKindName(static_cast<MessageKind>(k)), "unknown");
     }
   }
-  EXPECT_EQ(known, 10);
+  EXPECT_EQ(known, 11);
 }
 
 TEST(FrameHeader, EncodesTheDocumentedLayout) {

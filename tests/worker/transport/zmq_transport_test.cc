@@ -912,6 +912,42 @@ TEST(TransportAcks, DataTakenIsAcknowledged) {
   EXPECT_EQ(toPeer().unackedBytes, 0u);
 }
 
+// The warm-up: a transport starts its data connection to each WAN peer
+// (uplinkPeers) with warmupBytes of padding, which the receiver counts as bytes received
+// and drops -- nothing of it reaches the inbox, and no data is acknowledged
+// for it. A LAN peer gets none.
+TEST(TransportWarmup, AWanPeerGetsPaddingThatIsDroppedOnArrival) {
+  World w(3);
+  std::vector<TransportConfig> configs{w.config(0), w.config(1), w.config(2)};
+  configs[0].uplinkPeers = {false, true, false};  // rank 1 is across the WAN, rank 2 is not
+  configs[0].warmupBytes = 1 << 20;
+  std::vector<std::unique_ptr<Transport>> ts;
+  for (auto& c : configs) {
+    auto t = makeZmqTransport(c);
+    ASSERT_TRUE(t.ok()) << t.status().toString();
+    ts.push_back(std::move(*t));
+  }
+  const auto from0 = [&](size_t at) {
+    for (const auto& c : ts[at]->peerCounters()) {
+      if (c.peer == 0) return c.bytesReceived;
+    }
+    return uint64_t{0};
+  };
+  ASSERT_TRUE(eventually([&] { return from0(1) >= (1u << 20); }))
+      << "rank 1 received " << from0(1) << " bytes from rank 0";
+  // Data after it arrives whole, and alone.
+  ASSERT_TRUE(
+      ts[0]->send(1, MessageKind::kUpdate, {.round = 3}, Payload(pattern(1000, 9)), 1s).ok());
+  auto m = ts[1]->receive(MessageKind::kUpdate, 3, 0, 5s);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(1000, 9)));
+  for (const auto kind : {MessageKind::kWarmup, MessageKind::kControl}) {
+    EXPECT_FALSE(ts[1]->receive(kind, 0, 0, 100ms).ok()) << messageKindName(kind);
+  }
+  EXPECT_LT(from0(2), uint64_t{64} << 10) << "a LAN peer got padding";
+  ASSERT_TRUE(eventually([&] { return ts[0]->peerCounters().front().unackedBytes == 0; }));
+}
+
 // A ping never waits behind data: with 2 s of payload crossing a 20 Mbit/s
 // link of 25 ms one way, the round trips measured meanwhile stay the link's
 // 50 ms (they came after the whole queue before probes had their own
