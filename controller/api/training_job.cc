@@ -989,6 +989,7 @@ json statusToJson(const TrainingJobStatus& s) {
   if (s.progress.step) progress["step"] = *s.progress.step;
   if (s.progress.loss) progress["loss"] = *s.progress.loss;
   if (s.progress.accuracy) progress["accuracy"] = *s.progress.accuracy;
+  if (s.progress.evalLoss) progress["evalLoss"] = *s.progress.evalLoss;
   out["progress"] = std::move(progress);
   if (!s.startTime.empty()) out["startTime"] = s.startTime;
   if (!s.completionTime.empty()) out["completionTime"] = s.completionTime;
@@ -1044,6 +1045,9 @@ TrainingJobStatus statusFromJson(const json& j) {
       s.progress.loss = l->get<double>();
     if (auto a = it->find("accuracy"); a != it->end() && a->is_number()) {
       s.progress.accuracy = a->get<double>();
+    }
+    if (auto e = it->find("evalLoss"); e != it->end() && e->is_number()) {
+      s.progress.evalLoss = e->get<double>();
     }
   }
   s.startTime = str(j, "startTime");

@@ -298,6 +298,9 @@ struct Progress {
   std::optional<int64_t> step;
   std::optional<double> loss;
   std::optional<double> accuracy;  // 0..1
+  // The latest evaluation's test loss (cross-entropy, mean squared error, or
+  // nats per token): a regression or the gpt has no accuracy.
+  std::optional<double> evalLoss;
 
   bool operator==(const Progress&) const = default;
 };

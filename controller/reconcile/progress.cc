@@ -61,6 +61,8 @@ api::Progress progressFromExposition(std::string_view text) {
       p.loss = *l;
     } else if (auto a = sampleValue(line, "geotrain_eval_accuracy"); a && !p.accuracy) {
       if (*a > 0 && *a <= 1) p.accuracy = *a;
+    } else if (auto e = sampleValue(line, "geotrain_eval_loss"); e && !p.evalLoss) {
+      if (*e > 0) p.evalLoss = *e;  // 0: not evaluated yet (the gauge starts there)
     }
   }
   if (!p.step) return {};  // nothing trained yet: a loss of 0 means nothing

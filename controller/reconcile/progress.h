@@ -1,7 +1,7 @@
 #pragma once
 // Training progress for TrainingJob status.progress, read from rank 0's
 // Prometheus endpoint (docs/architecture.md section 7: geotrain_train_step,
-// geotrain_train_loss, geotrain_eval_accuracy).
+// geotrain_train_loss, geotrain_eval_accuracy, geotrain_eval_loss).
 //
 // The hub controller usually cannot reach a member cluster's pod network, so
 // it goes through that cluster's API server, as `kubectl get --raw` does:
@@ -19,9 +19,10 @@
 
 namespace geo::reconcile {
 
-// The three series from a text exposition (format 0.0.4). A series that is
-// absent or not a finite number stays unset; step 0 (nothing trained yet) and
-// accuracy 0 (no evaluation yet: the gauge starts at 0) are unset too.
+// The four series from a text exposition (format 0.0.4). A series that is
+// absent or not a finite number stays unset; step 0 (nothing trained yet),
+// accuracy 0 and eval loss 0 (no evaluation yet: the gauges start at 0) are
+// unset too.
 // Never throws; anything unparsable is skipped.
 api::Progress progressFromExposition(std::string_view text);
 

@@ -393,7 +393,7 @@ TEST(TrainingJobStatus, JsonRoundTripAndLenientRead) {
   s.conditions.push_back({"Running", "True", 3, "2026-11-22T08:00:00Z", "Running", "ok"});
   s.regions.push_back({"london", 2, 2, 0, 0, "10.0.0.1:7000", true, true});
   s.regions.push_back({"tokyo", 0, 0, 0, 0, "", false, false});
-  s.progress = {1200, 0.31, 0.86};
+  s.progress = {1200, 0.31, 0.86, 0.42};
   s.startTime = "2026-11-22T07:59:00Z";
   EXPECT_EQ(statusFromJson(statusToJson(s)), s);
   const json odd = {{"observedGeneration", "x"},

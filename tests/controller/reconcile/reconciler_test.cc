@@ -416,9 +416,11 @@ TEST_F(ReconcilerTest, ProgressComesFromRankZerosMetricsThroughTheApiServer) {
   (*metrics)->recordStep(0.05, 0.4375, 64);
   (*metrics)->setStep(120);
   (*metrics)->setEvalAccuracy(0.8125);
+  (*metrics)->setEvalLoss(0.625);
   pass();
   json progress = trainingJob()["status"]["progress"];
-  EXPECT_EQ(progress, json({{"step", 120}, {"loss", 0.4375}, {"accuracy", 0.8125}}));
+  EXPECT_EQ(progress,
+            json({{"step", 120}, {"loss", 0.4375}, {"accuracy", 0.8125}, {"evalLoss", 0.625}}));
 
   (*metrics)->setStep(130);
   pass();
@@ -741,27 +743,30 @@ TEST_F(ReconcilerTest, ClusterCachesServeReadsAndReportChanges) {
   EXPECT_FALSE(get(*memberClient_, res::kConfigMaps, "world-tokyo-config").is_null());
 }
 
-TEST(ProgressTest, ReadsTheThreeSeriesOfAnExposition) {
+TEST(ProgressTest, ReadsTheFourSeriesOfAnExposition) {
   const std::string text =
       "# HELP geotrain_train_step Training steps completed\n"
       "# TYPE geotrain_train_step gauge\n"
       "geotrain_train_steps_other 9\n"
       "geotrain_train_step{job=\"a}b\",region=\"x\",rank=\"0\"} 250\n"
       "geotrain_train_loss{job=\"a\"} 3.5e-01\n"
-      "geotrain_eval_accuracy 0.875 1700000000000\n";
+      "geotrain_eval_accuracy 0.875 1700000000000\n"
+      "geotrain_eval_loss 0.375\n";
   const api::Progress p = progressFromExposition(text);
   EXPECT_EQ(p.step, 250);
   EXPECT_EQ(p.loss, 0.35);
   EXPECT_EQ(p.accuracy, 0.875);
+  EXPECT_EQ(p.evalLoss, 0.375);
   // Before the first step nothing is reported; an accuracy of 0 is "not yet
   // evaluated"; garbage is skipped.
   EXPECT_EQ(progressFromExposition("geotrain_train_step 0\ngeotrain_train_loss 0\n"),
             api::Progress{});
   const api::Progress q = progressFromExposition(
       "geotrain_train_step 3\ngeotrain_eval_accuracy 0\ngeotrain_train_loss NaN\n"
-      "geotrain_train_loss{ 1\n\x01\xff garbage\n");
+      "geotrain_eval_loss 0\ngeotrain_train_loss{ 1\n\x01\xff garbage\n");
   EXPECT_EQ(q.step, 3);
   EXPECT_FALSE(q.accuracy.has_value());
+  EXPECT_FALSE(q.evalLoss.has_value());
   EXPECT_FALSE(q.loss.has_value());
 }
 

@@ -346,7 +346,7 @@ TEST(Status, AJobHeldBackByAnotherManagerWaitsForAdmission) {
 TEST(Status, SuspendedAndProgress) {
   Observation o = twoRegions(job(0, 0, 0, 0), job(0, 0, 0, 0), "t1");
   o.suspended = true;
-  o.progress = api::Progress{1200, 0.31, 0.86};
+  o.progress = api::Progress{1200, 0.31, 0.86, 0.42};
   const auto s = aggregateStatus({}, o);
   EXPECT_EQ(s.state, "Suspended");
   EXPECT_EQ(condition(s, "Suspended").status, "True");
