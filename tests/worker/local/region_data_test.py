@@ -1,15 +1,15 @@
 #!/usr/bin/python3
 """Each region's own data is read whole: region sharding in `geotrain local`.
 
-Two regions, two workers each, and different data in each region (npy files
-under DIR/london and DIR/tokyo: london's samples have labels 0-4, tokyo's 5-9,
-and the two sets have different sizes). With --set dataset.path=DIR/{region}
+Four regions, two workers each, and different data in each region (npy files
+under DIR/<region>: london's and oregon's samples have labels 0-4, tokyo's
+and ohio's 5-9, drawn apart, and the four sets have different sizes). With --set dataset.path=DIR/{region}
 every worker must read shard localRank of 2 of its own region's copy, so the
 two shards of a region add up to all of that region's samples (each sample
 in exactly one shard: the shards are strided, every 2nd sample from the
 worker's local index on). The same run with dataset.sharding=job (the split
 that took a quarter of each region's copy and never read the rest) must
-fail the check, and the job's model must have learned both regions' classes.
+fail the check, and the job's model must have learned every region's classes.
 
 Usage: region_data_test.py GEOTRAIN_BINARY
 Exit 77 (skipped) without Debian's python3-numpy.
@@ -28,7 +28,11 @@ except ImportError as e:
     sys.exit(77)
 
 GEOTRAIN = sys.argv[1]
-SIZES = {"london": 1200, "tokyo": 1000}
+# Each region's own data: samples, first label, seed.
+REGIONS = {"london": (1200, 0, 1), "tokyo": (1000, 5, 2), "oregon": (800, 0, 3),
+           "ohio": (600, 5, 4)}
+SIZES = {region: n for region, (n, _, _) in REGIONS.items()}
+WORKERS = 2 * len(REGIONS)
 failures = []
 
 
@@ -54,7 +58,7 @@ def write_region(folder, n, first_label, seed):
 def shards(out):
     """{rank: (region, index, count, samples)} from each worker's first line."""
     found = {}
-    for rank in range(4):
+    for rank in range(WORKERS):
         text = open(os.path.join(out, "logs", f"worker-{rank}.log")).read()
         m = re.search(r"\((\w+)\): .* npy shard (\d+)/(\d+) (.*?) \((\d+) samples in (\S+)\)", text)
         if m:
@@ -64,7 +68,7 @@ def shards(out):
 
 
 def run(data, out, *extra):
-    cmd = [GEOTRAIN, "local", "--regions", "london,tokyo", "--workers-per-region", "2",
+    cmd = [GEOTRAIN, "local", "--regions", ",".join(REGIONS), "--workers-per-region", "2",
            "--steps", "200", "--eval-interval", "0", "--set", "dataset.name=npy",
            "--set", f"dataset.path={data}/{{region}}", "--set", "model.classes=10",
            "--set", "training.batchSize=32", "--out", out, *extra]
@@ -80,14 +84,15 @@ def per_region_total(found):
 
 with tempfile.TemporaryDirectory(prefix="geo-region-data-") as tmp:
     data = os.path.join(tmp, "data")
-    write_region(f"{data}/london", SIZES["london"], 0, 1)
-    write_region(f"{data}/tokyo", SIZES["tokyo"], 5, 2)
+    for region, (n, first_label, seed) in REGIONS.items():
+        write_region(f"{data}/{region}", n, first_label, seed)
 
     out = os.path.join(tmp, "region")
     r = run(data, out)
     check(r.returncode == 0, f"the job exits 0 (got {r.returncode}: {r.stderr[-400:]})")
     found = shards(out)
-    check(len(found) == 4, f"every worker names its shard in its first log line ({len(found)} of 4)")
+    check(len(found) == WORKERS,
+          f"every worker names its shard in its first log line ({len(found)} of {WORKERS})")
     for rank, (region, index, count, of, samples, path) in sorted(found.items()):
         check(count == 2 and index == rank % 2 and of == f"of region {region}'s copy"
               and path == f"{data}/{region}",
@@ -101,7 +106,7 @@ with tempfile.TemporaryDirectory(prefix="geo-region-data-") as tmp:
         # model that learned only one region's classes would score about 0.5
         # on the other region's workers, so the mean stays near 0.75.
         check(accuracy is not None and accuracy > 0.9,
-              f"the job's model learned both regions' classes (test accuracy {accuracy})")
+              f"the job's model learned every region's classes (test accuracy {accuracy})")
 
     # Without model.classes each region's labels would size its model (5 and
     # 10 classes): refused at start, naming the key.
@@ -111,14 +116,15 @@ with tempfile.TemporaryDirectory(prefix="geo-region-data-") as tmp:
     check(r.returncode != 0 and "model.classes: 0 is not allowed with dataset.sharding: region"
           in output, f"regions' own labels without model.classes are refused (exit {r.returncode})")
 
-    # The job's split over the same files: a quarter of each copy per worker,
-    # half of each region's samples never read. The check above must fail.
+    # The job's split over the same files: an eighth of each copy per worker,
+    # three quarters of each region's samples never read. The check above
+    # must fail.
     out = os.path.join(tmp, "job")
     r = run(data, out, "--set", "dataset.sharding=job")
     found = shards(out)
     totals = per_region_total(found)
-    check(r.returncode == 0 and totals == {"london": 600, "tokyo": 500},
-          f"with sharding job a region's workers read half of its samples ({totals})")
+    check(r.returncode == 0 and totals == {region: n // 4 for region, n in SIZES.items()},
+          f"with sharding job a region's workers read a quarter of its samples ({totals})")
 
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
