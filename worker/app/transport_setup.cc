@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <algorithm>
 
 #include <filesystem>
 #include <map>
@@ -138,8 +139,11 @@ StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& c, uint
   // Opens each WAN connection's congestion window to about 170 packets
   // while the job starts: an mlp's 4-bit round (0.1 MB) then crosses in one
   // round trip from the first round on. At 100 Mbit/s it takes 21 ms of
-  // uplink per peer, once.
-  t.warmupBytes = 256 << 10;
+  // uplink per peer, once. Not from a region's member under hierarchical
+  // sync (it sends nothing over the WAN) nor without sync.
+  const bool member = c.sync.hierarchical && c.worker.localRank != 0 &&
+                      std::count(regions.begin(), regions.end(), mine) > 1;
+  if (c.sync.algorithm != "none" && !member) t.warmupBytes = 256 << 10;
   return t;
 }
 
