@@ -281,6 +281,11 @@ class Membership {
   void setFinishing() { finishing_ = true; }
   // The values serve() is given are the job's final model from now on.
   void setFinalModel() { final_ = true; }
+  // After the last step: while a peer that is heard is joining, calls
+  // `serve` (which answers it, with the final model once setFinalModel()),
+  // every 20 ms for up to twice the longest peer time-out. `who` names the
+  // joiner in the log ("a peer", "a member").
+  Status lingerWhileJoining(const std::function<Status()>& serve, std::string_view who);
 
   // peerUp, degradedSeconds, rejoins, peerRejoins, state-transfer figures.
   void addTo(SyncStats& stats) const;

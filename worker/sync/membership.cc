@@ -329,6 +329,20 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
   return out;
 }
 
+Status Membership::lingerWhileJoining(const std::function<Status()>& serve, std::string_view who) {
+  if (!anyJoining()) return {};
+  std::chrono::milliseconds longest{0};
+  for (uint32_t p : peers_) longest = std::max(longest, peerTimeout(p));
+  const auto deadline = Clock::now() + 2 * longest;
+  logger()->info("{}: {} is rejoining as we finish; answering it for up to {:.1f} s", name_, who,
+                 std::chrono::duration<double>(2 * longest).count());
+  while (anyJoining() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(kPoll);
+    GEO_RETURN_IF_ERROR(serve());
+  }
+  return {};
+}
+
 StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundSteps,
                                               torch::Tensor& values, train::FlatParameters* flat) {
   Joined out;

@@ -404,17 +404,8 @@ Status Base::lingerForJoiners(const train::FlatParameters& flat, int64_t steps) 
   // Whatever we hold now is the job's final model: joiners get it.
   membership_.setFinalModel();
   GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
-  if (!membership_.anyJoining()) return {};
-  std::chrono::milliseconds longest{0};
-  for (uint32_t p : membership_.peers()) longest = std::max(longest, membership_.peerTimeout(p));
-  const auto deadline = Clock::now() + 2 * longest;
-  logger()->info("sync: a peer is rejoining as we finish; answering it for up to {:.1f} s",
-                 std::chrono::duration<double>(2 * longest).count());
-  while (membership_.anyJoining() && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
-  }
-  return {};
+  return membership_.lingerWhileJoining([&] { return serveMembership(steps, flat, true); },
+                                        "a peer");
 }
 
 Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
@@ -910,14 +901,10 @@ class Hierarchical final : public Synchronizer {
     // dead job and failed, or joined at the last step and waited for a
     // step the leader never took.
     lanMembers_.setFinishing();
-    if (auto served = lanMembers_.serve(steps, flat.values, true, &flat); !served.ok()) {
-      return served.status();
-    }
+    GEO_RETURN_IF_ERROR(serveFinished(steps, flat));
     if (inner_) GEO_RETURN_IF_ERROR(tellMembersWhy(inner_->finish(steps, flat), steps));
     lanMembers_.setFinalModel();
-    if (auto served = lanMembers_.serve(steps, flat.values, true, &flat); !served.ok()) {
-      return served.status();
-    }
+    GEO_RETURN_IF_ERROR(serveFinished(steps, flat));
     std::vector<uint32_t> to;
     for (size_t i = 1; i < members_.size(); ++i) {
       if (lanMembers_.expected(members_[i], static_cast<uint64_t>(steps)))
@@ -926,7 +913,8 @@ class Hierarchical final : public Synchronizer {
     GEO_RETURN_IF_ERROR(send(to, MessageKind::kLanBroadcast, kFinalAverageRound, steps,
                              CodecId::kFp32, static_cast<uint64_t>(whole.numel()),
                              tensorBytes(whole)));
-    return lingerForMembers(steps, flat);
+    // A member (re)joining as we finish gets the job's final model.
+    return lanMembers_.lingerWhileJoining([&] { return serveFinished(steps, flat); }, "a member");
   }
 
   // A leader's WAN algorithm knows the job's model; a member keeps none
@@ -968,23 +956,10 @@ class Hierarchical final : public Synchronizer {
     return s.ok() ? s : Status(s.code(), "hierarchical sync: " + s.message());
   }
 
-  // A member that is (re)joining as the leader finishes gets the job's
-  // final model: the leader answers it for up to twice the longest peer
-  // time-out (Base::lingerForJoiners does the same among leaders).
-  Status lingerForMembers(int64_t steps, const train::FlatParameters& flat) {
-    if (!lanMembers_.anyJoining()) return {};
-    std::chrono::milliseconds longest{0};
-    for (uint32_t p : lanMembers_.peers()) longest = std::max(longest, lanMembers_.peerTimeout(p));
-    const auto deadline = Clock::now() + 2 * longest;
-    logger()->info(
-        "hierarchical sync: a member is rejoining as we finish; answering it for up to {:.1f} s",
-        std::chrono::duration<double>(2 * longest).count());
-    while (lanMembers_.anyJoining() && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      auto served = lanMembers_.serve(steps, flat.values, true, &flat);
-      if (!served.ok()) return served.status();
-    }
-    return {};
+  // The LAN's membership served once, as a worker that has finished.
+  Status serveFinished(int64_t steps, const train::FlatParameters& flat) {
+    auto served = lanMembers_.serve(steps, flat.values, true, &flat);
+    return served.ok() ? Status() : served.status();
   }
 
   // A member takes what its leader sends only if it is sound (the right size,

@@ -664,6 +664,14 @@ StepStats withEvaluation(StepStats stats, const BackgroundEvaluator::Result& r) 
 
 }  // namespace
 
+Status Trainer::finishWithHook() {
+  try {
+    return hook_->finish(step_, flat_);
+  } catch (const c10::Error& e) {
+    return internalError(fmt::format("finishing training failed: {}", e.what_without_backtrace()));
+  }
+}
+
 Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
   if (hook_ != nullptr && step_ < options_.steps) {
     StatusOr<JoinResult> joined = internalError("join did not run");
@@ -680,12 +688,7 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
       logger()->info("joined the job at its last step ({}); taking part in its final average",
                      joined->step);
       step_ = options_.steps;
-      try {
-        GEO_RETURN_IF_ERROR(hook_->finish(step_, flat_));
-      } catch (const c10::Error& e) {
-        return internalError(
-            fmt::format("finishing training failed: {}", e.what_without_backtrace()));
-      }
+      GEO_RETURN_IF_ERROR(finishWithHook());
       arrivedAfterEnd_ = true;
       holdsFinalModel_ = true;
       return {};
@@ -708,14 +711,7 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
   while (step_ < options_.steps) {
     auto stats = step();
     if (!stats.ok()) return stats.status();
-    if (step_ == options_.steps && hook_ != nullptr) {
-      try {
-        GEO_RETURN_IF_ERROR(hook_->finish(step_, flat_));
-      } catch (const c10::Error& e) {
-        return internalError(
-            fmt::format("finishing training failed: {}", e.what_without_backtrace()));
-      }
-    }
+    if (step_ == options_.steps && hook_ != nullptr) GEO_RETURN_IF_ERROR(finishWithHook());
     const bool atEnd = step_ == options_.steps;
     // When the parameters an in-line evaluation measures were settled: the
     // evaluation's age counts from here (at the end, the snapshots that

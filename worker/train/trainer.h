@@ -289,6 +289,8 @@ class Trainer {
   // Deletes checkpoints beyond keepCheckpoints (see saveCheckpoint);
   // `written` is the one just written.
   void rotateCheckpoints(const std::filesystem::path& written);
+  // The hook's finish() at step_, a LibTorch exception as an error.
+  Status finishWithHook();
   // The first tensor of the training state holding a NaN or an infinity,
   // named ("parameter 'fc1.weight'", "buffer 'bn1.running_var'", "the
   // optimizer's momentum buffer of parameter 'fc1.weight'"); nullopt when

@@ -253,6 +253,9 @@ class ZmqTransport final : public Transport {
   void sendHello(uint32_t peer);
   // TransportConfig::warmupBytes of padding to a WAN peer, after its hello.
   void sendWarmup(uint32_t peer);
+  // Queues `bytes` as one raw frame of `kind` from this rank, or drops it
+  // when the peer's queue is full.
+  void enqueueRawOrSkip(uint32_t peer, MessageKind kind, std::vector<std::byte> bytes);
   // Compares a peer's hello with ours; a disagreement refuses the peer.
   void checkHello(uint32_t peer, const Payload& hello);
   void dropQueuedPings();
@@ -1273,27 +1276,25 @@ void ZmqTransport::sendHello(uint32_t peer) {
   const std::string text = encodeHello(cfg_.agreedSettings);
   std::vector<std::byte> bytes(text.size());
   std::memcpy(bytes.data(), text.data(), text.size());
+  // A hello that finds the queue full (a peer that reads nothing) is
+  // skipped: the next reconnect sends another.
+  enqueueRawOrSkip(peer, MessageKind::kHello, std::move(bytes));
+}
+
+void ZmqTransport::enqueueRawOrSkip(uint32_t peer, MessageKind kind, std::vector<std::byte> bytes) {
   FrameHeader h;
-  h.kind = MessageKind::kHello;
+  h.kind = kind;
   h.jobHash = limits_.jobHash;
   h.sender = cfg_.rank;
   h.elementCount = bytes.size();
   h.payloadBytes = bytes.size();
-  // A hello that finds the queue full (a peer that reads nothing) is
-  // skipped: the next reconnect sends another.
   (void)enqueue(peer, h, Payload(std::move(bytes)), milliseconds(0));
 }
 
 void ZmqTransport::sendWarmup(uint32_t peer) {
   if (cfg_.warmupBytes == 0 || !wanPeer(peer)) return;
-  FrameHeader h;
-  h.kind = MessageKind::kWarmup;
-  h.jobHash = limits_.jobHash;
-  h.sender = cfg_.rank;
-  h.elementCount = cfg_.warmupBytes;
-  h.payloadBytes = cfg_.warmupBytes;
   // Best effort, like the hello: a full queue skips it.
-  (void)enqueue(peer, h, Payload(std::vector<std::byte>(cfg_.warmupBytes)), milliseconds(0));
+  enqueueRawOrSkip(peer, MessageKind::kWarmup, std::vector<std::byte>(cfg_.warmupBytes));
 }
 
 void ZmqTransport::checkHello(uint32_t peer, const Payload& hello) {
