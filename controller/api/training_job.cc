@@ -298,7 +298,8 @@ void parseWorkerSection(const std::string& section, const json& value, WorkerCon
 // name them.
 constexpr const char* kPodSpecFields[] = {
     "env",      "volumes",     "volumeMounts", "imagePullSecrets",  "serviceAccountName",
-    "affinity", "tolerations", "nodeSelector", "priorityClassName", "resources"};
+    "affinity", "tolerations", "nodeSelector", "priorityClassName", "resources",
+    "sysctls"};
 
 template <size_t kSize>
 bool among(std::string_view s, const std::string_view (&list)[kSize]) {
@@ -337,6 +338,24 @@ void readStringMap(ObjectReader& in, const std::string& key,
     }
   }
   if (ok) out = v->get<std::map<std::string, std::string>>();
+}
+
+bool isSysctlName(const std::string& s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  while (true) {
+    const size_t end = s.find_first_of("./", start);
+    const std::string_view part(s.data() + start,
+                                (end == std::string::npos ? s.size() : end) - start);
+    const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+    if (part.empty() || !alnum(part.front()) || !alnum(part.back()) ||
+        !std::all_of(part.begin(), part.end(),
+                     [&](char c) { return alnum(c) || c == '-' || c == '_'; })) {
+      return false;
+    }
+    if (end == std::string::npos) return true;
+    start = end + 1;
+  }
 }
 
 // A list of objects keyed by the string member `keyField`, each checked by
@@ -417,6 +436,23 @@ void readPodFields(ObjectReader& in, PodOverrides& pod, std::vector<FieldError>&
   }
   readKeyedList(in, "imagePullSecrets", pod.imagePullSecrets, "name",
                 "the name of a Secret (a DNS subdomain)", isDnsSubdomain, {}, errors);
+  // A sysctl name as Kubernetes checks it: dot- or slash-separated parts of
+  // lowercase letters, digits, '-' and '_', each starting and ending with a
+  // letter or digit, at most 253 characters.
+  readKeyedList(in, "sysctls", pod.sysctls, "name",
+                "a sysctl name such as net.ipv4.tcp_rmem (lowercase letters, digits, '-' and '_' "
+                "in parts joined by '.' or '/', at most 253 characters)",
+                isSysctlName, {}, errors);
+  if (pod.sysctls.is_array()) {
+    for (size_t i = 0; i < pod.sysctls.size(); ++i) {
+      auto value = pod.sysctls[i].find("value");
+      if (value == pod.sysctls[i].end() || !value->is_string()) {
+        errors.push_back({FieldError::Type::kRequired,
+                          fmt::format("{}[{}].value", in.at("sysctls"), i),
+                          "Required value (a string, e.g. \"4096 131072 67108864\")"});
+      }
+    }
+  }
   in.string("serviceAccountName", pod.serviceAccountName,
             "the name of a ServiceAccount (a DNS subdomain), or empty for the default",
             [](const std::string& s) { return s.empty() || isDnsSubdomain(s); });
@@ -584,6 +620,7 @@ PodOverrides mergedPod(const PodOverrides& job, const PodOverrides& region) {
   p.volumes = mergeByKey(job.volumes, region.volumes, "name");
   p.volumeMounts = mergeByKey(job.volumeMounts, region.volumeMounts, "mountPath");
   p.imagePullSecrets = mergeByKey(job.imagePullSecrets, region.imagePullSecrets, "name");
+  p.sysctls = mergeByKey(job.sysctls, region.sysctls, "name");
   for (const json& t : region.tolerations) p.tolerations.push_back(t);
   if (!region.serviceAccountName.empty()) p.serviceAccountName = region.serviceAccountName;
   if (!region.priorityClassName.empty()) p.priorityClassName = region.priorityClassName;
@@ -855,7 +892,8 @@ json podFieldsToJson(const PodOverrides& pod) {
           {"tolerations", pod.tolerations},
           {"nodeSelector", pod.nodeSelector},
           {"priorityClassName", pod.priorityClassName},
-          {"resources", pod.resources}};
+          {"resources", pod.resources},
+          {"sysctls", pod.sysctls}};
 }
 
 }  // namespace

@@ -123,6 +123,12 @@ struct PodOverrides {
   std::map<std::string, std::string> nodeSelector;
   std::string priorityClassName;
   nlohmann::json resources = nlohmann::json::object();  // core/v1 ResourceRequirements (worker)
+  // core/v1 Sysctl list ({name, value}, both strings), set in the pod's
+  // securityContext: the kernel settings of the pod's own network namespace,
+  // e.g. net.ipv4.tcp_rmem / tcp_wmem for links of a large bandwidth-delay
+  // product (docs/kubernetes.md; Kubernetes 1.32 and later take those two
+  // without a kubelet allowlist).
+  nlohmann::json sysctls = nlohmann::json::array();
 
   bool operator==(const PodOverrides&) const = default;
 };

@@ -434,6 +434,7 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
   if (!pod.imagePullSecrets.empty()) podSpec["imagePullSecrets"] = pod.imagePullSecrets;
   if (!pod.serviceAccountName.empty()) podSpec["serviceAccountName"] = pod.serviceAccountName;
   if (!pod.priorityClassName.empty()) podSpec["priorityClassName"] = pod.priorityClassName;
+  if (!pod.sysctls.empty()) podSpec["securityContext"]["sysctls"] = pod.sysctls;
   if (!pod.affinity.empty()) podSpec["affinity"] = pod.affinity;
   if (!pod.nodeSelector.empty()) podSpec["nodeSelector"] = pod.nodeSelector;
   if (!pod.tolerations.empty()) podSpec["tolerations"] = pod.tolerations;

@@ -250,6 +250,13 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   const auto metrics = startMetrics(c, *topology);
   WorkerHook hook(metrics.get(), sync.get(), transport.get(),
                   static_cast<uint64_t>(c.training.batchSize), progress);
+  if (transport != nullptr) {
+    if (auto limits = readTcpBufferLimits(); limits.ok()) {
+      hook.reportTcpCeiling(*limits, [&t = *topology](uint32_t r) { return t.describe(r); });
+    } else {
+      logger()->debug("tcp: {}", limits.status().message());
+    }
+  }
   auto trainer =
       train::Trainer::create(std::move(*model), std::move(data->shard), data->test, options, &hook);
   if (!trainer.ok()) return reportFailure(&progress, trainer.status());

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/logging.h"
+
 namespace geo::app {
 
 StatusOr<train::JoinResult> WorkerHook::join(int64_t step, train::FlatParameters& flat) {
@@ -37,8 +39,29 @@ Status WorkerHook::afterStep(int64_t step, train::FlatParameters& flat) {
     metrics_->setStep(step + 1);
     publish(readTotals(sync_, transport_));
   }
+  if (tcpLimits_ && now >= nextTcpCheck_) checkTcpCeiling(now);
   last_ = now;
   return {};
+}
+
+void WorkerHook::checkTcpCeiling(std::chrono::steady_clock::time_point now) {
+  nextTcpCheck_ = now + std::chrono::seconds(2);
+  // Three checks in (4 s and more): the pings have had time to measure the
+  // round trips of every peer connected by then.
+  if (transport_ == nullptr || ++tcpChecks_ < 3) return;
+  double longest = 0;
+  uint32_t who = 0;
+  for (const auto& p : transport_->peerCounters()) {
+    if (!p.heard) continue;            // not connected (another region's member)
+    if (p.minRttSeconds <= 0) return;  // not measured yet: the next check
+    if (p.minRttSeconds > longest) {
+      longest = p.minRttSeconds;
+      who = p.peer;
+    }
+  }
+  if (longest <= 0) return;
+  logger()->info("{}", describeWindowCeiling(*tcpLimits_, describePeer_(who), longest));
+  tcpLimits_.reset();
 }
 
 Status WorkerHook::finish(int64_t steps, train::FlatParameters& flat) {

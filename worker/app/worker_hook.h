@@ -10,9 +10,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "worker/app/progress.h"
+#include "worker/app/tcp_limits.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/sync/synchronizer.h"
 #include "worker/train/trainer.h"
@@ -50,6 +53,13 @@ class WorkerHook final : public train::StepHook {
   // Sets the transport and synchronizer metrics to `t` (nothing without
   // metrics).
   void publish(const Totals& t);
+  // Logs once, when the round trips to the peers heard are known (a few
+  // seconds in), what one TCP connection can carry over the longest of them
+  // under these buffer limits (tcp_limits.h); `describe` names a rank.
+  void reportTcpCeiling(TcpBufferLimits limits, std::function<std::string(uint32_t)> describe) {
+    tcpLimits_ = limits;
+    describePeer_ = std::move(describe);
+  }
 
  private:
   metrics::WorkerMetrics* metrics_;
@@ -61,6 +71,11 @@ class WorkerHook final : public train::StepHook {
   int64_t steps_ = 0;
   double longestStep_ = 0;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  void checkTcpCeiling(std::chrono::steady_clock::time_point now);
+  std::optional<TcpBufferLimits> tcpLimits_;  // unset: nothing to report
+  std::function<std::string(uint32_t)> describePeer_;
+  std::chrono::steady_clock::time_point nextTcpCheck_{};
+  int tcpChecks_ = 0;
 };
 
 }  // namespace geo::app

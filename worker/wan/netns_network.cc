@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -459,8 +460,28 @@ class NetnsNetwork::Impl {
   uint64_t nextSeq_ = 0;
 };
 
+int64_t tcpBufferBytesFor(const WanShape& shape) {
+  constexpr double kUnlimited = 1e9;  // bits per second
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  double most = 0;  // bytes
+  for (size_t s = 0; s < shape.size(); ++s) {
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (s == d) continue;
+      const auto rate = [&](double bits) { return bits > 0 ? bits : kUnlimited; };
+      const double bits = std::min(rate(shape.site[s].egressBitsPerSecond),
+                                   rate(shape.site[d].ingressBitsPerSecond));
+      const double rtt =
+          std::chrono::duration<double>(shape.oneWay[s][d] + shape.oneWay[d][s]).count();
+      most = std::max(most, bits / 8 * rtt);
+    }
+  }
+  const auto wanted = static_cast<int64_t>(std::ceil(2 * most / static_cast<double>(kMiB))) * kMiB;
+  return std::clamp<int64_t>(wanted, 32 * kMiB, 1024 * kMiB);
+}
+
 StatusOr<std::unique_ptr<NetnsNetwork>> NetnsNetwork::create(WanShape shape, NetnsOptions options) {
   GEO_RETURN_IF_ERROR(validateShape(shape));
+  if (options.tcpMaxBufferBytes == 0) options.tcpMaxBufferBytes = tcpBufferBytesFor(shape);
   if (options.mtu < 576 || options.mtu > 9000) {
     return invalidArgument(fmt::format("MTU {}: allowed from 576 to 9000", options.mtu));
   }

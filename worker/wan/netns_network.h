@@ -24,7 +24,8 @@
 // however it dies.
 //
 // Each namespace's TCP gets: autotuned buffers up to `tcpMaxBufferBytes`
-// (net.ipv4.tcp_rmem/tcp_wmem), IPv6 off, and the congestion control of the
+// (net.ipv4.tcp_rmem/tcp_wmem; by default from the links, as a host tuned
+// for them would have: tcpBufferBytesFor), IPv6 off, and the congestion control of the
 // machine's own namespace (bbr or cubic: whatever
 // net.ipv4.tcp_congestion_control says at the start).
 //
@@ -60,9 +61,20 @@ struct NetnsOptions {
   // or dropped whole -- so the network turns it off where any site loses
   // packets (SiteShape::loss), and each packet is then a segment.
   bool offload = true;
-  // The most a TCP socket's send or receive buffer may grow to.
-  int64_t tcpMaxBufferBytes = int64_t{32} << 20;
+  // The most a TCP socket's send or receive buffer may grow to; 0: from the
+  // shape, tcpBufferBytesFor(shape).
+  int64_t tcpMaxBufferBytes = 0;
 };
+
+// The TCP buffer limit a host on these links needs: twice the largest
+// bandwidth-delay product of any path (the path's round trip times the
+// slower of the sender's uplink and the receiver's downlink), at least
+// 32 MiB, at most 1 GiB, in whole MiB. Twice, because Linux advertises a
+// half to two thirds of the buffer as receive window (the rest is the
+// kernel's bookkeeping per packet): with a 32 MiB buffer one connection
+// carried 76% of a 1 Gbit/s, 230 ms link (geo_fat_pipe_bench). Paths with
+// no rate limit count as 1 Gbit/s.
+int64_t tcpBufferBytesFor(const WanShape& shape);
 
 // The address of site `index` in every namespace network ("198.18.0.1" for
 // site 0). Sites of different networks never see each other, so every network

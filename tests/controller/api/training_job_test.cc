@@ -305,7 +305,19 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{{"template", {{"spec", {{"containers", json::array()}}}}}},
                 "spec.template.spec.containers: unknown field"},
         BadCase{{{"regions", {{{"name", "a"}, {"affinity", json::array()}}}}},
-                "spec.regions[0].affinity: a list is not allowed"}));
+                "spec.regions[0].affinity: a list is not allowed"},
+        BadCase{{{"template",
+                  {{"spec", {{"sysctls", {{{"name", "net.ipv4..tcp_rmem"}, {"value", "1"}}}}}}}}},
+                "spec.template.spec.sysctls[0].name: \"net.ipv4..tcp_rmem\" is not allowed "
+                "(allowed: a sysctl name"},
+        BadCase{{{"regions", {{{"name", "a"}, {"sysctls", {{{"name", "net.core.somaxconn"}}}}}}}},
+                "spec.regions[0].sysctls[0].value: Required value (a string"},
+        BadCase{{{"regions",
+                  {{{"name", "a"},
+                    {"sysctls",
+                     {{{"name", "net.ipv4.tcp_rmem"}, {"value", "1"}},
+                      {{"name", "net.ipv4.tcp_rmem"}, {"value", "2"}}}}}}}},
+                "spec.regions[0].sysctls[1].name: Duplicate value: \"net.ipv4.tcp_rmem\""}));
 
 // spec.template and a region's fields merge as training_job.h says.
 TEST(TrainingJobSpec, PodFieldsMergeRegionOverJob) {
@@ -321,15 +333,20 @@ TEST(TrainingJobSpec, PodFieldsMergeRegionOverJob) {
         {"priorityClassName", "batch"},
         {"nodeSelector", {{"pool", "gpu"}, {"zone", "a"}}},
         {"tolerations", {{{"key", "gpu"}, {"operator", "Exists"}}}},
-        {"resources", {{"limits", {{"cpu", "1"}}}}}}}};
-  spec["regions"] = {{{"name", "london"},
-                      {"labels", {{"tier", "b"}}},
-                      {"env", {{{"name", "B"}, {"value", "region"}}, {{"name", "C"}}}},
-                      {"volumes", {{{"name", "data"}, {"hostPath", {{"path", "/d"}}}}}},
-                      {"nodeSelector", {{"zone", "b"}}},
-                      {"tolerations", {{{"key", "spot"}, {"operator", "Exists"}}}},
-                      {"serviceAccountName", "london-trainer"},
-                      {"resources", {{"limits", {{"nvidia.com/gpu", 1}}}}}}};
+        {"resources", {{"limits", {{"cpu", "1"}}}}},
+        {"sysctls",
+         {{{"name", "net.ipv4.tcp_rmem"}, {"value", "4096 131072 33554432"}},
+          {{"name", "net.ipv4.tcp_wmem"}, {"value", "4096 16384 33554432"}}}}}}};
+  spec["regions"] = {
+      {{"name", "london"},
+       {"sysctls", {{{"name", "net.ipv4.tcp_rmem"}, {"value", "4096 131072 67108864"}}}},
+       {"labels", {{"tier", "b"}}},
+       {"env", {{{"name", "B"}, {"value", "region"}}, {{"name", "C"}}}},
+       {"volumes", {{{"name", "data"}, {"hostPath", {{"path", "/d"}}}}}},
+       {"nodeSelector", {{"zone", "b"}}},
+       {"tolerations", {{{"key", "spot"}, {"operator", "Exists"}}}},
+       {"serviceAccountName", "london-trainer"},
+       {"resources", {{"limits", {{"nvidia.com/gpu", 1}}}}}}};
   const ParsedSpec p = parseSpec(object(spec));
   ASSERT_TRUE(p.errors.empty()) << joinErrors(p.errors);
   const PodOverrides pod = p.spec.podFor(p.spec.regions[0]);
@@ -346,6 +363,8 @@ TEST(TrainingJobSpec, PodFieldsMergeRegionOverJob) {
   EXPECT_EQ(pod.nodeSelector, (std::map<std::string, std::string>{{"pool", "gpu"}, {"zone", "b"}}));
   EXPECT_EQ(pod.tolerations.size(), 2u);
   EXPECT_EQ(pod.resources, json({{"limits", {{"nvidia.com/gpu", 1}}}}));
+  EXPECT_EQ(pod.sysctls, json({{{"name", "net.ipv4.tcp_rmem"}, {"value", "4096 131072 67108864"}},
+                               {{"name", "net.ipv4.tcp_wmem"}, {"value", "4096 16384 33554432"}}}));
   // specToJson writes it back so that it parses to the same spec.
   EXPECT_EQ(parseSpec(object(specToJson(p.spec))).spec, p.spec);
 }

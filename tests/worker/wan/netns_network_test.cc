@@ -51,6 +51,29 @@ WanShape threeSites() {
   return shape;
 }
 
+TEST(NetnsTcpBuffer, TwiceTheLargestBandwidthDelayProductAtLeast32MiB) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  // 20 Mbit/s x 100 ms is 0.25 MB: the floor.
+  EXPECT_EQ(tcpBufferBytesFor(threeSites()), 32 * kMiB);
+  // 1 Gbit/s at 230 ms holds 28.75 MB in flight: twice that, in whole MiB.
+  WanShape fat;
+  fat.sites = {"a", "b"};
+  fat.oneWay = {{Microseconds(0), Microseconds(115'000)}, {Microseconds(115'000), Microseconds(0)}};
+  fat.site.resize(2);
+  fat.site[0].egressBitsPerSecond = fat.site[1].egressBitsPerSecond = 1e9;
+  EXPECT_EQ(tcpBufferBytesFor(fat), 55 * kMiB);  // 57.5e6 bytes, rounded up to MiB
+  // The slower of the sender's uplink and the receiver's downlink counts.
+  fat.site[1].ingressBitsPerSecond = 100e6;
+  EXPECT_EQ(tcpBufferBytesFor(fat), 55 * kMiB);  // b -> a is still 1 Gbit/s
+  fat.site[0].ingressBitsPerSecond = 100e6;
+  EXPECT_EQ(tcpBufferBytesFor(fat), 32 * kMiB);
+  // Unlimited counts as 1 Gbit/s; 10 Gbit/s across the world is capped.
+  fat.site[0] = fat.site[1] = SiteShape{};
+  EXPECT_EQ(tcpBufferBytesFor(fat), 55 * kMiB);
+  for (auto& site : fat.site) site.egressBitsPerSecond = site.ingressBitsPerSecond = 1e11;
+  EXPECT_EQ(tcpBufferBytesFor(fat), 1024 * kMiB);
+}
+
 class NetnsNetworkTest : public ::testing::Test {
  protected:
   void SetUp() override {

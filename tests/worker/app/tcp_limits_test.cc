@@ -1,0 +1,70 @@
+// The TCP buffer limits a worker reads and what it says of them.
+
+#include "worker/app/tcp_limits.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace geo::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TcpLimitsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("geo-tcp-limits-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+             "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(root_ / "net/ipv4");
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(root_ / "net/ipv4" / name) << text;
+  }
+  fs::path root_;
+};
+
+TEST_F(TcpLimitsTest, ReadsTheThirdFieldOfEach) {
+  write("tcp_rmem", "4096\t131072\t6291456\n");
+  write("tcp_wmem", "4096 16384 4194304\n");
+  auto l = readTcpBufferLimits(root_.string());
+  ASSERT_TRUE(l.ok()) << l.status().toString();
+  EXPECT_EQ(l->receiveMaxBytes, 6291456);
+  EXPECT_EQ(l->sendMaxBytes, 4194304);
+}
+
+TEST_F(TcpLimitsTest, NamesTheFileAndWhatItHeld) {
+  write("tcp_rmem", "4096 131072\n");
+  write("tcp_wmem", "4096 16384 4194304\n");
+  auto l = readTcpBufferLimits(root_.string());
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("net/ipv4/tcp_rmem: \"4096 131072\" is not three byte"),
+            std::string::npos)
+      << l.status().message();
+  fs::remove(root_ / "net/ipv4/tcp_wmem");
+  write("tcp_rmem", "4096 131072 6291456\n");
+  l = readTcpBufferLimits(root_.string());
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("tcp_wmem: cannot be read"), std::string::npos);
+}
+
+TEST(TcpWindowCeiling, HalfTheBufferPerRoundTrip) {
+  // Linux's default 6 MiB over 230 ms: 3-4 MiB a round trip, 109-146 Mbit/s.
+  EXPECT_NEAR(windowCeilingBitsPerSecond(6 << 20, 0.230), 109.4e6, 0.1e6);
+  EXPECT_NEAR(windowCeilingBitsPerSecond(6 << 20, 0.230, 2.0 / 3), 145.9e6, 0.1e6);
+  // 55 MiB (what the namespace network gives a 1 Gbit/s, 230 ms link):
+  // 1.0 Gbit/s.
+  EXPECT_NEAR(windowCeilingBitsPerSecond(int64_t{55} << 20, 0.230), 1.003e9, 0.001e9);
+  const std::string line = describeWindowCeiling({6 << 20, 4 << 20}, "tokyo (rank 1)", 0.230);
+  for (const char* part :
+       {"230 ms, to tokyo (rank 1)", "at most 109-146 Mbit/s", "may grow to 6 MiB",
+        "net.ipv4.tcp_rmem", "send buffers to 4 MiB", "at 55 MiB or more"}) {
+    EXPECT_NE(line.find(part), std::string::npos) << part << " not in: " << line;
+  }
+}
+
+}  // namespace
+}  // namespace geo::app
