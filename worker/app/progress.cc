@@ -63,4 +63,13 @@ void addTotals(local::WorkerEvent& e, const Totals& t, const sync::Topology& top
   e.bytes.payload = s.payloadBytes;
 }
 
+void addTiming(local::WorkerEvent& e, const train::StepTiming& timing, double codecSeconds,
+               double waitSeconds) {
+  e.stepTime.steps = timing.steps;
+  e.stepTime.computeSeconds = timing.computeSeconds;
+  e.stepTime.syncSeconds = timing.hookSeconds;
+  e.stepTime.codecSeconds = codecSeconds;
+  e.stepTime.waitSeconds = waitSeconds;
+}
+
 }  // namespace geo::app

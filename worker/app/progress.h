@@ -14,6 +14,7 @@
 #include "worker/local/worker_event.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/sync/synchronizer.h"
+#include "worker/train/trainer.h"
 #include "worker/transport/transport.h"
 
 namespace geo::app {
@@ -51,5 +52,11 @@ Totals readTotals(const sync::Synchronizer* sync, const transport::Transport* tr
 // Sets the `sync` and `bytes` members of a progress or done event from `t`;
 // bytes to and from ranks of this rank's region count as LAN, the rest WAN.
 void addTotals(local::WorkerEvent& event, const Totals& t, const sync::Topology& topology);
+
+// Sets the `stepTime` member of a progress or done event: the steps taken
+// and where the training thread's time went (train::StepTiming), with the
+// synchronizer's encoding and waiting inside those steps.
+void addTiming(local::WorkerEvent& event, const train::StepTiming& timing, double codecSeconds,
+               double waitSeconds);
 
 }  // namespace geo::app

@@ -340,6 +340,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     }
     e.stepSecondsMax = hook.longestStep();
     addTotals(e, readTotals(sync.get(), transport.get()), *topology);
+    addTiming(e, (*trainer)->timing(), hook.inStep().codecSeconds, hook.inStep().waitSeconds);
     progress.emit(std::move(e));
   });
   if (!s.ok()) return reportFailure(&progress, s);
@@ -400,6 +401,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   const Totals totals = readTotals(sync.get(), transport.get());
   hook.publish(totals);
   addTotals(done, totals, *topology);
+  addTiming(done, (*trainer)->timing(), hook.inStep().codecSeconds, hook.inStep().waitSeconds);
   progress.emit(std::move(done));
   if (finalAccuracy || finalEvalLoss) {
     logger()->info("done: {} steps, {}", c.training.steps,

@@ -25,11 +25,23 @@ StatusOr<train::JoinResult> WorkerHook::join(int64_t step, train::FlatParameters
 }
 
 Status WorkerHook::afterBackward(int64_t step, train::FlatParameters& flat) {
-  return sync_ != nullptr ? sync_->afterBackward(step, flat) : Status();
+  if (sync_ == nullptr) return {};
+  if (!atFirstStep_) {
+    const sync::SyncStats s = sync_->stats();
+    atFirstStep_ = InStep{s.codecSeconds, s.waitSeconds};
+  }
+  return sync_->afterBackward(step, flat);
 }
 
 Status WorkerHook::afterStep(int64_t step, train::FlatParameters& flat) {
-  if (sync_ != nullptr) GEO_RETURN_IF_ERROR(sync_->afterStep(step, flat));
+  if (sync_ != nullptr) {
+    GEO_RETURN_IF_ERROR(sync_->afterStep(step, flat));
+    if (atFirstStep_) {
+      const sync::SyncStats s = sync_->stats();
+      inStep_ = {s.codecSeconds - atFirstStep_->codecSeconds,
+                 s.waitSeconds - atFirstStep_->waitSeconds};
+    }
+  }
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - last_).count();
   // The first step includes connection set-up and warm-up.

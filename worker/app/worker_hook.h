@@ -50,6 +50,15 @@ class WorkerHook final : public train::StepHook {
   void setLoss(double loss) { loss_ = loss; }
   // The longest step so far, after the first (seconds); 0 before the second.
   double longestStep() const { return longestStep_; }
+  // The synchronizer's encoding and decoding, and its waits for peers or
+  // the uplink, inside the steps taken so far (seconds; not the join's nor
+  // the final average's): its counters at the latest step's end less those
+  // at the first step's start.
+  struct InStep {
+    double codecSeconds = 0;
+    double waitSeconds = 0;
+  };
+  InStep inStep() const { return inStep_; }
   // Sets the transport and synchronizer metrics to `t` (nothing without
   // metrics).
   void publish(const Totals& t);
@@ -72,6 +81,8 @@ class WorkerHook final : public train::StepHook {
   double longestStep_ = 0;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
   void checkTcpCeiling(std::chrono::steady_clock::time_point now);
+  std::optional<InStep> atFirstStep_;  // the counters before the first step
+  InStep inStep_;
   std::optional<TcpBufferLimits> tcpLimits_;  // unset: nothing to report
   std::function<std::string(uint32_t)> describePeer_;
   std::chrono::steady_clock::time_point nextTcpCheck_{};

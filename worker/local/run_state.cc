@@ -36,6 +36,14 @@ void merge(SyncStats& into, const SyncStats& s) {
   keep(into.stateTransferBytes, s.stateTransferBytes);
 }
 
+void merge(StepTime& into, const StepTime& t) {
+  keep(into.steps, t.steps);
+  keep(into.computeSeconds, t.computeSeconds);
+  keep(into.syncSeconds, t.syncSeconds);
+  keep(into.codecSeconds, t.codecSeconds);
+  keep(into.waitSeconds, t.waitSeconds);
+}
+
 void merge(ByteCounts& into, const ByteCounts& b) {
   keep(into.wanSent, b.wanSent);
   keep(into.wanReceived, b.wanReceived);
@@ -88,6 +96,11 @@ nlohmann::ordered_json groupJson(const GroupSummary& g) {
       {"stalenessMax", orNull(g.stalenessMax)},
       {"missing", g.missing},
       {"waitSeconds", orNull(g.waitSeconds)},
+      {"perStepMilliseconds", g.perStep ? nlohmann::ordered_json{{"compute", g.perStep->computeMs},
+                                                                 {"sync", g.perStep->syncMs},
+                                                                 {"codec", g.perStep->codecMs},
+                                                                 {"wait", g.perStep->waitMs}}
+                                        : nlohmann::ordered_json(nullptr)},
   };
 }
 
@@ -146,6 +159,7 @@ void RunState::record(int64_t rank, double wallSeconds, const WorkerEvent& e) {
       }
       merge(p.sync, e.sync);
       merge(p.bytes, e.bytes);
+      merge(p.stepTime, e.stepTime);
       keep(p.stepSecondsMax, e.stepSecondsMax);
       if (!e.modelHash.empty()) p.modelHash = e.modelHash;
       if (e.kind == EventKind::kDone) {
@@ -201,7 +215,16 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
   std::optional<double> lastDone;
   bool allDone = !ranks.empty();
   g.steps = ranks.empty() ? 0 : std::numeric_limits<int64_t>::max();
+  int64_t timedSteps = 0;
+  StepBreakdown seconds;  // summed over the workers that reported stepTime
   for (const RankProgress* p : ranks) {
+    if (p->stepTime.steps && *p->stepTime.steps > 0) {
+      timedSteps += *p->stepTime.steps;
+      seconds.computeMs += p->stepTime.computeSeconds.value_or(0);
+      seconds.syncMs += p->stepTime.syncSeconds.value_or(0);
+      seconds.codecMs += p->stepTime.codecSeconds.value_or(0);
+      seconds.waitMs += p->stepTime.waitSeconds.value_or(0);
+    }
     if (p->testAccuracy) {
       accuracySum += *p->testAccuracy;
       ++accuracyCount;
@@ -236,6 +259,11 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
     g.compressionRatio = static_cast<double>(g.payloadBytes) / static_cast<double>(g.wanSentBytes);
   }
   g.stalenessMean = stalenessMean(ranks);
+  if (timedSteps > 0) {
+    const double perStep = 1e3 / static_cast<double>(timedSteps);
+    g.perStep = StepBreakdown{seconds.computeMs * perStep, seconds.syncMs * perStep,
+                              seconds.codecMs * perStep, seconds.waitMs * perStep};
+  }
   return g;
 }
 

@@ -22,6 +22,8 @@
 //   stalenessMax     largest; missing: sum
 //   waitSeconds      largest of the workers' time blocked waiting for peers
 //                    or the uplink (what the links cost the slowest worker)
+//   perStep          milliseconds per step computing, in the synchronizer,
+//                    encoding and decoding, waiting (StepBreakdown)
 //   timeToAccuracy   wall time of rank 0's first evalAccuracy >= threshold
 //
 // Not thread-safe (the launcher's poll loop owns it); never throws except
@@ -69,6 +71,7 @@ struct RankProgress {
   std::optional<double> doneWallSeconds;
   SyncStats sync;
   ByteCounts bytes;
+  StepTime stepTime;
   std::vector<EvalPoint> evals;
   std::string errorMessage;  // from an "error" event
 
@@ -96,6 +99,17 @@ struct RegionSnapshot {
   bool done = false;                   // every worker sent "done"
 };
 
+// Where a step's time went on the training threads of a group's workers,
+// in milliseconds per step (their seconds summed over their steps summed;
+// WorkerEvent::stepTime): computing, and in the synchronizer -- of which
+// encoding and decoding (codec) and waiting for peers or the uplink (wait).
+struct StepBreakdown {
+  double computeMs = 0;
+  double syncMs = 0;
+  double codecMs = 0;
+  double waitMs = 0;
+};
+
 struct GroupSummary {
   std::optional<double> testAccuracy;
   std::optional<double> testLoss;  // mean over the workers that reported one in "done"
@@ -112,6 +126,7 @@ struct GroupSummary {
   std::optional<double> stalenessMax;
   int64_t missing = 0;
   std::optional<double> waitSeconds;
+  std::optional<StepBreakdown> perStep;  // workers that reported stepTime
 
   uint64_t wanBytes() const { return wanSentBytes + wanReceivedBytes; }
   uint64_t lanBytes() const { return lanSentBytes + lanReceivedBytes; }
@@ -175,7 +190,9 @@ std::vector<std::pair<double, std::optional<double>>> timeToAccuracy(
 // {"outcome":..,"wallSeconds":..,"testAccuracy":..,"steps":..,
 //  "stepsPerSecond":..,"wanBytes":..,"wanSentBytes":..,"wanReceivedBytes":..,
 //  "lanBytes":..,"payloadBytes":..,"compressionRatio":..,"stalenessMean":..,
-//  "stalenessMax":..,"missing":..,"waitSeconds":..,"regions":{"london":{same keys}},
+//  "stalenessMax":..,"missing":..,"waitSeconds":..,
+//  "perStepMilliseconds":{"compute":..,"sync":..,"codec":..,"wait":..}|null,
+//  "regions":{"london":{same keys}},
 //  "timeToAccuracy":{"0.80":seconds|null,"0.85":..,"0.88":..},
 //  "modelsAgree":true|false|null, "faults":[{"kind":..,"what":..,"atSeconds":..,
 //  "endSeconds":..,"downSeconds":..,"rejoinSeconds":..,"rejoinStep":..,

@@ -154,6 +154,13 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
     e.bytes.lanReceived = count(*bytes, "lanReceived");
     e.bytes.payload = count(*bytes, "payload");
   }
+  if (const Json* t = member(j, "stepTime")) {
+    e.stepTime.steps = integer(*t, "steps");
+    e.stepTime.computeSeconds = number(*t, "computeSeconds");
+    e.stepTime.syncSeconds = number(*t, "syncSeconds");
+    e.stepTime.codecSeconds = number(*t, "codecSeconds");
+    e.stepTime.waitSeconds = number(*t, "waitSeconds");
+  }
   e.message = text(j, "message");
   return e;
 } catch (const std::exception& error) {  // allocation failure; nothing else throws above
@@ -284,6 +291,14 @@ std::string formatWorkerEvent(const WorkerEvent& e) {
   put(bytes, "lanReceived", e.bytes.lanReceived);
   put(bytes, "payload", e.bytes.payload);
   if (!bytes.empty()) j["bytes"] = std::move(bytes);
+
+  OrderedJson stepTime = OrderedJson::object();
+  put(stepTime, "steps", e.stepTime.steps);
+  put(stepTime, "computeSeconds", e.stepTime.computeSeconds, "{:.4g}");
+  put(stepTime, "syncSeconds", e.stepTime.syncSeconds, "{:.4g}");
+  put(stepTime, "codecSeconds", e.stepTime.codecSeconds, "{:.4g}");
+  put(stepTime, "waitSeconds", e.stepTime.waitSeconds, "{:.4g}");
+  if (!stepTime.empty()) j["stepTime"] = std::move(stepTime);
   // Invalid UTF-8 (a model description, a message quoting a file name) is
   // replaced rather than thrown on: a progress line is never lost.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -13,7 +13,9 @@
 //    "sync":{"delay":4,"appliedUpdates":12,"stalenessMean":4.0,
 //            "stalenessMax":4,"missing":0,"waitSeconds":0.2},
 //    "bytes":{"wanSent":123456,"wanReceived":120000,"lanSent":0,
-//             "lanReceived":0,"payload":900000}}
+//             "lanReceived":0,"payload":900000},
+//    "stepTime":{"steps":50,"computeSeconds":2.1,"syncSeconds":0.9,
+//                "codecSeconds":0.1,"waitSeconds":0.7}}
 //   {"event":"done", ...progress keys..., "testAccuracy":0.874}
 //   {"event":"error","rank":0,"message":"..."}
 //   {"event":"joined","rank":1,"step":412,"fromStep":0,"transferred":true,
@@ -82,6 +84,19 @@ struct ByteCounts {  // cumulative totals
   std::optional<uint64_t> payload;  // fp32 size of what the synchronizer encoded
 };
 
+// Where a worker's training thread spent its steps so far (cumulative
+// seconds, train::StepTiming): computing, and in the synchronizer, of which
+// encoding and decoding (codec) and waiting for peers or the uplink (wait).
+// Unlike sync.codecSeconds and sync.waitSeconds, only inside the steps: not
+// a join's state transfer nor the final average.
+struct StepTime {
+  std::optional<int64_t> steps;
+  std::optional<double> computeSeconds;
+  std::optional<double> syncSeconds;
+  std::optional<double> codecSeconds;
+  std::optional<double> waitSeconds;
+};
+
 struct WorkerEvent {
   EventKind kind = EventKind::kOther;
   std::string name;  // the "event" string as given
@@ -115,6 +130,7 @@ struct WorkerEvent {
   std::optional<double> testLoss;      // done: the final model's test loss
   SyncStats sync;
   ByteCounts bytes;
+  StepTime stepTime;
 
   std::optional<double> stepSecondsMax;
   std::string modelHash;                // done

@@ -439,7 +439,18 @@ StatusOr<StepStats> Trainer::step() {
                       step_ + 1, lossValue));
     }
     loss.backward();
-    if (hook_ != nullptr) GEO_RETURN_IF_ERROR(hook_->afterBackward(step_, flat_));
+    double hookSeconds = 0;
+    // The hook's time, measured around each call, so that the rest of the
+    // step is the computation's.
+    const auto timed = [&hookSeconds](auto&& call) {
+      const auto t0 = std::chrono::steady_clock::now();
+      Status s = call();
+      hookSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return s;
+    };
+    if (hook_ != nullptr) {
+      GEO_RETURN_IF_ERROR(timed([&] { return hook_->afterBackward(step_, flat_); }));
+    }
     if (options_.gradClip > 0) torch::nn::utils::clip_grad_norm_(flat_.params, options_.gradClip);
     const double lr = learningRateAt(options_, step_);
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
@@ -448,7 +459,9 @@ StatusOr<StepStats> Trainer::step() {
     if (options_.minStepTime.count() > 0) {
       std::this_thread::sleep_until(started + options_.minStepTime);
     }
-    if (hook_ != nullptr) GEO_RETURN_IF_ERROR(hook_->afterStep(step_ - 1, flat_));
+    if (hook_ != nullptr) {
+      GEO_RETURN_IF_ERROR(timed([&] { return hook_->afterStep(step_ - 1, flat_); }));
+    }
     stats.step = step_;
     stats.loss = lossValue;
     stats.lr = lr;
@@ -456,6 +469,11 @@ StatusOr<StepStats> Trainer::step() {
       std::this_thread::sleep_for((std::chrono::steady_clock::now() - started) *
                                   (options_.slowdown - 1));
     }
+    ++timing_.steps;
+    timing_.hookSeconds += hookSeconds;
+    timing_.computeSeconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() -
+        hookSeconds;
   } catch (const c10::Error& e) {
     return internalError(
         fmt::format("training step {} failed: {}", step_ + 1, e.what_without_backtrace()));

@@ -194,6 +194,18 @@ struct StepStats {
   }
 };
 
+// Where the training thread's time went over the steps taken so far
+// (cumulative seconds): computing (the batch, forward, backward, the
+// optimizer's step, and an emulated step time or slowdown), and inside the
+// hook's afterBackward and afterStep (the synchronizer: encoding, sending,
+// waiting for peers or the uplink, decoding and applying). Checkpoints,
+// evaluation snapshots and progress reports between steps are in neither.
+struct StepTiming {
+  int64_t steps = 0;
+  double computeSeconds = 0;
+  double hookSeconds = 0;
+};
+
 class BackgroundEvaluator;
 
 class Trainer {
@@ -264,6 +276,9 @@ class Trainer {
   Status saveCheckpoint();
 
   int64_t currentStep() const { return step_; }
+  // The steps this trainer took and where their time went (training thread
+  // only, like step()).
+  const StepTiming& timing() const { return timing_; }
   // After run(): the hook's join() found that the job had finished without
   // this worker, so run() took no step.
   bool arrivedAfterEnd() const { return arrivedAfterEnd_; }
@@ -307,6 +322,7 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   BatchSampler sampler_;
   int64_t step_ = 0;
+  StepTiming timing_;
   bool arrivedAfterEnd_ = false;
   std::function<void(int64_t)> afterCheckpoint_;
   bool holdsFinalModel_ = false;

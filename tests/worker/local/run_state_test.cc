@@ -213,6 +213,40 @@ TEST(LocalRunSummary, NumbersFromEvents) {
   EXPECT_DOUBLE_EQ(*s.timeToAccuracy[2].second, 4.0);
 }
 
+// Each group's milliseconds per step: its workers' seconds summed over
+// their steps summed; workers without stepTime are left out.
+TEST(LocalRunSummary, TimePerStepFromTheWorkersStepTime) {
+  RunState state(twoByTwo(), 100);
+  const auto timed = [](double compute, double sync, double codec, double wait) {
+    return fmt::format(
+        R"(,"stepTime":{{"steps":100,"computeSeconds":{},"syncSeconds":{},"codecSeconds":{},)"
+        R"("waitSeconds":{}}})",
+        compute, sync, codec, wait);
+  };
+  state.record(0, 1.0, event(progress(0, 100, 1.0, timed(0.5, 0.3, 0.1, 0.2))));
+  state.record(1, 1.0, event(progress(1, 100, 1.0, timed(0.7, 0.1, 0.05, 0.0))));
+  state.record(2, 1.0, event(progress(2, 100, 1.0, timed(1.0, 2.0, 0.5, 1.25))));
+  state.record(3, 1.0, event(progress(3, 100, 1.0, "")));
+  const RunSummary s = state.summarize(2.0);
+  ASSERT_TRUE(s.regions[0].second.perStep.has_value());
+  const StepBreakdown& london = *s.regions[0].second.perStep;
+  EXPECT_DOUBLE_EQ(london.computeMs, 1.2 / 200 * 1e3);
+  EXPECT_DOUBLE_EQ(london.syncMs, 0.4 / 200 * 1e3);
+  EXPECT_DOUBLE_EQ(london.codecMs, 0.15 / 200 * 1e3);
+  EXPECT_DOUBLE_EQ(london.waitMs, 0.2 / 200 * 1e3);
+  // tokyo: rank 2 alone (rank 3 sent none).
+  EXPECT_DOUBLE_EQ(s.regions[1].second.perStep->syncMs, 20.0);
+  EXPECT_DOUBLE_EQ(s.overall.perStep->computeMs, 2.2 / 300 * 1e3);
+  const auto j = nlohmann::json::parse(summaryJson(s));
+  EXPECT_DOUBLE_EQ(j["regions"]["tokyo"]["perStepMilliseconds"]["wait"].get<double>(), 12.5);
+  // A run whose workers report no stepTime has none.
+  RunState bare(twoByTwo(), 100);
+  bare.record(0, 1.0, event(progress(0, 10, 1.0, "")));
+  EXPECT_FALSE(bare.summarize(2.0).overall.perStep.has_value());
+  EXPECT_TRUE(
+      nlohmann::json::parse(summaryJson(bare.summarize(2.0)))["perStepMilliseconds"].is_null());
+}
+
 TEST(LocalRunSummary, SummaryJsonHasTheDocumentedKeys) {
   RunSummary s = finishedRun().summarize(10.0);
   s.outcome = "succeeded";

@@ -111,6 +111,7 @@ TEST(WorkerEventFormat, WhatIsWrittenIsReadBack) {
   e.sync.codecSeconds = 0.5;
   e.sync.rejected = 1;
   e.bytes.payload = 99;
+  e.stepTime = {800, 2.5, 1.25, 0.5, 0.625};
   const auto back = parseWorkerEvent(formatWorkerEvent(e));
   ASSERT_TRUE(back.ok()) << back.status().toString();
   EXPECT_EQ(back->kind, EventKind::kDone);
@@ -130,6 +131,11 @@ TEST(WorkerEventFormat, WhatIsWrittenIsReadBack) {
   EXPECT_EQ(back->sync.rejected, 1);
   EXPECT_EQ(back->bytes.payload, 99u);
   EXPECT_FALSE(back->bytes.wanSent.has_value());
+  EXPECT_EQ(back->stepTime.steps, 800);
+  EXPECT_EQ(back->stepTime.computeSeconds, 2.5);
+  EXPECT_EQ(back->stepTime.syncSeconds, 1.25);
+  EXPECT_EQ(back->stepTime.codecSeconds, 0.5);
+  EXPECT_EQ(back->stepTime.waitSeconds, 0.625);
 }
 
 TEST(WorkerEventFormat, InvalidUtf8IsReplacedNotThrown) {

@@ -119,6 +119,40 @@ TEST(TrainEmulation, MinStepTimePadsTheComputeBeforeTheHook) {
   }
 }
 
+// Where a step's time goes: the hook's calls on one side, the rest of the
+// step (computing, padded by minStepTime) on the other.
+TEST(TrainTiming, SplitsTheStepIntoComputeAndTheHook) {
+  struct Slow : StepHook {
+    Status afterBackward(int64_t, FlatParameters&) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return {};
+    }
+    Status afterStep(int64_t, FlatParameters&) override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return {};
+    }
+  } slow;
+  TrainerOptions o;
+  o.steps = 5;
+  o.minStepTime = std::chrono::milliseconds(50);
+  auto t = makeTrainer({"mlp", {}}, o, &slow);
+  EXPECT_EQ(t->timing().steps, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(t->step().ok());
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const StepTiming& timing = t->timing();
+  EXPECT_EQ(timing.steps, 4);
+  // Sleeps only last longer under load: at least 30 ms of hook per step,
+  // and the padding makes the rest at least 50 - 10 ms (the padding counts
+  // from the step's start, and afterBackward's 10 ms falls inside it).
+  EXPECT_GE(timing.hookSeconds, 4 * 0.030);
+  EXPECT_GE(timing.computeSeconds, 4 * 0.040);
+  // Both within the steps' wall time, and between them all of it but the
+  // calls' own overhead.
+  EXPECT_LE(timing.hookSeconds + timing.computeSeconds, wall);
+  EXPECT_GE(timing.hookSeconds + timing.computeSeconds, 0.9 * wall);
+}
+
 // A worker calls the BLAS from two threads at once (training, and the
 // evaluation on its own thread), and the synchronizers' tests run several
 // workers in one process: the BLAS in use must give each call its own
