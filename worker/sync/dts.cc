@@ -75,6 +75,38 @@ constexpr size_t kBaseRttWindow = 64;
 constexpr size_t kLateWindow = 4;  // incomplete rounds a late contribution may still join
 constexpr auto kPoll = std::chrono::milliseconds(20);
 
+// Model-sized scratch tensors reused from round to round. A large model
+// makes each of them tens of megabytes, which the allocator maps fresh and
+// the kernel page-faults in on every use: with a 20M-parameter mlp a
+// quarter of a worker's CPU went to page faults (perf), most of it in the
+// tensors a round decodes into and adds up. take() hands out a kept one of
+// the same size and type or a new one (contents undefined); give() keeps a
+// tensor no one else holds, at most kKept of them. Training thread only.
+class ScratchTensors {
+ public:
+  torch::Tensor take(const torch::Tensor& like) {
+    for (size_t i = 0; i < kept_.size(); ++i) {
+      if (kept_[i].sizes() == like.sizes() && kept_[i].dtype() == like.dtype()) {
+        torch::Tensor t = std::move(kept_[i]);
+        kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
+        return t;
+      }
+    }
+    return torch::empty_like(like);
+  }
+  void give(torch::Tensor t) {
+    // A tensor whose storage someone else still holds (a view kept in a
+    // Late entry, a clone's source) is not ours to reuse.
+    if (!t.defined() || t.use_count() != 1 || t.storage().use_count() != 1) return;
+    if (kept_.size() < kKept) kept_.push_back(std::move(t));
+  }
+  void clear() { kept_.clear(); }
+
+ private:
+  static constexpr size_t kKept = 6;
+  std::vector<torch::Tensor> kept_;
+};
+
 class Dts final : public Base {
  public:
   Dts(const SyncOptions& o, const Topology& t, transport::Transport* tr, Group g)
@@ -161,6 +193,7 @@ class Dts final : public Base {
     if (auto_ && !linkKnown_) learnTheLink();
     while (!pending_.empty() && pending_.front().dueStep <= t) {
       GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat));
+      recycle(pending_.front());
       pending_.pop_front();
     }
     return {};
@@ -210,8 +243,10 @@ class Dts final : public Base {
     GEO_RETURN_IF_ERROR(sendFinished(presentPeers()));
     while (!pending_.empty()) {
       GEO_RETURN_IF_ERROR(complete(pending_.front(), steps, flat));
+      recycle(pending_.front());
       pending_.pop_front();
     }
+    scratch_.clear();  // the final average needs the memory more
     return averageModels(flat, steps);
   }
 
@@ -397,6 +432,12 @@ class Dts final : public Base {
     bool has(size_t i) const { return got[i].has_value() || appliedEarly(i); }
   };
 
+  // A completed round's model-sized tensors go back to the scratch pool.
+  void recycle(Pending& p) {
+    scratch_.give(std::move(p.own));
+    scratch_.give(std::move(p.earlySum));
+  }
+
   bool exact() const { return !auto_ && delay_ == 0 && codec_->id() == CodecId::kFp32; }
 
   void init(const train::FlatParameters& flat) {
@@ -488,18 +529,21 @@ class Dts final : public Base {
         if (!m.ok()) continue;
         l.had[i] = true;
         membership_.delivered(group_.ranks[i], l.round);
-        torch::Tensor q = torch::empty_like(flat.values);
+        torch::Tensor q = scratch_.take(flat.values);
         std::string reason;
         if (const Status ok = codec_->decodeChecked(m->payload.bytes(), q, reason); !ok.ok()) {
           reject(group_.ranks[i], fmt::format("the late update for round {}", l.round), reason, ok);
           stats_.late(false);
+          scratch_.give(std::move(q));
           continue;
         }
         const double w = group_.weights[i];
-        const torch::Tensor correction = (q - l.mean).mul_(static_cast<float>(-w / (l.weight + w)));
+        // q becomes the correction in place: (q - mean) * -w / (W + w).
+        torch::Tensor& correction = q.sub_(l.mean).mul_(static_cast<float>(-w / (l.weight + w)));
         flat.values.add_(correction);
         base_.add_(correction);
         l.mean.add_(correction, -1.0);  // the mean now includes it
+        scratch_.give(std::move(q));
         l.weight += w;
         modified_ = true;
         stats_.late(true);
@@ -601,18 +645,21 @@ class Dts final : public Base {
       for (size_t i = 0; i < group_.size(); ++i) {
         if (i == group_.self || !p.got[i] || p.early[i] || p.undecodable[i]) continue;
         const auto t0 = Clock::now();
-        torch::Tensor q = torch::empty_like(flat.values);
+        torch::Tensor q = scratch_.take(flat.values);
         std::string reason;
         if (!codec_->decodeChecked(p.got[i]->payload.bytes(), q, reason).ok()) {
           p.undecodable[i] = true;
+          scratch_.give(std::move(q));
           continue;
         }
         const auto w = static_cast<float>(group_.weights[i]);
-        const torch::Tensor correction = (p.own - q).mul_(w);
+        if (!p.earlySum.defined()) p.earlySum = scratch_.take(flat.values).zero_();
+        p.earlySum.add_(q, w);
+        // q becomes the correction in place: (own - q) * w.
+        torch::Tensor& correction = q.sub_(p.own).mul_(-w);
         flat.values.add_(correction);
         base_.add_(correction);
-        if (!p.earlySum.defined()) p.earlySum = torch::zeros_like(flat.values);
-        p.earlySum.add_(q, w);
+        scratch_.give(std::move(q));
         p.earlyWeight += group_.weights[i];
         p.early[i] = true;
         p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
@@ -974,7 +1021,8 @@ class Dts final : public Base {
     p.provisionalDue = auto_ && !linkKnown_;
     p.dueStep = t + (p.provisionalDue ? options_.maxAutoDelay : delay_);
     const auto t0 = Clock::now();
-    torch::Tensor acc = base_ - flat.values;
+    torch::Tensor acc = scratch_.take(flat.values);
+    torch::sub_out(acc, base_, flat.values);
     // Our own state must be sound before it reaches anyone: a diverged
     // worker stops (and is excluded) instead of spreading it.
     if (std::string reason; !checkValues(acc, std::numeric_limits<float>::max(), reason).ok()) {
@@ -986,12 +1034,13 @@ class Dts final : public Base {
     p.bytes = std::make_shared<const std::vector<std::byte>>(
         codec_->encode(acc, options_.seed, mixStream(2, topology_.rank(), p.round),
                        residual_.defined() ? &residual_ : nullptr));
+    scratch_.give(std::move(acc));
     lastRoundBytes_ = p.bytes->size();
-    p.own = torch::zeros_like(flat.values);
+    p.own = scratch_.take(flat.values).zero_();
     codec_->decodeAccumulate(*p.bytes, 1.0f, p.own);
     stats_.coded(secondsSince(t0));
     const auto to = presentPeers();
-    stats_.encoded(static_cast<uint64_t>(acc.numel()) * 4, p.bytes->size(), to.size());
+    stats_.encoded(static_cast<uint64_t>(flat.values.numel()) * 4, p.bytes->size(), to.size());
     GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, t, p.bytes));
     if (exact()) p.start = base_.clone();
     base_.copy_(flat.values);
@@ -1060,28 +1109,31 @@ class Dts final : public Base {
     // Every contribution is decoded and checked before it is used: nothing a
     // peer sends may end this worker or poison its model. A refused one
     // counts as a missing one.
+    const auto tDecode = Clock::now();
     std::vector<torch::Tensor> decoded(group_.size());
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self || p.appliedEarly(i)) continue;
       if (p.got[i]) {
-        decoded[i] = torch::empty_like(flat.values);
+        decoded[i] = scratch_.take(flat.values);
         std::string reason;
         const Status ok = codec_->decodeChecked(p.got[i]->payload.bytes(), decoded[i], reason);
         if (!ok.ok()) {
           reject(group_.ranks[i], fmt::format("the update for round {}", p.round), reason, ok);
           p.got[i].reset();
+          scratch_.give(std::move(decoded[i]));
           decoded[i] = torch::Tensor();
         }
       }
       if (!p.got[i]) stats_.missed();
     }
+    stats_.coded(secondsSince(tDecode));
     // q̄ in rank order from the same bytes on every worker.
     double total = 0;
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self || p.has(i)) total += group_.weights[i];
     }
     const auto t1 = Clock::now();
-    torch::Tensor mean = torch::zeros_like(flat.values);
+    torch::Tensor mean = scratch_.take(flat.values).zero_();
     std::vector<double> lags(group_.size(), std::numeric_limits<double>::quiet_NaN());
     for (size_t i = 0; i < group_.size(); ++i) {
       const auto alpha = static_cast<float>(group_.weights[i] / total);
@@ -1102,13 +1154,16 @@ class Dts final : public Base {
       base_.copy_(flat.values);
     } else {
       // What applyEarly applied, Σ w_j (q_i − q_j), is in x already.
-      torch::Tensor correction = p.own - mean;
+      torch::Tensor correction = scratch_.take(flat.values);
+      torch::sub_out(correction, p.own, mean);
       if (p.earlySum.defined()) {
         correction.sub_(p.own, static_cast<float>(p.earlyWeight)).add_(p.earlySum);
       }
       flat.values.add_(correction);
       base_.add_(correction);
+      scratch_.give(std::move(correction));
     }
+    for (torch::Tensor& d : decoded) scratch_.give(std::move(d));
     stats_.coded(secondsSince(t1));
     stats_.roundDone(secondsSince(p.sentAt));
     if (p.appliedCount > 0) staleness_ = p.stalenessSum / static_cast<double>(p.appliedCount);
@@ -1119,6 +1174,8 @@ class Dts final : public Base {
       for (size_t i = 0; i < group_.size(); ++i) l.had[i] = i == group_.self || p.has(i);
       late_.push_back(std::move(l));
       while (late_.size() > lateWindow()) late_.pop_front();
+    } else {
+      scratch_.give(std::move(mean));
     }
     if (auto_) {
       sent_.push_back({p.round, p.sendStep, p.bytes});
@@ -1264,6 +1321,7 @@ class Dts final : public Base {
   };
   std::deque<RoundInterval> roundIntervals_;
   bool uplinkHeld_ = false;  // the latest awaitUplink() waited
+  ScratchTensors scratch_;
 };
 
 }  // namespace
