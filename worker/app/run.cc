@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <array>
@@ -152,6 +153,14 @@ std::string describeEvaluation(std::optional<double> accuracy, double loss,
                        loss / std::log(2.0));
   }
   return fmt::format("test loss {:.5g}", loss);
+}
+
+// This process's peak resident memory so far, in bytes (Linux reports
+// ru_maxrss in KiB).
+uint64_t maxRssBytes() {
+  rusage u{};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return static_cast<uint64_t>(u.ru_maxrss) * 1024;
 }
 
 // A step's log line for --progress-format text.
@@ -339,6 +348,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
       e.evalAgeSeconds = st.evalAgeSeconds;
     }
     e.stepSecondsMax = hook.longestStep();
+    e.maxRssBytes = maxRssBytes();
     addTotals(e, readTotals(sync.get(), transport.get()), *topology);
     addTiming(e, (*trainer)->timing(), hook.inStep().codecSeconds, hook.inStep().waitSeconds);
     progress.emit(std::move(e));
@@ -386,6 +396,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   }
   done.loss = finalLoss;
   done.stepSecondsMax = hook.longestStep();
+  done.maxRssBytes = maxRssBytes();
   done.modelHash = modelHash(train::wholeModel((*trainer)->flat()));
   done.joinedAt = (*trainer)->joinedAt();
   done.testAccuracy = finalAccuracy;

@@ -101,6 +101,8 @@ nlohmann::ordered_json groupJson(const GroupSummary& g) {
                                                                  {"codec", g.perStep->codecMs},
                                                                  {"wait", g.perStep->waitMs}}
                                         : nlohmann::ordered_json(nullptr)},
+      {"maxRssBytes",
+       g.maxRssBytes ? nlohmann::ordered_json(*g.maxRssBytes) : nlohmann::ordered_json(nullptr)},
   };
 }
 
@@ -161,6 +163,7 @@ void RunState::record(int64_t rank, double wallSeconds, const WorkerEvent& e) {
       merge(p.bytes, e.bytes);
       merge(p.stepTime, e.stepTime);
       keep(p.stepSecondsMax, e.stepSecondsMax);
+      keep(p.maxRssBytes, e.maxRssBytes);
       if (!e.modelHash.empty()) p.modelHash = e.modelHash;
       if (e.kind == EventKind::kDone) {
         p.done = true;
@@ -218,6 +221,7 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
   int64_t timedSteps = 0;
   StepBreakdown seconds;  // summed over the workers that reported stepTime
   for (const RankProgress* p : ranks) {
+    if (p->maxRssBytes) g.maxRssBytes = std::max(g.maxRssBytes.value_or(0), *p->maxRssBytes);
     if (p->stepTime.steps && *p->stepTime.steps > 0) {
       timedSteps += *p->stepTime.steps;
       seconds.computeMs += p->stepTime.computeSeconds.value_or(0);

@@ -24,6 +24,7 @@
 //                    or the uplink (what the links cost the slowest worker)
 //   perStep          milliseconds per step computing, in the synchronizer,
 //                    encoding and decoding, waiting (StepBreakdown)
+//   maxRssBytes      the largest peak resident memory of one worker
 //   timeToAccuracy   wall time of rank 0's first evalAccuracy >= threshold
 //
 // Not thread-safe (the launcher's poll loop owns it); never throws except
@@ -78,6 +79,7 @@ struct RankProgress {
   // Membership: the longest step (a stall), the final model's hash, and the
   // latest join of a (re)started worker.
   std::optional<double> stepSecondsMax;
+  std::optional<uint64_t> maxRssBytes;  // the worker's peak resident memory
   std::string modelHash;
   int64_t starts = 0;  // "start" events: 1 + restarts
   std::optional<double> joinedWallSeconds;
@@ -127,6 +129,7 @@ struct GroupSummary {
   int64_t missing = 0;
   std::optional<double> waitSeconds;
   std::optional<StepBreakdown> perStep;  // workers that reported stepTime
+  std::optional<uint64_t> maxRssBytes;   // the largest peak of one worker
 
   uint64_t wanBytes() const { return wanSentBytes + wanReceivedBytes; }
   uint64_t lanBytes() const { return lanSentBytes + lanReceivedBytes; }
@@ -192,6 +195,7 @@ std::vector<std::pair<double, std::optional<double>>> timeToAccuracy(
 //  "lanBytes":..,"payloadBytes":..,"compressionRatio":..,"stalenessMean":..,
 //  "stalenessMax":..,"missing":..,"waitSeconds":..,
 //  "perStepMilliseconds":{"compute":..,"sync":..,"codec":..,"wait":..}|null,
+//  "maxRssBytes":..|null,
 //  "regions":{"london":{same keys}},
 //  "timeToAccuracy":{"0.80":seconds|null,"0.85":..,"0.88":..},
 //  "modelsAgree":true|false|null, "faults":[{"kind":..,"what":..,"atSeconds":..,

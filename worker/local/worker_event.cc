@@ -141,6 +141,7 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
     e.sync.rejected = integer(*sync, "rejected");
   }
   e.stepSecondsMax = number(j, "stepSecondsMax");
+  e.maxRssBytes = count(j, "maxRssBytes");
   e.modelHash = text(j, "modelHash");
   e.joinedAt = integer(j, "joinedAt");
   e.arrivedAfterEnd = flag(j, "arrivedAfterEnd");
@@ -256,6 +257,7 @@ std::string formatWorkerEvent(const WorkerEvent& e) {
   put(j, "evalStep", e.evalStep);
   put(j, "evalAgeSeconds", e.evalAgeSeconds, "{:.4g}");
   put(j, "stepSecondsMax", e.stepSecondsMax, "{:.4g}");
+  put(j, "maxRssBytes", e.maxRssBytes);
   put(j, "modelHash", e.modelHash);
   put(j, "joinedAt", e.joinedAt);
   put(j, "testAccuracy", e.testAccuracy, "{:.6g}");

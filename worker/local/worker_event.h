@@ -133,6 +133,9 @@ struct WorkerEvent {
   StepTime stepTime;
 
   std::optional<double> stepSecondsMax;
+  // progress, done: the worker's peak resident memory so far (getrusage's
+  // ru_maxrss), in bytes.
+  std::optional<uint64_t> maxRssBytes;
   std::string modelHash;                // done
   std::optional<int64_t> joinedAt;      // done: the step it took when it joined a running job
   std::optional<bool> arrivedAfterEnd;  // done: the job had ended before it could rejoin

@@ -103,7 +103,11 @@ class ScratchTensors {
   void clear() { kept_.clear(); }
 
  private:
-  static constexpr size_t kKept = 6;
+  // What a completion uses at once (a decoded contribution, the mean, the
+  // correction) and the two a round in flight gives back (its own
+  // contribution, its early sum): kept, they cost five model-sized tensors
+  // of memory (docs/algorithms.md, "Memory").
+  static constexpr size_t kKept = 5;
   std::vector<torch::Tensor> kept_;
 };
 
@@ -1058,6 +1062,48 @@ class Dts final : public Base {
     return {};
   }
 
+  // K = 1, D = 0 with the identity codec (exact()): q̄ = Σ (w_i / W) q_i in
+  // rank order, every contribution decoded before the sum, as allreduce
+  // averages: the two agree bit for bit
+  // (Dts.K1D0IdentityEqualsAllreduceBitwiseReplicas). Sets lags and the
+  // total weight W of the contributions used, as complete() does.
+  torch::Tensor exactMean(Pending& p, int64_t t, const train::FlatParameters& flat,
+                          std::vector<double>& lags, double& total) {
+    std::vector<torch::Tensor> decoded(group_.size());
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self || p.appliedEarly(i)) continue;
+      if (p.got[i]) {
+        decoded[i] = torch::empty_like(flat.values);
+        std::string reason;
+        const Status ok = codec_->decodeChecked(p.got[i]->payload.bytes(), decoded[i], reason);
+        if (!ok.ok()) {
+          reject(group_.ranks[i], fmt::format("the update for round {}", p.round), reason, ok);
+          p.got[i].reset();
+        }
+      }
+      if (!p.got[i]) stats_.missed();
+    }
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self || p.has(i)) total += group_.weights[i];
+    }
+    torch::Tensor mean = torch::zeros_like(flat.values);
+    for (size_t i = 0; i < group_.size(); ++i) {
+      const auto alpha = static_cast<float>(group_.weights[i] / total);
+      if (i == group_.self) {
+        mean.add_(p.own, alpha);
+        continue;
+      }
+      if (!p.got[i]) continue;
+      lags[i] = std::chrono::duration<double>(p.got[i]->received - p.sentAt).count();
+      if (p.appliedEarly(i)) continue;  // in earlySum
+      mean.add_(decoded[i], alpha);
+      p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
+      stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
+    }
+    if (p.earlySum.defined()) mean.add_(p.earlySum, static_cast<float>(1.0 / total));
+    return mean;
+  }
+
   Status complete(Pending& p, int64_t t, train::FlatParameters& flat) {
     // Wait (bounded) for the contributions expected in this round, serving
     // joins meanwhile; a peer suspected while we wait is not waited for.
@@ -1110,49 +1156,58 @@ class Dts final : public Base {
     // peer sends may end this worker or poison its model. A refused one
     // counts as a missing one.
     const auto tDecode = Clock::now();
-    std::vector<torch::Tensor> decoded(group_.size());
-    for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self || p.appliedEarly(i)) continue;
-      if (p.got[i]) {
-        decoded[i] = scratch_.take(flat.values);
-        std::string reason;
-        const Status ok = codec_->decodeChecked(p.got[i]->payload.bytes(), decoded[i], reason);
-        if (!ok.ok()) {
-          reject(group_.ranks[i], fmt::format("the update for round {}", p.round), reason, ok);
-          p.got[i].reset();
-          scratch_.give(std::move(decoded[i]));
-          decoded[i] = torch::Tensor();
-        }
-      }
-      if (!p.got[i]) stats_.missed();
-    }
-    stats_.coded(secondsSince(tDecode));
-    // q̄ in rank order from the same bytes on every worker.
-    double total = 0;
-    for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self || p.has(i)) total += group_.weights[i];
-    }
-    const auto t1 = Clock::now();
-    torch::Tensor mean = scratch_.take(flat.values).zero_();
     std::vector<double> lags(group_.size(), std::numeric_limits<double>::quiet_NaN());
-    for (size_t i = 0; i < group_.size(); ++i) {
-      const auto alpha = static_cast<float>(group_.weights[i] / total);
-      if (i == group_.self) {
-        mean.add_(p.own, alpha);
-        continue;
-      }
-      if (!p.got[i]) continue;
-      lags[i] = std::chrono::duration<double>(p.got[i]->received - p.sentAt).count();
-      if (p.appliedEarly(i)) continue;  // in earlySum
-      mean.add_(decoded[i], alpha);
-      p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
-      stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
-    }
-    if (p.earlySum.defined()) mean.add_(p.earlySum, static_cast<float>(1.0 / total));
+    double total = 0;
+    torch::Tensor mean;
     if (p.start.defined()) {
+      mean = exactMean(p, t, flat, lags, total);
       flat.values.copy_(p.start - mean);
       base_.copy_(flat.values);
     } else {
+      // q̄ = (Σ w_i q_i) / W in rank order from the same bytes on every
+      // worker, each peer's contribution decoded into one scratch tensor
+      // and added before the next is decoded: a round holds one decoded
+      // contribution at a time, whatever the number of peers (it held all
+      // of them: a model-sized tensor per peer at every completion).
+      mean = scratch_.take(flat.values).zero_();
+      torch::Tensor q;
+      for (size_t i = 0; i < group_.size(); ++i) {
+        const auto w = static_cast<float>(group_.weights[i]);
+        if (i == group_.self) {
+          mean.add_(p.own, w);
+          total += group_.weights[i];
+          continue;
+        }
+        if (p.appliedEarly(i)) {  // in earlySum (got is empty after a resume)
+          if (p.got[i]) {
+            lags[i] = std::chrono::duration<double>(p.got[i]->received - p.sentAt).count();
+          }
+          total += group_.weights[i];
+          continue;
+        }
+        if (p.got[i]) {
+          if (!q.defined()) q = scratch_.take(flat.values);
+          std::string reason;
+          const Status ok = codec_->decodeChecked(p.got[i]->payload.bytes(), q, reason);
+          if (ok.ok()) {
+            mean.add_(q, w);
+            p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
+            stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
+          } else {
+            reject(group_.ranks[i], fmt::format("the update for round {}", p.round), reason, ok);
+            p.got[i].reset();
+          }
+        }
+        if (!p.got[i]) {
+          stats_.missed();
+          continue;
+        }
+        lags[i] = std::chrono::duration<double>(p.got[i]->received - p.sentAt).count();
+        total += group_.weights[i];
+      }
+      scratch_.give(std::move(q));
+      if (p.earlySum.defined()) mean.add_(p.earlySum);
+      mean.mul_(static_cast<float>(1.0 / total));
       // What applyEarly applied, Σ w_j (q_i − q_j), is in x already.
       torch::Tensor correction = scratch_.take(flat.values);
       torch::sub_out(correction, p.own, mean);
@@ -1163,8 +1218,7 @@ class Dts final : public Base {
       base_.add_(correction);
       scratch_.give(std::move(correction));
     }
-    for (torch::Tensor& d : decoded) scratch_.give(std::move(d));
-    stats_.coded(secondsSince(t1));
+    stats_.coded(secondsSince(tDecode));
     stats_.roundDone(secondsSince(p.sentAt));
     if (p.appliedCount > 0) staleness_ = p.stalenessSum / static_cast<double>(p.appliedCount);
     jobStep_ = p.sendStep;

@@ -226,8 +226,11 @@ TEST(LocalRunSummary, TimePerStepFromTheWorkersStepTime) {
   state.record(0, 1.0, event(progress(0, 100, 1.0, timed(0.5, 0.3, 0.1, 0.2))));
   state.record(1, 1.0, event(progress(1, 100, 1.0, timed(0.7, 0.1, 0.05, 0.0))));
   state.record(2, 1.0, event(progress(2, 100, 1.0, timed(1.0, 2.0, 0.5, 1.25))));
-  state.record(3, 1.0, event(progress(3, 100, 1.0, "")));
+  state.record(3, 1.0, event(progress(3, 100, 1.0, R"(,"maxRssBytes":123456789)")));
   const RunSummary s = state.summarize(2.0);
+  EXPECT_EQ(s.regions[1].second.maxRssBytes, 123456789u);
+  EXPECT_FALSE(s.regions[0].second.maxRssBytes.has_value());
+  EXPECT_EQ(s.overall.maxRssBytes, 123456789u);
   ASSERT_TRUE(s.regions[0].second.perStep.has_value());
   const StepBreakdown& london = *s.regions[0].second.perStep;
   EXPECT_DOUBLE_EQ(london.computeMs, 1.2 / 200 * 1e3);

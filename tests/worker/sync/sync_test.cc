@@ -54,12 +54,16 @@ class Recorder final : public train::StepHook {
   Status afterBackward(int64_t step, train::FlatParameters& flat) override {
     if (extraCompute.count() > 0) std::this_thread::sleep_for(extraCompute);
     const double before = flat.grads.norm().item<double>();
+    const auto t0 = std::chrono::steady_clock::now();
     GEO_RETURN_IF_ERROR(inner_->afterBackward(step, flat));
+    syncSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     gradScales.push_back(before > 0 ? flat.grads.norm().item<double>() / before : 1.0);
     return {};
   }
   Status afterStep(int64_t step, train::FlatParameters& flat) override {
+    const auto t0 = std::chrono::steady_clock::now();
     GEO_RETURN_IF_ERROR(inner_->afterStep(step, flat));
+    syncSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     hashes.push_back(hashOf(flat.values));
     periods.push_back(inner_->stats().period);
     if (recordModels) {
@@ -69,6 +73,7 @@ class Recorder final : public train::StepHook {
       jobModels.push_back(std::move(jm));
     }
     stepsTaken.store(step + 1);
+    lastStepAt = std::chrono::steady_clock::now();
     return {};
   }
   Status finish(int64_t steps, train::FlatParameters& flat) override {
@@ -89,6 +94,10 @@ class Recorder final : public train::StepHook {
   int64_t joinedAt = -1;
   std::atomic<int64_t> stepsTaken{0};
   std::chrono::milliseconds extraCompute{0};  // added to every step (a slower worker)
+  // Time in the synchronizer's afterBackward and afterStep: what the
+  // training thread spent on synchronizing during the steps.
+  double syncSeconds = 0;
+  std::chrono::steady_clock::time_point lastStepAt{};  // the end of the latest step
   // With recordModels, the parameters and the synchronizer's job model
   // after every step: every 7th value, enough to tell models apart (a full
   // copy of every step of a long job would take gigabytes).
@@ -114,6 +123,10 @@ struct RunResult {
   std::vector<int64_t> joinedAt;  // [rank]: the step join() continued from
   std::vector<std::vector<SyncStats>> statsAtUplinkChange;  // [change][rank], as it came
   double seconds = 0;                                       // wall time of the whole job
+  std::vector<double> syncSeconds;                          // [rank]: Recorder::syncSeconds
+  // From the start to the last step of the slowest worker (the job without
+  // its final average).
+  double stepsSeconds = 0;
   int64_t updateBytes = 0;  // the encoded size of one update (syncBytes)
   // With JobSpec::recordModels, [rank][step]: the parameters and the job
   // model after each step (Recorder::sampled).
@@ -399,6 +412,12 @@ RunResult runJob(const JobSpec& job) {
                                 ? recorders[r]->finalValues
                                 : trainers[r]->flat().values.clone();
     result.stats[r] = syncs[r]->stats();
+    result.syncSeconds.push_back(recorders[r]->syncSeconds);
+    if (recorders[r]->lastStepAt > start) {
+      result.stepsSeconds =
+          std::max(result.stepsSeconds,
+                   std::chrono::duration<double>(recorders[r]->lastStepAt - start).count());
+    }
   }
   if (trainers[0]) result.updateBytes = syncBytes(job.sync, trainers[0]->flat());
   return result;
@@ -548,6 +567,54 @@ TEST(Dts, DelayedRoundsOverAnEmulatedWan) {
   EXPECT_EQ(r.stats[0].stalenessMax, 2);
   // qsgd-4 rounds plus one fp32 final average: well below fp32 on the whole.
   EXPECT_GT(r.stats[0].payloadBytes, 2 * r.stats[0].encodedBytes);
+}
+
+// Communication runs beside the steps: a round that takes several steps to
+// leave through a slow uplink does not hold the training thread, as long as
+// the uplink carries a round within the period and the delay covers its
+// transfer. Two workers in two regions, 20 ms of compute a step, K = 4
+// (80 ms a round), D = 4; a round of the mlp (about 103 KB at qsgd-4)
+// takes 52 ms at 16 Mbit/s: 2.6 steps, sent while the next steps compute.
+// At 2 Mbit/s (412 ms a round, five periods) the uplink cannot keep up, and
+// the training thread waits for it (awaitUplink): the measure below sees
+// that, so it can fail.
+TEST(Dts, ASlowUplinkDoesNotSlowTheTrainingThread) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.steps = 64;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.delay = 4;
+  job.extraCompute = {20ms, 20ms};
+  const RunResult unlimited = runJob(job);
+  job.uplink = "rate=16mbit";
+  const RunResult slow = runJob(job);
+  job.uplink = "rate=2mbit";
+  const RunResult tooSlow = runJob(job);
+  for (const RunResult* r : {&unlimited, &slow, &tooSlow}) {
+    for (size_t rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(r->status[rank].ok()) << r->status[rank].toString();
+      EXPECT_EQ(r->stats[rank].missing, 0u);
+    }
+  }
+  EXPECT_GE(slow.updateBytes, 90'000);  // the transfer spans steps
+  const double stepCompute = 0.020 * static_cast<double>(job.steps);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    std::printf(
+        "rank %zu: in the synchronizer %.0f ms unlimited, %.0f ms at 16 Mbit/s, %.0f ms at 2 "
+        "Mbit/s (of at least %.0f ms of compute); the steps took %.2f s, %.2f s, %.2f s\n",
+        rank, unlimited.syncSeconds[rank] * 1e3, slow.syncSeconds[rank] * 1e3,
+        tooSlow.syncSeconds[rank] * 1e3, stepCompute * 1e3, unlimited.stepsSeconds,
+        slow.stepsSeconds, tooSlow.stepsSeconds);
+    // Overlapped: under a tenth of the compute in the synchronizer (its
+    // encoding, decoding and polls take about a millisecond a step).
+    EXPECT_LT(slow.syncSeconds[rank], 0.1 * stepCompute) << "rank " << rank;
+    // Not overlapped: the training thread waits for the uplink.
+    EXPECT_GT(tooSlow.syncSeconds[rank], 0.5 * stepCompute) << "rank " << rank;
+  }
+  // The steps themselves (not the final average, whose whole model crosses
+  // the slow uplink at the end) take as long as without a limit.
+  EXPECT_LT(slow.stepsSeconds, 1.2 * unlimited.stepsSeconds);
 }
 
 // When the peers' contributions are more than four steps old as they are
