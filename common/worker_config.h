@@ -55,12 +55,12 @@ inline constexpr double kMaxSeconds = 1e6;
 // dataset.syntheticSamples: the synthetic set is generated in memory, 3 KiB
 // a sample (1e6 samples: about 3 GiB).
 inline constexpr int64_t kMaxSyntheticSamples = 1000000;
-inline constexpr int64_t kMaxClasses = 1 << 20;     // model.classes
+inline constexpr int64_t kMaxClasses = 1 << 20;  // model.classes
 // model.width: an mlp of 1 << 18 hidden units on 28x28 inputs has 208M
 // parameters, room for the 100M-parameter memory measurement and more.
 inline constexpr int64_t kMaxModelWidth = 1 << 18;
-inline constexpr int64_t kMaxModelLayers = 256;     // model.layers, model.heads
-inline constexpr int64_t kMaxContext = 1 << 16;     // model.context
+inline constexpr int64_t kMaxModelLayers = 256;  // model.layers, model.heads
+inline constexpr int64_t kMaxContext = 1 << 16;  // model.context
 // sync.bucket and sync.bits: exactly what the QSGD kernels accept
 // (kernels/qsgd_limits.h), so a value the kernels would refuse is refused
 // here, by the controller and by `geotrain local` rather than when a worker
