@@ -194,7 +194,9 @@ class Dts final : public Base {
     if (measuring()) takeLagReports(t);
     applyLate(t, flat);
     if (t >= closeAt_) GEO_RETURN_IF_ERROR(closeRound(t, flat));
-    if (auto_ && !linkKnown_) learnTheLink();
+    // Until the first lag reports measure the links, every step: a round
+    // still crossing shows there (chooseDelay) long before they come.
+    if (auto_ && !linkMeasured()) learnTheLink();
     while (!pending_.empty() && pending_.front().dueStep <= t) {
       GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat));
       recycle(pending_.front());
@@ -1251,12 +1253,25 @@ class Dts final : public Base {
   // trip gives D (chooseDelay), and the rounds closed meanwhile become due D
   // steps after they closed (or at once, where that has passed).
   void learnTheLink() {
+    const int64_t before = delay_;
     if (!chooseDelay()) return;
     for (Pending& p : pending_) {
-      if (!p.provisionalDue) continue;
-      p.dueStep = std::min(p.dueStep, p.sendStep + delay_);
-      p.provisionalDue = false;
+      if (p.provisionalDue) {
+        p.dueStep = std::min(p.dueStep, p.sendStep + delay_);
+        p.provisionalDue = false;
+      } else if (delay_ > before && !linkMeasured()) {
+        // Before the first lag reports, a D raised by a round seen crossing
+        // covers the rounds already in flight too: they cross the same way.
+        // (Each worker completes a round when its own D says; the
+        // corrections still sum to zero.)
+        p.dueStep = std::max(p.dueStep, p.sendStep + delay_);
+      }
     }
+  }
+
+  // Whether a pair's lag reports have measured a link yet (links_).
+  bool linkMeasured() const {
+    return std::any_of(links_.begin(), links_.end(), [](const auto& l) { return !l.empty(); });
   }
 
   // Returns whether anything is known of the links (linkKnown_).
@@ -1274,10 +1289,25 @@ class Dts final : public Base {
     if (measured) stats_.setLink(link);
     if (!measured) {
       for (const auto& c : transport_->peerCounters()) {
+        if (!group_.indexOf(c.peer) || c.minRttSeconds <= 0) continue;
         // The path's round trip, the smallest recent one: the first pings
         // of a job wait behind connection set-up and TCP's slow start.
-        if (group_.indexOf(c.peer)) link = std::max(link, c.minRttSeconds / 2);
+        link = std::max(link, c.minRttSeconds / 2);
+        // A round still crossing: its oldest byte not yet acknowledged left
+        // unackedSeconds ago, so the way there takes at least that less the
+        // acknowledgement's way back. A 10 MB round over 100 Mbit/s took
+        // 2.3 s where the ping said 115 ms, and the first lag reports came
+        // 26 s into the run: every round until then was waited for. Only
+        // while acknowledgements keep coming (the data moves; a cut link's
+        // silence says nothing of its length) and from peers not suspected.
+        // The longest seen holds until the reports come: the next round
+        // crosses the same way.
+        if (c.unackedSeconds > c.minRttSeconds && c.sinceAckSeconds >= 0 &&
+            c.sinceAckSeconds < c.minRttSeconds + 1.0 && !membership_.suspected(c.peer)) {
+          crossingSeconds_ = std::max(crossingSeconds_, c.unackedSeconds - c.minRttSeconds / 2);
+        }
       }
+      link = std::max(link, crossingSeconds_);
     }
     const std::optional<int64_t> chosen = autoDelaySteps(link, stepSeconds_, options_.maxAutoDelay);
     if (chosen) linkKnown_ = true;
@@ -1290,7 +1320,9 @@ class Dts final : public Base {
                     "time {:.1f} ms",
                     next, delay_, link * 1e3,
                     measured ? fmt::format("to {}", topology_.describe(group_.ranks[slowest]))
-                             : std::string("half the ping round trip, before the first reports"),
+                    : link > 0 && link == crossingSeconds_
+                        ? std::string("a round seen crossing, before the first reports")
+                        : std::string("half the ping round trip, before the first reports"),
                     stepSeconds_ * 1e3);
       if (notable) loggedDelay_ = next;
       delay_ = next;
@@ -1366,6 +1398,10 @@ class Dts final : public Base {
   // D = auto: a ping round trip or a link's lags have been measured, so
   // rounds are due D steps after they close (closeRound, learnTheLink).
   bool linkKnown_ = false;
+  // D = auto before the first lag reports: the longest a round of ours was
+  // seen crossing to a peer (unacknowledged, acknowledgements coming), 0
+  // before; chooseDelay counts it as a link.
+  double crossingSeconds_ = 0;
   // Auto period: when this worker's latest round left, and the intervals
   // between its recent rounds at the period in force (roundSeconds()).
   std::optional<Clock::time_point> lastSentAt_;
