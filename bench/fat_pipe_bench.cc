@@ -34,28 +34,12 @@
 #include <thread>
 #include <vector>
 
-#include "common/keys/keys.h"
+#include "tests/worker/transport/transport_fixture.h"
 #include "worker/transport/zmq_transport.h"
 #include "worker/wan/netns_network.h"
 
 using namespace geo;
 using Seconds = std::chrono::duration<double>;
-
-namespace {
-
-std::vector<std::byte> pattern(size_t size) {
-  std::vector<std::byte> v(size);
-  uint32_t x = 2654435761u;
-  for (auto& b : v) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    b = static_cast<std::byte>(x);
-  }
-  return v;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app(
@@ -112,17 +96,14 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  // Two ranks, one per site, as a job's two region leaders.
-  std::vector<keys::CurveKeyPair> keyPairs = {keys::generateKeyPair(), keys::generateKeyPair()};
+  // Two ranks, one per site, as a job's two region leaders: the test world's
+  // keys, with the sites' addresses for endpoints.
+  transport::testing::World world(2);
+  world.endpoints = {"tcp://" + wan::siteAddress(0) + ":7000",
+                     "tcp://" + wan::siteAddress(1) + ":7000"};
   std::vector<std::unique_ptr<transport::Transport>> t(2);
   for (uint32_t r = 0; r < 2; ++r) {
-    transport::TransportConfig c;
-    c.jobId = "fat-pipe";
-    c.rank = r;
-    c.endpoints = {"tcp://" + wan::siteAddress(0) + ":7000",
-                   "tcp://" + wan::siteAddress(1) + ":7000"};
-    c.secretKey = keyPairs[r].secretKey;
-    c.publicKeys = {keyPairs[0].publicKey, keyPairs[1].publicKey};
+    transport::TransportConfig c = world.config(r);
     c.uplinkPeers = {r != 0, r != 1};
     c.links.resize(2);
     c.rankNames = {"a", "b"};
@@ -153,7 +134,7 @@ int main(int argc, char** argv) {
   }
 
   const size_t bytes = static_cast<size_t>(sizeMiB) << 20;
-  const transport::Payload payload(pattern(bytes));
+  const transport::Payload payload(transport::testing::pattern(bytes, 1));
   const double linkBytesPerSecond = rateMbit * 1e6 / 8;
   std::printf(
       "link %.0f Mbit/s, round trip %.0f ms (%.1f MB in flight), queue %.0f ms, TCP buffers "

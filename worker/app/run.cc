@@ -350,7 +350,8 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     e.stepSecondsMax = hook.longestStep();
     e.maxRssBytes = maxRssBytes();
     addTotals(e, readTotals(sync.get(), transport.get()), *topology);
-    addTiming(e, (*trainer)->timing(), hook.inStep().codecSeconds, hook.inStep().waitSeconds);
+    const WorkerHook::InStep inStep = hook.inStep();
+    addTiming(e, (*trainer)->timing(), inStep.codecSeconds, inStep.waitSeconds);
     progress.emit(std::move(e));
   });
   if (!s.ok()) return reportFailure(&progress, s);
@@ -412,7 +413,8 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   const Totals totals = readTotals(sync.get(), transport.get());
   hook.publish(totals);
   addTotals(done, totals, *topology);
-  addTiming(done, (*trainer)->timing(), hook.inStep().codecSeconds, hook.inStep().waitSeconds);
+  const WorkerHook::InStep inStep = hook.inStep();
+  addTiming(done, (*trainer)->timing(), inStep.codecSeconds, inStep.waitSeconds);
   progress.emit(std::move(done));
   if (finalAccuracy || finalEvalLoss) {
     logger()->info("done: {} steps, {}", c.training.steps,

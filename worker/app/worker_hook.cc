@@ -24,24 +24,29 @@ StatusOr<train::JoinResult> WorkerHook::join(int64_t step, train::FlatParameters
   return joined;
 }
 
+namespace {
+
+WorkerHook::InStep codecAndWait(const sync::SyncStats& s) {
+  return {s.codecSeconds, s.waitSeconds};
+}
+
+}  // namespace
+
 Status WorkerHook::afterBackward(int64_t step, train::FlatParameters& flat) {
   if (sync_ == nullptr) return {};
-  if (!atFirstStep_) {
-    const sync::SyncStats s = sync_->stats();
-    atFirstStep_ = InStep{s.codecSeconds, s.waitSeconds};
-  }
+  if (!atFirstStep_) atFirstStep_ = codecAndWait(sync_->stats());
   return sync_->afterBackward(step, flat);
 }
 
+WorkerHook::InStep WorkerHook::inStep() const {
+  if (sync_ == nullptr || !atFirstStep_) return {};
+  const InStep end = atFinish_ ? *atFinish_ : codecAndWait(sync_->stats());
+  return {end.codecSeconds - atFirstStep_->codecSeconds,
+          end.waitSeconds - atFirstStep_->waitSeconds};
+}
+
 Status WorkerHook::afterStep(int64_t step, train::FlatParameters& flat) {
-  if (sync_ != nullptr) {
-    GEO_RETURN_IF_ERROR(sync_->afterStep(step, flat));
-    if (atFirstStep_) {
-      const sync::SyncStats s = sync_->stats();
-      inStep_ = {s.codecSeconds - atFirstStep_->codecSeconds,
-                 s.waitSeconds - atFirstStep_->waitSeconds};
-    }
-  }
+  if (sync_ != nullptr) GEO_RETURN_IF_ERROR(sync_->afterStep(step, flat));
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - last_).count();
   // The first step includes connection set-up and warm-up.
@@ -77,7 +82,10 @@ void WorkerHook::checkTcpCeiling(std::chrono::steady_clock::time_point now) {
 }
 
 Status WorkerHook::finish(int64_t steps, train::FlatParameters& flat) {
-  if (sync_ != nullptr) GEO_RETURN_IF_ERROR(sync_->finish(steps, flat));
+  if (sync_ != nullptr) {
+    if (atFirstStep_ && !atFinish_) atFinish_ = codecAndWait(sync_->stats());
+    GEO_RETURN_IF_ERROR(sync_->finish(steps, flat));
+  }
   if (metrics_ != nullptr) publish(readTotals(sync_, transport_));
   return {};
 }

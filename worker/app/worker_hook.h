@@ -52,13 +52,14 @@ class WorkerHook final : public train::StepHook {
   double longestStep() const { return longestStep_; }
   // The synchronizer's encoding and decoding, and its waits for peers or
   // the uplink, inside the steps taken so far (seconds; not the join's nor
-  // the final average's): its counters at the latest step's end less those
-  // at the first step's start.
+  // the final average's): its counters now, or as finish() began, less
+  // those as the first step began. Read between steps (a progress event),
+  // not once a step: a reading copies the synchronizer's counters.
   struct InStep {
     double codecSeconds = 0;
     double waitSeconds = 0;
   };
-  InStep inStep() const { return inStep_; }
+  InStep inStep() const;
   // Sets the transport and synchronizer metrics to `t` (nothing without
   // metrics).
   void publish(const Totals& t);
@@ -81,8 +82,8 @@ class WorkerHook final : public train::StepHook {
   double longestStep_ = 0;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
   void checkTcpCeiling(std::chrono::steady_clock::time_point now);
-  std::optional<InStep> atFirstStep_;  // the counters before the first step
-  InStep inStep_;
+  std::optional<InStep> atFirstStep_;         // the counters as the first step began
+  std::optional<InStep> atFinish_;            // and as finish() began
   std::optional<TcpBufferLimits> tcpLimits_;  // unset: nothing to report
   std::function<std::string(uint32_t)> describePeer_;
   std::chrono::steady_clock::time_point nextTcpCheck_{};

@@ -218,16 +218,17 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
   std::optional<double> lastDone;
   bool allDone = !ranks.empty();
   g.steps = ranks.empty() ? 0 : std::numeric_limits<int64_t>::max();
+  // Steps and seconds, summed over the workers that reported stepTime.
   int64_t timedSteps = 0;
-  StepBreakdown seconds;  // summed over the workers that reported stepTime
+  double compute = 0, sync = 0, codec = 0, wait = 0;
   for (const RankProgress* p : ranks) {
     if (p->maxRssBytes) g.maxRssBytes = std::max(g.maxRssBytes.value_or(0), *p->maxRssBytes);
     if (p->stepTime.steps && *p->stepTime.steps > 0) {
       timedSteps += *p->stepTime.steps;
-      seconds.computeMs += p->stepTime.computeSeconds.value_or(0);
-      seconds.syncMs += p->stepTime.syncSeconds.value_or(0);
-      seconds.codecMs += p->stepTime.codecSeconds.value_or(0);
-      seconds.waitMs += p->stepTime.waitSeconds.value_or(0);
+      compute += p->stepTime.computeSeconds.value_or(0);
+      sync += p->stepTime.syncSeconds.value_or(0);
+      codec += p->stepTime.codecSeconds.value_or(0);
+      wait += p->stepTime.waitSeconds.value_or(0);
     }
     if (p->testAccuracy) {
       accuracySum += *p->testAccuracy;
@@ -264,9 +265,8 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
   }
   g.stalenessMean = stalenessMean(ranks);
   if (timedSteps > 0) {
-    const double perStep = 1e3 / static_cast<double>(timedSteps);
-    g.perStep = StepBreakdown{seconds.computeMs * perStep, seconds.syncMs * perStep,
-                              seconds.codecMs * perStep, seconds.waitMs * perStep};
+    const double ms = 1e3 / static_cast<double>(timedSteps);
+    g.perStep = StepBreakdown{compute * ms, sync * ms, codec * ms, wait * ms};
   }
   return g;
 }
