@@ -408,6 +408,38 @@ void readKeyedList(ObjectReader& in, const std::string& key, json& out, const ch
   if (errors.size() == before) out = *v;
 }
 
+// A number of GPUs as a quantity of an extended resource is written: a
+// JSON integer >= 0, or a string of decimal digits; nullopt otherwise.
+std::optional<int64_t> gpuCount(const json& v) {
+  if (v.is_number_unsigned()) {
+    return static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX));
+  }
+  if (v.is_number_integer()) {
+    return v.get<int64_t>() >= 0 ? std::optional<int64_t>(v.get<int64_t>()) : std::nullopt;
+  }
+  if (!v.is_string()) return std::nullopt;
+  const std::string s = v.get<std::string>();
+  if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoll(s);
+}
+
+// The GPU resources of `resources.limits` and `.requests` are whole numbers.
+void checkGpuResources(ObjectReader& in, const json& resources) {
+  for (const char* list : {"limits", "requests"}) {
+    auto it = resources.find(list);
+    if (it == resources.end() || !it->is_object()) continue;
+    for (const auto& [name, value] : it->items()) {
+      if (isGpuResource(name) && !gpuCount(value)) {
+        in.invalid(fmt::format("resources.{}.{}", list, name),
+                   fmt::format("{} is not allowed (allowed: a whole number of GPUs, e.g. 1)",
+                               value.dump()));
+      }
+    }
+  }
+}
+
 // The pod spec fields of PodOverrides from `in` (spec.template.spec, or a
 // region).
 void readPodFields(ObjectReader& in, PodOverrides& pod, std::vector<FieldError>& errors) {
@@ -471,6 +503,7 @@ void readPodFields(ObjectReader& in, PodOverrides& pod, std::vector<FieldError>&
   if (const json* v = in.get("resources")) {
     if (v->is_object()) {
       pod.resources = *v;
+      checkGpuResources(in, *v);
     } else {
       in.invalid("resources", fmt::format("{} is not allowed (allowed: an object with limits "
                                           "and requests)",
@@ -631,6 +664,28 @@ PodOverrides mergedPod(const PodOverrides& job, const PodOverrides& region) {
 
 PodOverrides TrainingJobSpec::podFor(const Region& region) const {
   return mergedPod(podTemplate, region.pod);
+}
+
+bool isGpuResource(std::string_view name) {
+  return among(name, kGpuResources) ||
+         name.substr(0, kGpuResourcePrefix.size()) == kGpuResourcePrefix;
+}
+
+bool asksForGpu(const json& resources) {
+  if (!resources.is_object()) return false;
+  for (const char* list : {"limits", "requests"}) {
+    auto it = resources.find(list);
+    if (it == resources.end() || !it->is_object()) continue;
+    for (const auto& [name, value] : it->items()) {
+      if (isGpuResource(name) && gpuCount(value).value_or(0) > 0) return true;
+    }
+  }
+  return false;
+}
+
+std::string TrainingJobSpec::deviceFor(const Region& region) const {
+  if (worker.training.device == "auto" && asksForGpu(podFor(region).resources)) return "cuda";
+  return worker.training.device;
 }
 
 std::string FieldError::toString() const {
@@ -857,6 +912,25 @@ ParsedSpec parseSpec(const json& object) {
                         fmt::format("port {} is not allowed for a NodePort gateway (allowed: "
                                     "30000..32767, the Service's nodePort)",
                                     port)});
+    }
+  }
+  if (spec.worker.training.device == "cuda") {
+    // A worker of a region without a GPU would fail at start (no usable
+    // CUDA device), or find a GPU that no scheduler gave it.
+    std::string without;
+    for (size_t i = 0; i < spec.regions.size(); ++i) {
+      if (asksForGpu(spec.podFor(spec.regions[i]).resources)) continue;
+      without += fmt::format("{}{} (spec.regions[{}])", without.empty() ? "" : ", ",
+                             spec.regions[i].name, i);
+    }
+    if (!without.empty()) {
+      errors.push_back(
+          {FieldError::Type::kInvalid, "spec.training.device",
+           fmt::format("cuda is not allowed: the pods of {} ask for no GPU (allowed: auto, which "
+                       "is cuda in the regions whose resources ask for nvidia.com/gpu and the CPU "
+                       "in the others; cpu; or cuda with resources.limits nvidia.com/gpu: 1 in "
+                       "spec.template.spec or in every region)",
+                       without)});
     }
   }
   const bool severalWorkers = std::any_of(spec.regions.begin(), spec.regions.end(),

@@ -136,6 +136,17 @@ struct PodOverrides {
 // `job` with `region` merged over it (the rules above).
 PodOverrides mergedPod(const PodOverrides& job, const PodOverrides& region);
 
+// The resources of NVIDIA's device plugin that give a container a GPU:
+// whole GPUs, GPUs shared by time-slicing under their renamed resource, and
+// MIG slices (every name with the prefix, e.g. nvidia.com/mig-1g.10gb).
+inline constexpr std::string_view kGpuResources[] = {"nvidia.com/gpu", "nvidia.com/gpu.shared"};
+inline constexpr std::string_view kGpuResourcePrefix = "nvidia.com/mig-";
+bool isGpuResource(std::string_view name);
+// Whether `resources` (core/v1 ResourceRequirements) ask for a GPU: a limit
+// or a request above 0 of a GPU resource (parseSpec() checks that their
+// values are whole numbers: JSON integers, or strings such as "1").
+bool asksForGpu(const nlohmann::json& resources);
+
 // What the worker's pod keeps for itself; parseSpec() rejects a spec that
 // sets any of them (kReservedMountPaths: also spec.checkpoint.dir).
 inline constexpr std::string_view kReservedEnv[] = {"JOB_COMPLETION_INDEX"};
@@ -227,6 +238,13 @@ struct TrainingJobSpec {
   std::string dataPath(const Region& region) const;
   // The pod fields of a region: spec.template with the region's merged over it.
   PodOverrides podFor(const Region& region) const;
+  // training.device of a region's workers: cuda where spec.training.device
+  // is auto (the default) and the region's pods ask for a GPU (asksForGpu()
+  // of podFor(region).resources), so that a GPU pod fails at start rather
+  // than train on its CPU when its image or node has no usable CUDA; else
+  // spec.training.device. parseSpec() refuses cuda for a job with a region
+  // whose pods ask for no GPU.
+  std::string deviceFor(const Region& region) const;
 
   // A TrainingJob's WorkerConfig before the controller places a worker:
   // WorkerConfig's defaults except sync.algorithm = dts.
@@ -248,7 +266,9 @@ struct ParsedSpec {
 // set is synthetic; what validateWorkerConfig() checks for the job as a whole
 // (one worker per rank of the total replicas); the pod fields (PodOverrides):
 // unique names, nothing of the worker's own overridden, and every
-// volumeMount of a region naming a volume the region's pods have.
+// volumeMount of a region naming a volume the region's pods have; a GPU
+// resource's value a whole number, and training.device cuda only when
+// every region's pods ask for a GPU.
 ParsedSpec parseSpec(const nlohmann::json& object);
 
 // The spec written back as JSON with every default explicit (what a CRD's

@@ -250,6 +250,8 @@ StatusOr<WorkerConfig> renderWorkerConfig(const JobRef& job, const api::Training
   if (c.dataset.sharding == "auto") c.dataset.sharding = own.dataPath.empty() ? "job" : "region";
   c.dataset.shardIndex.reset();
   c.dataset.shardCount.reset();
+  // cuda in a region whose pods ask for a GPU, unless the spec says cpu.
+  c.training.device = spec.deviceFor(own);
   c.transport.listen = fmt::format("tcp://*:{}", own.gateway.port);
   c.transport.peers.clear();
   c.transport.regions.clear();

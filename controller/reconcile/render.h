@@ -139,8 +139,9 @@ nlohmann::json renderGatewayService(const JobRef& job, const api::TrainingJobSpe
 std::string gatewayEndpoint(const JobRef& job, const api::Region& region,
                             const nlohmann::json& gatewayService, const RenderSettings& settings);
 
-// worker.yaml of region `index`: the spec's worker sections plus the job's
-// shape, transport (peers: own region by pod DNS name, other leaders by
+// worker.yaml of region `index`: the spec's worker sections (training.device
+// as spec.deviceFor() the region: cuda where its pods ask for a GPU) plus the
+// job's shape, transport (peers: own region by pod DNS name, other leaders by
 // gateway endpoint, other members none), keys and metrics. `endpoints` maps
 // every other region to its gateway endpoint; a missing one is
 // FailedPrecondition naming it (wait for its load balancer).

@@ -142,6 +142,10 @@ GOOD = [
      "regions": [{"name": "a", "volumes": [{"name": "data", "emptyDir": {}}]},
                  {"name": "b", "volumes": [{"name": "data", "hostPath": {"path": "/d"}}]}]},
     merged({"template": {"metadata": {"labels": {"app.kubernetes.io/version": "1"}}}}),
+    # cuda where every region's pods ask for a GPU (the template's or their own).
+    {"training": {"device": "cuda"},
+     "template": {"spec": {"resources": {"limits": {"nvidia.com/gpu": 1}}}},
+     "regions": [{"name": "a"}, {"name": "b", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
 ]
 
 # Rejected by the schema's types, enums, ranges and patterns.
@@ -246,10 +250,22 @@ CEL_ONLY = [
 ]
 
 
-# Caught by the controller alone (InvalidSpec): a CEL rule for them would
-# compare every mount with every volume of every region, beyond what the API
-# server's CEL cost budget allows for lists this long.
+# Caught by the controller alone (InvalidSpec): a CEL rule for the volumes
+# would compare every mount with every volume of every region, beyond what the
+# API server's CEL cost budget allows for lists this long; the GPU rules read
+# resources, which the schema keeps as core/v1 has it (any fields, quantities
+# as integers or strings).
 CONTROLLER_ONLY = [
+    (merged({"training": {"device": "cuda"}}),
+     "spec.training.device: cuda is not allowed: the pods of london (spec.regions[0]) ask for "
+     "no GPU (allowed: auto"),
+    ({"template": {"spec": {"resources": {"limits": {"nvidia.com/gpu": 1}}}},
+      "training": {"device": "cuda"},
+      "regions": [{"name": "a"}, {"name": "b", "resources": {"limits": {"cpu": "1"}}}]},
+     "the pods of b (spec.regions[1]) ask for no GPU"),
+    ({"regions": [{"name": "a", "resources": {"limits": {"nvidia.com/gpu": "one"}}}]},
+     "spec.regions[0].resources.limits.nvidia.com/gpu: \"one\" is not allowed (allowed: a whole "
+     "number of GPUs, e.g. 1)"),
     (merged({"template": {"spec": {"volumeMounts": [{"name": "d", "mountPath": "/d"}]}}}),
      "has no such volume"),
     ({"template": {"spec": {"volumeMounts": [{"name": "d", "mountPath": "/d"}]}},

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -317,7 +318,83 @@ INSTANTIATE_TEST_SUITE_P(
                     {"sysctls",
                      {{{"name", "net.ipv4.tcp_rmem"}, {"value", "1"}},
                       {{"name", "net.ipv4.tcp_rmem"}, {"value", "2"}}}}}}}},
-                "spec.regions[0].sysctls[1].name: Duplicate value: \"net.ipv4.tcp_rmem\""}));
+                "spec.regions[0].sysctls[1].name: Duplicate value: \"net.ipv4.tcp_rmem\""},
+        // training.device and the GPUs the pods ask for.
+        BadCase{{{"training", {{"device", "cuda"}}}},
+                "spec.training.device: cuda is not allowed: the pods of london (spec.regions[0]) "
+                "ask for no GPU (allowed: auto, which is cuda in the regions whose resources ask "
+                "for nvidia.com/gpu and the CPU in the others; cpu; or cuda with "
+                "resources.limits nvidia.com/gpu: 1 in spec.template.spec or in every region)"},
+        BadCase{{{"regions",
+                  {{{"name", "a"}, {"resources", {{"limits", {{"nvidia.com/gpu", "one"}}}}}}}}},
+                "spec.regions[0].resources.limits.nvidia.com/gpu: \"one\" is not allowed "
+                "(allowed: a whole number of GPUs, e.g. 1)"},
+        BadCase{{{"template",
+                  {{"spec", {{"resources", {{"requests", {{"nvidia.com/mig-1g.10gb", -1}}}}}}}}}},
+                "spec.template.spec.resources.requests.nvidia.com/mig-1g.10gb: -1 is not allowed "
+                "(allowed: a whole number of GPUs, e.g. 1)"},
+        BadCase{{{"regions",
+                  {{{"name", "a"}, {"resources", {{"limits", {{"nvidia.com/gpu", 0.5}}}}}}}}},
+                "spec.regions[0].resources.limits.nvidia.com/gpu: 0.5 is not allowed"}));
+
+// training.device of each region's workers: cuda where its pods ask for a
+// GPU and the spec says auto; the spec's cpu or cuda everywhere else.
+TEST(TrainingJobSpec, DeviceFollowsTheGpuRequest) {
+  const json gpu = {{"limits", {{"nvidia.com/gpu", 1}}}};
+  json spec = minimal();
+  spec["regions"] = {
+      {{"name", "whole"}, {"resources", gpu}},
+      {{"name", "cpu"}, {"resources", {{"limits", {{"cpu", "4"}}}}}},
+      {{"name", "requested"}, {"resources", {{"requests", {{"nvidia.com/gpu", "2"}}}}}},
+      {{"name", "mig"}, {"resources", {{"limits", {{"nvidia.com/mig-3g.40gb", 1}}}}}},
+      {{"name", "shared"}, {"resources", {{"limits", {{"nvidia.com/gpu.shared", 1}}}}}},
+      {{"name", "zero"}, {"resources", {{"limits", {{"nvidia.com/gpu", 0}}}}}},
+      {{"name", "other"}, {"resources", {{"limits", {{"example.com/gpu", 1}}}}}},
+      {{"name", "none"}}};
+  ParsedSpec p = parseSpec(object(spec));
+  ASSERT_TRUE(p.errors.empty()) << joinErrors(p.errors);
+  std::map<std::string, std::string> devices;
+  for (const Region& r : p.spec.regions) devices[r.name] = p.spec.deviceFor(r);
+  EXPECT_EQ(devices, (std::map<std::string, std::string>{{"whole", "cuda"},
+                                                         {"cpu", "auto"},
+                                                         {"requested", "cuda"},
+                                                         {"mig", "cuda"},
+                                                         {"shared", "cuda"},
+                                                         {"zero", "auto"},
+                                                         {"other", "auto"},
+                                                         {"none", "auto"}}));
+
+  // The user's cpu stays cpu, on GPUs too.
+  spec["training"] = {{"device", "cpu"}};
+  p = parseSpec(object(spec));
+  ASSERT_TRUE(p.errors.empty()) << joinErrors(p.errors);
+  for (const Region& r : p.spec.regions) EXPECT_EQ(p.spec.deviceFor(r), "cpu") << r.name;
+
+  // cuda: one error on spec.training.device naming every region without a GPU.
+  spec["training"] = {{"device", "cuda"}};
+  p = parseSpec(object(spec));
+  ASSERT_EQ(p.errors.size(), 1u) << joinErrors(p.errors);
+  EXPECT_EQ(p.errors[0].path, "spec.training.device");
+  EXPECT_NE(p.errors[0].detail.find("the pods of cpu (spec.regions[1]), zero (spec.regions[5]), "
+                                    "other (spec.regions[6]), none (spec.regions[7]) ask for no "
+                                    "GPU"),
+            std::string::npos)
+      << p.errors[0].detail;
+
+  // The template's GPU reaches every region, except one whose resources
+  // replace the template's.
+  spec["template"] = {{"spec", {{"resources", gpu}}}};
+  spec["regions"] = {{{"name", "a"}}, {{"name", "b"}, {"resources", {{"limits", {{"cpu", "4"}}}}}}};
+  p = parseSpec(object(spec));
+  ASSERT_EQ(p.errors.size(), 1u) << joinErrors(p.errors);
+  EXPECT_NE(p.errors[0].detail.find("the pods of b (spec.regions[1]) ask for no GPU"),
+            std::string::npos)
+      << p.errors[0].detail;
+  spec["regions"][1]["resources"]["limits"]["nvidia.com/gpu"] = "1";
+  p = parseSpec(object(spec));
+  ASSERT_TRUE(p.errors.empty()) << joinErrors(p.errors);
+  for (const Region& r : p.spec.regions) EXPECT_EQ(p.spec.deviceFor(r), "cuda") << r.name;
+}
 
 // spec.template and a region's fields merge as training_job.h says.
 TEST(TrainingJobSpec, PodFieldsMergeRegionOverJob) {

@@ -172,6 +172,27 @@ TEST(Render, WorkerConfigOfARegion) {
       << waiting.status().message();
 }
 
+// london's pods ask for nvidia.com/gpu, tokyo's for nothing: with the
+// default training.device (auto) london's worker.yaml says cuda, so that a
+// GPU pod without usable CUDA fails at start instead of training on its CPU.
+TEST(Render, TrainingDeviceFollowsTheRegionsGpus) {
+  api::TrainingJobSpec spec = spec2x2();
+  ASSERT_EQ(spec.worker.training.device, "auto");
+  auto london = renderConfigMap(kJob, spec, 0, kEndpoints, keysFor(4), {});
+  auto tokyo = renderConfigMap(kJob, spec, 1, kEndpoints, keysFor(4), {});
+  ASSERT_TRUE(london.ok() && tokyo.ok());
+  auto deviceOf = [](const json& cm) {
+    return parseWorkerConfig(cm["data"]["worker.yaml"].get<std::string>(), "worker.yaml")
+        ->training.device;
+  };
+  EXPECT_EQ(deviceOf(*london), "cuda");
+  EXPECT_EQ(deviceOf(*tokyo), "auto");
+  // The user's cpu is kept on the GPU region too.
+  spec.worker.training.device = "cpu";
+  EXPECT_EQ(renderWorkerConfig(kJob, spec, 0, kEndpoints, {})->training.device, "cpu");
+  EXPECT_EQ(renderWorkerConfig(kJob, spec, 1, kEndpoints, {})->training.device, "cpu");
+}
+
 TEST(Render, ConfigMapAndSecretHoldTheRightKeys) {
   const api::TrainingJobSpec spec = spec2x2();
   const auto keys = keysFor(4);
