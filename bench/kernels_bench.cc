@@ -163,7 +163,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
   void Finalize() override {
     ConsoleReporter::Finalize();
-    std::printf("\n%-52s %10s %12s\n", "kernel (64 MiB fp32)", "GB/s", "vs copy");
+    std::printf("\n%-52s %10s %12s\n", "kernel (GB/s of fp32 input)", "GB/s", "vs copy");
     for (const auto& [name, gbps] : rows_) {
       const double ref = referenceFor(name);
       if (ref > 0) {
@@ -182,8 +182,13 @@ class RatioReporter : public benchmark::ConsoleReporter {
     if (auto pos = name.find("threads:"); pos != std::string::npos) {
       threads = name.substr(pos, name.find('/', pos) - pos);
     }
+    // GPU runs end in "/values:N" (and "/manual_time"): the copy of as many values.
+    std::string values;
+    if (auto pos = name.find("values:"); pos != std::string::npos) {
+      values = name.substr(pos, name.find('/', pos) - pos);
+    }
     for (const auto& [other, gbps] : rows_) {
-      if (gpu && other.rfind("BM_GpuCopy", 0) == 0) return gbps;
+      if (gpu && other.rfind("BM_GpuCopy/" + values + "/", 0) == 0) return gbps;
       if (!gpu && other.rfind("BM_Memcpy/" + threads, 0) == 0) return gbps;
     }
     return 0.0;

@@ -80,4 +80,30 @@ void accumulateFp16Cuda(const uint16_t* in, int64_t n, float alpha, float* out,
 void accumulateBf16Cuda(const uint16_t* in, int64_t n, float alpha, float* out,
                         cudaStream_t stream);
 
+// ---- Device tensors, host payloads --------------------------------------------
+// What a worker that trains on a GPU needs: its update lives on the device,
+// the payload it sends and receives lives in host memory (the transport's
+// buffers). These two functions move only the packed bytes across PCIe,
+// through pinned buffers, on a stream of the calling host thread's own
+// (non-blocking, one per thread and device, created on first use).
+//
+// Ordering: `after` is the stream the caller's compute runs on (nullptr: the
+// legacy default stream, where LibTorch queues work unless told otherwise).
+// The kernels start only once everything queued on `after` so far has
+// finished (an event, not a device-wide synchronization), and the functions
+// return only once their own work has finished, so work queued on `after`
+// later sees `residual` / `out` updated. Other streams are not ordered.
+//
+// Contract and errors as qsgdEncodeCuda / qsgdDecodeAccumulateCuda, with
+// `hostOut` / `hostIn` ordinary host memory of any alignment.
+
+// Encodes device `in` (and updates device `residual`) into hostOut[0, outBytes).
+void qsgdEncodeCudaToHost(const float* in, int64_t n, const QsgdConfig& cfg, RngKey key,
+                          uint8_t* hostOut, int64_t outBytes, float* residual, cudaStream_t after);
+
+// Device out[k] += alpha * Q(w)_k for the host payload hostIn[0, inBytes).
+void qsgdDecodeAccumulateCudaFromHost(const uint8_t* hostIn, int64_t inBytes, int64_t n,
+                                      const QsgdConfig& cfg, float alpha, float* out,
+                                      cudaStream_t after);
+
 }  // namespace geo::kernels

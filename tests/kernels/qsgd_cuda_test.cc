@@ -467,6 +467,56 @@ std::vector<uint16_t> allHalfCodes() {
   return codes;
 }
 
+// The worker's path: a device update with error feedback encoded into a host
+// payload, and a host payload accumulated into a device tensor, each ordered
+// after work still queued on the default stream. Bytes and floats must be
+// the CPU kernels', whatever the payload's host alignment.
+TEST(QsgdCuda, HostPayloadsMatchCpuAndFollowTheDefaultStream) {
+  if (!geo::kernels::cudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
+  for (const int bits : {2, 4, 8}) {
+    SCOPED_TRACE("bits " + std::to_string(bits));
+    const QsgdConfig cfg{bits, 512, QsgdScale::kMaxAbs};
+    const int64_t n = (int64_t{1} << 20) + 3;
+    const auto nz = static_cast<size_t>(n);
+    const int64_t bytes = qsgdEncodedBytes(n, cfg);
+    const std::vector<float> in = makeInput(n, 512, 77u);
+    std::vector<float> cpuResidual = makeInput(n, 512, 78u, 1e-3f);
+    DeviceBuffer<float> dIn(nz);
+    DeviceBuffer<float> dResidual(cpuResidual);
+    // Queued on the default stream, not finished when the encode is called:
+    // the encoder must read these values, not what was there before.
+    std::vector<float> zeros(nz, 0.0f);
+    dIn.upload(zeros);
+    cudaCheck(
+        cudaMemcpyAsync(dIn.get(), in.data(), nz * sizeof(float), cudaMemcpyHostToDevice, nullptr),
+        "cudaMemcpyAsync");
+
+    std::vector<uint8_t> cpu(static_cast<size_t>(bytes));
+    qsgdEncode(in.data(), n, cfg, {5, 9}, cpu.data(), bytes, cpuResidual.data());
+    std::vector<uint8_t> host(static_cast<size_t>(bytes) + 1, 0);  // +1: unaligned payload
+    qsgdEncodeCudaToHost(dIn.get(), n, cfg, {5, 9}, host.data() + 1, bytes, dResidual.get(),
+                         nullptr);
+    const std::vector<uint8_t> gpu(host.begin() + 1, host.end());
+    expectSameBytes(cpu, gpu, static_cast<size_t>(bytes), "payload");
+    expectSameBytes(cpuResidual, dResidual.download(), nz, "residual");
+
+    std::vector<float> expect = makeInput(n, 512, 79u);
+    DeviceBuffer<float> dOut(expect);
+    qsgdDecodeAccumulate(cpu.data(), bytes, n, cfg, 0.5f, expect.data());
+    qsgdDecodeAccumulateCudaFromHost(host.data() + 1, bytes, n, cfg, 0.5f, dOut.get(), nullptr);
+    expectSameBytes(expect, dOut.download(), nz, "accumulated");
+
+    // A corrupt payload throws and leaves the device tensor untouched.
+    std::vector<uint8_t> corrupt = cpu;
+    const float negative = -1.0f;
+    std::memcpy(corrupt.data(), &negative, sizeof negative);
+    EXPECT_THROW(
+        qsgdDecodeAccumulateCudaFromHost(corrupt.data(), bytes, n, cfg, 0.5f, dOut.get(), nullptr),
+        geo::Error);
+    expectSameBytes(expect, dOut.download(), nz, "after a corrupt payload");
+  }
+}
+
 TEST(CastsCuda, DecodesAllCodesLikeCpu) {
   if (!geo::kernels::cudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
   const std::vector<uint16_t> codes = allHalfCodes();

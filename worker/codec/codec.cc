@@ -1,11 +1,17 @@
 #include "worker/codec/codec.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstring>
 
 #include "common/enforce.h"
 #include "kernels/casts.h"
+#if GEO_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/qsgd_cuda.h"
+#endif
 
 namespace geo::codec {
 
@@ -15,25 +21,55 @@ void checkTensor(const torch::Tensor& t, const char* what) {
   GEO_ENFORCE(t.defined(), "codec: {} tensor is undefined", what);
   GEO_ENFORCE(t.scalar_type() == torch::kFloat, "codec: {} tensor must be fp32, got {}", what,
               std::string(c10::toString(t.scalar_type())));
-  GEO_ENFORCE(t.device().is_cpu(),
-              "codec: {} tensor is on {}; this build encodes CPU tensors only (Debian's LibTorch "
-              "has no CUDA)",
-              what, t.device().str());
+  GEO_ENFORCE(t.device().is_cpu() || t.device().is_cuda(),
+              "codec: {} tensor is on {}; the codecs take CPU and CUDA tensors", what,
+              t.device().str());
   GEO_ENFORCE(t.is_contiguous(), "codec: {} tensor must be contiguous", what);
 }
+
+void checkSameDevice(const torch::Tensor& a, const torch::Tensor& b) {
+  GEO_ENFORCE(a.device() == b.device(), "codec: the residual is on {}, the values on {}",
+              b.device().str(), a.device().str());
+}
+
+#if GEO_HAVE_CUDA
+// The kernels run on the current CUDA device: make it the tensor's.
+void useDeviceOf(const torch::Tensor& t) {
+  const cudaError_t err = cudaSetDevice(t.device().index() < 0 ? 0 : t.device().index());
+  GEO_ENFORCE(err == cudaSuccess, "codec: cannot use {}: {}", t.device().str(),
+              cudaGetErrorString(err));
+}
+#endif
 
 // Shared by the lossless-per-element codecs: w = v (+ residual), encode w,
 // residual = w - decode(encode(w)). Their width per value is the one the wire
 // protocol states for their id (worker/transport/frame.h), which receivers
 // check every frame against.
+//
+// Device tensors go through the host: these codecs are for a model small
+// enough, or a link fast enough, that their 2-4 bytes per value are what is
+// wanted, and a device copy of the values is cheap beside sending them. QSGD
+// is the codec that runs on the device (QsgdCodec).
 class ElementCodec : public Codec {
  public:
   int64_t encodedBytes(int64_t n) const final {
     return static_cast<int64_t>(transport::codecValueBytes(id())) * n;
   }
-  void encode(const torch::Tensor& values, kernels::RngKey, std::span<std::byte> out,
+  void encode(const torch::Tensor& values, kernels::RngKey key, std::span<std::byte> out,
               torch::Tensor* residual) const override {
     checkTensor(values, "input");
+    if (!values.device().is_cpu()) {
+      const torch::Tensor hostValues = values.to(torch::kCPU);
+      if (residual == nullptr) {
+        encode(hostValues, key, out, nullptr);
+        return;
+      }
+      checkSameDevice(values, *residual);
+      torch::Tensor hostResidual = residual->to(torch::kCPU);
+      encode(hostValues, key, out, &hostResidual);
+      residual->copy_(hostResidual);
+      return;
+    }
     const int64_t n = values.numel();
     GEO_ENFORCE(static_cast<int64_t>(out.size()) >= encodedBytes(n),
                 "codec {}: output buffer of {} bytes, need {}", describe(), out.size(),
@@ -43,6 +79,7 @@ class ElementCodec : public Codec {
       return;
     }
     checkTensor(*residual, "residual");
+    checkSameDevice(values, *residual);
     GEO_ENFORCE_EQ(residual->numel(), n, "codec: residual and input sizes differ");
     torch::Tensor w = values + *residual;
     encodeRaw(w.data_ptr<float>(), n, out.data());
@@ -50,30 +87,43 @@ class ElementCodec : public Codec {
     decodeAccumulate(std::span<const std::byte>(out.data(), static_cast<size_t>(encodedBytes(n))),
                      -1.0f, *residual);
   }
+  void decodeAccumulate(std::span<const std::byte> bytes, float alpha,
+                        torch::Tensor& out) const final {
+    checkTensor(out, "output");
+    GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), encodedBytes(out.numel()),
+                   "codec {}: payload size does not match the tensor", describe());
+    if (out.device().is_cpu()) {
+      decodeAccumulateRaw(bytes.data(), out.numel(), alpha, out.data_ptr<float>());
+      return;
+    }
+    // alpha * value on the host (as the CPU path computes it: 0 + alpha *
+    // x), then one add on the device: the same fp32 operations.
+    torch::Tensor scaled = torch::zeros({out.numel()}, torch::kFloat32);
+    decodeAccumulateRaw(bytes.data(), out.numel(), alpha, scaled.data_ptr<float>());
+    out.view({-1}).add_(scaled.to(out.device()));
+  }
 
  protected:
   virtual void encodeRaw(const float* in, int64_t n, std::byte* out) const = 0;
+  // out[k] += alpha * value k of bytes (exactly encodedBytes(n) of them).
+  virtual void decodeAccumulateRaw(const std::byte* bytes, int64_t n, float alpha,
+                                   float* out) const = 0;
 };
 
 class IdentityCodec final : public ElementCodec {
  public:
   transport::CodecId id() const override { return transport::CodecId::kFp32; }
   std::string describe() const override { return "identity (fp32)"; }
-  void decodeAccumulate(std::span<const std::byte> bytes, float alpha,
-                        torch::Tensor& out) const override {
-    checkTensor(out, "output");
-    GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), encodedBytes(out.numel()),
-                   "codec identity: payload size does not match the tensor");
-    float* o = out.data_ptr<float>();
-    const int64_t n = out.numel();
+
+ protected:
+  void decodeAccumulateRaw(const std::byte* bytes, int64_t n, float alpha,
+                           float* o) const override {
     for (int64_t k = 0; k < n; ++k) {
       float x;
-      std::memcpy(&x, bytes.data() + 4 * k, 4);
+      std::memcpy(&x, bytes + 4 * k, 4);
       o[k] = o[k] + alpha * x;
     }
   }
-
- protected:
   void encodeRaw(const float* in, int64_t n, std::byte* out) const override {
     std::memcpy(out, in, static_cast<size_t>(n) * 4);
   }
@@ -86,22 +136,19 @@ class HalfCodec final : public ElementCodec {
     return kBf16 ? transport::CodecId::kBf16 : transport::CodecId::kFp16;
   }
   std::string describe() const override { return kBf16 ? "bf16" : "fp16"; }
-  void decodeAccumulate(std::span<const std::byte> bytes, float alpha,
-                        torch::Tensor& out) const override {
-    checkTensor(out, "output");
-    GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), encodedBytes(out.numel()),
-                   "codec {}: payload size does not match the tensor", describe());
-    // Payload bytes may sit at any address: bring them to an aligned buffer.
-    std::vector<uint16_t> halves(static_cast<size_t>(out.numel()));
-    std::memcpy(halves.data(), bytes.data(), bytes.size());
-    if (kBf16) {
-      kernels::accumulateBf16(halves.data(), out.numel(), alpha, out.data_ptr<float>());
-    } else {
-      kernels::accumulateFp16(halves.data(), out.numel(), alpha, out.data_ptr<float>());
-    }
-  }
 
  protected:
+  void decodeAccumulateRaw(const std::byte* bytes, int64_t n, float alpha,
+                           float* out) const override {
+    // Payload bytes may sit at any address: bring them to an aligned buffer.
+    std::vector<uint16_t> halves(static_cast<size_t>(n));
+    std::memcpy(halves.data(), bytes, static_cast<size_t>(n) * 2);
+    if (kBf16) {
+      kernels::accumulateBf16(halves.data(), n, alpha, out);
+    } else {
+      kernels::accumulateFp16(halves.data(), n, alpha, out);
+    }
+  }
   void encodeRaw(const float* in, int64_t n, std::byte* out) const override {
     std::vector<uint16_t> halves(static_cast<size_t>(n));
     const int64_t bad = kBf16 ? kernels::castToBf16(in, n, halves.data())
@@ -134,8 +181,21 @@ class QsgdCodec final : public Codec {
     float* res = nullptr;
     if (residual != nullptr) {
       checkTensor(*residual, "residual");
+      checkSameDevice(values, *residual);
       GEO_ENFORCE_EQ(residual->numel(), values.numel(), "codec: residual and input sizes differ");
       res = residual->data_ptr<float>();
+    }
+    if (values.device().is_cuda()) {
+      onDevice(values);
+      // After the work LibTorch queued on the legacy default stream (the
+      // worker never changes the current stream); only the packed bytes
+      // cross to the host.
+#if GEO_HAVE_CUDA
+      kernels::qsgdEncodeCudaToHost(values.data_ptr<float>(), values.numel(), cfg_, key,
+                                    reinterpret_cast<uint8_t*>(out.data()),
+                                    static_cast<int64_t>(out.size()), res, nullptr);
+#endif
+      return;
     }
     kernels::qsgdEncode(values.data_ptr<float>(), values.numel(), cfg_, key,
                         reinterpret_cast<uint8_t*>(out.data()), static_cast<int64_t>(out.size()),
@@ -144,12 +204,34 @@ class QsgdCodec final : public Codec {
   void decodeAccumulate(std::span<const std::byte> bytes, float alpha,
                         torch::Tensor& out) const override {
     checkTensor(out, "output");
+    if (out.device().is_cuda()) {
+      onDevice(out);
+#if GEO_HAVE_CUDA
+      kernels::qsgdDecodeAccumulateCudaFromHost(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                static_cast<int64_t>(bytes.size()), out.numel(),
+                                                cfg_, alpha, out.data_ptr<float>(), nullptr);
+#endif
+      return;
+    }
     kernels::qsgdDecodeAccumulate(reinterpret_cast<const uint8_t*>(bytes.data()),
                                   static_cast<int64_t>(bytes.size()), out.numel(), cfg_, alpha,
                                   out.data_ptr<float>(), threads_);
   }
 
  private:
+  // Makes the tensor's device current, or refuses a build without the CUDA
+  // kernels (a CUDA LibTorch built without nvcc).
+  static void onDevice(const torch::Tensor& t) {
+#if GEO_HAVE_CUDA
+    useDeviceOf(t);
+#else
+    GEO_ENFORCE(false,
+                "codec qsgd: the tensor is on {} but this build has no CUDA kernels (configure "
+                "with -DGEO_USE_CUDA=ON and nvcc; README, 'Building for GPUs')",
+                t.device().str());
+#endif
+  }
+
   kernels::QsgdConfig cfg_;
   int threads_;
 };

@@ -4,9 +4,14 @@
 // on PyTorch DDP communication hooks: the codec only compresses; which tensor
 // is sent when, and what is done with the average, is the synchronizer's job.
 //
-// Contract: tensors are contiguous fp32 on the CPU (a CUDA tensor is refused
-// with a clear error: Debian's LibTorch is CPU-only; the CUDA kernels in
-// kernels/qsgd_cuda.h are the device path once a CUDA LibTorch is used).
+// Contract: tensors are contiguous fp32, on the CPU or a CUDA device (the
+// residual on the values' device); payloads are host bytes. QSGD encodes and
+// decode-accumulates a CUDA tensor on the device (kernels/qsgd_cuda.h: only
+// the packed bytes cross PCIe, ordered after the work LibTorch queued on the
+// legacy default stream, which the worker never changes); the other codecs
+// stage a CUDA tensor through the host. A build without the CUDA kernels
+// refuses a CUDA tensor with an error that says so. The same tensor, seed and
+// codec give the same bytes on either device, so CPU and GPU regions mix.
 // encode() writes exactly encodedBytes(numel) bytes. With a residual (error
 // feedback), encode() quantizes w = values + residual and leaves
 // residual = w - decode(encode(w)); lossless codecs leave it at zero.

@@ -86,7 +86,8 @@ class ScratchTensors {
  public:
   torch::Tensor take(const torch::Tensor& like) {
     for (size_t i = 0; i < kept_.size(); ++i) {
-      if (kept_[i].sizes() == like.sizes() && kept_[i].dtype() == like.dtype()) {
+      if (kept_[i].sizes() == like.sizes() && kept_[i].dtype() == like.dtype() &&
+          kept_[i].device() == like.device()) {
         torch::Tensor t = std::move(kept_[i]);
         kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(i));
         return t;
@@ -447,12 +448,32 @@ class Dts final : public Base {
   bool exact() const { return !auto_ && delay_ == 0 && codec_->id() == CodecId::kFp32; }
 
   void init(const train::FlatParameters& flat) {
+    // A checkpoint's tensors come back on the device they were saved from:
+    // a job resumed on another kind of node (a CPU checkpoint on a GPU
+    // worker, or back) moves its state to where the model now is.
+    if (base_.defined() && base_.device() != flat.values.device()) placeOn(flat.values.device());
     if (base_.defined() && codec_) return;
     ensureCodec(flat);
     if (!base_.defined()) base_ = flat.values.clone();
     if (options_.errorFeedback && !residual_.defined() && codec_->id() != CodecId::kFp32) {
       residual_ = torch::zeros_like(flat.values);
     }
+  }
+
+  // Moves every model-sized tensor of this synchronizer's state to `device`.
+  void placeOn(const torch::Device& device) {
+    const auto to = [&](torch::Tensor& t) {
+      if (t.defined()) t = t.to(device);
+    };
+    to(base_);
+    to(residual_);
+    for (Pending& p : pending_) {
+      to(p.own);
+      to(p.start);
+      to(p.earlySum);
+    }
+    for (Late& l : late_) to(l.mean);
+    scratch_.clear();
   }
 
   // Whom a round's contribution goes to: every peer not suspected. (A

@@ -45,6 +45,7 @@ FlatCodec::FlatCodec(std::shared_ptr<const codec::Codec> codec, const std::vecto
     s.byteOffset = bytes_;
     s.raw = n < smallTensorThreshold;
     s.bytes = s.raw ? raw_->encodedBytes(n) : codec_->encodedBytes(n);
+    if (s.raw) rawNumel_ += n;
     segments_.push_back(s);
     offset += n;
     bytes_ += s.bytes;
@@ -55,15 +56,41 @@ std::vector<std::byte> FlatCodec::encode(const torch::Tensor& values, uint64_t s
                                          uint64_t stream, torch::Tensor* residual) const {
   GEO_ENFORCE_EQ(values.numel(), numel_, "sync: parameter count changed");
   std::vector<std::byte> out(static_cast<size_t>(bytes_));
+  // The raw (small) segments all at once: their values, with the residual
+  // folded in and then cleared (identity leaves none), gathered into one
+  // tensor and copied to the host in one go. A GPU worker's model has tens
+  // of them (biases, norms' weights): one transfer each cost more than
+  // quantizing the rest.
+  if (rawNumel_ > 0) {
+    std::vector<torch::Tensor> parts;
+    for (const Segment& s : segments_) {
+      if (!s.raw) continue;
+      const auto view = values.narrow(0, s.offset, s.numel);
+      if (residual == nullptr) {
+        parts.push_back(view);
+        continue;
+      }
+      auto r = residual->narrow(0, s.offset, s.numel);
+      parts.push_back(view + r);
+      r.zero_();
+    }
+    const torch::Tensor raw = torch::cat(parts).to(torch::kCPU).contiguous();
+    const auto* from = reinterpret_cast<const std::byte*>(raw.data_ptr<float>());
+    for (const Segment& s : segments_) {
+      if (!s.raw) continue;
+      std::memcpy(out.data() + s.byteOffset, from, static_cast<size_t>(s.bytes));
+      from += s.bytes;
+    }
+  }
   for (size_t i = 0; i < segments_.size(); ++i) {
     const Segment& s = segments_[i];
+    if (s.raw) continue;
     const auto view = values.narrow(0, s.offset, s.numel);
     torch::Tensor residualView;
     if (residual != nullptr) residualView = residual->narrow(0, s.offset, s.numel);
-    const codec::Codec& c = s.raw ? *raw_ : *codec_;
-    c.encode(view, {seed, mixStream(stream, i, 0x5e9)},
-             std::span<std::byte>(out.data() + s.byteOffset, static_cast<size_t>(s.bytes)),
-             residual != nullptr ? &residualView : nullptr);
+    codec_->encode(view, {seed, mixStream(stream, i, 0x5e9)},
+                   std::span<std::byte>(out.data() + s.byteOffset, static_cast<size_t>(s.bytes)),
+                   residual != nullptr ? &residualView : nullptr);
   }
   return out;
 }
@@ -73,10 +100,33 @@ void FlatCodec::decodeAccumulate(std::span<const std::byte> bytes, float alpha,
   GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), bytes_,
                  "sync: an update of {} bytes does not match this model's encoding ({} bytes, {})",
                  bytes.size(), bytes_, codec_->describe());
+  // The raw segments: alpha * value on the host for all of them, one copy to
+  // out's device, then out += that per segment -- the fp32 operations of
+  // identity's decodeAccumulate (o + alpha * x), on either device.
+  if (rawNumel_ > 0) {
+    torch::Tensor scaled = torch::empty({rawNumel_}, torch::kFloat32);
+    float* to = scaled.data_ptr<float>();
+    for (const Segment& s : segments_) {
+      if (!s.raw) continue;
+      const std::byte* from = bytes.data() + s.byteOffset;
+      for (int64_t k = 0; k < s.numel; ++k) {
+        float x;
+        std::memcpy(&x, from + 4 * k, 4);
+        *to++ = alpha * x;
+      }
+    }
+    if (!out.device().is_cpu()) scaled = scaled.to(out.device());
+    int64_t at = 0;
+    for (const Segment& s : segments_) {
+      if (!s.raw) continue;
+      out.narrow(0, s.offset, s.numel).add_(scaled.narrow(0, at, s.numel));
+      at += s.numel;
+    }
+  }
   for (const Segment& s : segments_) {
+    if (s.raw) continue;
     auto view = out.narrow(0, s.offset, s.numel);
-    const codec::Codec& c = s.raw ? *raw_ : *codec_;
-    c.decodeAccumulate(
+    codec_->decodeAccumulate(
         bytes.subspan(static_cast<size_t>(s.byteOffset), static_cast<size_t>(s.bytes)), alpha,
         view);
   }

@@ -58,6 +58,7 @@ class FlatCodec {
   std::vector<Segment> segments_;
   int64_t numel_ = 0;
   int64_t bytes_ = 0;
+  int64_t rawNumel_ = 0;  // values in raw segments, all together
 };
 
 // A random stream id for (a, b, c): distinct triples give unrelated Philox

@@ -103,10 +103,12 @@ double secondsSince(Clock::time_point t0) {
 }
 
 std::shared_ptr<std::vector<std::byte>> tensorBytes(const torch::Tensor& t) {
-  GEO_ENFORCE(t.is_contiguous() && t.scalar_type() == torch::kFloat32 && t.device().is_cpu(),
-              "sync: expected a contiguous fp32 CPU tensor");
-  auto bytes = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(t.numel()) * 4);
-  std::memcpy(bytes->data(), t.data_ptr<float>(), bytes->size());
+  GEO_ENFORCE(t.is_contiguous() && t.scalar_type() == torch::kFloat32,
+              "sync: expected a contiguous fp32 tensor");
+  // A device tensor (a GPU worker's model) is copied to the host first.
+  const torch::Tensor host = t.device().is_cpu() ? t : t.to(torch::kCPU);
+  auto bytes = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(host.numel()) * 4);
+  std::memcpy(bytes->data(), host.data_ptr<float>(), bytes->size());
   return bytes;
 }
 
@@ -537,6 +539,10 @@ class Allreduce final : public Base {
     ensureCodec(flat);
     if (options_.errorFeedback && !residual_.defined() && codec_->id() != CodecId::kFp32) {
       residual_ = torch::zeros_like(flat.grads);
+    }
+    // A checkpoint's residual comes back where it was saved from.
+    if (residual_.defined() && residual_.device() != flat.grads.device()) {
+      residual_ = residual_.to(flat.grads.device());
     }
     const auto t0 = Clock::now();
     auto bytes = std::make_shared<const std::vector<std::byte>>(codec_->encode(

@@ -413,18 +413,25 @@ StatusOr<StepStats> Trainer::step() {
   StepStats stats;
   const auto started = std::chrono::steady_clock::now();
   try {
+    // On a GPU the batch is gathered into pinned memory and copied without
+    // blocking: the copy is queued behind the previous step's work and this
+    // thread goes on queueing the forward pass.
+    const auto toDevice = [&](const torch::Tensor& t) {
+      if (options_.device.is_cpu()) return t;
+      return t.pin_memory().to(options_.device, /*non_blocking=*/true);
+    };
     torch::Tensor x, y;
     if (train_.isTokenStream()) {
       // Windows from anywhere in this worker's part of the stream, drawn
       // by step: a resumed worker draws what it would have.
       std::tie(x, y) = tokenWindows(
           train_, randomWindowStarts(options_.seed, step_, options_.batchSize, train_.size()));
-      x = x.to(options_.device);
-      y = y.to(options_.device);
+      x = toDevice(x);
+      y = toDevice(y);
     } else {
       const auto indices = sampler_.next();
-      x = train_.inputs.index_select(0, indices).to(options_.device);
-      y = train_.targets.index_select(0, indices).to(options_.device);
+      x = toDevice(train_.inputs.index_select(0, indices));
+      y = toDevice(train_.targets.index_select(0, indices));
     }
     model_->setTraining(true);
     flat_.grads.zero_();
@@ -442,7 +449,12 @@ StatusOr<StepStats> Trainer::step() {
     double hookSeconds = 0;
     // The hook's time, measured around each call, so that the rest of the
     // step is the computation's.
-    const auto timed = [&hookSeconds](auto&& call) {
+    // On a GPU the work of the step is queued, not done: the device is
+    // synchronized first, so that it counts as computation rather than as
+    // the synchronizer's first call that waits for the device (an encode).
+    const bool onGpu = options_.device.is_cuda();
+    const auto timed = [&hookSeconds, onGpu](auto&& call) {
+      if (onGpu) torch::cuda::synchronize();
       const auto t0 = std::chrono::steady_clock::now();
       Status s = call();
       hookSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -838,6 +850,26 @@ std::optional<std::string> Trainer::nonFiniteModelState() {
   return std::string("a parameter");  // not reached: every parameter is a view of flat_.values
 }
 
+namespace {
+
+// The key LibTorch's optimizer state has for parameter `p`: its TensorImpl
+// address, as text (ostream form) in the LibTorch Debian ships, as the
+// pointer itself in later ones (PyTorch's own LibTorch).
+template <typename State>
+typename State::key_type optimizerStateKey(const State& state, const torch::Tensor& p) {
+  (void)state;
+  using Key = typename State::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;
+    text << p.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
+}  // namespace
+
 std::optional<std::string> Trainer::nonFiniteOptimizerState() {
   torch::NoGradGuard noGrad;
   std::map<const void*, std::string> names;
@@ -845,8 +877,7 @@ std::optional<std::string> Trainer::nonFiniteOptimizerState() {
   auto& state = optimizer_->state();
   for (auto& group : optimizer_->param_groups()) {
     for (auto& p : group.params()) {
-      // LibTorch keys the state by the parameter's TensorImpl address, as text.
-      const auto it = state.find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      const auto it = state.find(optimizerStateKey(state, p));
       if (it == state.end() || it->second == nullptr) continue;
       const auto name = names.find(p.unsafeGetTensorImpl());
       const std::string param = name == names.end() ? "a parameter" : "'" + name->second + "'";

@@ -88,6 +88,40 @@ TEST_P(CodecTest, RefusesWrongTensorsAndPayloads) {
   EXPECT_THROW(c->decodeAccumulate(shortPayload, 1.0f, target), Error);
 }
 
+// A GPU worker's payloads are a CPU worker's, bit for bit, so that CPU and
+// GPU regions can train one model: the same tensor, seed and residual give
+// the same bytes and the same residual on either device, and a payload adds
+// the same floats to either. Runs where LibTorch sees a CUDA device (the
+// device check, scripts/gpu-check.sh); skipped elsewhere.
+TEST_P(CodecTest, CudaTensorsGiveTheCpuBytes) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device for LibTorch";
+  torch::manual_seed(6);
+  const torch::Device gpu(torch::kCUDA, 0);
+  for (const int bits : {2, 4, 8}) {
+    if (GetParam() != "qsgd" && bits != 4) continue;
+    auto made = makeCodec({GetParam(), bits, 512, false, 1});
+    ASSERT_TRUE(made.ok()) << made.status().toString();
+    const Codec& c = **made;
+    const int64_t n = 300007;
+    const auto v = torch::randn({n});
+    auto cpuResidual = torch::randn({n}) * 0.01;
+    auto gpuResidual = cpuResidual.to(gpu);
+    const auto cpuBytes = encode(c, v, &cpuResidual, 9);
+    const auto gpuBytes = encode(c, v.to(gpu), &gpuResidual, 9);
+    ASSERT_EQ(cpuBytes.size(), gpuBytes.size());
+    EXPECT_TRUE(cpuBytes == gpuBytes) << c.describe() << ": payloads differ";
+    EXPECT_TRUE(torch::equal(cpuResidual, gpuResidual.cpu())) << c.describe();
+
+    auto cpuOut = torch::randn({n});
+    auto gpuOut = cpuOut.to(gpu);
+    c.decodeAccumulate(cpuBytes, 0.25f, cpuOut);
+    c.decodeAccumulate(cpuBytes, 0.25f, gpuOut);
+    EXPECT_TRUE(torch::equal(cpuOut, gpuOut.cpu())) << c.describe();
+    // A residual on another device than the values is refused.
+    EXPECT_THROW(encode(c, v.to(gpu), &cpuResidual), Error);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Codecs, CodecTest, ::testing::Values("identity", "fp16", "bf16", "qsgd"));
 
 TEST(Codec, IdsRatiosAndSpecErrors) {

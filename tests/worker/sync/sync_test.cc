@@ -1223,6 +1223,63 @@ int64_t syncBytes(const SyncOptions& o, const train::FlatParameters& flat) {
       .encodedBytes();
 }
 
+// The wire format of a flat update is each tensor's encoding back to back:
+// the small ones raw fp32 (gathered and copied together), the others QSGD,
+// each on its own. Bytes, residual and decoded sums must be exactly those of
+// the codecs applied tensor by tensor (which is also what a GPU worker's
+// bytes are compared with).
+TEST(FlatCodec, IsEachTensorsEncodingBackToBack) {
+  torch::manual_seed(21);
+  const std::vector<int64_t> sizes = {5, 2000, 3, 700, 1, 64};
+  const int64_t threshold = 100;
+  auto qsgd = codec::makeCodec({"qsgd", 4, 128, false, 1});
+  auto identity = codec::makeCodec({"identity"});
+  ASSERT_TRUE(qsgd.ok() && identity.ok());
+  std::shared_ptr<const codec::Codec> q(std::move(*qsgd));
+  const detail::FlatCodec flat(q, sizes, threshold);
+  int64_t n = 0;
+  for (int64_t size : sizes) n += size;
+  const auto values = torch::randn({n});
+  const auto residual0 = torch::randn({n}) * 0.01;
+
+  auto residual = residual0.clone();
+  const auto bytes = flat.encode(values, 7, 9, &residual);
+  ASSERT_EQ(static_cast<int64_t>(bytes.size()), flat.encodedBytes());
+
+  std::vector<std::byte> expect;
+  auto expectResidual = residual0.clone();
+  int64_t offset = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const bool raw = sizes[i] < threshold;
+    const codec::Codec& c = raw ? **identity : *q;
+    std::vector<std::byte> part(static_cast<size_t>(c.encodedBytes(sizes[i])));
+    auto r = expectResidual.narrow(0, offset, sizes[i]);
+    c.encode(values.narrow(0, offset, sizes[i]).contiguous(), {7, detail::mixStream(9, i, 0x5e9)},
+             part, &r);
+    expect.insert(expect.end(), part.begin(), part.end());
+    offset += sizes[i];
+  }
+  EXPECT_TRUE(bytes == expect) << "payload differs from the tensors' encodings";
+  EXPECT_TRUE(torch::equal(residual, expectResidual));
+  EXPECT_EQ(residual.narrow(0, 0, 5).abs().max().item<float>(), 0.0f);  // raw: nothing kept
+
+  auto out = torch::randn({n});
+  auto expectOut = out.clone();
+  flat.decodeAccumulate(bytes, -0.375f, out);
+  offset = 0;
+  int64_t at = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const bool raw = sizes[i] < threshold;
+    const codec::Codec& c = raw ? **identity : *q;
+    const auto size = static_cast<size_t>(c.encodedBytes(sizes[i]));
+    auto view = expectOut.narrow(0, offset, sizes[i]);
+    c.decodeAccumulate(std::span<const std::byte>(bytes.data() + at, size), -0.375f, view);
+    offset += sizes[i];
+    at += static_cast<int64_t>(size);
+  }
+  EXPECT_TRUE(torch::equal(out, expectOut));
+}
+
 // An update whose first value (the first QSGD bucket's scale, or the first
 // value of an fp32 / fp16 / bf16 payload) is `bits`; every other byte is
 // 0x11: small values, and non-zero QSGD levels, so that a huge scale shows.
