@@ -334,6 +334,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     hook.setLoss(st.loss);
     if (metrics && st.evalAccuracy) metrics->setEvalAccuracy(*st.evalAccuracy);
     if (metrics && st.evalLoss) metrics->setEvalLoss(*st.evalLoss);
+    if (metrics) metrics->setCheckpointFailures(st.checkpointFailures);
     if (!progress.jsonl()) return logStep(st, sync.get(), c.sync.algorithm == "dts");
     WorkerEvent e;
     e.kind = EventKind::kProgress;

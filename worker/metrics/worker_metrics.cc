@@ -73,6 +73,7 @@ struct WorkerMetrics::Last {
   uint64_t refusedKeys = 0;
   uint64_t handshakeFailures = 0;
   uint64_t framesRejected = 0;
+  uint64_t checkpointFailures = 0;
   SyncSnapshot sync;
 };
 
@@ -220,6 +221,10 @@ void WorkerMetrics::buildFamilies() {
   evalLoss_ = &gauge("geotrain_eval_loss",
                      "Test loss per sample of the latest evaluation (cross-entropy or mse)");
   samples_ = &counter("geotrain_samples_total", "Training samples consumed");
+  checkpointFailures_ =
+      &counter("geotrain_checkpoint_failures_total",
+               "Checkpoint writes that failed (disk full, I/O error, read-only file system); "
+               "training went on with the previous checkpoint kept");
 }
 
 WorkerMetrics::PeerSeries& WorkerMetrics::peerSeries(uint32_t peer) {
@@ -364,6 +369,16 @@ void WorkerMetrics::setEvalAccuracy(double accuracy) {
 void WorkerMetrics::setEvalLoss(double loss) {
   std::lock_guard lock(mu_);
   evalLoss_->Set(loss);
+}
+
+void WorkerMetrics::setCheckpointFailures(uint64_t total) {
+  std::lock_guard lock(mu_);
+  // The trainer's running total; a total that went down (a new trainer)
+  // counts from zero again, as update*() do.
+  const uint64_t delta =
+      total >= last_->checkpointFailures ? total - last_->checkpointFailures : total;
+  last_->checkpointFailures = total;
+  if (delta > 0) checkpointFailures_->Increment(static_cast<double>(delta));
 }
 
 }  // namespace geo::metrics

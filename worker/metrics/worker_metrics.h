@@ -122,6 +122,9 @@ class WorkerMetrics {
   void setEvalAccuracy(double accuracy);
   // The latest evaluation's test loss per sample (cross-entropy or mse).
   void setEvalLoss(double loss);
+  // The trainer's running total of failed checkpoint writes
+  // (geotrain_checkpoint_failures_total).
+  void setCheckpointFailures(uint64_t total);
 
   // For callers that add their own series (they get the constant labels only
   // if they set them).
@@ -190,6 +193,7 @@ class WorkerMetrics {
   prometheus::Gauge* trainLoss_ = nullptr;
   prometheus::Gauge* trainStep_ = nullptr;
   prometheus::Gauge* evalAccuracy_ = nullptr;
+  prometheus::Counter* checkpointFailures_ = nullptr;
   prometheus::Gauge* evalLoss_ = nullptr;
   prometheus::Counter* samples_ = nullptr;
 };

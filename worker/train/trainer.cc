@@ -817,11 +817,23 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
       }
       last = std::chrono::steady_clock::now();
       lastStep = step_;
+      stats->checkpointFailures = checkpointFailures_;
       if (progress) progress(*stats);
     }
     if (!options_.checkpointDir.empty() &&
         (step_ % options_.checkpointInterval == 0 || step_ == options_.steps)) {
-      GEO_RETURN_IF_ERROR(saveCheckpoint());
+      // A disk that is full or failing costs a checkpoint, not the job: the
+      // model is in memory and the peers hold it too; the last good
+      // checkpoint stays, and the next one is tried as usual. A diverged
+      // state (FailedPrecondition) still stops training.
+      if (Status saved = saveCheckpoint(); !saved.ok()) {
+        if (saved.code() != StatusCode::kUnavailable) return saved;
+        ++checkpointFailures_;
+        logger()->error(
+            "checkpoint for step {} not written: {}; training goes on, the checkpoints written "
+            "before are kept ({} failed write(s) so far)",
+            step_, saved.message(), checkpointFailures_);
+      }
     }
     if (afterCheckpoint_ && step_ % options_.checkpointInterval == 0 && step_ < options_.steps) {
       afterCheckpoint_(step_);

@@ -187,6 +187,10 @@ struct StepStats {
   std::optional<double> evalLoss;
   std::optional<int64_t> evalStep;
   double evalAgeSeconds = 0;
+  // Checkpoint writes that failed so far (a full disk, an I/O error, a
+  // read-only file system): each was logged, the previous checkpoint kept,
+  // and training went on.
+  uint64_t checkpointFailures = 0;
 
   void setEvaluation(const Evaluation& e) {
     evalAccuracy = e.accuracy;
@@ -273,7 +277,13 @@ class Trainer {
   // verifies, the newest one that does as well. A state with a NaN or an
   // infinity in the parameters, buffers or optimizer state is never written:
   // FailedPrecondition naming the step and the tensor, nothing renamed.
+  // A write that fails (ENOSPC, EIO, EROFS, a folder that cannot be made)
+  // is Unavailable naming the file and the error, and leaves nothing of it
+  // behind: the checkpoints already written stay as they were. run() logs
+  // such a failure, counts it (checkpointFailures()) and trains on; the
+  // next checkpoint is tried as usual.
   Status saveCheckpoint();
+  uint64_t checkpointFailures() const { return checkpointFailures_; }
 
   int64_t currentStep() const { return step_; }
   // The steps this trainer took and where their time went (training thread
@@ -325,6 +335,7 @@ class Trainer {
   StepTiming timing_;
   bool arrivedAfterEnd_ = false;
   std::function<void(int64_t)> afterCheckpoint_;
+  uint64_t checkpointFailures_ = 0;
   bool holdsFinalModel_ = false;
   std::optional<int64_t> joinedAt_;
   // Checkpoints resume() refused (corrupt, or for another model or

@@ -330,6 +330,7 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
       {"geotrain_eval_accuracy", "gauge"},
       {"geotrain_eval_loss", "gauge"},
       {"geotrain_samples_total", "counter"},
+      {"geotrain_checkpoint_failures_total", "counter"},
       {"geotrain_codec_seconds_total", "counter"},
       {"geotrain_sync_delay_steps", "gauge"},
       {"geotrain_sync_period_steps", "gauge"},
@@ -557,6 +558,20 @@ TEST(WorkerMetricsTest, RejectedUpdatesByPeerAndReason) {
       5);
   EXPECT_EQ(valueOf(e, "geotrain_sync_rejected_updates_total", {{"peer", "1"}, {"reason", "size"}}),
             1);
+}
+
+// The trainer's running total of failed checkpoint writes becomes a counter
+// that never decreases (a new trainer's total counts from zero again).
+TEST(WorkerMetricsTest, CheckpointFailuresFollowTheTrainersTotal) {
+  auto m = startMetrics();
+  ASSERT_NE(m, nullptr);
+  m->setCheckpointFailures(0);
+  m->setCheckpointFailures(2);
+  m->setCheckpointFailures(2);
+  m->setCheckpointFailures(1);  // a restarted trainer
+  const Exposition e = parseExposition(httpGet(m->port()));
+  ASSERT_TRUE(e.errors.empty()) << ::testing::PrintToString(e.errors);
+  EXPECT_EQ(valueOf(e, "geotrain_checkpoint_failures_total"), 3);
 }
 
 TEST(WorkerMetricsTest, CountersFollowCumulativeTotals) {

@@ -5,6 +5,7 @@
 // rotation deleting the last good one.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <spdlog/sinks/ostream_sink.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -807,6 +809,64 @@ class PoisonOptimizerHook : public StepHook {
  private:
   int64_t step_;
 };
+
+// A checkpoint folder on a file system that fills up (a tmpfs of 8 MiB):
+// the writes that find no space fail, are logged and counted, leave nothing
+// behind and no earlier checkpoint touched, and training goes on; once space
+// is freed the next write succeeds, and a new worker resumes from it. Needs
+// root (mount); skipped elsewhere.
+TEST(TrainCheckpoint, AFullDiskCostsACheckpointNotTheJob) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  const fs::path disk = tempDir("geo-fulldisk");
+  fs::create_directories(disk);
+  if (std::system(("mount -t tmpfs -o size=8m geo-fulldisk " + disk.string()).c_str()) != 0) {
+    fs::remove_all(disk);
+    GTEST_SKIP() << "cannot mount a tmpfs on " << disk;
+  }
+  struct Unmount {
+    fs::path path;
+    ~Unmount() {
+      (void)std::system(("umount " + path.string()).c_str());
+      fs::remove_all(path);
+    }
+  } unmount{disk};
+
+  TrainerOptions o;
+  o.steps = 50;
+  o.checkpointInterval = 10;
+  o.keepCheckpoints = 5;
+  o.checkpointDir = disk / "ckpt";
+  auto t = makeTrainer(kMlp, o);
+  const fs::path filler = disk / "filler";
+  // After the checkpoint of step 10, fill the disk; after step 30's, free it.
+  t->setAfterCheckpoint([&](int64_t step) {
+    if (step == 10) {
+      std::ofstream out(filler, std::ios::binary);
+      const std::string mib(1 << 20, 'x');
+      while (out.write(mib.data(), static_cast<std::streamsize>(mib.size()))) {
+      }
+    }
+    if (step == 30) fs::remove(filler);
+  });
+  LogCapture log;
+  const Status ran = t->run({});
+  ASSERT_TRUE(ran.ok()) << ran.toString();
+  EXPECT_EQ(t->checkpointFailures(), 2u);  // steps 20 and 30
+  const std::string text = log.text();
+  EXPECT_NE(text.find("checkpoint for step 20 not written: "), std::string::npos) << text;
+  EXPECT_NE(text.find("No space left on device"), std::string::npos) << text;
+  EXPECT_NE(text.find("training goes on"), std::string::npos) << text;
+  // No temporary left behind; step 10's checkpoint untouched beside the new ones.
+  EXPECT_EQ(fileNames(o.checkpointDir),
+            (std::vector<std::string>{"ckpt-0000000010.pt", "ckpt-0000000010.pt.sum",
+                                      "ckpt-0000000040.pt", "ckpt-0000000040.pt.sum",
+                                      "ckpt-0000000050.pt", "ckpt-0000000050.pt.sum"}));
+  auto fresh = makeTrainer(kMlp, o, nullptr, 5);
+  auto resumed = fresh->resume();
+  ASSERT_TRUE(resumed.ok()) << resumed.status().toString();
+  EXPECT_EQ(*resumed, 50);
+  EXPECT_TRUE(torch::equal(fresh->flat().values, t->flat().values));
+}
 
 TEST(TrainCheckpointIntegrity, NonFiniteStateIsNeverWritten) {
   TrainerOptions o;
