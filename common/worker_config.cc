@@ -19,6 +19,8 @@
 #include <system_error>
 #include <utility>
 
+#include "common/names.h"
+
 namespace geo {
 namespace {
 
@@ -335,14 +337,6 @@ bool isEndpoint(const std::string& endpoint) {
   return !endpoint.empty() && endpoint.find_first_of(" \t\n,") == std::string::npos;
 }
 
-bool isRegionName(const std::string& name) {
-  const auto alnum = [](char ch) { return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9'); };
-  if (name.empty() || name.size() > 63 || !alnum(name.front()) || !alnum(name.back())) {
-    return false;
-  }
-  return std::all_of(name.begin(), name.end(), [&](char ch) { return alnum(ch) || ch == '-'; });
-}
-
 ValueType<std::vector<std::string>> endpointListType() {
   return {parseEndpointList,
           [](const std::vector<std::string>& v) {
@@ -432,7 +426,7 @@ constexpr std::string_view kRegionNameAllowed =
 
 // Region names become metrics labels, link keys and Kubernetes names.
 Rule<std::string> regionName() {
-  return {std::string(kRegionNameAllowed), isRegionName};
+  return {std::string(kRegionNameAllowed), [](const std::string& v) { return isDnsLabel(v); }};
 }
 
 // job.id becomes a metrics label; the controller writes namespace/name/uid.
@@ -592,7 +586,8 @@ Field regionsField() {
                    fmt::format("a list of region names (lowercase DNS labels such as us-east), "
                                "one per rank, at most {}",
                                kMaxWorldSize),
-                   std::string(kRegionNameAllowed), isRegionName);
+                   std::string(kRegionNameAllowed),
+                   [](const std::string& v) { return isDnsLabel(v); });
 }
 
 constexpr std::string_view kLinkAllowed =

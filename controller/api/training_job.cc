@@ -155,18 +155,6 @@ bool isStorageQuantity(const std::string& s) {
   return s.find_first_of("123456789") < s.find_first_not_of("0123456789.");
 }
 
-// An RFC 1123 subdomain: dot-separated DNS labels, at most 253 characters.
-bool isDnsSubdomain(const std::string& s) {
-  if (s.empty() || s.size() > 253) return false;
-  size_t start = 0;
-  while (true) {
-    const size_t dot = s.find('.', start);
-    if (!isDnsLabel(std::string_view(s).substr(start, dot - start))) return false;
-    if (dot == std::string::npos) return true;
-    start = dot + 1;
-  }
-}
-
 // Reads the members of one object, reporting unknown ones.
 class ObjectReader {
  public:
@@ -466,8 +454,10 @@ void readPodFields(ObjectReader& in, PodOverrides& pod, std::vector<FieldError>&
       }
     }
   }
-  readKeyedList(in, "imagePullSecrets", pod.imagePullSecrets, "name",
-                "the name of a Secret (a DNS subdomain)", isDnsSubdomain, {}, errors);
+  readKeyedList(
+      in, "imagePullSecrets", pod.imagePullSecrets, "name",
+      "the name of a Secret (a DNS subdomain)",
+      [](const std::string& v) { return isDnsSubdomain(v); }, {}, errors);
   // A sysctl name as Kubernetes checks it: dot- or slash-separated parts of
   // lowercase letters, digits, '-' and '_', each starting and ending with a
   // letter or digit, at most 253 characters.
@@ -603,12 +593,6 @@ Region parseRegion(const json& value, const std::string& path, std::vector<Field
 }
 
 }  // namespace
-
-bool isDnsLabel(std::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
-  auto ok = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; };
-  return std::all_of(s.begin(), s.end(), ok) && s.front() != '-' && s.back() != '-';
-}
 
 bool isReservedLabel(std::string_view key) {
   return among(key, kReservedLabels) ||

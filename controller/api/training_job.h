@@ -43,6 +43,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/names.h"
 #include "common/worker_config.h"
 
 namespace geo::api {
@@ -73,10 +74,8 @@ struct FieldError {
   bool operator==(const FieldError&) const = default;
 };
 
-// Whether `s` is a lowercase DNS label (RFC 1123: letters, digits and '-',
-// starting and ending with a letter or digit, at most 63 characters): what
-// region and member cluster names must be.
-bool isDnsLabel(std::string_view s);
+// What region and member cluster names must be (common/names.h).
+using ::geo::isDnsLabel;
 
 // All errors joined with "; " (the message of an InvalidSpec condition and
 // Event), or "" when there are none.

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/enforce.h"
+#include "common/names.h"
 #include "common/worker_config.h"
 #include "worker/transport/link.h"
 
@@ -39,13 +40,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
   while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
   return s;
-}
-
-bool isDnsLabel(std::string_view name) {
-  if (name.empty() || name.size() > 63) return false;
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  if (!alnum(name.front()) || !alnum(name.back())) return false;
-  return std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-'; });
 }
 
 // "230ms" -> microseconds, through the link-profile unit parser so every
