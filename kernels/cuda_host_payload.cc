@@ -6,10 +6,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "common/enforce.h"
+#include "kernels/cuda_launch.h"
 #include "kernels/qsgd.h"
 #include "kernels/qsgd_cuda.h"
 
@@ -104,6 +106,33 @@ Staging& staging() {
   return perThread.forCurrentDevice();
 }
 
+// The payload bytes [lo, hi) the slices span; checks that each slice lies
+// within the n values and the payload's `bytes`.
+struct Span {
+  int64_t lo = 0;
+  int64_t hi = 0;
+};
+
+Span checkSlices(const QsgdSlice* slices, int64_t count, int64_t n, int64_t bytes,
+                 const QsgdConfig& cfg) {
+  GEO_ENFORCE(count >= 0, "slice count must be >= 0, got {}", count);
+  GEO_ENFORCE(count == 0 || slices != nullptr, "null slice table with {} slices", count);
+  Span span{bytes, 0};
+  for (int64_t k = 0; k < count; ++k) {
+    const QsgdSlice& s = slices[k];
+    GEO_ENFORCE(s.numel > 0 && s.offset >= 0 && s.offset <= n - s.numel,
+                "slice {} (values {} to {}) is not within the {} values", k, s.offset,
+                s.offset + s.numel, n);
+    const int64_t end = s.byteOffset + qsgdEncodedBytes(s.numel, cfg);
+    GEO_ENFORCE(s.byteOffset >= 0 && end <= bytes,
+                "slice {} (payload bytes {} to {}) is not within the {}-byte payload", k,
+                s.byteOffset, end, bytes);
+    span.lo = std::min(span.lo, s.byteOffset);
+    span.hi = std::max(span.hi, end);
+  }
+  return span;
+}
+
 }  // namespace
 
 void qsgdEncodeCudaToHost(const float* in, int64_t n, const QsgdConfig& cfg, RngKey key,
@@ -146,6 +175,103 @@ void qsgdDecodeAccumulateCudaFromHost(const uint8_t* hostIn, int64_t inBytes, in
         "cudaMemcpyAsync (payload to device)");
   s.orderAfter(after);
   qsgdDecodeAccumulateCuda(packed, inBytes, n, cfg, alpha, out, s.stream);  // synchronizes
+}
+
+void qsgdEncodeSlicesCudaToHost(const float* in, float* residual, int64_t n,
+                                const QsgdSlice* slices, int64_t count, const QsgdConfig& cfg,
+                                uint8_t* hostOut, int64_t outBytes, cudaStream_t after) {
+  validateQsgdConfig(cfg);
+  const Span span = checkSlices(slices, count, n, outBytes, cfg);
+  if (count == 0) return;
+  GEO_ENFORCE(in != nullptr && hostOut != nullptr, "null buffer with {} slices", count);
+  GEO_ENFORCE(residual != in, "residual must not alias the input");
+  Staging& s = staging();
+  const auto bytes = static_cast<size_t>(span.hi - span.lo);
+  auto* packed = static_cast<uint8_t*>(s.deviceBuffer(bytes));
+  auto* pinned = static_cast<uint8_t*>(s.hostBuffer(bytes));
+  s.orderAfter(after);
+  // Every slice's kernels, then the payload's copy, then one wait.
+  const detail::DeviceStatus status =
+      detail::runWithStatusOn(s.stream, "QSGD encode launch", [&](detail::DeviceStatus* st) {
+        for (int64_t k = 0; k < count; ++k) {
+          const QsgdSlice& sl = slices[k];
+          const detail::QsgdEncodeArgs args{in + sl.offset,
+                                            residual == nullptr ? nullptr : residual + sl.offset,
+                                            sl.numel,
+                                            cfg.bucketSize,
+                                            qsgdNumBuckets(sl.numel, cfg),
+                                            cfg.bits,
+                                            cfg.scale == QsgdScale::kL2Norm,
+                                            sl.key,
+                                            packed + (sl.byteOffset - span.lo)};
+          if (const cudaError_t err = detail::launchQsgdEncode(args, st, s.stream);
+              err != cudaSuccess) {
+            return err;
+          }
+        }
+        return cudaMemcpyAsync(pinned, packed, bytes, cudaMemcpyDeviceToHost, s.stream);
+      });
+  enforceQsgdEncodable(status.error == 0, residual != nullptr, cfg);
+  for (int64_t k = 0; k < count; ++k) {
+    const QsgdSlice& sl = slices[k];
+    std::memcpy(hostOut + sl.byteOffset, pinned + (sl.byteOffset - span.lo),
+                static_cast<size_t>(qsgdEncodedBytes(sl.numel, cfg)));
+  }
+}
+
+void qsgdDecodeAccumulateSlicesCudaFromHost(const uint8_t* hostIn, int64_t inBytes,
+                                            const QsgdSlice* slices, int64_t count,
+                                            const QsgdConfig& cfg, float alpha, float* out,
+                                            int64_t n, cudaStream_t after) {
+  validateQsgdConfig(cfg);
+  validateQsgdAlpha(alpha);
+  const Span span = checkSlices(slices, count, n, inBytes, cfg);
+  if (count == 0) return;
+  GEO_ENFORCE(hostIn != nullptr && out != nullptr, "null buffer with {} slices", count);
+  Staging& s = staging();
+  const auto bytes = static_cast<size_t>(span.hi - span.lo);
+  auto* packed = static_cast<uint8_t*>(s.deviceBuffer(bytes));
+  auto* pinned = static_cast<uint8_t*>(s.hostBuffer(bytes));
+  std::memcpy(pinned, hostIn + span.lo, bytes);  // the previous call has finished with it
+  check(cudaMemcpyAsync(packed, pinned, bytes, cudaMemcpyHostToDevice, s.stream),
+        "cudaMemcpyAsync (payload to device)");
+  s.orderAfter(after);
+  const detail::DeviceStatus status =
+      detail::runWithStatusOn(s.stream, "QSGD decode launch", [&](detail::DeviceStatus* st) {
+        for (int64_t k = 0; k < count; ++k) {
+          const QsgdSlice& sl = slices[k];
+          const detail::QsgdDecodeArgs args{packed + (sl.byteOffset - span.lo),
+                                            sl.numel,
+                                            cfg.bucketSize,
+                                            qsgdNumBuckets(sl.numel, cfg),
+                                            cfg.bits,
+                                            /*accumulate=*/true,
+                                            alpha,
+                                            out + sl.offset};
+          if (const cudaError_t err = detail::launchQsgdDecode(args, st, s.stream);
+              err != cudaSuccess) {
+            return err;
+          }
+        }
+        return cudaSuccess;
+      });
+  if (status.error == 0) return;
+  // The kernels share one status block: find the slice and bucket on the
+  // host, with the kernels' own rule (+0 or a positive finite number).
+  for (int64_t k = 0; k < count; ++k) {
+    const QsgdSlice& sl = slices[k];
+    for (int64_t b = 0; b < qsgdNumBuckets(sl.numel, cfg); ++b) {
+      float scale = 0.0f;
+      uint32_t bits = 0;
+      std::memcpy(&scale, hostIn + sl.byteOffset + 4 * b, sizeof scale);
+      std::memcpy(&bits, &scale, sizeof bits);
+      GEO_ENFORCE(scale >= 0.0f && bits < 0x7f800000u,
+                  "corrupt QSGD payload: scale of bucket {} of slice {} is {} (must be finite and "
+                  ">= 0)",
+                  b, k, scale);
+    }
+  }
+  GEO_ENFORCE(false, "corrupt QSGD payload: the device refused a scale the host finds valid");
 }
 
 }  // namespace geo::kernels

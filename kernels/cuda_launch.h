@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "kernels/qsgd.h"
 
@@ -72,6 +73,14 @@ cudaError_t launchCastToHalf(const float* in, int64_t n, uint16_t* out, HalfForm
 // out[k] = float(in[k]), or out[k] + alpha * float(in[k]) with `accumulate`.
 cudaError_t launchCastFromHalf(const uint16_t* in, int64_t n, HalfFormat format, bool accumulate,
                                float alpha, float* out, cudaStream_t stream);
+
+// Host side (cuda_runtime.cc): queues launch(status) on `stream` with this
+// thread's zeroed status block, then the status's copy back, waits for the
+// stream and returns what the kernels reported. Throws geo::Error naming
+// `what` (or the synchronization) on a CUDA failure, after waiting for what
+// was queued.
+DeviceStatus runWithStatusOn(cudaStream_t stream, const char* what,
+                             const std::function<cudaError_t(DeviceStatus*)>& launch);
 
 // Whether the current device can run these kernels (the binary carries code
 // for its architecture). Clears the error it may leave behind; never throws.

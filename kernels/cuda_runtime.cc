@@ -176,6 +176,15 @@ void castFromHalfCuda(const uint16_t* in, int64_t n, HalfFormat format, bool acc
 
 }  // namespace
 
+namespace detail {
+
+DeviceStatus runWithStatusOn(cudaStream_t stream, const char* what,
+                             const std::function<cudaError_t(DeviceStatus*)>& launch) {
+  return runWithStatus(stream, what, launch);
+}
+
+}  // namespace detail
+
 bool cudaDeviceAvailable() noexcept {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {

@@ -106,4 +106,34 @@ void qsgdDecodeAccumulateCudaFromHost(const uint8_t* hostIn, int64_t inBytes, in
                                       const QsgdConfig& cfg, float alpha, float* out,
                                       cudaStream_t after);
 
+// Several slices of one device buffer (a worker's flat update: one slice per
+// parameter tensor, each quantized on its own) to and from one host payload,
+// with one synchronization and one copy across PCIe for all of them instead
+// of one each. Slice k covers values [offset, offset + numel) of the buffer
+// (n values long) and payload bytes [byteOffset, byteOffset +
+// qsgdEncodedBytes(numel)); slices must not overlap, in either. Payload bytes
+// outside every slice are neither written (encode) nor read (decode).
+struct QsgdSlice {
+  int64_t offset = 0;
+  int64_t numel = 0;  // > 0
+  int64_t byteOffset = 0;
+  RngKey key;  // encode: the slice's random stream
+};
+
+// Each slice encoded as qsgdEncodeCudaToHost would encode it alone (same
+// bytes, same residual). Ordering as above. On NaN/Inf input it throws the
+// encoder's error; the residual of some slices may then be updated already
+// (as encoding the slices one after another would have left it).
+void qsgdEncodeSlicesCudaToHost(const float* in, float* residual, int64_t n,
+                                const QsgdSlice* slices, int64_t count, const QsgdConfig& cfg,
+                                uint8_t* hostOut, int64_t outBytes, cudaStream_t after);
+
+// out[offset + k] += alpha * Q(w)_k for every slice, as
+// qsgdDecodeAccumulateCudaFromHost on each. A corrupt scale throws naming
+// the slice and bucket; `out` is then unspecified.
+void qsgdDecodeAccumulateSlicesCudaFromHost(const uint8_t* hostIn, int64_t inBytes,
+                                            const QsgdSlice* slices, int64_t count,
+                                            const QsgdConfig& cfg, float alpha, float* out,
+                                            int64_t n, cudaStream_t after);
+
 }  // namespace geo::kernels

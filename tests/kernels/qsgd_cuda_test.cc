@@ -517,6 +517,70 @@ TEST(QsgdCuda, HostPayloadsMatchCpuAndFollowTheDefaultStream) {
   }
 }
 
+// A flat update's tensors as slices of one buffer, encoded into one host
+// payload and accumulated back from it with one synchronization: the bytes,
+// residual and floats of the CPU kernels applied slice by slice; payload
+// bytes between the slices untouched; a corrupt scale named by slice.
+TEST(QsgdCuda, SlicesMatchCpuSliceBySlice) {
+  if (!geo::kernels::cudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
+  const QsgdConfig cfg{4, 512, QsgdScale::kMaxAbs};
+  const std::vector<int64_t> sizes = {1000, 37, 300000, 513, 65536};
+  std::vector<QsgdSlice> slices;
+  int64_t n = 0;
+  int64_t bytes = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    bytes += 5;  // a gap, as the raw fp32 tensors between them leave
+    slices.push_back({n, sizes[k], bytes, {11, 100 + k}});
+    n += sizes[k];
+    bytes += qsgdEncodedBytes(sizes[k], cfg);
+  }
+  const auto nz = static_cast<size_t>(n);
+  const std::vector<float> in = makeInput(n, 512, 91u);
+  std::vector<float> cpuResidual = makeInput(n, 512, 92u, 1e-3f);
+  DeviceBuffer<float> dIn(in);
+  DeviceBuffer<float> dResidual(cpuResidual);
+
+  std::vector<uint8_t> cpu(static_cast<size_t>(bytes), 0xEE);
+  for (const QsgdSlice& sl : slices) {
+    qsgdEncode(in.data() + sl.offset, sl.numel, cfg, sl.key, cpu.data() + sl.byteOffset,
+               qsgdEncodedBytes(sl.numel, cfg), cpuResidual.data() + sl.offset);
+  }
+  std::vector<uint8_t> gpu(static_cast<size_t>(bytes), 0xEE);
+  qsgdEncodeSlicesCudaToHost(dIn.get(), dResidual.get(), n, slices.data(),
+                             static_cast<int64_t>(slices.size()), cfg, gpu.data(), bytes, nullptr);
+  expectSameBytes(cpu, gpu, static_cast<size_t>(bytes), "payload");
+  expectSameBytes(cpuResidual, dResidual.download(), nz, "residual");
+
+  std::vector<float> expect = makeInput(n, 512, 93u);
+  DeviceBuffer<float> dOut(expect);
+  for (const QsgdSlice& sl : slices) {
+    qsgdDecodeAccumulate(cpu.data() + sl.byteOffset, qsgdEncodedBytes(sl.numel, cfg), sl.numel, cfg,
+                         -0.75f, expect.data() + sl.offset);
+  }
+  qsgdDecodeAccumulateSlicesCudaFromHost(gpu.data(), bytes, slices.data(),
+                                         static_cast<int64_t>(slices.size()), cfg, -0.75f,
+                                         dOut.get(), n, nullptr);
+  expectSameBytes(expect, dOut.download(), nz, "accumulated");
+
+  std::vector<uint8_t> corrupt = gpu;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(corrupt.data() + slices[2].byteOffset + 4 * 7, &nan, sizeof nan);
+  try {
+    qsgdDecodeAccumulateSlicesCudaFromHost(corrupt.data(), bytes, slices.data(),
+                                           static_cast<int64_t>(slices.size()), cfg, 1.0f,
+                                           dOut.get(), n, nullptr);
+    ADD_FAILURE() << "a NaN scale was accepted";
+  } catch (const geo::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scale of bucket 7 of slice 2"), std::string::npos)
+        << e.what();
+  }
+  // A slice beyond the buffer is refused before anything runs.
+  std::vector<QsgdSlice> beyond = {{n - 10, 11, 0, {}}};
+  EXPECT_THROW(qsgdEncodeSlicesCudaToHost(dIn.get(), nullptr, n, beyond.data(), 1, cfg, gpu.data(),
+                                          bytes, nullptr),
+               geo::Error);
+}
+
 TEST(CastsCuda, DecodesAllCodesLikeCpu) {
   if (!geo::kernels::cudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
   const std::vector<uint16_t> codes = allHalfCodes();

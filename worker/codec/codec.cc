@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
+#include <vector>
 
 #include "common/enforce.h"
 #include "kernels/casts.h"
@@ -218,7 +219,59 @@ class QsgdCodec final : public Codec {
                                   out.data_ptr<float>(), threads_);
   }
 
+  // On a CUDA tensor, every slice in one pass (kernels/qsgd_cuda.h,
+  // qsgdEncodeSlicesCudaToHost): a model of many tensors paid a
+  // synchronization and a copy per tensor.
+  void encodeSlices(const torch::Tensor& values, std::span<const Slice> slices,
+                    std::span<std::byte> out, torch::Tensor* residual) const override {
+    if (!values.device().is_cuda()) {
+      Codec::encodeSlices(values, slices, out, residual);
+      return;
+    }
+    checkTensor(values, "input");
+    float* res = nullptr;
+    if (residual != nullptr) {
+      checkTensor(*residual, "residual");
+      checkSameDevice(values, *residual);
+      GEO_ENFORCE_EQ(residual->numel(), values.numel(), "codec: residual and input sizes differ");
+      res = residual->data_ptr<float>();
+    }
+    onDevice(values);
+#if GEO_HAVE_CUDA
+    const auto table = kernelSlices(slices);
+    kernels::qsgdEncodeSlicesCudaToHost(values.data_ptr<float>(), res, values.numel(), table.data(),
+                                        static_cast<int64_t>(table.size()), cfg_,
+                                        reinterpret_cast<uint8_t*>(out.data()),
+                                        static_cast<int64_t>(out.size()), nullptr);
+#endif
+  }
+  void decodeAccumulateSlices(std::span<const std::byte> bytes, std::span<const Slice> slices,
+                              float alpha, torch::Tensor& out) const override {
+    if (!out.device().is_cuda()) {
+      Codec::decodeAccumulateSlices(bytes, slices, alpha, out);
+      return;
+    }
+    checkTensor(out, "output");
+    onDevice(out);
+#if GEO_HAVE_CUDA
+    const auto table = kernelSlices(slices);
+    kernels::qsgdDecodeAccumulateSlicesCudaFromHost(
+        reinterpret_cast<const uint8_t*>(bytes.data()), static_cast<int64_t>(bytes.size()),
+        table.data(), static_cast<int64_t>(table.size()), cfg_, alpha, out.data_ptr<float>(),
+        out.numel(), nullptr);
+#endif
+  }
+
  private:
+#if GEO_HAVE_CUDA
+  static std::vector<kernels::QsgdSlice> kernelSlices(std::span<const Slice> slices) {
+    std::vector<kernels::QsgdSlice> table;
+    table.reserve(slices.size());
+    for (const Slice& s : slices) table.push_back({s.offset, s.numel, s.byteOffset, s.key});
+    return table;
+  }
+#endif
+
   // Makes the tensor's device current, or refuses a build without the CUDA
   // kernels (a CUDA LibTorch built without nvcc).
   static void onDevice(const torch::Tensor& t) {
@@ -237,6 +290,33 @@ class QsgdCodec final : public Codec {
 };
 
 }  // namespace
+
+void Codec::encodeSlices(const torch::Tensor& values, std::span<const Slice> slices,
+                         std::span<std::byte> out, torch::Tensor* residual) const {
+  for (const Slice& s : slices) {
+    const auto bytes = static_cast<size_t>(encodedBytes(s.numel));
+    GEO_ENFORCE(s.byteOffset >= 0 && static_cast<size_t>(s.byteOffset) + bytes <= out.size(),
+                "codec {}: a slice's payload bytes {} to {} are not within the {}-byte payload",
+                describe(), s.byteOffset, static_cast<size_t>(s.byteOffset) + bytes, out.size());
+    torch::Tensor r;
+    if (residual != nullptr) r = residual->narrow(0, s.offset, s.numel);
+    encode(values.narrow(0, s.offset, s.numel), s.key,
+           out.subspan(static_cast<size_t>(s.byteOffset), bytes),
+           residual != nullptr ? &r : nullptr);
+  }
+}
+
+void Codec::decodeAccumulateSlices(std::span<const std::byte> bytes, std::span<const Slice> slices,
+                                   float alpha, torch::Tensor& out) const {
+  for (const Slice& s : slices) {
+    const auto size = static_cast<size_t>(encodedBytes(s.numel));
+    GEO_ENFORCE(s.byteOffset >= 0 && static_cast<size_t>(s.byteOffset) + size <= bytes.size(),
+                "codec {}: a slice's payload bytes {} to {} are not within the {}-byte payload",
+                describe(), s.byteOffset, static_cast<size_t>(s.byteOffset) + size, bytes.size());
+    auto view = out.narrow(0, s.offset, s.numel);
+    decodeAccumulate(bytes.subspan(static_cast<size_t>(s.byteOffset), size), alpha, view);
+  }
+}
 
 void Codec::decode(std::span<const std::byte> bytes, torch::Tensor& out) const {
   checkTensor(out, "output");

@@ -57,6 +57,25 @@ class Codec {
   // out = decoded values (out's contents are replaced).
   void decode(std::span<const std::byte> bytes, torch::Tensor& out) const;
 
+  // Part of a flat (1-D) tensor and of its payload: values [offset, offset +
+  // numel), payload bytes [byteOffset, byteOffset + encodedBytes(numel)).
+  struct Slice {
+    int64_t offset = 0;
+    int64_t numel = 0;
+    int64_t byteOffset = 0;
+    kernels::RngKey key;  // encode: the slice's random stream
+  };
+  // encode() of each slice of `values` (and of `residual`, shaped alike)
+  // into `out` at its byteOffset; payload bytes outside the slices are left
+  // as they are. The same bytes as encoding the slices one by one; QSGD on
+  // a CUDA tensor does them all with one synchronization and one copy.
+  virtual void encodeSlices(const torch::Tensor& values, std::span<const Slice> slices,
+                            std::span<std::byte> out, torch::Tensor* residual) const;
+  // decodeAccumulate() of each slice's bytes into its part of `out`.
+  virtual void decodeAccumulateSlices(std::span<const std::byte> bytes,
+                                      std::span<const Slice> slices, float alpha,
+                                      torch::Tensor& out) const;
+
   // fp32 bytes / encoded bytes for n values: 1, 2, 2 or ~7.9 (qsgd-4/512).
   double compressionRatio(int64_t numel) const;
 };

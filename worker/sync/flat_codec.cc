@@ -82,16 +82,16 @@ std::vector<std::byte> FlatCodec::encode(const torch::Tensor& values, uint64_t s
       from += s.bytes;
     }
   }
+  // The others in one call, each with its own random stream: on a GPU one
+  // pass over the device for all of them.
+  std::vector<codec::Codec::Slice> slices;
+  slices.reserve(segments_.size());
   for (size_t i = 0; i < segments_.size(); ++i) {
     const Segment& s = segments_[i];
-    if (s.raw) continue;
-    const auto view = values.narrow(0, s.offset, s.numel);
-    torch::Tensor residualView;
-    if (residual != nullptr) residualView = residual->narrow(0, s.offset, s.numel);
-    codec_->encode(view, {seed, mixStream(stream, i, 0x5e9)},
-                   std::span<std::byte>(out.data() + s.byteOffset, static_cast<size_t>(s.bytes)),
-                   residual != nullptr ? &residualView : nullptr);
+    if (!s.raw)
+      slices.push_back({s.offset, s.numel, s.byteOffset, {seed, mixStream(stream, i, 0x5e9)}});
   }
+  codec_->encodeSlices(values, slices, out, residual);
   return out;
 }
 
@@ -123,13 +123,12 @@ void FlatCodec::decodeAccumulate(std::span<const std::byte> bytes, float alpha,
       at += s.numel;
     }
   }
+  std::vector<codec::Codec::Slice> slices;
+  slices.reserve(segments_.size());
   for (const Segment& s : segments_) {
-    if (s.raw) continue;
-    auto view = out.narrow(0, s.offset, s.numel);
-    codec_->decodeAccumulate(
-        bytes.subspan(static_cast<size_t>(s.byteOffset), static_cast<size_t>(s.bytes)), alpha,
-        view);
+    if (!s.raw) slices.push_back({s.offset, s.numel, s.byteOffset, {}});
   }
+  codec_->decodeAccumulateSlices(bytes, slices, alpha, out);
 }
 
 Status checkValues(const torch::Tensor& t, float limit, std::string& reason) {

@@ -122,6 +122,42 @@ TEST_P(CodecTest, CudaTensorsGiveTheCpuBytes) {
   }
 }
 
+// Slices of one flat tensor (a model's parameter tensors), as FlatCodec
+// hands them over: on a CUDA tensor QSGD does them in one pass; the bytes,
+// the residual and the accumulated floats are the CPU's, and payload bytes
+// between the slices stay as they were.
+TEST_P(CodecTest, CudaSlicesGiveTheCpuBytes) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device for LibTorch";
+  torch::manual_seed(8);
+  const torch::Device gpu(torch::kCUDA, 0);
+  const auto c = codec();
+  const std::vector<int64_t> sizes = {700, 3, 100000, 4097};
+  std::vector<Codec::Slice> slices;
+  int64_t n = 0;
+  int64_t bytes = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    bytes += 3;
+    slices.push_back({n, sizes[k], bytes, {42, 7 + k}});
+    n += sizes[k];
+    bytes += c->encodedBytes(sizes[k]);
+  }
+  const auto v = torch::randn({n});
+  auto cpuResidual = torch::randn({n}) * 0.01;
+  auto gpuResidual = cpuResidual.to(gpu);
+  std::vector<std::byte> cpuBytes(static_cast<size_t>(bytes), std::byte{0x5a});
+  std::vector<std::byte> gpuBytes = cpuBytes;
+  c->encodeSlices(v, slices, cpuBytes, &cpuResidual);
+  c->encodeSlices(v.to(gpu), slices, gpuBytes, &gpuResidual);
+  EXPECT_TRUE(cpuBytes == gpuBytes) << c->describe() << ": payloads differ";
+  EXPECT_EQ(cpuBytes[0], std::byte{0x5a});  // before the first slice
+  EXPECT_TRUE(torch::equal(cpuResidual, gpuResidual.cpu())) << c->describe();
+  auto cpuOut = torch::randn({n});
+  auto gpuOut = cpuOut.to(gpu);
+  c->decodeAccumulateSlices(cpuBytes, slices, 0.5f, cpuOut);
+  c->decodeAccumulateSlices(cpuBytes, slices, 0.5f, gpuOut);
+  EXPECT_TRUE(torch::equal(cpuOut, gpuOut.cpu())) << c->describe();
+}
+
 INSTANTIATE_TEST_SUITE_P(Codecs, CodecTest, ::testing::Values("identity", "fp16", "bf16", "qsgd"));
 
 TEST(Codec, IdsRatiosAndSpecErrors) {
