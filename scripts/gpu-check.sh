@@ -128,8 +128,8 @@ make_bundle() {
   cp -r "$data" "$out/data/"
   local bytes
   bytes=$(du -sb "$out" | cut -f1)
-  printf 'gpu-check: bundle %s: %.1f MiB (limit %d MiB)\n' "$out" "$(echo "$bytes / 1048576" | bc -l)" \
-    $((kBundleLimitBytes / 1048576))
+  awk -v dir="$out" -v b="$bytes" -v limit=$((kBundleLimitBytes / 1048576)) \
+    'BEGIN { printf "gpu-check: bundle %s: %.1f MiB (limit %d MiB)\n", dir, b / 1048576, limit }'
   ((bytes < kBundleLimitBytes)) || die "the bundle is over its limit"
 }
 

@@ -97,9 +97,11 @@ class ElementCodec : public Codec {
       decodeAccumulateRaw(bytes.data(), out.numel(), alpha, out.data_ptr<float>());
       return;
     }
-    // alpha * value on the host (as the CPU path computes it: 0 + alpha *
-    // x), then one add on the device: the same fp32 operations.
-    torch::Tensor scaled = torch::zeros({out.numel()}, torch::kFloat32);
+    // alpha * value on the host, then one add on the device: the CPU's
+    // out + alpha * x in the same fp32 operations. The host buffer starts at
+    // -0, since -0 + y is y for every y (+0 would turn an alpha * x of -0
+    // into +0, and an out of -0 plus it into +0).
+    torch::Tensor scaled = torch::full({out.numel()}, -0.0f, torch::kFloat32);
     decodeAccumulateRaw(bytes.data(), out.numel(), alpha, scaled.data_ptr<float>());
     out.view({-1}).add_(scaled.to(out.device()));
   }
