@@ -11,15 +11,18 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 
 #include "common/logging.h"
+#include "worker/app/memory_plan.h"
 #include "worker/app/setup.h"
 #include "worker/app/transport_setup.h"
 #include "worker/app/worker_hook.h"
@@ -28,6 +31,43 @@
 
 namespace geo::app {
 namespace {
+
+// DTS on the CPU: refuses, before anything trains, a job whose rounds in
+// flight or final average cannot fit in this worker's memory
+// (worker/app/memory_plan.h); the plan is logged either way.
+Status checkDtsMemory(const WorkerConfig& c, train::Model& model, const TrainingData& data) {
+  MemoryPlanInput in;
+  in.parameters = model.parameterCount();
+  for (const auto& [name, t] : model.namedParameters()) {
+    in.largestTensor = std::max<int64_t>(in.largestTensor, t.numel());
+  }
+  for (const train::TensorDataset* d : {&data.shard, &data.test}) {
+    for (const torch::Tensor* t : {&d->inputs, &d->targets}) {
+      if (t->defined()) in.datasetBytes += static_cast<int64_t>(t->nbytes());
+    }
+  }
+  // Who exchanges rounds: the region leaders under hierarchical sync, else
+  // every worker.
+  std::set<std::string> regions(c.transport.regions.begin(), c.transport.regions.end());
+  in.peers = c.sync.hierarchical && regions.size() > 1 ? static_cast<int64_t>(regions.size())
+                                                       : c.worker.worldSize;
+  in.optimizer = c.training.optimizer;
+  in.momentum = c.training.momentum;
+  in.codec = c.sync.codec;
+  in.bits = static_cast<int>(c.sync.bits);
+  in.errorFeedback = c.sync.errorFeedback;
+  in.period = c.sync.period;
+  in.delay = c.sync.delay;
+  const MemoryPlan plan = planDtsMemory(in);
+  const auto limit = readMemoryLimit();
+  logger()->info(
+      "memory: at least {} while training ({} round(s) in flight{}), {} for the final "
+      "average; this worker may use {}",
+      formatBytes(plan.trainingBytes), plan.roundsInFlight,
+      plan.roundsExact ? "" : " or more under auto K or D", formatBytes(plan.endBytes),
+      limit ? formatBytes(*limit) : std::string("an unknown amount"));
+  return limit ? checkMemoryPlan(plan, *limit) : Status();
+}
 
 using local::EventKind;
 using local::WorkerEvent;
@@ -248,6 +288,11 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   if (!model.ok()) return reportFailure(&progress, model.status());
   const std::string describe = (*model)->describe();
   const int64_t params = (*model)->parameterCount();
+  if (c.sync.algorithm == "dts" && device->is_cpu()) {
+    if (const Status fits = checkDtsMemory(c, **model, *data); !fits.ok()) {
+      return reportFailure(&progress, fits);
+    }
+  }
   auto options = trainerOptions(c, *device);
   options.slowdown = emulation.slowdown;
   options.minStepTime = emulation.minStepTime;

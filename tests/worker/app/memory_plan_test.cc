@@ -1,0 +1,142 @@
+// What a DTS worker must hold, and the limit it is held to
+// (worker/app/memory_plan.h).
+
+#include "worker/app/memory_plan.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace geo::app {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The 101.3M-parameter mlp measured in docs/algorithms.md ("Memory"): two
+// workers, K = 32, D = auto, qsgd-4, SGD with momentum; peak RSS 4.4 GB.
+MemoryPlanInput measuredMlp() {
+  MemoryPlanInput in;
+  in.parameters = 101'300'000;
+  in.largestTensor = 784 * 127551;
+  in.peers = 2;
+  in.period = 32;
+  in.delay = std::nullopt;
+  return in;
+}
+
+TEST(MemoryPlan, IsALowerBoundOfWhatWasMeasured) {
+  const MemoryPlan plan = planDtsMemory(measuredMlp());
+  const int64_t b = 4 * 101'300'000;
+  EXPECT_FALSE(plan.roundsExact);
+  EXPECT_EQ(plan.roundsInFlight, 1);
+  // At least the design's floor (parameters, gradients, momentum, the
+  // round's start, the residual), at most the 4.4 GB measured.
+  EXPECT_GE(plan.trainingBytes, 5 * b);
+  EXPECT_GE(plan.endBytes, 5 * b);
+  EXPECT_LE(plan.peakBytes, 4'400'000'000);
+  EXPECT_EQ(plan.peakBytes, std::max(plan.trainingBytes, plan.endBytes));
+}
+
+TEST(MemoryPlan, CountsTheRoundsInFlightOfAFixedPeriodAndDelay) {
+  MemoryPlanInput in = measuredMlp();
+  in.period = 4;
+  in.delay = 12;
+  const MemoryPlan fixed = planDtsMemory(in);
+  EXPECT_TRUE(fixed.roundsExact);
+  EXPECT_EQ(fixed.roundsInFlight, 4);
+  in.delay = 0;
+  const MemoryPlan one = planDtsMemory(in);
+  EXPECT_EQ(one.roundsInFlight, 1);
+  // Three more rounds of a decoded contribution (B) and two encoded ones
+  // (2 x P / 2 bytes at 4 bits); a fixed delay applies nothing early.
+  const int64_t b = 4 * in.parameters;
+  EXPECT_EQ(fixed.trainingBytes - one.trainingBytes, 3 * (b + in.parameters));
+  // Adam's two moments instead of momentum's one; no residual without
+  // error feedback.
+  in.optimizer = "adam";
+  EXPECT_EQ(planDtsMemory(in).endBytes - one.endBytes, b);
+  in.errorFeedback = false;
+  EXPECT_EQ(planDtsMemory(in).endBytes - one.endBytes, 0);
+}
+
+TEST(MemoryPlan, TheFinalAverageGrowsWithThePeers) {
+  MemoryPlanInput in = measuredMlp();
+  const int64_t two = planDtsMemory(in).endBytes;
+  in.peers = 10;
+  EXPECT_EQ(planDtsMemory(in).endBytes - two, 8 * 4 * in.parameters);
+}
+
+TEST(MemoryPlan, RefusalNamesTheFigureTheLimitAndWhatToChange) {
+  MemoryPlanInput in = measuredMlp();
+  in.peers = 16;  // the final average is the peak
+  const MemoryPlan plan = planDtsMemory(in);
+  EXPECT_TRUE(checkMemoryPlan(plan, plan.peakBytes).ok());
+  const Status refused = checkMemoryPlan(plan, 2'000'000'000);
+  ASSERT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  const std::string m(refused.message());
+  EXPECT_NE(m.find("needs at least " + formatBytes(plan.peakBytes)), std::string::npos) << m;
+  EXPECT_NE(m.find("for the final average"), std::string::npos) << m;
+  EXPECT_NE(m.find("the final average: 18 models in fp32"), std::string::npos) << m;
+  EXPECT_NE(m.find("more than the 2.0 GB it may use"), std::string::npos) << m;
+  EXPECT_NE(m.find("resources.limits.memory"), std::string::npos) << m;
+
+  in.peers = 2;
+  in.period = 1;
+  in.delay = 40;  // 41 rounds in flight: training is the peak
+  const MemoryPlan rounds = planDtsMemory(in);
+  const std::string r(checkMemoryPlan(rounds, 5'000'000'000).message());
+  EXPECT_NE(r.find("while training"), std::string::npos) << r;
+  EXPECT_NE(r.find("keep fewer rounds in flight (41 now"), std::string::npos) << r;
+}
+
+// A folder laid out like / with the files the reader looks at.
+class FakeRoot {
+ public:
+  FakeRoot() : root_(fs::temp_directory_path() / ("geo-memroot-" + std::to_string(::getpid()))) {
+    fs::remove_all(root_);
+  }
+  ~FakeRoot() { fs::remove_all(root_); }
+  void write(const std::string& path, const std::string& text) {
+    fs::create_directories((root_ / path).parent_path());
+    std::ofstream(root_ / path) << text;
+  }
+  std::string path() const { return root_.string(); }
+
+ private:
+  fs::path root_;
+};
+
+TEST(MemoryLimit, CgroupV2LimitOrTheMachinesMemory) {
+  FakeRoot root;
+  root.write("proc/meminfo", "MemTotal:       16000000 kB\nMemFree:  1000 kB\n");
+  root.write("proc/self/cgroup", "0::/kubepods/pod1/c1\n");
+  root.write("sys/fs/cgroup/kubepods/pod1/c1/memory.max", "2147483648\n");
+  EXPECT_EQ(readMemoryLimit(root.path()), 2147483648);
+  root.write("sys/fs/cgroup/kubepods/pod1/c1/memory.max", "max\n");
+  EXPECT_EQ(readMemoryLimit(root.path()), int64_t{16000000} * 1024);
+}
+
+TEST(MemoryLimit, CgroupV1AndHybridHosts) {
+  FakeRoot root;
+  root.write("proc/meminfo", "MemTotal:       16000000 kB\n");
+  root.write("proc/self/cgroup", "4:memory:/docker/abc\n0::/\n");
+  // v1's "no limit" is a number near 2^63.
+  root.write("sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");
+  EXPECT_EQ(readMemoryLimit(root.path()), int64_t{16000000} * 1024);
+  root.write("sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "1000000000\n");
+  EXPECT_EQ(readMemoryLimit(root.path()), 1000000000);
+  root.write("sys/fs/cgroup/unified/memory.max", "500000000\n");
+  EXPECT_EQ(readMemoryLimit(root.path()), 500000000);
+}
+
+TEST(MemoryLimit, NothingReadableIsUnknown) {
+  FakeRoot root;
+  root.write("proc/self/cgroup", "garbage\n");
+  EXPECT_EQ(readMemoryLimit(root.path()), std::nullopt);
+}
+
+}  // namespace
+}  // namespace geo::app

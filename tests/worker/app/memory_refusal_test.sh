@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A DTS job whose workers cannot hold their rounds and final average in the
+# memory they may use is refused before it trains, naming the figure: two
+# workers of a 104M-parameter mlp (at least 4 GB each) in a cgroup of 3 GB.
+# Needs root and a memory cgroup it can make (v1, or v2 with the memory
+# controller); exits 77 (skipped) otherwise.
+#   memory_refusal_test.sh GEOTRAIN
+set -euo pipefail
+geotrain=$1
+[[ $(id -u) == 0 ]] || { echo "needs root (a memory cgroup)"; exit 77; }
+name="geo-memtest-$$"
+if [[ -w /sys/fs/cgroup/memory ]]; then
+  group=/sys/fs/cgroup/memory/$name
+  limit_file=memory.limit_in_bytes
+elif grep -qw memory /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+  group=/sys/fs/cgroup/$name
+  limit_file=memory.max
+else
+  echo "no memory cgroup to make here"
+  exit 77
+fi
+mkdir "$group" || { echo "cannot make $group"; exit 77; }
+out=$(mktemp -d)
+cleanup() {
+  rmdir "$group" 2>/dev/null || true
+  rm -rf "$out"
+}
+trap cleanup EXIT
+echo 3000000000 > "$group/$limit_file"
+
+set +e
+# shellcheck disable=SC2016
+sh -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' sh "$group" \
+  "$geotrain" local --regions a,b --preset lan --model mlp --set model.width=131072 \
+  --steps 5 --eval-interval 0 --threads 1 -o "$out/run" >"$out/launcher.txt" 2>&1
+rc=$?
+set -e
+fail() {
+  echo "FAIL: $*" >&2
+  tail -20 "$out/launcher.txt" >&2
+  exit 1
+}
+[[ $rc == 1 ]] || fail "geotrain local exited $rc, not 1"
+log="$out/run/logs/worker-0.log"
+grep -q "memory: at least" "$log" || fail "worker 0 did not log its memory plan"
+grep -q "needs at least .* of memory .* more than the 3.0 GB it may use" "$log" ||
+  fail "worker 0 was not refused naming the figure and the limit"
+grep -q "resources.limits.memory" "$log" || fail "the refusal does not say what to change"
+grep -q "step 1 " "$log" && fail "worker 0 trained before it was refused"
+echo "refused at start: $(grep -o 'needs at least [^(]*' "$log" | head -1)"
