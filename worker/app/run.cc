@@ -46,11 +46,15 @@ Status checkDtsMemory(const WorkerConfig& c, train::Model& model, const Training
       if (t->defined()) in.datasetBytes += static_cast<int64_t>(t->nbytes());
     }
   }
-  // Who exchanges rounds: the region leaders under hierarchical sync, else
-  // every worker.
-  std::set<std::string> regions(c.transport.regions.begin(), c.transport.regions.end());
-  in.peers = c.sync.hierarchical && regions.size() > 1 ? static_cast<int64_t>(regions.size())
-                                                       : c.worker.worldSize;
+  // Who exchanges rounds (sync::makeSynchronizer): the region leaders
+  // under hierarchical sync with a region of several workers, else every
+  // worker. A member of a region holds no rounds; nor does a lone worker.
+  const std::set<std::string> named(c.transport.regions.begin(), c.transport.regions.end());
+  const auto regions = named.empty() ? c.worker.worldSize : static_cast<int64_t>(named.size());
+  const bool hierarchical = c.sync.hierarchical && regions < c.worker.worldSize;
+  if (hierarchical && c.worker.localRank != 0) return {};
+  in.peers = hierarchical ? regions : c.worker.worldSize;
+  if (in.peers <= 1) return {};
   in.optimizer = c.training.optimizer;
   in.momentum = c.training.momentum;
   in.codec = c.sync.codec;
