@@ -132,10 +132,13 @@ std::optional<std::chrono::milliseconds> retryDelay(const ApiError& error, bool 
         std::min(*error.retryAfter, options.maxRetryAfter));
   }
   const bool notSent = error.isTransport() && error.code == StatusCode::kUnavailable;
+  // Not a timeout: a server silent for a whole attempt is partitioned or
+  // hung, and each retry waited as long again (six attempts of 30 s held a
+  // pass, and every other region of it, for three minutes). The next pass
+  // tries again.
   const bool mayRepeat =
-      idempotent && ((error.isTransport() && (error.code == StatusCode::kUnknown ||
-                                              error.code == StatusCode::kDeadlineExceeded)) ||
-                     error.isServerError());
+      idempotent &&
+      ((error.isTransport() && error.code == StatusCode::kUnknown) || error.isServerError());
   if (!notSent && !mayRepeat) return std::nullopt;
   if (error.retryAfter) {
     backoff.next();  // counts the attempt

@@ -21,7 +21,10 @@
 // idempotent requests (GET, PUT with a resourceVersion, DELETE, apply) with
 // jittered exponential backoff; refused connections for any verb (nothing was
 // sent); 401 Unauthorized once, for any verb, when the credentials came from
-// an exec plugin (ClusterConfig::exec), after running it again. After a lost
+// an exec plugin (ClusterConfig::exec), after running it again. Never a
+// request that timed out (no answer within ClientOptions::timeout): the
+// cluster is partitioned or hung, and the caller's next pass tries again
+// rather than this one waiting six times as long. After a lost
 // answer, a retried DELETE may report NotFound and a
 // retried PUT Conflict although the first attempt succeeded: both are what a
 // level-based caller handles anyway (re-read and compare).
@@ -166,7 +169,8 @@ struct ClientOptions {
   // Per attempt of a call (connect included); streams use their own.
   std::chrono::milliseconds timeout{30000};
   std::chrono::milliseconds connectTimeout{10000};
-  // Retries after the first attempt, for 429, 5xx and transport failures.
+  // Retries after the first attempt, for 429, 5xx and transport failures
+  // other than a time-out.
   int maxRetries = 5;
   // A Retry-After beyond this is waited for only this long.
   std::chrono::seconds maxRetryAfter{30};

@@ -36,3 +36,81 @@ def wait_for(what, predicate, timeout=30):
         time.sleep(0.25)
     check(False, f"timed out after {timeout} s waiting for {what}")
     return None
+
+
+class Clusters:
+    """Test apiservers (HTTPS, tokens) as processes, one per cluster name, with
+    real kubectl against them, the TrainingJob CRD in the first (the hub),
+    namespace `ml` everywhere, a kubeconfig Secret per member in
+    geotrain-system, and geotrain-controller replicas on demand. Every process
+    is killed by close()."""
+
+    def __init__(self, apiserver, controller, kubectl_bin, repo, work, names):
+        import subprocess
+        self._subprocess = subprocess
+        self.apiserver, self.controller, self.kubectl_bin = apiserver, controller, kubectl_bin
+        self.repo, self.work, self.names = repo, work, list(names)
+        self.kc, self.procs, self.servers = {}, [], {}
+        for cluster in self.names:
+            self.kc[cluster] = os.path.join(work, f"{cluster}.kubeconfig")
+            self.servers[cluster] = self.start(
+                [apiserver, "--tls", "--port", "0", "--kubeconfig-out", self.kc[cluster]],
+                os.path.join(work, f"apiserver-{cluster}.log"))
+        for cluster in self.names:
+            wait_for(f"{cluster} kubeconfig", lambda c=cluster: os.path.exists(self.kc[c]) and
+                     os.path.getsize(self.kc[c]) > 0)
+        hub = self.names[0]
+        self.kubectl(hub, "apply", "-f", os.path.join(repo, "manifests", "crd"))
+        self.kubectl(hub, "wait", "--for=condition=Established", "--timeout=20s",
+                     "crd/trainingjobs.geotrain.io")
+        for cluster in self.names:
+            self.kubectl(cluster, "create", "namespace", "ml")
+        self.kubectl(hub, "create", "namespace", "geotrain-system")
+        for member in self.names[1:]:
+            self.kubectl(hub, "-n", "geotrain-system", "create", "secret", "generic",
+                         f"geotrain-member-{member}", f"--from-file=kubeconfig={self.kc[member]}")
+
+    def start(self, args, log):
+        p = self._subprocess.Popen(args, stdout=open(log, "w"),
+                                   stderr=self._subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def kubectl(self, cluster, *args, ok=True):
+        r = self._subprocess.run([self.kubectl_bin, "--kubeconfig", self.kc[cluster],
+                                  "--request-timeout=10s", "--cache-dir",
+                                  f"{self.work}/cache-{cluster}"] + list(args),
+                                 capture_output=True, text=True)
+        if ok:
+            check(r.returncode == 0, f"kubectl {' '.join(args)}: {r.stdout}{r.stderr}")
+        return r
+
+    def get(self, cluster, *args):
+        import json
+        r = self.kubectl(cluster, "get", *args, "-o", "json", ok=False)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def start_controller(self, name, lease="4s", renew="3s"):
+        """A replica with leader election against the hub, every member by
+        its Secret; returns {proc, metrics, health, log}."""
+        metrics, health = free_port(), free_port()
+        log = os.path.join(self.work, f"controller-{name}.log")
+        args = [self.controller, "--kubeconfig", self.kc[self.names[0]],
+                "--namespace", "geotrain-system", "--identity", name,
+                "--lease-duration", lease, "--renew-deadline", renew,
+                "--metrics-listen", f"127.0.0.1:{metrics}",
+                "--health-listen", f"127.0.0.1:{health}",
+                "--worker-image", "registry.example/worker:1"]
+        for member in self.names[1:]:
+            args += ["--member", f"{member}=geotrain-member-{member}"]
+        return {"proc": self.start(args, log), "metrics": metrics, "health": health, "log": log}
+
+    def leader(self):
+        return (self.get(self.names[0], "lease", "geotrain-controller", "-n", "geotrain-system")
+                or {}).get("spec", {}).get("holderIdentity")
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

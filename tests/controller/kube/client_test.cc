@@ -278,10 +278,13 @@ TEST(RetryDelayTest, ServerErrorsAndLostAnswersOnlyForIdempotentRequests) {
   // Refused connections: nothing was sent, so even a POST may repeat.
   const ApiError refused = localError(StatusCode::kUnavailable, "connection refused");
   EXPECT_TRUE(retryDelay(refused, false, options, backoff));
-  // Never: client errors, cancellation, bad TLS configuration.
-  for (const ApiError& error : {decodeApiError(404, ""), decodeApiError(409, ""),
-                                decodeApiError(422, ""), localError(StatusCode::kCancelled, "x"),
-                                localError(StatusCode::kFailedPrecondition, "tls")}) {
+  // Never: client errors, cancellation, bad TLS configuration, and a
+  // server that did not answer within the attempt's time-out (a partitioned
+  // or hung cluster: each retry would wait as long again).
+  for (const ApiError& error :
+       {decodeApiError(404, ""), decodeApiError(409, ""), decodeApiError(422, ""),
+        localError(StatusCode::kCancelled, "x"), localError(StatusCode::kFailedPrecondition, "tls"),
+        localError(StatusCode::kDeadlineExceeded, "timed out")}) {
     Backoff fresh(options.retryBackoff, 1);
     EXPECT_FALSE(retryDelay(error, true, options, fresh)) << error.toStatus().toString();
   }

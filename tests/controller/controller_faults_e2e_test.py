@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""geotrain-controller under faults, as processes: a hub and a member cluster
+"tokyo" (test apiservers), two controller replicas with leader election, and
+real kubectl. Each fault must end with the region objects a job gets without
+it, and no duplicate Job:
+
+1. The leader killed while it creates a job's regions: the standby takes over
+   and finishes them.
+2. The member unreachable for a minute and back: its apiserver stopped
+   (SIGSTOP: connections open, nothing answers, as a partition looks) while
+   a job is applied. The hub's Services are written meanwhile (within one
+   request time-out, 30 s: a request with no answer is not retried), no
+   workers start before every region's objects exist, the member is
+   reported unreachable, and once it answers again every object is created.
+
+Usage: controller_faults_e2e_test.py GEOTRAIN_CONTROLLER GEO_TEST_APISERVER TOOLS_BIN REPO
+Exit 77 (skipped) without kubectl.
+"""
+
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+import urllib.request
+
+from e2e_support import Clusters, check, failures, wait_for
+
+OUTAGE_SECONDS = 60
+
+
+def http(url):
+    try:
+        with urllib.request.urlopen(url, timeout=3) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
+
+
+def job(name):
+    return {"apiVersion": "geotrain.io/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"sync": {"algorithm": "dts", "period": 4},
+                     "regions": [{"name": "london", "replicas": 2,
+                                  "gateway": {"serviceType": "ClusterIP"}},
+                                 {"name": "tokyo", "cluster": "tokyo",
+                                  "gateway": {"serviceType": "NodePort",
+                                              "endpoint": "tk.example.org:31000"}}]}}
+
+
+def main():
+    controller, apiserver, tools, repo = sys.argv[1:5]
+    kubectl_bin = os.path.join(tools, "kubectl")
+    if not os.access(kubectl_bin, os.X_OK):
+        print(f"SKIP: {kubectl_bin} is not installed (scripts/install-kube-tools.sh)")
+        sys.exit(77)
+    work = tempfile.mkdtemp(prefix="geo-controller-faults-")
+    clusters = Clusters(apiserver, controller, kubectl_bin, repo, work, ["hub", "tokyo"])
+    try:
+        replicas = {name: clusters.start_controller(name) for name in ("c1", "c2")}
+        leader = wait_for("a leader", lambda: clusters.leader() in replicas and clusters.leader())
+        standby = "c2" if leader == "c1" else "c1"
+
+        def apply(name):
+            path = os.path.join(work, f"{name}.json")
+            with open(path, "w") as f:
+                json.dump(job(name), f)
+            clusters.kubectl("hub", "apply", "-f", path)
+
+        def objects(cluster, name):
+            """Kind and name (the job's name replaced by X) of every object
+            the job owns in `cluster`, and how many Jobs it has there."""
+            found, jobs = set(), 0
+            for kind in ("job", "configmap", "secret", "service"):
+                listed = clusters.get(cluster, kind, "-n", "ml", "-l",
+                                      f"geotrain.io/job={name}") or {"items": []}
+                for item in listed["items"]:
+                    found.add((kind, item["metadata"]["name"].replace(name, "X")))
+                    jobs += kind == "job"
+            return found, jobs
+
+        def settled(name, want):
+            got = {c: objects(c, name)[0] for c in ("hub", "tokyo")}
+            return got == want and got
+
+        # The objects of a job applied without a fault.
+        apply("base")
+        wait_for("base's Jobs", lambda: clusters.get("tokyo", "job", "base-tokyo", "-n", "ml")
+                 and clusters.get("hub", "job", "base-london", "-n", "ml"))
+        time.sleep(2)  # every object of the pass written
+        baseline = {c: objects(c, "base")[0] for c in ("hub", "tokyo")}
+        check(("job", "X-london") in baseline["hub"] and ("job", "X-tokyo") in baseline["tokyo"],
+              f"baseline {baseline}")
+        print(f"baseline: {sum(len(v) for v in baseline.values())} objects", flush=True)
+
+        # 1. The leader killed as it creates a job's regions.
+        # Killed as soon as kubectl returns: the leader has seen the job or
+        # is about to, and writes its regions' objects within milliseconds.
+        apply("takeover")
+        replicas[leader]["proc"].kill()
+        replicas[leader]["proc"].wait()
+        killed = time.time()
+        partial = {c: len(objects(c, "takeover")[0]) for c in ("hub", "tokyo")}
+        print(f"leader {leader} killed with {partial} of the job's objects written", flush=True)
+        wait_for("the standby to lead", lambda: clusters.leader() == standby, timeout=20)
+        got = wait_for("takeover's objects", lambda: settled("takeover", baseline), timeout=30)
+        check(got, f"after the takeover: {({c: objects(c, 'takeover')[0] for c in baseline})}"
+                   f" against {baseline}")
+        print(f"takeover's regions complete {time.time() - killed:.1f} s after the kill",
+              flush=True)
+        for cluster in ("hub", "tokyo"):
+            check(objects(cluster, "takeover")[1] == 1, f"{cluster}: one Job for takeover")
+
+        # 2. tokyo unreachable for a minute while a job is applied.
+        metrics = f"http://127.0.0.1:{replicas[standby]['metrics']}/metrics"
+        tokyo = clusters.servers["tokyo"]
+        tokyo.send_signal(signal.SIGSTOP)
+        stopped = time.time()
+        try:
+            apply("outage")
+            # The hub's Services are written all the same; no region's
+            # workers start before every region's objects exist.
+            london = wait_for("outage's london Services while tokyo is out", lambda: (
+                lambda got: ("service", "X-london-gateway") in got and got)(
+                    objects("hub", "outage")[0]), timeout=50)
+            check(london, "the hub's region was held up by the unreachable member")
+            unreachable = wait_for("tokyo reported unreachable", lambda: re.search(
+                r'geotrain_region_reachable\{[^}]*region="tokyo"[^}]*\} 0', http(metrics)),
+                timeout=50)
+            check(unreachable, "geotrain_region_reachable{region=\"tokyo\"} never went to 0")
+            time.sleep(max(0.0, OUTAGE_SECONDS - (time.time() - stopped)))
+            check(objects("hub", "outage")[1] == 0, "london's workers started without tokyo's")
+        finally:
+            tokyo.send_signal(signal.SIGCONT)
+        back = time.time()
+        got = wait_for("outage's objects", lambda: settled("outage", baseline), timeout=60)
+        check(got, f"after the outage: {({c: objects(c, 'outage')[0] for c in baseline})}"
+                   f" against {baseline}")
+        print(f"tokyo out {back - stopped:.0f} s; its region complete {time.time() - back:.1f} s "
+              f"after it answered again", flush=True)
+        for name in ("base", "takeover", "outage"):
+            for cluster in ("hub", "tokyo"):
+                check(objects(cluster, name)[1] == 1, f"{cluster}: one Job for {name}")
+        check(wait_for("tokyo reachable again", lambda: re.search(
+            r'geotrain_region_reachable\{[^}]*region="tokyo"[^}]*\} 1', http(metrics)),
+            timeout=30), "geotrain_region_reachable{region=\"tokyo\"} did not come back to 1")
+    finally:
+        clusters.close()
+    if failures:
+        for name in sorted(os.listdir(work)):
+            if name.endswith(".log") and name.startswith("controller"):
+                print(f"--- {name}")
+                print(open(os.path.join(work, name)).read()[-3000:])
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("all checks passed")
+
+
+if __name__ == "__main__":
+    main()
