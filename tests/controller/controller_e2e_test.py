@@ -28,7 +28,7 @@ import tempfile
 import time
 import urllib.request
 
-from e2e_support import check, failures, free_port, wait_for
+from e2e_support import Clusters, check, failures, wait_for
 
 
 def http(url):
@@ -48,55 +48,11 @@ def main():
         print(f"SKIP: {kubectl_bin} is not installed (scripts/install-kube-tools.sh)")
         sys.exit(77)
     work = tempfile.mkdtemp(prefix="geo-controller-e2e-")
-    procs = []
-
-    def start(args, log):
-        p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
-        procs.append(p)
-        return p
+    clusters = Clusters(apiserver, controller, kubectl_bin, repo, work, ["hub", "tokyo"])
+    kubectl, get = clusters.kubectl, clusters.get
 
     try:
-        kc = {}
-        for cluster in ("hub", "tokyo"):
-            kc[cluster] = os.path.join(work, f"{cluster}.kubeconfig")
-            start([apiserver, "--tls", "--port", "0", "--kubeconfig-out", kc[cluster]],
-                  os.path.join(work, f"apiserver-{cluster}.log"))
-        for cluster in kc:
-            wait_for(f"{cluster} kubeconfig", lambda c=cluster: os.path.exists(kc[c]) and
-                     os.path.getsize(kc[c]) > 0)
-
-        def kubectl(cluster, *args, ok=True):
-            r = subprocess.run([kubectl_bin, "--kubeconfig", kc[cluster], "--cache-dir",
-                                f"{work}/cache-{cluster}"] + list(args),
-                               capture_output=True, text=True)
-            if ok:
-                check(r.returncode == 0, f"kubectl {' '.join(args)}: {r.stdout}{r.stderr}")
-            return r
-
-        def get(cluster, *args):
-            r = kubectl(cluster, "get", *args, "-o", "json", ok=False)
-            return json.loads(r.stdout) if r.returncode == 0 else None
-
-        kubectl("hub", "apply", "-f", os.path.join(repo, "manifests", "crd"))
-        kubectl("hub", "wait", "--for=condition=Established", "--timeout=20s",
-                "crd/trainingjobs.geotrain.io")
-        for cluster in kc:
-            kubectl(cluster, "create", "namespace", "ml")
-        kubectl("hub", "create", "namespace", "geotrain-system")
-        kubectl("hub", "-n", "geotrain-system", "create", "secret", "generic",
-                "geotrain-member-tokyo", f"--from-file=kubeconfig={kc['tokyo']}")
-
-        replicas = {}
-        for name in ("c1", "c2"):
-            metrics, health = free_port(), free_port()
-            log = os.path.join(work, f"controller-{name}.log")
-            p = start([controller, "--kubeconfig", kc["hub"], "--namespace", "geotrain-system",
-                       "--member", "tokyo=geotrain-member-tokyo", "--identity", name,
-                       "--lease-duration", "4s", "--renew-deadline", "3s",
-                       "--metrics-listen", f"127.0.0.1:{metrics}",
-                       "--health-listen", f"127.0.0.1:{health}",
-                       "--worker-image", "registry.example/worker:1"], log)
-            replicas[name] = {"proc": p, "metrics": metrics, "health": health, "log": log}
+        replicas = {name: clusters.start_controller(name) for name in ("c1", "c2")}
         for name, r in replicas.items():
             wait_for(f"{name} /healthz", lambda r=r: http(
                 f"http://127.0.0.1:{r['health']}/healthz")[0] == 200)
@@ -245,10 +201,7 @@ def main():
         except subprocess.TimeoutExpired:
             check(False, f"{standby} did not stop within 15 s of SIGTERM")
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        clusters.close()
     if failures:
         for name in sorted(os.listdir(work)):
             if name.endswith(".log") and name.startswith("controller"):

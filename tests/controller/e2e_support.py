@@ -3,7 +3,9 @@ instead of stopping at the first, loopback ports that no outgoing connection
 can take (outside the kernel's ephemeral range, see tests/worker/free_ports.py),
 and polling with a time-out."""
 
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -46,11 +48,17 @@ class Clusters:
     is killed by close()."""
 
     def __init__(self, apiserver, controller, kubectl_bin, repo, work, names):
-        import subprocess
-        self._subprocess = subprocess
         self.apiserver, self.controller, self.kubectl_bin = apiserver, controller, kubectl_bin
         self.repo, self.work, self.names = repo, work, list(names)
         self.kc, self.procs, self.servers = {}, [], {}
+        try:
+            self._set_up()
+        except BaseException:
+            self.close()  # no server outlives a set-up that failed
+            raise
+
+    def _set_up(self):
+        apiserver, repo, work = self.apiserver, self.repo, self.work
         for cluster in self.names:
             self.kc[cluster] = os.path.join(work, f"{cluster}.kubeconfig")
             self.servers[cluster] = self.start(
@@ -71,22 +79,20 @@ class Clusters:
                          f"geotrain-member-{member}", f"--from-file=kubeconfig={self.kc[member]}")
 
     def start(self, args, log):
-        p = self._subprocess.Popen(args, stdout=open(log, "w"),
-                                   stderr=self._subprocess.STDOUT)
+        p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
         self.procs.append(p)
         return p
 
     def kubectl(self, cluster, *args, ok=True):
-        r = self._subprocess.run([self.kubectl_bin, "--kubeconfig", self.kc[cluster],
-                                  "--request-timeout=10s", "--cache-dir",
-                                  f"{self.work}/cache-{cluster}"] + list(args),
-                                 capture_output=True, text=True)
+        r = subprocess.run([self.kubectl_bin, "--kubeconfig", self.kc[cluster],
+                            "--request-timeout=10s", "--cache-dir",
+                            f"{self.work}/cache-{cluster}"] + list(args),
+                           capture_output=True, text=True)
         if ok:
             check(r.returncode == 0, f"kubectl {' '.join(args)}: {r.stdout}{r.stderr}")
         return r
 
     def get(self, cluster, *args):
-        import json
         r = self.kubectl(cluster, "get", *args, "-o", "json", ok=False)
         return json.loads(r.stdout) if r.returncode == 0 else None
 
