@@ -15,6 +15,7 @@
 #include <initializer_list>
 #include <limits>
 #include <set>
+#include <span>
 #include <sstream>
 #include <system_error>
 #include <utility>
@@ -404,12 +405,16 @@ Rule<int64_t> oneOf(std::vector<int64_t> list) {
           }};
 }
 
-Rule<std::string> oneOf(std::initializer_list<std::string_view> names, bool emptyAllowed = false) {
-  std::vector<std::string_view> list(names);
+Rule<std::string> oneOf(std::span<const std::string_view> names, bool emptyAllowed = false) {
+  std::vector<std::string_view> list(names.begin(), names.end());
   return {join(list), [list, emptyAllowed](const std::string& v) {
             if (v.empty()) return emptyAllowed;
             return std::find(list.begin(), list.end(), v) != list.end();
           }};
+}
+
+Rule<std::string> oneOf(std::initializer_list<std::string_view> names, bool emptyAllowed = false) {
+  return oneOf(std::span<const std::string_view>(names.begin(), names.size()), emptyAllowed);
 }
 
 Rule<std::string> anyString() {
@@ -752,8 +757,7 @@ std::vector<Section> buildSchema() {
         makeField("period", &W::sync, &W::Sync::period, delayType(), periodRule),
         makeField("delay", &W::sync, &W::Sync::delay, delayType(), delayRule),
         makeField("swarmH", &W::sync, &W::Sync::swarmH, integer, atLeast(1)),
-        makeField("codec", &W::sync, &W::Sync::codec, string,
-                  oneOf({"identity", "fp16", "bf16", "qsgd"})),
+        makeField("codec", &W::sync, &W::Sync::codec, string, oneOf(kCodecNames)),
         makeField(
             "bits", &W::sync, &W::Sync::bits, integer,
             oneOf(std::vector<int64_t>(kernels::kQsgdBits.begin(), kernels::kQsgdBits.end()))),
@@ -762,7 +766,7 @@ std::vector<Section> buildSchema() {
         makeField("errorFeedback", &W::sync, &W::Sync::errorFeedback, boolean, anyBool()),
         makeField("scaleLrWithDelay", &W::sync, &W::Sync::scaleLrWithDelay, boolean, anyBool()),
         makeField("hierarchical", &W::sync, &W::Sync::hierarchical, boolean, anyBool()),
-        makeField("lanCodec", &W::sync, &W::Sync::lanCodec, string, oneOf({"identity", "bf16"})),
+        makeField("lanCodec", &W::sync, &W::Sync::lanCodec, string, oneOf(kLanCodecNames)),
         makeField("timeoutSeconds", &W::sync, &W::Sync::timeoutSeconds, number,
                   seconds(kMinSeconds)),
         makeField("peerTimeoutSeconds", &W::sync, &W::Sync::peerTimeoutSeconds, number,

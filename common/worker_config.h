@@ -19,6 +19,7 @@
 // yaml-cpp stays out of this header on purpose: the controller and the worker
 // include it everywhere, and only worker_config.cc needs a YAML parser.
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -61,6 +62,11 @@ inline constexpr int64_t kMaxClasses = 1 << 20;  // model.classes
 inline constexpr int64_t kMaxModelWidth = 1 << 18;
 inline constexpr int64_t kMaxModelLayers = 256;  // model.layers, model.heads
 inline constexpr int64_t kMaxContext = 1 << 16;  // model.context
+// sync.codec: the payload codecs (worker/codec's makeCodec builds each of
+// them, codec_test checks it); sync.lanCodec: those a region's members may
+// send their leader (lossless or bf16).
+inline constexpr std::array<std::string_view, 4> kCodecNames = {"identity", "fp16", "bf16", "qsgd"};
+inline constexpr std::array<std::string_view, 2> kLanCodecNames = {"identity", "bf16"};
 // sync.bucket and sync.bits: exactly what the QSGD kernels accept
 // (kernels/qsgd_limits.h), so a value the kernels would refuse is refused
 // here, by the controller and by `geotrain local` rather than when a worker

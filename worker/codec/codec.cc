@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/enforce.h"
+#include "common/worker_config.h"
 #include "kernels/casts.h"
 #if GEO_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -350,7 +351,7 @@ StatusOr<std::unique_ptr<Codec>> makeCodec(const CodecSpec& spec) {
     return std::unique_ptr<Codec>(std::make_unique<QsgdCodec>(spec));
   }
   return invalidArgument(
-      fmt::format("'{}' is not a codec (allowed: identity, fp16, bf16, qsgd)", spec.name));
+      fmt::format("'{}' is not a codec (allowed: {})", spec.name, fmt::join(kCodecNames, ", ")));
 }
 
 }  // namespace geo::codec

@@ -1,7 +1,9 @@
 #include "worker/local/cli.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -76,7 +78,10 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
   keyFlag("--swarm-h", "H",
           keyHelp("SwarmSGD local steps between exchanges", "sync.swarmH", d.sync.swarmH));
   keyFlag("--codec", "NAME",
-          keyHelp("WAN codec: identity, fp16, bf16 or qsgd", "sync.codec", d.sync.codec));
+          keyHelp(fmt::format("WAN codec: {} or {}",
+                              fmt::join(std::span(kCodecNames).first(kCodecNames.size() - 1), ", "),
+                              kCodecNames.back()),
+                  "sync.codec", d.sync.codec));
   keyFlag("--bits", "B", keyHelp("QSGD bits per value: 2, 4 or 8", "sync.bits", d.sync.bits));
   keyFlag("--hierarchical", "true|false",
           keyHelp("Reduce inside each region before the WAN", "sync.hierarchical",

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
 
 #include "common/enforce.h"
+#include "common/worker_config.h"
 #include "kernels/qsgd_limits.h"
 
 namespace geo::codec {
@@ -159,6 +161,21 @@ TEST_P(CodecTest, CudaSlicesGiveTheCpuBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, CodecTest, ::testing::Values("identity", "fp16", "bf16", "qsgd"));
+
+// sync.codec's allowed names (common/worker_config.h) are exactly the
+// codecs makeCodec builds.
+TEST(Codec, EveryNameTheSchemaAllowsIsACodec) {
+  for (std::string_view name : kCodecNames) {
+    EXPECT_TRUE(makeCodec({std::string(name)}).ok()) << name;
+  }
+  for (std::string_view name : kLanCodecNames) {
+    EXPECT_NE(std::find(kCodecNames.begin(), kCodecNames.end(), name), kCodecNames.end()) << name;
+  }
+  const auto bad = makeCodec({"zstd"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("allowed: identity, fp16, bf16, qsgd"), std::string::npos)
+      << bad.status().toString();
+}
 
 TEST(Codec, IdsRatiosAndSpecErrors) {
   EXPECT_EQ((*makeCodec({"identity"}))->id(), transport::CodecId::kFp32);
