@@ -22,7 +22,7 @@
 #       two workers training the cnn on the GPU over loopback with DTS
 #       (accuracy, steps/s, identical final models), and resnet18 steps on
 #       the GPU (the training thread's encoding time against its step).
-#       Figures go to stdout and to DIR (default gpu-check-out); about 5
+#       Figures go to stdout and to DIR (default gpu-check-out); about 4
 #       minutes on one H100. Without a GPU it says so and exits 77. --from S
 #       starts at check S (1-6; 3: build the worker and train), to rerun the
 #       later checks within a short lease.
