@@ -18,12 +18,7 @@
 namespace geo::kernels {
 namespace {
 
-void check(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return;
-  cudaGetLastError();  // a non-sticky error must not be blamed on a later call
-  GEO_ENFORCE(err == cudaSuccess, "CUDA {} failed: {} ({})", what, cudaGetErrorName(err),
-              cudaGetErrorString(err));
-}
+using detail::checkCuda;
 
 // One host thread's stream, event and staging buffers on one device.
 struct Staging {
@@ -35,29 +30,30 @@ struct Staging {
   size_t hostBytes = 0;
 
   void* deviceBuffer(size_t bytes) {
-    if (bytes > deviceBytes) {
-      cudaFree(device);
-      device = nullptr;
-      deviceBytes = 0;
-      check(cudaMalloc(&device, bytes), "cudaMalloc (payload staging)");
-      deviceBytes = bytes;
-    }
-    return device;
+    return grow(device, deviceBytes, bytes, cudaMalloc, cudaFree, "cudaMalloc (payload staging)");
   }
   void* hostBuffer(size_t bytes) {
-    if (bytes > hostBytes) {
-      cudaFreeHost(host);
-      host = nullptr;
-      hostBytes = 0;
-      check(cudaMallocHost(&host, bytes), "cudaMallocHost (payload staging)");
-      hostBytes = bytes;
+    return grow(host, hostBytes, bytes, cudaMallocHost, cudaFreeHost,
+                "cudaMallocHost (payload staging)");
+  }
+  // `buffer` of `have` bytes, replaced by one of `need` if it is smaller
+  // (the contents are not kept: every call fills what it uses).
+  static void* grow(void*& buffer, size_t& have, size_t need,
+                    cudaError_t (*allocate)(void**, size_t), cudaError_t (*release)(void*),
+                    const char* what) {
+    if (need > have) {
+      release(buffer);
+      buffer = nullptr;
+      have = 0;
+      checkCuda(allocate(&buffer, need), what);
+      have = need;
     }
-    return host;
+    return buffer;
   }
   // Makes this thread's stream wait for everything queued on `after` so far.
   void orderAfter(cudaStream_t after) {
-    check(cudaEventRecord(ready, after), "cudaEventRecord");
-    check(cudaStreamWaitEvent(stream, ready, 0), "cudaStreamWaitEvent");
+    checkCuda(cudaEventRecord(ready, after), "cudaEventRecord");
+    checkCuda(cudaStreamWaitEvent(stream, ready, 0), "cudaStreamWaitEvent");
   }
 };
 
@@ -82,16 +78,16 @@ class ThreadStaging {
 
   Staging& forCurrentDevice() {
     int device = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
+    checkCuda(cudaGetDevice(&device), "cudaGetDevice");
     if (perDevice_.size() <= static_cast<size_t>(device)) perDevice_.resize(device + 1);
     Staging& s = perDevice_[device];
     if (s.stream == nullptr) {
-      check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      checkCuda(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreate");
       if (const cudaError_t err = cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming);
           err != cudaSuccess) {
         cudaStreamDestroy(s.stream);
         s.stream = nullptr;
-        check(err, "cudaEventCreate");
+        checkCuda(err, "cudaEventCreate");
       }
     }
     return s;
@@ -146,10 +142,10 @@ void qsgdEncodeCudaToHost(const float* in, int64_t n, const QsgdConfig& cfg, Rng
   auto* pinned = static_cast<uint8_t*>(s.hostBuffer(static_cast<size_t>(need)));
   s.orderAfter(after);
   qsgdEncodeCuda(in, n, cfg, key, packed, need, residual, s.stream);  // synchronizes s.stream
-  check(
+  checkCuda(
       cudaMemcpyAsync(pinned, packed, static_cast<size_t>(need), cudaMemcpyDeviceToHost, s.stream),
       "cudaMemcpyAsync (payload to host)");
-  check(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
+  checkCuda(cudaStreamSynchronize(s.stream), "cudaStreamSynchronize");
   std::memcpy(hostOut, pinned, static_cast<size_t>(need));
 }
 
@@ -171,8 +167,8 @@ void qsgdDecodeAccumulateCudaFromHost(const uint8_t* hostIn, int64_t inBytes, in
   // The previous call on this thread has finished (each call synchronizes),
   // so the pinned buffer is free to overwrite.
   std::memcpy(pinned, hostIn, bytes);
-  check(cudaMemcpyAsync(packed, pinned, bytes, cudaMemcpyHostToDevice, s.stream),
-        "cudaMemcpyAsync (payload to device)");
+  checkCuda(cudaMemcpyAsync(packed, pinned, bytes, cudaMemcpyHostToDevice, s.stream),
+            "cudaMemcpyAsync (payload to device)");
   s.orderAfter(after);
   qsgdDecodeAccumulateCuda(packed, inBytes, n, cfg, alpha, out, s.stream);  // synchronizes
 }
@@ -233,8 +229,8 @@ void qsgdDecodeAccumulateSlicesCudaFromHost(const uint8_t* hostIn, int64_t inByt
   auto* packed = static_cast<uint8_t*>(s.deviceBuffer(bytes));
   auto* pinned = static_cast<uint8_t*>(s.hostBuffer(bytes));
   std::memcpy(pinned, hostIn + span.lo, bytes);  // the previous call has finished with it
-  check(cudaMemcpyAsync(packed, pinned, bytes, cudaMemcpyHostToDevice, s.stream),
-        "cudaMemcpyAsync (payload to device)");
+  checkCuda(cudaMemcpyAsync(packed, pinned, bytes, cudaMemcpyHostToDevice, s.stream),
+            "cudaMemcpyAsync (payload to device)");
   s.orderAfter(after);
   const detail::DeviceStatus status =
       detail::runWithStatusOn(s.stream, "QSGD decode launch", [&](detail::DeviceStatus* st) {

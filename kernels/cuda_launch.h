@@ -74,6 +74,11 @@ cudaError_t launchCastToHalf(const float* in, int64_t n, uint16_t* out, HalfForm
 cudaError_t launchCastFromHalf(const uint16_t* in, int64_t n, HalfFormat format, bool accumulate,
                                float alpha, float* out, cudaStream_t stream);
 
+// Host side (cuda_runtime.cc): throws geo::Error naming `what` and the CUDA
+// error unless err is cudaSuccess, after clearing a non-sticky error so that
+// later calls are not blamed for it.
+void checkCuda(cudaError_t err, const char* what);
+
 // Host side (cuda_runtime.cc): queues launch(status) on `stream` with this
 // thread's zeroed status block, then the status's copy back, waits for the
 // stream and returns what the kernels reported. Throws geo::Error naming

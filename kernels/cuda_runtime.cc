@@ -17,17 +17,18 @@
 
 namespace geo::kernels {
 
+using detail::checkCuda;
 using detail::DeviceStatus;
 using detail::HalfFormat;
 
-namespace {
-
-void checkCuda(cudaError_t err, const char* what) {
+void detail::checkCuda(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return;
   cudaGetLastError();  // reset a non-sticky error so that later calls are not blamed for it
   GEO_ENFORCE(err == cudaSuccess, "CUDA {} failed: {} ({})", what, cudaGetErrorName(err),
               cudaGetErrorString(err));
 }
+
+namespace {
 
 template <typename T>
 void checkAligned(const T* p, const char* name) {

@@ -28,7 +28,7 @@ import tempfile
 import time
 import urllib.request
 
-from e2e_support import Clusters, check, failures, wait_for
+from e2e_support import Clusters, check, report, wait_for
 
 
 def http(url):
@@ -202,14 +202,7 @@ def main():
             check(False, f"{standby} did not stop within 15 s of SIGTERM")
     finally:
         clusters.close()
-    if failures:
-        for name in sorted(os.listdir(work)):
-            if name.endswith(".log") and name.startswith("controller"):
-                print(f"--- {name}")
-                print(open(os.path.join(work, name)).read()[-3000:])
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
-    print("all checks passed")
+    report(work)
 
 
 if __name__ == "__main__":

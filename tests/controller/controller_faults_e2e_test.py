@@ -26,7 +26,7 @@ import tempfile
 import time
 import urllib.request
 
-from e2e_support import Clusters, check, failures, wait_for
+from e2e_support import Clusters, check, report, wait_for
 
 OUTAGE_SECONDS = 60
 
@@ -148,14 +148,7 @@ def main():
             timeout=30), "geotrain_region_reachable{region=\"tokyo\"} did not come back to 1")
     finally:
         clusters.close()
-    if failures:
-        for name in sorted(os.listdir(work)):
-            if name.endswith(".log") and name.startswith("controller"):
-                print(f"--- {name}")
-                print(open(os.path.join(work, name)).read()[-3000:])
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
-    print("all checks passed")
+    report(work)
 
 
 if __name__ == "__main__":

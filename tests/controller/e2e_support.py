@@ -23,6 +23,19 @@ def check(ok, what):
     return ok
 
 
+def report(work):
+    """Exits: 0 when every check passed; else 1, after the end of each
+    controller log under `work`."""
+    if failures:
+        for name in sorted(os.listdir(work)):
+            if name.endswith(".log") and name.startswith("controller"):
+                print(f"--- {name}")
+                print(open(os.path.join(work, name)).read()[-3000:])
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("all checks passed")
+
+
 def free_port():
     return free_ports(1)[0]
 

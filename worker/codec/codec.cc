@@ -182,13 +182,7 @@ class QsgdCodec final : public Codec {
   void encode(const torch::Tensor& values, kernels::RngKey key, std::span<std::byte> out,
               torch::Tensor* residual) const override {
     checkTensor(values, "input");
-    float* res = nullptr;
-    if (residual != nullptr) {
-      checkTensor(*residual, "residual");
-      checkSameDevice(values, *residual);
-      GEO_ENFORCE_EQ(residual->numel(), values.numel(), "codec: residual and input sizes differ");
-      res = residual->data_ptr<float>();
-    }
+    float* res = residualOf(values, residual);
     if (values.device().is_cuda()) {
       onDevice(values);
       // After the work LibTorch queued on the legacy default stream (the
@@ -232,13 +226,7 @@ class QsgdCodec final : public Codec {
       return;
     }
     checkTensor(values, "input");
-    float* res = nullptr;
-    if (residual != nullptr) {
-      checkTensor(*residual, "residual");
-      checkSameDevice(values, *residual);
-      GEO_ENFORCE_EQ(residual->numel(), values.numel(), "codec: residual and input sizes differ");
-      res = residual->data_ptr<float>();
-    }
+    float* res = residualOf(values, residual);
     onDevice(values);
 #if GEO_HAVE_CUDA
     const auto table = kernelSlices(slices);
@@ -286,6 +274,15 @@ class QsgdCodec final : public Codec {
                 "with -DGEO_USE_CUDA=ON and nvcc; README, 'Building for GPUs')",
                 t.device().str());
 #endif
+  }
+
+  // The residual's data (on the values' device, as many values), or null.
+  static float* residualOf(const torch::Tensor& values, torch::Tensor* residual) {
+    if (residual == nullptr) return nullptr;
+    checkTensor(*residual, "residual");
+    checkSameDevice(values, *residual);
+    GEO_ENFORCE_EQ(residual->numel(), values.numel(), "codec: residual and input sizes differ");
+    return residual->data_ptr<float>();
   }
 
   kernels::QsgdConfig cfg_;

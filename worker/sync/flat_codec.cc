@@ -27,9 +27,6 @@ uint64_t mixStream(uint64_t a, uint64_t b, uint64_t c) {
 FlatCodec::FlatCodec(std::shared_ptr<const codec::Codec> codec, const std::vector<int64_t>& sizes,
                      int64_t smallTensorThreshold)
     : codec_(std::move(codec)) {
-  auto raw = codec::makeCodec({.name = "identity"});
-  GEO_ENFORCE(raw.ok(), "identity codec: {}", raw.status().message());
-  raw_ = std::move(*raw);
   numel_ = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
   if (codec_->id() != CodecId::kQsgd) {
     segments_.push_back({0, numel_, 0, codec_->encodedBytes(numel_), false});
@@ -44,7 +41,9 @@ FlatCodec::FlatCodec(std::shared_ptr<const codec::Codec> codec, const std::vecto
     s.numel = n;
     s.byteOffset = bytes_;
     s.raw = n < smallTensorThreshold;
-    s.bytes = s.raw ? raw_->encodedBytes(n) : codec_->encodedBytes(n);
+    // A raw segment's bytes are its fp32 values, as identity's frames carry them.
+    s.bytes = s.raw ? static_cast<int64_t>(transport::codecValueBytes(CodecId::kFp32)) * n
+                    : codec_->encodedBytes(n);
     if (s.raw) rawNumel_ += n;
     segments_.push_back(s);
     offset += n;

@@ -54,7 +54,6 @@ class FlatCodec {
     bool raw = false;
   };
   std::shared_ptr<const codec::Codec> codec_;
-  std::shared_ptr<const codec::Codec> raw_;
   std::vector<Segment> segments_;
   int64_t numel_ = 0;
   int64_t bytes_ = 0;
