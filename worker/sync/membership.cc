@@ -166,9 +166,21 @@ void Membership::delivered(uint32_t peer, uint64_t round) {
 Status Membership::sendControl(uint32_t to, uint64_t round, int64_t step,
                                std::shared_ptr<const std::vector<std::byte>> bytes, CodecId codec,
                                uint64_t elements) {
-  return sendBuffer(*transport_, topology_, {to}, MessageKind::kControl,
-                    {round, static_cast<uint64_t>(std::max<int64_t>(step, 0)), codec, elements},
-                    std::move(bytes), options_.timeout);
+  transport::SendMeta meta{round, static_cast<uint64_t>(std::max<int64_t>(step, 0)), codec,
+                           elements};
+  // A join's question, its answers and the request for state take the
+  // control lane: a worker's data connection starts with the warm-up
+  // padding, which a fresh TCP connection over a long round trip sends in
+  // several round trips of slow start, and a running peer's carries its
+  // rounds -- behind either, joining cost a second or more across the world.
+  // None of them says anything about the data sent before it. The state
+  // itself, the announcement of the round a joiner contributes from and a
+  // resume (which orders a peer's old contributions before its new ones)
+  // stay on the data connection.
+  meta.controlLane =
+      round == kJoinQueryRound || round == kJoinOfferRound || round == kJoinFetchRound;
+  return sendBuffer(*transport_, topology_, {to}, MessageKind::kControl, meta, std::move(bytes),
+                    options_.timeout);
 }
 
 Status Membership::sendResume(uint32_t peer, int64_t step, bool askBack) {

@@ -17,7 +17,7 @@ constexpr size_t kOffRound = 16;
 constexpr size_t kOffStep = 24;
 constexpr size_t kOffSender = 32;
 constexpr size_t kOffCodec = 36;
-constexpr size_t kOffReserved16 = 38;
+constexpr size_t kOffFlags = 38;
 constexpr size_t kOffElementCount = 40;
 constexpr size_t kOffPayloadBytes = 48;
 constexpr size_t kOffPayloadOffset = 56;
@@ -144,7 +144,7 @@ void encodeFrameHeader(const FrameHeader& h, std::span<std::byte, kFrameHeaderBy
   storeLe<uint64_t>(out, kOffStep, h.step);
   storeLe<uint32_t>(out, kOffSender, h.sender);
   storeLe<uint16_t>(out, kOffCodec, static_cast<uint16_t>(h.codec));
-  storeLe<uint16_t>(out, kOffReserved16, 0);
+  storeLe<uint16_t>(out, kOffFlags, h.flags);
   storeLe<uint64_t>(out, kOffElementCount, h.elementCount);
   storeLe<uint64_t>(out, kOffPayloadBytes, h.payloadBytes);
   storeLe<uint64_t>(out, kOffPayloadOffset, h.payloadOffset);
@@ -213,11 +213,12 @@ StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint6
                                    codec));
   }
 
-  const uint16_t reserved16 = loadLe<uint16_t>(header, kOffReserved16);
-  if (reserved16 != 0) {
+  const uint16_t flags = loadLe<uint16_t>(header, kOffFlags);
+  if ((flags & ~kKnownFrameFlags) != 0) {
     return headerError(StatusCode::kInvalidArgument,
-                       fmt::format("reserved field at offset {} is {:#06x}, must be 0",
-                                   kOffReserved16, reserved16));
+                       fmt::format("flags at offset {} are {:#06x}: only {:#06x} (control lane) "
+                                   "is defined",
+                                   kOffFlags, flags, kKnownFrameFlags));
   }
 
   const uint64_t payloadBytes = loadLe<uint64_t>(header, kOffPayloadBytes);
@@ -241,6 +242,13 @@ StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint6
                                    payloadOffset, payloadBytes));
   }
 
+  if ((flags & kFrameFlagControlLane) != 0 && chunkBytes != payloadBytes) {
+    return headerError(StatusCode::kInvalidArgument,
+                       fmt::format("a control-lane frame carries its whole payload in one chunk; "
+                                   "this one has {} of {} bytes at payloadOffset {}",
+                                   chunkBytes, payloadBytes, payloadOffset));
+  }
+
   const uint64_t elementCount = loadLe<uint64_t>(header, kOffElementCount);
   GEO_RETURN_IF_ERROR(checkElementCount(static_cast<CodecId>(codec), elementCount, payloadBytes));
 
@@ -251,6 +259,7 @@ StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint6
   h.step = loadLe<uint64_t>(header, kOffStep);
   h.sender = sender;
   h.codec = static_cast<CodecId>(codec);
+  h.flags = flags;
   h.elementCount = elementCount;
   h.payloadBytes = payloadBytes;
   h.payloadOffset = payloadOffset;

@@ -30,7 +30,8 @@
 //    24    8 step             sender's optimizer step when produced
 //    32    4 sender           sender rank, < world size
 //    36    2 codec            CodecId of the payload
-//    38    2 reserved         must be 0
+//    38    2 flags            kFrameFlag* bits (version 3; reserved and 0
+//                             in version 2); unknown bits are refused
 //    40    8 elementCount     values encoded in the payload
 //    48    8 payloadBytes     length of the whole payload
 //    56    8 payloadOffset    where this message's chunk starts in the payload
@@ -45,7 +46,7 @@
 //                      the payload at its offset;
 //   kPermissionDenied  a well-formed frame of another job (jobHash differs);
 //   kInvalidArgument   everything else: bad magic, an unsupported version,
-//                      kind or codec, a non-zero reserved field, a sender rank
+//                      kind or codec, an unknown flag, a sender rank
 //                      outside the world, payloadBytes above the limit, an
 //                      elementCount that does not fit the codec, or an empty
 //                      chunk of a payload that is not empty.
@@ -64,7 +65,15 @@
 namespace geo::transport {
 
 inline constexpr uint32_t kFrameMagic = 0x544F4547u;  // "GEOT" little-endian
-inline constexpr uint16_t kFrameVersion = 2;
+inline constexpr uint16_t kFrameVersion = 3;
+// Frame flags (FrameHeader::flags).
+// kFrameFlagControlLane: the frame came on the sender's probe connection
+// (SendMeta::controlLane), not its data connection, so it is ordered only
+// with the sender's other control-lane frames and may overtake data sent
+// before it. It is not acknowledged (kAck acknowledges a data connection's
+// chunks, in their order). Always a whole payload in one chunk.
+inline constexpr uint16_t kFrameFlagControlLane = 1;
+inline constexpr uint16_t kKnownFrameFlags = kFrameFlagControlLane;
 // The largest chunk a sender puts in one message (the last one may be
 // shorter). Receivers refuse larger ZeroMQ frames (ZMQ_MAXMSGSIZE). CURVE
 // encrypts each message into a buffer of its own, and buffers below glibc's
@@ -89,8 +98,10 @@ enum class MessageKind : uint16_t {
   kAck = 5,
   // Padding a sender writes to each WAN peer as it starts
   // (TransportConfig::warmupBytes), so that TCP's congestion window has
-  // opened before the first rounds need it. The receiver drops it; it is
-  // neither delivered nor acknowledged.
+  // opened before the first rounds need it. The receiver drops it (it is
+  // never delivered) and acknowledges it as data, so that the sender sees
+  // its data connection move from the start: a first round queued behind
+  // the padding shows as crossing, not as silence.
   kWarmup = 6,
   kUpdate = 16,        // a (compressed) model update or gradient
   kGossip = 17,        // SwarmSGD pairwise model exchange
@@ -141,6 +152,7 @@ struct FrameHeader {
   uint64_t step = 0;
   uint32_t sender = 0;
   CodecId codec = CodecId::kRaw;
+  uint16_t flags = 0;  // kFrameFlag* bits
   uint64_t elementCount = 0;
   uint64_t payloadBytes = 0;   // the whole payload
   uint64_t payloadOffset = 0;  // where this message's chunk starts in it

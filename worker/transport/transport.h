@@ -5,7 +5,8 @@
 // (ranks 0..worldSize-1). It sends framed messages (worker/transport/frame.h)
 // to a peer and lets the caller wait for a message of a given (kind, round),
 // optionally from a given sender. Messages from one sender to one receiver
-// arrive in order; delivery is at most once (a message in flight when its
+// arrive in order (those on the control lane, SendMeta::controlLane, in an
+// order of their own); delivery is at most once (a message in flight when its
 // peer dies is lost) -- the synchronizers tolerate missing contributions.
 //
 // Ownership: send() takes the payload and frees it once the bytes are on the
@@ -17,8 +18,8 @@
 // configured linger time to leave) and wakes blocked callers.
 //
 // Errors: nothing throws. send() returns InvalidArgument (bad peer, payload too
-// large), DeadlineExceeded (the peer's bounded queue stayed full for the whole
-// timeout: backpressure) or Cancelled (closed). receive() returns
+// large, a control-lane payload above kMaxControlLaneBytes), DeadlineExceeded (the peer's bounded
+// queue stayed full for the whole timeout: backpressure) or Cancelled (closed). receive() returns
 // DeadlineExceeded when nothing matched in time, Cancelled when closed.
 // Malformed or unauthorised incoming frames and connections never reach
 // receive(); they are counted (TransportCounters) and logged, rate-limited:
@@ -74,7 +75,20 @@ struct SendMeta {
   uint64_t step = 0;
   CodecId codec = CodecId::kRaw;
   uint64_t elementCount = 0;  // kRaw: set to the payload size when 0
+  // The control lane: the message goes on the connection that carries the
+  // probes (pings, pongs, acknowledgements), so nothing queued for the peer
+  // delays it -- not our data queue, nor ZeroMQ's, nor the kernel's socket
+  // buffer, nor TCP's slow start behind a large payload. The price is order:
+  // it may overtake any message sent before it without the flag (messages on
+  // the lane keep their order among themselves). For small messages whose
+  // meaning does not depend on the data before them (a join's question and
+  // answer); at most kMaxControlLaneBytes. Delivery is at most once, as for
+  // the rest: it waits in a short queue of its own until the connection is up,
+  // and is lost with a connection that fails or under a partition.
+  bool controlLane = false;
 };
+// The largest payload SendMeta::controlLane takes (one chunk, never cut).
+inline constexpr size_t kMaxControlLaneBytes = 4096;
 
 inline constexpr uint32_t kAnyPeer = 0xffffffffu;
 // Ping round trips PeerCounters::minRttSeconds looks back on.

@@ -62,6 +62,15 @@ constexpr uint64_t kLoggedFirst = 10;
 // acknowledges cannot make the list grow without end).
 constexpr size_t kMaxUnackedChunks = size_t{1} << 16;
 constexpr uint64_t kLoggedEvery = 1000;
+// Control-lane messages a peer's queue holds while it has no connection.
+constexpr size_t kMaxLaneQueued = 64;
+// How soon a control-lane message that found no connection is tried again.
+constexpr std::chrono::milliseconds kLaneRetry{10};
+// Pings go this often to a peer whose round trip is not known yet, for the
+// first kFastPingsFor after the start (a peer that is not up by then is
+// pinged at the usual interval).
+constexpr std::chrono::milliseconds kFirstPingEvery{50};
+constexpr std::chrono::seconds kFastPingsFor{30};
 
 bool logged(uint64_t n) {
   return n <= kLoggedFirst || n % kLoggedEvery == 0;
@@ -127,9 +136,11 @@ struct PendingProbe {
   std::vector<std::byte> body;
 };
 
-// Whether frames of this kind are data the receiver acknowledges (kAck).
+// Whether frames of this kind are data the receiver acknowledges (kAck):
+// the warm-up padding too (frame.h).
 bool acknowledged(MessageKind kind) {
-  return static_cast<uint16_t>(kind) >= static_cast<uint16_t>(MessageKind::kUpdate);
+  return kind == MessageKind::kWarmup ||
+         static_cast<uint16_t>(kind) >= static_cast<uint16_t>(MessageKind::kUpdate);
 }
 
 struct PeerState {
@@ -165,8 +176,13 @@ struct PeerState {
   // at once (no connection) is dropped; the next one follows soon.
   std::optional<zmq::socket_t> probe;
   std::deque<PendingProbe> probes;  // under link emulation, until their release
-  std::deque<SentChunk> unacked;    // oldest first
-  std::deque<double> rtts;          // the recent ping round trips
+  // Control-lane messages (SendMeta::controlLane) for the probe connection,
+  // oldest first, until it takes them: unlike a probe, one is kept while
+  // there is no connection yet (a join's question is asked once). Guarded by
+  // `mu`: send() adds from any thread.
+  std::deque<PendingProbe> lane;
+  std::deque<SentChunk> unacked;  // oldest first
+  std::deque<double> rtts;        // the recent ping round trips
   // The latest data chunk received from the peer, not yet acknowledged; and
   // the latest acknowledged, acknowledged again with every ping (one that
   // was lost with its connection is then made good within a ping interval).
@@ -256,6 +272,8 @@ class ZmqTransport final : public Transport {
   // Queues `bytes` as one raw frame of `kind` from this rank, or drops it
   // when the peer's queue is full.
   void enqueueRawOrSkip(uint32_t peer, MessageKind kind, std::vector<std::byte> bytes);
+  // send() for SendMeta::controlLane: into the peer's lane queue.
+  Status enqueueOnLane(uint32_t peer, FrameHeader h, const Payload& payload);
   // Compares a peer's hello with ours; a disagreement refuses the peer.
   void checkHello(uint32_t peer, const Payload& hello);
   void dropQueuedPings();
@@ -276,6 +294,7 @@ class ZmqTransport final : public Transport {
   std::map<std::string, uint32_t> allowedKeys_;  // binary public key -> rank
   int wakeFd_ = -1;
   std::thread io_;
+  const Clock::time_point startedAt_ = Clock::now();
   std::atomic<bool> stopping_{false};
   std::atomic<bool> closed_{false};
   std::atomic<bool> partitioned_{false};
@@ -587,7 +606,40 @@ Status ZmqTransport::send(uint32_t peer, MessageKind kind, const SendMeta& meta,
   h.elementCount =
       meta.codec == CodecId::kRaw && meta.elementCount == 0 ? payload.size() : meta.elementCount;
   h.payloadBytes = payload.size();
+  if (meta.controlLane) return enqueueOnLane(peer, h, payload);
   return enqueue(peer, h, std::move(payload), timeout);
+}
+
+Status ZmqTransport::enqueueOnLane(uint32_t peer, FrameHeader h, const Payload& payload) {
+  if (payload.size() > kMaxControlLaneBytes) {
+    return invalidArgument(
+        fmt::format("transport: a control-lane payload of {} bytes exceeds the lane's limit of {}",
+                    payload.size(), kMaxControlLaneBytes));
+  }
+  if (!reachable(peer)) {
+    return failedPrecondition(fmt::format(
+        "transport: rank {} has no endpoint at rank {} (transport.peers: none), so it is never "
+        "sent to",
+        peer, cfg_.rank));
+  }
+  if (cutOff(peer)) {
+    ++partitionDropped_;
+    return {};
+  }
+  h.flags |= kFrameFlagControlLane;
+  PeerState& p = peers_[peer];
+  auto release = Clock::now();
+  // Under link emulation it crosses the link's delay, as a probe does.
+  if (p.shaper) release += p.shaper->profile().oneWayDelay;
+  {
+    std::lock_guard lock(p.mu);
+    if (closed_ || stopping_) return Status(StatusCode::kCancelled, "transport: closed");
+    // A peer away for long: its oldest questions are stale anyway.
+    if (p.lane.size() >= kMaxLaneQueued) p.lane.pop_front();
+    p.lane.push_back({release, h, {payload.bytes().begin(), payload.bytes().end()}});
+  }
+  wake();
+  return {};
 }
 
 StatusOr<Message> ZmqTransport::receive(MessageKind kind, uint64_t round, uint32_t from,
@@ -844,7 +896,11 @@ void ZmqTransport::handleInbound() {
     const int srcFd = zmq_msg_get(parts[1].handle(), ZMQ_SRCFD);
     auto added = assembler_.add(*header, Payload(std::move(msg), view),
                                 static_cast<uint64_t>(std::max(srcFd, 0)));
-    if (acknowledged(header->kind)) p.ackDue = *header;
+    // Acknowledgements name the data connection's chunks in their order; a
+    // control-lane frame came on another connection.
+    if (acknowledged(header->kind) && (header->flags & kFrameFlagControlLane) == 0) {
+      p.ackDue = *header;
+    }
     if (!added.dropped.ok()) reject(added.dropped.message());
     if (!added.complete) continue;
     Payload body = std::move(*added.complete);
@@ -1155,6 +1211,22 @@ std::optional<Clock::time_point> ZmqTransport::flushProbes(Clock::time_point now
     }
     if (!p.probes.empty())
       next = std::min(next.value_or(p.probes.front().release), p.probes.front().release);
+    std::lock_guard lock(p.mu);
+    while (!p.lane.empty() && p.lane.front().release <= now) {
+      if (cutOff(r)) {
+        ++partitionDropped_;
+      } else if (!writeProbe(r, p.lane.front().header, p.lane.front().body)) {
+        // No connection yet: in order, so the rest wait too. Tried again
+        // soon; a connection completes within a few round trips.
+        next = std::min(next.value_or(now + kLaneRetry), now + kLaneRetry);
+        break;
+      } else {
+        ++p.messagesSent;
+      }
+      p.lane.pop_front();
+    }
+    if (!p.lane.empty() && p.lane.front().release > now)
+      next = std::min(next.value_or(p.lane.front().release), p.lane.front().release);
   }
   return next;
 }
@@ -1371,6 +1443,18 @@ void ZmqTransport::ioLoop() {
     if (!stopping_ && cfg_.pingInterval.count() > 0 && now >= nextPing) {
       sendPings(now);
       nextPing = now + cfg_.pingInterval;
+      // Until every peer's round trip is known, every kFirstPingEvery: a
+      // ping sent before the probe connection is up is lost, and the
+      // synchronizers size their first rounds' delay from the first round
+      // trips (a second late at the start of a job otherwise).
+      if (now - startedAt_ < kFastPingsFor) {
+        for (uint32_t r = 0; r < world; ++r) {
+          if (reachable(r) && peers_[r].rttSeconds < 0) {
+            nextPing = std::min(nextPing, now + kFirstPingEvery);
+            break;
+          }
+        }
+      }
     }
     if (!stopping_) reportRefusalWhenDue(now);
     if (!stopping_) reconnectStalled(now);

@@ -913,9 +913,9 @@ TEST(TransportAcks, DataTakenIsAcknowledged) {
 }
 
 // The warm-up: a transport starts its data connection to each WAN peer
-// (uplinkPeers) with warmupBytes of padding, which the receiver counts as bytes received
-// and drops -- nothing of it reaches the inbox, and no data is acknowledged
-// for it. A LAN peer gets none.
+// (uplinkPeers) with warmupBytes of padding, which the receiver counts as bytes received,
+// acknowledges and drops -- nothing of it reaches the inbox. A LAN peer gets
+// none.
 TEST(TransportWarmup, AWanPeerGetsPaddingThatIsDroppedOnArrival) {
   World w(3);
   std::vector<TransportConfig> configs{w.config(0), w.config(1), w.config(2)};
@@ -935,6 +935,13 @@ TEST(TransportWarmup, AWanPeerGetsPaddingThatIsDroppedOnArrival) {
   };
   ASSERT_TRUE(eventually([&] { return from0(1) >= (1u << 20); }))
       << "rank 1 received " << from0(1) << " bytes from rank 0";
+  // Acknowledged, though nothing was sent but the padding.
+  ASSERT_TRUE(eventually([&] {
+    for (const auto& c : ts[0]->peerCounters()) {
+      if (c.peer == 1) return c.sinceAckSeconds >= 0 && c.unackedBytes == 0;
+    }
+    return false;
+  })) << "the padding was not acknowledged";
   // Data after it arrives whole, and alone.
   ASSERT_TRUE(
       ts[0]->send(1, MessageKind::kUpdate, {.round = 3}, Payload(pattern(1000, 9)), 1s).ok());
@@ -976,6 +983,69 @@ TEST(TransportAcks, PingsDoNotWaitBehindData) {
   EXPECT_LT(worst, 0.2) << "a ping waited behind the payload";
   ASSERT_TRUE(ts[1]->receive(MessageKind::kUpdate, 1, 0, 5s).ok());
   EXPECT_NEAR(ts[0]->peerCounters().front().minRttSeconds, 0.050, 0.015);
+}
+
+// A control-lane message (SendMeta::controlLane) overtakes data queued
+// before it: with 2 s of payload crossing a 20 Mbit/s link of 25 ms one way,
+// a small message sent after it arrives in about the link's delay, whole,
+// with its header as sent; the data still arrives intact, and the lane's
+// frame leaves nothing to acknowledge. Lane messages keep their order among
+// themselves.
+TEST(TransportControlLane, OvertakesDataQueuedBeforeIt) {
+  World w(2);
+  std::vector<TransportConfig> configs = {w.config(0), w.config(1)};
+  for (auto& c : configs) c.links.assign(2, *parseLinkProfile("delay=25ms"));
+  configs[0].uplink = *parseLinkProfile("rate=20mbit");
+  configs[0].uplinkPeers = {false, true};
+  configs[1].uplinkPeers = {true, false};
+  auto ts = startAll(configs);
+  ASSERT_EQ(ts.size(), 2u);
+  ASSERT_TRUE(
+      ts[0]->send(1, MessageKind::kUpdate, {.round = 1}, Payload(pattern(5'000'000, 2)), 1s).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t round = 7; round < 10; ++round) {
+    SendMeta lane{.round = round, .step = 42};
+    lane.controlLane = true;
+    ASSERT_TRUE(ts[0]->send(1, MessageKind::kControl, lane, Payload(pattern(16, round)), 1s).ok());
+  }
+  for (uint64_t round = 7; round < 10; ++round) {
+    auto m = ts[1]->receive(MessageKind::kControl, round, 0, 5s);
+    ASSERT_TRUE(m.ok()) << m.status().toString();
+    EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(16, round)));
+    EXPECT_EQ(m->header.step, 42u);
+    EXPECT_EQ(m->header.flags, kFrameFlagControlLane);
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(took, 0.5) << "the control-lane messages waited behind the payload";
+  auto data = ts[1]->receive(MessageKind::kUpdate, 1, 0, 10s);
+  ASSERT_TRUE(data.ok()) << data.status().toString();
+  EXPECT_TRUE(sameBytes(data->payload.bytes(), pattern(5'000'000, 2)));
+  EXPECT_EQ(data->header.flags, 0);
+  ASSERT_TRUE(eventually([&] { return ts[0]->peerCounters().front().unackedBytes == 0; }))
+      << ts[0]->peerCounters().front().unackedBytes << " bytes still unacknowledged";
+}
+
+// A control-lane message sent before the peer is up waits for its
+// connection (a join's question is asked once), and one too large for the
+// lane is refused, naming the limit.
+TEST(TransportControlLane, WaitsForTheConnectionAndRefusesLargePayloads) {
+  World w(2);
+  auto first = makeZmqTransport(w.config(0));
+  ASSERT_TRUE(first.ok()) << first.status().toString();
+  SendMeta lane{.round = 3};
+  lane.controlLane = true;
+  ASSERT_TRUE((*first)->send(1, MessageKind::kControl, lane, Payload(pattern(8, 3)), 1s).ok());
+  const Status big = (*first)->send(1, MessageKind::kControl, lane,
+                                    Payload(pattern(kMaxControlLaneBytes + 1, 1)), 1s);
+  EXPECT_EQ(big.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(big.message().find(std::to_string(kMaxControlLaneBytes)), std::string::npos)
+      << big.message();
+  std::this_thread::sleep_for(300ms);
+  auto second = makeZmqTransport(w.config(1));
+  ASSERT_TRUE(second.ok()) << second.status().toString();
+  auto m = (*second)->receive(MessageKind::kControl, 3, 0, 5s);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(8, 3)));
 }
 
 // A peer silent for reconnectAfter gets new connections, and a partition's
