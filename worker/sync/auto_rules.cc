@@ -19,6 +19,17 @@ std::optional<int64_t> autoDelaySteps(double slowestLinkSeconds, double stepSeco
   return std::clamp<int64_t>(static_cast<int64_t>(std::min(steps, 1e15)), 0, maxDelay);
 }
 
+std::optional<double> linkBeforeReports(std::span<const double> minRttSeconds,
+                                        double crossingSeconds) {
+  if (minRttSeconds.empty()) return std::nullopt;
+  double link = crossingSeconds > 0 ? crossingSeconds : 0;
+  for (const double rtt : minRttSeconds) {
+    if (!(rtt > 0)) return std::nullopt;
+    link = std::max(link, rtt / 2);
+  }
+  return link;
+}
+
 double roundTransferSeconds(std::span<const double> linkSeconds, double latencySeconds,
                             double roundSeconds) {
   if (linkSeconds.empty()) return -1;

@@ -19,6 +19,17 @@ namespace geo::sync {
 std::optional<int64_t> autoDelaySteps(double slowestLinkSeconds, double stepSeconds,
                                       int64_t maxDelay);
 
+// Auto delay before the first lag reports: the slowest link's one-way time
+// from ping round trips -- half the smallest recent round trip of each peer
+// expected (`minRttSeconds`, one per peer not suspected; <= 0: none yet) --
+// or the longest a round was seen crossing (`crossingSeconds`, 0: none seen),
+// whichever is longer. nullopt while any peer expected has not answered a
+// ping, or when there is none: D from the nearer peers alone made every
+// worker wait at the first due step for the farthest one, and "no round
+// trip" read as a link of 0 ms made round 0 a barrier across the world.
+std::optional<double> linkBeforeReports(std::span<const double> minRttSeconds,
+                                        double crossingSeconds);
+
 // A round's transfer time over one link, from the last few one-way link
 // times measured at the period in force (oldest first, one per round),
 // the link's latency (half its smallest recent ping round trip) and the

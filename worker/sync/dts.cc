@@ -199,7 +199,9 @@ class Dts final : public Base {
     // still crossing shows there (chooseDelay) long before they come.
     if (auto_ && !linkMeasured()) learnTheLink();
     while (!pending_.empty() && pending_.front().dueStep <= t) {
-      GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat));
+      bool deferred = false;
+      GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat, &deferred));
+      if (deferred) break;
       recycle(pending_.front());
       pending_.pop_front();
     }
@@ -759,18 +761,27 @@ class Dts final : public Base {
   // Report layout (kLagReportRound, header.step = the round reported on, or
   // kNoRound for a schedule only): one little-endian IEEE double per group
   // member, the lag (seconds) of its contribution, NaN where none came; then
-  // the schedule in force and the next one (k = 0: none), three int64 each.
+  // the schedule in force and the next one (k = 0: none), three int64 each;
+  // then the round the sender closes next, its rounds' length as lived
+  // (roundSeconds(), in nanoseconds) and its lead() (int64 each), which
+  // tell the coordinator how far ahead of it a peer runs (choosePeriod).
   static constexpr uint64_t kNoRound = ~uint64_t{0};
-  static constexpr size_t kScheduleBytes = 6 * sizeof(int64_t);
+  static constexpr size_t kScheduleBytes = 9 * sizeof(int64_t);
 
   Status reportLags(uint64_t round, const std::vector<double>& lags) {
     auto bytes =
         std::make_shared<std::vector<std::byte>>(lags.size() * sizeof(double) + kScheduleBytes);
     std::memcpy(bytes->data(), lags.data(), lags.size() * sizeof(double));
     const Schedule next = nextSchedule_.value_or(Schedule{0, 0, 0});
-    const int64_t schedules[6] = {
-        static_cast<int64_t>(schedule_.round), schedule_.step, schedule_.k,
-        static_cast<int64_t>(next.round),      next.step,      next.k};
+    const int64_t schedules[9] = {static_cast<int64_t>(schedule_.round),
+                                  schedule_.step,
+                                  schedule_.k,
+                                  static_cast<int64_t>(next.round),
+                                  next.step,
+                                  next.k,
+                                  static_cast<int64_t>(nextRound_),
+                                  static_cast<int64_t>(roundSeconds() * 1e9),
+                                  lead()};
     std::memcpy(bytes->data() + lags.size() * sizeof(double), schedules, sizeof schedules);
     const uint64_t size = bytes->size();  // before the move: argument order is unspecified
     return sendTo(presentPeers(), MessageKind::kControl, kLagReportRound, round, CodecId::kRaw,
@@ -795,8 +806,18 @@ class Dts final : public Base {
         if (m->payload.size() != lagBytes + kScheduleBytes) continue;
         any = true;
         if (options_.autoPeriod) {
-          int64_t e[6];
+          int64_t e[9];
           std::memcpy(e, m->payload.data() + lagBytes, sizeof e);
+          // A peer runs at most its D (<= maxAutoDelay steps, a round each
+          // at worst) ahead: a larger figure is not believed.
+          if (e[6] >= 0 &&
+              static_cast<uint64_t>(e[6]) <=
+                  nextRound_ + static_cast<uint64_t>(options_.maxAutoDelay) + 2 &&
+              e[7] > 0 && e[7] < int64_t{60'000'000'000} && e[8] >= 0 &&
+              e[8] <= options_.maxAutoDelay) {
+            paces_[i] = Pace{static_cast<uint64_t>(e[6]), static_cast<double>(e[7]) * 1e-9, e[8],
+                             m->received};
+          }
           for (int j : {0, 3}) {
             if (e[j] >= 0 && e[j + 1] >= 0 && e[j + 2] >= 1 && e[j + 2] <= options_.maxAutoPeriod) {
               adopt({static_cast<uint64_t>(e[j]), e[j + 1], e[j + 2]}, t);
@@ -945,8 +966,15 @@ class Dts final : public Base {
     // worker that hears of it after its round closes realigns (adopt()).
     const int64_t ahead = periodAnnouncementSteps(
         schedule_.k, latency, roundSeconds() / static_cast<double>(schedule_.k));
+    // And past the furthest round any peer may have opened by the time the
+    // announcement reaches it: a peer may run up to its D ahead of the
+    // coordinator (which also evaluates), and a change for a round it had
+    // sent already numbered its rounds apart from ours until we caught up
+    // -- every worker then waited, round by round, for the coordinator's
+    // (about a second of 800 steps on the world links).
     const uint64_t from =
-        nextRound_ + static_cast<uint64_t>((ahead + schedule_.k - 1) / schedule_.k);
+        std::max(nextRound_ + static_cast<uint64_t>((ahead + schedule_.k - 1) / schedule_.k),
+                 furthestPeerRound() + 1);
     const Schedule next{from, closeOf(from - 1), k};
     logger()->info(
         "dts: period K = {} from round {} (after step {}), was {}: a round's transfer takes {:.0f} "
@@ -955,6 +983,41 @@ class Dts final : public Base {
     nextSchedule_ = next;
     return reportLags(kNoRound,
                       std::vector<double>(group_.size(), std::numeric_limits<double>::quiet_NaN()));
+  }
+
+  // The most steps this worker may run past a round's close before it
+  // waits for the round: its D, or more for a round in flight closed under a
+  // larger D (or before the links were known: due at maxAutoDelay).
+  int64_t lead() const {
+    int64_t most = delay_;
+    for (const Pending& p : pending_) most = std::max(most, p.dueStep - p.sendStep);
+    return std::clamp<int64_t>(most, 0, options_.maxAutoDelay);
+  }
+
+  // The furthest round a peer may have opened once an announcement sent
+  // now reaches it: the round its last report named, plus the rounds it
+  // closes at the pace it reported (its rounds as lived, waits and a held
+  // uplink included) while that report came here and the announcement goes
+  // back (the links' smallest round trip), and since the report arrived.
+  // At most the round of the step where its lead() makes it wait for our
+  // next round: the announcement travels ahead of that round on the same
+  // connection, so it cannot pass that step without it (a pace reported
+  // before a slower uplink overstated the lead by tens of rounds).
+  // nextRound_ when no peer has reported.
+  uint64_t furthestPeerRound() const {
+    uint64_t furthest = nextRound_;
+    const auto now = Clock::now();
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (!paces_[i] || baseRtts_[i].empty() || membership_.suspected(group_.ranks[i])) continue;
+      const Pace& p = *paces_[i];
+      const double rtt = *std::min_element(baseRtts_[i].begin(), baseRtts_[i].end());
+      const double seconds = rtt + std::chrono::duration<double>(now - p.at).count();
+      const double rounds = seconds / p.roundSeconds;
+      const uint64_t paced = p.nextRound + static_cast<uint64_t>(std::ceil(std::min(rounds, 1e6)));
+      const uint64_t waits = roundAt(closeOf(nextRound_) + p.lead);
+      furthest = std::max(furthest, std::min(paced, waits));
+    }
+    return furthest;
   }
 
   // A round's length as it is lived: the mean of the recent intervals
@@ -1127,7 +1190,13 @@ class Dts final : public Base {
     return mean;
   }
 
-  Status complete(Pending& p, int64_t t, train::FlatParameters& flat) {
+  // `deferred` (null: the round must complete now, as at the end): set, and
+  // nothing completed, when the wait shows the round is not due yet after
+  // all -- before the first lag reports, a round seen crossing while we wait
+  // raises D (learnTheLink), and the first rounds of a job cross a fresh
+  // connection in TCP's slow start (several round trips; 0.5-0.8 s on the
+  // world links, which every worker spent waiting at its first due step).
+  Status complete(Pending& p, int64_t t, train::FlatParameters& flat, bool* deferred = nullptr) {
     // Wait (bounded) for the contributions expected in this round, serving
     // joins meanwhile; a peer suspected while we wait is not waited for.
     const auto t0 = Clock::now();
@@ -1144,6 +1213,14 @@ class Dts final : public Base {
       }
       if (waitedFor.empty()) waitedFor = waiting;
       if (waiting.empty()) break;
+      if (deferred != nullptr && auto_ && !linkMeasured()) {
+        learnTheLink();
+        if (p.dueStep > t) {
+          noteWait(secondsSince(t0));
+          *deferred = true;
+          return {};
+        }
+      }
       if (Clock::now() >= deadline) {
         for (size_t i : waiting) {
           membership_.giveUp(group_.ranks[i]);
@@ -1271,7 +1348,8 @@ class Dts final : public Base {
   }
 
   // D = auto before anything is known of the links: the first ping round
-  // trip gives D (chooseDelay), and the rounds closed meanwhile become due D
+  // trips, once every peer expected has answered one, give D (chooseDelay,
+  // linkBeforeReports), and the rounds closed meanwhile become due D
   // steps after they closed (or at once, where that has passed).
   void learnTheLink() {
     const int64_t before = delay_;
@@ -1309,26 +1387,27 @@ class Dts final : public Base {
     const bool measured = link >= 0;
     if (measured) stats_.setLink(link);
     if (!measured) {
+      std::vector<double> rtts;  // the peers expected (linkBeforeReports)
       for (const auto& c : transport_->peerCounters()) {
-        if (!group_.indexOf(c.peer) || c.minRttSeconds <= 0) continue;
+        if (!group_.indexOf(c.peer) || membership_.suspected(c.peer)) continue;
         // The path's round trip, the smallest recent one: the first pings
         // of a job wait behind connection set-up and TCP's slow start.
-        link = std::max(link, c.minRttSeconds / 2);
+        rtts.push_back(c.minRttSeconds);
+        if (c.minRttSeconds <= 0) continue;
         // A round still crossing: its oldest byte not yet acknowledged left
         // unackedSeconds ago, so the way there takes at least that less the
         // acknowledgement's way back. A 10 MB round over 100 Mbit/s took
         // 2.3 s where the ping said 115 ms, and the first lag reports came
         // 26 s into the run: every round until then was waited for. Only
         // while acknowledgements keep coming (the data moves; a cut link's
-        // silence says nothing of its length) and from peers not suspected.
-        // The longest seen holds until the reports come: the next round
-        // crosses the same way.
+        // silence says nothing of its length). The longest seen holds until
+        // the reports come: the next round crosses the same way.
         if (c.unackedSeconds > c.minRttSeconds && c.sinceAckSeconds >= 0 &&
-            c.sinceAckSeconds < c.minRttSeconds + 1.0 && !membership_.suspected(c.peer)) {
+            c.sinceAckSeconds < c.minRttSeconds + 1.0) {
           crossingSeconds_ = std::max(crossingSeconds_, c.unackedSeconds - c.minRttSeconds / 2);
         }
       }
-      link = std::max(link, crossingSeconds_);
+      link = linkBeforeReports(rtts, crossingSeconds_).value_or(-1);
     }
     const std::optional<int64_t> chosen = autoDelaySteps(link, stepSeconds_, options_.maxAutoDelay);
     if (chosen) linkKnown_ = true;
@@ -1407,6 +1486,16 @@ class Dts final : public Base {
   // Auto period: the recent ping round trips of each peer, by group index.
   std::vector<std::deque<double>> baseRtts_ = std::vector<std::deque<double>>(group_.size());
   std::vector<std::deque<double>> links_ = std::vector<std::deque<double>>(group_.size());
+  // Auto period: each peer's pace as of its latest report (the round it
+  // closes next, its rounds' length as lived, its lead(), when the report
+  // arrived).
+  struct Pace {
+    uint64_t nextRound = 0;
+    double roundSeconds = 0;
+    int64_t lead = 0;
+    Clock::time_point at;
+  };
+  std::vector<std::optional<Pace>> paces_ = std::vector<std::optional<Pace>>(group_.size());
   double stepSeconds_ = 0;  // a step's time, waits for peers excluded (moving average)
   double waitedSince_ = 0;  // seconds waited for peers since the last step
   std::optional<Clock::time_point> lastStepAt_;  // the latest afterStep's start
@@ -1421,7 +1510,7 @@ class Dts final : public Base {
   bool linkKnown_ = false;
   // D = auto before the first lag reports: the longest a round of ours was
   // seen crossing to a peer (unacknowledged, acknowledgements coming), 0
-  // before; chooseDelay counts it as a link.
+  // before (none seen: no link of 0 ms); chooseDelay counts it as a link.
   double crossingSeconds_ = 0;
   // Auto period: when this worker's latest round left, and the intervals
   // between its recent rounds at the period in force (roundSeconds()).

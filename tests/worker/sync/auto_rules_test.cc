@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 namespace geo::sync {
 namespace {
@@ -25,6 +26,23 @@ TEST(AutoDelay, StaysWithinItsCap) {
 TEST(AutoDelay, DecidesNothingWithoutAStepTimeOrALink) {
   EXPECT_FALSE(autoDelaySteps(0.1, 0.0, 256).has_value());
   EXPECT_FALSE(autoDelaySteps(-1.0, 0.02, 256).has_value());  // no link measured
+}
+
+TEST(LinkBeforeReports, IsHalfTheLongestRoundTripOnceEveryPeerHasOne) {
+  const std::vector<double> all = {0.010, 0.230, 0.140};
+  EXPECT_DOUBLE_EQ(*linkBeforeReports(all, 0), 0.115);
+  // A round seen crossing for longer counts; one shorter does not.
+  EXPECT_DOUBLE_EQ(*linkBeforeReports(all, 0.4), 0.4);
+  EXPECT_DOUBLE_EQ(*linkBeforeReports(all, 0.05), 0.115);
+}
+
+TEST(LinkBeforeReports, KnowsNothingWhileAPeerHasNotAnswered) {
+  // The near peers' round trips alone are not the slowest link.
+  EXPECT_FALSE(linkBeforeReports(std::vector<double>{0.010, -1, 0.140}, 0).has_value());
+  EXPECT_FALSE(linkBeforeReports(std::vector<double>{0.010, 0, 0.140}, 0.3).has_value());
+  // No peer expected, or none answered: not a link of 0 ms.
+  EXPECT_FALSE(linkBeforeReports(std::vector<double>{}, 0).has_value());
+  EXPECT_FALSE(linkBeforeReports(std::vector<double>{-1, -1}, 0).has_value());
 }
 
 TEST(DelayLrScale, FullUpToFourStepsThenInverseToTheStalenessDownToHalf) {

@@ -1091,6 +1091,43 @@ TEST(Dts, AutoPeriodGoesToWhatASaturatedUplinkNeedsAtOnce) {
   }
 }
 
+// A change of period takes effect on every worker at the same step, also
+// where a worker runs ahead of the coordinator (which decides it): here
+// rank 1 takes 5 ms steps and the coordinator 20 ms, over links of 100 ms
+// each way, so rank 1 runs its D (about 20 steps, five rounds of K = 4)
+// ahead. A change announced from the coordinator's own next rounds named a
+// round rank 1 had sent already: rank 1 adopted it late, its rounds
+// numbered apart from the coordinator's, and it waited for each of them
+// in turn. The coordinator now schedules from the furthest round a peer's
+// report names.
+TEST(Dts, AutoPeriodChangesOnTheSameStepWhereAPeerRunsAhead) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.steps = 240;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.delay = std::nullopt;
+  job.sync.autoPeriod = true;
+  job.oneWayDelay = {{"a-b", "delay=100ms"}, {"b-a", "delay=100ms"}};
+  job.uplink = "rate=1gbit";
+  job.uplinkChanges = {{120, 2e6 / 8}};
+  job.extraCompute = {20ms, 5ms};
+  const auto r = runJob(job);
+  std::vector<int64_t> changedAt;
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    const auto& periods = r.periods[rank];
+    const auto change =
+        std::find_if(periods.begin(), periods.end(), [](int64_t k) { return k != 4; });
+    ASSERT_NE(change, periods.end()) << "rank " << rank << ": K never changed";
+    changedAt.push_back(change - periods.begin() + 1);
+  }
+  EXPECT_LE(std::abs(changedAt[1] - changedAt[0]), 1)
+      << "the coordinator changed K at step " << changedAt[0] << ", rank 1 at step " << changedAt[1]
+      << " (heard of it late)";
+  EXPECT_TRUE(torch::equal(r.finalValues[0], r.finalValues[1]));
+}
+
 // DTS state is checkpointed: a job interrupted with a round in flight
 // (K = 2, D = 1, stopped right after sending round 5) and resumed from its
 // checkpoints ends bitwise where an uninterrupted run ends -- the resumed
