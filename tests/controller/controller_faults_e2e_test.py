@@ -12,6 +12,10 @@ it, and no duplicate Job:
    request time-out, 30 s: a request with no answer is not retried), no
    workers start before every region's objects exist, the member is
    reported unreachable, and once it answers again every object is created.
+3. The hub's history compacted and every watch cut (SIGUSR1 to its test
+   apiserver: an etcd compaction) just before a job is applied: the
+   controller's watches come back from versions that are gone, get 410
+   Gone, list again, and create the job's regions.
 
 Usage: controller_faults_e2e_test.py GEOTRAIN_CONTROLLER GEO_TEST_APISERVER TOOLS_BIN REPO
 Exit 77 (skipped) without kubectl.
@@ -140,12 +144,30 @@ def main():
                    f" against {baseline}")
         print(f"tokyo out {back - stopped:.0f} s; its region complete {time.time() - back:.1f} s "
               f"after it answered again", flush=True)
-        for name in ("base", "takeover", "outage"):
-            for cluster in ("hub", "tokyo"):
-                check(objects(cluster, name)[1] == 1, f"{cluster}: one Job for {name}")
         check(wait_for("tokyo reachable again", lambda: re.search(
             r'geotrain_region_reachable\{[^}]*region="tokyo"[^}]*\} 1', http(metrics)),
             timeout=30), "geotrain_region_reachable{region=\"tokyo\"} did not come back to 1")
+
+        # 3. The hub's history compacted, every watch cut, and a job applied
+        # before the controller watches again.
+        log = replicas[standby]["log"]
+        relists_before = open(log).read().count("listing again")
+        clusters.servers["hub"].send_signal(signal.SIGUSR1)
+        apply("compacted")
+        compacted = time.time()
+        got = wait_for("compacted's objects", lambda: settled("compacted", baseline), timeout=30)
+        check(got, f"after the compaction: {({c: objects(c, 'compacted')[0] for c in baseline})}"
+                   f" against {baseline}")
+        gone = open(log).read().split("\n")
+        relisted = [line for line in gone if "listing again" in line]
+        check(len(relisted) > relists_before and any("410" in line for line in relisted),
+              f"no informer listed again after a 410: {relisted[-3:]}")
+        print(f"compaction: {len(relisted) - relists_before} informer(s) listed again after "
+              f"410 Gone; compacted's regions complete {time.time() - compacted:.1f} s after "
+              f"the apply", flush=True)
+        for name in ("base", "takeover", "outage", "compacted"):
+            for cluster in ("hub", "tokyo"):
+                check(objects(cluster, name)[1] == 1, f"{cluster}: one Job for {name}")
     finally:
         clusters.close()
     report(work)

@@ -1,5 +1,7 @@
 // geo-test-apiserver: runs one test apiserver until SIGINT/SIGTERM, for the
-// kubectl/helm tests and for people trying the controller by hand.
+// kubectl/helm tests and for people trying the controller by hand. SIGUSR1
+// compacts its history and cuts every watch (watches from older versions
+// then answer 410 Gone).
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -16,6 +18,14 @@ namespace {
 volatile std::sig_atomic_t gStop = 0;
 void onSignal(int) {
   gStop = 1;
+}
+
+// SIGUSR1: an etcd compaction, and every watch stream cut (as when the
+// apiserver's watch cache is rebuilt): clients re-watch from versions that
+// are gone, get 410 Gone and must list again.
+volatile std::sig_atomic_t gCompact = 0;
+void onCompact(int) {
+  gCompact = 1;
 }
 
 }  // namespace
@@ -45,13 +55,23 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
+  std::signal(SIGUSR1, onCompact);
   try {
     geo::testapi::TestApiServer server(options);
     server.start();
     if (!kubeconfig.empty()) server.writeKubeconfig(kubeconfig);
     // One line, flushed, so scripts can wait for it and read the URL.
     std::cout << "geo-test-apiserver listening on " << server.url() << std::endl;
-    while (gStop == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    while (gStop == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (gCompact != 0) {
+        gCompact = 0;
+        server.store().compact();
+        server.faults().dropWatches();
+        std::cout << "geo-test-apiserver: compacted at resourceVersion "
+                  << server.store().currentResourceVersion() << ", watches cut" << std::endl;
+      }
+    }
     server.stop();
   } catch (const std::exception& e) {
     std::cerr << "geo-test-apiserver: " << e.what() << "\n";
