@@ -16,6 +16,10 @@ it, and no duplicate Job:
    apiserver: an etcd compaction) just before a job is applied: the
    controller's watches come back from versions that are gone, get 410
    Gone, list again, and create the job's regions.
+4. The hub's apiserver killed (SIGKILL) the moment a job is applied, and
+   started again 3 s later on the same port, certificates and objects (as
+   a control plane restarts): the controller reconnects and completes the
+   job's regions.
 
 Usage: controller_faults_e2e_test.py GEOTRAIN_CONTROLLER GEO_TEST_APISERVER TOOLS_BIN REPO
 Exit 77 (skipped) without kubectl.
@@ -165,7 +169,16 @@ def main():
         print(f"compaction: {len(relisted) - relists_before} informer(s) listed again after "
               f"410 Gone; compacted's regions complete {time.time() - compacted:.1f} s after "
               f"the apply", flush=True)
-        for name in ("base", "takeover", "outage", "compacted"):
+        # 4. The hub's apiserver restarted as a job is applied.
+        apply("restarted")
+        clusters.restart_server("hub", 3)
+        back = time.time()
+        got = wait_for("restarted's objects", lambda: settled("restarted", baseline), timeout=60)
+        check(got, f"after the restart: {({c: objects(c, 'restarted')[0] for c in baseline})}"
+                   f" against {baseline}")
+        print(f"hub restart: restarted's regions complete {time.time() - back:.1f} s after the "
+              f"hub answered again", flush=True)
+        for name in ("base", "takeover", "outage", "compacted", "restarted"):
             for cluster in ("hub", "tokyo"):
                 check(objects(cluster, name)[1] == 1, f"{cluster}: one Job for {name}")
     finally:

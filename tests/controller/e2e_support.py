@@ -5,9 +5,11 @@ and polling with a time-out."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../worker"))
 from free_ports import free_ports  # noqa: E402
@@ -63,7 +65,7 @@ class Clusters:
     def __init__(self, apiserver, controller, kubectl_bin, repo, work, names):
         self.apiserver, self.controller, self.kubectl_bin = apiserver, controller, kubectl_bin
         self.repo, self.work, self.names = repo, work, list(names)
-        self.kc, self.procs, self.servers = {}, [], {}
+        self.kc, self.procs, self.servers, self.tokens = {}, [], {}, {}
         try:
             self._set_up()
         except BaseException:
@@ -74,9 +76,7 @@ class Clusters:
         apiserver, repo, work = self.apiserver, self.repo, self.work
         for cluster in self.names:
             self.kc[cluster] = os.path.join(work, f"{cluster}.kubeconfig")
-            self.servers[cluster] = self.start(
-                [apiserver, "--tls", "--port", "0", "--kubeconfig-out", self.kc[cluster]],
-                os.path.join(work, f"apiserver-{cluster}.log"))
+            self.servers[cluster] = self._start_server(cluster, 0)
         for cluster in self.names:
             wait_for(f"{cluster} kubeconfig", lambda c=cluster: os.path.exists(self.kc[c]) and
                      os.path.getsize(self.kc[c]) > 0)
@@ -91,8 +91,33 @@ class Clusters:
             self.kubectl(hub, "-n", "geotrain-system", "create", "secret", "generic",
                          f"geotrain-member-{member}", f"--from-file=kubeconfig={self.kc[member]}")
 
-    def start(self, args, log):
-        p = subprocess.Popen(args, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    def _start_server(self, cluster, port):
+        # Its certificates and objects in files of its own, so that
+        # restart_server() brings back the same cluster.
+        token = self.tokens.setdefault(cluster, uuid.uuid4().hex)
+        return self.start(
+            [self.apiserver, "--tls", "--port", str(port), "--kubeconfig-out", self.kc[cluster],
+             "--token", token,
+             "--tls-dir", os.path.join(self.work, f"tls-{cluster}"),
+             "--state-file", os.path.join(self.work, f"state-{cluster}.json")],
+            os.path.join(self.work, f"apiserver-{cluster}.log"), append=port != 0)
+
+    def restart_server(self, cluster, down_seconds):
+        """Kills a cluster's apiserver (SIGKILL: no clean stop) and starts it
+        again after `down_seconds` on the same port, certificates and
+        objects, as a control plane restarts."""
+        with open(self.kc[cluster]) as f:
+            port = int(re.search(r'"server": "https://127\.0\.0\.1:(\d+)"', f.read()).group(1))
+        self.servers[cluster].kill()
+        self.servers[cluster].wait()
+        time.sleep(down_seconds)
+        self.servers[cluster] = self._start_server(cluster, port)
+        wait_for(f"{cluster}'s apiserver back", lambda: self.kubectl(
+            cluster, "get", "namespace", "ml", ok=False).returncode == 0)
+
+    def start(self, args, log, append=False):
+        p = subprocess.Popen(args, stdout=open(log, "a" if append else "w"),
+                             stderr=subprocess.STDOUT)
         self.procs.append(p)
         return p
 

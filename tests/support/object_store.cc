@@ -3,9 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <regex>
 
+#include "common/enforce.h"
 #include "tests/support/api_error.h"
 #include "tests/support/encoding.h"
 #include "tests/support/managed_fields.h"
@@ -227,6 +232,7 @@ void ObjectStore::commitLocked(Bucket& bucket, Json object, const Json* previous
   indexLocked(key, slot);
   emitLocked(bucket, ns, previous != nullptr ? "MODIFIED" : "ADDED", std::move(object),
              std::move(prev));
+  persistLocked();
 }
 
 void ObjectStore::eraseLocked(Bucket& bucket, const std::string& ns, const std::string& name) {
@@ -242,6 +248,79 @@ void ObjectStore::eraseLocked(Bucket& bucket, const std::string& ns, const std::
   meta(object)["resourceVersion"] = std::to_string(++resourceVersion_);
   if (bucket.key == kCrdKey) registry_.removeCrd(object);
   emitLocked(bucket, ns, "DELETED", std::move(object), Json());
+  persistLocked();
+}
+
+void ObjectStore::persistTo(const std::string& path) {
+  const auto parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  std::lock_guard lock(mutex_);
+  persistPath_ = path;
+  persistLocked();
+}
+
+void ObjectStore::persistLocked() const {
+  if (persistPath_.empty()) return;
+  Json state{{"resourceVersion", resourceVersion_}, {"buckets", Json::array()}};
+  for (const auto& [key, bucket] : buckets_) {
+    Json objects = Json::array();
+    for (const auto& [nsName, object] : bucket.objects) objects.push_back(object);
+    state["buckets"].push_back({{"key", bucket.key},
+                                {"group", bucket.group},
+                                {"resource", bucket.resource},
+                                {"kind", bucket.kind},
+                                {"objects", std::move(objects)}});
+  }
+  const std::string temporary = persistPath_ + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out << state.dump();
+    out.flush();
+    GEO_ENFORCE(out.good(), "test apiserver: cannot write its state to {}", temporary);
+  }
+  GEO_ENFORCE(std::rename(temporary.c_str(), persistPath_.c_str()) == 0,
+              "test apiserver: cannot rename {} to {}", temporary, persistPath_);
+}
+
+void ObjectStore::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  GEO_ENFORCE(in.good(), "test apiserver: cannot read the state file {}", path);
+  const Json state = Json::parse(std::istreambuf_iterator<char>(in), {}, nullptr, false);
+  GEO_ENFORCE(state.is_object() && state.contains("resourceVersion") &&
+                  state["resourceVersion"].is_number_unsigned() && state.contains("buckets") &&
+                  state["buckets"].is_array(),
+              "test apiserver: {} is not a state file it wrote (resourceVersion, buckets)", path);
+  std::lock_guard lock(mutex_);
+  buckets_.clear();
+  uids_.clear();
+  dependents_.clear();
+  deleting_.clear();
+  orphanCandidates_.clear();
+  log_.clear();
+  // The CRDs first: their resources must exist before objects of them.
+  std::vector<const Json*> ordered;
+  for (const Json& b : state["buckets"]) {
+    if (b.value("key", "") == kCrdKey)
+      ordered.insert(ordered.begin(), &b);
+    else
+      ordered.push_back(&b);
+  }
+  for (const Json* b : ordered) {
+    Bucket& bucket = buckets_[b->at("key").get<std::string>()];
+    bucket.key = b->at("key").get<std::string>();
+    bucket.group = b->at("group").get<std::string>();
+    bucket.resource = b->at("resource").get<std::string>();
+    bucket.kind = b->at("kind").get<std::string>();
+    for (const Json& object : b->at("objects")) {
+      const std::string ns = metaString(object, "namespace");
+      const std::string name = metaString(object, "name");
+      bucket.objects[{ns, name}] = object;
+      indexLocked({bucket.key, ns, name}, bucket.objects[{ns, name}]);
+      if (bucket.key == kCrdKey) registry_.applyCrd(object);
+    }
+  }
+  resourceVersion_ = state["resourceVersion"].get<uint64_t>();
+  compactedRv_ = resourceVersion_;
 }
 
 namespace {

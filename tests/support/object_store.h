@@ -117,6 +117,19 @@ class ObjectStore {
                                                         uint64_t* currentRv,
                                                         const std::string& storageKey = "");
   uint64_t currentResourceVersion() const;
+  // Persistence, so that a test apiserver restarted -- even killed -- keeps
+  // its objects, as etcd keeps a real one's: from now on every change is
+  // written through to `path` (a temporary file renamed over it) before
+  // the write that made it returns. Writes the current state at once.
+  // Throws geo::Error naming the file when it cannot be written.
+  void persistTo(const std::string& path);
+  // Replaces the store's objects with those of a file persistTo wrote, and
+  // its resourceVersion counter; the CRDs among them register their
+  // resources again. The watch history starts empty at the loaded version,
+  // so watches and continues from older versions answer 410 Gone, as after
+  // a real apiserver's restart. Throws geo::Error naming the file when it
+  // cannot be read or is not such a file.
+  void load(const std::string& path);
   // Drops every logged event: watches and continues from any older version
   // get 410 (etcd compaction).
   void compact();
@@ -192,6 +205,9 @@ class ObjectStore {
   std::deque<WatchEventPtr> log_;
   uint64_t compactedRv_ = 0;
   size_t retention_;
+  std::string persistPath_;  // "": memory only
+  // Writes every object and the version counter to persistPath_, if set.
+  void persistLocked() const;
 };
 
 // RFC 3339 UTC with seconds, like metav1.Time.

@@ -237,8 +237,12 @@ TestApiServer::~TestApiServer() {
 void TestApiServer::start() {
   Impl& s = *impl_;
   GEO_ENFORCE(s.http == nullptr, "TestApiServer::start called twice");
+  if (!s.options.stateFile.empty()) {
+    if (std::filesystem::exists(s.options.stateFile)) s.store.load(s.options.stateFile);
+    s.store.persistTo(s.options.stateFile);
+  }
   if (s.options.tls) {
-    s.tls = generateTlsMaterial();
+    s.tls = s.options.tlsDir.empty() ? generateTlsMaterial() : tlsMaterialIn(s.options.tlsDir);
     s.http = std::make_unique<httplib::SSLServer>(s.tls->serverCert.get(), s.tls->serverKey.get());
     GEO_ENFORCE(s.http->is_valid(), "could not set up TLS for the test apiserver");
   } else {

@@ -38,6 +38,14 @@ struct ServerOptions {
   int threads = 64;
   // Logs every request (method, path, content type, answer code) to stderr.
   bool logRequests = false;
+  // With TLS: the CA and server certificate live in this directory (made
+  // on the first start, reused after), so a restarted server is trusted by
+  // the kubeconfigs written before. "": new ones at every start.
+  std::string tlsDir;
+  // The objects live in this file too (ObjectStore::persistTo), loaded at
+  // start when it exists: a server restarted on the same file, even after
+  // SIGKILL, has every write it answered. "": memory only.
+  std::string stateFile;
 };
 
 class TestApiServer {

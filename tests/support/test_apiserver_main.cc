@@ -49,6 +49,12 @@ int main(int argc, char** argv) {
   app.add_option("--bookmark-interval-ms", bookmarkMs, "interval between watch bookmarks")
       ->capture_default_str();
   app.add_flag("--log-requests", options.logRequests, "log every request to stderr");
+  app.add_option("--tls-dir", options.tlsDir,
+                 "keep the CA and server certificate in DIR (made on the first start, reused "
+                 "after: a restarted server is trusted by the kubeconfigs written before)");
+  app.add_option("--state-file", options.stateFile,
+                 "keep the objects in FILE too, written through on every change and loaded at "
+                 "start (a restart, even after SIGKILL, keeps every write it answered)");
   CLI11_PARSE(app, argc, argv);
   options.bookmarkInterval = std::chrono::milliseconds(bookmarkMs);
   if (!kubeconfig.empty() && options.token.empty()) options.token = geo::testapi::randomUuid();

@@ -1,5 +1,9 @@
 #include "tests/support/tls.h"
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
 #include <openssl/bio.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
@@ -75,7 +79,62 @@ std::string toPem(X509* cert) {
   return pem;
 }
 
+std::string keyPem(EVP_PKEY* key) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  PEM_write_bio_PrivateKey(bio, key, nullptr, nullptr, 0, nullptr, nullptr);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio, &data);
+  std::string pem(data, static_cast<size_t>(n));
+  BIO_free(bio);
+  return pem;
+}
+
+std::string readFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  GEO_ENFORCE(in.good(), "cannot read {}", path.string());
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void writeFile(const std::filesystem::path& path, const std::string& text, bool secret) {
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    GEO_ENFORCE(out.good(), "cannot write {}", path.string());
+    out << text;
+    GEO_ENFORCE(out.good(), "cannot write {}", path.string());
+  }
+  if (secret) {
+    std::filesystem::permissions(
+        path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+}
+
 }  // namespace
+
+TlsMaterial tlsMaterialIn(const std::string& dir) {
+  const std::filesystem::path d(dir);
+  const auto ca = d / "ca.pem", cert = d / "server.pem", key = d / "server-key.pem";
+  if (!std::filesystem::exists(ca) || !std::filesystem::exists(cert) ||
+      !std::filesystem::exists(key)) {
+    std::filesystem::create_directories(d);
+    TlsMaterial fresh = generateTlsMaterial();
+    writeFile(ca, fresh.caPem, false);
+    writeFile(cert, toPem(fresh.serverCert.get()), false);
+    writeFile(key, keyPem(fresh.serverKey.get()), true);
+    return fresh;
+  }
+  TlsMaterial loaded;
+  loaded.caPem = readFile(ca);
+  const std::string certText = readFile(cert), keyText = readFile(key);
+  BIO* bio = BIO_new_mem_buf(certText.data(), static_cast<int>(certText.size()));
+  loaded.serverCert.reset(PEM_read_bio_X509(bio, nullptr, nullptr, nullptr));
+  BIO_free(bio);
+  GEO_ENFORCE(loaded.serverCert != nullptr, "{} holds no PEM certificate", cert.string());
+  bio = BIO_new_mem_buf(keyText.data(), static_cast<int>(keyText.size()));
+  loaded.serverKey.reset(PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr));
+  BIO_free(bio);
+  GEO_ENFORCE(loaded.serverKey != nullptr, "{} holds no PEM private key", key.string());
+  return loaded;
+}
 
 TlsMaterial generateTlsMaterial() {
   KeyPtr caKey = newKey();

@@ -29,4 +29,11 @@ struct TlsMaterial {
 // a year. Throws geo::Error if OpenSSL fails.
 TlsMaterial generateTlsMaterial();
 
+// The material in `dir` (ca.pem, server.pem, server-key.pem) if all three
+// are there, else new material written there (the key readable by its
+// owner only): a test apiserver restarted with the same directory presents
+// the certificate its clients' kubeconfigs already trust. Throws geo::Error
+// naming the file when one cannot be read, parsed or written.
+TlsMaterial tlsMaterialIn(const std::string& dir);
+
 }  // namespace geo::testapi
