@@ -52,12 +52,13 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
                    "applied after --config and before the flags below; default: none)")
       ->type_name("KEY=VALUE");
   local
-      ->add_option("--regions", options.regions,
-                   fmt::format("Comma-separated region names, unique lowercase DNS labels (at "
-                               "most {}); ranks are assigned region by region in this order",
-                               kMaxLocalWorkers))
-      ->type_name("LIST")
-      ->capture_default_str();
+      ->add_option_function<std::string>(
+          "--regions", [&options](const std::string& v) { options.regions = v; },
+          fmt::format("Comma-separated region names, unique lowercase DNS labels (at most {}); "
+                      "ranks are assigned region by region in this order (default: the "
+                      "preset's: world and lan london,tokyo,oregon,ohio; world16 its 16 regions)",
+                      kMaxLocalWorkers))
+      ->type_name("LIST");
   local
       ->add_option("--workers-per-region", options.workersPerRegion,
                    fmt::format("Workers in each region (>= 1; at most {} workers in all regions "
@@ -109,7 +110,9 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
       ->add_option("--preset", options.preset,
                    "Emulated network: world (round trips london-tokyo 230 ms, london-oregon "
                    "140, london-ohio 90, tokyo-oregon 100, tokyo-ohio 160, oregon-ohio 50; "
-                   "100mbit uplink) or lan (no delay, no limit)")
+                   "100mbit uplink), world16 (16 AWS regions, virginia to sydney, round trips "
+                   "11-327 ms from cloudping.co, docs/data/world16-rtt.csv; 100mbit uplink) or "
+                   "lan (no delay, no limit)")
       ->type_name("NAME")
       ->capture_default_str();
   local
@@ -123,7 +126,7 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
           "--uplink", [&options](const std::string& v) { options.uplink = v; },
           "WAN uplink of each worker (under --network netns: of each region, shared by its "
           "workers), e.g. 100mbit (bit, kbit, mbit or gbit per second); 0 or none = unlimited "
-          "(default: the preset's, world 100mbit, lan unlimited)")
+          "(default: the preset's, world and world16 100mbit, lan unlimited)")
       ->type_name("RATE");
   local
       ->add_option("--network", options.network.mode,

@@ -61,7 +61,7 @@ struct LocalOptions {
   std::vector<std::pair<std::string, std::string>> keyFlags;
 
   // Topology.
-  std::string regions = "london,tokyo,oregon,ohio";
+  std::optional<std::string> regions;  // --regions; nullopt: the preset's regions
   int64_t workersPerRegion = 1;
   std::string preset = "world";
   std::vector<std::string> rtt;       // "london-tokyo=230ms", repeatable

@@ -32,6 +32,74 @@ constexpr std::array<PresetPair, 6> kWorldRtt = {{
     {"oregon", "ohio", 50},
 }};
 
+// world16: 16 AWS regions, round trips from cloudping.co's one-year medians
+// (docs/data/world16-rtt.csv: the same table, with its source; a test
+// checks that the two agree).
+constexpr std::array<std::string_view, 16> kWorld16Regions = {
+    "virginia", "ohio",      "california", "oregon", "montreal",  "saopaulo", "ireland", "london",
+    "paris",    "frankfurt", "stockholm",  "mumbai", "singapore", "tokyo",    "seoul",   "sydney"};
+constexpr std::array<PresetPair, 120> kWorld16Rtt = {
+    {{"virginia", "ohio", 15},         {"virginia", "california", 64},
+     {"virginia", "oregon", 64},       {"virginia", "montreal", 16},
+     {"virginia", "saopaulo", 115},    {"virginia", "ireland", 70},
+     {"virginia", "london", 78},       {"virginia", "paris", 84},
+     {"virginia", "frankfurt", 93},    {"virginia", "stockholm", 112},
+     {"virginia", "mumbai", 191},      {"virginia", "singapore", 219},
+     {"virginia", "tokyo", 149},       {"virginia", "seoul", 179},
+     {"virginia", "sydney", 200},      {"ohio", "california", 53},
+     {"ohio", "oregon", 51},           {"ohio", "montreal", 27},
+     {"ohio", "saopaulo", 125},        {"ohio", "ireland", 80},
+     {"ohio", "london", 88},           {"ohio", "paris", 95},
+     {"ohio", "frankfurt", 104},       {"ohio", "stockholm", 123},
+     {"ohio", "mumbai", 202},          {"ohio", "singapore", 203},
+     {"ohio", "tokyo", 135},           {"ohio", "seoul", 165},
+     {"ohio", "sydney", 188},          {"california", "oregon", 22},
+     {"california", "montreal", 80},   {"california", "saopaulo", 175},
+     {"california", "ireland", 130},   {"california", "london", 148},
+     {"california", "paris", 144},     {"california", "frankfurt", 153},
+     {"california", "stockholm", 173}, {"california", "mumbai", 231},
+     {"california", "singapore", 170}, {"california", "tokyo", 108},
+     {"california", "seoul", 133},     {"california", "sydney", 139},
+     {"oregon", "montreal", 61},       {"oregon", "saopaulo", 175},
+     {"oregon", "ireland", 118},       {"oregon", "london", 129},
+     {"oregon", "paris", 135},         {"oregon", "frankfurt", 142},
+     {"oregon", "stockholm", 155},     {"oregon", "mumbai", 222},
+     {"oregon", "singapore", 161},     {"oregon", "tokyo", 98},
+     {"oregon", "seoul", 123},         {"oregon", "sydney", 141},
+     {"montreal", "saopaulo", 126},    {"montreal", "ireland", 69},
+     {"montreal", "london", 79},       {"montreal", "paris", 86},
+     {"montreal", "frankfurt", 93},    {"montreal", "stockholm", 106},
+     {"montreal", "mumbai", 192},      {"montreal", "singapore", 215},
+     {"montreal", "tokyo", 145},       {"montreal", "seoul", 175},
+     {"montreal", "sydney", 198},      {"saopaulo", "ireland", 178},
+     {"saopaulo", "london", 187},      {"saopaulo", "paris", 196},
+     {"saopaulo", "frankfurt", 204},   {"saopaulo", "stockholm", 223},
+     {"saopaulo", "mumbai", 301},      {"saopaulo", "singapore", 327},
+     {"saopaulo", "tokyo", 258},       {"saopaulo", "seoul", 288},
+     {"saopaulo", "sydney", 312},      {"ireland", "london", 14},
+     {"ireland", "paris", 20},         {"ireland", "frankfurt", 27},
+     {"ireland", "stockholm", 41},     {"ireland", "mumbai", 126},
+     {"ireland", "singapore", 182},    {"ireland", "tokyo", 201},
+     {"ireland", "seoul", 232},        {"ireland", "sydney", 256},
+     {"london", "paris", 11},          {"london", "frankfurt", 18},
+     {"london", "stockholm", 32},      {"london", "mumbai", 117},
+     {"london", "singapore", 172},     {"london", "tokyo", 212},
+     {"london", "seoul", 242},         {"london", "sydney", 266},
+     {"paris", "frankfurt", 12},       {"paris", "stockholm", 32},
+     {"paris", "mumbai", 109},         {"paris", "singapore", 167},
+     {"paris", "tokyo", 218},          {"paris", "seoul", 249},
+     {"paris", "sydney", 280},         {"frankfurt", "stockholm", 23},
+     {"frankfurt", "mumbai", 129},     {"frankfurt", "singapore", 161},
+     {"frankfurt", "tokyo", 227},      {"frankfurt", "seoul", 231},
+     {"frankfurt", "sydney", 252},     {"stockholm", "mumbai", 148},
+     {"stockholm", "singapore", 181},  {"stockholm", "tokyo", 247},
+     {"stockholm", "seoul", 250},      {"stockholm", "sydney", 272},
+     {"mumbai", "singapore", 64},      {"mumbai", "tokyo", 134},
+     {"mumbai", "seoul", 134},         {"mumbai", "sydney", 154},
+     {"singapore", "tokyo", 71},       {"singapore", "seoul", 74},
+     {"singapore", "sydney", 95},      {"tokyo", "seoul", 36},
+     {"tokyo", "sydney", 107},         {"seoul", "sydney", 145}}};
+
 constexpr std::string_view kRegionRule =
     "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 "
     "characters";
@@ -55,27 +123,41 @@ std::optional<Microseconds> parseDuration(std::string_view text) {
 
 StatusOr<Preset> parsePreset(std::string_view name) {
   if (name == "world") return Preset::kWorld;
+  if (name == "world16") return Preset::kWorld16;
   if (name == "lan") return Preset::kLan;
-  return invalidArgument(
-      fmt::format("--preset {}: unknown preset (allowed: world, lan)", printableText(name)));
+  return invalidArgument(fmt::format("--preset {}: unknown preset (allowed: world, world16, lan)",
+                                     printableText(name)));
 }
 
 std::string_view presetName(Preset preset) {
-  return preset == Preset::kWorld ? "world" : "lan";
+  switch (preset) {
+    case Preset::kWorld: return "world";
+    case Preset::kWorld16: return "world16";
+    case Preset::kLan: return "lan";
+  }
+  return "lan";
+}
+
+std::vector<std::string> presetRegions(Preset preset) {
+  if (preset == Preset::kWorld16) return {kWorld16Regions.begin(), kWorld16Regions.end()};
+  return {"london", "tokyo", "oregon", "ohio"};
 }
 
 std::optional<Microseconds> presetRtt(Preset preset, std::string_view a, std::string_view b) {
   if (preset == Preset::kLan) return Microseconds(0);
-  for (const PresetPair& p : kWorldRtt) {
-    if ((p.a == a && p.b == b) || (p.a == b && p.b == a)) {
-      return std::chrono::duration_cast<Microseconds>(std::chrono::milliseconds(p.rttMs));
+  const auto find = [&](const auto& table) -> std::optional<Microseconds> {
+    for (const PresetPair& p : table) {
+      if ((p.a == a && p.b == b) || (p.a == b && p.b == a)) {
+        return std::chrono::duration_cast<Microseconds>(std::chrono::milliseconds(p.rttMs));
+      }
     }
-  }
-  return std::nullopt;
+    return std::nullopt;
+  };
+  return preset == Preset::kWorld16 ? find(kWorld16Rtt) : find(kWorldRtt);
 }
 
 std::string presetUplink(Preset preset) {
-  return preset == Preset::kWorld ? "rate=100mbit" : "";
+  return preset == Preset::kLan ? "" : "rate=100mbit";
 }
 
 std::string tooManyRegions(size_t count) {
@@ -198,9 +280,16 @@ std::string linkKey(std::string_view a, std::string_view b) {
 
 StatusOr<Topology> makeTopology(const TopologyOptions& options) {
   Topology topology;
-  auto regions = parseRegionList(options.regions);
-  if (!regions.ok()) return regions.status();
-  topology.regions = std::move(*regions);
+  auto preset = parsePreset(options.preset);
+  if (!preset.ok()) return preset.status();
+  topology.preset = *preset;
+  if (options.regions) {
+    auto regions = parseRegionList(*options.regions);
+    if (!regions.ok()) return regions.status();
+    topology.regions = std::move(*regions);
+  } else {
+    topology.regions = presetRegions(topology.preset);
+  }
   if (options.workersPerRegion < 1) {
     return invalidArgument(
         fmt::format("--workers-per-region {}: must be at least 1", options.workersPerRegion));
@@ -216,9 +305,6 @@ StatusOr<Topology> makeTopology(const TopologyOptions& options) {
         kMaxLocalWorkers / regionCount, regionCount));
   }
   topology.workersPerRegion = options.workersPerRegion;
-  auto preset = parsePreset(options.preset);
-  if (!preset.ok()) return preset.status();
-  topology.preset = *preset;
 
   const size_t n = topology.regions.size();
   std::vector<std::vector<std::optional<Microseconds>>> given(
@@ -246,9 +332,10 @@ StatusOr<Topology> makeTopology(const TopologyOptions& options) {
       if (!rtt) rtt = presetRtt(topology.preset, a, b);
       if (!rtt) {
         return invalidArgument(fmt::format(
-            "no round-trip time for the region pair {}: preset {} knows only london, tokyo, "
-            "oregon and ohio; set it with --rtt {}=<time> (e.g. --rtt {}=120ms)",
-            linkKey(a, b), presetName(topology.preset), linkKey(a, b), linkKey(a, b)));
+            "no round-trip time for the region pair {}: preset {} knows only {}; set it with "
+            "--rtt {}=<time> (e.g. --rtt {}=120ms)",
+            linkKey(a, b), presetName(topology.preset),
+            fmt::join(presetRegions(topology.preset), ", "), linkKey(a, b), linkKey(a, b)));
       }
       topology.rtt[i][j] = topology.rtt[j][i] = *rtt;
     }

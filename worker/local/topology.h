@@ -3,11 +3,20 @@
 // workers each runs, the round-trip time between every pair of regions and
 // the WAN uplink of each worker; and where every rank sits in it.
 //
-// Presets give the round-trip times:
-//   world  london-tokyo 230 ms, london-oregon 140, london-ohio 90,
-//          tokyo-oregon 100, tokyo-ohio 160, oregon-ohio 50; uplink 100mbit
-//   lan    every pair 0 ms, no uplink limit (the "zero latency, unlimited
-//          bandwidth" reference of the benchmarks)
+// Presets give the regions (when --regions is not given) and the round-trip
+// times:
+//   world    london, tokyo, oregon, ohio: london-tokyo 230 ms, london-oregon
+//            140, london-ohio 90, tokyo-oregon 100, tokyo-ohio 160,
+//            oregon-ohio 50; uplink 100mbit
+//   world16  16 AWS regions (virginia, ohio, california, oregon, montreal,
+//            saopaulo, ireland, london, paris, frankfurt, stockholm, mumbai,
+//            singapore, tokyo, seoul, sydney), round trips from cloudping.co's
+//            one-year medians (docs/data/world16-rtt.csv, with its source):
+//            11 ms (london-paris) to 327 ms (saopaulo-singapore); uplink
+//            100mbit
+//   lan      london, tokyo, oregon, ohio; every pair 0 ms, no uplink limit
+//            (the "zero latency, unlimited bandwidth" reference of the
+//            benchmarks)
 // `--rtt a-b=<time>` overrides one pair (either order). Traffic inside a
 // region is never shaped.
 //
@@ -39,14 +48,18 @@ using Microseconds = std::chrono::microseconds;
 // anything per worker or per region.
 inline constexpr int64_t kMaxLocalWorkers = 256;
 
-enum class Preset { kWorld, kLan };
+enum class Preset { kWorld, kWorld16, kLan };
 
-// "world" | "lan".
+// "world" | "world16" | "lan".
 StatusOr<Preset> parsePreset(std::string_view name);
 std::string_view presetName(Preset preset);
 
+// The regions a job of the preset has when --regions is not given.
+std::vector<std::string> presetRegions(Preset preset);
+
 // The preset's round-trip time between two regions (either order); nullopt
-// when the preset does not know the pair (world knows only its four regions).
+// when the preset does not know the pair (world and world16 know only their
+// own regions; lan knows every pair: 0).
 std::optional<Microseconds> presetRtt(Preset preset, std::string_view a, std::string_view b);
 
 // The preset's per-worker uplink as a link profile ("rate=100mbit"), or ""
@@ -96,11 +109,11 @@ struct Topology {
 };
 
 struct TopologyOptions {
-  std::string regions = "london,tokyo,oregon,ohio";  // --regions
-  int64_t workersPerRegion = 1;                      // --workers-per-region, >= 1
-  std::string preset = "world";                      // --preset
-  std::vector<std::string> rtt;                      // --rtt values, in order
-  std::optional<std::string> uplink;                 // --uplink; nullopt: the preset's
+  std::optional<std::string> regions;  // --regions; nullopt: the preset's
+  int64_t workersPerRegion = 1;        // --workers-per-region, >= 1
+  std::string preset = "world";        // --preset
+  std::vector<std::string> rtt;        // --rtt values, in order
+  std::optional<std::string> uplink;   // --uplink; nullopt: the preset's
 };
 
 // Builds the topology: region list, preset times, --rtt overrides (a pair

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -50,6 +53,50 @@ TEST(LocalTopology, PresetRttIsSymmetricAndKnowsOnlyItsRegions) {
   EXPECT_FALSE(presetRtt(Preset::kWorld, "london", "paris").has_value());
   EXPECT_EQ(presetRtt(Preset::kLan, "london", "paris"), milliseconds(0));
   EXPECT_EQ(presetUplink(Preset::kLan), "");
+}
+
+// world16's table is docs/data/world16-rtt.csv's, pair for pair, and a job
+// of it without --regions has its 16 regions, every pair known.
+TEST(LocalTopology, World16IsTheTableOfItsSourceFile) {
+  std::ifstream csv(GEO_WORLD16_CSV);
+  ASSERT_TRUE(csv.good()) << GEO_WORLD16_CSV;
+  std::string line;
+  int pairs = 0;
+  std::set<std::string> regions;
+  while (std::getline(csv, line)) {
+    if (line.empty() || line[0] == '#' || line.rfind("region_a,", 0) == 0) continue;
+    std::vector<std::string> f;
+    std::stringstream fields(line);
+    for (std::string v; std::getline(fields, v, ',');) f.push_back(v);
+    ASSERT_EQ(f.size(), 5u) << line;
+    EXPECT_EQ(presetRtt(Preset::kWorld16, f[0], f[1]), milliseconds(std::stoi(f[4]))) << line;
+    EXPECT_EQ(presetRtt(Preset::kWorld16, f[1], f[0]), milliseconds(std::stoi(f[4]))) << line;
+    regions.insert(f[0]);
+    regions.insert(f[1]);
+    ++pairs;
+  }
+  EXPECT_EQ(pairs, 16 * 15 / 2);
+  EXPECT_EQ(regions.size(), 16u);
+
+  TopologyOptions o;
+  o.preset = "world16";
+  auto t = makeTopology(o);
+  ASSERT_TRUE(t.ok()) << t.status().toString();
+  EXPECT_EQ(t->regions, presetRegions(Preset::kWorld16));
+  EXPECT_EQ(std::set<std::string>(t->regions.begin(), t->regions.end()), regions);
+  EXPECT_EQ(t->rtt[7][8], milliseconds(11)) << "london-paris";
+  EXPECT_EQ(t->uplink, "rate=100mbit");
+  // A subset, four workers each (the 4 x 4 job of docs/wan-emulation.md).
+  o.regions = "london,tokyo,oregon,virginia";
+  o.workersPerRegion = 4;
+  t = makeTopology(o);
+  ASSERT_TRUE(t.ok()) << t.status().toString();
+  EXPECT_EQ(t->worldSize(), 16);
+  EXPECT_EQ(t->rtt[0][1], milliseconds(212)) << "london-tokyo";
+  // world's regions are not all world16's.
+  o.regions = "london,atlantis";
+  EXPECT_NE(errorOf(o).find("preset world16 knows only virginia, ohio"), std::string::npos)
+      << errorOf(o);
 }
 
 TEST(LocalTopology, LanPresetHasNoDelayAndNoUplink) {
@@ -174,7 +221,7 @@ TEST(LocalTopology, UplinkAndPresetFlags) {
 
   o = TopologyOptions{};
   o.preset = "mars";
-  EXPECT_NE(errorOf(o).find("--preset mars: unknown preset (allowed: world, lan)"),
+  EXPECT_NE(errorOf(o).find("--preset mars: unknown preset (allowed: world, world16, lan)"),
             std::string::npos);
   o = TopologyOptions{};
   o.workersPerRegion = 0;
