@@ -53,6 +53,9 @@ Status failedPrecondition(std::string message) {
 Status unavailable(std::string message) {
   return {StatusCode::kUnavailable, std::move(message)};
 }
+Status aborted(std::string message) {
+  return {StatusCode::kAborted, std::move(message)};
+}
 Status deadlineExceeded(std::string message) {
   return {StatusCode::kDeadlineExceeded, std::move(message)};
 }

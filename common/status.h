@@ -74,6 +74,9 @@ Status invalidArgument(std::string message);
 Status notFound(std::string message);
 Status failedPrecondition(std::string message);
 Status unavailable(std::string message);
+// What this process depends on went away through no fault of its own (a
+// region member's leader died): started again, it rejoins.
+Status aborted(std::string message);
 Status deadlineExceeded(std::string message);
 Status internalError(std::string message);
 Status dataLoss(std::string message);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/enforce.h"
+#include "common/exit_codes.h"
 
 namespace geo::reconcile {
 
@@ -482,7 +483,14 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
       //  1. A pod the cluster took away (eviction, preemption, node drain:
       //     condition DisruptionTarget) is replaced without counting against
       //     any limit, whatever its exit code: it is never the spec's fault.
-      //  2. A usage or configuration error (the worker exits 2 for exactly
+      //  2. A worker that lost what it depends on through no fault of its
+      //     own (exit 75: a region member whose leader died) is replaced
+      //     without counting against any limit: started again it rejoins.
+      //     It fails each time its leader does, and over a long job its
+      //     leader's failures would use up its own retries (a 30-minute
+      //     churn soak stopped that way); a leader out of retries fails
+      //     the region's Job (maxFailedIndexes 0), which ends its members.
+      //  3. A usage or configuration error (the worker exits 2 for exactly
       //     that) fails the region's Job at once: retrying the same
       //     worker.yaml cannot help. FailJob, not FailIndex (which
       //     maxFailedIndexes 0 would turn into the same outcome), for the
@@ -493,8 +501,12 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
        {{"rules",
          {{{"action", "Ignore"},
            {"onPodConditions", {{{"type", "DisruptionTarget"}, {"status", "True"}}}}},
+          {{"action", "Ignore"},
+           {"onExitCodes",
+            {{"containerName", "worker"}, {"operator", "In"}, {"values", {kWorkerExitRejoin}}}}},
           {{"action", "FailJob"},
-           {"onExitCodes", {{"containerName", "worker"}, {"operator", "In"}, {"values", {2}}}}}}}}},
+           {"onExitCodes",
+            {{"containerName", "worker"}, {"operator", "In"}, {"values", {kWorkerExitUsage}}}}}}}}},
       {"template",
        {{"metadata", {{"labels", podLabels}, {"annotations", podAnnotations}}},
         {"spec", podSpec}}}};

@@ -140,9 +140,10 @@ int reportFailure(const Progress* progress, const Status& s) {
     local::WorkerEvent e;
     e.kind = local::EventKind::kError;
     e.message = s.message();
+    if (s.code() == StatusCode::kAborted) e.rejoin = true;
     progress->emit(std::move(e));
   }
-  return kExitFailure;
+  return s.code() == StatusCode::kAborted ? kExitRejoin : kExitFailure;
 }
 
 void refuseDisagreeingPeer(const Progress& progress, const Status& s) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/exit_codes.h"
 #include "common/status.h"
 #include "common/worker_config.h"
 #include "worker/app/progress.h"
@@ -24,10 +25,17 @@
 namespace geo::app {
 
 // Exit codes of geotrain-worker: 2 for a configuration that cannot work
-// (retrying it cannot help: the Kubernetes pod failure policy fails the job).
+// (retrying it cannot help: the Kubernetes pod failure policy fails the job);
+// 75 (EX_TEMPFAIL) when what the worker depends on went away through no
+// fault of its own -- a region member whose leader died (a StatusCode
+// kAborted failure) -- so that started again it rejoins: the pod failure
+// policy replaces it without counting a retry (a member fails each time its
+// leader does, and over a long job the leader's failures used up the
+// member's retries; `geotrain local --restart-after` does the same).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
-inline constexpr int kExitUsage = 2;
+inline constexpr int kExitUsage = kWorkerExitUsage;
+inline constexpr int kExitRejoin = kWorkerExitRejoin;
 
 // sync.* (and training.threads for the codec, job.seed) as SyncOptions.
 sync::SyncOptions syncOptions(const WorkerConfig& config);
@@ -72,7 +80,7 @@ std::string modelHash(const torch::Tensor& values);
 [[noreturn]] void refuseDisagreeingPeer(const Progress& progress, const Status& status);
 
 // "geotrain-worker: <message>" on stderr and an error event; returns
-// kExitFailure.
+// kExitRejoin for a kAborted status, else kExitFailure.
 int reportFailure(const Progress* progress, const Status& status);
 
 }  // namespace geo::app

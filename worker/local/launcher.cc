@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/exit_codes.h"
 #include "common/keys/keys.h"
 #include "common/ports.h"
 #include "common/worker_config.h"
@@ -223,6 +224,21 @@ class JobRunner {
     return true;
   }
 
+  // A worker that exited kWorkerExitRejoin (a member whose region leader died) is
+  // started again without counting a retry, as the Kubernetes pod failure
+  // policy's Ignore rule for that code does: a member fails each time its
+  // leader does, and in a 30-minute churn a member used up its three
+  // retries on its leader's deaths, which stopped the job.
+  bool restartToRejoin(Worker& w) {
+    if (!plan_.restartAfterSeconds) return false;
+    w.restartAt = now() + *plan_.restartAfterSeconds;
+    log(fmt::format(
+        "worker {} lost what it depends on (exit code {}); restarting it at {:.1f} s to rejoin "
+        "(not counted against its retries)",
+        w.rank, kWorkerExitRejoin, *w.restartAt));
+    return true;
+  }
+
   bool restartPending() const {
     for (const Worker& w : workers_) {
       if (w.restartAt) return true;
@@ -410,7 +426,10 @@ class JobRunner {
       log(fmt::format("worker {} (pid {}) ended: {}{}", w.rank, w.process->pid(), exit.describe(),
                       w.killedByPlan ? " (killed by --kill)" : ""));
       if (!exit.success() && !stopping_ && !w.killedByPlan) {
-        if (!retry(w, exit.describe())) addFailure({w.rank, exit.describe(), false});
+        const bool rejoin = !exit.signaled && exit.code == kWorkerExitRejoin;
+        if (!(rejoin ? restartToRejoin(w) : retry(w, exit.describe()))) {
+          addFailure({w.rank, exit.describe(), false});
+        }
       }
     }
   }
@@ -475,7 +494,9 @@ class JobRunner {
         break;
       case EventKind::kError:
         log(fmt::format("worker {} error: {}", rank, event->message));
-        if (!stopping_ && !canRetry(workers_[static_cast<size_t>(rank)])) {
+        // One that will exit kWorkerExitRejoin is judged by its exit (above).
+        if (!stopping_ && !event->rejoin.value_or(false) &&
+            !canRetry(workers_[static_cast<size_t>(rank)])) {
           addFailure({rank, "sent an error event", true});
         }
         break;

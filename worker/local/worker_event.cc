@@ -147,6 +147,7 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
   e.arrivedAfterEnd = flag(j, "arrivedAfterEnd");
   e.transferred = flag(j, "transferred");
   e.jobFinished = flag(j, "jobFinished");
+  e.rejoin = flag(j, "rejoin");
   e.stateTransferSeconds = number(j, "stateTransferSeconds");
   if (const Json* bytes = member(j, "bytes")) {
     e.bytes.wanSent = count(*bytes, "wanSent");
@@ -264,6 +265,7 @@ std::string formatWorkerEvent(const WorkerEvent& e) {
   put(j, "testLoss", e.testLoss, "{:.6g}");
   put(j, "arrivedAfterEnd", e.arrivedAfterEnd);
   put(j, "message", e.message);
+  put(j, "rejoin", e.rejoin);
 
   OrderedJson sync = OrderedJson::object();
   const SyncStats& s = e.sync;

@@ -147,6 +147,10 @@ struct WorkerEvent {
 
   // error
   std::string message;
+  // error: the worker ends with kWorkerExitRejoin (common/exit_codes.h: its
+  // region leader went away):
+  // started again it rejoins, and its failure is not its own.
+  std::optional<bool> rejoin;
 };
 
 // InvalidArgument when the line is not a JSON object with a string "event".

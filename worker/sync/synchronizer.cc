@@ -1001,7 +1001,7 @@ class Hierarchical final : public Synchronizer {
                                          std::chrono::milliseconds(0));
           why.ok()) {
         lanStats_.waited(secondsSince(t0));
-        return unavailable(fmt::format(
+        return aborted(fmt::format(
             "hierarchical sync: no {} from the region leader {}: it stopped (a member cannot "
             "train on without its leader -- restart this worker to rejoin once the leader is "
             "back): {}",
@@ -1009,7 +1009,7 @@ class Hierarchical final : public Synchronizer {
       }
       if (lanMembers_.suspected(leader_)) {
         lanStats_.waited(secondsSince(t0));
-        return unavailable(fmt::format(
+        return aborted(fmt::format(
             "hierarchical sync: no {} from the region leader {}: it is suspected (silent for the "
             "peer time-out); a member cannot train on without its leader -- restart this worker "
             "to rejoin once the leader is back",

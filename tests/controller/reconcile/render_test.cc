@@ -279,16 +279,22 @@ TEST(Render, FailedWorkersAreRetriedOneByOneAndABadSpecFailsAtOnce) {
   EXPECT_EQ(s["backoffLimit"], 14);
   EXPECT_EQ(s["template"]["spec"]["restartPolicy"], "Never");  // required by podFailurePolicy
   const json rules = s["podFailurePolicy"]["rules"];
-  ASSERT_EQ(rules.size(), 2u);
+  ASSERT_EQ(rules.size(), 3u);
   // First match wins: a disrupted pod is never counted, whatever its exit code.
   EXPECT_EQ(rules[0]["action"], "Ignore");
   EXPECT_EQ(rules[0]["onPodConditions"],
             json::parse(R"([{"type": "DisruptionTarget", "status": "True"}])"));
-  EXPECT_EQ(rules[1]["action"], "FailJob");
+  // A member whose leader died (75) is replaced without counting a retry.
+  EXPECT_EQ(rules[1]["action"], "Ignore");
   EXPECT_EQ(rules[1]["onExitCodes"],
+            json::parse(R"({"containerName": "worker", "operator": "In", "values": [75]})"));
+  EXPECT_EQ(rules[2]["action"], "FailJob");
+  EXPECT_EQ(rules[2]["onExitCodes"],
             json::parse(R"({"containerName": "worker", "operator": "In", "values": [2]})"));
-  EXPECT_EQ(rules[1]["onExitCodes"]["containerName"],
-            s["template"]["spec"]["containers"][0]["name"]);
+  for (size_t i : {1, 2}) {
+    EXPECT_EQ(rules[i]["onExitCodes"]["containerName"],
+              s["template"]["spec"]["containers"][0]["name"]);
+  }
 
   // The spec's own limits.
   spec.runPolicy.backoffLimitPerIndex = 0;

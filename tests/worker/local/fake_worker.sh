@@ -15,7 +15,11 @@
 #   GEO_FAKE_SLEEP=S          seconds between events (default 0.02)
 #   GEO_FAKE_FAIL_RANK=R      this rank fails at event GEO_FAKE_FAIL_AT (default 3):
 #   GEO_FAKE_FAIL_MODE=M        error (an "error" event, then exit 1; default),
-#                               exit (exit 3 without an event), signal (SIGKILL itself)
+#                               exit (exit 3 without an event), signal (SIGKILL itself),
+#                               rejoin (an "error" event with "rejoin": true, then
+#                               exit 75: a member whose leader died)
+#   GEO_FAKE_FAIL_TIMES=N     with GEO_FAKE_FAIL_COUNT=FILE: fail only the first N
+#                             times this rank starts (FILE counts the failures)
 #   GEO_FAKE_FOREVER=1        the other ranks never finish (progress every GEO_FAKE_SLEEP)
 #   GEO_FAKE_IGNORE_TERM=1    ignore SIGTERM (the launcher must SIGKILL)
 set -u
@@ -60,12 +64,21 @@ k=0
 while :; do
   k=$((k + 1))
   if ((k > 10)) && [[ "$forever" != 1 || "$rank" == "$fail_rank" ]]; then break; fi
-  if [[ "$rank" == "$fail_rank" ]] && ((k == fail_at)); then
+  failures=0
+  if [[ -n "${GEO_FAKE_FAIL_COUNT:-}" && -f "$GEO_FAKE_FAIL_COUNT" ]]; then
+    failures=$(wc -l <"$GEO_FAKE_FAIL_COUNT")
+  fi
+  if [[ "$rank" == "$fail_rank" ]] && ((k == fail_at)) &&
+     ((failures < ${GEO_FAKE_FAIL_TIMES:-1000000})); then
+    [[ -n "${GEO_FAKE_FAIL_COUNT:-}" ]] && echo failed >>"$GEO_FAKE_FAIL_COUNT"
     echo "fake: fatal: something broke at step $((k * every))" >&2
     case "${GEO_FAKE_FAIL_MODE:-error}" in
       error)
         printf '{"event":"error","rank":%d,"message":"fake failure at step %d"}\n' "$rank" $((k * every))
         exit 1 ;;
+      rejoin)
+        printf '{"event":"error","rank":%d,"message":"fake: the region leader is gone","rejoin":true}\n' "$rank"
+        exit 75 ;;
       exit) exit 3 ;;
       signal) kill -KILL $$ ;;
     esac

@@ -279,6 +279,48 @@ TEST_F(LocalProcessTest, FailingWorkerStopsTheOthersAndIsNamed) {
   EXPECT_EQ(j["outcome"], "failed");
 }
 
+// A worker that exits 75 (a member whose region leader died) is restarted
+// without counting a retry: four times in a row -- one more than the retries
+// a worker has -- and the job still succeeds. The same four failures with
+// exit 1 use the retries up and stop the job.
+TEST_F(LocalProcessTest, ARejoiningWorkerIsRestartedWithoutCountingARetry) {
+  std::vector<std::string> args = fakeArgs("london,tokyo");
+  // --restart-after comes with a --kill; this one is due after the job ends.
+  args.insert(args.end(), {"--kill", "london@60s", "--restart-after", "100ms"});
+  const auto count = dir_ / "failures";
+  // Events 0.2 s apart: rank 0 is still running when rank 1 fails the
+  // fourth time (at its first event each time).
+  Result r = run(args, {{"GEO_FAKE_SLEEP", "0.2"},
+                        {"GEO_FAKE_FAIL_AT", "1"},
+                        {"GEO_FAKE_FAIL_RANK", "1"},
+                        {"GEO_FAKE_FAIL_MODE", "rejoin"},
+                        {"GEO_FAKE_FAIL_TIMES", "4"},
+                        {"GEO_FAKE_FAIL_COUNT", count.string()}});
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
+  const std::string log = readFile(dir_ / "run" / "logs" / "launcher.log");
+  size_t restarts = 0;
+  for (size_t at = log.find("not counted against its retries"); at != std::string::npos;
+       at = log.find("not counted against its retries", at + 1)) {
+    ++restarts;
+  }
+  EXPECT_EQ(restarts, 4u) << log;
+  expectNoWorkerLeft();
+
+  fs::remove_all(dir_ / "run");
+  fs::remove(count);
+  r = run(args, {{"GEO_FAKE_SLEEP", "0.2"},
+                 {"GEO_FAKE_FAIL_AT", "1"},
+                 {"GEO_FAKE_FAIL_RANK", "1"},
+                 {"GEO_FAKE_FAIL_MODE", "error"},
+                 {"GEO_FAKE_FAIL_TIMES", "4"},
+                 {"GEO_FAKE_FAIL_COUNT", count.string()}});
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
+  EXPECT_TRUE(contains(readFile(dir_ / "run" / "logs" / "launcher.log"), "retry 3 of 3"));
+  expectNoWorkerLeft();
+}
+
 TEST_F(LocalProcessTest, WorkerKilledBySignalOrExitingWithoutEventIsAFailure) {
   Result r = run(
       fakeArgs("london,tokyo"),
