@@ -93,6 +93,13 @@ def main():
             got = {c: objects(c, name)[0] for c in ("hub", "tokyo")}
             return got == want and got
 
+        def check_settled(name, after, timeout):
+            """Waits until `name` has the baseline's objects; fails naming what
+            it has instead."""
+            got = wait_for(f"{name}'s objects", lambda: settled(name, baseline), timeout=timeout)
+            check(got, f"after {after}: {({c: objects(c, name)[0] for c in baseline})}"
+                       f" against {baseline}")
+
         # The objects of a job applied without a fault.
         apply("base")
         wait_for("base's Jobs", lambda: clusters.get("tokyo", "job", "base-tokyo", "-n", "ml")
@@ -113,9 +120,7 @@ def main():
         partial = {c: len(objects(c, "takeover")[0]) for c in ("hub", "tokyo")}
         print(f"leader {leader} killed with {partial} of the job's objects written", flush=True)
         wait_for("the standby to lead", lambda: clusters.leader() == standby, timeout=20)
-        got = wait_for("takeover's objects", lambda: settled("takeover", baseline), timeout=30)
-        check(got, f"after the takeover: {({c: objects(c, 'takeover')[0] for c in baseline})}"
-                   f" against {baseline}")
+        check_settled("takeover", "the takeover", 30)
         print(f"takeover's regions complete {time.time() - killed:.1f} s after the kill",
               flush=True)
         for cluster in ("hub", "tokyo"):
@@ -143,9 +148,7 @@ def main():
         finally:
             tokyo.send_signal(signal.SIGCONT)
         back = time.time()
-        got = wait_for("outage's objects", lambda: settled("outage", baseline), timeout=60)
-        check(got, f"after the outage: {({c: objects(c, 'outage')[0] for c in baseline})}"
-                   f" against {baseline}")
+        check_settled("outage", "the outage", 60)
         print(f"tokyo out {back - stopped:.0f} s; its region complete {time.time() - back:.1f} s "
               f"after it answered again", flush=True)
         check(wait_for("tokyo reachable again", lambda: re.search(
@@ -159,23 +162,19 @@ def main():
         clusters.servers["hub"].send_signal(signal.SIGUSR1)
         apply("compacted")
         compacted = time.time()
-        got = wait_for("compacted's objects", lambda: settled("compacted", baseline), timeout=30)
-        check(got, f"after the compaction: {({c: objects(c, 'compacted')[0] for c in baseline})}"
-                   f" against {baseline}")
-        gone = open(log).read().split("\n")
-        relisted = [line for line in gone if "listing again" in line]
-        check(len(relisted) > relists_before and any("410" in line for line in relisted),
+        check_settled("compacted", "the compaction", 30)
+        relisted = [line for line in open(log).read().split("\n")
+                    if "listing again" in line][relists_before:]
+        check(any("410" in line for line in relisted),
               f"no informer listed again after a 410: {relisted[-3:]}")
-        print(f"compaction: {len(relisted) - relists_before} informer(s) listed again after "
+        print(f"compaction: {len(relisted)} informer(s) listed again after "
               f"410 Gone; compacted's regions complete {time.time() - compacted:.1f} s after "
               f"the apply", flush=True)
         # 4. The hub's apiserver restarted as a job is applied.
         apply("restarted")
         clusters.restart_server("hub", 3)
         back = time.time()
-        got = wait_for("restarted's objects", lambda: settled("restarted", baseline), timeout=60)
-        check(got, f"after the restart: {({c: objects(c, 'restarted')[0] for c in baseline})}"
-                   f" against {baseline}")
+        check_settled("restarted", "the restart", 60)
         print(f"hub restart: restarted's regions complete {time.time() - back:.1f} s after the "
               f"hub answered again", flush=True)
         for name in ("base", "takeover", "outage", "compacted", "restarted"):

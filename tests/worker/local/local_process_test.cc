@@ -290,12 +290,12 @@ TEST_F(LocalProcessTest, ARejoiningWorkerIsRestartedWithoutCountingARetry) {
   const auto count = dir_ / "failures";
   // Events 0.2 s apart: rank 0 is still running when rank 1 fails the
   // fourth time (at its first event each time).
-  Result r = run(args, {{"GEO_FAKE_SLEEP", "0.2"},
-                        {"GEO_FAKE_FAIL_AT", "1"},
-                        {"GEO_FAKE_FAIL_RANK", "1"},
-                        {"GEO_FAKE_FAIL_MODE", "rejoin"},
-                        {"GEO_FAKE_FAIL_TIMES", "4"},
-                        {"GEO_FAKE_FAIL_COUNT", count.string()}});
+  const auto failingFourTimes = [&](const std::string& mode) -> Env {
+    return {{"GEO_FAKE_SLEEP", "0.2"},    {"GEO_FAKE_FAIL_AT", "1"},
+            {"GEO_FAKE_FAIL_RANK", "1"},  {"GEO_FAKE_FAIL_MODE", mode},
+            {"GEO_FAKE_FAIL_TIMES", "4"}, {"GEO_FAKE_FAIL_COUNT", count.string()}};
+  };
+  Result r = run(args, failingFourTimes("rejoin"));
   ASSERT_TRUE(r.finished);
   EXPECT_EQ(r.exitCode, 0) << r.out << r.err;
   const std::string log = readFile(dir_ / "run" / "logs" / "launcher.log");
@@ -309,12 +309,7 @@ TEST_F(LocalProcessTest, ARejoiningWorkerIsRestartedWithoutCountingARetry) {
 
   fs::remove_all(dir_ / "run");
   fs::remove(count);
-  r = run(args, {{"GEO_FAKE_SLEEP", "0.2"},
-                 {"GEO_FAKE_FAIL_AT", "1"},
-                 {"GEO_FAKE_FAIL_RANK", "1"},
-                 {"GEO_FAKE_FAIL_MODE", "error"},
-                 {"GEO_FAKE_FAIL_TIMES", "4"},
-                 {"GEO_FAKE_FAIL_COUNT", count.string()}});
+  r = run(args, failingFourTimes("error"));
   ASSERT_TRUE(r.finished);
   EXPECT_EQ(r.exitCode, 1) << r.out << r.err;
   EXPECT_TRUE(contains(readFile(dir_ / "run" / "logs" / "launcher.log"), "retry 3 of 3"));

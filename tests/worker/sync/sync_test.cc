@@ -1101,12 +1101,8 @@ TEST(Dts, AutoPeriodGoesToWhatASaturatedUplinkNeedsAtOnce) {
 // in turn. The coordinator now schedules from the furthest round a peer's
 // report names.
 TEST(Dts, AutoPeriodChangesOnTheSameStepWhereAPeerRunsAhead) {
-  JobSpec job;
-  job.regions = {"a", "b"};
+  JobSpec job = twoRegionsWithAutoDelay(4);
   job.steps = 240;
-  job.sync = options("dts", "qsgd");
-  job.sync.period = 4;
-  job.sync.delay = std::nullopt;
   job.sync.autoPeriod = true;
   job.oneWayDelay = {{"a-b", "delay=100ms"}, {"b-a", "delay=100ms"}};
   job.uplink = "rate=1gbit";

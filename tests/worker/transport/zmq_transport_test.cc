@@ -955,6 +955,17 @@ TEST(TransportWarmup, AWanPeerGetsPaddingThatIsDroppedOnArrival) {
   ASSERT_TRUE(eventually([&] { return ts[0]->peerCounters().front().unackedBytes == 0; }));
 }
 
+// Two ranks across an emulated WAN link of 25 ms one way, rank 0's uplink
+// 20 Mbit/s: a 5 MB payload takes 2 s to cross it.
+std::vector<std::unique_ptr<Transport>> slowLinkPair(const World& w) {
+  std::vector<TransportConfig> configs = {w.config(0), w.config(1)};
+  for (auto& c : configs) c.links.assign(2, *parseLinkProfile("delay=25ms"));
+  configs[0].uplink = *parseLinkProfile("rate=20mbit");
+  configs[0].uplinkPeers = {false, true};
+  configs[1].uplinkPeers = {true, false};
+  return startAll(configs);
+}
+
 // A ping never waits behind data: with 2 s of payload crossing a 20 Mbit/s
 // link of 25 ms one way, the round trips measured meanwhile stay the link's
 // 50 ms (they came after the whole queue before probes had their own
@@ -962,12 +973,7 @@ TEST(TransportWarmup, AWanPeerGetsPaddingThatIsDroppedOnArrival) {
 // unacknowledged.
 TEST(TransportAcks, PingsDoNotWaitBehindData) {
   World w(2);
-  std::vector<TransportConfig> configs = {w.config(0), w.config(1)};
-  for (auto& c : configs) c.links.assign(2, *parseLinkProfile("delay=25ms"));
-  configs[0].uplink = *parseLinkProfile("rate=20mbit");
-  configs[0].uplinkPeers = {false, true};
-  configs[1].uplinkPeers = {true, false};
-  auto ts = startAll(configs);
+  auto ts = slowLinkPair(w);
   ASSERT_EQ(ts.size(), 2u);
   ASSERT_TRUE(ts[0]->send(1, MessageKind::kControl, {}, Payload(pattern(1, 0)), 1s).ok());
   ASSERT_TRUE(ts[1]->receive(MessageKind::kControl, 0, 0, 5s).ok());
@@ -993,12 +999,7 @@ TEST(TransportAcks, PingsDoNotWaitBehindData) {
 // themselves.
 TEST(TransportControlLane, OvertakesDataQueuedBeforeIt) {
   World w(2);
-  std::vector<TransportConfig> configs = {w.config(0), w.config(1)};
-  for (auto& c : configs) c.links.assign(2, *parseLinkProfile("delay=25ms"));
-  configs[0].uplink = *parseLinkProfile("rate=20mbit");
-  configs[0].uplinkPeers = {false, true};
-  configs[1].uplinkPeers = {true, false};
-  auto ts = startAll(configs);
+  auto ts = slowLinkPair(w);
   ASSERT_EQ(ts.size(), 2u);
   ASSERT_TRUE(
       ts[0]->send(1, MessageKind::kUpdate, {.round = 1}, Payload(pattern(5'000'000, 2)), 1s).ok());
