@@ -19,7 +19,12 @@ it, and no duplicate Job:
 4. The hub's apiserver killed (SIGKILL) the moment a job is applied, and
    started again 3 s later on the same port, certificates and objects (as
    a control plane restarts): the controller reconnects and completes the
-   job's regions.
+   job's regions. A leader that could not renew its Lease meanwhile exits
+   (as controller-runtime's managers do, so that two never lead at once);
+   the standby, or the replica itself once restarted, completes them.
+
+Each replica is restarted 10 s after it exits, as its Deployment would be
+(Clusters.start_controller).
 
 Usage: controller_faults_e2e_test.py GEOTRAIN_CONTROLLER GEO_TEST_APISERVER TOOLS_BIN REPO
 Exit 77 (skipped) without kubectl.
@@ -37,6 +42,7 @@ import urllib.request
 from e2e_support import Clusters, check, report, wait_for
 
 OUTAGE_SECONDS = 60
+HUB_DOWN_SECONDS = float(os.environ.get("GEO_HUB_DOWN_SECONDS", "3"))
 
 
 def http(url):
@@ -171,12 +177,16 @@ def main():
               f"410 Gone; compacted's regions complete {time.time() - compacted:.1f} s after "
               f"the apply", flush=True)
         # 4. The hub's apiserver restarted as a job is applied.
+        restarts_before = {name: r["restarts"] for name, r in replicas.items()}
         apply("restarted")
-        clusters.restart_server("hub", 3)
+        clusters.restart_server("hub", HUB_DOWN_SECONDS)
         back = time.time()
         check_settled("restarted", "the restart", 60)
+        exited = [name for name, r in replicas.items()
+                  if r["restarts"] > restarts_before[name] or r["proc"].poll() is not None]
         print(f"hub restart: restarted's regions complete {time.time() - back:.1f} s after the "
-              f"hub answered again", flush=True)
+              f"hub answered again; replicas that exited: {exited or 'none'}; "
+              f"{clusters.leader()} leads", flush=True)
         for name in ("base", "takeover", "outage", "compacted", "restarted"):
             for cluster in ("hub", "tokyo"):
                 check(objects(cluster, name)[1] == 1, f"{cluster}: one Job for {name}")

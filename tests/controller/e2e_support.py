@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -59,13 +60,15 @@ class Clusters:
     """Test apiservers (HTTPS, tokens) as processes, one per cluster name, with
     real kubectl against them, the TrainingJob CRD in the first (the hub),
     namespace `ml` everywhere, a kubeconfig Secret per member in
-    geotrain-system, and geotrain-controller replicas on demand. Every process
-    is killed by close()."""
+    geotrain-system, and geotrain-controller replicas on demand, each kept
+    running as its Deployment would keep it. Every process is killed by
+    close()."""
 
     def __init__(self, apiserver, controller, kubectl_bin, repo, work, names):
         self.apiserver, self.controller, self.kubectl_bin = apiserver, controller, kubectl_bin
         self.repo, self.work, self.names = repo, work, list(names)
         self.kc, self.procs, self.servers, self.tokens = {}, [], {}, {}
+        self.closing, self.lock = threading.Event(), threading.Lock()
         try:
             self._set_up()
         except BaseException:
@@ -116,10 +119,13 @@ class Clusters:
             cluster, "get", "namespace", "ml", ok=False).returncode == 0)
 
     def start(self, args, log, append=False):
-        p = subprocess.Popen(args, stdout=open(log, "a" if append else "w"),
-                             stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        return p
+        with self.lock:  # nothing starts once close() has begun
+            if self.closing.is_set():
+                raise RuntimeError("Clusters closed")
+            p = subprocess.Popen(args, stdout=open(log, "a" if append else "w"),
+                                 stderr=subprocess.STDOUT)
+            self.procs.append(p)
+            return p
 
     def kubectl(self, cluster, *args, ok=True):
         r = subprocess.run([self.kubectl_bin, "--kubeconfig", self.kc[cluster],
@@ -134,9 +140,16 @@ class Clusters:
         r = self.kubectl(cluster, "get", *args, "-o", "json", ok=False)
         return json.loads(r.stdout) if r.returncode == 0 else None
 
-    def start_controller(self, name, lease="4s", renew="3s"):
+    def start_controller(self, name, lease="4s", renew="3s", restart_after=10):
         """A replica with leader election against the hub, every member by
-        its Secret; returns {proc, metrics, health, log}."""
+        its Secret; returns {proc, metrics, health, log, restarts}.
+
+        Whenever it exits (killed, or a leader that could not renew its Lease
+        within `renew`, which exits as controller-runtime's managers do) it is
+        started again `restart_after` seconds later with the same arguments,
+        ports and log, as the kubelet restarts a Deployment's container (10 s
+        is its first back-off); "proc" is then the new process and "restarts"
+        counts them."""
         metrics, health = free_port(), free_port()
         log = os.path.join(self.work, f"controller-{name}.log")
         args = [self.controller, "--kubeconfig", self.kc[self.names[0]],
@@ -147,13 +160,31 @@ class Clusters:
                 "--worker-image", "registry.example/worker:1"]
         for member in self.names[1:]:
             args += ["--member", f"{member}=geotrain-member-{member}"]
-        return {"proc": self.start(args, log), "metrics": metrics, "health": health, "log": log}
+        replica = {"proc": self.start(args, log), "metrics": metrics, "health": health,
+                   "log": log, "restarts": 0}
+
+        def supervise():
+            while not self.closing.wait(0.2):
+                if replica["proc"].poll() is None:
+                    continue
+                if self.closing.wait(restart_after):
+                    return
+                try:
+                    replica["proc"] = self.start(args, log, append=True)
+                except RuntimeError:
+                    return
+                replica["restarts"] += 1
+
+        threading.Thread(target=supervise, name=f"supervise-{name}", daemon=True).start()
+        return replica
 
     def leader(self):
         return (self.get(self.names[0], "lease", "geotrain-controller", "-n", "geotrain-system")
                 or {}).get("spec", {}).get("holderIdentity")
 
     def close(self):
+        with self.lock:
+            self.closing.set()
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
