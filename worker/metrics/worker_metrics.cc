@@ -204,6 +204,13 @@ void WorkerMetrics::buildFamilies() {
                    .Register(reg);
   lateApplied_ = &late.Add({{"result", "applied"}});
   lateDropped_ = &late.Add({{"result", "dropped"}});
+  parityChecks_ = &counter("geotrain_state_parity_checks_total",
+                           "Peers' job-model fingerprints compared with this worker's (dts)");
+  parityMismatches_ = &counter("geotrain_state_parity_mismatches_total",
+                               "Peers' job-model fingerprints found to differ from this worker's");
+  parityRepairs_ = &counter("geotrain_state_repairs_total",
+                            "Repairs of this worker's job model from a peer's, after its "
+                            "fingerprint differed from the job's");
   rejected_ = &prometheus::BuildCounter()
                    .Name("geotrain_sync_rejected_updates_total")
                    .Help(
@@ -304,6 +311,10 @@ void WorkerMetrics::updateSync(const SyncSnapshot& s) {
   stateTransferSeconds_->Increment(advance(s.stateTransferSeconds, l.stateTransferSeconds));
   lateApplied_->Increment(static_cast<double>(advance(s.lateApplied, l.lateApplied)));
   lateDropped_->Increment(static_cast<double>(advance(s.lateDropped, l.lateDropped)));
+  parityChecks_->Increment(static_cast<double>(advance(s.parityChecks, l.parityChecks)));
+  parityMismatches_->Increment(
+      static_cast<double>(advance(s.parityMismatches, l.parityMismatches)));
+  parityRepairs_->Increment(static_cast<double>(advance(s.parityRepairs, l.parityRepairs)));
   updatePeerUp(s.peerUp);
   for (const auto& r : s.rejected) {
     auto key = std::make_pair(r.peer, r.reason);

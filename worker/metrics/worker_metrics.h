@@ -184,6 +184,9 @@ class WorkerMetrics {
   prometheus::Counter* stateTransferSeconds_ = nullptr;
   prometheus::Counter* lateApplied_ = nullptr;
   prometheus::Counter* lateDropped_ = nullptr;
+  prometheus::Counter* parityChecks_ = nullptr;
+  prometheus::Counter* parityMismatches_ = nullptr;
+  prometheus::Counter* parityRepairs_ = nullptr;
   prometheus::Family<prometheus::Counter>* rejected_ = nullptr;
   // (peer, reason) -> its counter and the last total seen.
   std::map<std::pair<uint32_t, std::string>, std::pair<prometheus::Counter*, uint64_t>>

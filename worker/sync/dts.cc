@@ -47,6 +47,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -58,6 +59,7 @@
 #include "common/logging.h"
 #include "worker/sync/auto_rules.h"
 #include "worker/sync/internal.h"
+#include "worker/sync/parity.h"
 
 namespace geo::sync::detail {
 namespace {
@@ -132,6 +134,7 @@ class Dts final : public Base {
     // (internal.h): its contributions delayed through the cut by TCP say
     // nothing of the rounds it completed without us meanwhile.
     membership_.setResumeAnnounced(true);
+    flip_ = flipFromEnvironment();
   }
 
   std::string describe() const override {
@@ -194,6 +197,7 @@ class Dts final : public Base {
     applyEarly(t, flat);
     if (measuring()) takeLagReports(t);
     applyLate(t, flat);
+    GEO_RETURN_IF_ERROR(pollParity(flat));
     if (t >= closeAt_) GEO_RETURN_IF_ERROR(closeRound(t, flat));
     // Until the first lag reports measure the links, every step: a round
     // still crossing shows there (chooseDelay) long before they come.
@@ -202,8 +206,10 @@ class Dts final : public Base {
       bool deferred = false;
       GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat, &deferred));
       if (deferred) break;
+      const uint64_t round = pending_.front().round;
       recycle(pending_.front());
       pending_.pop_front();
+      GEO_RETURN_IF_ERROR(afterCompleted(round));
     }
     return {};
   }
@@ -231,6 +237,10 @@ class Dts final : public Base {
       if (options_.autoPeriod) awaitSchedule(joined->step);
       nextRound_ = roundAt(joined->step);
       closeAt_ = closeOf(nextRound_);
+      completedThrough_ = nextRound_;
+      parity_.clear();
+      parityAhead_.clear();
+      repair_.reset();
     }
     // A worker resumed from its checkpoint sends its rounds in flight again,
     // and those it completed last (a peer with a larger D may still wait for
@@ -1134,6 +1144,7 @@ class Dts final : public Base {
     GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, t, p.bytes));
     if (exact()) p.start = base_.clone();
     base_.copy_(flat.values);
+    if (flip_ && t >= flip_->step) injectFlip(t, flat);
     p.got.resize(group_.size());
     p.sentAt = Clock::now();
     if (lastSentAt_) {
@@ -1429,6 +1440,394 @@ class Dts final : public Base {
     }
     stats_.setDelay(delay_);
     return linkKnown_;
+  }
+
+  // ---- State parity (parity.h; docs/membership.md, "State parity") ----
+  //
+  // Every kParityEvery rounds each worker sends its peers a fingerprint of
+  // its job model (jobModel(): x0 - Σ q̄, the part of every worker's model
+  // that the rounds make common) as of that round. A worker whose
+  // fingerprint differs from the job's (parityVerdict: the model most
+  // workers agree on) names itself in the log and repairs: it asks one of
+  // the others for its job model as of a round it has not completed yet,
+  // and when it has completed that round too adds the difference,
+  // theirs - ours, to its model and its round start. What it trained
+  // since (its own progress, its error feedback, its rounds in flight)
+  // stays: only the common part is replaced. No restart, no pause.
+
+  static constexpr uint64_t kParityReportBytes = 8 + 5 * 8;
+  struct ParityReport {
+    uint64_t gate = 0;
+    ParityFingerprint fingerprint;
+  };
+  // The rounds checked last (at most kParityKept): our report, the peers'
+  // (by group index).
+  struct ParityRound {
+    uint64_t round = 0;
+    ParityReport own;
+    std::vector<std::optional<ParityReport>> peers;
+    bool decided = false;
+  };
+  static constexpr size_t kParityKept = 4;
+  std::deque<ParityRound> parity_;
+  // Peers' reports of rounds we have not completed yet (a peer ahead).
+  struct AheadReport {
+    uint64_t round = 0;
+    size_t peer = 0;
+    ParityReport report;
+  };
+  std::deque<AheadReport> parityAhead_;
+  // Our repair in flight: whom we asked, for which round, both models.
+  struct Repair {
+    size_t from = 0;  // group index
+    uint64_t round = 0;
+    torch::Tensor own;
+    torch::Tensor theirs;
+    uint64_t differedAt = 0;  // the round whose check found it
+    int retries = 0;
+  };
+  std::optional<Repair> repair_;
+  // Peers waiting for our job model as of a round (by group index).
+  struct ParityAsk {
+    size_t peer = 0;
+    uint64_t round = 0;
+  };
+  std::vector<ParityAsk> parityAsks_;
+  uint64_t completedThrough_ = 0;  // rounds completed so far (the next to complete)
+
+  // What a fingerprint of round R may be compared with: the rounds of the
+  // last kLateWindow completed without someone, by round and who was in
+  // (every worker keeps at least those in late_), hashed. Two workers that
+  // differ there hold job models that differ by contributions that may
+  // still arrive -- not a fault yet; a later round compares them.
+  uint64_t parityGate(uint64_t round) const {
+    uint64_t h = 0;
+    for (const Late& l : late_) {
+      if (l.round + kLateWindow <= round) continue;
+      if (std::all_of(l.had.begin(), l.had.end(), [](bool b) { return b; })) continue;
+      h = mixStream(h, l.round, 0);
+      for (size_t i = 0; i < l.had.size(); ++i) {
+        if (l.had[i]) h = mixStream(h, l.round, i + 1);
+      }
+    }
+    return h;
+  }
+
+  static ParityFingerprint fingerprintOfTensor(const torch::Tensor& t) {
+    const torch::Tensor c = t.to(torch::kCPU, torch::kFloat32).contiguous();
+    return fingerprintOf(c.data_ptr<float>(), static_cast<size_t>(c.numel()));
+  }
+
+  // After round `round` completed (and left pending_): its fingerprint,
+  // the job model peers asked for as of it, and ours for a repair.
+  Status afterCompleted(uint64_t round) {
+    completedThrough_ = round + 1;
+    const bool check = round > 0 && round % kParityEvery == 0 && !finishing_;
+    const bool asked = std::any_of(parityAsks_.begin(), parityAsks_.end(),
+                                   [&](const ParityAsk& a) { return a.round <= round; });
+    const bool mine = repair_ && repair_->round == round && !repair_->own.defined();
+    if (!check && !asked && !mine) return {};
+    auto job = jobModel();
+    if (!job) return {};
+    torch::Tensor model = job->values.to(torch::kCPU).contiguous();
+    if (check) {
+      // A round is decided once every peer expected in it has reported; the
+      // reports of far peers come a link's time after they complete it,
+      // which on fast steps is several rounds. After kParityKept checks the
+      // oldest is decided with what came.
+      if (parity_.size() == kParityKept) {
+        if (!parity_.front().decided) decideParity(parity_.front(), true);
+        parity_.pop_front();
+      }
+      parity_.push_back(ParityRound{round,
+                                    {parityGate(round), fingerprintOfTensor(model)},
+                                    std::vector<std::optional<ParityReport>>(group_.size()),
+                                    false});
+      for (auto it = parityAhead_.begin(); it != parityAhead_.end();) {
+        if (it->round == round) parity_.back().peers[it->peer] = it->report;
+        it = it->round <= round ? parityAhead_.erase(it) : std::next(it);
+      }
+      auto bytes = std::make_shared<std::vector<std::byte>>(kParityReportBytes);
+      const ParityReport& own = parity_.back().own;
+      std::memcpy(bytes->data(), &own.gate, sizeof own.gate);
+      std::memcpy(bytes->data() + 8, own.fingerprint.projections.data(), 32);
+      std::memcpy(bytes->data() + 40, &own.fingerprint.squaredNorm, 8);
+      GEO_RETURN_IF_ERROR(sendTo(presentPeers(), MessageKind::kControl, kParityReportRound,
+                                 static_cast<int64_t>(round), CodecId::kRaw, kParityReportBytes,
+                                 std::move(bytes)));
+    }
+    if (asked) {
+      const auto bytes = tensorBytes(model);
+      for (auto it = parityAsks_.begin(); it != parityAsks_.end();) {
+        if (it->round > round) {
+          ++it;
+          continue;
+        }
+        // Asked for a round we passed since (it asked as we completed it):
+        // the answer says which round it is of.
+        GEO_RETURN_IF_ERROR(sendTo({group_.ranks[it->peer]}, MessageKind::kControl,
+                                   kParityStateRound, static_cast<int64_t>(round), CodecId::kFp32,
+                                   static_cast<uint64_t>(model.numel()), bytes));
+        it = parityAsks_.erase(it);
+      }
+    }
+    if (mine) repair_->own = model.clone();
+    return {};
+  }
+
+  // Takes the peers' fingerprints, questions and answers; decides the
+  // round checked last once every peer expected in it has reported; and
+  // repairs once both job models of the round asked for are here.
+  Status pollParity(train::FlatParameters& flat) {
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self) continue;
+      const uint32_t peer = group_.ranks[i];
+      for (auto m = transport_->receive(MessageKind::kControl, kParityReportRound, peer,
+                                        std::chrono::milliseconds(0));
+           m.ok(); m = transport_->receive(MessageKind::kControl, kParityReportRound, peer,
+                                           std::chrono::milliseconds(0))) {
+        if (m->payload.size() != kParityReportBytes) continue;
+        ParityReport r;
+        std::memcpy(&r.gate, m->payload.data(), 8);
+        std::memcpy(r.fingerprint.projections.data(), m->payload.data() + 8, 32);
+        std::memcpy(&r.fingerprint.squaredNorm, m->payload.data() + 40, 8);
+        const uint64_t round = m->header.step;
+        const auto kept = std::find_if(parity_.begin(), parity_.end(),
+                                       [&](const ParityRound& p) { return p.round == round; });
+        if (kept != parity_.end()) {
+          kept->peers[i] = r;
+        } else if (round >= completedThrough_ && parityAhead_.size() < 4 * group_.size()) {
+          parityAhead_.push_back({round, i, r});
+        }
+      }
+      for (auto m = transport_->receive(MessageKind::kControl, kParityRequestRound, peer,
+                                        std::chrono::milliseconds(0));
+           m.ok(); m = transport_->receive(MessageKind::kControl, kParityRequestRound, peer,
+                                           std::chrono::milliseconds(0))) {
+        uint64_t round = 0;
+        if (m->payload.size() != sizeof round) continue;
+        std::memcpy(&round, m->payload.data(), sizeof round);
+        if (round < completedThrough_) {
+          // Passed already: say which round we are at, and it asks again.
+          GEO_RETURN_IF_ERROR(sendTo({peer}, MessageKind::kControl, kParityStateRound,
+                                     static_cast<int64_t>(completedThrough_ - 1), CodecId::kRaw, 0,
+                                     std::make_shared<std::vector<std::byte>>()));
+        } else if (parityAsks_.size() < group_.size()) {
+          parityAsks_.push_back({i, round});
+        }
+      }
+    }
+    if (repair_) GEO_RETURN_IF_ERROR(pollRepair(flat));
+    for (ParityRound& p : parity_) {
+      if (!p.decided) decideParity(p, false);
+    }
+    return {};
+  }
+
+  // Compares our fingerprint of a round checked with the peers' comparable
+  // ones (same gate); `force`: with those that came. Only a verdict of
+  // enough workers repairs: the winner's side a majority of the workers
+  // expected in the round, or every one of them compared (a tie then goes
+  // to the lowest rank's side). Two reports that differ say nothing of
+  // which one is wrong.
+  void decideParity(ParityRound& p, bool force) {
+    std::vector<size_t> who{group_.self};
+    size_t expected = 1;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self) continue;
+      // Whether it reports this round: it trains, it is heard and not
+      // joining (Membership::expected's other conditions; its round
+      // condition follows the rounds the peer delivered, later ones).
+      const bool awaitedHere = !(finishedAt_[i] && p.round >= *finishedAt_[i]) &&
+                               membership_.expected(group_.ranks[i], ~uint64_t{0});
+      expected += awaitedHere;
+      if (!p.peers[i]) {
+        if (!force && awaitedHere) return;  // not all in yet
+        continue;
+      }
+      if (p.peers[i]->gate == p.own.gate) who.push_back(i);
+    }
+    p.decided = true;
+    if (logger()->should_log(spdlog::level::debug)) {
+      std::string what;
+      for (size_t i = 0; i < group_.size(); ++i) {
+        if (i == group_.self) continue;
+        what += fmt::format(
+            " {}:{}", topology_.describe(group_.ranks[i]),
+            !p.peers[i] ? "no report"
+            : p.peers[i]->gate != p.own.gate
+                ? "not comparable (rounds still open to late contributions)"
+                : fmt::format("{:.2g} apart",
+                              parityDistance(p.own.fingerprint, p.peers[i]->fingerprint)));
+      }
+      logger()->debug("dts: state parity at round {}{}:{}", p.round, force ? " (due)" : "", what);
+    }
+    if (who.size() < 2) return;
+    std::sort(who.begin(), who.end());  // the verdict's ties go to the lowest rank
+    std::vector<ParityFingerprint> prints;
+    size_t self = 0;
+    for (size_t k = 0; k < who.size(); ++k) {
+      if (who[k] == group_.self) self = k;
+      prints.push_back(who[k] == group_.self ? p.own.fingerprint : p.peers[who[k]]->fingerprint);
+    }
+    const ParityVerdict v = parityVerdict(prints, self);
+    stats_.parity(who.size() - 1, v.disagreeing.size());
+    for (size_t k : v.disagreeing) {
+      logger()->warn(
+          "dts: state parity: at round {} the job model of {} differs from this worker's "
+          "(fingerprints {:.2g} of its norm apart; the tolerance is {:.0e})",
+          p.round, topology_.describe(group_.ranks[who[k]]),
+          parityDistance(p.own.fingerprint, prints[k]), kParityTolerance);
+    }
+    if (!v.selfDiffers || repair_) return;
+    if (v.sources.size() * 2 <= expected && who.size() < expected) {
+      logger()->info(
+          "dts: state parity: at round {} this worker's job model differs from {} of the {} "
+          "workers expected; too few compared to say which is wrong, the next check decides",
+          p.round, v.disagreeing.size(), expected);
+      return;
+    }
+    // The nearest of those that hold the job's model.
+    size_t from = who[v.sources.front()];
+    double best = 1e9;
+    for (const auto& c : transport_->peerCounters()) {
+      const auto i = group_.indexOf(c.peer);
+      if (!i || c.minRttSeconds <= 0 || c.minRttSeconds >= best) continue;
+      for (size_t k : v.sources) {
+        if (who[k] == *i) from = *i, best = c.minRttSeconds;
+      }
+    }
+    logger()->warn(
+        "dts: state parity: this worker's job model differs from the job's at round {} ({} of {} "
+        "workers compared hold another); repairing it from {}",
+        p.round, v.sources.size(), who.size(), topology_.describe(group_.ranks[from]));
+    askForRepair(from, p.round);
+  }
+
+  // Asks `from` for its job model as of a round we have not closed yet (and
+  // at least `atLeast`): by the time we complete it, its answer is on the
+  // way. A failed send ends the repair; the next check decides again.
+  void askForRepair(size_t from, uint64_t differedAt, uint64_t atLeast = 0, int retries = 0) {
+    const uint64_t round = std::max({nextRound_ + 1, completedThrough_ + 1, atLeast});
+    repair_ = Repair{from, round, {}, {}, differedAt, retries};
+    auto bytes = std::make_shared<std::vector<std::byte>>(sizeof round);
+    std::memcpy(bytes->data(), &round, sizeof round);
+    if (const Status s = sendTo({group_.ranks[from]}, MessageKind::kControl, kParityRequestRound, 0,
+                                CodecId::kRaw, sizeof round, std::move(bytes));
+        !s.ok()) {
+      logger()->warn("dts: state parity: could not ask {} for its job model: {}",
+                     topology_.describe(group_.ranks[from]), s.message());
+      repair_.reset();
+    }
+  }
+
+  Status pollRepair(train::FlatParameters& flat) {
+    const uint32_t peer = group_.ranks[repair_->from];
+    for (auto m = transport_->receive(MessageKind::kControl, kParityStateRound, peer,
+                                      std::chrono::milliseconds(0));
+         m.ok() && repair_; m = transport_->receive(MessageKind::kControl, kParityStateRound, peer,
+                                                    std::chrono::milliseconds(0))) {
+      Repair& r = *repair_;
+      const uint64_t round = m->header.step;
+      if (m->payload.size() == 0) {
+        // It had completed the round already (it runs ahead): ask for one
+        // past where it is.
+        if (round < r.round || r.retries >= 3) continue;  // to an earlier question
+        askForRepair(r.from, r.differedAt, round + 2, r.retries + 1);
+        continue;
+      }
+      if (round != r.round) continue;  // an answer to an earlier question
+      torch::Tensor theirs = torch::empty({flat.values.numel()}, torch::kFloat32);
+      std::string reason;
+      if (const Status ok =
+              checkedCopy(m->payload.bytes(), theirs, std::numeric_limits<float>::max(), reason);
+          !ok.ok()) {
+        reject(peer, fmt::format("its job model for round {}", round), reason, ok);
+        repair_.reset();
+        return {};
+      }
+      r.theirs = std::move(theirs);
+    }
+    if (!repair_) return {};
+    Repair& r = *repair_;
+    if (membership_.suspected(peer) || completedThrough_ > r.round + 4 * kParityEvery) {
+      logger()->warn(
+          "dts: state parity: no job model from {} for round {}; the next check decides again",
+          topology_.describe(peer), r.round);
+      repair_.reset();
+      return {};
+    }
+    if (!r.own.defined() || !r.theirs.defined()) return {};
+    // theirs - ours: zero where the two agree to the bit, the difference
+    // (and a few units of rounding) where they do not.
+    const torch::Tensor delta = r.theirs.view({-1}).sub_(r.own.view({-1}));
+    const torch::Tensor size = delta.abs();
+    const float largest = size.max().item<float>();
+    // Rounding moves a value by a few units in the last place of the
+    // values it was computed from (~1e-7 of the model's typical size).
+    const double typical = r.own.pow(2).mean().sqrt().item<double>();
+    const int64_t changed = (size > 1e-5 * typical + 1e-12).sum().item<int64_t>();
+    const torch::Tensor d = delta.view_as(flat.values).to(flat.values.device());
+    flat.values.add_(d);
+    base_.add_(d);
+    modified_ = true;
+    // Our fingerprints computed so far predate the repair: they say
+    // nothing any more (a round checked after the round asked for, while
+    // the answer was on its way, would start a second repair).
+    for (ParityRound& p : parity_) p.decided = true;
+    stats_.repaired();
+    logger()->warn(
+        "dts: state parity: repaired this worker's job model from {}'s as of round {}: {} "
+        "value(s) differed beyond rounding, by up to {:.3g}; training goes on",
+        topology_.describe(peer), r.round, changed, largest);
+    repair_.reset();
+    return {};
+  }
+
+  // A test's fault (GEO_TEST_FLIP_BIT=RANK:STEP:INDEX:BIT): flips bit BIT
+  // of parameter INDEX of worker RANK's model at the first round boundary
+  // at or after STEP, as memory that went bad would: in the model and in
+  // the round's start alike (at a boundary they hold the same values), so
+  // that it is not taken for progress of the round.
+  struct Flip {
+    uint32_t rank = 0;
+    int64_t step = 0;
+    int64_t index = 0;
+    int bit = 0;
+  };
+  static std::optional<Flip> flipFromEnvironment() {
+    const char* spec = std::getenv("GEO_TEST_FLIP_BIT");
+    if (spec == nullptr || *spec == '\0') return std::nullopt;
+    Flip f;
+    long long rank = 0, step = 0, index = 0;
+    int bit = 0;
+    if (std::sscanf(spec, "%lld:%lld:%lld:%d", &rank, &step, &index, &bit) != 4 || rank < 0 ||
+        step < 0 || index < 0 || bit < 0 || bit > 31) {
+      logger()->warn("GEO_TEST_FLIP_BIT={}: not RANK:STEP:INDEX:BIT (BIT 0-31); ignored", spec);
+      return std::nullopt;
+    }
+    f.rank = static_cast<uint32_t>(rank);
+    f.step = step;
+    f.index = index;
+    f.bit = bit;
+    return f;
+  }
+  std::optional<Flip> flip_;
+  void injectFlip(int64_t t, train::FlatParameters& flat) {
+    const Flip f = *std::exchange(flip_, std::nullopt);
+    if (f.rank != topology_.rank() || f.index >= flat.values.numel()) return;
+    const float before = flat.values[f.index].item<float>();
+    uint32_t bits = 0;
+    std::memcpy(&bits, &before, sizeof bits);
+    bits ^= uint32_t{1} << f.bit;
+    float after = 0;
+    std::memcpy(&after, &bits, sizeof after);
+    flat.values[f.index].fill_(after);
+    base_[f.index].fill_(after);
+    logger()->warn(
+        "GEO_TEST_FLIP_BIT: flipped bit {} of parameter {} at step {} (the start of round {}): "
+        "{:.6g} -> {:.6g}",
+        f.bit, f.index, t, nextRound_, before, after);
   }
 
   // A round completed without some contributions: its mean and the weight

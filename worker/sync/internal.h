@@ -58,6 +58,17 @@ inline constexpr uint64_t kResumeRound = ~uint64_t{0} - 13;
 // DTS: a worker that has taken its last step tells its peers how many
 // rounds it closed (payload: u64): it sends no contribution to a later one.
 inline constexpr uint64_t kDtsFinishedRound = ~uint64_t{0} - 14;
+// DTS state parity (parity.h, dts.cc): after completing round R (header.step
+// = R) a worker sends its peers the fingerprint of its job model (payload:
+// the gate, u64, then the fingerprint's five doubles); a worker whose model
+// differs asks one peer for its job model as of a round it names (payload:
+// u64), and the peer answers once it has completed that round (header.step
+// = the round; payload: the fp32 job model), or at once with an empty
+// payload and header.step = the last round it completed when that round is
+// past.
+inline constexpr uint64_t kParityReportRound = ~uint64_t{0} - 15;
+inline constexpr uint64_t kParityRequestRound = ~uint64_t{0} - 16;
+inline constexpr uint64_t kParityStateRound = ~uint64_t{0} - 17;
 // Rounds at or above this are control rounds, never an algorithm's.
 inline constexpr uint64_t kFirstControlRound = ~uint64_t{0} - 63;
 
@@ -112,6 +123,8 @@ class StatsRecorder {
   void setPeriod(int64_t period);
   void setLrScale(double scale);
   void late(bool applied);
+  void parity(uint64_t checks, uint64_t mismatches);
+  void repaired();
   // A peer's contribution refused (`reason`: a metric label).
   void rejected(uint32_t peer, const std::string& reason);
   SyncStats snapshot() const;

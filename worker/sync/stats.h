@@ -54,6 +54,12 @@ struct SyncStats {
   double stateTransferSeconds = 0;  // receiving them
   uint64_t lateApplied = 0;         // contributions applied after their round completed
   uint64_t lateDropped = 0;         // late contributions too old to apply
+  // dts state parity (worker/sync/parity.h): peers' job-model fingerprints
+  // compared with this worker's, those found to differ, and the repairs
+  // this worker made of its own model from a peer's.
+  uint64_t parityChecks = 0;
+  uint64_t parityMismatches = 0;
+  uint64_t parityRepairs = 0;
   // Contributions refused (treated as missing), by peer and reason: size,
   // malformed, non_finite, out_of_range.
   struct Rejected {

@@ -238,6 +238,9 @@ void StatsRecorder::merge(const SyncStats& in) {
   stats_.roundSecondsCount += in.roundSecondsCount;
   stats_.lateApplied += in.lateApplied;
   stats_.lateDropped += in.lateDropped;
+  stats_.parityChecks += in.parityChecks;
+  stats_.parityMismatches += in.parityMismatches;
+  stats_.parityRepairs += in.parityRepairs;
   for (const auto& r : in.rejected) {
     for (uint64_t i = 0; i < r.count; ++i) {
       bool found = false;
@@ -267,6 +270,17 @@ void StatsRecorder::rejected(uint32_t peer, const std::string& reason) {
 void StatsRecorder::late(bool applied) {
   std::lock_guard lock(mu_);
   ++(applied ? stats_.lateApplied : stats_.lateDropped);
+}
+
+void StatsRecorder::parity(uint64_t checks, uint64_t mismatches) {
+  std::lock_guard lock(mu_);
+  stats_.parityChecks += checks;
+  stats_.parityMismatches += mismatches;
+}
+
+void StatsRecorder::repaired() {
+  std::lock_guard lock(mu_);
+  ++stats_.parityRepairs;
 }
 
 // ---- Base ------------------------------------------------------------------------------

@@ -308,6 +308,9 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
   s.stateTransferSeconds = 0.75;
   s.lateApplied = 3;
   s.lateDropped = 4;
+  s.parityChecks = 9;
+  s.parityMismatches = 2;
+  s.parityRepairs = 1;
   m->updateSync(s);
   m->recordStep(0.02, 1.5, 64);
   m->setStep(41);
@@ -348,6 +351,9 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
       {"geotrain_state_transfer_bytes_total", "counter"},
       {"geotrain_state_transfer_seconds_total", "counter"},
       {"geotrain_late_updates_total", "counter"},
+      {"geotrain_state_parity_checks_total", "counter"},
+      {"geotrain_state_parity_mismatches_total", "counter"},
+      {"geotrain_state_repairs_total", "counter"},
   };
   for (const auto& [name, type] : expected) {
     EXPECT_EQ(e.type.count(name) ? e.type.at(name) : "<none>", type) << name;
@@ -408,6 +414,9 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
   EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_state_transfer_seconds_total"), 0.75);
   EXPECT_EQ(valueOf(e, "geotrain_late_updates_total", {{"result", "applied"}}), 3);
   EXPECT_EQ(valueOf(e, "geotrain_late_updates_total", {{"result", "dropped"}}), 4);
+  EXPECT_EQ(valueOf(e, "geotrain_state_parity_checks_total"), 9);
+  EXPECT_EQ(valueOf(e, "geotrain_state_parity_mismatches_total"), 2);
+  EXPECT_EQ(valueOf(e, "geotrain_state_repairs_total"), 1);
 }
 
 // The membership counters exist from the start, at zero, every label value
