@@ -27,6 +27,11 @@ common=(--network "$network" --preset world --model mlp --eval-interval 0 --thre
 fail() {
   echo "FAIL: $*" >&2
   for f in "$work"/*.log; do echo "--- $f" >&2; tail -15 "$f" >&2; done
+  for run in clean flip; do
+    echo "--- $run: what the workers logged of state parity, late updates and faults" >&2
+    grep -H "state parity\|GEO_TEST_FLIP_BIT\|late\|suspected\|heard again" \
+      "$work/$run"/logs/worker-*.log 2>/dev/null | sed "s|$work/||" | head -60 >&2
+  done
   exit 1
 }
 
