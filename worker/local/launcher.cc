@@ -289,7 +289,12 @@ class JobRunner {
       w.process = std::move(*child);
       w.killedByPlan = false;
       w.started = false;
-      if (w.killRecord) records_[*w.killRecord].endSeconds = t;
+      // The restart that ends the kill; a later one (a member restarted to
+      // rejoin after its leader died) is not, and took the time to rejoin
+      // below zero (-319 s in a 30-minute soak).
+      if (w.killRecord && !records_[*w.killRecord].endSeconds) {
+        records_[*w.killRecord].endSeconds = t;
+      }
       log(fmt::format("fault: worker {} restarted as pid {}", w.rank, w.process->pid()));
     }
     for (size_t i = 0; i < plan_.partitions.size(); ++i) {
