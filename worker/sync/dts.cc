@@ -1460,6 +1460,21 @@ class Dts final : public Base {
     uint64_t gate = 0;
     ParityFingerprint fingerprint;
   };
+  // On the wire: the gate, the four projections, the squared norm.
+  static std::shared_ptr<std::vector<std::byte>> encodeReport(const ParityReport& r) {
+    auto bytes = std::make_shared<std::vector<std::byte>>(kParityReportBytes);
+    std::memcpy(bytes->data(), &r.gate, 8);
+    std::memcpy(bytes->data() + 8, r.fingerprint.projections.data(), 32);
+    std::memcpy(bytes->data() + 40, &r.fingerprint.squaredNorm, 8);
+    return bytes;
+  }
+  static ParityReport decodeReport(const std::byte* bytes) {
+    ParityReport r;
+    std::memcpy(&r.gate, bytes, 8);
+    std::memcpy(r.fingerprint.projections.data(), bytes + 8, 32);
+    std::memcpy(&r.fingerprint.squaredNorm, bytes + 40, 8);
+    return r;
+  }
   // The rounds checked last (at most kParityKept): our report, the peers'
   // (by group index).
   struct ParityRound {
@@ -1547,11 +1562,7 @@ class Dts final : public Base {
         if (it->round == round) parity_.back().peers[it->peer] = it->report;
         it = it->round <= round ? parityAhead_.erase(it) : std::next(it);
       }
-      auto bytes = std::make_shared<std::vector<std::byte>>(kParityReportBytes);
-      const ParityReport& own = parity_.back().own;
-      std::memcpy(bytes->data(), &own.gate, sizeof own.gate);
-      std::memcpy(bytes->data() + 8, own.fingerprint.projections.data(), 32);
-      std::memcpy(bytes->data() + 40, &own.fingerprint.squaredNorm, 8);
+      auto bytes = encodeReport(parity_.back().own);
       GEO_RETURN_IF_ERROR(sendTo(presentPeers(), MessageKind::kControl, kParityReportRound,
                                  static_cast<int64_t>(round), CodecId::kRaw, kParityReportBytes,
                                  std::move(bytes)));
@@ -1582,16 +1593,11 @@ class Dts final : public Base {
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self) continue;
       const uint32_t peer = group_.ranks[i];
-      for (auto m = transport_->receive(MessageKind::kControl, kParityReportRound, peer,
-                                        std::chrono::milliseconds(0));
-           m.ok(); m = transport_->receive(MessageKind::kControl, kParityReportRound, peer,
-                                           std::chrono::milliseconds(0))) {
-        if (m->payload.size() != kParityReportBytes) continue;
-        ParityReport r;
-        std::memcpy(&r.gate, m->payload.data(), 8);
-        std::memcpy(r.fingerprint.projections.data(), m->payload.data() + 8, 32);
-        std::memcpy(&r.fingerprint.squaredNorm, m->payload.data() + 40, 8);
-        const uint64_t round = m->header.step;
+      for (const transport::Message& m :
+           takeArrived(MessageKind::kControl, kParityReportRound, peer)) {
+        if (m.payload.size() != kParityReportBytes) continue;
+        const ParityReport r = decodeReport(m.payload.data());
+        const uint64_t round = m.header.step;
         const auto kept = std::find_if(parity_.begin(), parity_.end(),
                                        [&](const ParityRound& p) { return p.round == round; });
         if (kept != parity_.end()) {
@@ -1600,13 +1606,11 @@ class Dts final : public Base {
           parityAhead_.push_back({round, i, r});
         }
       }
-      for (auto m = transport_->receive(MessageKind::kControl, kParityRequestRound, peer,
-                                        std::chrono::milliseconds(0));
-           m.ok(); m = transport_->receive(MessageKind::kControl, kParityRequestRound, peer,
-                                           std::chrono::milliseconds(0))) {
+      for (const transport::Message& m :
+           takeArrived(MessageKind::kControl, kParityRequestRound, peer)) {
         uint64_t round = 0;
-        if (m->payload.size() != sizeof round) continue;
-        std::memcpy(&round, m->payload.data(), sizeof round);
+        if (m.payload.size() != sizeof round) continue;
+        std::memcpy(&round, m.payload.data(), sizeof round);
         if (round < completedThrough_) {
           // Passed already: say which round we are at, and it asks again.
           GEO_RETURN_IF_ERROR(sendTo({peer}, MessageKind::kControl, kParityStateRound,
@@ -1723,13 +1727,12 @@ class Dts final : public Base {
 
   Status pollRepair(train::FlatParameters& flat) {
     const uint32_t peer = group_.ranks[repair_->from];
-    for (auto m = transport_->receive(MessageKind::kControl, kParityStateRound, peer,
-                                      std::chrono::milliseconds(0));
-         m.ok() && repair_; m = transport_->receive(MessageKind::kControl, kParityStateRound, peer,
-                                                    std::chrono::milliseconds(0))) {
+    for (const transport::Message& m :
+         takeArrived(MessageKind::kControl, kParityStateRound, peer)) {
+      if (!repair_) break;  // ended by an earlier answer
       Repair& r = *repair_;
-      const uint64_t round = m->header.step;
-      if (m->payload.size() == 0) {
+      const uint64_t round = m.header.step;
+      if (m.payload.size() == 0) {
         // It had completed the round already (it runs ahead): ask for one
         // past where it is.
         if (round < r.round || r.retries >= 3) continue;  // to an earlier question
@@ -1740,7 +1743,7 @@ class Dts final : public Base {
       torch::Tensor theirs = torch::empty({flat.values.numel()}, torch::kFloat32);
       std::string reason;
       if (const Status ok =
-              checkedCopy(m->payload.bytes(), theirs, std::numeric_limits<float>::max(), reason);
+              checkedCopy(m.payload.bytes(), theirs, std::numeric_limits<float>::max(), reason);
           !ok.ok()) {
         reject(peer, fmt::format("its job model for round {}", round), reason, ok);
         repair_.reset();

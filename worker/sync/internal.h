@@ -382,6 +382,10 @@ class Base : public Synchronizer {
   Status sendTo(const std::vector<uint32_t>& to, transport::MessageKind kind, uint64_t round,
                 int64_t step, transport::CodecId codec, uint64_t elements,
                 std::shared_ptr<const std::vector<std::byte>> bytes);
+  // Every message of `kind` and `round` from `peer` already in the inbox, in
+  // the order they arrived (a poll: no wait).
+  std::vector<transport::Message> takeArrived(transport::MessageKind kind, uint64_t round,
+                                              uint32_t peer);
   // A bounded receive that records the wait; DeadlineExceeded names the
   // peer, what was awaited and the timeout.
   StatusOr<transport::Message> receiveFrom(uint32_t peer, transport::MessageKind kind,

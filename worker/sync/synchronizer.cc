@@ -411,6 +411,15 @@ Status Base::sendTo(const std::vector<uint32_t>& to, MessageKind kind, uint64_t 
                     options_.timeout);
 }
 
+std::vector<Message> Base::takeArrived(MessageKind kind, uint64_t round, uint32_t peer) {
+  std::vector<Message> out;
+  for (auto m = transport_->receive(kind, round, peer, std::chrono::milliseconds(0)); m.ok();
+       m = transport_->receive(kind, round, peer, std::chrono::milliseconds(0))) {
+    out.push_back(std::move(*m));
+  }
+  return out;
+}
+
 StatusOr<Message> Base::receiveFrom(uint32_t peer, MessageKind kind, uint64_t round,
                                     std::chrono::milliseconds timeout, const std::string& what) {
   return receiveBounded(*transport_, topology_, peer, kind, round, timeout, what, stats_);
