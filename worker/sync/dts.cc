@@ -1484,6 +1484,9 @@ class Dts final : public Base {
     bool decided = false;
   };
   static constexpr size_t kParityKept = 4;
+  // Marks the gate of a report made while a repair was in flight (any
+  // other gate is a hash: a collision is as unlikely as any other).
+  static constexpr uint64_t kRepairingGate = 0x8f1bbcdcca62c1d6ULL;
   std::deque<ParityRound> parity_;
   // Peers' reports of rounds we have not completed yet (a peer ahead).
   struct AheadReport {
@@ -1500,6 +1503,13 @@ class Dts final : public Base {
     torch::Tensor theirs;
     uint64_t differedAt = 0;  // the round whose check found it
     int retries = 0;
+    // Who was in the rounds still open to late contributions as of
+    // `round` (parityGate), here and there: the difference of two job
+    // models is the fault alone only when both completed those rounds with
+    // the same contributions; otherwise it holds a late contribution that
+    // one of the two applies later, and would be applied twice.
+    uint64_t ownGate = 0;
+    uint64_t theirGate = 0;
   };
   std::optional<Repair> repair_;
   // Peers waiting for our job model as of a round (by group index).
@@ -1554,8 +1564,13 @@ class Dts final : public Base {
         if (!parity_.front().decided) decideParity(parity_.front(), true);
         parity_.pop_front();
       }
+      // While a repair of ours is in flight, our job model is the one found
+      // wrong (the repair is applied when the answer is here, often a round
+      // or two later): its fingerprint is sent as not comparable, so that
+      // peers do not name us again for what is being repaired.
+      const uint64_t gate = repair_ ? parityGate(round) ^ kRepairingGate : parityGate(round);
       parity_.push_back(ParityRound{round,
-                                    {parityGate(round), fingerprintOfTensor(model)},
+                                    {gate, fingerprintOfTensor(model)},
                                     std::vector<std::optional<ParityReport>>(group_.size()),
                                     false});
       for (auto it = parityAhead_.begin(); it != parityAhead_.end();) {
@@ -1568,7 +1583,12 @@ class Dts final : public Base {
                                  std::move(bytes)));
     }
     if (asked) {
-      const auto bytes = tensorBytes(model);
+      // The model, then its gate (a peer mid-repair marks its own: the
+      // asker then asks again, of a later round).
+      auto bytes = tensorBytes(model);
+      const uint64_t gate = repair_ ? parityGate(round) ^ kRepairingGate : parityGate(round);
+      bytes->resize(bytes->size() + sizeof gate);
+      std::memcpy(bytes->data() + bytes->size() - sizeof gate, &gate, sizeof gate);
       for (auto it = parityAsks_.begin(); it != parityAsks_.end();) {
         if (it->round > round) {
           ++it;
@@ -1577,12 +1597,15 @@ class Dts final : public Base {
         // Asked for a round we passed since (it asked as we completed it):
         // the answer says which round it is of.
         GEO_RETURN_IF_ERROR(sendTo({group_.ranks[it->peer]}, MessageKind::kControl,
-                                   kParityStateRound, static_cast<int64_t>(round), CodecId::kFp32,
-                                   static_cast<uint64_t>(model.numel()), bytes));
+                                   kParityStateRound, static_cast<int64_t>(round), CodecId::kRaw,
+                                   bytes->size(), bytes));
         it = parityAsks_.erase(it);
       }
     }
-    if (mine) repair_->own = model.clone();
+    if (mine) {
+      repair_->own = model.clone();
+      repair_->ownGate = parityGate(round);
+    }
     return {};
   }
 
@@ -1660,7 +1683,7 @@ class Dts final : public Base {
             " {}:{}", topology_.describe(group_.ranks[i]),
             !p.peers[i] ? "no report"
             : p.peers[i]->gate != p.own.gate
-                ? "not comparable (rounds still open to late contributions)"
+                ? "not comparable (rounds still open to late contributions, or a repair in flight)"
                 : fmt::format("{:.2g} apart",
                               parityDistance(p.own.fingerprint, p.peers[i]->fingerprint)));
       }
@@ -1740,10 +1763,20 @@ class Dts final : public Base {
         continue;
       }
       if (round != r.round) continue;  // an answer to an earlier question
+      const auto modelBytes = static_cast<size_t>(flat.values.numel()) * 4;
+      if (m.payload.size() != modelBytes + sizeof r.theirGate) {
+        logger()->warn(
+            "dts: state parity: the job model of {} for round {} has {} bytes, expected {} (the "
+            "same model everywhere?); the next check decides again",
+            topology_.describe(peer), round, m.payload.size(), modelBytes + sizeof r.theirGate);
+        repair_.reset();
+        return {};
+      }
+      std::memcpy(&r.theirGate, m.payload.data() + modelBytes, sizeof r.theirGate);
       torch::Tensor theirs = torch::empty({flat.values.numel()}, torch::kFloat32);
       std::string reason;
-      if (const Status ok =
-              checkedCopy(m.payload.bytes(), theirs, std::numeric_limits<float>::max(), reason);
+      if (const Status ok = checkedCopy(m.payload.bytes().first(modelBytes), theirs,
+                                        std::numeric_limits<float>::max(), reason);
           !ok.ok()) {
         reject(peer, fmt::format("its job model for round {}", round), reason, ok);
         repair_.reset();
@@ -1761,15 +1794,30 @@ class Dts final : public Base {
       return {};
     }
     if (!r.own.defined() || !r.theirs.defined()) return {};
+    if (r.ownGate != r.theirGate) {
+      // Not comparable as of that round (a late contribution reached one of
+      // us and not yet the other, or the peer was repairing): ask again.
+      if (r.retries >= 3) {
+        logger()->info(
+            "dts: state parity: the job model of {} as of round {} is not comparable with this "
+            "worker's (late contributions still open); the next check decides again",
+            topology_.describe(peer), r.round);
+        repair_.reset();
+        return {};
+      }
+      askForRepair(r.from, r.differedAt, completedThrough_ + 1, r.retries + 1);
+      return {};
+    }
     // theirs - ours: zero where the two agree to the bit, the difference
     // (and a few units of rounding) where they do not.
     const torch::Tensor delta = r.theirs.view({-1}).sub_(r.own.view({-1}));
     const torch::Tensor size = delta.abs();
     const float largest = size.max().item<float>();
     // Rounding moves a value by a few units in the last place of the
-    // values it was computed from (~1e-7 of the model's typical size).
+    // values it was computed from (~1e-7 of the model's typical size; a
+    // value several times the typical size, by several times that).
     const double typical = r.own.pow(2).mean().sqrt().item<double>();
-    const int64_t changed = (size > 1e-5 * typical + 1e-12).sum().item<int64_t>();
+    const int64_t changed = (size > 1e-4 * typical + 1e-12).sum().item<int64_t>();
     const torch::Tensor d = delta.view_as(flat.values).to(flat.values.device());
     flat.values.add_(d);
     base_.add_(d);
