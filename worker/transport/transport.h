@@ -141,6 +141,19 @@ struct TransportCounters {
   std::string lastRejectReason;
 };
 
+// A running transport's CURVE keys, for key rotation without a restart
+// (docs/security.md, "Rotating keys").
+struct KeySet {
+  std::string secretKey;  // this rank's Z85 secret key
+  // publicKeys[r]: the Z85 public keys rank r is admitted with, the one it
+  // uses now first, then its others (during a rotation's overlap: its next
+  // key before it switches, its previous one after). A connection to rank
+  // r is made with its first key as r's server key; one whose handshake
+  // fails before completing tries r's next key, and so on round the list.
+  // publicKeys[rank()][0] is secretKey's public key.
+  std::vector<std::vector<std::string>> publicKeys;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -180,6 +193,20 @@ class Transport {
 
   virtual std::vector<PeerCounters> peerCounters() const = 0;
   virtual TransportCounters counters() const = 0;
+
+  // Replaces the keys (KeySet) without a restart, and returns once they are
+  // in force. From then on a connection is admitted only with a key in
+  // `keys` (its rank's); a key that is no longer there, or a new secret key
+  // of this rank, re-makes the listener, which closes every connection
+  // made to it so far: each is made again and authenticated anew, against
+  // the new keys (a peer's connection made with a key that left is thus
+  // closed too). A new secret key also makes this rank's connections to its
+  // peers anew, with it. What the connections closed held is lost, as in
+  // any reconnect (PeerCounters::reconnects counts them). InvalidArgument
+  // naming the rank and key for a set that is not one key list per rank,
+  // a key that is not Z85, a key shared by two ranks, or a secret key whose
+  // public key is not this rank's first; the keys in force stay then.
+  virtual Status updateKeys(const KeySet& keys) = 0;
 };
 
 }  // namespace geo::transport

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -71,6 +72,10 @@ constexpr std::chrono::milliseconds kLaneRetry{10};
 // pinged at the usual interval).
 constexpr std::chrono::milliseconds kFirstPingEvery{50};
 constexpr std::chrono::seconds kFastPingsFor{30};
+// How often a peer's other key is tried at most (key rotation), and how
+// soon a connection the peer refused our key on is made again.
+constexpr std::chrono::milliseconds kKeyTryEvery{100};
+constexpr std::chrono::milliseconds kRefusedRetry{1000};
 
 bool logged(uint64_t n) {
   return n <= kLoggedFirst || n % kLoggedEvery == 0;
@@ -191,6 +196,16 @@ struct PeerState {
   std::optional<FrameHeader> lastAcked;
   std::optional<Clock::time_point> lastReconnect;
   uint64_t silentReconnects = 0;  // since the peer was last heard
+  // Key rotation: which of the peer's public keys (ZmqTransport::keys_)
+  // the sockets use as its server key; whether a handshake completed on
+  // the current connection; and whether one failed before it completed
+  // (then the next key is tried, as the peer may have switched to it or
+  // not yet).
+  size_t serverKey = 0;
+  bool handshakeOnSockets = false;
+  bool tryNextKey = false;
+  bool refusedUs = false;
+  std::optional<Clock::time_point> lastKeyTry;
 };
 
 class ZmqTransport final : public Transport {
@@ -218,8 +233,20 @@ class ZmqTransport final : public Transport {
   void setUplinkRate(double bytesPerSecond) override;
   std::vector<PeerCounters> peerCounters() const override;
   TransportCounters counters() const override;
+  Status updateKeys(const KeySet& keys) override;
 
  private:
+  // Key rotation, on the I/O thread: the change handed over by
+  // updateKeys(), if any; and new connections to a peer whose handshake
+  // failed with one of its keys (with its next key) or that refused ours.
+  void applyKeyChange();
+  Status applyKeys(const KeySet& keys);
+  void retryHandshakes();
+  // The ZAP allowlist from keys_.
+  void admitKeys();
+  // Unbinds the ROUTER and binds it again with secretKey_: every
+  // connection made to it closes and is made anew.
+  Status rebindRouter();
   // Queues a frame; `wait` bounds how long to wait for room (0: fail at once).
   Status enqueue(uint32_t peer, const FrameHeader& h, Payload payload, milliseconds wait);
   // Whether this rank connects to `peer` (not itself, and it has an endpoint).
@@ -295,6 +322,19 @@ class ZmqTransport final : public Transport {
   std::optional<zmq::socket_t> routerMonitor_;
   std::optional<zmq::socket_t> zap_;
   std::map<std::string, uint32_t> allowedKeys_;  // binary public key -> rank
+  // The keys in force (I/O thread once it runs): this rank's secret and
+  // public key, and every rank's public keys (KeySet::publicKeys).
+  std::string secretKey_;
+  std::string publicKey_;
+  std::vector<std::vector<std::string>> keys_;
+  std::string boundAt_;  // the ROUTER's endpoint as bound (for a rebind)
+  // A key change handed to the I/O thread, and its outcome.
+  struct KeyChange {
+    KeySet keys;
+    std::promise<Status> done;
+  };
+  std::mutex keyChangeMu_;
+  std::optional<KeyChange> keyChange_;
   int wakeFd_ = -1;
   std::thread io_;
   const Clock::time_point startedAt_ = Clock::now();
@@ -411,6 +451,9 @@ Status ZmqTransport::openPeerSockets(uint32_t r) {
   if (p.dealer) p.dealer->set(zmq::sockopt::linger, 0);  // what it held is lost either way
   p.dealer.reset();
   p.probe.reset();
+  p.handshakeOnSockets = false;
+  p.tryNextKey = false;
+  p.refusedUs = false;
   // Hand frames only to completed connections: while a peer is away they
   // wait in our bounded queue, where backpressure and counters see them.
   const auto open = [&](std::optional<zmq::socket_t>& socket, int linger, int hwm) {
@@ -425,9 +468,9 @@ Status ZmqTransport::openPeerSockets(uint32_t r) {
       s.set(zmq::sockopt::connect_timeout, static_cast<int>(cfg_.connectTimeout.count()));
     }
     if (cfg_.encrypt) {
-      setCurveKey(s, zmq::sockopt::curve_serverkey, cfg_.publicKeys[r]);
-      setCurveKey(s, zmq::sockopt::curve_publickey, cfg_.publicKeys[cfg_.rank]);
-      setCurveKey(s, zmq::sockopt::curve_secretkey, cfg_.secretKey);
+      setCurveKey(s, zmq::sockopt::curve_serverkey, keys_[r][p.serverKey]);
+      setCurveKey(s, zmq::sockopt::curve_publickey, publicKey_);
+      setCurveKey(s, zmq::sockopt::curve_secretkey, secretKey_);
     }
   };
   open(p.dealer, static_cast<int>(cfg_.linger.count()), 64);
@@ -454,10 +497,11 @@ Status ZmqTransport::start() {
       // The ZAP handler must be bound before any socket accepts connections.
       zap_.emplace(ctx_, zmq::socket_type::rep);
       zap_->bind(kZapEndpoint);
-      for (uint32_t r = 0; r < world; ++r) {
-        const auto key = decodeKey(cfg_.publicKeys[r]);
-        allowedKeys_[bytesKey(key.data(), key.size())] = r;
-      }
+      secretKey_ = cfg_.secretKey;
+      publicKey_ = cfg_.publicKeys[cfg_.rank];
+      keys_.clear();
+      for (uint32_t r = 0; r < world; ++r) keys_.push_back({cfg_.publicKeys[r]});
+      admitKeys();
     }
 
     router_.emplace(ctx_, zmq::socket_type::router);
@@ -473,7 +517,7 @@ Status ZmqTransport::start() {
                      256));
     if (cfg_.encrypt) {
       router_->set(zmq::sockopt::curve_server, 1);
-      setCurveKey(*router_, zmq::sockopt::curve_secretkey, cfg_.secretKey);
+      setCurveKey(*router_, zmq::sockopt::curve_secretkey, secretKey_);
       router_->set(zmq::sockopt::zap_domain, kZapDomain);
     }
     const std::string routerMon = "inproc://geo-monitor-router";
@@ -489,6 +533,7 @@ Status ZmqTransport::start() {
     } catch (const zmq::error_t& e) {
       return unavailable(fmt::format("transport: cannot bind {}: {}", bindAt, e.what()));
     }
+    boundAt_ = router_->get(zmq::sockopt::last_endpoint);
 
     for (uint32_t r = 0; r < world; ++r) {
       if (!reachable(r)) continue;
@@ -974,6 +1019,21 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
     uint32_t value;
     std::memcpy(&id, event.data(), sizeof id);
     std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
+    if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) peer->handshakeOnSockets = true;
+    if (peer != nullptr && !peer->handshakeOnSockets &&
+        (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)) {
+      // With the wrong server key the peer cannot open our hello and
+      // closes the connection: this is all a client sees of it. (A failure
+      // of authentication is the peer refusing our key: its own was right.)
+      peer->tryNextKey = true;
+    }
+    // The peer refused our key. ZeroMQ gives up on such a connection for
+    // good; the peer may admit the key soon (a rotation reaches workers at
+    // different times), so it is made again a while later.
+    if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) peer->refusedUs = true;
+    // The socket reconnects on its own: the next connection has its own
+    // handshake to make.
+    if (peer != nullptr && id == ZMQ_EVENT_DISCONNECTED) peer->handshakeOnSockets = false;
     if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && ++peer->handshakes > 1) {
       // A new connection (the peer restarted, or we reconnected): the new
       // incarnation has not read our hello yet, and what the old connection
@@ -1350,6 +1410,205 @@ void ZmqTransport::reconnectStalled(Clock::time_point now) {
   }
 }
 
+// Every rank's key list not empty, every key Z85 and of one rank only, and
+// the secret key's public key this rank's first.
+Status validateKeySet(const KeySet& keys, uint32_t rank, size_t world) {
+  if (keys.publicKeys.size() != world) {
+    return invalidArgument(
+        fmt::format("transport: new keys: publicKeys has {} entries, need one list per rank ({})",
+                    keys.publicKeys.size(), world));
+  }
+  std::map<std::string, size_t> owner;
+  for (size_t r = 0; r < world; ++r) {
+    if (keys.publicKeys[r].empty()) {
+      return invalidArgument(fmt::format("transport: new keys: rank {} has no public key", r));
+    }
+    for (const std::string& k : keys.publicKeys[r]) {
+      if (!keys::isZ85Key(k)) {
+        return invalidArgument(fmt::format(
+            "transport: new keys: a public key of rank {} is not a 40-character Z85 key", r));
+      }
+      const auto [it, fresh] = owner.emplace(k, r);
+      if (!fresh && it->second != r) {
+        return invalidArgument(fmt::format(
+            "transport: new keys: ranks {} and {} share a public key: every worker needs its own "
+            "keypair",
+            it->second, r));
+      }
+    }
+  }
+  auto derived = keys::publicKeyOf(keys.secretKey);
+  if (!derived.ok()) return derived.status().withContext("transport: new keys: secretKey");
+  if (*derived != keys.publicKeys[rank].front()) {
+    return invalidArgument(fmt::format(
+        "transport: new keys: secretKey does not belong to rank {}'s first public key (this "
+        "rank's)",
+        rank));
+  }
+  return {};
+}
+
+Status ZmqTransport::updateKeys(const KeySet& keys) {
+  if (!cfg_.encrypt) {
+    return failedPrecondition("transport: keys cannot change on a transport without CURVE");
+  }
+  GEO_RETURN_IF_ERROR(validateKeySet(keys, cfg_.rank, limits_.worldSize));
+  KeySet unique = keys;  // a key listed twice for a rank is one key
+  for (auto& list : unique.publicKeys) {
+    std::vector<std::string> seen;
+    for (const std::string& k : list) {
+      if (std::find(seen.begin(), seen.end(), k) == seen.end()) seen.push_back(k);
+    }
+    list = std::move(seen);
+  }
+  std::future<Status> done;
+  {
+    std::lock_guard lock(keyChangeMu_);
+    if (keyChange_)
+      keyChange_->done.set_value(aborted("transport: replaced by a later key change"));
+    keyChange_.emplace();
+    keyChange_->keys = std::move(unique);
+    done = keyChange_->done.get_future();
+  }
+  wake();
+  // A rebind waits at most a couple of seconds for the port (rebindRouter).
+  if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    return deadlineExceeded("transport: the I/O thread did not take the new keys within 10 s");
+  }
+  return done.get();
+}
+
+void ZmqTransport::applyKeyChange() {
+  std::optional<KeyChange> change;
+  {
+    std::lock_guard lock(keyChangeMu_);
+    change.swap(keyChange_);
+  }
+  if (!change) return;
+  if (stopping_) {
+    change->done.set_value(unavailable("transport: shutting down"));
+    return;
+  }
+  Status s;
+  try {
+    s = applyKeys(change->keys);
+  } catch (const zmq::error_t& e) {
+    s = internalError(fmt::format("transport: applying new keys: {}", e.what()));
+  }
+  change->done.set_value(std::move(s));
+}
+
+Status ZmqTransport::applyKeys(const KeySet& keys) {
+  const bool ownChanged = keys.secretKey != secretKey_;
+  std::set<std::string> now;
+  for (const auto& list : keys.publicKeys) now.insert(list.begin(), list.end());
+  size_t retired = 0;
+  for (const auto& list : keys_) {
+    retired += static_cast<size_t>(std::count_if(
+        list.begin(), list.end(), [&](const std::string& k) { return !now.count(k); }));
+  }
+  size_t added = 0;
+  for (size_t r = 0; r < keys_.size(); ++r) {
+    for (const std::string& k : keys.publicKeys[r]) {
+      added += std::find(keys_[r].begin(), keys_[r].end(), k) == keys_[r].end();
+    }
+  }
+  if (!ownChanged && retired == 0 && added == 0 && keys.publicKeys == keys_) return {};
+  const std::vector<std::vector<std::string>> before = std::exchange(keys_, keys.publicKeys);
+  secretKey_ = keys.secretKey;
+  publicKey_ = keys_[cfg_.rank].front();
+  admitKeys();
+  // Connections to a peer stay while the key they were made with is still
+  // one of its keys (a peer that has not switched yet keeps working).
+  std::vector<uint32_t> remade;
+  for (uint32_t r = 0; r < limits_.worldSize; ++r) {
+    if (!reachable(r)) continue;
+    PeerState& p = peers_[r];
+    const std::string& inUse = before[r][std::min(p.serverKey, before[r].size() - 1)];
+    const auto it = std::find(keys_[r].begin(), keys_[r].end(), inUse);
+    p.serverKey = it == keys_[r].end() ? 0 : static_cast<size_t>(it - keys_[r].begin());
+    if (!ownChanged && it != keys_[r].end()) continue;
+    GEO_RETURN_IF_ERROR(openPeerSockets(r));
+    p.unacked.clear();  // what the old connection held is gone with it
+    publishUnacked(p);
+    p.blocked = false;
+    remade.push_back(r);
+  }
+  const bool rebind = ownChanged || retired > 0;
+  if (rebind) GEO_RETURN_IF_ERROR(rebindRouter());
+  logger()->info(
+      "transport rank {}: keys changed: {} public key(s) admitted anew, {} retired{}{}{}",
+      cfg_.rank, added, retired, ownChanged ? "; this worker's own keypair is new" : "",
+      remade.empty() ? "" : fmt::format("; new connections to {} peer(s)", remade.size()),
+      rebind ? "; the listener was made anew, and every connection to it is made again" : "");
+  return {};
+}
+
+void ZmqTransport::admitKeys() {
+  allowedKeys_.clear();
+  for (uint32_t r = 0; r < keys_.size(); ++r) {
+    for (const std::string& k : keys_[r]) {
+      const auto key = decodeKey(k);
+      allowedKeys_[bytesKey(key.data(), key.size())] = r;
+    }
+  }
+}
+
+Status ZmqTransport::rebindRouter() {
+  // Unbinding closes the listener and, with it, every connection it
+  // accepted (they are its children in libzmq): each peer's socket
+  // reconnects within its reconnect interval and is authenticated again.
+  router_->unbind(boundAt_);
+  setCurveKey(*router_, zmq::sockopt::curve_secretkey, secretKey_);
+  // The old listening socket is closed by ZeroMQ's own I/O thread, a moment
+  // after unbind() returns: until then the port is taken.
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (true) {
+    try {
+      router_->bind(boundAt_);
+      return {};
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EADDRINUSE || Clock::now() >= deadline) {
+        return unavailable(fmt::format("transport: cannot bind {} again with the new key: {}",
+                                       boundAt_, e.what()));
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void ZmqTransport::retryHandshakes() {
+  const auto now = Clock::now();
+  for (uint32_t r = 0; r < limits_.worldSize; ++r) {
+    if (!reachable(r)) continue;
+    PeerState& p = peers_[r];
+    const bool otherKey = p.tryNextKey && keys_.size() > r && keys_[r].size() > 1;
+    p.tryNextKey = otherKey;
+    if (!otherKey && !p.refusedUs) continue;
+    // Not faster than ZeroMQ's own reconnect interval: while no key works
+    // (the peer restarting, or refusing us), the tries stay a trickle.
+    if (p.lastKeyTry && now - *p.lastKeyTry < (otherKey ? kKeyTryEvery : kRefusedRetry)) continue;
+    p.lastKeyTry = now;
+    if (otherKey) {
+      p.serverKey = (p.serverKey + 1) % keys_[r].size();
+      logger()->debug("transport rank {}: a handshake with {} failed; trying its key #{} of {}",
+                      cfg_.rank, rankName(r), p.serverKey + 1, keys_[r].size());
+    } else {
+      logger()->debug("transport rank {}: {} refused our key; trying again", cfg_.rank,
+                      rankName(r));
+    }
+    p.refusedUs = false;
+    if (Status s = openPeerSockets(r); !s.ok()) {
+      logger()->warn("transport rank {}: reconnecting to {} failed: {}", cfg_.rank, rankName(r),
+                     s.message());
+      continue;
+    }
+    p.unacked.clear();
+    publishUnacked(p);
+    p.blocked = false;
+  }
+}
+
 void ZmqTransport::sendHello(uint32_t peer) {
   if (cfg_.agreedSettings.empty()) return;
   const std::string text = encodeHello(cfg_.agreedSettings);
@@ -1465,6 +1724,7 @@ void ZmqTransport::ioLoop() {
     }
     if (!stopping_) reportRefusalWhenDue(now);
     if (!stopping_) reconnectStalled(now);
+    applyKeyChange();
     // Send whatever is due, and find when the next shaped message is.
     auto next = stopping_ ? *stopDeadline : now + milliseconds(pendingRefusal_ ? 50 : 200);
     if (!stopping_ && cfg_.pingInterval.count() > 0) next = std::min(next, nextPing);
@@ -1525,6 +1785,15 @@ void ZmqTransport::ioLoop() {
       PeerState& p = peers_[pollOutPeers[i]];
       if (items[fixed + 2 * i + 1].revents & ZMQ_POLLIN) handleMonitor(*p.monitor, &p);
       if (p.blocked) p.blocked = false;  // POLLOUT, a timeout or a reconnect: try again
+    }
+    if (!stopping_) retryHandshakes();
+  }
+  {
+    // A key change that came too late is not applied.
+    std::lock_guard lock(keyChangeMu_);
+    if (keyChange_) {
+      keyChange_->done.set_value(unavailable("transport: shutting down"));
+      keyChange_.reset();
     }
   }
   // Our queues are empty, or the linger time is up. ZeroMQ may still hold
