@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "worker/app/key_watcher.h"
 #include "worker/app/memory_plan.h"
 #include "worker/app/setup.h"
 #include "worker/app/transport_setup.h"
@@ -264,6 +265,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   auto topology = sync::Topology::make(rankRegions(c), static_cast<uint32_t>(c.worker.rank));
   if (!topology.ok()) return reportFailure(&progress, topology.status());
   std::unique_ptr<transport::Transport> transport;
+  std::unique_ptr<KeyWatcher> keyWatcher;  // stops before the transport goes
   std::unique_ptr<sync::Synchronizer> sync;
   if (c.sync.algorithm != "none") {
     if (c.worker.worldSize > 1) {
@@ -274,6 +276,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
       if (!t.ok()) return reportFailure(&progress, t.status());
       transport = std::move(*t);
       watchPartitionSignals(transport.get());
+      keyWatcher = std::make_unique<KeyWatcher>(c, topology->rank(), transport.get());
     }
     auto s = sync::makeSynchronizer(syncOptions(c), *topology, transport.get());
     if (!s.ok()) return reportFailure(&progress, s.status());

@@ -92,18 +92,12 @@ StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& c, uint
     if (e == "none") e.clear();  // never connected to (see transport.peers)
   }
   t.bindEndpoint = c.transport.listen;
-  const std::filesystem::path keyDir = c.transport.keyDir;
-  auto secret =
-      keys::loadSecretKey(keyDir / fmt::format("worker-{}.key", rank),
-                          c.transport.keyGroupReadable ? keys::SecretKeyAccess::kOwnerAndGroupRead
-                                                       : keys::SecretKeyAccess::kOwnerOnly);
-  if (!secret.ok()) return secret.status();
-  t.secretKey = *secret;
-  for (uint32_t r = 0; r < world; ++r) {
-    auto pub = keys::loadPublicKey(keyDir / fmt::format("worker-{}.pub", r));
-    if (!pub.ok()) return pub.status();
-    t.publicKeys.push_back(*pub);
-  }
+  // Each rank's key in use; the others of a rotation in progress come with
+  // the first KeySet the worker's KeyWatcher hands over.
+  auto keySet = loadKeySet(c, rank);
+  if (!keySet.ok()) return keySet.status();
+  t.secretKey = keySet->secretKey;
+  for (const auto& list : keySet->publicKeys) t.publicKeys.push_back(list.front());
   const std::set<std::string> known(regions.begin(), regions.end());
   std::map<std::pair<std::string, std::string>, gt::LinkProfile> links;
   for (const auto& [key, spec] : c.transport.links) {
@@ -145,6 +139,49 @@ StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& c, uint
                       std::count(regions.begin(), regions.end(), mine) > 1;
   if (c.sync.algorithm != "none" && !member) t.warmupBytes = 256 << 10;
   return t;
+}
+
+}  // namespace geo::app
+
+namespace geo::app {
+
+StatusOr<transport::KeySet> loadKeySet(const WorkerConfig& c, uint32_t rank) {
+  const std::filesystem::path keyDir = c.transport.keyDir;
+  const auto world = static_cast<uint32_t>(c.worker.worldSize);
+  transport::KeySet keys;
+  auto secret =
+      keys::loadSecretKey(keyDir / fmt::format("worker-{}.key", rank),
+                          c.transport.keyGroupReadable ? keys::SecretKeyAccess::kOwnerAndGroupRead
+                                                       : keys::SecretKeyAccess::kOwnerOnly);
+  if (!secret.ok()) return secret.status();
+  keys.secretKey = *secret;
+  for (uint32_t r = 0; r < world; ++r) {
+    std::vector<std::string> list;
+    for (const char* suffix : {"", ".next", ".previous"}) {
+      const std::filesystem::path file = keyDir / fmt::format("worker-{}{}.pub", r, suffix);
+      std::error_code ec;
+      if (*suffix != '\0' && !std::filesystem::exists(file, ec)) continue;
+      auto pub = keys::loadPublicKey(file);
+      if (!pub.ok()) return pub.status();
+      if (std::find(list.begin(), list.end(), *pub) == list.end()) list.push_back(*pub);
+    }
+    keys.publicKeys.push_back(std::move(list));
+  }
+  // This worker's own public key first: while a rotation replaces the files
+  // one by one, the new secret key may come before the new public key.
+  auto own = keys::publicKeyOf(keys.secretKey);
+  if (!own.ok()) return own.status().withContext(fmt::format("worker-{}.key", rank));
+  auto& mine = keys.publicKeys[rank];
+  const auto it = std::find(mine.begin(), mine.end(), *own);
+  if (it == mine.end()) {
+    return invalidArgument(fmt::format(
+        "{}: worker-{}.key does not belong to worker-{}.pub, worker-{}.next.pub or "
+        "worker-{}.previous.pub (transport.keyDir): each worker's secret key and public key come "
+        "from one `geotrain keygen`",
+        keyDir.string(), rank, rank, rank, rank));
+  }
+  std::rotate(mine.begin(), it, it + 1);
+  return keys;
 }
 
 }  // namespace geo::app

@@ -39,4 +39,14 @@ std::string agreedSyncSettings(const WorkerConfig& config);
 // a check the schema cannot make; the key loader's Status for a key file.
 StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& config, uint32_t rank);
 
+// The CURVE keys in transport.keyDir for worker `rank` (docs/security.md,
+// "Rotating keys"): its secret key (worker-<rank>.key), and every rank's
+// public keys -- worker-<r>.pub, then worker-<r>.next.pub and
+// worker-<r>.previous.pub where a rotation has them. This worker's own list
+// starts with the public key of its secret key, whichever file holds it.
+// The key loader's Status for a file that is missing (the first two) or
+// not one key; InvalidArgument when the secret key is none of its
+// public keys'.
+StatusOr<transport::KeySet> loadKeySet(const WorkerConfig& config, uint32_t rank);
+
 }  // namespace geo::app

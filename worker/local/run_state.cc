@@ -103,6 +103,7 @@ nlohmann::ordered_json groupJson(const GroupSummary& g) {
                                         : nlohmann::ordered_json(nullptr)},
       {"maxRssBytes",
        g.maxRssBytes ? nlohmann::ordered_json(*g.maxRssBytes) : nlohmann::ordered_json(nullptr)},
+      {"longestStepSeconds", orNull(g.longestStepSeconds)},
   };
 }
 
@@ -223,6 +224,7 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
   double compute = 0, sync = 0, codec = 0, wait = 0;
   for (const RankProgress* p : ranks) {
     if (p->maxRssBytes) g.maxRssBytes = std::max(g.maxRssBytes.value_or(0), *p->maxRssBytes);
+    keepLargest(g.longestStepSeconds, p->stepSecondsMax);
     if (p->stepTime.steps && *p->stepTime.steps > 0) {
       timedSteps += *p->stepTime.steps;
       compute += p->stepTime.computeSeconds.value_or(0);

@@ -130,6 +130,9 @@ struct GroupSummary {
   std::optional<double> waitSeconds;
   std::optional<StepBreakdown> perStep;  // workers that reported stepTime
   std::optional<uint64_t> maxRssBytes;   // the largest peak of one worker
+  // The longest step of one worker after its first (a stall for its peers,
+  // a reconnect, a wait at a due round, shows there).
+  std::optional<double> longestStepSeconds;
 
   uint64_t wanBytes() const { return wanSentBytes + wanReceivedBytes; }
   uint64_t lanBytes() const { return lanSentBytes + lanReceivedBytes; }

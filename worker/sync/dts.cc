@@ -500,10 +500,11 @@ class Dts final : public Base {
     return to;
   }
 
-  // Serves joins; a peer heard again, or one that heard us again and asked
-  // for our resume, gets our rounds still in flight: our resume says it
-  // gets every one of them (we did not send them while it was suspected,
-  // and what a replaced connection held was lost).
+  // Serves joins; a peer heard again, one that heard us again and asked
+  // for our resume, or one our connection to was made anew, gets our
+  // rounds still in flight: our resume says it gets every one of them (we
+  // did not send them while it was suspected, and what a replaced
+  // connection held was lost).
   Status serveAndResend(int64_t t, const train::FlatParameters& flat) {
     auto served = membership_.serve(t, flat.values, false, &flat);
     if (!served.ok()) return served.status();
@@ -511,6 +512,28 @@ class Dts final : public Base {
     to.insert(to.end(), served->resumeAsked.begin(), served->resumeAsked.end());
     std::sort(to.begin(), to.end());
     to.erase(std::unique(to.begin(), to.end()), to.end());
+    // A connection to a peer made anew while it stayed expected (its
+    // listener re-made by a key rotation, ours replaced): what the old one
+    // held is lost, and the peer completes our rounds without it -- those
+    // it completed since take it late, within their late window (sent_);
+    // otherwise its model would differ from the others' for good. A
+    // contribution it has already is ignored.
+    std::vector<uint32_t> reconnected;
+    for (const auto& c : transport_->peerCounters()) {
+      const auto i = group_.indexOf(c.peer);
+      if (!i) continue;
+      if (reconnectsSeen_.size() < group_.size()) reconnectsSeen_.resize(group_.size(), 0);
+      if (c.reconnects <= reconnectsSeen_[*i]) continue;
+      reconnectsSeen_[*i] = c.reconnects;
+      if (!membership_.suspected(c.peer) && !std::binary_search(to.begin(), to.end(), c.peer)) {
+        reconnected.push_back(c.peer);
+      }
+    }
+    for (uint32_t peer : reconnected) {
+      for (const Sent& s : sent_)
+        GEO_RETURN_IF_ERROR(sendUpdate({peer}, s.round, s.sendStep, s.bytes));
+    }
+    to.insert(to.end(), reconnected.begin(), reconnected.end());
     for (uint32_t peer : to) {
       for (const Pending& p : pending_) {
         GEO_RETURN_IF_ERROR(sendUpdate({peer}, p.round, p.sendStep, p.bytes));
@@ -1913,6 +1936,8 @@ class Dts final : public Base {
   std::deque<Pending> pending_;
   uint64_t nextRound_ = 0;
   bool resend_ = false;
+  // Each peer's PeerCounters::reconnects when last looked at.
+  std::vector<uint64_t> reconnectsSeen_;
   // Auto delay: this worker's lags of recent rounds, by group index (NaN:
   // no contribution), until the peers' reports of the same round arrive;
   // and per peer, the last one-way link times measured.

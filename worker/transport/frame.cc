@@ -99,6 +99,7 @@ bool isKnownKind(uint16_t kind) {
     case static_cast<uint16_t>(MessageKind::kHello):
     case static_cast<uint16_t>(MessageKind::kAck):
     case static_cast<uint16_t>(MessageKind::kWarmup):
+    case static_cast<uint16_t>(MessageKind::kKeyNotice):
     case static_cast<uint16_t>(MessageKind::kUpdate):
     case static_cast<uint16_t>(MessageKind::kGossip):
     case static_cast<uint16_t>(MessageKind::kGossipReply):
@@ -116,6 +117,7 @@ std::string_view messageKindName(MessageKind kind) {
     case MessageKind::kHello: return "hello";
     case MessageKind::kAck: return "ack";
     case MessageKind::kWarmup: return "warmup";
+    case MessageKind::kKeyNotice: return "key-notice";
     case MessageKind::kUpdate: return "update";
     case MessageKind::kGossip: return "gossip";
     case MessageKind::kGossipReply: return "gossip-reply";

@@ -103,6 +103,12 @@ enum class MessageKind : uint16_t {
   // its data connection move from the start: a first round queued behind
   // the padding shows as crossing, not as silence.
   kWarmup = 6,
+  // Key rotation: a sender's new public key (payload: its 40 Z85
+  // characters), sent on its probe connection just before its listener
+  // takes the new key (Transport::updateKeys), so that the receiver
+  // connects to it with that key at once instead of finding it out by a
+  // failed handshake (two round trips and more on a far link).
+  kKeyNotice = 7,
   kUpdate = 16,        // a (compressed) model update or gradient
   kGossip = 17,        // SwarmSGD pairwise model exchange
   kGossipReply = 18,   // the partner's half of a gossip exchange

@@ -196,13 +196,15 @@ class Transport {
 
   // Replaces the keys (KeySet) without a restart, and returns once they are
   // in force. From then on a connection is admitted only with a key in
-  // `keys` (its rank's); a key that is no longer there, or a new secret key
-  // of this rank, re-makes the listener, which closes every connection
-  // made to it so far: each is made again and authenticated anew, against
-  // the new keys (a peer's connection made with a key that left is thus
-  // closed too). A new secret key also makes this rank's connections to its
-  // peers anew, with it. What the connections closed held is lost, as in
-  // any reconnect (PeerCounters::reconnects counts them). InvalidArgument
+  // `keys` (its rank's), and the frames of a connection made earlier with
+  // a key no longer there are refused (counted in framesRejected). A new
+  // secret key of this rank re-makes the listener, which closes every
+  // connection made to it so far (each is made again, with the new key as
+  // the server's: the peers are told it first, kKeyNotice), and makes this
+  // rank's connections to its peers anew with it (the old ones get the
+  // linger time to deliver what they hold). What a connection closed held
+  // is lost, as in any reconnect (PeerCounters::reconnects counts them:
+  // the synchronizers send their rounds in flight again). InvalidArgument
   // naming the rank and key for a set that is not one key list per rank,
   // a key that is not Z85, a key shared by two ranks, or a secret key whose
   // public key is not this rank's first; the keys in force stay then.

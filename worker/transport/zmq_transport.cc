@@ -99,6 +99,13 @@ void setCurveKey(zmq::socket_t& socket, Option option, const std::string& z85) {
   socket.set(option, zmq::buffer(key.data(), key.size()));
 }
 
+// A 32-byte key in Z85 (40 characters).
+std::string z85Of(const void* key32) {
+  std::array<char, 41> text{};
+  zmq_z85_encode(text.data(), static_cast<const uint8_t*>(key32), 32);
+  return std::string(text.data(), 40);
+}
+
 std::string bytesKey(const void* data, size_t size) {
   return std::string(static_cast<const char*>(data), size);
 }
@@ -242,6 +249,8 @@ class ZmqTransport final : public Transport {
   void applyKeyChange();
   Status applyKeys(const KeySet& keys);
   void retryHandshakes();
+  // A peer's kKeyNotice: its connections are made anew with that key.
+  void takeKeyNotice(uint32_t peer, const Payload& body);
   // The ZAP allowlist from keys_.
   void admitKeys();
   // Unbinds the ROUTER and binds it again with secretKey_: every
@@ -288,7 +297,9 @@ class ZmqTransport final : public Transport {
   void reconnectStalled(Clock::time_point now);
   // New connections to `peer`, both of them, on new sockets (openPeerSockets).
   void reconnect(uint32_t peer, const std::string& why);
-  Status openPeerSockets(uint32_t r);
+  // `drainOld`: the old connections are alive (a key change of ours):
+  // they get the linger time to deliver what they hold.
+  Status openPeerSockets(uint32_t r, bool drainOld = false);
   // "tokyo (rank 1)", or "rank 1" without rankNames.
   std::string rankName(uint32_t peer) const {
     return peer < cfg_.rankNames.size() && !cfg_.rankNames[peer].empty()
@@ -322,6 +333,7 @@ class ZmqTransport final : public Transport {
   std::optional<zmq::socket_t> routerMonitor_;
   std::optional<zmq::socket_t> zap_;
   std::map<std::string, uint32_t> allowedKeys_;  // binary public key -> rank
+  std::set<std::string> admittedZ85_;            // the same keys, in Z85
   // The keys in force (I/O thread once it runs): this rank's secret and
   // public key, and every rank's public keys (KeySet::publicKeys).
   std::string secretKey_;
@@ -445,10 +457,20 @@ Status validate(const TransportConfig& c) {
 // left the replaced connection up beside the new one (a 30-minute churn
 // soak's workers held up to eight connections to one peer, 33 descriptors
 // more at the end than at the start).
-Status ZmqTransport::openPeerSockets(uint32_t r) {
+Status ZmqTransport::openPeerSockets(uint32_t r, bool drainOld) {
   PeerState& p = peers_[r];
+  // The old socket's monitor stops before its reader closes: an event it
+  // sent after (a disconnect while the socket lingers to deliver what it
+  // holds) would block ZeroMQ's I/O thread on a monitor nobody reads, and
+  // with it every connection of this worker.
+  if (p.dealer) zmq_socket_monitor(p.dealer->handle(), nullptr, 0);
   p.monitor.reset();
-  if (p.dealer) p.dealer->set(zmq::sockopt::linger, 0);  // what it held is lost either way
+  // What the old connection held is lost, unless it is alive and given
+  // the linger time to deliver it.
+  if (p.dealer) {
+    p.dealer->set(zmq::sockopt::linger, drainOld ? static_cast<int>(cfg_.linger.count()) : 0);
+  }
+  if (p.probe && drainOld) p.probe->set(zmq::sockopt::linger, 1000);
   p.dealer.reset();
   p.probe.reset();
   p.handshakeOnSockets = false;
@@ -868,7 +890,9 @@ void ZmqTransport::handleZap() {
     if (it != allowedKeys_.end()) {
       status = "200";
       text = "OK";
-      userId = std::to_string(it->second);
+      // The rank and the key it authenticated with: a key retired later
+      // stops the connection's frames (handleInbound).
+      userId = fmt::format("{} {}", it->second, z85Of(req[6].data()));
     } else {
       text = "public key not allowed for this job";
     }
@@ -921,11 +945,22 @@ void ZmqTransport::handleInbound() {
       continue;
     }
     if (cfg_.encrypt) {
-      // Set by the ZAP handler for the authenticated connection.
+      // Set by the ZAP handler for the authenticated connection: "<rank>
+      // <public key>".
       const char* user = zmq_msg_gets(parts[1].handle(), "User-Id");
-      if (user == nullptr || std::to_string(header->sender) != user) {
+      const std::string_view id = user != nullptr ? user : "";
+      const size_t space = id.find(' ');
+      const std::string_view who = space == std::string_view::npos ? "nobody" : id.substr(0, space);
+      if (std::to_string(header->sender) != who) {
         reject(fmt::format("frame claims sender rank {} but the connection authenticated as {}",
-                           header->sender, user ? user : "nobody"));
+                           header->sender, who));
+        continue;
+      }
+      if (!admittedZ85_.count(std::string(id.substr(space + 1)))) {
+        reject(
+            fmt::format("frame from rank {} on a connection authenticated with a key retired "
+                        "since (key rotation)",
+                        header->sender));
         continue;
       }
     }
@@ -971,6 +1006,10 @@ void ZmqTransport::handleInbound() {
       continue;
     }
     if (header->kind == MessageKind::kWarmup) continue;  // padding: its bytes were its purpose
+    if (header->kind == MessageKind::kKeyNotice) {
+      takeKeyNotice(header->sender, body);
+      continue;
+    }
     if (header->kind == MessageKind::kPing) {
       FrameHeader pong = *header;
       pong.kind = MessageKind::kPong;
@@ -1524,32 +1563,50 @@ Status ZmqTransport::applyKeys(const KeySet& keys) {
   for (uint32_t r = 0; r < limits_.worldSize; ++r) {
     if (!reachable(r)) continue;
     PeerState& p = peers_[r];
+    if (ownChanged) {
+      // Our new public key, on the connection about to close (it gets a
+      // moment to deliver it: openPeerSockets' drainOld): the peer
+      // connects to our new listener with it at once (kKeyNotice).
+      std::vector<std::byte> body(publicKey_.size());
+      std::memcpy(body.data(), publicKey_.data(), body.size());
+      FrameHeader h;
+      h.kind = MessageKind::kKeyNotice;
+      h.codec = CodecId::kRaw;
+      sendProbe(r, h, std::move(body), Clock::now());
+    }
     const std::string& inUse = before[r][std::min(p.serverKey, before[r].size() - 1)];
     const auto it = std::find(keys_[r].begin(), keys_[r].end(), inUse);
     p.serverKey = it == keys_[r].end() ? 0 : static_cast<size_t>(it - keys_[r].begin());
     if (!ownChanged && it != keys_[r].end()) continue;
-    GEO_RETURN_IF_ERROR(openPeerSockets(r));
+    // Our old connections stay up a moment to deliver what they hold:
+    // the peer still admits our old key until the rotation ends.
+    GEO_RETURN_IF_ERROR(openPeerSockets(r, ownChanged && it != keys_[r].end()));
     p.unacked.clear();  // what the old connection held is gone with it
     publishUnacked(p);
     p.blocked = false;
     remade.push_back(r);
   }
-  const bool rebind = ownChanged || retired > 0;
-  if (rebind) GEO_RETURN_IF_ERROR(rebindRouter());
+  // A CURVE server has one key per listener: a new one is a new listener.
+  // A retired key needs none: the frames of a connection made with it are
+  // refused from now on (handleInbound), and a new one is refused by ZAP.
+  if (ownChanged) GEO_RETURN_IF_ERROR(rebindRouter());
   logger()->info(
       "transport rank {}: keys changed: {} public key(s) admitted anew, {} retired{}{}{}",
       cfg_.rank, added, retired, ownChanged ? "; this worker's own keypair is new" : "",
       remade.empty() ? "" : fmt::format("; new connections to {} peer(s)", remade.size()),
-      rebind ? "; the listener was made anew, and every connection to it is made again" : "");
+      ownChanged ? "; the listener was made anew with it, and every connection to it is made again"
+                 : "");
   return {};
 }
 
 void ZmqTransport::admitKeys() {
   allowedKeys_.clear();
+  admittedZ85_.clear();
   for (uint32_t r = 0; r < keys_.size(); ++r) {
     for (const std::string& k : keys_[r]) {
       const auto key = decodeKey(k);
       allowedKeys_[bytesKey(key.data(), key.size())] = r;
+      admittedZ85_.insert(k);
     }
   }
 }
@@ -1575,6 +1632,34 @@ Status ZmqTransport::rebindRouter() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+void ZmqTransport::takeKeyNotice(uint32_t peer, const Payload& body) {
+  if (!reachable(peer) || keys_.size() <= peer) return;
+  const std::string key(reinterpret_cast<const char*>(body.data()), body.size());
+  const auto it = std::find(keys_[peer].begin(), keys_[peer].end(), key);
+  if (it == keys_[peer].end()) {
+    logger()->warn(
+        "transport rank {}: {} switched to a key this worker does not admit yet: its next public "
+        "key must reach every worker before any switches (docs/security.md, \"Rotating keys\")",
+        cfg_.rank, rankName(peer));
+    return;
+  }
+  PeerState& p = peers_[peer];
+  const auto index = static_cast<size_t>(it - keys_[peer].begin());
+  if (index == p.serverKey && p.handshakeOnSockets) return;
+  p.serverKey = index;
+  p.lastKeyTry = Clock::now();
+  logger()->debug("transport rank {}: {} switched keys; new connections with its new one",
+                  cfg_.rank, rankName(peer));
+  if (Status s = openPeerSockets(peer); !s.ok()) {
+    logger()->warn("transport rank {}: reconnecting to {} failed: {}", cfg_.rank, rankName(peer),
+                   s.message());
+    return;
+  }
+  p.unacked.clear();
+  publishUnacked(p);
+  p.blocked = false;
 }
 
 void ZmqTransport::retryHandshakes() {

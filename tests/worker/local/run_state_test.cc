@@ -213,6 +213,22 @@ TEST(LocalRunSummary, NumbersFromEvents) {
   EXPECT_DOUBLE_EQ(*s.timeToAccuracy[2].second, 4.0);
 }
 
+// Each group's longest step is the longest of its workers' (a stall shows
+// there), and absent where none reported one.
+TEST(LocalRunSummary, LongestStepIsTheLongestOfAnyWorker) {
+  RunState state(twoByTwo(), 100);
+  state.record(0, 1.0, event(progress(0, 100, 1.0, R"(,"stepSecondsMax":0.25)")));
+  state.record(1, 1.0, event(progress(1, 100, 1.0, R"(,"stepSecondsMax":1.5)")));
+  state.record(2, 1.0, event(progress(2, 100, 1.0, "")));
+  const RunSummary s = state.summarize(2.0);
+  EXPECT_DOUBLE_EQ(*s.regions[0].second.longestStepSeconds, 1.5);
+  EXPECT_FALSE(s.regions[1].second.longestStepSeconds.has_value());
+  EXPECT_DOUBLE_EQ(*s.overall.longestStepSeconds, 1.5);
+  const auto j = nlohmann::json::parse(summaryJson(s));
+  EXPECT_DOUBLE_EQ(j["longestStepSeconds"].get<double>(), 1.5);
+  EXPECT_TRUE(j["regions"]["tokyo"]["longestStepSeconds"].is_null());
+}
+
 // Each group's milliseconds per step: its workers' seconds summed over
 // their steps summed; workers without stepTime are left out.
 TEST(LocalRunSummary, TimePerStepFromTheWorkersStepTime) {

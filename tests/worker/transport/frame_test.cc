@@ -101,6 +101,7 @@ TEST(MessageKind, NamesAndKnownSet) {
   EXPECT_EQ(messageKindName(MessageKind::kHello), "hello");
   EXPECT_EQ(messageKindName(MessageKind::kAck), "ack");
   EXPECT_EQ(messageKindName(MessageKind::kWarmup), "warmup");
+  EXPECT_EQ(messageKindName(MessageKind::kKeyNotice), "key-notice");
   EXPECT_EQ(messageKindName(MessageKind::kUpdate), "update");
   EXPECT_EQ(messageKindName(MessageKind::kGossip), "gossip");
   EXPECT_EQ(messageKindName(MessageKind::kGossipReply), "gossip-reply");
@@ -115,7 +116,7 @@ TEST(MessageKind, NamesAndKnownSet) {
       EXPECT_NE(messageKindName(static_cast<MessageKind>(k)), "unknown");
     }
   }
-  EXPECT_EQ(known, 11);
+  EXPECT_EQ(known, 12);
 }
 
 TEST(FrameHeader, EncodesTheDocumentedLayout) {

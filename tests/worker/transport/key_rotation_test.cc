@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -68,6 +69,23 @@ std::string exchangeAll(std::vector<std::unique_ptr<Transport>>& ts, uint64_t ro
   return "";
 }
 
+// One update frame of `bytes` from `sender`, as a peer's transport writes it.
+void sendRawUpdate(zmq::socket_t& s, uint32_t sender, uint64_t round, size_t bytes) {
+  FrameHeader h;
+  h.kind = MessageKind::kUpdate;
+  h.jobHash = jobIdHash("test-job");
+  h.round = round;
+  h.sender = sender;
+  h.codec = CodecId::kRaw;
+  h.elementCount = bytes;
+  h.payloadBytes = bytes;
+  std::array<std::byte, kFrameHeaderBytes> header;
+  encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(header));
+  const auto payload = pattern(bytes, 7);
+  s.send(zmq::buffer(header.data(), header.size()), zmq::send_flags::sndmore);
+  s.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::none);
+}
+
 uint64_t reconnects(const Transport& t) {
   uint64_t n = 0;
   for (const auto& c : t.peerCounters()) n += c.reconnects;
@@ -91,8 +109,9 @@ KeySet keySet(const std::string& secret, const std::vector<keys::CurveKeyPair>& 
 // different times: (1) every rank learns the next keys and admits them,
 // (2) each switches to its own next key, the others still knowing it by its
 // old one first, (3) the old keys retire. Messages flow between every
-// pair after every step; adding keys makes no connection anew; after the
-// overlap a client with an old key is refused.
+// pair after every step; adding keys or retiring them makes no connection
+// anew; after the overlap a connection made with an old key has its frames
+// refused, and a new one is refused.
 TEST(TransportKeyRotation, ThreePhasesKeepEveryPairExchanging) {
   World w(3);
   auto ts = startWorld(w);
@@ -118,15 +137,36 @@ TEST(TransportKeyRotation, ThreePhasesKeepEveryPairExchanging) {
     ASSERT_EQ(exchangeAll(ts, round++, 10s), "") << "phase 2, rank " << r << " switched";
   }
 
-  // Phase 3: the old keys retire.
+  // A client still on rank 1's old key (admitted until phase 3) delivers.
+  zmq::context_t ctx;
+  zmq::socket_t stale(ctx, zmq::socket_type::dealer);
+  stale.set(zmq::sockopt::linger, 0);
+  stale.set(zmq::sockopt::curve_serverkey, next[0].publicKey);
+  stale.set(zmq::sockopt::curve_publickey, w.keys[1].publicKey);
+  stale.set(zmq::sockopt::curve_secretkey, w.keys[1].secretKey);
+  stale.connect(w.endpoints[0]);
+  sendRawUpdate(stale, 1, 1000, 100);
+  ASSERT_TRUE(ts[0]->receive(MessageKind::kUpdate, 1000, 1, 5s).ok());
+
+  // Phase 3: the old keys retire; the legitimate connections stay.
+  for (auto& t : ts) before[&t - ts.data()] = reconnects(*t);
   for (uint32_t r = 0; r < 3; ++r) {
     ASSERT_TRUE(ts[r]->updateKeys(keySet(next[r].secretKey, next)).ok());
     ASSERT_EQ(exchangeAll(ts, round++, 10s), "") << "phase 3, rank " << r;
   }
 
-  // An old key, and an old client still holding it, are refused.
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(reconnects(*ts[r]), before[r]) << "rank " << r;
+
+  // The connection made with the old key: its frames are refused now.
+  const uint64_t rejected = ts[0]->counters().framesRejected;
+  sendRawUpdate(stale, 1, 1001, 100);
+  EXPECT_FALSE(ts[0]->receive(MessageKind::kUpdate, 1001, 1, 1s).ok());
+  EXPECT_GT(ts[0]->counters().framesRejected, rejected);
+  EXPECT_NE(ts[0]->counters().lastRejectReason.find("retired"), std::string::npos)
+      << ts[0]->counters().lastRejectReason;
+
+  // A new connection with the old key is refused.
   const uint64_t refused = ts[0]->counters().refusedKeys;
-  zmq::context_t ctx;
   zmq::socket_t old(ctx, zmq::socket_type::dealer);
   old.set(zmq::sockopt::linger, 0);
   old.set(zmq::sockopt::curve_serverkey, next[0].publicKey);

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Key rotation mid-run, without a restart (docs/security.md, "Rotating
+# keys"): 4 regions (world preset, namespace network as root, user-space
+# emulation otherwise), DTS, mlp. While the job trains, every worker's key
+# files are replaced in the three phases an operator (or the controller)
+# follows, a few seconds apart as files reach pods at different times:
+#   1. worker-<r>.next.pub added for every rank: every worker admits the
+#      next keys as well;
+#   2. each rank switches: worker-<r>.key and worker-<r>.pub become the new
+#      pair, the old public key worker-<r>.previous.pub;
+#   3. worker-<r>.previous.pub removed: the old keys are refused.
+# Checks: the job ends 0 with the same final model on every worker; no
+# step of any worker took more than 5 s; nothing was refused (no connection
+# made with a key that should pass was turned away); every worker took its
+# new keypair and retired the old keys; accuracy of at least 85%.
+# Usage: key_rotation_e2e_test.sh GEOTRAIN
+set -uo pipefail
+geotrain="$1"
+work="$(mktemp -d)"
+# GEO_TEST_KEEP=1 keeps the run's folder (its path is printed) to look into.
+trap 'kill "$pid" 2>/dev/null; if [[ -n "${GEO_TEST_KEEP:-}" ]]; then echo "kept $work"; else rm -rf "$work"; fi' EXIT
+network=userspace
+[[ "$(id -u)" -eq 0 ]] && network=netns
+out="$work/run"
+keys="$out/keys"
+world=4
+
+fail() {
+  echo "FAIL: $*" >&2
+  tail -20 "$work/run.log" >&2
+  grep -H "keys\|refused\|silent\|time-out\|timed out" "$out"/logs/worker-*.log 2>/dev/null |
+    sed "s|$work/||" | head -60 >&2
+  exit 1
+}
+
+"$geotrain" local --network "$network" --preset world --model mlp --eval-interval 0 \
+  --threads 1 --steps 3000 --step-time 10ms --set training.logInterval=100 --out "$out" \
+  > "$work/run.log" 2>&1 &
+pid=$!
+
+# Training, past its start.
+for _ in $(seq 1 600); do
+  if [[ -f "$out/progress.csv" ]] && awk -F, 'NR > 1 && $4 >= 300 { found = 1 } END { exit !found }' \
+      "$out/progress.csv"; then
+    break
+  fi
+  kill -0 "$pid" 2>/dev/null || fail "the job ended before the rotation"
+  sleep 0.1
+done
+
+# Each file is written next to its place and renamed over it, as the
+# kubelet swaps a volume's files: a worker never reads half a key.
+put() {  # put SOURCE DEST
+  cp -p "$1" "$2.tmp" && mv -f "$2.tmp" "$2"
+}
+for r in $(seq 0 $((world - 1))); do
+  "$geotrain" keygen --out "$work/next" --name "worker-$r" > /dev/null || fail "keygen"
+done
+
+start=$SECONDS
+echo "phase 1: the next keys admitted"
+for r in $(seq 0 $((world - 1))); do
+  put "$work/next/worker-$r.pub" "$keys/worker-$r.next.pub"
+done
+sleep 4
+echo "phase 2: each worker switches to its new keypair"
+for r in $(seq 0 $((world - 1))); do
+  put "$keys/worker-$r.pub" "$keys/worker-$r.previous.pub"
+  put "$work/next/worker-$r.key" "$keys/worker-$r.key"
+  put "$work/next/worker-$r.pub" "$keys/worker-$r.pub"
+  rm -f "$keys/worker-$r.next.pub"
+  sleep 1
+done
+sleep 4
+echo "phase 3: the old keys retired"
+for r in $(seq 0 $((world - 1))); do
+  rm -f "$keys/worker-$r.previous.pub"
+done
+echo "rotated in $((SECONDS - start)) s"
+kill -0 "$pid" 2>/dev/null || fail "the job ended during the rotation: its figures say nothing"
+wait "$pid"
+rc=$?
+[[ $rc -eq 0 ]] || fail "geotrain local exited $rc"
+
+python3 - "$out" "$world" <<'PY' || fail "figures out of bounds"
+import json, os, re, sys
+out, world = sys.argv[1], int(sys.argv[2])
+bad = []
+def check(ok, what):
+    if not ok:
+        bad.append(what)
+summary = json.load(open(os.path.join(out, "summary.json")))
+check(summary["modelsAgree"] is True, "the final models differ")
+check(summary["longestStepSeconds"] <= 5.0,
+      f"a worker was held up {summary['longestStepSeconds']:.1f} s at once (its longest step)")
+check(summary["testAccuracy"] >= 0.85, f"accuracy {summary['testAccuracy']:.4f}")
+for r in range(world):
+    text = open(os.path.join(out, "logs", f"worker-{r}.log")).read()
+    refused = re.findall(r"refused connection #\d+", text)
+    check(not refused, f"rank {r} refused {len(refused)} connection(s) during the rotation")
+    check("this worker's own keypair is new" in text, f"rank {r} never took its new keypair")
+    retired = [int(n) for n in re.findall(r"keys changed: \d+ public key\(s\) admitted anew, (\d+) retired", text)]
+    check(sum(retired) >= world, f"rank {r} retired {sum(retired)} old key(s), expected {world}")
+print(f"longest step {summary['longestStepSeconds']:.2f} s, accuracy {summary['testAccuracy']:.4f}, "
+      f"{summary['wallSeconds']:.1f} s, models agree")
+for b in bad:
+    print("FAIL:", b)
+sys.exit(1 if bad else 0)
+PY
