@@ -154,6 +154,7 @@ int main(int argc, char** argv) {
   options.render.workerImage = f.workerImage;
   options.render.clusterDomain = f.clusterDomain;
   options.cleanupTimeout = seconds(f.cleanupTimeoutSeconds);
+  options.keyRotationStep = seconds(f.keyRotationStepSeconds);
   rec::Reconciler reconciler(**hub, clusters, &events, options);
   geo::logger()->info("geotrain-controller {} as {} in namespace {}; members: {}", GEO_VERSION,
                       f.identity, f.ns,

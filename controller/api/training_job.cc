@@ -1090,6 +1090,11 @@ json statusToJson(const TrainingJobStatus& s) {
   if (!s.startTime.empty()) out["startTime"] = s.startTime;
   if (!s.completionTime.empty()) out["completionTime"] = s.completionTime;
   if (!s.outputPath.empty()) out["outputPath"] = s.outputPath;
+  if (s.keyRotation) {
+    json k = {{"request", s.keyRotation->request}, {"phase", s.keyRotation->phase}};
+    if (!s.keyRotation->phaseSince.empty()) k["phaseSince"] = s.keyRotation->phaseSince;
+    out["keyRotation"] = std::move(k);
+  }
   return out;
 }
 
@@ -1149,6 +1154,10 @@ TrainingJobStatus statusFromJson(const json& j) {
   s.startTime = str(j, "startTime");
   s.completionTime = str(j, "completionTime");
   s.outputPath = str(j, "outputPath");
+  if (auto it = j.find("keyRotation"); it != j.end() && it->is_object()) {
+    s.keyRotation =
+        KeyRotationStatus{str(*it, "request"), str(*it, "phase"), str(*it, "phaseSince")};
+  }
   return s;
 }
 

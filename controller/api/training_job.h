@@ -330,6 +330,20 @@ struct Progress {
   bool operator==(const Progress&) const = default;
 };
 
+// A rotation of the job's CURVE keys, asked for with the annotation
+// geotrain.io/rotate-keys (docs/security.md, "Rotating keys"): which
+// request it answers, its phase (Admitting: every worker admits the next
+// keys; Switching: every worker takes its new keypair; Retiring: the old
+// keys are refused; Done) and since when every region's key files have
+// been those of the phase (RFC 3339; empty until they are).
+struct KeyRotationStatus {
+  std::string request;
+  std::string phase;
+  std::string phaseSince;
+
+  bool operator==(const KeyRotationStatus&) const = default;
+};
+
 struct TrainingJobStatus {
   // One-word summary of the conditions for `kubectl get` (printer column
   // State): Pending, Running, Succeeded, Failed, Suspended or Invalid.
@@ -344,6 +358,7 @@ struct TrainingJobStatus {
   // Where the job's model went (spec.output.path in each region's volume);
   // empty until Succeeded, or when the spec writes none.
   std::string outputPath;
+  std::optional<KeyRotationStatus> keyRotation;  // since the first rotation asked for
 
   bool operator==(const TrainingJobStatus&) const = default;
 };

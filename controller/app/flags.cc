@@ -76,6 +76,12 @@ void addFlags(CLI::App& app, ControllerFlags& f) {
                  "be reached are given up (their objects stay there; Event CleanupAbandoned)")
       ->check(CLI::Range(0, 30 * 24 * 3600))
       ->capture_default_str();
+  app.add_option("--key-rotation-step", f.keyRotationStepSeconds,
+                 "seconds each phase of a key rotation (annotation geotrain.io/rotate-keys) lasts "
+                 "once every region has its files: at least the kubelet's time to update a "
+                 "mounted ConfigMap or Secret (its sync period plus its cache's TTL)")
+      ->check(CLI::Range(1, 24 * 3600))
+      ->capture_default_str();
   app.add_option("--log-level", f.logLevel, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
   app.add_option("--log-format", f.logFormat,

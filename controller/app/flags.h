@@ -38,6 +38,7 @@ struct ControllerFlags {
   std::string healthListen = "0.0.0.0:8081";
   int workers = 2;
   int cleanupTimeoutSeconds = 600;
+  int keyRotationStepSeconds = 150;
   std::string logLevel = "info";
   std::string logFormat = "text";
 };

@@ -44,19 +44,34 @@ std::vector<api::Region> looseRegions(const json& object) {
   return out;
 }
 
+// One entry of a Secret's data, decoded and without its line end; "" when
+// absent or malformed.
+std::string secretEntry(const json& data, const std::string& file) {
+  if (!data.contains(file) || !data[file].is_string()) return "";
+  std::optional<std::string> text = kube::decodeBase64(data[file].get<std::string>());
+  if (!text) return "";
+  while (!text->empty() && (text->back() == '\n' || text->back() == '\r')) text->pop_back();
+  return *text;
+}
+
 // Secret keys of ranks [first, first + count) from a region's key Secret,
-// with their public keys; a missing or malformed entry stays empty.
+// with their public keys, and a key rotation's next secret key and
+// previous public key; a missing or malformed entry stays empty.
 void readKeys(const json& secret, int64_t first, int64_t count, std::vector<RankKeys>& keys) {
   const json data = secret.value("data", json::object());
   for (int64_t r = first; r < first + count; ++r) {
-    const std::string file = fmt::format("worker-{}.key", r);
-    if (!data.contains(file) || !data[file].is_string()) continue;
-    std::optional<std::string> text = kube::decodeBase64(data[file].get<std::string>());
-    if (!text) continue;
-    while (!text->empty() && (text->back() == '\n' || text->back() == '\r')) text->pop_back();
-    auto pub = keys::publicKeyOf(*text);
+    const std::string text = secretEntry(data, fmt::format("worker-{}.key", r));
+    auto pub = keys::publicKeyOf(text);
     if (!pub.ok()) continue;
-    keys[static_cast<size_t>(r)] = {*pub, *text};
+    RankKeys& k = keys[static_cast<size_t>(r)];
+    k = {*pub, text, "", "", ""};
+    const std::string next = secretEntry(data, fmt::format("worker-{}.next.key", r));
+    if (auto nextPub = keys::publicKeyOf(next); nextPub.ok()) {
+      k.nextPublicKey = *nextPub;
+      k.nextSecretKey = next;
+    }
+    const std::string previous = secretEntry(data, fmt::format("worker-{}.previous.pub", r));
+    if (keys::isZ85Key(previous)) k.previousPublicKey = previous;
   }
 }
 
@@ -69,7 +84,7 @@ void fillKeys(const json& secret, const RegionPlan& region, std::vector<RankKeys
     RankKeys& rk = keys[static_cast<size_t>(k)];
     if (rk.secretKey.empty()) {
       const keys::CurveKeyPair pair = keys::generateKeyPair();
-      rk = {pair.publicKey, pair.secretKey};
+      rk = RankKeys{pair.publicKey, pair.secretKey, "", "", ""};
     }
   }
 }
@@ -455,6 +470,8 @@ struct Reconciler::Pass {
   std::map<std::string, std::string> endpoints;  // region -> gateway address
   std::mutex mu;                                 // guards the regions in applyWorkloads()
   bool applyFailed = false;                      // a write of applyWorkloads() failed
+  // When the key rotation in progress wants the next pass (recordKeyRotation).
+  std::optional<std::chrono::milliseconds> keyRotationWait;
   ReconcileResult result;
 };
 
@@ -508,10 +525,12 @@ StatusOr<ReconcileResult> Reconciler::reconcile(const std::string& ns, const std
   pass.obs.outputPath = pass.spec.worker.output.path;
   pass.plan = planRanks(pass.spec);
   observeRegions(pass);                       // 4
+  rotateKeys(pass);                           // 4b
   GEO_RETURN_IF_ERROR(applyWorkloads(pass));  // 5
-  reportWorkerProblems(pass);                 // 5b
-  readProgress(pass);                         // 6
-  updateStatus(pass);                         // 7
+  recordKeyRotation(pass);
+  reportWorkerProblems(pass);  // 5b
+  readProgress(pass);          // 6
+  updateStatus(pass);          // 7
   return pass.result;
 }
 
@@ -664,6 +683,88 @@ void Reconciler::observeRegion(Pass& pass, size_t i) {
   if (auto s = fetch(res::kJobs, workerJobName(pass.job, r.name), ro.job); !s.empty())
     return unreachable("read the Job: " + s);
   w.client = &c;
+}
+
+void Reconciler::rotateKeys(Pass& pass) {
+  const json annotations = pass.object["metadata"].value("annotations", json::object());
+  const std::string request =
+      annotations.is_object() ? annotations.value(std::string(kRotateKeysAnnotation), "") : "";
+  std::optional<api::KeyRotationStatus> rotation = pass.previous.keyRotation;
+  const bool running = rotation && rotation->phase != "Done";
+  if (!running && !request.empty() && (!rotation || rotation->request != request)) {
+    rotation = api::KeyRotationStatus{request, "Admitting", ""};
+    logger()->info(
+        "trainingjob {}: rotating the job's keys (request {}): the next keys go to every "
+        "region",
+        pass.key, request);
+  } else if (running && !rotation->phaseSince.empty()) {
+    const auto since = kube::parseTime(rotation->phaseSince);
+    if (!since || clock_.wallNow() - *since >= options_.keyRotationStep) {
+      static const std::map<std::string, std::string> kNext = {
+          {"Admitting", "Switching"}, {"Switching", "Retiring"}, {"Retiring", "Done"}};
+      const auto next = kNext.find(rotation->phase);
+      rotation->phase = next != kNext.end() ? next->second : "Done";
+      rotation->phaseSince.clear();
+    }
+  }
+  // The files of the phase, for every rank whose keys this pass read: again
+  // on every pass, so that a region whose write failed gets them on the
+  // next, and idempotent (a rank switched already has no next key).
+  const std::string phase = rotation ? rotation->phase : "Done";
+  for (RankKeys& k : pass.keys) {
+    if (k.secretKey.empty()) continue;
+    if (phase == "Admitting" && k.nextSecretKey.empty()) {
+      const keys::CurveKeyPair pair = keys::generateKeyPair();
+      k.nextPublicKey = pair.publicKey;
+      k.nextSecretKey = pair.secretKey;
+    } else if (phase == "Switching" && !k.nextSecretKey.empty()) {
+      k.previousPublicKey = std::exchange(k.publicKey, std::exchange(k.nextPublicKey, ""));
+      k.secretKey = std::exchange(k.nextSecretKey, "");
+    } else if (phase == "Retiring" || phase == "Done") {
+      k.nextPublicKey.clear();
+      k.nextSecretKey.clear();
+      k.previousPublicKey.clear();
+    }
+  }
+  if (rotation) pass.obs.keyRotation = rotation;
+}
+
+void Reconciler::recordKeyRotation(Pass& pass) {
+  if (!pass.obs.keyRotation) return;
+  api::KeyRotationStatus& rotation = *pass.obs.keyRotation;
+  const bool everyRegion = pass.obs.waitingForGateway.empty() && !pass.applyFailed &&
+                           std::all_of(pass.work.begin(), pass.work.end(),
+                                       [](const RegionWork& w) { return w.client != nullptr; });
+  if (everyRegion && rotation.phaseSince.empty()) {
+    rotation.phaseSince = stamp();
+    const auto step = std::chrono::duration_cast<std::chrono::seconds>(options_.keyRotationStep);
+    static const std::map<std::string, std::string> kSaid = {
+        {"Admitting",
+         "every region has every rank's next public key; the workers switch to their "
+         "new keypairs in {} s"},
+        {"Switching",
+         "every region has every rank's new keypair; the old keys are refused in {} s"},
+        {"Retiring",
+         "the old keys are gone from every region; done in {} s, once every pod's "
+         "files are updated"},
+        {"Done", "every region has only the new keys"}};
+    const auto said = kSaid.find(rotation.phase);
+    const std::string message =
+        fmt::format("key rotation {}: {}", rotation.request,
+                    said != kSaid.end() ? fmt::format(fmt::runtime(said->second), step.count())
+                                        : rotation.phase);
+    logger()->info("trainingjob {}: {}", pass.key, message);
+    event(pass.object, false, "KeyRotation", message);
+  }
+  if (rotation.phase == "Done") return;
+  // Again once the phase is due, or soon while a region still lacks its files.
+  std::chrono::milliseconds wait = options_.pollGateways;
+  if (const auto since = kube::parseTime(rotation.phaseSince)) {
+    wait = std::max(std::chrono::milliseconds(0),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                        *since + options_.keyRotationStep - clock_.wallNow()));
+  }
+  pass.keyRotationWait = wait;
 }
 
 Status Reconciler::applyWorkloads(Pass& pass) {
@@ -849,6 +950,10 @@ void Reconciler::updateStatus(Pass& pass) {
   } else if (const auto left = ttlLeft(pass.object, status, clock_.wallNow())) {
     // Just finished: the pass that deletes it when its TTL is up.
     result.requeue.after = std::max(*left, std::chrono::milliseconds(0));
+  }
+  if (pass.keyRotationWait) {
+    result.requeue.after =
+        std::min(result.requeue.after.value_or(*pass.keyRotationWait), *pass.keyRotationWait);
   }
 }
 

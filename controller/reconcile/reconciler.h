@@ -35,6 +35,17 @@
 //      ranks from its Secret (generated with libsodium the first time; a
 //      secret key is only ever written into its own region's cluster); the
 //      region's Secret, claim, ConfigMap and Job as they are.
+//   4b. rotateKeys(): a rotation of the job's keys asked for with the
+//      annotation geotrain.io/rotate-keys (docs/security.md, "Rotating
+//      keys"), in the phases of status.keyRotation: Admitting (every
+//      rank's next keypair: its secret key in its region's Secret, its
+//      public key in every region's ConfigMap as worker-<r>.next.pub),
+//      Switching (every rank's new pair in place, its old public key as
+//      worker-<r>.previous.pub), Retiring (the old keys gone), Done. A phase
+//      begins once the previous one's files have been in every region for
+//      options.keyRotationStep (the time the kubelet takes to update the
+//      pods' files), and its files are written again on every pass until
+//      every region has them (recordKeyRotation(): then phaseSince).
 //   5. applyWorkloads(), when every gateway address and every region's keys
 //      are known: per region the Secret, the checkpoint claim
 //      (spec.checkpointVolume), the ConfigMap, then the Indexed Job.
@@ -171,6 +182,12 @@ struct ReconcilerOptions {
   // Threads that work on the regions of passes alongside the pass's own
   // thread (0: one region after another).
   size_t regionThreads = 8;
+  // How long each phase of a key rotation (annotation geotrain.io/rotate-keys)
+  // lasts once every region's files are those of the phase: the kubelet
+  // updates a mounted ConfigMap or Secret within its sync period plus its
+  // cache's TTL (a minute each by default), and every worker must have
+  // read them before the next phase.
+  std::chrono::milliseconds keyRotationStep{std::chrono::seconds(150)};
 };
 
 class Reconciler {
@@ -199,7 +216,9 @@ class Reconciler {
   StatusOr<ReconcileResult> invalidSpec(Pass& pass, std::vector<api::FieldError> errors);
   void observeRegions(Pass& pass);  // 4
   void observeRegion(Pass& pass, size_t i);
-  Status applyWorkloads(Pass& pass);  // 5
+  void rotateKeys(Pass& pass);         // 4b
+  void recordKeyRotation(Pass& pass);  // after 5
+  Status applyWorkloads(Pass& pass);   // 5
   // Applies region i's Job; true when it created it.
   bool applyJob(Pass& pass, size_t i);
   // Marks region i failed by a write of applyWorkloads(); thread-safe.

@@ -305,6 +305,12 @@ StatusOr<json> renderConfigMap(const JobRef& job, const api::TrainingJobSpec& sp
   json data = {{"worker.yaml", toYaml(*config)}};
   for (size_t r = 0; r < keys.size(); ++r) {
     data[fmt::format("worker-{}.pub", r)] = keys[r].publicKey + "\n";
+    if (!keys[r].nextPublicKey.empty()) {
+      data[fmt::format("worker-{}.next.pub", r)] = keys[r].nextPublicKey + "\n";
+    }
+    if (!keys[r].previousPublicKey.empty()) {
+      data[fmt::format("worker-{}.previous.pub", r)] = keys[r].previousPublicKey + "\n";
+    }
   }
   return json{{"apiVersion", "v1"},
               {"kind", "ConfigMap"},
@@ -317,8 +323,15 @@ json renderKeysSecret(const JobRef& job, const api::TrainingJobSpec& spec, size_
   const RegionPlan p = planRanks(spec)[index];
   json data = json::object();
   for (int64_t r = p.firstRank; r < p.firstRank + p.replicas; ++r) {
-    data[fmt::format("worker-{}.key", r)] =
-        base64(keys.at(static_cast<size_t>(r)).secretKey + "\n");
+    const RankKeys& k = keys.at(static_cast<size_t>(r));
+    data[fmt::format("worker-{}.key", r)] = base64(k.secretKey + "\n");
+    // Kept here between a rotation's phases; never mounted into a pod.
+    if (!k.nextSecretKey.empty()) {
+      data[fmt::format("worker-{}.next.key", r)] = base64(k.nextSecretKey + "\n");
+    }
+    if (!k.previousPublicKey.empty()) {
+      data[fmt::format("worker-{}.previous.pub", r)] = base64(k.previousPublicKey + "\n");
+    }
   }
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
@@ -353,9 +366,17 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
   // keys/: every public key (ConfigMap) and this region's secret keys
   // (Secret, group-readable for the pod's fsGroup: transport.keyGroupReadable).
   json pubItems = json::array();
+  // A key rotation's other public keys, where the ConfigMap has them
+  // (optional: the kubelet projects those present, and swaps the volume's
+  // files as they come and go).
+  json rotationItems = json::array();
   for (int64_t k = 0; k < spec.totalReplicas(); ++k) {
     const std::string file = fmt::format("worker-{}.pub", k);
     pubItems.push_back({{"key", file}, {"path", file}, {"mode", 0444}});
+    for (const char* which : {"next", "previous"}) {
+      const std::string other = fmt::format("worker-{}.{}.pub", k, which);
+      rotationItems.push_back({{"key", other}, {"path", other}, {"mode", 0444}});
+    }
   }
   json keyItems = json::array();
   for (int64_t k = p.firstRank; k < p.firstRank + p.replicas; ++k) {
@@ -408,6 +429,10 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
          {"projected",
           {{"sources",
             {{{"configMap", {{"name", configMapName(job, r.name)}, {"items", pubItems}}}},
+             {{"configMap",
+               {{"name", configMapName(job, r.name)},
+                {"items", rotationItems},
+                {"optional", true}}}},
              {{"secret", {{"name", keysSecretName(job, r.name)}, {"items", keyItems}}}}}}}}},
         {{"name", "tmp"}, {"emptyDir", json::object()}}}}};
   if (!spec.worker.checkpoint.dir.empty()) {

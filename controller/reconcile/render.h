@@ -92,11 +92,22 @@ struct RenderSettings {
   double metricsLingerSeconds = 30;
 };
 
-// One CURVE keypair per rank (Z85), generated once per job.
+// One CURVE keypair per rank (Z85), generated once per job; during a key
+// rotation (docs/security.md, "Rotating keys") also its next pair (until it
+// switches) and its previous public key (after it switched, until the old
+// keys retire). Empty: none.
 struct RankKeys {
   std::string publicKey;
   std::string secretKey;
+  std::string nextPublicKey;
+  std::string nextSecretKey;
+  std::string previousPublicKey;
 };
+
+// The annotation on a TrainingJob that asks for a rotation of its keys: a
+// value other than the one status.keyRotation.request answers starts one
+// (once the last one is Done).
+inline constexpr std::string_view kRotateKeysAnnotation = "geotrain.io/rotate-keys";
 
 // Where a region's ranks sit in the job.
 struct RegionPlan {

@@ -69,6 +69,7 @@ api::TrainingJobStatus fromObservation(const api::TrainingJobStatus& previous,
                                        const Observation& o) {
   api::TrainingJobStatus s = previous;
   s.observedGeneration = o.generation;
+  if (o.keyRotation) s.keyRotation = o.keyRotation;
   const std::string& now = o.now;
   auto set = [&](std::string_view type, bool value, const std::string& reason,
                  const std::string& message) {

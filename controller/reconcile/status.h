@@ -107,6 +107,8 @@ struct Observation {
   // spec.output.path: where each region's first worker writes the job's
   // model; named in the status once the job has succeeded.
   std::string outputPath;
+  // The key rotation as this pass left it (absent: as it was).
+  std::optional<api::KeyRotationStatus> keyRotation;
   std::string now;  // RFC 3339
 };
 

@@ -58,6 +58,9 @@ TEST(AddFlagsTest, DurationsAreCheckedAlike) {
   EXPECT_NE(parse(f, {"--renew-deadline", "ten"}), "");
   EXPECT_NE(parse(f, {"--workers", "0"}), "");
   EXPECT_NE(parse(f, {"--cleanup-timeout", "-1"}), "");
+  EXPECT_NE(parse(f, {"--key-rotation-step", "0"}), "");
+  EXPECT_EQ(parse(f, {"--key-rotation-step", "30"}), "");
+  EXPECT_EQ(f.keyRotationStepSeconds, 30);
 }
 
 TEST(CheckFlagsTest, RenewDeadlineBelowLeaseDuration) {

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/keys/keys.h"
 #include "controller/kube/config.h"
 #include "controller/kube/events.h"
 #include "controller/reconcile/progress.h"
@@ -1329,6 +1330,120 @@ TEST_F(ReconcilerTest, SecretClustersReadsMemberKubeconfigsFromSecrets) {
   auto tokyo = clusters.client("tokyo");
   ASSERT_TRUE(tokyo.ok()) << tokyo.status().toString();
   EXPECT_TRUE((*tokyo)->get(res::kNamespaces, "", "ml").ok());  // the member answers
+}
+
+// A key rotation (annotation geotrain.io/rotate-keys; docs/security.md,
+// "Rotating keys") goes through its phases, each once every region has
+// its files and keyRotationStep has passed: the next keys in every region
+// (each secret key in its own region only), then every rank's new pair
+// with its old public key as previous, then the old keys gone; the status
+// says where it is and since when, and the pod template projects the
+// rotation's files where they exist.
+TEST_F(ReconcilerTest, KeyRotationGoesThroughItsPhasesAndSaysWhenDone) {
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
+  pass();
+  const auto secretOf = [&](kube::KubeClient& c, const std::string& region, const std::string& f) {
+    const json s = get(c, res::kSecrets, "world-" + region + "-keys");
+    if (!s["data"].contains(f)) return std::string();
+    std::string text = *kube::decodeBase64(s["data"][f].get<std::string>());
+    return text.substr(0, text.find('\n'));
+  };
+  const auto publicIn = [&](kube::KubeClient& c, const std::string& region, const std::string& f) {
+    const json cm = get(c, res::kConfigMaps, "world-" + region + "-config");
+    if (!cm["data"].contains(f)) return std::string();
+    const std::string text = cm["data"][f];
+    return text.substr(0, text.find('\n'));
+  };
+  const std::string oldSecret = secretOf(*memberClient_, "tokyo", "worker-2.key");
+  const std::string oldPublic = publicIn(*hubClient_, "london", "worker-2.pub");
+  ASSERT_EQ(*keys::publicKeyOf(oldSecret), oldPublic);
+  // The pod template projects the rotation's public keys, optionally.
+  const json tokyoJob = get(*memberClient_, res::kJobs, "world-tokyo");
+  const json sources = tokyoJob["spec"]["template"]["spec"]["volumes"][1]["projected"]["sources"];
+  ASSERT_EQ(sources.size(), 3u);
+  EXPECT_EQ(sources[1]["configMap"]["optional"], true);
+  EXPECT_EQ(sources[1]["configMap"]["items"][0]["key"], "worker-0.next.pub");
+
+  json tj = trainingJob();
+  tj["metadata"]["annotations"]["geotrain.io/rotate-keys"] = "2026-11-27";
+  ASSERT_TRUE(hubClient_->update(kTrainingJobs, "ml", tj).ok());
+  const auto rotation = [&] { return trainingJob()["status"]["keyRotation"]; };
+
+  // Admitting: every rank's next public key in every region, its next
+  // secret key in its own region's Secret only.
+  ReconcileResult r = pass();
+  EXPECT_EQ(rotation()["phase"], "Admitting");
+  EXPECT_EQ(rotation()["request"], "2026-11-27");
+  EXPECT_FALSE(rotation()["phaseSince"].get<std::string>().empty());
+  const std::string nextSecret = secretOf(*memberClient_, "tokyo", "worker-2.next.key");
+  ASSERT_FALSE(nextSecret.empty());
+  const std::string nextPublic = *keys::publicKeyOf(nextSecret);
+  EXPECT_EQ(publicIn(*hubClient_, "london", "worker-2.next.pub"), nextPublic);
+  EXPECT_EQ(publicIn(*memberClient_, "tokyo", "worker-2.next.pub"), nextPublic);
+  EXPECT_EQ(secretOf(*hubClient_, "london", "worker-2.next.key"), "");
+  EXPECT_EQ(secretOf(*memberClient_, "tokyo", "worker-2.key"), oldSecret);
+  ASSERT_TRUE(r.requeue.after.has_value());
+  EXPECT_LE(*r.requeue.after, std::chrono::seconds(150));
+  // Nothing moves before the step is up.
+  clock_.advance(std::chrono::seconds(100));
+  pass();
+  EXPECT_EQ(rotation()["phase"], "Admitting");
+  EXPECT_EQ(secretOf(*memberClient_, "tokyo", "worker-2.next.key"), nextSecret);
+
+  // Switching: the new pair in place, the old public key as previous.
+  clock_.advance(std::chrono::seconds(60));
+  pass();
+  EXPECT_EQ(rotation()["phase"], "Switching");
+  EXPECT_EQ(secretOf(*memberClient_, "tokyo", "worker-2.key"), nextSecret);
+  EXPECT_EQ(secretOf(*memberClient_, "tokyo", "worker-2.next.key"), "");
+  EXPECT_EQ(publicIn(*hubClient_, "london", "worker-2.pub"), nextPublic);
+  EXPECT_EQ(publicIn(*hubClient_, "london", "worker-2.previous.pub"), oldPublic);
+  EXPECT_EQ(publicIn(*hubClient_, "london", "worker-2.next.pub"), "");
+  // London's ranks switched too, each to its own new key.
+  EXPECT_NE(publicIn(*memberClient_, "tokyo", "worker-0.pub"),
+            publicIn(*memberClient_, "tokyo", "worker-0.previous.pub"));
+
+  // Retiring, then Done: the old keys gone everywhere.
+  clock_.advance(std::chrono::seconds(150));
+  pass();
+  EXPECT_EQ(rotation()["phase"], "Retiring");
+  EXPECT_EQ(publicIn(*hubClient_, "london", "worker-2.previous.pub"), "");
+  EXPECT_EQ(publicIn(*memberClient_, "tokyo", "worker-2.previous.pub"), "");
+  EXPECT_EQ(secretOf(*memberClient_, "tokyo", "worker-2.previous.pub"), "");
+  clock_.advance(std::chrono::seconds(150));
+  pass();
+  EXPECT_EQ(rotation()["phase"], "Done");
+  EXPECT_EQ(publicIn(*hubClient_, "london", "worker-2.pub"), nextPublic);
+  EXPECT_EQ(secretOf(*memberClient_, "tokyo", "worker-2.key"), nextSecret);
+  // Done stays done; the same request again starts nothing.
+  clock_.advance(std::chrono::seconds(150));
+  pass();
+  EXPECT_EQ(rotation()["phase"], "Done");
+  EXPECT_EQ(secretOf(*memberClient_, "tokyo", "worker-2.key"), nextSecret);
+}
+
+// A phase waits while a region cannot be reached: its files are written
+// on the pass that reaches it, and only then does the phase's time start.
+TEST_F(ReconcilerTest, KeyRotationWaitsForEveryRegion) {
+  ASSERT_TRUE(hubClient_->create(kTrainingJobs, "ml", job(twoRegionsClusterIp())).ok());
+  pass();
+  json tj = trainingJob();
+  tj["metadata"]["annotations"]["geotrain.io/rotate-keys"] = "first";
+  ASSERT_TRUE(hubClient_->update(kTrainingJobs, "ml", tj).ok());
+  clusters_.clients["tokyo"] = nullptr;
+  pass();
+  const auto rotation = [&] { return trainingJob()["status"]["keyRotation"]; };
+  EXPECT_EQ(rotation()["phase"], "Admitting");
+  EXPECT_FALSE(rotation().contains("phaseSince"));
+  clock_.advance(std::chrono::seconds(600));
+  pass();
+  EXPECT_EQ(rotation()["phase"], "Admitting") << "a phase went on without tokyo";
+  clusters_.clients["tokyo"] = memberClient_.get();
+  pass();
+  EXPECT_EQ(rotation()["phase"], "Admitting");
+  EXPECT_TRUE(rotation().contains("phaseSince"));
+  const json cm = get(*memberClient_, res::kConfigMaps, "world-tokyo-config");
+  EXPECT_TRUE(cm["data"].contains("worker-0.next.pub"));
 }
 
 }  // namespace

@@ -215,7 +215,7 @@ std::vector<RankKeys> fixedKeys(int64_t ranks) {
     std::array<unsigned char, crypto_box_PUBLICKEYBYTES> pk{};
     std::array<unsigned char, crypto_box_SECRETKEYBYTES> sk{};
     EXPECT_EQ(crypto_box_seed_keypair(pk.data(), sk.data(), seed.data()), 0);
-    keys.push_back({z85(pk.data()), z85(sk.data())});
+    keys.push_back({z85(pk.data()), z85(sk.data()), "", "", ""});
   }
   return keys;
 }

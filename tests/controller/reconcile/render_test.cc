@@ -41,8 +41,8 @@ api::TrainingJobSpec spec2x2() {
 std::vector<RankKeys> keysFor(int64_t n) {
   std::vector<RankKeys> keys;
   for (int64_t r = 0; r < n; ++r) {
-    keys.push_back(
-        {std::string(40, static_cast<char>('A' + r)), std::string(40, static_cast<char>('a' + r))});
+    keys.push_back({std::string(40, static_cast<char>('A' + r)),
+                    std::string(40, static_cast<char>('a' + r)), "", "", ""});
   }
   return keys;
 }
@@ -248,9 +248,13 @@ TEST(Render, IndexedJob) {
   // keys/: all four public keys, and only london's two secret keys, 0440.
   const json& sources = pod["volumes"][1]["projected"]["sources"];
   EXPECT_EQ(sources[0]["configMap"]["items"].size(), 4u);
-  ASSERT_EQ(sources[1]["secret"]["items"].size(), 2u);
-  EXPECT_EQ(sources[1]["secret"]["items"][1]["path"], "worker-1.key");
-  EXPECT_EQ(sources[1]["secret"]["items"][1]["mode"], 0440);
+  // A key rotation's public keys, where the ConfigMap has them.
+  EXPECT_EQ(sources[1]["configMap"]["items"].size(), 8u);
+  EXPECT_EQ(sources[1]["configMap"]["items"][1]["path"], "worker-0.previous.pub");
+  EXPECT_EQ(sources[1]["configMap"]["optional"], true);
+  ASSERT_EQ(sources[2]["secret"]["items"].size(), 2u);
+  EXPECT_EQ(sources[2]["secret"]["items"][1]["path"], "worker-1.key");
+  EXPECT_EQ(sources[2]["secret"]["items"][1]["mode"], 0440);
   // The pods' labels match the Services' selectors.
   const json& podLabels = s["template"]["metadata"]["labels"];
   for (const auto& [k, v] :
