@@ -43,6 +43,8 @@ class KeyFiles : public ::testing::Test {
     for (int r = 0; r < 3; ++r) {
       config_.transport.peers.push_back(transport::testing::tcp(transport::testing::freePort()));
     }
+    config_.transport.listen =
+        config_.transport.peers[2];  // not the default port: tests run at once
     config_.transport.regions = {"london", "london", "tokyo"};
     config_.transport.keyDir = dir_.string();
     config_.sync.algorithm = "dts";
