@@ -300,6 +300,9 @@ class ZmqTransport final : public Transport {
   // `drainOld`: the old connections are alive (a key change of ours):
   // they get the linger time to deliver what they hold.
   Status openPeerSockets(uint32_t r, bool drainOld = false);
+  // openPeerSockets(), then what the old connections held is forgotten
+  // (unacknowledged data, a blocked DEALER); false, logged, when it failed.
+  bool renewConnections(uint32_t peer, bool drainOld = false);
   // "tokyo (rank 1)", or "rank 1" without rankNames.
   std::string rankName(uint32_t peer) const {
     return peer < cfg_.rankNames.size() && !cfg_.rankNames[peer].empty()
@@ -1390,23 +1393,30 @@ void ZmqTransport::publishUnacked(PeerState& p) {
   p.oldestUnackedNs = p.unacked.empty() ? 0 : p.unacked.front().sentAt.time_since_epoch().count();
 }
 
-void ZmqTransport::reconnect(uint32_t peer, const std::string& why) {
-  PeerState& p = peers_[peer];
+bool ZmqTransport::renewConnections(uint32_t peer, bool drainOld) {
+  Status s;
   try {
-    if (Status s = openPeerSockets(peer); !s.ok()) {
-      logger()->warn("transport rank {}: reconnecting to rank {} failed: {}", cfg_.rank, peer,
-                     s.message());
-      return;
-    }
+    s = openPeerSockets(peer, drainOld);
   } catch (const zmq::error_t& e) {
-    logger()->warn("transport rank {}: reconnecting to rank {} failed: {}", cfg_.rank, peer,
-                   e.what());
-    return;
+    s = internalError(e.what());
   }
-  // What the old connection held is gone with it.
+  if (!s.ok()) {
+    logger()->warn("transport rank {}: reconnecting to {} failed: {}", cfg_.rank, rankName(peer),
+                   s.message());
+    return false;
+  }
+  // What the old connection held is gone with it (or, drained, no longer
+  // ours to acknowledge).
+  PeerState& p = peers_[peer];
   p.unacked.clear();
   publishUnacked(p);
   p.blocked = false;
+  return true;
+}
+
+void ZmqTransport::reconnect(uint32_t peer, const std::string& why) {
+  PeerState& p = peers_[peer];
+  if (!renewConnections(peer)) return;
   // The first of a silence at info; the retries while it lasts at debug.
   const bool first = !p.silentReconnects++;
   logger()->log(first ? spdlog::level::info : spdlog::level::debug,
@@ -1552,7 +1562,7 @@ Status ZmqTransport::applyKeys(const KeySet& keys) {
       added += std::find(keys_[r].begin(), keys_[r].end(), k) == keys_[r].end();
     }
   }
-  if (!ownChanged && retired == 0 && added == 0 && keys.publicKeys == keys_) return {};
+  if (!ownChanged && keys.publicKeys == keys_) return {};
   const std::vector<std::vector<std::string>> before = std::exchange(keys_, keys.publicKeys);
   secretKey_ = keys.secretKey;
   publicKey_ = keys_[cfg_.rank].front();
@@ -1580,10 +1590,9 @@ Status ZmqTransport::applyKeys(const KeySet& keys) {
     if (!ownChanged && it != keys_[r].end()) continue;
     // Our old connections stay up a moment to deliver what they hold:
     // the peer still admits our old key until the rotation ends.
-    GEO_RETURN_IF_ERROR(openPeerSockets(r, ownChanged && it != keys_[r].end()));
-    p.unacked.clear();  // what the old connection held is gone with it
-    publishUnacked(p);
-    p.blocked = false;
+    if (!renewConnections(r, ownChanged && it != keys_[r].end())) {
+      return unavailable(fmt::format("transport: new connections to {} failed", rankName(r)));
+    }
     remade.push_back(r);
   }
   // A CURVE server has one key per listener: a new one is a new listener.
@@ -1652,14 +1661,7 @@ void ZmqTransport::takeKeyNotice(uint32_t peer, const Payload& body) {
   p.lastKeyTry = Clock::now();
   logger()->debug("transport rank {}: {} switched keys; new connections with its new one",
                   cfg_.rank, rankName(peer));
-  if (Status s = openPeerSockets(peer); !s.ok()) {
-    logger()->warn("transport rank {}: reconnecting to {} failed: {}", cfg_.rank, rankName(peer),
-                   s.message());
-    return;
-  }
-  p.unacked.clear();
-  publishUnacked(p);
-  p.blocked = false;
+  renewConnections(peer);
 }
 
 void ZmqTransport::retryHandshakes() {
@@ -1683,14 +1685,7 @@ void ZmqTransport::retryHandshakes() {
                       rankName(r));
     }
     p.refusedUs = false;
-    if (Status s = openPeerSockets(r); !s.ok()) {
-      logger()->warn("transport rank {}: reconnecting to {} failed: {}", cfg_.rank, rankName(r),
-                     s.message());
-      continue;
-    }
-    p.unacked.clear();
-    publishUnacked(p);
-    p.blocked = false;
+    renewConnections(r);
   }
 }
 

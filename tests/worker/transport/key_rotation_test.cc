@@ -69,18 +69,21 @@ std::string exchangeAll(std::vector<std::unique_ptr<Transport>>& ts, uint64_t ro
   return "";
 }
 
+// A DEALER that speaks CURVE to `serverKey` as the holder of `own`.
+zmq::socket_t curveClient(zmq::context_t& ctx, const std::string& endpoint,
+                          const std::string& serverKey, const keys::CurveKeyPair& own) {
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::curve_serverkey, serverKey);
+  s.set(zmq::sockopt::curve_publickey, own.publicKey);
+  s.set(zmq::sockopt::curve_secretkey, own.secretKey);
+  s.connect(endpoint);
+  return s;
+}
+
 // One update frame of `bytes` from `sender`, as a peer's transport writes it.
 void sendRawUpdate(zmq::socket_t& s, uint32_t sender, uint64_t round, size_t bytes) {
-  FrameHeader h;
-  h.kind = MessageKind::kUpdate;
-  h.jobHash = jobIdHash("test-job");
-  h.round = round;
-  h.sender = sender;
-  h.codec = CodecId::kRaw;
-  h.elementCount = bytes;
-  h.payloadBytes = bytes;
-  std::array<std::byte, kFrameHeaderBytes> header;
-  encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(header));
+  const auto header = testing::headerBytes(testing::validHeader(sender, round, bytes));
   const auto payload = pattern(bytes, 7);
   s.send(zmq::buffer(header.data(), header.size()), zmq::send_flags::sndmore);
   s.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::none);
@@ -139,12 +142,7 @@ TEST(TransportKeyRotation, ThreePhasesKeepEveryPairExchanging) {
 
   // A client still on rank 1's old key (admitted until phase 3) delivers.
   zmq::context_t ctx;
-  zmq::socket_t stale(ctx, zmq::socket_type::dealer);
-  stale.set(zmq::sockopt::linger, 0);
-  stale.set(zmq::sockopt::curve_serverkey, next[0].publicKey);
-  stale.set(zmq::sockopt::curve_publickey, w.keys[1].publicKey);
-  stale.set(zmq::sockopt::curve_secretkey, w.keys[1].secretKey);
-  stale.connect(w.endpoints[0]);
+  zmq::socket_t stale = curveClient(ctx, w.endpoints[0], next[0].publicKey, w.keys[1]);
   sendRawUpdate(stale, 1, 1000, 100);
   ASSERT_TRUE(ts[0]->receive(MessageKind::kUpdate, 1000, 1, 5s).ok());
 
@@ -167,12 +165,7 @@ TEST(TransportKeyRotation, ThreePhasesKeepEveryPairExchanging) {
 
   // A new connection with the old key is refused.
   const uint64_t refused = ts[0]->counters().refusedKeys;
-  zmq::socket_t old(ctx, zmq::socket_type::dealer);
-  old.set(zmq::sockopt::linger, 0);
-  old.set(zmq::sockopt::curve_serverkey, next[0].publicKey);
-  old.set(zmq::sockopt::curve_publickey, w.keys[1].publicKey);
-  old.set(zmq::sockopt::curve_secretkey, w.keys[1].secretKey);
-  old.connect(w.endpoints[0]);
+  zmq::socket_t old = curveClient(ctx, w.endpoints[0], next[0].publicKey, w.keys[1]);
   const auto deadline = std::chrono::steady_clock::now() + 5s;
   while (ts[0]->counters().refusedKeys == refused && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(10ms);

@@ -13,6 +13,7 @@
 
 #include "common/keys/keys.h"
 #include "common/ports.h"
+#include "worker/transport/frame.h"
 #include "worker/transport/zmq_transport.h"
 
 namespace geo::transport::testing {
@@ -26,6 +27,27 @@ inline int freePort() {
 
 inline std::string tcp(int port) {
   return "tcp://127.0.0.1:" + std::to_string(port);
+}
+
+// A header frame's bytes, as a peer's transport writes them.
+inline std::vector<std::byte> headerBytes(const FrameHeader& h) {
+  std::vector<std::byte> out(kFrameHeaderBytes);
+  encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(out.data(), kFrameHeaderBytes));
+  return out;
+}
+
+// The header of a whole raw update of `payloadBytes` from `sender` in job
+// "test-job" (World's).
+inline FrameHeader validHeader(uint32_t sender, uint64_t round, uint64_t payloadBytes) {
+  FrameHeader h;
+  h.kind = MessageKind::kUpdate;
+  h.jobHash = jobIdHash("test-job");
+  h.round = round;
+  h.sender = sender;
+  h.codec = CodecId::kRaw;
+  h.elementCount = payloadBytes;
+  h.payloadBytes = payloadBytes;
+  return h;
 }
 
 // Configs for a world of n ranks on loopback, each with its own keypair.

@@ -32,8 +32,10 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::freePort;
+using testing::headerBytes;
 using testing::pattern;
 using testing::sameBytes;
+using testing::validHeader;
 using testing::World;
 
 std::vector<std::unique_ptr<Transport>> startAll(const std::vector<TransportConfig>& configs) {
@@ -267,24 +269,6 @@ struct RawClient {
     }
   }
 };
-
-std::vector<std::byte> headerBytes(const FrameHeader& h) {
-  std::vector<std::byte> out(kFrameHeaderBytes);
-  encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(out.data(), kFrameHeaderBytes));
-  return out;
-}
-
-FrameHeader validHeader(uint32_t sender, uint64_t round, uint64_t payloadBytes) {
-  FrameHeader h;
-  h.kind = MessageKind::kUpdate;
-  h.jobHash = jobIdHash("test-job");
-  h.round = round;
-  h.sender = sender;
-  h.codec = CodecId::kRaw;
-  h.elementCount = payloadBytes;
-  h.payloadBytes = payloadBytes;
-  return h;
-}
 
 template <typename Pred>
 bool eventually(Pred pred, std::chrono::milliseconds limit = 5s) {
