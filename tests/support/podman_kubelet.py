@@ -276,8 +276,14 @@ class PodmanKubelet:
             items = source.get("items") or [{"key": k, "path": k} for k in data]
             for item in items:
                 if item["key"] not in data:
+                    # As the kubelet's MakePayload: a key missing from an
+                    # optional source is skipped, from a required one it
+                    # fails the mount.
+                    if source.get("optional"):
+                        continue
                     raise ContainerConfigError(
-                        f"couldn't find key {item['key']} in {kind} {self.ns}/{source['name']}")
+                        f"{kind} references non-existent config key: {item['key']} "
+                        f"({kind} {self.ns}/{source['name']})")
                 files[item["path"]] = (data[item["key"]], item.get("mode", default_mode))
 
         if "configMap" in volume:
