@@ -1,4 +1,4 @@
-// `geotrain`: the user-facing command line. Each subcommand is a thin wrapper
+// `geotrain`: the user-facing command line (keygen, local, plan). Each subcommand is a thin wrapper
 // over a library call that returns a Status; this file only parses arguments,
 // prints results and turns Statuses into exit codes (0 ok, 1 failure, 2 usage
 // error; `local` also 130 when interrupted). Nothing below calls exit(): main
@@ -73,6 +73,21 @@ void addKeygen(CLI::App& app, KeygenOptions& options, int& result) {
   keygen->callback([&options, &result] { result = runKeygen(options); });
 }
 
+int runPlanCommand(const geo::local::PlanOptions& options) {
+  auto input = geo::local::makePlanInput(options);
+  if (!input.ok()) {
+    std::cerr << "geotrain plan: " << input.status().message() << "\n";
+    return kExitFailure;
+  }
+  auto plan = geo::local::plan(*input);
+  if (!plan.ok()) {
+    std::cerr << "geotrain plan: " << plan.status().message() << "\n";
+    return kExitFailure;
+  }
+  std::cout << geo::local::formatPlan(*input, *plan);
+  return kExitOk;
+}
+
 int runLocalCommand(const geo::local::LocalOptions& options) {
   geo::local::LocalIo io{&std::cout, &std::cerr, ::isatty(STDOUT_FILENO) == 1};
   auto outcome = geo::local::runLocal(options, io);
@@ -95,9 +110,11 @@ int main(int argc, char** argv) {
 
   KeygenOptions keygenOptions;
   geo::local::LocalOptions localOptions;
+  geo::local::PlanOptions planOptions;
   int result = kExitOk;
   addKeygen(app, keygenOptions, result);
   geo::local::addLocalCommand(app, localOptions, [&] { result = runLocalCommand(localOptions); });
+  geo::local::addPlanCommand(app, planOptions, [&] { result = runPlanCommand(planOptions); });
   app.footer(
       "Run `geotrain <command> --help` for a command's options.\n"
       "Exit status: 0 on success, 1 when the command fails, 2 on a usage error.");

@@ -245,4 +245,102 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
   return local;
 }
 
+CLI::App* addPlanCommand(CLI::App& app, PlanOptions& options, std::function<void()> onParsed) {
+  CLI::App* plan = app.add_subcommand(
+      "plan",
+      "Predict, before a job runs, what each synchronization algorithm does on the given links: "
+      "steps/s, WAN bytes per worker per step, the delay, steps and time to a target; and "
+      "recommend one");
+  plan->add_option("--preset", options.topology.preset,
+                   "Links: world, world16 or lan, as in `geotrain local` (see its --help)")
+      ->type_name("NAME")
+      ->capture_default_str();
+  plan->add_option_function<std::string>(
+          "--regions", [&options](const std::string& v) { options.topology.regions = v; },
+          "Comma-separated region names (default: the preset's)")
+      ->type_name("LIST");
+  plan->add_option("--workers-per-region", options.topology.workersPerRegion,
+                   "Workers in each region (>= 1)")
+      ->type_name("N")
+      ->capture_default_str();
+  plan->add_option("--rtt", options.topology.rtt,
+                   "Round-trip time of one region pair, e.g. london-tokyo=230ms (repeatable; "
+                   "needed for every pair the preset does not know)")
+      ->type_name("A-B=TIME");
+  plan->add_option_function<std::string>(
+          "--default-rtt", [&options](const std::string& v) { options.topology.defaultRtt = v; },
+          "Round-trip time of every pair neither the preset nor --rtt gives, e.g. 150ms (for "
+          "jobs of many regions; default: such a pair is an error)")
+      ->type_name("TIME");
+  plan->add_option_function<std::string>(
+          "--uplink", [&options](const std::string& v) { options.topology.uplink = v; },
+          "WAN uplink of each worker, e.g. 100mbit or 1gbit; 0 or none = unlimited (default: "
+          "the preset's)")
+      ->type_name("RATE");
+  plan->add_option("--step-time", options.stepTime,
+                   "Required: one worker's time per step without any exchange, e.g. 25ms (what "
+                   "`geotrain-worker --steps 20` takes alone on the node type, or a `geotrain "
+                   "local --algorithm none` run's ms/step)")
+      ->type_name("TIME");
+  plan->add_option("--codec-ns-per-value", options.codecNsPerValue,
+                   "The synchronizer's encoding or decode-accumulating of one value on one core, "
+                   "in ns (default: measured in the workers on a 2-core VM)")
+      ->type_name("NS")
+      ->capture_default_str();
+  plan->add_option("--cores-per-worker", options.coresPerWorker,
+                   "Cores each worker's codec has: 1 for a machine each; 2/16 = 0.125 for 16 "
+                   "workers of `geotrain local` on 2 cores")
+      ->type_name("C")
+      ->capture_default_str();
+  plan->add_option("--model", options.model,
+                   "mlp: its tensors from --width; any other model by --parameters")
+      ->type_name("NAME")
+      ->capture_default_str();
+  plan->add_option("--width", options.width, "The mlp's hidden units (model.width)")
+      ->type_name("N")
+      ->capture_default_str();
+  plan->add_option("--parameters", options.parameters,
+                   "Any model's parameter count, planned as one tensor (each worker logs it at "
+                   "start; resnet18 on Fashion-MNIST: 11,172,810)")
+      ->type_name("N");
+  plan->add_option(
+          "--codec", options.codec,
+          fmt::format("What crosses the WAN: {} (sync.codec)", fmt::join(kCodecNames, ", ")))
+      ->type_name("NAME")
+      ->capture_default_str();
+  plan->add_option("--bits", options.bits, "qsgd bits: 2, 4 or 8 (sync.bits)")
+      ->type_name("B")
+      ->capture_default_str();
+  plan->add_option("--bucket", options.bucket, "qsgd bucket size (sync.bucket)")
+      ->type_name("N")
+      ->capture_default_str();
+  plan->add_option("--hierarchical", options.hierarchical,
+                   "Only region leaders cross the WAN (sync.hierarchical)")
+      ->type_name("BOOL")
+      ->capture_default_str();
+  plan->add_option("--period", options.period, "K of the fixed-period dts row (sync.period)")
+      ->type_name("K")
+      ->capture_default_str();
+  plan->add_option_function<int64_t>(
+          "--delay", [&options](int64_t d) { options.delay = d; },
+          "D of the fixed-period dts row (default: the smallest that covers the link)")
+      ->type_name("D");
+  plan->add_option("--swarm-h", options.swarmH, "H of the swarm row (sync.swarmH)")
+      ->type_name("H")
+      ->capture_default_str();
+  plan->add_option("--reference-steps", options.referenceSteps,
+                   "Steps allreduce fp32 takes to the target on this model (default: the mlp's "
+                   "to 85% on Fashion-MNIST, measured)")
+      ->type_name("N")
+      ->capture_default_str();
+  plan->footer(
+      "A model of the exchange, not a simulation: docs/algorithms.md, \"Planning a job\", "
+      "says what it counts and how it extrapolates.\n"
+      "Example: geotrain plan --preset world16 --step-time 25ms --width 25000\n"
+      "Exit status: 0 with the table printed; 1 on bad input (the message names the flag); 2 "
+      "on a usage error.");
+  plan->callback(std::move(onParsed));
+  return plan;
+}
+
 }  // namespace geo::local

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "worker/local/options.h"
+#include "worker/local/plan.h"
 
 namespace geo::local {
 
@@ -18,5 +19,9 @@ namespace geo::local {
 // can pass defaults that the user's own flags override. Returns the
 // subcommand.
 CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<void()> onParsed);
+
+// Adds the `plan` subcommand (worker/local/plan.h), the same way: its flags
+// into `options`, `onParsed` once a `plan` command line is parsed.
+CLI::App* addPlanCommand(CLI::App& app, PlanOptions& options, std::function<void()> onParsed);
 
 }  // namespace geo::local

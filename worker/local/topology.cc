@@ -323,6 +323,16 @@ StatusOr<Topology> makeTopology(const TopologyOptions& options) {
     given[override->regionB][override->regionA] = override->rtt;
   }
 
+  std::optional<Microseconds> fallback;
+  if (options.defaultRtt) {
+    fallback = parseDuration(*options.defaultRtt);
+    if (!fallback) {
+      return invalidArgument(fmt::format(
+          "--default-rtt {}: not a round-trip time (allowed: a number >= 0 with unit us, ms or s, "
+          "e.g. 150ms)",
+          printableText(*options.defaultRtt)));
+    }
+  }
   topology.rtt.assign(n, std::vector<Microseconds>(n, Microseconds(0)));
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = i + 1; j < n; ++j) {
@@ -330,6 +340,7 @@ StatusOr<Topology> makeTopology(const TopologyOptions& options) {
       const std::string& b = topology.regions[j];
       std::optional<Microseconds> rtt = given[i][j];
       if (!rtt) rtt = presetRtt(topology.preset, a, b);
+      if (!rtt) rtt = fallback;
       if (!rtt) {
         return invalidArgument(fmt::format(
             "no round-trip time for the region pair {}: preset {} knows only {}; set it with "

@@ -114,6 +114,10 @@ struct TopologyOptions {
   std::string preset = "world";        // --preset
   std::vector<std::string> rtt;        // --rtt values, in order
   std::optional<std::string> uplink;   // --uplink; nullopt: the preset's
+  // `geotrain plan --default-rtt`: the round trip of every pair that
+  // neither the preset nor --rtt gives (a job of 64 regions planned without
+  // 2016 --rtt flags); nullopt: such a pair is an error.
+  std::optional<std::string> defaultRtt;
 };
 
 // Builds the topology: region list, preset times, --rtt overrides (a pair

@@ -1,0 +1,246 @@
+// The job planner (worker/local/plan.h) on exact inputs: the payload's
+// bytes as the worker's codec lays them out, each algorithm's step from
+// compute, latency and uplink, the auto rules' K and D, the steps factor
+// and its interpolation, the recommendation, the flags and their errors.
+
+#include "worker/local/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "worker/local/cli.h"
+
+namespace geo::local {
+namespace {
+
+// Two regions `rtt` apart, one worker each, a model of one tensor.
+PlanInput twoRegions(double rtt, double uplink, int64_t values, double step) {
+  PlanInput in;
+  in.regions = {"a", "b"};
+  in.rttSeconds = {{0, rtt}, {rtt, 0}};
+  in.uplinkBytesPerSecond = uplink;
+  in.tensorSizes = {values};
+  in.codec = "identity";
+  in.stepSeconds = step;
+  in.codecSecondsPerValue = 0;  // the codec's and the synchronizer's terms
+  in.syncSecondsPerStep = 0;    // have a test of their own
+  return in;
+}
+
+const PlanRow& row(const Plan& p, const std::string& name) {
+  const auto it = std::find_if(p.rows.begin(), p.rows.end(),
+                               [&](const PlanRow& r) { return r.algorithm == name; });
+  if (it == p.rows.end()) throw std::runtime_error("no row " + name);
+  return *it;
+}
+
+TEST(Plan, PayloadIsTheWorkersEncodingPlusFrameHeaders) {
+  PlanInput in = twoRegions(0, 0, 1, 0.01);
+  in.tensorSizes = mlpTensorSizes(256);
+  EXPECT_EQ(in.tensorSizes, (std::vector<int64_t>{200704, 256, 2560, 10}));
+  in.codec = "qsgd";
+  // 200704 values at 4 bits in buckets of 512: 392 scales and 100352 bytes
+  // of codes; the three small tensors as fp32 (11304 bytes); two chunks of
+  // 64 KiB, each with a 64-byte header and CURVE's 40.
+  EXPECT_DOUBLE_EQ(planPayloadBytes(in, "qsgd"), 392 * 4 + 100352 + 11304 + 2 * 104);
+  EXPECT_DOUBLE_EQ(planPayloadBytes(in, "identity"), 203530 * 4 + 13 * 104);
+  EXPECT_DOUBLE_EQ(planPayloadBytes(in, "bf16"), 203530 * 2 + 7 * 104);
+}
+
+TEST(Plan, AllreduceWaitsForTheFarthestPeerAndTheUplinkEveryStep) {
+  // 250000 values in fp32: 1 MB in 16 chunks; 1 MB/s up; 200 ms round trip.
+  const auto p = plan(twoRegions(0.2, 1e6, 250000, 0.05));
+  ASSERT_TRUE(p.ok()) << p.status().toString();
+  const PlanRow& r = row(*p, "allreduce fp32");
+  const double payload = 1e6 + 16 * 104;
+  EXPECT_DOUBLE_EQ(r.stepSeconds, 0.05 + 0.1 + payload / 1e6);
+  EXPECT_DOUBLE_EQ(r.wanBytesPerStep, payload);
+  EXPECT_EQ(r.limit, "uplink");
+  EXPECT_DOUBLE_EQ(r.stepsToTarget, 205);
+  EXPECT_DOUBLE_EQ(r.secondsToTarget, 205 * r.stepSeconds);
+  // identity sends fp32 already: no second allreduce row.
+  EXPECT_EQ(std::count_if(p->rows.begin(), p->rows.end(),
+                          [](const PlanRow& x) { return x.algorithm.starts_with("allreduce"); }),
+            1);
+}
+
+TEST(Plan, DtsWaitsAtItsDueStepOnlyForWhatTheDelayDoesNotCover) {
+  PlanInput in = twoRegions(0.2, 0, 1000, 0.1);  // unlimited uplink: a round takes 100 ms
+  in.period = 4;
+  in.delay = 2;  // 200 ms of steps: covers it
+  auto p = plan(in);
+  ASSERT_TRUE(p.ok());
+  const PlanRow& covered = row(*p, "dts K=4 D=2");
+  EXPECT_DOUBLE_EQ(covered.stepSeconds, 0.1);
+  EXPECT_EQ(covered.limit, "compute");
+  EXPECT_DOUBLE_EQ(covered.staleness, 2);
+  in.delay = 0;  // due at once: 100 ms waited once every 4 steps
+  p = plan(in);
+  ASSERT_TRUE(p.ok());
+  const PlanRow& waits = row(*p, "dts K=4 D=0");
+  EXPECT_DOUBLE_EQ(waits.stepSeconds, 0.1 + 0.1 / 4);
+  EXPECT_EQ(waits.limit, "compute");  // the larger part of the step
+  in.period = 1;  // a round each step, each waited for: the latency is most of it
+  in.stepSeconds = 0.05;
+  p = plan(in);
+  ASSERT_TRUE(p.ok());
+  const PlanRow& everyStep = row(*p, "dts K=1 D=0");
+  EXPECT_DOUBLE_EQ(everyStep.stepSeconds, 0.05 + 0.1);
+  EXPECT_EQ(everyStep.limit, "latency");
+}
+
+TEST(Plan, DtsAutoChoosesTheWorkersOwnKAndD) {
+  // 1 MB a round at 1 MB/s: a 1 s transfer over 100 ms steps wants K >= 20
+  // (the uplink busy at most half a round): 32 from the start of 16. The
+  // round arrives after 100 ms + 1.0017 s (its frame headers too): D = 12.
+  auto p = plan(twoRegions(0.2, 1e6, 250000, 0.1));
+  ASSERT_TRUE(p.ok());
+  const PlanRow& a = row(*p, "dts K=auto D=auto");
+  EXPECT_EQ(a.period, 32);
+  EXPECT_EQ(a.delay, 12);
+  EXPECT_DOUBLE_EQ(a.stepSeconds, 0.1);
+  // A 10 s transfer is more than a round of 16 steps: the held-uplink rule
+  // takes K to its cap, and the uplink still sets the step.
+  p = plan(twoRegions(0.2, 1e5, 250000, 0.1));
+  ASSERT_TRUE(p.ok());
+  const PlanRow& held = row(*p, "dts K=auto D=auto");
+  EXPECT_EQ(held.period, 64);
+  EXPECT_EQ(held.limit, "uplink");
+  EXPECT_NEAR(held.stepSeconds, (1e6 + 16 * 104) / 1e5 / 64, 1e-12);
+}
+
+TEST(Plan, TheCodecsWorkIsOneEncodeAndADecodePerPeerEachExchange) {
+  PlanInput in = twoRegions(0, 0, 1000000, 0.01);
+  in.regions = {"a", "b", "c", "d"};
+  in.rttSeconds.assign(4, std::vector<double>(4, 0.0));
+  in.codecSecondsPerValue = 2e-9;
+  in.syncSecondsPerStep = 1e-3;
+  in.coresPerWorker = 0.5;  // 4 ns a value, 2 ms of synchronizer a step
+  in.period = 8;
+  const auto p = plan(in);
+  ASSERT_TRUE(p.ok());
+  // A million values: 4 ms a payload; one encode and three decodes.
+  EXPECT_NEAR(row(*p, "allreduce fp32").codecSeconds, 0.016, 1e-12);
+  EXPECT_NEAR(row(*p, "allreduce fp32").stepSeconds, 0.01 + 0.002 + 0.016, 1e-12);
+  EXPECT_NEAR(row(*p, "dts K=8 D=auto").codecSeconds, 0.016 / 8, 1e-12);
+  EXPECT_NEAR(row(*p, "dts K=8 D=auto").stepSeconds, 0.01 + 0.002 + 0.002, 1e-12);
+  EXPECT_NEAR(row(*p, "swarm H=4").codecSeconds, 4 * 0.004 / 4, 1e-12);
+}
+
+TEST(Plan, HierarchicalLeadersSendToTheOtherLeadersOnly) {
+  PlanInput in = twoRegions(0.1, 0, 1000, 0.01);
+  in.regions = {"a", "b", "c"};
+  in.rttSeconds = {{0, 0.1, 0.1}, {0.1, 0, 0.1}, {0.1, 0.1, 0}};
+  in.workersPerRegion = 4;
+  const double payload = 4000 + 104;
+  auto p = plan(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_DOUBLE_EQ(row(*p, "allreduce fp32").wanBytesPerStep, 2 * payload);
+  in.hierarchical = false;  // every rank of the two other regions
+  p = plan(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_DOUBLE_EQ(row(*p, "allreduce fp32").wanBytesPerStep, 8 * payload);
+}
+
+TEST(Plan, SwarmSendsTwoPayloadsEveryHStepsAndNeverWaits) {
+  PlanInput in = twoRegions(0.2, 1e6, 250000, 0.05);
+  in.swarmH = 8;
+  const auto p = plan(in);
+  ASSERT_TRUE(p.ok());
+  const PlanRow& s = row(*p, "swarm H=8");
+  const double payload = 1e6 + 16 * 104;
+  EXPECT_DOUBLE_EQ(s.wanBytesPerStep, 2 * payload / 8);
+  EXPECT_DOUBLE_EQ(s.stepSeconds, 2 * payload / 1e6 / 8);  // the uplink, not the 50 ms
+  EXPECT_TRUE(s.extrapolated);                             // only H = 4 was measured
+}
+
+TEST(Plan, StepsFactorInterpolatesTheMeasuredPointsAndSaysWhenItExtrapolates) {
+  bool ex = true;
+  EXPECT_DOUBLE_EQ(dtsStepsFactor(0, &ex), 1.0);
+  EXPECT_FALSE(ex);
+  EXPECT_DOUBLE_EQ(dtsStepsFactor(3.4), 233.0 / 205.0);
+  EXPECT_DOUBLE_EQ(dtsStepsFactor(44.1), 290.0 / 205.0);
+  EXPECT_NEAR(dtsStepsFactor((3.4 + 44.1) / 2), (233.0 + 290.0) / 2 / 205.0, 1e-12);
+  const double slope = (290.0 - 233.0) / 205.0 / (44.1 - 3.4);
+  EXPECT_NEAR(dtsStepsFactor(95.8, &ex), 290.0 / 205.0 + slope * (95.8 - 44.1), 1e-12);
+  EXPECT_TRUE(ex);
+}
+
+TEST(Plan, RecommendsTheShortestTimeToTheTarget) {
+  const auto p = plan(twoRegions(0.2, 1e6, 250000, 0.05));
+  ASSERT_TRUE(p.ok());
+  for (const PlanRow& r : p->rows) {
+    EXPECT_GE(r.secondsToTarget, p->rows[p->recommended].secondsToTarget) << r.algorithm;
+  }
+  EXPECT_NE(formatPlan(twoRegions(0.2, 1e6, 250000, 0.05), *p).find("<- recommended"),
+            std::string::npos);
+}
+
+TEST(Plan, BadInputNamesTheFieldAndWhatIsAllowed) {
+  PlanInput in = twoRegions(0.2, 0, 10, 0);
+  EXPECT_NE(plan(in).status().message().find("--step-time"), std::string::npos);
+  in.stepSeconds = 0.01;
+  in.codec = "zstd";
+  EXPECT_NE(plan(in).status().message().find("allowed: identity, fp16, bf16, qsgd"),
+            std::string::npos);
+  in.codec = "qsgd";
+  in.bits = 3;
+  EXPECT_NE(plan(in).status().message().find("bits 3 (allowed: 2, 4, 8)"), std::string::npos);
+  in.bits = 4;
+  in.rttSeconds = {{0, 0.2}, {0.1, 0}};
+  EXPECT_NE(plan(in).status().message().find("the same both ways"), std::string::npos);
+}
+
+TEST(Plan, FlagsBuildTheInputFromAPresetAsGeotrainLocalDoes) {
+  CLI::App app("test", "geotrain");
+  PlanOptions o;
+  bool ran = false;
+  addPlanCommand(app, o, [&] { ran = true; });
+  std::vector<std::string> args = {"plan",  "--preset", "world16", "--step-time", "25ms", "--width",
+                                   "25000", "--uplink", "1gbit",   "--delay",     "3"};
+  std::reverse(args.begin(), args.end());
+  app.parse(args);
+  EXPECT_TRUE(ran);
+  auto in = makePlanInput(o);
+  ASSERT_TRUE(in.ok()) << in.status().toString();
+  EXPECT_EQ(in->regions.size(), 16u);
+  EXPECT_DOUBLE_EQ(in->stepSeconds, 0.025);
+  EXPECT_DOUBLE_EQ(in->uplinkBytesPerSecond, 125e6);
+  EXPECT_EQ(in->tensorSizes, mlpTensorSizes(25000));
+  ASSERT_TRUE(in->delay.has_value());
+  EXPECT_EQ(*in->delay, 3);
+
+  PlanOptions bad;
+  EXPECT_NE(makePlanInput(bad).status().message().find("--step-time is required"),
+            std::string::npos);
+  bad.stepTime = "10ms";
+  bad.model = "resnet18";
+  EXPECT_NE(makePlanInput(bad).status().message().find("--parameters"), std::string::npos);
+  bad.parameters = 11172810;  // any model by its count
+  EXPECT_TRUE(makePlanInput(bad).ok());
+  // Many regions: the preset's own pairs keep their times, the rest take
+  // --default-rtt.
+  PlanOptions many;
+  many.stepTime = "25ms";
+  many.topology.preset = "world16";
+  many.topology.regions = "london,tokyo,r1,r2";
+  many.topology.defaultRtt = "150ms";
+  auto m = makePlanInput(many);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_DOUBLE_EQ(m->rttSeconds[2][3], 0.15);
+  EXPECT_DOUBLE_EQ(m->rttSeconds[0][2], 0.15);
+  EXPECT_GT(m->rttSeconds[0][1], 0.2);  // london-tokyo from world16's table
+  many.topology.defaultRtt = "soon";
+  EXPECT_NE(makePlanInput(many).status().message().find("--default-rtt soon"), std::string::npos);
+  many.topology.defaultRtt.reset();
+  EXPECT_NE(makePlanInput(many).status().message().find("--rtt"), std::string::npos);
+
+  bad.topology.preset = "mars";
+  EXPECT_NE(makePlanInput(bad).status().message().find("--preset"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace geo::local

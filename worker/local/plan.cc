@@ -1,0 +1,379 @@
+#include "worker/local/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <utility>
+
+#include "common/worker_config.h"
+#include "kernels/qsgd.h"
+#include "worker/local/faults.h"
+#include "worker/sync/auto_rules.h"
+#include "worker/transport/link.h"
+
+namespace geo::local {
+namespace {
+
+// What the transport adds to a payload on the WAN: a 64-byte frame header
+// per chunk of 64 KiB (TransportConfig::wanChunkBytes) and CurveZMQ's
+// MESSAGE command around each (a 16-byte tag, an 8-byte nonce and the
+// command's own framing, about 40 bytes).
+constexpr double kWanChunkBytes = 64.0 * 1024;
+constexpr double kPerChunkOverhead = 64 + 40;
+
+// Steps to the target against allreduce fp32 at a staleness, from the
+// ten-seed batch of docs/benchmarks.md ("Ten seeds, and the accuracy
+// averaged over them": the mlp to 85%, the accuracy averaged over the
+// seeds): allreduce 205 steps, DTS at a staleness of 3.4 steps 233, at
+// 44.1 steps 290. Beyond 44.1 the last slope (0.0066 a step) goes on: it
+// gives 1.75 at 95.8, where the rtt3 run of the five-seed batch measured
+// 2.10 / 1.65 of the world run's (1.79 on this scale).
+constexpr std::array<std::pair<double, double>, 3> kDtsFactors = {
+    {{0.0, 1.0}, {3.4, 233.0 / 205.0}, {44.1, 290.0 / 205.0}}};
+// swarm, H = 4, world links: 1025 steps against allreduce's 175 (the
+// five-seed batch, first crossings of rank 0's own model: swarm has no job
+// model before its final average).
+constexpr double kSwarmFactor = 1025.0 / 175.0;
+constexpr int64_t kSwarmMeasuredH = 4;
+
+bool knownCodec(const std::string& name) {
+  return std::find(kCodecNames.begin(), kCodecNames.end(), name) != kCodecNames.end();
+}
+
+// One payload to each of `peers`, through an uplink of `rate` bytes/s.
+double uplinkSeconds(double peers, double payload, double rate) {
+  return rate > 0 ? peers * payload / rate : 0.0;
+}
+
+// The largest part of a step: what a user would change first.
+std::string limitOf(double compute, double codec, double latency, double uplink) {
+  const std::array<std::pair<double, const char*>, 4> parts = {
+      {{compute, "compute"}, {codec, "codec"}, {latency, "latency"}, {uplink, "uplink"}}};
+  return std::max_element(parts.begin(), parts.end(),
+                          [](const auto& a, const auto& b) { return a.first < b.first; })
+      ->second;
+}
+
+}  // namespace
+
+Status validatePlanInput(const PlanInput& in) {
+  const size_t r = in.regions.size();
+  if (r == 0) return invalidArgument("plan: no regions (give at least one)");
+  if (in.workersPerRegion < 1) {
+    return invalidArgument(
+        fmt::format("plan: --workers-per-region {} (allowed: 1 or more)", in.workersPerRegion));
+  }
+  if (in.rttSeconds.size() != r) {
+    return invalidArgument(fmt::format("plan: the round-trip matrix has {} rows for {} regions",
+                                       in.rttSeconds.size(), r));
+  }
+  for (size_t i = 0; i < r; ++i) {
+    if (in.rttSeconds[i].size() != r) {
+      return invalidArgument(fmt::format("plan: round-trip row {} has {} entries for {} regions", i,
+                                         in.rttSeconds[i].size(), r));
+    }
+    for (size_t j = 0; j < r; ++j) {
+      const double t = in.rttSeconds[i][j];
+      if (!std::isfinite(t) || t < 0 || t != in.rttSeconds[j][i]) {
+        return invalidArgument(fmt::format(
+            "plan: the round trip {}-{} is {} s (allowed: finite, >= 0, the same both ways)",
+            in.regions[i], in.regions[j], t));
+      }
+    }
+  }
+  if (!(in.uplinkBytesPerSecond >= 0) || !std::isfinite(in.uplinkBytesPerSecond)) {
+    return invalidArgument("plan: the uplink rate must be finite and >= 0 (0: unlimited)");
+  }
+  if (in.tensorSizes.empty()) return invalidArgument("plan: the model has no parameters");
+  for (int64_t n : in.tensorSizes) {
+    if (n < 1)
+      return invalidArgument(fmt::format("plan: a tensor of {} values (allowed: >= 1)", n));
+  }
+  if (!(in.stepSeconds > 0) || !std::isfinite(in.stepSeconds)) {
+    return invalidArgument(
+        fmt::format("plan: --step-time {} s (allowed: a time > 0, e.g. 25ms)", in.stepSeconds));
+  }
+  if (!(in.codecSecondsPerValue >= 0) || !std::isfinite(in.codecSecondsPerValue) ||
+      !(in.syncSecondsPerStep >= 0) || !std::isfinite(in.syncSecondsPerStep) ||
+      !(in.coresPerWorker > 0) || !std::isfinite(in.coresPerWorker)) {
+    return invalidArgument(
+        "plan: --codec-ns-per-value must be >= 0 and --cores-per-worker > 0 (e.g. 0.125 for 16 "
+        "workers sharing 2 cores)");
+  }
+  if (!knownCodec(in.codec)) {
+    return invalidArgument(
+        fmt::format("plan: --codec {} (allowed: identity, fp16, bf16, qsgd)", in.codec));
+  }
+  if (in.codec == "qsgd") {
+    if (!kernels::isQsgdBits(in.bits)) {
+      return invalidArgument(fmt::format("plan: qsgd bits {} (allowed: 2, 4, 8)", in.bits));
+    }
+    if (in.bucket < kernels::kQsgdMinBucket || in.bucket > kernels::kQsgdMaxBucket) {
+      return invalidArgument(fmt::format("plan: qsgd bucket {} (allowed: {}..{})", in.bucket,
+                                         kernels::kQsgdMinBucket, kernels::kQsgdMaxBucket));
+    }
+  }
+  if (in.period < 1 || in.swarmH < 1 || in.maxAutoPeriod < 1 || in.maxAutoDelay < 0 ||
+      (in.delay && *in.delay < 0)) {
+    return invalidArgument(
+        "plan: period, swarm H and the largest auto period must be >= 1, the delay and the "
+        "largest auto delay >= 0");
+  }
+  if (!(in.referenceSteps > 0) || !std::isfinite(in.referenceSteps)) {
+    return invalidArgument("plan: --reference-steps must be > 0");
+  }
+  return {};
+}
+
+double planPayloadBytes(const PlanInput& in, const std::string& codec) {
+  double bytes = 0;
+  if (codec == "qsgd") {
+    kernels::QsgdConfig cfg;
+    cfg.bits = in.bits;
+    cfg.bucketSize = in.bucket;
+    for (int64_t n : in.tensorSizes) {
+      bytes += n < in.smallTensorThreshold ? 4.0 * static_cast<double>(n)
+                                           : static_cast<double>(kernels::qsgdEncodedBytes(n, cfg));
+    }
+  } else {
+    double values = 0;
+    for (int64_t n : in.tensorSizes) values += static_cast<double>(n);
+    bytes = values * (codec == "identity" ? 4.0 : 2.0);
+  }
+  const double chunks = std::max(1.0, std::ceil(bytes / kWanChunkBytes));
+  return bytes + chunks * kPerChunkOverhead;
+}
+
+double dtsStepsFactor(double staleness, bool* extrapolated) {
+  const double s = std::max(0.0, staleness);
+  if (extrapolated) *extrapolated = s > kDtsFactors.back().first;
+  for (size_t i = 1; i < kDtsFactors.size(); ++i) {
+    const auto [s0, f0] = kDtsFactors[i - 1];
+    const auto [s1, f1] = kDtsFactors[i];
+    if (s <= s1 || i + 1 == kDtsFactors.size()) return f0 + (f1 - f0) * (s - s0) / (s1 - s0);
+  }
+  return kDtsFactors.back().second;
+}
+
+StatusOr<Plan> plan(const PlanInput& in) {
+  if (Status s = validatePlanInput(in); !s.ok()) return s;
+  const double regions = static_cast<double>(in.regions.size());
+  const double perRegion = static_cast<double>(in.workersPerRegion);
+  const bool hier = in.hierarchical && in.workersPerRegion > 1;
+  // Who one worker sends each payload to over the WAN: the other regions'
+  // leaders under hierarchical sync, else every rank of the other regions.
+  const double peersOut = hier ? regions - 1 : (regions - 1) * perRegion;
+  const double rate = in.uplinkBytesPerSecond;
+  double values = 0;
+  for (int64_t n : in.tensorSizes) values += static_cast<double>(n);
+  // One payload encoded or decoded, in seconds of this worker's cores.
+  const double codecOne = values * in.codecSecondsPerValue / in.coresPerWorker;
+  const double c = in.stepSeconds + in.syncSecondsPerStep / in.coresPerWorker;
+  // Whose payloads a worker decodes each exchange: every other rank, or
+  // under hierarchical sync a leader's region members and the other leaders.
+  const double decodes = hier ? (regions - 1) + (perRegion - 1) : regions * perRegion - 1;
+
+  Plan p;
+  p.payloadBytes = planPayloadBytes(in, in.codec);
+  p.fp32PayloadBytes = planPayloadBytes(in, "identity");
+  for (const auto& row : in.rttSeconds) {
+    for (double t : row) p.slowestOneWaySeconds = std::max(p.slowestOneWaySeconds, t / 2);
+  }
+  const double latency = p.slowestOneWaySeconds;
+  const bool wan = in.regions.size() > 1;
+
+  auto finish = [&](PlanRow row, double factor) {
+    row.stepsPerSecond = 1.0 / row.stepSeconds;
+    row.stepsToTarget = in.referenceSteps * factor;
+    row.secondsToTarget = row.stepsToTarget * row.stepSeconds;
+    p.rows.push_back(std::move(row));
+  };
+
+  // allreduce: a synchronous all-gather every step.
+  auto allreduce = [&](const std::string& name, double payload) {
+    PlanRow row;
+    row.algorithm = name;
+    const double up = wan ? uplinkSeconds(peersOut, payload, rate) : 0.0;
+    const double lat = wan ? latency : 0.0;
+    row.codecSeconds = (1 + decodes) * codecOne;
+    row.stepSeconds = c + row.codecSeconds + lat + up;
+    row.wanBytesPerStep = wan ? peersOut * payload : 0.0;
+    row.limit = limitOf(c, row.codecSeconds, lat, up);
+    finish(std::move(row), 1.0);
+  };
+  allreduce("allreduce fp32", p.fp32PayloadBytes);
+  if (in.codec != "identity") allreduce(fmt::format("allreduce {}", in.codec), p.payloadBytes);
+
+  // dts: one round every K steps, due D steps after it leaves.
+  const double roundUplink = wan ? uplinkSeconds(peersOut, p.payloadBytes, rate) : 0.0;
+  const double roundLink = wan ? latency + roundUplink : 0.0;  // its last byte's arrival
+  auto dts = [&](const std::string& name, int64_t k, std::optional<int64_t> fixedDelay) {
+    PlanRow row;
+    row.algorithm = name;
+    row.period = k;
+    const double kd = static_cast<double>(k);
+    const double uplinkStep = roundUplink / kd;  // the uplink's share of a step
+    row.codecSeconds = (1 + decodes) * codecOne / kd;
+    const double busy = c + row.codecSeconds;
+    const double base = std::max(busy, uplinkStep);
+    // The worker counts D in steps of its compute (dts.cc's step time
+    // leaves the synchronizer's own work out), as the auto rules here do.
+    row.delay =
+        fixedDelay
+            ? *fixedDelay
+            : sync::autoDelaySteps(roundLink, std::max(c, uplinkStep), in.maxAutoDelay).value_or(0);
+    // What a round still needs at its due step is waited for, once a round.
+    const double wait = std::max(0.0, roundLink - static_cast<double>(row.delay) * base);
+    row.stepSeconds = base + wait / kd;
+    row.wanBytesPerStep = wan ? peersOut * p.payloadBytes / kd : 0.0;
+    row.staleness = static_cast<double>(row.delay);
+    row.limit = uplinkStep > busy ? "uplink" : limitOf(c, row.codecSeconds, wait / kd, 0);
+    const double factor = dtsStepsFactor(row.staleness, &row.extrapolated);
+    finish(std::move(row), factor);
+  };
+  dts(fmt::format("dts K={} D={}", in.period, in.delay ? std::to_string(*in.delay) : "auto"),
+      in.period, in.delay);
+  // dts auto: K from kAutoPeriodStart by the worker's own rules until they
+  // keep it (autoPeriod for a link that carries a round; the held-uplink
+  // rule when it cannot), then D.
+  int64_t k = std::min(kAutoPeriodStart, in.maxAutoPeriod);
+  for (int i = 0; i < 16; ++i) {
+    const double kd = static_cast<double>(k);
+    std::optional<int64_t> next =
+        roundUplink > kd * c ? sync::periodForHeldUplink(roundUplink, c, k, in.maxAutoPeriod)
+                             : sync::autoPeriod(roundUplink, c, k, in.maxAutoPeriod);
+    if (!next || *next == k) break;
+    k = *next;
+  }
+  dts("dts K=auto D=auto", k, std::nullopt);
+
+  // swarm: a request and (on average) one reply every H steps, never waited for.
+  {
+    PlanRow row;
+    row.algorithm = fmt::format("swarm H={}", in.swarmH);
+    row.period = in.swarmH;
+    const double h = static_cast<double>(in.swarmH);
+    const double uplinkStep = wan ? uplinkSeconds(2, p.payloadBytes, rate) / h : 0.0;
+    // A request and a reply each way: two payloads encoded, two decoded.
+    row.codecSeconds = 4 * codecOne / h;
+    const double busy = c + row.codecSeconds;
+    row.stepSeconds = std::max(busy, uplinkStep);
+    row.wanBytesPerStep = wan ? 2 * p.payloadBytes / h : 0.0;
+    row.limit = uplinkStep > busy ? "uplink" : limitOf(c, row.codecSeconds, 0, 0);
+    row.extrapolated = in.swarmH != kSwarmMeasuredH;
+    finish(std::move(row), kSwarmFactor);
+  }
+
+  for (size_t i = 1; i < p.rows.size(); ++i) {
+    if (p.rows[i].secondsToTarget < p.rows[p.recommended].secondsToTarget) p.recommended = i;
+  }
+  return p;
+}
+
+std::vector<int64_t> mlpTensorSizes(int64_t width) {
+  constexpr int64_t kInputs = 28 * 28;
+  constexpr int64_t kClasses = 10;
+  return {width * kInputs, width, kClasses * width, kClasses};
+}
+
+StatusOr<PlanInput> makePlanInput(const PlanOptions& o) {
+  auto topology = makeTopology(o.topology);
+  if (!topology.ok()) return topology.status();
+  PlanInput in;
+  in.regions = topology->regions;
+  in.workersPerRegion = topology->workersPerRegion;
+  in.rttSeconds.assign(in.regions.size(), std::vector<double>(in.regions.size(), 0.0));
+  for (size_t i = 0; i < in.regions.size(); ++i) {
+    for (size_t j = 0; j < in.regions.size(); ++j) {
+      in.rttSeconds[i][j] = static_cast<double>(topology->rtt[i][j].count()) * 1e-6;
+    }
+  }
+  if (!topology->uplink.empty()) {
+    auto link = transport::parseLinkProfile(topology->uplink);
+    if (!link.ok()) return link.status().withContext("--uplink");
+    in.uplinkBytesPerSecond = link->bytesPerSecond;
+  }
+  if (o.stepTime.empty()) {
+    return invalidArgument(
+        "--step-time is required: one worker's time per step without any exchange (e.g. 25ms: "
+        "what `geotrain-worker --steps 20` takes alone on the node type, or a `geotrain local "
+        "--algorithm none` run's ms/step)");
+  }
+  auto step = parseSeconds(o.stepTime);
+  if (!step.ok()) return step.status().withContext("--step-time");
+  in.stepSeconds = *step;
+  in.codecSecondsPerValue = o.codecNsPerValue * 1e-9;
+  in.coresPerWorker = o.coresPerWorker;
+  if (o.parameters < 0) {
+    return invalidArgument(fmt::format("--parameters {} (allowed: >= 1)", o.parameters));
+  }
+  if (o.parameters > 0) {
+    in.tensorSizes = {o.parameters};
+  } else if (o.model == "mlp") {
+    if (o.width < 1 || o.width > kMaxModelWidth) {
+      return invalidArgument(fmt::format("--width {} (allowed: 1..{})", o.width, kMaxModelWidth));
+    }
+    in.tensorSizes = mlpTensorSizes(o.width);
+  } else {
+    return invalidArgument(fmt::format(
+        "--model {}: only mlp is known by its tensors; give any other model's parameter count "
+        "with --parameters (each worker logs it at start: \"(N parameters)\")",
+        o.model));
+  }
+  in.codec = o.codec;
+  in.bits = o.bits;
+  in.bucket = o.bucket;
+  in.hierarchical = o.hierarchical;
+  in.period = o.period;
+  in.delay = o.delay;
+  in.swarmH = o.swarmH;
+  in.referenceSteps = o.referenceSteps;
+  if (Status s = validatePlanInput(in); !s.ok()) return s;
+  return in;
+}
+
+std::string formatPlan(const PlanInput& in, const Plan& p) {
+  auto kb = [](double bytes) { return bytes / 1000.0; };
+  int64_t params = 0;
+  for (int64_t n : in.tensorSizes) params += n;
+  std::string out = fmt::format(
+      "{} regions x {} workers; slowest link {:.0f} ms one way; uplink {}\n"
+      "model: {} parameters; one update {:.1f} KB with {} ({:.1f} KB in fp32); a step computes "
+      "in {:.2f} ms; the codec takes {:.2f} ns a value on {:.3g} cores\n\n",
+      in.regions.size(), in.workersPerRegion, p.slowestOneWaySeconds * 1e3,
+      in.uplinkBytesPerSecond > 0 ? fmt::format("{:.0f} Mbit/s", in.uplinkBytesPerSecond * 8e-6)
+                                  : std::string("unlimited"),
+      params, kb(p.payloadBytes), in.codec == "qsgd" ? fmt::format("qsgd-{}", in.bits) : in.codec,
+      kb(p.fp32PayloadBytes), in.stepSeconds * 1e3, in.codecSecondsPerValue * 1e9,
+      in.coresPerWorker);
+  out += fmt::format("{:<20} {:>4} {:>4} {:>9} {:>9} {:>9} {:>12} {:>9} {:>15} {:>15}  {}\n",
+                     "algorithm", "K", "D", "step ms", "codec ms", "steps/s", "WAN KB/step",
+                     "staleness", "steps to target", "time to target", "limited by");
+  for (size_t i = 0; i < p.rows.size(); ++i) {
+    const PlanRow& r = p.rows[i];
+    out += fmt::format(
+        "{:<20} {:>4} {:>4} {:>9.2f} {:>9.2f} {:>9.1f} {:>12.1f} {:>9.1f} {:>14.0f}{} {:>13.1f} s  "
+        "{}{}\n",
+        r.algorithm, r.period, r.delay, r.stepSeconds * 1e3, r.codecSeconds * 1e3, r.stepsPerSecond,
+        kb(r.wanBytesPerStep), r.staleness, r.stepsToTarget, r.extrapolated ? "*" : " ",
+        r.secondsToTarget, r.limit, i == p.recommended ? "  <- recommended" : "");
+  }
+  const PlanRow& best = p.rows[p.recommended];
+  const PlanRow& ddp = p.rows.front();
+  out += fmt::format(
+      "\nrecommended: {} ({:.1f} s to the target, {:.1f}x sooner than allreduce fp32 every "
+      "step)\n",
+      best.algorithm, best.secondsToTarget, ddp.secondsToTarget / best.secondsToTarget);
+  if (std::any_of(p.rows.begin(), p.rows.end(), [](const PlanRow& r) { return r.extrapolated; })) {
+    out += "* steps to target beyond what was measured (docs/benchmarks.md): extrapolated\n";
+  }
+  out += fmt::format(
+      "steps to target: {:.0f} steps of allreduce fp32 (--reference-steps) times each "
+      "algorithm's measured factor; time excludes the start and the final average\n",
+      in.referenceSteps);
+  return out;
+}
+
+}  // namespace geo::local
