@@ -35,8 +35,6 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
 
   plan.training = always;
   plan.training.push_back({"autograd's gradient of the largest tensor", 4 * in.largestTensor});
-  plan.training.push_back(
-      {fmt::format("{} round(s) in flight: this worker's decoded contribution", r), r * b});
   if (!in.delay) {
     plan.training.push_back(
         {fmt::format("{} round(s) in flight: the contributions applied early", r), r * b});
@@ -44,11 +42,14 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
   plan.training.push_back(
       {fmt::format("{} round(s) in flight: {} encoded contributions each", r, n), r * n * encoded});
   plan.training.push_back(
-      {"a round's completion: a peer's decoded contribution and the mean", 2 * b});
+      {"a round's completion: the correction, the mean and a peer's decoded contribution", 3 * b});
 
+  // The final average streams: the coordinator adds each peer's model to a
+  // sum as it takes it (one checked copy and its message at a time; more
+  // of the peers' messages wait in the transport's inbox when they arrive
+  // faster than they are added), and the model leaves without a copy.
   plan.atEnd = always;
-  plan.atEnd.push_back(
-      {fmt::format("the final average: {} models in fp32 and the sum", n + 2), (n + 2) * b});
+  plan.atEnd.push_back({"the final average: the sum, a peer's model and its message", 3 * b});
 
   const auto sum = [](const auto& rows) {
     int64_t total = 0;

@@ -3,14 +3,13 @@
 // model alone, before it trains: docs/algorithms.md ("Memory") as a
 // function, and the limit it must fit in. A job whose rounds in flight or
 // final average cannot fit is refused at start, naming the figure and the
-// knobs, instead of being killed by the kernel hours in (the final average
-// is the peak: it comes last).
+// knobs, instead of being killed by the kernel hours in.
 //
 // The estimate is a lower bound: it counts what the design must hold (the
-// table's rows) and not the allocator's slack or LibTorch's own buffers,
-// which the measured peaks add (10.9 B against a floor of 7 B for a
-// 101M-parameter mlp on two workers). So a refusal is certain; passing the
-// check is no promise.
+// table's rows) and not the allocator's slack, the scratch tensors kept
+// between completions or LibTorch's own buffers, which the measured peaks
+// add (10.9 B for a 101M-parameter mlp on two workers). So a refusal is
+// certain; passing the check is no promise.
 //
 // No LibTorch: the caller passes the counts.
 

@@ -1,6 +1,7 @@
 #include "worker/local/plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -104,7 +105,7 @@ Status validatePlanInput(const PlanInput& in) {
   }
   if (!knownCodec(in.codec)) {
     return invalidArgument(
-        fmt::format("plan: --codec {} (allowed: identity, fp16, bf16, qsgd)", in.codec));
+        fmt::format("plan: --codec {} (allowed: {})", in.codec, fmt::join(kCodecNames, ", ")));
   }
   if (in.codec == "qsgd") {
     if (!kernels::isQsgdBits(in.bits)) {
@@ -183,6 +184,10 @@ StatusOr<Plan> plan(const PlanInput& in) {
   }
   const double latency = p.slowestOneWaySeconds;
   const bool wan = in.regions.size() > 1;
+  if (wan) {
+    p.finalAverageSeconds = 2 * latency + uplinkSeconds(1, p.fp32PayloadBytes, rate) +
+                            uplinkSeconds(peersOut, p.fp32PayloadBytes, rate);
+  }
 
   auto finish = [&](PlanRow row, double factor) {
     row.stepsPerSecond = 1.0 / row.stepSeconds;
@@ -373,6 +378,12 @@ std::string formatPlan(const PlanInput& in, const Plan& p) {
       "steps to target: {:.0f} steps of allreduce fp32 (--reference-steps) times each "
       "algorithm's measured factor; time excludes the start and the final average\n",
       in.referenceSteps);
+  if (p.finalAverageSeconds > 0) {
+    out += fmt::format(
+        "the final average (dts, allreduce): the models in fp32 to one worker and back, about "
+        "{:.1f} s\n",
+        p.finalAverageSeconds);
+  }
   return out;
 }
 

@@ -128,6 +128,11 @@ struct Plan {
   double payloadBytes = 0;      // one encoded update (header and chunking included)
   double fp32PayloadBytes = 0;  // the same in fp32
   double slowestOneWaySeconds = 0;
+  // The job's end: every worker's model in fp32 to the coordinator (each
+  // through its own uplink), then the average from the coordinator to each
+  // of them through its uplink (docs/membership.md); not in the time to
+  // the target.
+  double finalAverageSeconds = 0;
 };
 
 // Encoded bytes of one update of `tensorSizes` with the codec (the worker's

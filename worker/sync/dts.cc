@@ -107,10 +107,10 @@ class ScratchTensors {
 
  private:
   // What a completion uses at once (a decoded contribution, the mean, the
-  // correction) and the two a round in flight gives back (its own
-  // contribution, its early sum): kept, they cost five model-sized tensors
-  // of memory (docs/algorithms.md, "Memory").
-  static constexpr size_t kKept = 5;
+  // correction) and what a round in flight gives back (its early sum):
+  // kept, they cost four model-sized tensors of memory
+  // (docs/algorithms.md, "Memory").
+  static constexpr size_t kKept = 4;
   std::vector<torch::Tensor> kept_;
 };
 
@@ -283,7 +283,7 @@ class Dts final : public Base {
     torch::Tensor a = base_.clone();
     if (residual_.defined()) a.add_(residual_);
     for (const Pending& p : pending_) {
-      a.add_(p.own, static_cast<float>(1.0 - p.earlyWeight));
+      codec_->decodeAccumulate(*p.bytes, static_cast<float>(1.0 - p.earlyWeight), a);
       if (p.earlySum.defined()) a.add_(p.earlySum);
     }
     return train::JobModel{jobStep_, std::move(a)};
@@ -311,7 +311,6 @@ class Dts final : public Base {
       const auto prefix = fmt::format("dts_pending_{}_", i);
       archive.write(prefix + "meta",
                     torch::tensor({static_cast<int64_t>(p.round), p.sendStep, p.dueStep}));
-      archive.write(prefix + "own", p.own);
       archive.write(prefix + "bytes", bytesTensor(*p.bytes));
       if (p.provisionalDue) archive.write(prefix + "provisional_due", torch::tensor(int64_t{1}));
       if (p.start.defined()) archive.write(prefix + "start", p.start);
@@ -369,8 +368,8 @@ class Dts final : public Base {
       p.round = static_cast<uint64_t>(meta[0].item<int64_t>());
       p.sendStep = meta[1].item<int64_t>();
       p.dueStep = meta[2].item<int64_t>();
-      archive.read(prefix + "own", p.own);
-      p.own = p.own.contiguous();
+      // Checkpoints written while a round kept its own contribution decoded
+      // hold it as "own": the bytes say the same.
       archive.read(prefix + "bytes", bytes);
       p.bytes = bytesOf(bytes);
       // A round closed before the links were known stays due once they
@@ -425,8 +424,10 @@ class Dts final : public Base {
     int64_t sendStep = 0;
     int64_t dueStep = 0;
     bool provisionalDue = false;  // closed before the links were known (closeRound)
-    torch::Tensor own;            // decode(q_i): this worker's contribution as the others see it
-    torch::Tensor start;          // D = 0 with the identity codec: x at the round's start
+    // This worker's contribution as the others see it, decode(q_i), is
+    // decoded from `bytes` where it is needed (decodeOwn) rather than kept:
+    // a model-sized tensor per round in flight.
+    torch::Tensor start;  // D = 0 with the identity codec: x at the round's start
     std::shared_ptr<const std::vector<std::byte>> bytes;
     std::vector<std::optional<Message>> got;  // by group index
     Clock::time_point sentAt;                 // when this worker sent its part
@@ -452,9 +453,14 @@ class Dts final : public Base {
   };
 
   // A completed round's model-sized tensors go back to the scratch pool.
-  void recycle(Pending& p) {
-    scratch_.give(std::move(p.own));
-    scratch_.give(std::move(p.earlySum));
+  void recycle(Pending& p) { scratch_.give(std::move(p.earlySum)); }
+
+  // decode(q_i) of a round, into a scratch tensor (give it back after use):
+  // exactly what the peers decode from the same bytes.
+  torch::Tensor decodeOwn(const Pending& p, const torch::Tensor& like) {
+    torch::Tensor own = scratch_.take(like).zero_();
+    codec_->decodeAccumulate(*p.bytes, 1.0f, own);
+    return own;
   }
 
   bool exact() const { return !auto_ && delay_ == 0 && codec_->id() == CodecId::kFp32; }
@@ -480,7 +486,6 @@ class Dts final : public Base {
     to(base_);
     to(residual_);
     for (Pending& p : pending_) {
-      to(p.own);
       to(p.start);
       to(p.earlySum);
     }
@@ -704,9 +709,11 @@ class Dts final : public Base {
       if (p.start.defined()) continue;
       p.early.resize(group_.size(), false);
       p.undecodable.resize(group_.size(), false);
+      torch::Tensor own;  // decoded once a peer's contribution is to be applied
       for (size_t i = 0; i < group_.size(); ++i) {
         if (i == group_.self || !p.got[i] || p.early[i] || p.undecodable[i]) continue;
         const auto t0 = Clock::now();
+        if (!own.defined()) own = decodeOwn(p, flat.values);
         torch::Tensor q = scratch_.take(flat.values);
         std::string reason;
         if (!codec_->decodeChecked(p.got[i]->payload.bytes(), q, reason).ok()) {
@@ -718,7 +725,7 @@ class Dts final : public Base {
         if (!p.earlySum.defined()) p.earlySum = scratch_.take(flat.values).zero_();
         p.earlySum.add_(q, w);
         // q becomes the correction in place: (own - q) * w.
-        torch::Tensor& correction = q.sub_(p.own).mul_(-w);
+        torch::Tensor& correction = q.sub_(own).mul_(-w);
         flat.values.add_(correction);
         base_.add_(correction);
         scratch_.give(std::move(q));
@@ -729,6 +736,7 @@ class Dts final : public Base {
         stats_.coded(secondsSince(t0));
         modified_ = true;
       }
+      scratch_.give(std::move(own));
     }
   }
 
@@ -1159,8 +1167,6 @@ class Dts final : public Base {
                        residual_.defined() ? &residual_ : nullptr));
     scratch_.give(std::move(acc));
     lastRoundBytes_ = p.bytes->size();
-    p.own = scratch_.take(flat.values).zero_();
-    codec_->decodeAccumulate(*p.bytes, 1.0f, p.own);
     stats_.coded(secondsSince(t0));
     const auto to = presentPeers();
     stats_.encoded(static_cast<uint64_t>(flat.values.numel()) * 4, p.bytes->size(), to.size());
@@ -1207,10 +1213,11 @@ class Dts final : public Base {
       if (i == group_.self || p.has(i)) total += group_.weights[i];
     }
     torch::Tensor mean = torch::zeros_like(flat.values);
+    torch::Tensor own = decodeOwn(p, flat.values);
     for (size_t i = 0; i < group_.size(); ++i) {
       const auto alpha = static_cast<float>(group_.weights[i] / total);
       if (i == group_.self) {
-        mean.add_(p.own, alpha);
+        mean.add_(own, alpha);
         continue;
       }
       if (!p.got[i]) continue;
@@ -1220,6 +1227,7 @@ class Dts final : public Base {
       p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
       stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
     }
+    scratch_.give(std::move(own));
     if (p.earlySum.defined()) mean.add_(p.earlySum, static_cast<float>(1.0 / total));
     return mean;
   }
@@ -1303,12 +1311,17 @@ class Dts final : public Base {
       // and added before the next is decoded: a round holds one decoded
       // contribution at a time, whatever the number of peers (it held all
       // of them: a model-sized tensor per peer at every completion).
+      // The correction starts as this worker's own contribution (decoded
+      // from its bytes, as the peers decode it), which the mean takes its
+      // term from: a completion holds three model-sized tensors, the
+      // correction, the mean and one decoded peer contribution.
+      torch::Tensor correction = decodeOwn(p, flat.values);
       mean = scratch_.take(flat.values).zero_();
       torch::Tensor q;
       for (size_t i = 0; i < group_.size(); ++i) {
         const auto w = static_cast<float>(group_.weights[i]);
         if (i == group_.self) {
-          mean.add_(p.own, w);
+          mean.add_(correction, w);
           total += group_.weights[i];
           continue;
         }
@@ -1342,11 +1355,13 @@ class Dts final : public Base {
       scratch_.give(std::move(q));
       if (p.earlySum.defined()) mean.add_(p.earlySum);
       mean.mul_(static_cast<float>(1.0 / total));
-      // What applyEarly applied, Σ w_j (q_i − q_j), is in x already.
-      torch::Tensor correction = scratch_.take(flat.values);
-      torch::sub_out(correction, p.own, mean);
+      // own - q̄, less what applyEarly applied already, Σ w_j (q_i − q_j):
+      // (1 - Σ w_j) q_i - q̄ + Σ w_j q_j.
       if (p.earlySum.defined()) {
-        correction.sub_(p.own, static_cast<float>(p.earlyWeight)).add_(p.earlySum);
+        correction.mul_(static_cast<float>(1.0 - p.earlyWeight)).sub_(mean).add_(p.earlySum);
+        scratch_.give(std::move(p.earlySum));
+      } else {
+        correction.sub_(mean);
       }
       flat.values.add_(correction);
       base_.add_(correction);

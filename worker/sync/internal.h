@@ -382,6 +382,11 @@ class Base : public Synchronizer {
   Status sendTo(const std::vector<uint32_t>& to, transport::MessageKind kind, uint64_t round,
                 int64_t step, transport::CodecId codec, uint64_t elements,
                 std::shared_ptr<const std::vector<std::byte>> bytes);
+  // sendTo() for a payload already made (modelPayload: a tensor's own
+  // storage, without a copy).
+  Status sendPayload(const std::vector<uint32_t>& to, transport::MessageKind kind, uint64_t round,
+                     int64_t step, transport::CodecId codec, uint64_t elements,
+                     const transport::Payload& payload);
   // Every message of `kind` and `round` from `peer` already in the inbox, in
   // the order they arrived (a poll: no wait).
   std::vector<transport::Message> takeArrived(transport::MessageKind kind, uint64_t round,
@@ -453,5 +458,10 @@ double secondsSince(Clock::time_point t0);
 
 // A contiguous fp32 CPU tensor's bytes (what a peer's checkedCopy() takes).
 std::shared_ptr<std::vector<std::byte>> tensorBytes(const torch::Tensor& t);
+// The same bytes as a payload that shares the tensor's storage (no copy):
+// the tensor must not be written until the transport has sent them (for
+// the final average: until the peer's answer shows it has them all). A
+// device tensor is copied to the host (tensorBytes).
+transport::Payload modelPayload(const torch::Tensor& t);
 
 }  // namespace geo::sync::detail

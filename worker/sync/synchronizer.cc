@@ -112,6 +112,22 @@ std::shared_ptr<std::vector<std::byte>> tensorBytes(const torch::Tensor& t) {
   return bytes;
 }
 
+transport::Payload modelPayload(const torch::Tensor& t) {
+  GEO_ENFORCE(t.is_contiguous() && t.scalar_type() == torch::kFloat32,
+              "sync: expected a contiguous fp32 tensor");
+  if (!t.device().is_cpu()) {
+    auto bytes = tensorBytes(t);
+    const std::span<const std::byte> view(bytes->data(), bytes->size());
+    return transport::Payload(std::move(bytes), view);
+  }
+  // The payload holds the tensor (and so its storage) until the transport
+  // lets it go, once its bytes are on the wire.
+  auto owner = std::make_shared<const torch::Tensor>(t);
+  const std::span<const std::byte> view(static_cast<const std::byte*>(t.data_ptr()),
+                                        static_cast<size_t>(t.numel()) * 4);
+  return transport::Payload(std::move(owner), view);
+}
+
 Status sendBuffer(transport::Transport& transport, const Topology& topology,
                   const std::vector<uint32_t>& to, MessageKind kind,
                   const transport::SendMeta& meta,
@@ -411,6 +427,21 @@ Status Base::sendTo(const std::vector<uint32_t>& to, MessageKind kind, uint64_t 
                     options_.timeout);
 }
 
+Status Base::sendPayload(const std::vector<uint32_t>& to, MessageKind kind, uint64_t round,
+                         int64_t step, CodecId codec, uint64_t elements,
+                         const transport::Payload& payload) {
+  const transport::SendMeta meta{round, static_cast<uint64_t>(step), codec, elements};
+  for (uint32_t peer : to) {
+    const Status s = transport_->send(peer, kind, meta, payload, options_.timeout);
+    if (!s.ok()) {
+      return Status(s.code(), fmt::format("sending {} for round {} to {}: {}",
+                                          transport::messageKindName(kind), round,
+                                          topology_.describe(peer), s.message()));
+    }
+  }
+  return {};
+}
+
 std::vector<Message> Base::takeArrived(MessageKind kind, uint64_t round, uint32_t peer) {
   std::vector<Message> out;
   for (auto m = transport_->receive(kind, round, peer, std::chrono::milliseconds(0)); m.ok();
@@ -453,14 +484,19 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   while (!alive(coordinator)) ++coordinator;  // self is alive: terminates
   // The whole model: the parameters and the float buffers (batch norm's
   // running statistics), so that every worker ends with the same one.
+  // Memory: a model-sized sum at the coordinator and one peer's model at a
+  // time (each is checked and added as it is taken, in rank order), and
+  // the model itself goes out without a copy (modelPayload): the peak of a
+  // large model's job was here, N + 4 models at the coordinator
+  // (docs/algorithms.md, "Memory").
   torch::Tensor whole = train::wholeModel(flat);
-  auto own = tensorBytes(whole);
   const auto numel = static_cast<uint64_t>(whole.numel());
+  const uint64_t modelBytes = numel * 4;
   if (coordinator != group_.self) {
     const uint32_t c = group_.ranks[coordinator];
-    stats_.encoded(numel * 4, own->size(), 1);
-    GEO_RETURN_IF_ERROR(sendTo({c}, MessageKind::kControl, kFinalContributionRound, steps,
-                               CodecId::kFp32, numel, own));
+    stats_.encoded(modelBytes, modelBytes, 1);
+    GEO_RETURN_IF_ERROR(sendPayload({c}, MessageKind::kControl, kFinalContributionRound, steps,
+                                    CodecId::kFp32, numel, modelPayload(whole)));
     // The coordinator may wait a round time-out for a straggler first.
     auto m = awaitFrom(c, MessageKind::kControl, kFinalAverageRound, steps, flat, true,
                        "final model", 2 * options_.timeout);
@@ -469,6 +505,8 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
       stats_.missed();
       return {};
     }
+    // The average came after the coordinator had all of our model: what we
+    // sent from `whole` has left, and `whole` may take the average.
     std::string reason;
     if (const Status ok =
             checkedCopy(m->payload.bytes(), whole, std::numeric_limits<float>::max(), reason);
@@ -485,9 +523,19 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
                                std::make_shared<std::vector<std::byte>>()));
     return lingerForJoiners(flat, steps);
   }
-  std::vector<std::optional<Message>> got(group_.size());
+  // Σ w_i x_i in rank order, each peer's model checked and added as it is
+  // taken, then divided by the weight of those that arrived.
+  torch::Tensor sum = torch::zeros_like(whole);
+  torch::Tensor theirs;  // a peer's model, checked (staged only when unaligned)
+  double total = 0;
+  std::vector<uint32_t> to;
   for (size_t i = 0; i < group_.size(); ++i) {
-    if (i == group_.self || !alive(i)) continue;
+    if (i == group_.self) {
+      sum.add_(whole, static_cast<float>(group_.weights[i]));
+      total += group_.weights[i];
+      continue;
+    }
+    if (!alive(i)) continue;
     auto m = awaitFrom(group_.ranks[i], MessageKind::kControl, kFinalContributionRound, steps, flat,
                        true, "final model", options_.timeout);
     if (!m.ok()) {
@@ -496,38 +544,28 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
       stats_.missed();
       continue;
     }
-    torch::Tensor model = torch::empty_like(whole);
+    if (!theirs.defined()) theirs = torch::empty_like(whole);
     std::string reason;
     if (const Status ok =
-            checkedCopy(m->payload.bytes(), model, std::numeric_limits<float>::max(), reason);
+            checkedCopy(m->payload.bytes(), theirs, std::numeric_limits<float>::max(), reason);
         !ok.ok()) {
       reject(group_.ranks[i], "the final model", reason, ok);
       stats_.missed();
       continue;
     }
-    got[i] = std::move(*m);
+    sum.add_(theirs, static_cast<float>(group_.weights[i]));
+    total += group_.weights[i];
+    to.push_back(group_.ranks[i]);
   }
-  double total = 0;
-  std::vector<uint32_t> to;
-  for (size_t i = 0; i < group_.size(); ++i) {
-    if (i == group_.self || got[i]) total += group_.weights[i];
-    if (got[i]) to.push_back(group_.ranks[i]);
+  theirs = torch::Tensor();
+  if (!to.empty()) {
+    whole.copy_(sum.mul_(static_cast<float>(1.0 / total)));
+    modified_ = true;
   }
-  auto identity = codec::makeCodec({.name = "identity"});
-  GEO_ENFORCE(identity.ok(), "identity codec: {}", identity.status().message());
-  torch::Tensor sum = torch::zeros_like(whole);
-  for (size_t i = 0; i < group_.size(); ++i) {
-    if (i != group_.self && !got[i]) continue;
-    const auto bytes = i == group_.self ? std::span<const std::byte>(own->data(), own->size())
-                                        : got[i]->payload.bytes();
-    (*identity)->decodeAccumulate(bytes, static_cast<float>(group_.weights[i] / total), sum);
-  }
-  whole.copy_(sum);
-  modified_ = true;
-  auto result = tensorBytes(whole);
-  stats_.encoded(numel * 4, result->size(), to.size());
-  GEO_RETURN_IF_ERROR(
-      sendTo(to, MessageKind::kControl, kFinalAverageRound, steps, CodecId::kFp32, numel, result));
+  sum = torch::Tensor();
+  stats_.encoded(modelBytes, modelBytes, to.size());
+  GEO_RETURN_IF_ERROR(sendPayload(to, MessageKind::kControl, kFinalAverageRound, steps,
+                                  CodecId::kFp32, numel, modelPayload(whole)));
   // A send is only queued: leaving now would drop an average still waiting
   // for a slow uplink (a whole fp32 model: seconds at a few Mbit/s, beyond
   // the transport's linger), and that worker would end on its own model.

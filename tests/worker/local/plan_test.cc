@@ -61,6 +61,9 @@ TEST(Plan, AllreduceWaitsForTheFarthestPeerAndTheUplinkEveryStep) {
   EXPECT_EQ(r.limit, "uplink");
   EXPECT_DOUBLE_EQ(r.stepsToTarget, 205);
   EXPECT_DOUBLE_EQ(r.secondsToTarget, 205 * r.stepSeconds);
+  // The end: a model to the coordinator and the average back, each 1 MB
+  // through an uplink and 100 ms of latency.
+  EXPECT_DOUBLE_EQ(p->finalAverageSeconds, 2 * 0.1 + 2 * payload / 1e6);
   // identity sends fp32 already: no second allreduce row.
   EXPECT_EQ(std::count_if(p->rows.begin(), p->rows.end(),
                           [](const PlanRow& x) { return x.algorithm.starts_with("allreduce"); }),
