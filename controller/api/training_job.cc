@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <regex>
 #include <set>
-#include <sstream>
+#include <type_traits>
+#include <variant>
+
+#include "common/worker_schema.h"
 
 namespace geo::api {
 
@@ -40,64 +44,34 @@ std::string jsonKind(const json& v) {
   }
 }
 
-// The JSON type each worker key takes, read off toYaml() of the defaults so
-// that it cannot drift from the schema: numbers, booleans, or strings.
-enum class Kind { kInteger, kNumber, kBoolean, kString };
-const std::map<std::string, Kind>& workerKeyKinds() {
-  static const std::map<std::string, Kind> kinds = [] {
-    std::map<std::string, Kind> result;
-    std::istringstream yaml(toYaml(WorkerConfig{}));
-    std::string line, section;
-    while (std::getline(yaml, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      if (line[0] != ' ') {
-        section = line.substr(0, line.find(':'));
-        continue;
-      }
-      const size_t colon = line.find(": ");
-      if (colon == std::string::npos) continue;
-      const std::string key = section + "." + line.substr(2, colon - 2);
-      const std::string value = line.substr(colon + 2);
-      // Numbers and integers look alike in YAML (0 is either): an integer
-      // key refuses 0.5, a number key with a default takes it.
-      Kind kind = Kind::kString;
-      if (value == "true" || value == "false") {
-        kind = Kind::kBoolean;
-      } else if (!value.empty() &&
-                 value.find_first_not_of("-+.0123456789eE") == std::string::npos) {
-        WorkerConfig probe;
-        kind = applyOverride(probe, key, "0.5").ok() ? Kind::kNumber : Kind::kInteger;
-      }
-      result[key] = kind;
-    }
-    // Keys whose default does not show their type.
-    result["dataset.shardIndex"] = Kind::kInteger;
-    result["dataset.shardCount"] = Kind::kInteger;
-    result["sync.period"] = Kind::kInteger;  // or auto, the default
-    result["sync.delay"] = Kind::kInteger;   // or auto, the default
-    return result;
-  }();
-  return kinds;
-}
-
-bool hasKind(const json& v, Kind kind) {
-  switch (kind) {
-    case Kind::kInteger:
+// Whether a JSON value has the type a worker key takes (the schema's
+// KeyType). An integer key also takes a number without a fraction (2.0), as
+// some JSON writers put integers. The list and map keys are all in sections
+// the spec leaves to the controller, so the spec takes scalars only.
+bool hasType(const json& v, KeyType type) {
+  switch (type) {
+    case KeyType::kInteger:
+    case KeyType::kUnsigned:
       return v.is_number_integer() ||
              (v.is_number_float() &&
               v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())));
-    case Kind::kNumber: return v.is_number();
-    case Kind::kBoolean: return v.is_boolean();
-    case Kind::kString: return v.is_string();
+    case KeyType::kNumber: return v.is_number();
+    case KeyType::kBoolean: return v.is_boolean();
+    case KeyType::kString: return v.is_string();
+    case KeyType::kStringList:
+    case KeyType::kStringMap: return false;
   }
   return false;
 }
-std::string kindName(Kind kind) {
-  switch (kind) {
-    case Kind::kInteger: return "an integer";
-    case Kind::kNumber: return "a number";
-    case Kind::kBoolean: return "a boolean";
-    case Kind::kString: return "a string";
+std::string typeName(KeyType type) {
+  switch (type) {
+    case KeyType::kInteger:
+    case KeyType::kUnsigned: return "an integer";
+    case KeyType::kNumber: return "a number";
+    case KeyType::kBoolean: return "a boolean";
+    case KeyType::kString: return "a string";
+    case KeyType::kStringList: return "a list of strings";
+    case KeyType::kStringMap: return "an object of strings";
   }
   return "";
 }
@@ -114,18 +88,32 @@ std::string scalarText(const json& v) {
   return v.dump();
 }
 
-// A worker.yaml message "training.lr: 0 is not allowed (...)" as a FieldError
-// of spec.training.lr.
-FieldError fromWorkerMessage(const std::string& message) {
-  FieldError e;
-  const size_t colon = message.find(": ");
-  const std::string path = colon == std::string::npos ? "" : message.substr(0, colon);
-  const bool isPath = !path.empty() && path.find(' ') == std::string::npos;
-  e.path = isPath ? "spec." + path : "spec";
-  e.detail = isPath ? message.substr(colon + 2) : message;
-  e.type = e.detail.find("unknown key") != std::string::npos ? FieldError::Type::kUnknown
-                                                             : FieldError::Type::kInvalid;
-  return e;
+// A problem validateWorkerConfig() finds in the job's worker config, as a
+// FieldError of the spec's field of the same path.
+FieldError fromConfigProblem(const ConfigProblem& problem) {
+  return {FieldError::Type::kInvalid, problem.path.empty() ? "spec" : "spec." + problem.path,
+          problem.detail};
+}
+
+// A key's value as the spec writes it: as worker.yaml writes it, the word
+// auto included, and a number without a fraction as an integer.
+json keyJson(const KeySpec& key, const KeyValue& value) {
+  return std::visit(
+      [&](const auto& v) -> json {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          return key.takesAuto ? json("auto") : json(nullptr);
+        } else if constexpr (std::is_same_v<T, double>) {
+          constexpr double kExactIntegers = 1e15;
+          if (std::trunc(v) == v && std::abs(v) < kExactIntegers) {
+            return json(static_cast<int64_t>(v));
+          }
+          return json(v);
+        } else {
+          return json(v);
+        }
+      },
+      value);
 }
 
 constexpr std::string_view kDnsLabel =
@@ -173,7 +161,7 @@ class ObjectReader {
   void integer(const std::string& key, int64_t& out, int64_t minimum, int64_t maximum) {
     const json* v = get(key);
     if (v == nullptr) return;
-    if (!hasKind(*v, Kind::kInteger) || scalarText(*v).find('.') != std::string::npos) {
+    if (!hasType(*v, KeyType::kInteger) || scalarText(*v).find('.') != std::string::npos) {
       invalid(key, fmt::format("{} is not allowed (allowed: an integer)", v->dump()));
       return;
     }
@@ -249,35 +237,31 @@ void parseWorkerSection(const std::string& section, const json& value, WorkerCon
                       fmt::format("{} is not allowed (allowed: an object)", jsonKind(value))});
     return;
   }
-  const auto& kinds = workerKeyKinds();
-  for (const auto& [key, v] : value.items()) {
-    const std::string dotted = section + "." + key;
+  for (const auto& [name, v] : value.items()) {
+    const std::string dotted = section + "." + name;
+    const std::string at = "spec." + section + "." + printableText(name);
     if (v.is_null()) continue;  // absent: the default
     if (controllerOwned(dotted)) {
-      errors.push_back({FieldError::Type::kUnknown, "spec." + dotted,
+      errors.push_back({FieldError::Type::kUnknown, at,
                         "unknown field (the controller derives the shards from the worker's "
                         "place in the job)"});
       continue;
     }
-    auto kind = kinds.find(dotted);
-    if (kind != kinds.end()) {
-      // sync.delay and sync.period also take the word auto.
-      const bool mayBeAuto = dotted == "sync.delay" || dotted == "sync.period";
-      const bool isAuto = mayBeAuto && v.is_string() && v == "auto";
-      if (!isAuto && !hasKind(v, kind->second)) {
-        errors.push_back({FieldError::Type::kInvalid, "spec." + dotted,
-                          fmt::format("{} is not allowed (allowed: {}{})", v.dump(),
-                                      kindName(kind->second), mayBeAuto ? ", or auto" : "")});
-        continue;
-      }
-    }
-    if (v.is_object() || v.is_array()) {
-      errors.push_back({FieldError::Type::kInvalid, "spec." + dotted,
-                        fmt::format("{} is not allowed", jsonKind(v))});
+    auto key = lookupWorkerKey(dotted);
+    if (!key.ok()) {
+      errors.push_back({FieldError::Type::kUnknown, at, key.status().message()});
       continue;
     }
-    if (Status s = applyOverride(config, dotted, scalarText(v)); !s.ok()) {
-      errors.push_back(fromWorkerMessage(s.message()));
+    const KeySpec& spec = **key;
+    const bool isAuto = spec.takesAuto && v.is_string() && v == "auto";
+    if (!isAuto && !hasType(v, spec.type)) {
+      errors.push_back({FieldError::Type::kInvalid, at,
+                        fmt::format("{} is not allowed (allowed: {}{})", v.dump(),
+                                    typeName(spec.type), spec.takesAuto ? ", or auto" : "")});
+      continue;
+    }
+    if (Status s = setWorkerKey(config, spec, scalarText(v)); !s.ok()) {
+      errors.push_back({FieldError::Type::kInvalid, at, s.message()});
     }
   }
 }
@@ -931,8 +915,8 @@ ParsedSpec parseSpec(const json& object) {
   whole.worker.regionSize = spec.regions.front().replicas;
   const std::string path = spec.dataPath(spec.regions.front());
   whole.dataset.path = path.empty() ? std::string(1, '-') : path;  // empty: reported above
-  if (Status s = validateWorkerConfig(whole); !s.ok()) {
-    errors.push_back(fromWorkerMessage(s.message()));
+  if (const auto problem = workerConfigProblem(whole)) {
+    errors.push_back(fromConfigProblem(*problem));
   }
   return out;
 }
@@ -960,38 +944,14 @@ json specToJson(const TrainingJobSpec& spec) {
   json out = json::object();
   if (!spec.image.empty()) out["image"] = spec.image;
   out["seed"] = spec.worker.job.seed;
-  // The worker sections as toYaml() writes them, through the same parser
-  // the worker uses: the rendered values are exactly the config's.
-  std::istringstream yaml(toYaml(spec.worker));
-  std::string line, section;
-  const auto& kinds = workerKeyKinds();
-  while (std::getline(yaml, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    if (line[0] != ' ') {
-      section = line.substr(0, line.find(':'));
+  // Every key of the worker sections the spec has, in the schema's order.
+  for (const KeySpec& key : workerConfigSchema()) {
+    if (std::find(workerSections().begin(), workerSections().end(), key.section) ==
+            workerSections().end() ||
+        controllerOwned(key.path)) {
       continue;
     }
-    if (std::find(workerSections().begin(), workerSections().end(), section) ==
-        workerSections().end()) {
-      continue;
-    }
-    const size_t colon = line.find(": ");
-    const std::string key = line.substr(2, colon - 2);
-    const std::string dotted = section + "." + key;
-    if (controllerOwned(dotted)) continue;
-    std::string text = line.substr(colon + 2);
-    if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'')) {
-      text = json::parse(text.front() == '"' ? text : "\"" + text.substr(1, text.size() - 2) + "\"")
-                 .get<std::string>();
-    }
-    json value;
-    switch (kinds.at(dotted)) {
-      case Kind::kInteger: value = text == "auto" ? json("auto") : json(std::stoll(text)); break;
-      case Kind::kNumber: value = json::parse(text); break;
-      case Kind::kBoolean: value = text == "true"; break;
-      case Kind::kString: value = text; break;
-    }
-    out[section][key] = value;
+    out[key.section][key.name] = keyJson(key, workerKeyValue(spec.worker, key));
   }
   out["template"] = {
       {"metadata",

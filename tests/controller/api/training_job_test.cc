@@ -134,6 +134,10 @@ TEST(TrainingJobSpec, DefaultsWrittenOutReadBackTheSame) {
     const json written = specToJson(p.spec);
     EXPECT_EQ(written["sync"]["algorithm"], "dts");
     EXPECT_TRUE(written["training"]["lr"].is_number());
+    // As worker.yaml writes them: a number without a fraction as an integer.
+    EXPECT_EQ(written["sync"]["timeoutSeconds"].dump(), spec == world() ? "2.5" : "60");
+    EXPECT_EQ(written["training"]["lr"].dump(), spec == world() ? "0.1" : "0.05");
+    EXPECT_EQ(written["sync"]["delay"], "auto");
     EXPECT_TRUE(written["sync"]["errorFeedback"].is_boolean());
     EXPECT_FALSE(written["dataset"].contains("shardIndex"));  // the controller's
     const ParsedSpec again = parseSpec(object(written));
@@ -177,7 +181,17 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.training.lr: \"fast\" is not allowed (allowed: a number)"},
         BadCase{{{"training", {{"steps", 1.5}}}},
                 "spec.training.steps: 1.5 is not allowed (allowed: an integer)"},
-        BadCase{{{"training", {{"lrr", 0.1}}}}, "spec.training.lrr: unknown key"},
+        BadCase{{{"training", {{"lrr", 0.1}}}},
+                "spec.training.lrr: unknown key (allowed: steps, batchSize, optimizer, lr, "},
+        BadCase{{{"training", {{"lrr", 0.1}}}}, "; did you mean 'lr'?"},
+        // Unknown whatever its value is.
+        BadCase{{{"training", {{"lrr", {{"a", 1}}}}}}, "spec.training.lrr: unknown key"},
+        BadCase{{{"sync", {{"bits", json::array({4})}}}},
+                "spec.sync.bits: [4] is not allowed (allowed: an integer)"},
+        // Between keys, named by the key the worker's schema names.
+        BadCase{{{"dataset", {{"name", "tokens"}, {"path", "/data"}}}},
+                "spec.training.loss: cross-entropy is not allowed with dataset.name: tokens "
+                "(allowed: next-token)"},
         BadCase{{{"dataset", {{"shardIndex", 1}}}}, "spec.dataset.shardIndex: unknown field"},
         BadCase{{{"dataset", {{"name", "npy"}, {"path", ""}}}},
                 "spec.regions[0].dataPath: Required value"},
