@@ -495,13 +495,13 @@ Rule<std::string> nonEmptyString() {
   return {"a non-empty string", [](const std::string& v) { return !v.empty(); }};
 }
 
-constexpr std::string_view kRegionNameAllowed =
-    "a region name: lowercase letters, digits and '-', starting and ending with a letter or "
-    "digit, at most 63 characters";
-
 // Region names become metrics labels, link keys and Kubernetes names.
+std::string regionNameAllowed() {
+  return dnsLabelAllowed("a region name");
+}
+
 Rule<std::string> regionName() {
-  return {std::string(kRegionNameAllowed), [](const std::string& v) { return isDnsLabel(v); }};
+  return {regionNameAllowed(), [](const std::string& v) { return isDnsLabel(v); }};
 }
 
 // job.id becomes a metrics label; the controller writes namespace/name/uid.
@@ -678,7 +678,7 @@ Field regionsField() {
       fmt::format("a list of region names (lowercase DNS labels such as us-east), "
                   "one per rank, at most {}",
                   kMaxWorldSize),
-      std::string(kRegionNameAllowed), [](const std::string& v) { return isDnsLabel(v); },
+      regionNameAllowed(), [](const std::string& v) { return isDnsLabel(v); },
       "Region of every rank, in rank order; empty: every rank is in worker.region.");
 }
 

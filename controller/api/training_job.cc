@@ -116,9 +116,12 @@ json keyJson(const KeySpec& key, const KeyValue& value) {
       value);
 }
 
-constexpr std::string_view kDnsLabel =
-    "a lowercase DNS label: letters, digits and '-', starting and ending with a letter or "
-    "digit, at most 63 characters";
+// What volume and region names must be (isDnsLabel(), common/names.h), in
+// the words of messages.
+const std::string& dnsLabelWords() {
+  static const std::string words = dnsLabelAllowed("a DNS label");
+  return words;
+}
 
 // host:port with a port 1..65535 written without leading zeros; the host may
 // hold colons (an IPv6 address in brackets) but no whitespace or '/'.
@@ -419,7 +422,7 @@ void readPodFields(ObjectReader& in, PodOverrides& pod, std::vector<FieldError>&
       in, "env", pod.env, "name", "an environment variable name: printable ASCII without '='",
       isEnvName, [](const std::string& s) { return among(s, kReservedEnv); }, errors);
   readKeyedList(
-      in, "volumes", pod.volumes, "name", kDnsLabel,
+      in, "volumes", pod.volumes, "name", dnsLabelWords(),
       [](const std::string& s) { return isDnsLabel(s); },
       [](const std::string& s) { return among(s, kReservedVolumes); }, errors);
   readKeyedList(
@@ -432,9 +435,9 @@ void readPodFields(ObjectReader& in, PodOverrides& pod, std::vector<FieldError>&
       const json& m = pod.volumeMounts[i];
       auto name = m.find("name");
       if (name == m.end() || !name->is_string() || !isDnsLabel(name->get<std::string>())) {
-        errors.push_back({FieldError::Type::kRequired,
-                          fmt::format("{}[{}].name", in.at("volumeMounts"), i),
-                          fmt::format("Required value (the name of a volume: {})", kDnsLabel)});
+        errors.push_back(
+            {FieldError::Type::kRequired, fmt::format("{}[{}].name", in.at("volumeMounts"), i),
+             fmt::format("Required value (the name of a volume: {})", dnsLabelWords())});
       }
     }
   }
@@ -546,9 +549,9 @@ Region parseRegion(const json& value, const std::string& path, std::vector<Field
   ObjectReader in(value, path, errors);
   if (in.get("name") == nullptr) {
     errors.push_back({FieldError::Type::kRequired, in.at("name"),
-                      fmt::format("Required value ({})", kDnsLabel)});
+                      fmt::format("Required value ({})", dnsLabelWords())});
   }
-  in.string("name", r.name, kDnsLabel, isDnsLabel);
+  in.string("name", r.name, dnsLabelWords(), isDnsLabel);
   in.string("cluster", r.cluster, "a member cluster name (a DNS label) or local", isDnsLabel);
   in.integer("replicas", r.replicas, 1, 4096);
   readPodFields(in, r.pod, errors);

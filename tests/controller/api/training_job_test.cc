@@ -202,7 +202,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{{"regions", json::array()}}, "spec.regions: Required value"},
         BadCase{{{"regions", {{{"replicas", 2}}}}}, "spec.regions[0].name: Required value"},
         BadCase{{{"regions", {{{"name", "London"}}}}},
-                "spec.regions[0].name: \"London\" is not allowed (allowed: a lowercase DNS label"},
+                "spec.regions[0].name: \"London\" is not allowed (allowed: a DNS label: lowercase "
+                "letters, digits and '-'"},
         BadCase{{{"regions", {{{"name", "a"}}, {{"name", "a"}}}}},
                 "spec.regions[1].name: Duplicate value: \"a\""},
         BadCase{{{"regions", {{{"name", "a"}, {"replicas", 0}}}}},
@@ -286,8 +287,8 @@ INSTANTIATE_TEST_SUITE_P(
             "spec.regions[0].volumes[0].name: \"keys\" is not allowed (the worker container "
             "has it already)"},
         BadCase{{{"regions", {{{"name", "a"}, {"volumes", {{{"name", "Data"}}}}}}}},
-                "spec.regions[0].volumes[0].name: \"Data\" is not allowed (allowed: a lowercase "
-                "DNS label"},
+                "spec.regions[0].volumes[0].name: \"Data\" is not allowed (allowed: a DNS label: "
+                "lowercase letters"},
         BadCase{{{"template",
                   {{"spec",
                     {{"volumes", {{{"name", "d"}, {"emptyDir", json::object()}}}},
