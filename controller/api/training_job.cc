@@ -690,158 +690,183 @@ std::string TrainingJobSpec::dataPath(const Region& region) const {
   return region.dataPath.empty() ? worker.dataset.path : region.dataPath;
 }
 
-ParsedSpec parseSpec(const json& object) {
-  ParsedSpec out;
-  auto& errors = out.errors;
-  auto& spec = out.spec;
-  const json* specJson = nullptr;
-  if (object.is_object()) {
-    auto it = object.find("spec");
-    if (it != object.end() && !it->is_null()) specJson = &*it;
+namespace {
+
+// ---- Decoding: each field alone (its type, range, allowed values) ------------
+
+// spec.seed: job.seed of every worker.
+void readSeed(ObjectReader& in, WorkerConfig& worker) {
+  const json* seed = in.get("seed");
+  if (seed == nullptr) return;
+  if (seed->is_number_unsigned() || (seed->is_number_integer() && seed->get<int64_t>() >= 0)) {
+    worker.job.seed = seed->get<uint64_t>();
+  } else {
+    in.invalid("seed", fmt::format("{} is not allowed (allowed: an integer >= 0)", seed->dump()));
   }
-  if (specJson == nullptr) {
-    errors.push_back({FieldError::Type::kRequired, "spec", "Required value"});
-    return out;
-  }
-  if (!specJson->is_object()) {
-    errors.push_back({FieldError::Type::kInvalid, "spec",
-                      fmt::format("{} is not allowed (allowed: an object)", jsonKind(*specJson))});
-    return out;
-  }
-  ObjectReader in(*specJson, "spec", errors);
-  in.string("image", spec.image);
-  if (const json* seed = in.get("seed")) {
-    if (seed->is_number_unsigned() || (seed->is_number_integer() && seed->get<int64_t>() >= 0)) {
-      spec.worker.job.seed = seed->get<uint64_t>();
-    } else {
-      in.invalid("seed", fmt::format("{} is not allowed (allowed: an integer >= 0)", seed->dump()));
-    }
-  }
+}
+
+// spec.model, spec.dataset, ...: the worker.yaml sections, key by key.
+void readWorkerSections(ObjectReader& in, WorkerConfig& worker, std::vector<FieldError>& errors) {
   for (const std::string& section : workerSections()) {
-    if (const json* v = in.get(section)) parseWorkerSection(section, *v, spec.worker, errors);
+    if (const json* v = in.get(section)) parseWorkerSection(section, *v, worker, errors);
   }
-  if (const json* model = in.get("model"); model != nullptr && model->is_object()) {
-    auto given = [&](const char* key) {
-      auto it = model->find(key);
-      return it != model->end() && it->is_string() && !it->get<std::string>().empty();
-    };
-    if (given("builtin") && given("torchscript")) {
-      errors.push_back({FieldError::Type::kInvalid, "spec.model",
-                        "both builtin and torchscript are set (allowed: exactly one)"});
-    }
+  // Both given is an error of the section as written, which the config (where
+  // one clears the other) can no longer show.
+  const json* model = in.get("model");
+  if (model == nullptr || !model->is_object()) return;
+  auto given = [&](const char* key) {
+    auto it = model->find(key);
+    return it != model->end() && it->is_string() && !it->get<std::string>().empty();
+  };
+  if (given("builtin") && given("torchscript")) {
+    errors.push_back({FieldError::Type::kInvalid, "spec.model",
+                      "both builtin and torchscript are set (allowed: exactly one)"});
   }
+}
 
-  if (const json* t = in.get("template")) readPodTemplate(*t, spec.podTemplate, errors);
-
+// spec.regions: 1 to 64 regions with unique names.
+void readRegions(ObjectReader& in, std::vector<Region>& out, std::vector<FieldError>& errors) {
   const json* regions = in.get("regions");
   if (regions == nullptr || (regions->is_array() && regions->empty())) {
     errors.push_back({FieldError::Type::kRequired, "spec.regions",
                       "Required value (at least one region: name, cluster, replicas, ...)"});
-  } else if (!regions->is_array()) {
+    return;
+  }
+  if (!regions->is_array()) {
     in.invalid("regions",
                fmt::format("{} is not allowed (allowed: a list of regions)", jsonKind(*regions)));
-  } else if (regions->size() > 64) {
+    return;
+  }
+  if (regions->size() > 64) {
     in.invalid("regions",
                fmt::format("{} regions are not allowed (allowed: 1..64)", regions->size()));
-  } else {
-    std::set<std::string> names;
-    for (size_t i = 0; i < regions->size(); ++i) {
-      const std::string path = fmt::format("spec.regions[{}]", i);
-      Region r = parseRegion((*regions)[i], path, errors);
-      if (!r.name.empty() && !names.insert(r.name).second) {
-        errors.push_back({FieldError::Type::kDuplicate, path + ".name",
-                          fmt::format("Duplicate value: {} (region names are unique in a job)",
-                                      json(r.name).dump())});
-      }
-      spec.regions.push_back(std::move(r));
-    }
+    return;
   }
+  std::set<std::string> names;
+  for (size_t i = 0; i < regions->size(); ++i) {
+    const std::string path = fmt::format("spec.regions[{}]", i);
+    Region r = parseRegion((*regions)[i], path, errors);
+    if (!r.name.empty() && !names.insert(r.name).second) {
+      errors.push_back({FieldError::Type::kDuplicate, path + ".name",
+                        fmt::format("Duplicate value: {} (region names are unique in a job)",
+                                    json(r.name).dump())});
+    }
+    out.push_back(std::move(r));
+  }
+}
 
-  if (const json* rp = in.get("runPolicy")) {
-    if (!rp->is_object()) {
-      in.invalid("runPolicy", fmt::format("{} is not allowed (allowed: an object)", jsonKind(*rp)));
-    } else {
-      ObjectReader p(*rp, "spec.runPolicy", errors);
-      // The Job fields these become are int32.
-      p.integer("backoffLimitPerIndex", spec.runPolicy.backoffLimitPerIndex, 0, INT32_MAX);
-      p.optionalInteger("backoffLimit", spec.runPolicy.backoffLimit, 0, INT32_MAX);
-      p.optionalInteger("activeDeadlineSeconds", spec.runPolicy.activeDeadlineSeconds, 1);
-      p.optionalInteger("ttlSecondsAfterFinished", spec.runPolicy.ttlSecondsAfterFinished, 0);
-      p.boolean("suspend", spec.runPolicy.suspend);
-      p.unknownMembers({"backoffLimitPerIndex", "backoffLimit", "activeDeadlineSeconds",
-                        "ttlSecondsAfterFinished", "suspend"});
-    }
+// spec.runPolicy.
+void readRunPolicy(ObjectReader& in, RunPolicy& policy, std::vector<FieldError>& errors) {
+  const json* rp = in.get("runPolicy");
+  if (rp == nullptr) return;
+  if (!rp->is_object()) {
+    in.invalid("runPolicy", fmt::format("{} is not allowed (allowed: an object)", jsonKind(*rp)));
+    return;
   }
-  if (const json* cv = in.get("checkpointVolume")) {
-    if (!cv->is_object()) {
-      in.invalid("checkpointVolume",
-                 fmt::format("{} is not allowed (allowed: an object)", jsonKind(*cv)));
-    } else {
-      CheckpointVolume volume;
-      ObjectReader v(*cv, "spec.checkpointVolume", errors);
-      const size_t before = errors.size();
-      v.string("size", volume.size, "a quantity of storage, e.g. 20Gi or 500M", isStorageQuantity);
-      if (errors.size() == before && volume.size.empty()) {
-        errors.push_back({FieldError::Type::kRequired, "spec.checkpointVolume.size",
-                          "Required value (a quantity of storage, e.g. 20Gi)"});
-      }
-      v.string("storageClassName", volume.storageClassName,
-               "the name of a StorageClass (a DNS subdomain), or empty for the default",
-               [](const std::string& s) { return s.empty() || isDnsSubdomain(s); });
-      v.string("accessMode", volume.accessMode,
-               "ReadWriteOnce, ReadWriteMany, ReadWriteOncePod, or empty for ReadWriteOnce with "
-               "one replica and ReadWriteMany with several",
-               [](const std::string& s) {
-                 return s.empty() || s == "ReadWriteOnce" || s == "ReadWriteMany" ||
-                        s == "ReadWriteOncePod";
-               });
-      v.unknownMembers({"size", "storageClassName", "accessMode"});
-      spec.checkpointVolume = std::move(volume);
-    }
+  ObjectReader p(*rp, "spec.runPolicy", errors);
+  // The Job fields these become are int32.
+  p.integer("backoffLimitPerIndex", policy.backoffLimitPerIndex, 0, INT32_MAX);
+  p.optionalInteger("backoffLimit", policy.backoffLimit, 0, INT32_MAX);
+  p.optionalInteger("activeDeadlineSeconds", policy.activeDeadlineSeconds, 1);
+  p.optionalInteger("ttlSecondsAfterFinished", policy.ttlSecondsAfterFinished, 0);
+  p.boolean("suspend", policy.suspend);
+  p.unknownMembers({"backoffLimitPerIndex", "backoffLimit", "activeDeadlineSeconds",
+                    "ttlSecondsAfterFinished", "suspend"});
+}
+
+// spec.checkpointVolume: a size is required.
+void readCheckpointVolume(ObjectReader& in, std::optional<CheckpointVolume>& out,
+                          std::vector<FieldError>& errors) {
+  const json* cv = in.get("checkpointVolume");
+  if (cv == nullptr) return;
+  if (!cv->is_object()) {
+    in.invalid("checkpointVolume",
+               fmt::format("{} is not allowed (allowed: an object)", jsonKind(*cv)));
+    return;
   }
+  CheckpointVolume volume;
+  ObjectReader v(*cv, "spec.checkpointVolume", errors);
+  const size_t before = errors.size();
+  v.string("size", volume.size, "a quantity of storage, e.g. 20Gi or 500M", isStorageQuantity);
+  if (errors.size() == before && volume.size.empty()) {
+    errors.push_back({FieldError::Type::kRequired, "spec.checkpointVolume.size",
+                      "Required value (a quantity of storage, e.g. 20Gi)"});
+  }
+  v.string("storageClassName", volume.storageClassName,
+           "the name of a StorageClass (a DNS subdomain), or empty for the default",
+           [](const std::string& s) { return s.empty() || isDnsSubdomain(s); });
+  v.string("accessMode", volume.accessMode,
+           "ReadWriteOnce, ReadWriteMany, ReadWriteOncePod, or empty for ReadWriteOnce with "
+           "one replica and ReadWriteMany with several",
+           [](const std::string& s) {
+             return s.empty() || s == "ReadWriteOnce" || s == "ReadWriteMany" ||
+                    s == "ReadWriteOncePod";
+           });
+  v.unknownMembers({"size", "storageClassName", "accessMode"});
+  out = std::move(volume);
+}
+
+// Every field of the spec object, each on its own; unknown fields are errors.
+void decodeSpec(const json& specJson, TrainingJobSpec& spec, std::vector<FieldError>& errors) {
+  ObjectReader in(specJson, "spec", errors);
+  in.string("image", spec.image);
+  readSeed(in, spec.worker);
+  readWorkerSections(in, spec.worker, errors);
+  if (const json* t = in.get("template")) readPodTemplate(*t, spec.podTemplate, errors);
+  readRegions(in, spec.regions, errors);
+  readRunPolicy(in, spec.runPolicy, errors);
+  readCheckpointVolume(in, spec.checkpointVolume, errors);
   in.optionalInteger("ttlSecondsAfterFinished", spec.ttlSecondsAfterFinished, 0);
   std::vector<std::string> allowed = {"image", "seed", "ttlSecondsAfterFinished"};
   allowed.insert(allowed.end(), workerSections().begin(), workerSections().end());
   allowed.insert(allowed.end(), {"template", "regions", "runPolicy", "checkpointVolume"});
   in.unknownMembers(allowed);
-  if (!errors.empty()) return out;
+}
 
-  // Across fields, on the job as a whole.
+// ---- Validation: relations between fields, on a spec whose fields are fine ---
+
+// The checkpoint volume is mounted at checkpoint.dir; the packaged data sets
+// default to their Debian folder, a user's own files have none.
+void checkPaths(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
   if (spec.checkpointVolume && spec.worker.checkpoint.dir.empty()) {
     errors.push_back({FieldError::Type::kRequired, "spec.checkpoint.dir",
                       "Required value (spec.checkpointVolume is mounted there: set a folder, "
                       "e.g. /checkpoints)"});
   }
+  const std::string& name = spec.worker.dataset.name;
   for (size_t i = 0; i < spec.regions.size(); ++i) {
-    // The packaged data sets default to their Debian folder; a user's own
-    // files have none.
-    const std::string& name = spec.worker.dataset.name;
     if ((name == "npy" || name == "tokens") && spec.dataPath(spec.regions[i]).empty()) {
       errors.push_back({FieldError::Type::kRequired, fmt::format("spec.regions[{}].dataPath", i),
                         fmt::format("Required value (dataset {} needs a path: set "
                                     "spec.dataset.path or this)",
-                                    spec.worker.dataset.name)});
+                                    name)});
     }
   }
-  // The pod fields: the checkpoint folder is the worker's own mount, and
-  // every mount of a region's pods names a volume they have (the job's or
-  // the region's), else the API server would refuse the region's Job.
-  auto checkpointMount = [&](const PodOverrides& pod, const std::string& path) {
-    for (size_t k = 0; k < pod.volumeMounts.size(); ++k) {
-      if (!spec.worker.checkpoint.dir.empty() &&
-          pod.volumeMounts[k].value("mountPath", "") == spec.worker.checkpoint.dir) {
-        errors.push_back({FieldError::Type::kInvalid, fmt::format("{}[{}].mountPath", path, k),
-                          fmt::format("{} is not allowed (spec.checkpoint.dir: the worker's "
-                                      "checkpoints are mounted there)",
-                                      json(spec.worker.checkpoint.dir).dump())});
-      }
-    }
-  };
-  checkpointMount(spec.podTemplate, "spec.template.spec.volumeMounts");
+}
+
+// The mounts of `pod` (at `path`) leave the worker's checkpoint folder alone.
+void checkCheckpointMount(const TrainingJobSpec& spec, const PodOverrides& pod,
+                          const std::string& path, std::vector<FieldError>& errors) {
+  const std::string& dir = spec.worker.checkpoint.dir;
+  if (dir.empty()) return;
+  for (size_t k = 0; k < pod.volumeMounts.size(); ++k) {
+    if (pod.volumeMounts[k].value("mountPath", "") != dir) continue;
+    errors.push_back({FieldError::Type::kInvalid, fmt::format("{}[{}].mountPath", path, k),
+                      fmt::format("{} is not allowed (spec.checkpoint.dir: the worker's "
+                                  "checkpoints are mounted there)",
+                                  json(dir).dump())});
+  }
+}
+
+// The pod fields: the checkpoint folder is the worker's own mount, and every
+// mount of a region's pods names a volume they have (the job's or the
+// region's), else the API server would refuse the region's Job.
+void checkVolumeMounts(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
+  checkCheckpointMount(spec, spec.podTemplate, "spec.template.spec.volumeMounts", errors);
   std::set<size_t> jobMountsReported;  // each job-wide mount once, at the first region lacking it
   for (size_t i = 0; i < spec.regions.size(); ++i) {
     const std::string regionMounts = fmt::format("spec.regions[{}].volumeMounts", i);
-    checkpointMount(spec.regions[i].pod, regionMounts);
+    checkCheckpointMount(spec, spec.regions[i].pod, regionMounts, errors);
     const PodOverrides pod = spec.podFor(spec.regions[i]);
     auto lacks = [&](const json& mount) {
       const json name = mount.value("name", json());
@@ -869,6 +894,10 @@ ParsedSpec parseSpec(const json& object) {
       }
     }
   }
+}
+
+// A NodePort gateway needs the address the other regions dial.
+void checkGateways(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
   for (size_t i = 0; i < spec.regions.size(); ++i) {
     const Gateway& g = spec.regions[i].gateway;
     if (g.serviceType != "NodePort") continue;
@@ -885,25 +914,32 @@ ParsedSpec parseSpec(const json& object) {
                                     port)});
     }
   }
-  if (spec.worker.training.device == "cuda") {
-    // A worker of a region without a GPU would fail at start (no usable
-    // CUDA device), or find a GPU that no scheduler gave it.
-    std::string without;
-    for (size_t i = 0; i < spec.regions.size(); ++i) {
-      if (asksForGpu(spec.podFor(spec.regions[i]).resources)) continue;
-      without += fmt::format("{}{} (spec.regions[{}])", without.empty() ? "" : ", ",
-                             spec.regions[i].name, i);
-    }
-    if (!without.empty()) {
-      errors.push_back(
-          {FieldError::Type::kInvalid, "spec.training.device",
-           fmt::format("cuda is not allowed: the pods of {} ask for no GPU (allowed: auto, which "
-                       "is cuda in the regions whose resources ask for nvidia.com/gpu and the CPU "
-                       "in the others; cpu; or cuda with resources.limits nvidia.com/gpu: 1 in "
-                       "spec.template.spec or in every region)",
-                       without)});
-    }
+}
+
+// training.device cuda: a worker of a region without a GPU would fail at
+// start (no usable CUDA device), or find a GPU that no scheduler gave it.
+void checkDevice(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
+  if (spec.worker.training.device != "cuda") return;
+  std::string without;
+  for (size_t i = 0; i < spec.regions.size(); ++i) {
+    if (asksForGpu(spec.podFor(spec.regions[i]).resources)) continue;
+    without += fmt::format("{}{} (spec.regions[{}])", without.empty() ? "" : ", ",
+                           spec.regions[i].name, i);
   }
+  if (without.empty()) return;
+  errors.push_back(
+      {FieldError::Type::kInvalid, "spec.training.device",
+       fmt::format("cuda is not allowed: the pods of {} ask for no GPU (allowed: auto, which "
+                   "is cuda in the regions whose resources ask for nvidia.com/gpu and the CPU "
+                   "in the others; cpu; or cuda with resources.limits nvidia.com/gpu: 1 in "
+                   "spec.template.spec or in every region)",
+                   without)});
+}
+
+// How the regions sync: only each region's leader is reachable from the
+// others; and the worker config of the job as a whole (one worker per rank
+// of the total replicas), as validateWorkerConfig() sees it.
+void checkSync(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
   const bool severalWorkers = std::any_of(spec.regions.begin(), spec.regions.end(),
                                           [](const Region& r) { return r.replicas > 1; });
   if (spec.regions.size() > 1 && severalWorkers && !spec.worker.sync.hierarchical &&
@@ -917,10 +953,44 @@ ParsedSpec parseSpec(const json& object) {
   whole.worker.region = spec.regions.front().name;
   whole.worker.regionSize = spec.regions.front().replicas;
   const std::string path = spec.dataPath(spec.regions.front());
-  whole.dataset.path = path.empty() ? std::string(1, '-') : path;  // empty: reported above
+  whole.dataset.path = path.empty() ? std::string(1, '-') : path;  // empty: checkPaths reports it
   if (const auto problem = workerConfigProblem(whole)) {
     errors.push_back(fromConfigProblem(*problem));
   }
+}
+
+// Across fields, on the job as a whole; `spec` is decodeSpec()'s without
+// errors (at least one region).
+void validateSpec(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
+  checkPaths(spec, errors);
+  checkVolumeMounts(spec, errors);
+  checkGateways(spec, errors);
+  checkDevice(spec, errors);
+  checkSync(spec, errors);
+}
+
+}  // namespace
+
+ParsedSpec parseSpec(const json& object) {
+  ParsedSpec out;
+  const json* specJson = nullptr;
+  if (object.is_object()) {
+    auto it = object.find("spec");
+    if (it != object.end() && !it->is_null()) specJson = &*it;
+  }
+  if (specJson == nullptr) {
+    out.errors.push_back({FieldError::Type::kRequired, "spec", "Required value"});
+    return out;
+  }
+  if (!specJson->is_object()) {
+    out.errors.push_back(
+        {FieldError::Type::kInvalid, "spec",
+         fmt::format("{} is not allowed (allowed: an object)", jsonKind(*specJson))});
+    return out;
+  }
+  decodeSpec(*specJson, out.spec, out.errors);
+  if (!out.errors.empty()) return out;
+  validateSpec(out.spec, out.errors);
   return out;
 }
 

@@ -267,7 +267,10 @@ struct ParsedSpec {
 // unique names, nothing of the worker's own overridden, and every
 // volumeMount of a region naming a volume the region's pods have; a GPU
 // resource's value a whole number, and training.device cuda only when
-// every region's pods ask for a GPU.
+// every region's pods ask for a GPU. It decodes first (every field on its
+// own, all errors found) and checks the relations between fields only when
+// decoding found none, so that a relation is never reported of a field that
+// is itself wrong.
 ParsedSpec parseSpec(const nlohmann::json& object);
 
 // The spec written back as JSON with every default explicit (what a CRD's
