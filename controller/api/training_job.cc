@@ -20,17 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-// The worker.yaml sections a spec may set, and the keys of them it may not
-// (the controller derives the shards from the worker's place in the job).
-const std::vector<std::string>& workerSections() {
-  static const std::vector<std::string> sections = {"model",      "dataset", "training", "sync",
-                                                    "checkpoint", "output",  "log"};
-  return sections;
-}
-bool controllerOwned(const std::string& dotted) {
-  return dotted == "dataset.shardIndex" || dotted == "dataset.shardCount";
-}
-
 std::string jsonKind(const json& v) {
   switch (v.type()) {
     case json::value_t::object: return "an object";
@@ -244,7 +233,7 @@ void parseWorkerSection(const std::string& section, const json& value, WorkerCon
     const std::string dotted = section + "." + name;
     const std::string at = "spec." + section + "." + printableText(name);
     if (v.is_null()) continue;  // absent: the default
-    if (controllerOwned(dotted)) {
+    if (isControllerOwned(dotted)) {
       errors.push_back({FieldError::Type::kUnknown, at,
                         "unknown field (the controller derives the shards from the worker's "
                         "place in the job)"});
@@ -581,6 +570,16 @@ Region parseRegion(const json& value, const std::string& path, std::vector<Field
 
 }  // namespace
 
+const std::vector<std::string>& workerSpecSections() {
+  static const std::vector<std::string> sections = {"model",      "dataset", "training", "sync",
+                                                    "checkpoint", "output",  "log"};
+  return sections;
+}
+
+bool isControllerOwned(std::string_view path) {
+  return path == "dataset.shardIndex" || path == "dataset.shardCount";
+}
+
 bool isReservedLabel(std::string_view key) {
   return among(key, kReservedLabels) ||
          std::any_of(std::begin(kReservedPrefixes), std::end(kReservedPrefixes),
@@ -707,7 +706,7 @@ void readSeed(ObjectReader& in, WorkerConfig& worker) {
 
 // spec.model, spec.dataset, ...: the worker.yaml sections, key by key.
 void readWorkerSections(ObjectReader& in, WorkerConfig& worker, std::vector<FieldError>& errors) {
-  for (const std::string& section : workerSections()) {
+  for (const std::string& section : workerSpecSections()) {
     if (const json* v = in.get(section)) parseWorkerSection(section, *v, worker, errors);
   }
   // Both given is an error of the section as written, which the config (where
@@ -818,7 +817,7 @@ void decodeSpec(const json& specJson, TrainingJobSpec& spec, std::vector<FieldEr
   readCheckpointVolume(in, spec.checkpointVolume, errors);
   in.optionalInteger("ttlSecondsAfterFinished", spec.ttlSecondsAfterFinished, 0);
   std::vector<std::string> allowed = {"image", "seed", "ttlSecondsAfterFinished"};
-  allowed.insert(allowed.end(), workerSections().begin(), workerSections().end());
+  allowed.insert(allowed.end(), workerSpecSections().begin(), workerSpecSections().end());
   allowed.insert(allowed.end(), {"template", "regions", "runPolicy", "checkpointVolume"});
   in.unknownMembers(allowed);
 }
@@ -1019,9 +1018,9 @@ json specToJson(const TrainingJobSpec& spec) {
   out["seed"] = spec.worker.job.seed;
   // Every key of the worker sections the spec has, in the schema's order.
   for (const KeySpec& key : workerConfigSchema()) {
-    if (std::find(workerSections().begin(), workerSections().end(), key.section) ==
-            workerSections().end() ||
-        controllerOwned(key.path)) {
+    if (std::find(workerSpecSections().begin(), workerSpecSections().end(), key.section) ==
+            workerSpecSections().end() ||
+        isControllerOwned(key.path)) {
       continue;
     }
     out[key.section][key.name] = keyJson(key, workerKeyValue(spec.worker, key));

@@ -74,6 +74,14 @@ struct FieldError {
   bool operator==(const FieldError&) const = default;
 };
 
+// The worker.yaml sections a spec has (spec.model, spec.dataset, ...), in
+// the order the CRD lists them.
+const std::vector<std::string>& workerSpecSections();
+// Whether a key of those sections ("dataset.shardIndex") is the
+// controller's to set (it derives the shards from each worker's place in
+// the job), and so not part of the spec.
+bool isControllerOwned(std::string_view path);
+
 // What region and member cluster names must be (common/names.h).
 using ::geo::isDnsLabel;
 
