@@ -33,6 +33,13 @@ std::string jsonKind(const json& v) {
   }
 }
 
+// Whether a double is a whole number within int64's range (casting one
+// outside it is undefined behaviour).
+bool isWholeInt64(double d) {
+  constexpr double kTwoTo63 = 9223372036854775808.0;
+  return std::trunc(d) == d && d >= -kTwoTo63 && d < kTwoTo63;
+}
+
 // Whether a JSON value has the type a worker key takes (the schema's
 // KeyType). An integer key also takes a number without a fraction (2.0), as
 // some JSON writers put integers. The list and map keys are all in sections
@@ -41,9 +48,7 @@ bool hasType(const json& v, KeyType type) {
   switch (type) {
     case KeyType::kInteger:
     case KeyType::kUnsigned:
-      return v.is_number_integer() ||
-             (v.is_number_float() &&
-              v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())));
+      return v.is_number_integer() || (v.is_number_float() && isWholeInt64(v.get<double>()));
     case KeyType::kNumber: return v.is_number();
     case KeyType::kBoolean: return v.is_boolean();
     case KeyType::kString: return v.is_string();
@@ -70,9 +75,7 @@ std::string scalarText(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) {
-      return std::to_string(static_cast<int64_t>(d));
-    }
+    if (isWholeInt64(d)) return std::to_string(static_cast<int64_t>(d));
   }
   return v.dump();
 }

@@ -146,6 +146,20 @@ TEST(TrainingJobSpec, DefaultsWrittenOutReadBackTheSame) {
   }
 }
 
+// A number key takes any finite number; a large one is read and written back
+// as a number (it fits no integer).
+TEST(TrainingJobSpec, LargeNumbersStayNumbers) {
+  json spec = minimal();
+  spec["training"] = {{"lr", 1e300}, {"steps", 3.0}};
+  const ParsedSpec p = parseSpec(object(spec));
+  ASSERT_TRUE(p.errors.empty()) << joinErrors(p.errors);
+  EXPECT_EQ(p.spec.worker.training.lr, 1e300);
+  EXPECT_EQ(p.spec.worker.training.steps, 3);
+  const json written = specToJson(p.spec);
+  EXPECT_EQ(written["training"]["lr"].get<double>(), 1e300);
+  EXPECT_EQ(written["training"]["steps"].dump(), "3");
+}
+
 struct BadCase {
   json patch;  // merged into the minimal spec
   std::string expected;
@@ -186,6 +200,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{{"training", {{"lrr", 0.1}}}}, "; did you mean 'lr'?"},
         // Unknown whatever its value is.
         BadCase{{{"training", {{"lrr", {{"a", 1}}}}}}, "spec.training.lrr: unknown key"},
+        // Too large for any integer: refused, not cast.
+        BadCase{{{"training", {{"steps", 1e300}}}},
+                "spec.training.steps: 1e+300 is not allowed (allowed: an integer)"},
         BadCase{{{"sync", {{"bits", json::array({4})}}}},
                 "spec.sync.bits: [4] is not allowed (allowed: an integer)"},
         // Between keys, named by the key the worker's schema names.
