@@ -1,5 +1,7 @@
 #include "common/names.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace geo {
@@ -9,6 +11,10 @@ bool isDnsLabel(std::string_view s) {
   const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
   if (!alnum(s.front()) || !alnum(s.back())) return false;
   return std::all_of(s.begin(), s.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+std::string dnsLabelAllowed(std::string_view what) {
+  return fmt::format("{}: {}", what, kDnsLabelRule);
 }
 
 bool isDnsSubdomain(std::string_view s) {

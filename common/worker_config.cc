@@ -21,14 +21,17 @@
 #include <utility>
 
 #include "common/names.h"
+#include "common/worker_schema.h"
 
 namespace geo {
 namespace {
 
 // The schema is one table (schema() below): every key of every section with
-// its parser, its rule, its writer. The YAML reader, applyOverride(),
-// validateWorkerConfig() and toYaml() all walk that table, so a key, a limit
-// or a message is defined once and the four cannot drift apart.
+// its parser, its rule, its writer and its description (KeySpec). The YAML
+// reader, applyOverride(), validateWorkerConfig() and toYaml() all walk that
+// table, and workerConfigSchema() (worker_schema.h) hands its descriptions
+// to everyone else, so a key, a limit or a message is defined once and
+// nothing can drift from it.
 
 // ---- Messages ----------------------------------------------------------------
 
@@ -134,11 +137,10 @@ size_t editDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-// "training.lrr: unknown key (allowed: steps, ...); did you mean 'lr'?" The
-// suggestion is the closest allowed key within two edits, if any.
-Status unknownKey(std::string_view prefix, std::string_view path, std::string_view key,
-                  const std::vector<std::string_view>& allowed) {
-  std::string message = fmt::format("{}{}: unknown key (allowed: {})", prefix, path, join(allowed));
+// "unknown key (allowed: steps, ...); did you mean 'lr'?" The suggestion is
+// the closest allowed key within two edits, if any.
+std::string unknownKeyDetail(std::string_view key, const std::vector<std::string_view>& allowed) {
+  std::string message = fmt::format("unknown key (allowed: {})", join(allowed));
   constexpr size_t kMaxSuggestionDistance = 2;
   size_t best = kMaxSuggestionDistance + 1;
   std::string_view suggestion;
@@ -150,7 +152,13 @@ Status unknownKey(std::string_view prefix, std::string_view path, std::string_vi
     }
   }
   if (!suggestion.empty()) message += fmt::format("; did you mean '{}'?", suggestion);
-  return invalidArgument(std::move(message));
+  return message;
+}
+
+// "worker.yaml:12:3: training.lrr: unknown key (allowed: ...); did you mean 'lr'?"
+Status unknownKey(std::string_view prefix, std::string_view path, std::string_view key,
+                  const std::vector<std::string_view>& allowed) {
+  return invalidArgument(fmt::format("{}{}: {}", prefix, path, unknownKeyDetail(key, allowed)));
 }
 
 // ---- Scalars -----------------------------------------------------------------
@@ -232,45 +240,80 @@ std::string where(std::string_view source, const YAML::Node& node) {
 
 // ---- Value types and rules ---------------------------------------------------
 
-// How values of type T are read from text, shown in messages and written.
+// How values of type T are read from text, shown in messages and written,
+// and what KeySpec says of them.
 template <typename T>
 struct ValueType {
   std::function<std::optional<T>(std::string_view)> parse;
   std::function<std::string(const T&)> show;
   std::function<void(YAML::Emitter&, const T&)> emit;
+  KeyType type = KeyType::kString;
+  bool takesAuto = false;
+  bool takesNull = false;
 };
 
-// Which values of type T a key admits; `allowed` is what messages and the
-// docs say.
+// Which values of type T a key admits: `accepts` decides, `allowed` is what
+// messages and the docs say, `limits` is the same as data (KeySpec). Each
+// rule below makes all three from the same numbers or names.
 template <typename T>
 struct Rule {
   std::string allowed;
   std::function<bool(const T&)> accepts;
+  KeyLimits limits = {};
 };
+
+// A key's value as KeySpec hands it out.
+KeyValue toKeyValue(int64_t v) {
+  return v;
+}
+KeyValue toKeyValue(uint64_t v) {
+  return v;
+}
+KeyValue toKeyValue(double v) {
+  return v;
+}
+KeyValue toKeyValue(bool v) {
+  return v;
+}
+KeyValue toKeyValue(const std::string& v) {
+  return v;
+}
+KeyValue toKeyValue(const std::optional<int64_t>& v) {
+  return v ? KeyValue(*v) : KeyValue();
+}
+KeyValue toKeyValue(const std::vector<std::string>& v) {
+  return v;
+}
+KeyValue toKeyValue(const std::map<std::string, std::string>& v) {
+  return v;
+}
 
 ValueType<int64_t> integerType() {
   return {parseInteger<int64_t>, [](const int64_t& v) { return fmt::format("{}", v); },
-          [](YAML::Emitter& out, const int64_t& v) { out << fmt::format("{}", v); }};
+          [](YAML::Emitter& out, const int64_t& v) { out << fmt::format("{}", v); },
+          KeyType::kInteger};
 }
 
 ValueType<uint64_t> unsignedType() {
   return {parseInteger<uint64_t>, [](const uint64_t& v) { return fmt::format("{}", v); },
-          [](YAML::Emitter& out, const uint64_t& v) { out << fmt::format("{}", v); }};
+          [](YAML::Emitter& out, const uint64_t& v) { out << fmt::format("{}", v); },
+          KeyType::kUnsigned};
 }
 
 ValueType<double> numberType() {
   return {parseNumber, numberText,
-          [](YAML::Emitter& out, const double& v) { out << numberText(v); }};
+          [](YAML::Emitter& out, const double& v) { out << numberText(v); }, KeyType::kNumber};
 }
 
 ValueType<bool> boolType() {
   return {parseBool, [](const bool& v) { return std::string(v ? "true" : "false"); },
-          [](YAML::Emitter& out, const bool& v) { out << (v ? "true" : "false"); }};
+          [](YAML::Emitter& out, const bool& v) { out << (v ? "true" : "false"); },
+          KeyType::kBoolean};
 }
 
 ValueType<std::string> stringType() {
-  return {[](std::string_view text) { return std::optional<std::string>(text); }, shown,
-          emitString};
+  return {[](std::string_view text) { return std::optional<std::string>(text); }, shown, emitString,
+          KeyType::kString};
 }
 
 // dataset.shardIndex / shardCount: null (written ~) means "derive".
@@ -290,7 +333,10 @@ ValueType<std::optional<int64_t>> optionalIntegerType() {
             } else {
               out << YAML::Null;
             }
-          }};
+          },
+          KeyType::kInteger,
+          /*takesAuto=*/false,
+          /*takesNull=*/true};
 }
 
 // sync.delay and sync.period: a step count or `auto` (nullopt).
@@ -308,7 +354,9 @@ ValueType<std::optional<int64_t>> delayType() {
           },
           [](YAML::Emitter& out, const std::optional<int64_t>& v) {
             out << (v ? fmt::format("{}", *v) : std::string(kAuto));
-          }};
+          },
+          KeyType::kInteger,
+          /*takesAuto=*/true};
 }
 
 // --set transport.peers=a,b,c (optionally [a, b, c]); empty: no peers.
@@ -354,7 +402,8 @@ ValueType<std::vector<std::string>> endpointListType() {
             out << YAML::BeginSeq;
             for (const std::string& endpoint : v) emitString(out, endpoint);
             out << YAML::EndSeq;
-          }};
+          },
+          KeyType::kStringList};
 }
 
 using LinkMap = std::map<std::string, std::string>;
@@ -386,31 +435,52 @@ ValueType<LinkMap> linkMapType() {
               emitString(out, profile);
             }
             out << YAML::EndMap;
-          }};
+          },
+          KeyType::kStringMap};
+}
+
+// KeyLimits of a range; nullopt bounds are open.
+KeyLimits range(std::optional<double> minimum, std::optional<double> maximum,
+                bool exclusiveMinimum = false, bool exclusiveMaximum = false) {
+  KeyLimits limits;
+  limits.minimum = minimum;
+  limits.maximum = maximum;
+  limits.exclusiveMinimum = exclusiveMinimum;
+  limits.exclusiveMaximum = exclusiveMaximum;
+  return limits;
 }
 
 Rule<int64_t> atLeast(int64_t minimum) {
   return {fmt::format("an integer >= {}", minimum),
-          [minimum](const int64_t& v) { return v >= minimum; }};
+          [minimum](const int64_t& v) { return v >= minimum; },
+          range(static_cast<double>(minimum), std::nullopt)};
 }
 
 Rule<int64_t> between(int64_t minimum, int64_t maximum) {
   return {fmt::format("an integer {}..{}", minimum, maximum),
-          [minimum, maximum](const int64_t& v) { return v >= minimum && v <= maximum; }};
+          [minimum, maximum](const int64_t& v) { return v >= minimum && v <= maximum; },
+          range(static_cast<double>(minimum), static_cast<double>(maximum))};
 }
 
 Rule<int64_t> oneOf(std::vector<int64_t> list) {
-  return {fmt::format("{}", fmt::join(list, ", ")), [list](const int64_t& v) {
-            return std::find(list.begin(), list.end(), v) != list.end();
-          }};
+  KeyLimits limits;
+  for (int64_t v : list) limits.choices.push_back(fmt::format("{}", v));
+  return {fmt::format("{}", fmt::join(list, ", ")),
+          [list](const int64_t& v) { return std::find(list.begin(), list.end(), v) != list.end(); },
+          std::move(limits)};
 }
 
 Rule<std::string> oneOf(std::span<const std::string_view> names, bool emptyAllowed = false) {
   std::vector<std::string_view> list(names.begin(), names.end());
-  return {join(list), [list, emptyAllowed](const std::string& v) {
+  KeyLimits limits;
+  limits.choices.assign(names.begin(), names.end());
+  limits.emptyAllowed = emptyAllowed;
+  return {join(list),
+          [list, emptyAllowed](const std::string& v) {
             if (v.empty()) return emptyAllowed;
             return std::find(list.begin(), list.end(), v) != list.end();
-          }};
+          },
+          std::move(limits)};
 }
 
 Rule<std::string> oneOf(std::initializer_list<std::string_view> names, bool emptyAllowed = false) {
@@ -425,13 +495,13 @@ Rule<std::string> nonEmptyString() {
   return {"a non-empty string", [](const std::string& v) { return !v.empty(); }};
 }
 
-constexpr std::string_view kRegionNameAllowed =
-    "a region name: lowercase letters, digits and '-', starting and ending with a letter or "
-    "digit, at most 63 characters";
-
 // Region names become metrics labels, link keys and Kubernetes names.
+std::string regionNameAllowed() {
+  return dnsLabelAllowed("a region name");
+}
+
 Rule<std::string> regionName() {
-  return {std::string(kRegionNameAllowed), [](const std::string& v) { return isDnsLabel(v); }};
+  return {regionNameAllowed(), [](const std::string& v) { return isDnsLabel(v); }};
 }
 
 // job.id becomes a metrics label; the controller writes namespace/name/uid.
@@ -445,21 +515,24 @@ Rule<std::string> jobIdRule() {
 // *Seconds keys (kMinSeconds, kMaxSeconds): the runtime counts in int64
 // milliseconds. With zeroMeansAuto, 0 is allowed too (and means "auto").
 Rule<double> seconds(double minimum, bool zeroMeansAuto = false) {
+  KeyLimits limits = range(minimum, kMaxSeconds);
+  limits.zeroAllowed = zeroMeansAuto;
   return {fmt::format("{}a number of seconds in [{}, {}]", zeroMeansAuto ? "0 (auto), or " : "",
                       minimum, kMaxSeconds),
           [minimum, zeroMeansAuto](const double& v) {
             return (zeroMeansAuto && v == 0) || (v >= minimum && v <= kMaxSeconds);
-          }};
+          },
+          std::move(limits)};
 }
 
 Rule<double> above(double minimum) {
-  return {fmt::format("a number > {}", minimum),
-          [minimum](const double& v) { return v > minimum; }};
+  return {fmt::format("a number > {}", minimum), [minimum](const double& v) { return v > minimum; },
+          range(minimum, std::nullopt, /*exclusiveMinimum=*/true)};
 }
 
 Rule<double> atLeastNumber(double minimum) {
   return {fmt::format("a number >= {}", minimum),
-          [minimum](const double& v) { return v >= minimum; }};
+          [minimum](const double& v) { return v >= minimum; }, range(minimum, std::nullopt)};
 }
 
 Rule<bool> anyBool() {
@@ -469,8 +542,10 @@ Rule<bool> anyBool() {
 // ---- The schema table -----------------------------------------------------------
 
 struct Field {
-  std::string_view key;
-  std::string allowed;
+  // What the key is, for workerConfigSchema(); buildSchema() fills in the
+  // section, the path and the default.
+  KeySpec spec;
+  std::function<KeyValue(const WorkerConfig&)> get;
   // Parses a scalar's text (YAML or --set), checks it and stores it; on error
   // `config` is unchanged and the message lacks the key path.
   std::function<Status(WorkerConfig&, std::string_view)> setText;
@@ -493,25 +568,33 @@ struct Section {
 
   const Field* find(std::string_view key) const {
     for (const Field& field : fields) {
-      if (field.key == key) return &field;
+      if (field.spec.name == key) return &field;
     }
     return nullptr;
   }
   std::vector<std::string_view> keys() const {
     std::vector<std::string_view> result;
-    for (const Field& field : fields) result.push_back(field.key);
+    for (const Field& field : fields) result.push_back(field.spec.name);
     return result;
   }
 };
 
-// A key stored at config.*section.*member. `afterSet` runs after a successful
-// set (model.builtin and model.torchscript clear each other).
+// A key stored at config.*section.*member; `doc` is its line in KeySpec.
+// `afterSet` runs after a successful set (model.builtin and
+// model.torchscript clear each other).
 template <typename S, typename T>
 Field makeField(std::string_view key, S WorkerConfig::*section, T S::*member, ValueType<T> type,
-                Rule<T> rule, const std::function<void(WorkerConfig&)>& afterSet = {}) {
+                Rule<T> rule, std::string_view doc,
+                const std::function<void(WorkerConfig&)>& afterSet = {}) {
   Field field;
-  field.key = key;
-  field.allowed = rule.allowed;
+  field.spec.name = std::string(key);
+  field.spec.type = type.type;
+  field.spec.takesAuto = type.takesAuto;
+  field.spec.takesNull = type.takesNull;
+  field.spec.limits = rule.limits;
+  field.spec.allowed = rule.allowed;
+  field.spec.doc = std::string(doc);
+  field.get = [=](const WorkerConfig& config) { return toKeyValue((config.*section).*member); };
   field.setText = [=](WorkerConfig& config, std::string_view text) -> Status {
     std::optional<T> value = type.parse(text);
     if (!value || !rule.accepts(*value)) return notAllowed(shown(text), rule.allowed);
@@ -537,12 +620,12 @@ using W = WorkerConfig;
 // describes one item.
 Field listField(std::string_view key, std::vector<std::string> W::Transport::*member,
                 const std::string& listAllowed, const std::string& itemAllowed,
-                const std::function<bool(const std::string&)>& itemOk) {
+                const std::function<bool(const std::string&)>& itemOk, std::string_view doc) {
   Rule<std::vector<std::string>> rule{listAllowed, [itemOk](const std::vector<std::string>& v) {
                                         return static_cast<int64_t>(v.size()) <= kMaxWorldSize &&
                                                std::all_of(v.begin(), v.end(), itemOk);
                                       }};
-  Field field = makeField(key, &W::transport, member, endpointListType(), rule);
+  Field field = makeField(key, &W::transport, member, endpointListType(), rule, doc);
   field.setCollection = [=](WorkerConfig& config, const YAML::Node& node, std::string_view source,
                             const std::string& path) -> Status {
     if (!node.IsSequence()) {
@@ -578,21 +661,25 @@ Field listField(std::string_view key, std::vector<std::string> W::Transport::*me
 }
 
 Field peersField() {
-  return listField("peers", &W::Transport::peers,
-                   fmt::format("a list of endpoints such as tcp://host:7000, one per rank, at "
-                               "most {}",
-                               kMaxWorldSize),
-                   "an endpoint such as tcp://host:7000, without spaces or commas, or none",
-                   [](const std::string& e) { return e == "none" || isEndpoint(e); });
+  return listField(
+      "peers", &W::Transport::peers,
+      fmt::format("a list of endpoints such as tcp://host:7000, one per rank, at "
+                  "most {}",
+                  kMaxWorldSize),
+      "an endpoint such as tcp://host:7000, without spaces or commas, or none",
+      [](const std::string& e) { return e == "none" || isEndpoint(e); },
+      "Endpoint of every rank, in rank order; none: this worker never talks to that "
+      "rank.");
 }
 
 Field regionsField() {
-  return listField("regions", &W::Transport::regions,
-                   fmt::format("a list of region names (lowercase DNS labels such as us-east), "
-                               "one per rank, at most {}",
-                               kMaxWorldSize),
-                   std::string(kRegionNameAllowed),
-                   [](const std::string& v) { return isDnsLabel(v); });
+  return listField(
+      "regions", &W::Transport::regions,
+      fmt::format("a list of region names (lowercase DNS labels such as us-east), "
+                  "one per rank, at most {}",
+                  kMaxWorldSize),
+      regionNameAllowed(), [](const std::string& v) { return isDnsLabel(v); },
+      "Region of every rank, in rank order; empty: every rank is in worker.region.");
 }
 
 constexpr std::string_view kLinkAllowed =
@@ -603,10 +690,14 @@ Field linksField() {
                        return std::none_of(v.begin(), v.end(),
                                            [](const auto& link) { return link.first.empty(); });
                      }};
-  Field field = makeField("links", &W::transport, &W::Transport::links, linkMapType(), rule);
+  Field field = makeField("links", &W::transport, &W::Transport::links, linkMapType(), rule,
+                          "Emulated WAN links between regions, regionA-regionB: a link profile "
+                          "such as delay=120ms,rate=50mbit.");
   // As a --set value only "" / {} (remove all links) parse; say how to set one.
-  field.allowed = "\"\" or {} to remove all links; set one with transport.links.<regionA-regionB>";
-  field.setText = [allowed = field.allowed](WorkerConfig& config, std::string_view text) -> Status {
+  field.spec.allowed =
+      "\"\" or {} to remove all links; set one with transport.links.<regionA-regionB>";
+  field.setText = [allowed = field.spec.allowed](WorkerConfig& config,
+                                                 std::string_view text) -> Status {
     if (!text.empty() && text != "{}") return notAllowed(shown(text), allowed);
     config.transport.links.clear();
     return {};
@@ -663,16 +754,24 @@ std::vector<Section> buildSchema() {
   auto shardRule = [](int64_t minimum) {
     return Rule<std::optional<int64_t>>{
         fmt::format("an integer >= {}, or null to derive it from the worker", minimum),
-        [minimum](const std::optional<int64_t>& v) { return !v || *v >= minimum; }};
+        [minimum](const std::optional<int64_t>& v) { return !v || *v >= minimum; },
+        range(static_cast<double>(minimum), std::nullopt)};
   };
   const Rule<std::optional<int64_t>> delayRule{
-      "an integer >= 0, or auto", [](const std::optional<int64_t>& v) { return !v || *v >= 0; }};
+      "an integer >= 0, or auto", [](const std::optional<int64_t>& v) { return !v || *v >= 0; },
+      range(0, std::nullopt)};
   const Rule<std::optional<int64_t>> periodRule{
-      "an integer >= 1, or auto", [](const std::optional<int64_t>& v) { return !v || *v >= 1; }};
+      "an integer >= 1, or auto", [](const std::optional<int64_t>& v) { return !v || *v >= 1; },
+      range(1, std::nullopt)};
   const Rule<double> unitInterval{"a number in [0, 1)",
-                                  [](const double& v) { return v >= 0 && v < 1; }};
+                                  [](const double& v) { return v >= 0 && v < 1; },
+                                  range(0, 1, false, /*exclusiveMaximum=*/true)};
   const Rule<double> gammaRule{"a number in (0, 1]",
-                               [](const double& v) { return v > 0 && v <= 1; }};
+                               [](const double& v) { return v > 0 && v <= 1; },
+                               range(0, 1, /*exclusiveMinimum=*/true)};
+  const Rule<uint64_t> seedRule{
+      fmt::format("an integer 0..{}", std::numeric_limits<uint64_t>::max()),
+      [](const uint64_t&) { return true; }, range(0, std::nullopt)};
   const auto clearTorchscript = [](WorkerConfig& c) {
     if (!c.model.builtin.empty()) c.model.torchscript.clear();
   };
@@ -681,125 +780,220 @@ std::vector<Section> buildSchema() {
   };
 
   std::vector<Section> schema;
-  schema.push_back({"job",
-                    {makeField("id", &W::job, &W::Job::id, string, jobIdRule()),
-                     makeField("seed", &W::job, &W::Job::seed, unsignedType(),
-                               Rule<uint64_t>{fmt::format("an integer 0..{}",
-                                                          std::numeric_limits<uint64_t>::max()),
-                                              [](const uint64_t&) { return true; }})}});
+  schema.push_back(
+      {"job",
+       {makeField("id", &W::job, &W::Job::id, string, jobIdRule(),
+                  "Job name: hashed into every frame header, so that workers of different jobs "
+                  "never mix, and the job label of the metrics."),
+        makeField("seed", &W::job, &W::Job::seed, unsignedType(), seedRule,
+                  "Seed of the model initialization, data order and QSGD rounding.")}});
   schema.push_back(
       {"worker",
-       {makeField("rank", &W::worker, &W::Worker::rank, integer, between(0, kMaxWorldSize - 1)),
+       {makeField("rank", &W::worker, &W::Worker::rank, integer, between(0, kMaxWorldSize - 1),
+                  "Global rank of this worker."),
         makeField("worldSize", &W::worker, &W::Worker::worldSize, integer,
-                  between(1, kMaxWorldSize)),
-        makeField("region", &W::worker, &W::Worker::region, string, regionName()),
+                  between(1, kMaxWorldSize), "Number of workers in the job, all regions together."),
+        makeField("region", &W::worker, &W::Worker::region, string, regionName(),
+                  "Region this worker runs in; the region label of the metrics."),
         makeField("localRank", &W::worker, &W::Worker::localRank, integer,
-                  between(0, kMaxWorldSize - 1)),
+                  between(0, kMaxWorldSize - 1),
+                  "Index inside the region; 0 is the region leader, the only worker that talks "
+                  "across the WAN."),
         makeField("regionSize", &W::worker, &W::Worker::regionSize, integer,
-                  between(1, kMaxWorldSize))}});
+                  between(1, kMaxWorldSize), "Number of workers in this worker's region.")}});
   schema.push_back(
       {"model",
        {makeField("builtin", &W::model, &W::Model::builtin, string,
                   oneOf({"mlp", "cnn", "resnet18", "gpt"}, /*emptyAllowed=*/true),
-                  clearTorchscript),
+                  "Built-in architecture.", clearTorchscript),
         makeField("torchscript", &W::model, &W::Model::torchscript, string, anyString(),
+                  "TorchScript model file inside the worker image or a mounted volume.",
                   clearBuiltin),
-        makeField("classes", &W::model, &W::Model::classes, integer, between(0, kMaxClasses)),
-        makeField("width", &W::model, &W::Model::width, integer, between(0, kMaxModelWidth)),
-        makeField("layers", &W::model, &W::Model::layers, integer, between(1, kMaxModelLayers)),
-        makeField("heads", &W::model, &W::Model::heads, integer, between(1, kMaxModelLayers)),
-        makeField("context", &W::model, &W::Model::context, integer, between(1, kMaxContext))}});
+        makeField("classes", &W::model, &W::Model::classes, integer, between(0, kMaxClasses),
+                  "The model's outputs; 0 takes them from the data (the largest training label + "
+                  "1, or the regression targets per sample)."),
+        makeField("width", &W::model, &W::Model::width, integer, between(0, kMaxModelWidth),
+                  "The mlp's hidden units and the gpt's embedding width; 0 takes the model's "
+                  "default (256, 128)."),
+        makeField("layers", &W::model, &W::Model::layers, integer, between(1, kMaxModelLayers),
+                  "The gpt's transformer blocks."),
+        makeField("heads", &W::model, &W::Model::heads, integer, between(1, kMaxModelLayers),
+                  "The gpt's attention heads (a divisor of its width)."),
+        makeField("context", &W::model, &W::Model::context, integer, between(1, kMaxContext),
+                  "The gpt's context in tokens, the length of the windows it trains on.")}});
   schema.push_back(
       {"dataset",
        {makeField("name", &W::dataset, &W::Dataset::name, string,
-                  oneOf({"fashion-mnist", "mnist", "cifar10", "synthetic", "npy", "tokens"})),
-        makeField("path", &W::dataset, &W::Dataset::path, string, anyString()),
+                  oneOf({"fashion-mnist", "mnist", "cifar10", "synthetic", "npy", "tokens"}),
+                  "Data set."),
+        makeField("path", &W::dataset, &W::Dataset::path, string, anyString(),
+                  "Folder with the data set's files in the worker's file system; empty takes the "
+                  "Debian package's folder, /usr/share/datasets/<name> (npy needs one)."),
         makeField("sharding", &W::dataset, &W::Dataset::sharding, string,
-                  oneOf({"auto", "job", "region"})),
-        makeField("shardIndex", &W::dataset, &W::Dataset::shardIndex, optionalInteger,
-                  shardRule(0)),
-        makeField("shardCount", &W::dataset, &W::Dataset::shardCount, optionalInteger,
-                  shardRule(1)),
+                  oneOf({"auto", "job", "region"}),
+                  "How the workers split the data: job (one copy, shard rank of worldSize), "
+                  "region (each region its own samples, shard localRank of regionSize), or auto "
+                  "(region for a region with a dataPath of its own, else job)."),
+        makeField("shardIndex", &W::dataset, &W::Dataset::shardIndex, optionalInteger, shardRule(0),
+                  "Shard this worker reads; null derives it as dataset.sharding says."),
+        makeField("shardCount", &W::dataset, &W::Dataset::shardCount, optionalInteger, shardRule(1),
+                  "Number of shards the data is cut into; null derives it as dataset.sharding "
+                  "says."),
         makeField("syntheticSamples", &W::dataset, &W::Dataset::syntheticSamples, integer,
-                  between(1, kMaxSyntheticSamples)),
+                  between(1, kMaxSyntheticSamples),
+                  "Size of the synthetic data set (generated in memory, 3 KiB a sample)."),
         makeField("tokenBytes", &W::dataset, &W::Dataset::tokenBytes, integer,
-                  oneOf(std::vector<int64_t>{2, 4}))}});
+                  oneOf(std::vector<int64_t>{2, 4}),
+                  "tokens: bytes per token id in train.bin and val.bin (uint16 or uint32).")}});
   schema.push_back(
       {"training",
-       {makeField("steps", &W::training, &W::Training::steps, integer, atLeast(1)),
-        makeField("batchSize", &W::training, &W::Training::batchSize, integer, atLeast(1)),
+       {makeField("steps", &W::training, &W::Training::steps, integer, atLeast(1),
+                  "Local optimizer steps to run."),
+        makeField("batchSize", &W::training, &W::Training::batchSize, integer, atLeast(1),
+                  "Samples per step and worker."),
         makeField("optimizer", &W::training, &W::Training::optimizer, string,
-                  oneOf({"sgd", "adam"})),
-        makeField("lr", &W::training, &W::Training::lr, number, above(0)),
-        makeField("momentum", &W::training, &W::Training::momentum, number, unitInterval),
-        makeField("nesterov", &W::training, &W::Training::nesterov, boolean, anyBool()),
-        makeField("weightDecay", &W::training, &W::Training::weightDecay, number, atLeastNumber(0)),
+                  oneOf({"sgd", "adam"}), "Optimizer; its state stays local to each worker."),
+        makeField("lr", &W::training, &W::Training::lr, number, above(0),
+                  "Learning rate (peak, after warm-up); > 0."),
+        makeField("momentum", &W::training, &W::Training::momentum, number, unitInterval,
+                  "SGD momentum, 0 <= m < 1 (ignored by adam)."),
+        makeField("nesterov", &W::training, &W::Training::nesterov, boolean, anyBool(),
+                  "Nesterov momentum for sgd, on by default (a target in fewer steps, with "
+                  "delayed updates or without)."),
+        makeField("weightDecay", &W::training, &W::Training::weightDecay, number, atLeastNumber(0),
+                  "L2 weight decay."),
         makeField("schedule", &W::training, &W::Training::schedule, string,
-                  oneOf({"constant", "cosine", "step"})),
-        makeField("warmupSteps", &W::training, &W::Training::warmupSteps, integer, atLeast(0)),
-        makeField("stepSize", &W::training, &W::Training::stepSize, integer, atLeast(1)),
-        makeField("stepGamma", &W::training, &W::Training::stepGamma, number, gammaRule),
-        makeField("gradClip", &W::training, &W::Training::gradClip, number, atLeastNumber(0)),
-        makeField("evalInterval", &W::training, &W::Training::evalInterval, integer, atLeast(0)),
+                  oneOf({"constant", "cosine", "step"}), "Learning-rate schedule after warm-up."),
+        makeField("warmupSteps", &W::training, &W::Training::warmupSteps, integer, atLeast(0),
+                  "Linear warm-up from 0 to lr over this many steps."),
+        makeField("stepSize", &W::training, &W::Training::stepSize, integer, atLeast(1),
+                  "step schedule: multiply the rate by stepGamma every stepSize steps."),
+        makeField("stepGamma", &W::training, &W::Training::stepGamma, number, gammaRule,
+                  "step schedule factor, 0 < g <= 1."),
+        makeField("gradClip", &W::training, &W::Training::gradClip, number, atLeastNumber(0),
+                  "Clip the global gradient L2 norm to this; 0 turns clipping off."),
+        makeField("evalInterval", &W::training, &W::Training::evalInterval, integer, atLeast(0),
+                  "Evaluate every this many steps; 0 evaluates only at the end."),
         makeField("evalBacklog", &W::training, &W::Training::evalBacklog, integer,
-                  between(0, kMaxEvalBacklog)),
-        makeField("logInterval", &W::training, &W::Training::logInterval, integer, atLeast(0)),
+                  between(0, kMaxEvalBacklog),
+                  "Snapshots that may wait for the background evaluation (each a copy of the "
+                  "parameters); 0 skips a periodic evaluation while one runs. Those waiting at "
+                  "the end are evaluated before the final evaluation."),
+        makeField("logInterval", &W::training, &W::Training::logInterval, integer, atLeast(0),
+                  "Log a progress line every this many steps; 0 turns them off."),
         makeField("device", &W::training, &W::Training::device, string,
-                  oneOf({"auto", "cpu", "cuda"})),
+                  oneOf({"auto", "cpu", "cuda"}), "auto uses a GPU when there is one."),
         makeField("loss", &W::training, &W::Training::loss, string,
-                  oneOf({"cross-entropy", "mse", "next-token"})),
-        makeField("threads", &W::training, &W::Training::threads, integer,
-                  between(0, kMaxThreads))}});
+                  oneOf({"cross-entropy", "mse", "next-token"}),
+                  "cross-entropy for integer labels, mse for float targets (regression), "
+                  "next-token for token windows (dataset tokens)."),
+        makeField("threads", &W::training, &W::Training::threads, integer, between(0, kMaxThreads),
+                  "Intra-op CPU threads; 0 keeps the library's default.")}});
   schema.push_back(
       {"sync",
        {makeField("algorithm", &W::sync, &W::Sync::algorithm, string,
-                  oneOf({"none", "allreduce", "dts", "swarm"})),
-        makeField("period", &W::sync, &W::Sync::period, delayType(), periodRule),
-        makeField("delay", &W::sync, &W::Sync::delay, delayType(), delayRule),
-        makeField("swarmH", &W::sync, &W::Sync::swarmH, integer, atLeast(1)),
-        makeField("codec", &W::sync, &W::Sync::codec, string, oneOf(kCodecNames)),
-        makeField(
-            "bits", &W::sync, &W::Sync::bits, integer,
-            oneOf(std::vector<int64_t>(kernels::kQsgdBits.begin(), kernels::kQsgdBits.end()))),
+                  oneOf({"none", "allreduce", "dts", "swarm"}),
+                  "none: every worker trains alone; allreduce: synchronous data parallelism; "
+                  "dts: delayed and temporally sparse updates; swarm: SwarmSGD gossip."),
+        makeField("period", &W::sync, &W::Sync::period, delayType(), periodRule,
+                  "DTS period K: local steps per round (>= 1), or auto for the K whose rounds "
+                  "the measured uplink carries comfortably."),
+        makeField("delay", &W::sync, &W::Sync::delay, delayType(), delayRule,
+                  "DTS delay D in steps (>= 0), or auto for the smallest D that hides the "
+                  "measured link latency."),
+        makeField("swarmH", &W::sync, &W::Sync::swarmH, integer, atLeast(1),
+                  "SwarmSGD: local steps between two pairwise exchanges."),
+        makeField("codec", &W::sync, &W::Sync::codec, string, oneOf(kCodecNames),
+                  "Encoding of updates that cross the WAN."),
+        makeField("bits", &W::sync, &W::Sync::bits, integer,
+                  oneOf(std::vector<int64_t>(kernels::kQsgdBits.begin(), kernels::kQsgdBits.end())),
+                  "QSGD bits per value (sign + level)."),
         makeField("bucket", &W::sync, &W::Sync::bucket, integer,
-                  between(kernels::kQsgdMinBucket, kMaxBucket)),
-        makeField("errorFeedback", &W::sync, &W::Sync::errorFeedback, boolean, anyBool()),
-        makeField("scaleLrWithDelay", &W::sync, &W::Sync::scaleLrWithDelay, boolean, anyBool()),
-        makeField("hierarchical", &W::sync, &W::Sync::hierarchical, boolean, anyBool()),
-        makeField("lanCodec", &W::sync, &W::Sync::lanCodec, string, oneOf(kLanCodecNames)),
+                  between(kernels::kQsgdMinBucket, kMaxBucket),
+                  "QSGD bucket size in values (one scale per bucket)."),
+        makeField("errorFeedback", &W::sync, &W::Sync::errorFeedback, boolean, anyBool(),
+                  "Keep each tensor's quantization residual and add it to the next update."),
+        makeField("scaleLrWithDelay", &W::sync, &W::Sync::scaleLrWithDelay, boolean, anyBool(),
+                  "DTS: when the peers' updates are more than 4 steps old as they are applied (D "
+                  "under a fixed delay), scale the gradient (for sgd, the step size) by max(1/2, "
+                  "4 / their age); false steps as configured."),
+        makeField("hierarchical", &W::sync, &W::Sync::hierarchical, boolean, anyBool(),
+                  "Reduce inside a region to its leader first; only leaders talk across the "
+                  "WAN."),
+        makeField("lanCodec", &W::sync, &W::Sync::lanCodec, string, oneOf(kLanCodecNames),
+                  "Encoding of updates inside a region."),
         makeField("timeoutSeconds", &W::sync, &W::Sync::timeoutSeconds, number,
-                  seconds(kMinSeconds)),
+                  seconds(kMinSeconds),
+                  "The last resort for a peer that is heard but does not deliver (a straggler), "
+                  "0.001 to 1000000 s. A silent peer is suspected after peerTimeoutSeconds "
+                  "instead."),
         makeField("peerTimeoutSeconds", &W::sync, &W::Sync::peerTimeoutSeconds, number,
-                  seconds(kMinSeconds, /*zeroMeansAuto=*/true))}});
+                  seconds(kMinSeconds, /*zeroMeansAuto=*/true),
+                  "Silence (no frame, pings included) after which a peer is suspected and nobody "
+                  "waits for it, 0.001 to 1000000 s; 0 = auto, max(3 s, 4 x its ping RTT + 2 "
+                  "s).")}});
   schema.push_back(
       {"transport",
-       {makeField("listen", &W::transport, &W::Transport::listen, string, nonEmptyString()),
+       {makeField("listen", &W::transport, &W::Transport::listen, string, nonEmptyString(),
+                  "ZeroMQ endpoint this worker binds."),
         peersField(), regionsField(),
-        makeField("keyDir", &W::transport, &W::Transport::keyDir, string, nonEmptyString()),
+        makeField("keyDir", &W::transport, &W::Transport::keyDir, string, nonEmptyString(),
+                  "Folder with the CURVE key files (geotrain keygen): this worker's "
+                  "worker-<rank>.key and every rank's worker-<r>.pub."),
         makeField("keyGroupReadable", &W::transport, &W::Transport::keyGroupReadable, boolean,
-                  anyBool()),
+                  anyBool(),
+                  "Accept a secret key file its group may read (never others), as Kubernetes "
+                  "mounts a Secret into a non-root pod."),
         linksField(),
-        makeField("uplink", &W::transport, &W::Transport::uplink, string, anyString())}});
+        makeField("uplink", &W::transport, &W::Transport::uplink, string, anyString(),
+                  "Emulated uplink shared by all of this worker's WAN traffic, a link profile "
+                  "such as rate=100mbit; empty: none.")}});
   schema.push_back(
       {"checkpoint",
-       {makeField("dir", &W::checkpoint, &W::Checkpoint::dir, string, anyString()),
-        makeField("interval", &W::checkpoint, &W::Checkpoint::interval, integer, atLeast(1)),
-        makeField("keep", &W::checkpoint, &W::Checkpoint::keep, integer, atLeast(1)),
-        makeField("resume", &W::checkpoint, &W::Checkpoint::resume, boolean, anyBool())}});
-  schema.push_back({"output",
-                    {makeField("path", &W::output, &W::Output::path, string, anyString()),
-                     makeField("everyCheckpoint", &W::output, &W::Output::everyCheckpoint, boolean,
-                               anyBool())}});
+       {makeField("dir", &W::checkpoint, &W::Checkpoint::dir, string, anyString(),
+                  "Folder for checkpoints inside the worker (a mounted volume, to survive the "
+                  "pod); empty turns checkpoints off."),
+        makeField("interval", &W::checkpoint, &W::Checkpoint::interval, integer, atLeast(1),
+                  "Steps between checkpoints."),
+        makeField("keep", &W::checkpoint, &W::Checkpoint::keep, integer, atLeast(1),
+                  "Newest checkpoints kept; older ones are deleted."),
+        makeField("resume", &W::checkpoint, &W::Checkpoint::resume, boolean, anyBool(),
+                  "Start from the newest checkpoint in dir, if there is one.")}});
+  schema.push_back(
+      {"output",
+       {makeField("path", &W::output, &W::Output::path, string, anyString(),
+                  "Folder that receives the job's final model (model.pt, a state dict torch.load "
+                  "reads; model.torchscript.pt; model.json), written by each region's first "
+                  "worker into a mounted volume; empty writes none."),
+        makeField("everyCheckpoint", &W::output, &W::Output::everyCheckpoint, boolean, anyBool(),
+                  "Also export every checkpoint.interval steps, replacing the previous export "
+                  "(model.json names its step), so that a job that fails leaves its latest model "
+                  "behind.")}});
   schema.push_back(
       {"metrics",
-       {makeField("listen", &W::metrics, &W::Metrics::listen, string, anyString()),
-        makeField("enabled", &W::metrics, &W::Metrics::enabled, boolean, anyBool()),
-        makeField("lingerSeconds", &W::metrics, &W::Metrics::lingerSeconds, number, seconds(0))}});
+       {makeField("listen", &W::metrics, &W::Metrics::listen, string, anyString(),
+                  "host:port of the Prometheus /metrics endpoint."),
+        makeField("enabled", &W::metrics, &W::Metrics::enabled, boolean, anyBool(),
+                  "Serve /metrics."),
+        makeField("lingerSeconds", &W::metrics, &W::Metrics::lingerSeconds, number, seconds(0),
+                  "After a successful run, keep serving the final values this long, so that the "
+                  "next scrape sees them.")}});
   schema.push_back(
       {"log",
        {makeField("level", &W::log, &W::Log::level, string,
-                  oneOf({"trace", "debug", "info", "warn", "error", "critical", "off"})),
-        makeField("format", &W::log, &W::Log::format, string, oneOf({"text", "json"}))}});
+                  oneOf({"trace", "debug", "info", "warn", "error", "critical", "off"}),
+                  "Level of the worker's log."),
+        makeField("format", &W::log, &W::Log::format, string, oneOf({"text", "json"}),
+                  "text, or json: one object a line (time, level, msg) for log collectors.")}});
+  // What only the whole table knows: each key's section, path and default.
+  const WorkerConfig defaults;
+  for (Section& section : schema) {
+    for (Field& field : section.fields) {
+      field.spec.section = std::string(section.name);
+      field.spec.path = fmt::format("{}.{}", section.name, field.spec.name);
+      field.spec.defaultValue = field.get(defaults);
+    }
+  }
   return schema;
 }
 
@@ -862,7 +1056,7 @@ Status readSection(const Section& section, const YAML::Node& node, std::string_v
     } else {
       return invalidArgument(fmt::format("{}{}: {} is not allowed (allowed: {})",
                                          where(source, value), path, nodeKind(value),
-                                         field->allowed));
+                                         field->spec.allowed));
     }
   }
   if (section.name == "model" && builtinGiven && torchscriptGiven) {
@@ -1019,63 +1213,69 @@ StatusOr<WorkerConfig> parse(std::string_view yamlText, std::string_view sourceN
 
 // ---- Cross-field checks ------------------------------------------------------------
 
-Status validateRelations(const WorkerConfig& c) {
+std::optional<ConfigProblem> problem(std::string path, std::string detail) {
+  return ConfigProblem{std::move(path), std::move(detail)};
+}
+
+std::optional<ConfigProblem> relationProblem(const WorkerConfig& c) {
   const auto& w = c.worker;
   if (w.rank >= w.worldSize) {
-    return invalidArgument(
-        fmt::format("worker.rank: {} is not allowed (allowed: 0..{}, below worker.worldSize = {})",
-                    w.rank, w.worldSize - 1, w.worldSize));
+    return problem("worker.rank",
+                   fmt::format("{} is not allowed (allowed: 0..{}, below worker.worldSize = {})",
+                               w.rank, w.worldSize - 1, w.worldSize));
   }
   if (w.regionSize > w.worldSize) {
-    return invalidArgument(fmt::format(
-        "worker.regionSize: {} is not allowed (allowed: 1..{}, at most worker.worldSize = {})",
-        w.regionSize, w.worldSize, w.worldSize));
+    return problem("worker.regionSize",
+                   fmt::format("{} is not allowed (allowed: 1..{}, at most worker.worldSize = {})",
+                               w.regionSize, w.worldSize, w.worldSize));
   }
   if (w.localRank >= w.regionSize) {
-    return invalidArgument(fmt::format(
-        "worker.localRank: {} is not allowed (allowed: 0..{}, below worker.regionSize = {})",
-        w.localRank, w.regionSize - 1, w.regionSize));
+    return problem("worker.localRank",
+                   fmt::format("{} is not allowed (allowed: 0..{}, below worker.regionSize = {})",
+                               w.localRank, w.regionSize - 1, w.regionSize));
   }
 
   const int64_t shardIndex = effectiveShardIndex(c);
   const int64_t shardCount = effectiveShardCount(c);
   if (shardIndex >= shardCount) {
-    return invalidArgument(fmt::format(
-        "dataset.shardIndex: {}{} is not allowed (allowed: 0..{}, below dataset.shardCount{} = "
-        "{})",
-        shardIndex,
-        c.dataset.shardIndex             ? ""
-        : c.dataset.sharding == "region" ? " (derived from worker.localRank)"
-                                         : " (derived from worker.rank)",
-        shardCount - 1,
-        c.dataset.shardCount             ? ""
-        : c.dataset.sharding == "region" ? " (derived from worker.regionSize)"
-                                         : " (derived from worker.worldSize)",
-        shardCount));
+    return problem(
+        "dataset.shardIndex",
+        fmt::format("{}{} is not allowed (allowed: 0..{}, below dataset.shardCount{} = "
+                    "{})",
+                    shardIndex,
+                    c.dataset.shardIndex             ? ""
+                    : c.dataset.sharding == "region" ? " (derived from worker.localRank)"
+                                                     : " (derived from worker.rank)",
+                    shardCount - 1,
+                    c.dataset.shardCount             ? ""
+                    : c.dataset.sharding == "region" ? " (derived from worker.regionSize)"
+                                                     : " (derived from worker.worldSize)",
+                    shardCount));
   }
 
   const bool hasBuiltin = !c.model.builtin.empty();
   const bool hasTorchscript = !c.model.torchscript.empty();
   if (hasBuiltin && hasTorchscript) {
-    return invalidArgument("model: builtin and torchscript are both set (allowed: one of them)");
+    return problem("model", "builtin and torchscript are both set (allowed: one of them)");
   }
   if (!hasBuiltin && !hasTorchscript) {
-    return invalidArgument(
-        "model: neither builtin nor torchscript is set (allowed: builtin: mlp, cnn, resnet18; or "
+    return problem(
+        "model",
+        "neither builtin nor torchscript is set (allowed: builtin: mlp, cnn, resnet18; or "
         "torchscript: a file path)");
   }
 
   // The Debian packages' data sets have a home (/usr/share/datasets/<name>);
   // a user's own files do not.
   if (c.dataset.path.empty() && c.dataset.name == "npy") {
-    return invalidArgument(
-        "dataset.path: \"\" is not allowed with dataset.name: npy (allowed: the folder holding "
-        "train_x.npy, train_y.npy, test_x.npy and test_y.npy)");
+    return problem("dataset.path",
+                   "\"\" is not allowed with dataset.name: npy (allowed: the folder holding "
+                   "train_x.npy, train_y.npy, test_x.npy and test_y.npy)");
   }
   if (c.dataset.path.empty() && c.dataset.name == "tokens") {
-    return invalidArgument(
-        "dataset.path: \"\" is not allowed with dataset.name: tokens (allowed: the folder holding "
-        "train.bin and val.bin)");
+    return problem("dataset.path",
+                   "\"\" is not allowed with dataset.name: tokens (allowed: the folder holding "
+                   "train.bin and val.bin)");
   }
   // Every worker must build the same model. With each region reading data
   // of its own, a class count (or vocabulary, or target width) taken from
@@ -1083,100 +1283,102 @@ Status validateRelations(const WorkerConfig& c) {
   // refuse each other's updates all job long: it must be given.
   if (c.dataset.sharding == "region" && c.model.classes == 0 &&
       (c.dataset.name == "npy" || c.dataset.name == "tokens")) {
-    return invalidArgument(fmt::format(
-        "model.classes: 0 is not allowed with dataset.sharding: region and dataset.name: {} "
-        "(allowed: the job's {} count, 1..{}: each region's data could imply another, and every "
-        "worker must build the same model)",
-        c.dataset.name,
-        c.dataset.name == "tokens" ? "vocabulary"
-        : c.training.loss == "mse" ? "targets-per-sample"
-                                   : "class",
-        kMaxClasses));
+    return problem(
+        "model.classes",
+        fmt::format("0 is not allowed with dataset.sharding: region and dataset.name: {} "
+                    "(allowed: the job's {} count, 1..{}: each region's data could imply another, "
+                    "and every "
+                    "worker must build the same model)",
+                    c.dataset.name,
+                    c.dataset.name == "tokens" ? "vocabulary"
+                    : c.training.loss == "mse" ? "targets-per-sample"
+                                               : "class",
+                    kMaxClasses));
   }
   // Token windows go with the next-token loss and the gpt (or a TorchScript
   // model taking [N, context] token ids), and nothing else with either.
   const bool tokens = c.dataset.name == "tokens";
   if (tokens != (c.training.loss == "next-token")) {
-    return invalidArgument(fmt::format(
-        "training.loss: {} is not allowed with dataset.name: {} (allowed: {})", c.training.loss,
-        c.dataset.name, tokens ? "next-token" : "cross-entropy or mse"));
+    return problem(
+        "training.loss",
+        fmt::format("{} is not allowed with dataset.name: {} (allowed: {})", c.training.loss,
+                    c.dataset.name, tokens ? "next-token" : "cross-entropy or mse"));
   }
   if (c.model.builtin == "gpt" && !tokens) {
-    return invalidArgument(fmt::format(
-        "model.builtin: gpt is not allowed with dataset.name: {} (allowed: tokens; the gpt reads "
-        "token ids)",
-        c.dataset.name));
+    return problem(
+        "model.builtin",
+        fmt::format("gpt is not allowed with dataset.name: {} (allowed: tokens; the gpt reads "
+                    "token ids)",
+                    c.dataset.name));
   }
   if (tokens && !c.model.builtin.empty() && c.model.builtin != "gpt") {
-    return invalidArgument(fmt::format(
-        "model.builtin: {} is not allowed with dataset.name: tokens (allowed: gpt, or a "
-        "TorchScript model)",
-        c.model.builtin));
+    return problem("model.builtin",
+                   fmt::format("{} is not allowed with dataset.name: tokens (allowed: gpt, or a "
+                               "TorchScript model)",
+                               c.model.builtin));
   }
   if (c.model.builtin == "gpt") {
     const int64_t width = c.model.width > 0 ? c.model.width : 128;
     if (width % c.model.heads != 0) {
-      return invalidArgument(
-          fmt::format("model.heads: {} is not allowed (allowed: a divisor of model.width = {})",
-                      c.model.heads, width));
+      return problem("model.heads",
+                     fmt::format("{} is not allowed (allowed: a divisor of model.width = {})",
+                                 c.model.heads, width));
     }
   }
 
   const auto peerCount = static_cast<int64_t>(c.transport.peers.size());
   if (peerCount != 0 && peerCount != w.worldSize) {
-    return invalidArgument(
-        fmt::format("transport.peers: {} endpoints is not allowed (allowed: none, or one per rank: "
-                    "worker.worldSize = {})",
-                    peerCount, w.worldSize));
+    return problem("transport.peers",
+                   fmt::format("{} endpoints is not allowed (allowed: none, or one per rank: "
+                               "worker.worldSize = {})",
+                               peerCount, w.worldSize));
   }
   if (peerCount != 0 && c.transport.peers[static_cast<size_t>(w.rank)] == "none") {
-    return invalidArgument(fmt::format(
-        "transport.peers[{}]: none is not allowed for this worker's own rank (allowed: an "
-        "endpoint such as tcp://host:7000)",
-        w.rank));
+    return problem(fmt::format("transport.peers[{}]", w.rank),
+                   "none is not allowed for this worker's own rank (allowed: an endpoint such as "
+                   "tcp://host:7000)");
   }
 
   if (!c.transport.regions.empty()) {
     const auto& regions = c.transport.regions;
     if (static_cast<int64_t>(regions.size()) != w.worldSize) {
-      return invalidArgument(
-          fmt::format("transport.regions: {} names is not allowed (allowed: none, or one per rank: "
-                      "worker.worldSize = {})",
-                      regions.size(), w.worldSize));
+      return problem("transport.regions",
+                     fmt::format("{} names is not allowed (allowed: none, or one per rank: "
+                                 "worker.worldSize = {})",
+                                 regions.size(), w.worldSize));
     }
     const std::string& mine = regions[static_cast<size_t>(w.rank)];
     if (mine != w.region) {
-      return invalidArgument(fmt::format(
-          "worker.region: \"{}\" is not allowed (allowed: \"{}\", transport.regions[{}])", w.region,
-          mine, w.rank));
+      return problem("worker.region",
+                     fmt::format("\"{}\" is not allowed (allowed: \"{}\", transport.regions[{}])",
+                                 w.region, mine, w.rank));
     }
     const auto before = std::count(regions.begin(), regions.begin() + w.rank, mine);
     const auto total = std::count(regions.begin(), regions.end(), mine);
     if (w.localRank != before || w.regionSize != total) {
-      return invalidArgument(fmt::format(
-          "worker.localRank/regionSize: {}/{} is not allowed (allowed: {}/{}, rank {}'s place "
-          "among the ranks of region {} in transport.regions)",
-          w.localRank, w.regionSize, before, total, w.rank, mine));
+      return problem("worker.localRank/regionSize",
+                     fmt::format("{}/{} is not allowed (allowed: {}/{}, rank {}'s place "
+                                 "among the ranks of region {} in transport.regions)",
+                                 w.localRank, w.regionSize, before, total, w.rank, mine));
     }
   }
 
   if (c.metrics.enabled && c.metrics.listen.empty()) {
-    return invalidArgument(
-        "metrics.listen: \"\" is not allowed (allowed: host:port while metrics.enabled is true)");
+    return problem("metrics.listen",
+                   "\"\" is not allowed (allowed: host:port while metrics.enabled is true)");
   }
   return {};
 }
 
-Status validate(const WorkerConfig& config) {
+// Each key's own rule first, in schema order, then the relations.
+std::optional<ConfigProblem> firstProblem(const WorkerConfig& config) {
   for (const Section& section : schema()) {
     for (const Field& field : section.fields) {
       Status status = field.check(config);
-      if (!status.ok()) {
-        return invalidArgument(fmt::format("{}.{}: {}", section.name, field.key, status.message()));
-      }
+      if (!status.ok()) return problem(field.spec.path, status.message());
     }
   }
-  return validateRelations(config);
+  return relationProblem(config);
 }
 
 // ---- Overrides ---------------------------------------------------------------------
@@ -1279,7 +1481,21 @@ StatusOr<WorkerConfig> loadWorkerConfig(const std::filesystem::path& path, Confi
 }
 
 Status validateWorkerConfig(const WorkerConfig& config) {
-  return noThrow<Status>("validating worker config", [&] { return validate(config); });
+  return noThrow<Status>("validating worker config", [&]() -> Status {
+    const std::optional<ConfigProblem> found = firstProblem(config);
+    if (!found) return {};
+    return invalidArgument(fmt::format("{}: {}", found->path, found->detail));
+  });
+}
+
+std::optional<ConfigProblem> workerConfigProblem(const WorkerConfig& config) {
+  try {
+    return firstProblem(config);
+  } catch (const std::exception& e) {
+    return ConfigProblem{"", fmt::format("validating worker config: {}", e.what())};
+  } catch (...) {
+    return ConfigProblem{"", "validating worker config: unknown exception"};
+  }
 }
 
 std::string toYaml(const WorkerConfig& config) {
@@ -1289,7 +1505,7 @@ std::string toYaml(const WorkerConfig& config) {
   for (const Section& section : schema()) {
     out << YAML::Key << std::string(section.name) << YAML::Value << YAML::BeginMap;
     for (const Field& field : section.fields) {
-      out << YAML::Key << std::string(field.key) << YAML::Value;
+      out << YAML::Key << field.spec.name << YAML::Value;
       field.emit(config, out);
     }
     out << YAML::EndMap;
@@ -1330,6 +1546,69 @@ Status placeByCompletionIndex(WorkerConfig& config, int64_t index) {
 
 std::string printableText(std::string_view text) {
   return printable(text);
+}
+
+const std::vector<KeySpec>& workerConfigSchema() {
+  static const std::vector<KeySpec> kKeys = [] {
+    std::vector<KeySpec> keys;
+    for (const Section& section : schema()) {
+      for (const Field& field : section.fields) keys.push_back(field.spec);
+    }
+    return keys;
+  }();
+  return kKeys;
+}
+
+std::vector<std::string> workerConfigSections() {
+  std::vector<std::string> names;
+  for (const Section& section : schema()) names.emplace_back(section.name);
+  return names;
+}
+
+namespace {
+
+// The table's entry of `path`, or NotFound with the words of lookupWorkerKey().
+StatusOr<const Field*> lookupField(std::string_view path) {
+  const size_t dot = path.find('.');
+  const std::string_view sectionName = path.substr(0, dot);
+  const Section* section = findSection(sectionName);
+  if (section == nullptr) return notFound(unknownKeyDetail(sectionName, sectionNames()));
+  const std::string_view key = dot == std::string_view::npos ? "" : path.substr(dot + 1);
+  const Field* field = section->find(key);
+  if (field == nullptr) return notFound(unknownKeyDetail(key, section->keys()));
+  return field;
+}
+
+const Field& fieldOf(const KeySpec& key) {
+  auto field = lookupField(key.path);
+  GEO_ENFORCE(field.ok(), "{} is not a key of the worker.yaml schema", key.path);
+  return **field;
+}
+
+}  // namespace
+
+StatusOr<const KeySpec*> lookupWorkerKey(std::string_view path) {
+  auto field = lookupField(path);
+  if (!field.ok()) return field.status();
+  return &(*field)->spec;
+}
+
+KeyValue workerKeyValue(const WorkerConfig& config, const KeySpec& key) {
+  return fieldOf(key).get(config);
+}
+
+Status setWorkerKey(WorkerConfig& config, const KeySpec& key, std::string_view text) {
+  return noThrow<Status>(key.path, [&] { return fieldOf(key).setText(config, text); });
+}
+
+std::string workerKeyChoices(std::string_view path) {
+  auto key = lookupWorkerKey(path);
+  GEO_ENFORCE(key.ok() && !(*key)->limits.choices.empty(), "{} is not an enumerated key",
+              printable(path));
+  const std::vector<std::string>& choices = (*key)->limits.choices;
+  if (choices.size() == 1) return choices.front();
+  return fmt::format("{} or {}", fmt::join(choices.begin(), choices.end() - 1, ", "),
+                     choices.back());
 }
 
 int64_t effectiveShardIndex(const WorkerConfig& config) {

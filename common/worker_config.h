@@ -4,7 +4,9 @@
 // `--set key=value` overrides); the controller renders it from a TrainingJob
 // into a ConfigMap. Both sides share this file so they cannot disagree on a
 // key, a default or a limit. The reference for users is docs/worker-config.md
-// (a test keeps it in sync with toYaml()).
+// (a test keeps it in sync with toYaml()). What each key is (type, range,
+// allowed values, default, a line of documentation) can be asked of the
+// schema itself: common/worker_schema.h.
 //
 // The schema is plain structs: every field has a default, so a
 // default-constructed WorkerConfig is a valid single-worker job, and an empty

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/worker_config.h"
+#include "common/worker_schema.h"
 #include "worker/app/progress.h"
 #include "worker/app/run.h"
 #include "worker/app/setup.h"
@@ -63,24 +64,26 @@ int main(int argc, char** argv) {
   app.add_option("--set", sets,
                  "Override one key, e.g. --set training.lr=0.1 --set model.builtin=cnn "
                  "(repeatable; same names and checks as worker.yaml)");
-  // Shorthands for the keys changed most often; each is a --set.
+  // Shorthands for the keys changed most often; each is a --set. Allowed
+  // values come from the schema, so that the help lists what --set takes.
   std::vector<std::pair<std::string, std::string>> shorthand;
   auto addShort = [&](const std::string& flag, const std::string& key, const std::string& help) {
     app.add_option_function<std::string>(
         flag, [&shorthand, key](const std::string& v) { shorthand.emplace_back(key, v); },
         help + " (= --set " + key + "=...)");
   };
-  addShort("--model", "model.builtin", "Built-in model: mlp, cnn, resnet18 or gpt");
+  addShort("--model", "model.builtin", "Built-in model: " + geo::workerKeyChoices("model.builtin"));
   addShort("--torchscript", "model.torchscript", "TorchScript model file to train instead");
-  addShort("--dataset", "dataset.name", "fashion-mnist, mnist, cifar10, synthetic or npy");
+  addShort("--dataset", "dataset.name", geo::workerKeyChoices("dataset.name"));
   addShort("--data-path", "dataset.path", "Folder with the data set files");
   addShort("--steps", "training.steps", "Optimizer steps");
   addShort("--batch-size", "training.batchSize", "Samples per step");
   addShort("--lr", "training.lr", "Learning rate");
   addShort("--checkpoint-dir", "checkpoint.dir", "Where to write and resume checkpoints");
   addShort("--metrics-listen", "metrics.listen", "host:port of the Prometheus /metrics endpoint");
-  addShort("--log-level", "log.level", "trace, debug, info, warn, error, critical or off");
-  addShort("--log-format", "log.format", "text, or json: one object a line for log collectors");
+  addShort("--log-level", "log.level", geo::workerKeyChoices("log.level"));
+  addShort("--log-format", "log.format",
+           geo::workerKeyChoices("log.format") + " (json: one object a line for log collectors)");
   geo::app::Emulation emulation;
   app.add_option("--emulate-slowdown", emulation.slowdown,
                  "Fault injection: stretch every step to this many times its duration, emulating a "

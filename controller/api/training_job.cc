@@ -5,27 +5,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <regex>
 #include <set>
-#include <sstream>
+#include <type_traits>
+#include <variant>
+
+#include "common/worker_schema.h"
 
 namespace geo::api {
 
 namespace {
 
 using nlohmann::json;
-
-// The worker.yaml sections a spec may set, and the keys of them it may not
-// (the controller derives the shards from the worker's place in the job).
-const std::vector<std::string>& workerSections() {
-  static const std::vector<std::string> sections = {"model",      "dataset", "training", "sync",
-                                                    "checkpoint", "output",  "log"};
-  return sections;
-}
-bool controllerOwned(const std::string& dotted) {
-  return dotted == "dataset.shardIndex" || dotted == "dataset.shardCount";
-}
 
 std::string jsonKind(const json& v) {
   switch (v.type()) {
@@ -40,64 +33,39 @@ std::string jsonKind(const json& v) {
   }
 }
 
-// The JSON type each worker key takes, read off toYaml() of the defaults so
-// that it cannot drift from the schema: numbers, booleans, or strings.
-enum class Kind { kInteger, kNumber, kBoolean, kString };
-const std::map<std::string, Kind>& workerKeyKinds() {
-  static const std::map<std::string, Kind> kinds = [] {
-    std::map<std::string, Kind> result;
-    std::istringstream yaml(toYaml(WorkerConfig{}));
-    std::string line, section;
-    while (std::getline(yaml, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      if (line[0] != ' ') {
-        section = line.substr(0, line.find(':'));
-        continue;
-      }
-      const size_t colon = line.find(": ");
-      if (colon == std::string::npos) continue;
-      const std::string key = section + "." + line.substr(2, colon - 2);
-      const std::string value = line.substr(colon + 2);
-      // Numbers and integers look alike in YAML (0 is either): an integer
-      // key refuses 0.5, a number key with a default takes it.
-      Kind kind = Kind::kString;
-      if (value == "true" || value == "false") {
-        kind = Kind::kBoolean;
-      } else if (!value.empty() &&
-                 value.find_first_not_of("-+.0123456789eE") == std::string::npos) {
-        WorkerConfig probe;
-        kind = applyOverride(probe, key, "0.5").ok() ? Kind::kNumber : Kind::kInteger;
-      }
-      result[key] = kind;
-    }
-    // Keys whose default does not show their type.
-    result["dataset.shardIndex"] = Kind::kInteger;
-    result["dataset.shardCount"] = Kind::kInteger;
-    result["sync.period"] = Kind::kInteger;  // or auto, the default
-    result["sync.delay"] = Kind::kInteger;   // or auto, the default
-    return result;
-  }();
-  return kinds;
+// Whether a double is a whole number within int64's range (casting one
+// outside it is undefined behaviour).
+bool isWholeInt64(double d) {
+  constexpr double kTwoTo63 = 9223372036854775808.0;
+  return std::trunc(d) == d && d >= -kTwoTo63 && d < kTwoTo63;
 }
 
-bool hasKind(const json& v, Kind kind) {
-  switch (kind) {
-    case Kind::kInteger:
-      return v.is_number_integer() ||
-             (v.is_number_float() &&
-              v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())));
-    case Kind::kNumber: return v.is_number();
-    case Kind::kBoolean: return v.is_boolean();
-    case Kind::kString: return v.is_string();
+// Whether a JSON value has the type a worker key takes (the schema's
+// KeyType). An integer key also takes a number without a fraction (2.0), as
+// some JSON writers put integers. The list and map keys are all in sections
+// the spec leaves to the controller, so the spec takes scalars only.
+bool hasType(const json& v, KeyType type) {
+  switch (type) {
+    case KeyType::kInteger:
+    case KeyType::kUnsigned:
+      return v.is_number_integer() || (v.is_number_float() && isWholeInt64(v.get<double>()));
+    case KeyType::kNumber: return v.is_number();
+    case KeyType::kBoolean: return v.is_boolean();
+    case KeyType::kString: return v.is_string();
+    case KeyType::kStringList:
+    case KeyType::kStringMap: return false;
   }
   return false;
 }
-std::string kindName(Kind kind) {
-  switch (kind) {
-    case Kind::kInteger: return "an integer";
-    case Kind::kNumber: return "a number";
-    case Kind::kBoolean: return "a boolean";
-    case Kind::kString: return "a string";
+std::string typeName(KeyType type) {
+  switch (type) {
+    case KeyType::kInteger:
+    case KeyType::kUnsigned: return "an integer";
+    case KeyType::kNumber: return "a number";
+    case KeyType::kBoolean: return "a boolean";
+    case KeyType::kString: return "a string";
+    case KeyType::kStringList: return "a list of strings";
+    case KeyType::kStringMap: return "an object of strings";
   }
   return "";
 }
@@ -107,30 +75,45 @@ std::string scalarText(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) {
-      return std::to_string(static_cast<int64_t>(d));
-    }
+    if (isWholeInt64(d)) return std::to_string(static_cast<int64_t>(d));
   }
   return v.dump();
 }
 
-// A worker.yaml message "training.lr: 0 is not allowed (...)" as a FieldError
-// of spec.training.lr.
-FieldError fromWorkerMessage(const std::string& message) {
-  FieldError e;
-  const size_t colon = message.find(": ");
-  const std::string path = colon == std::string::npos ? "" : message.substr(0, colon);
-  const bool isPath = !path.empty() && path.find(' ') == std::string::npos;
-  e.path = isPath ? "spec." + path : "spec";
-  e.detail = isPath ? message.substr(colon + 2) : message;
-  e.type = e.detail.find("unknown key") != std::string::npos ? FieldError::Type::kUnknown
-                                                             : FieldError::Type::kInvalid;
-  return e;
+// A problem validateWorkerConfig() finds in the job's worker config, as a
+// FieldError of the spec's field of the same path.
+FieldError fromConfigProblem(const ConfigProblem& problem) {
+  return {FieldError::Type::kInvalid, problem.path.empty() ? "spec" : "spec." + problem.path,
+          problem.detail};
 }
 
-constexpr std::string_view kDnsLabel =
-    "a lowercase DNS label: letters, digits and '-', starting and ending with a letter or "
-    "digit, at most 63 characters";
+// A key's value as the spec writes it: as worker.yaml writes it, the word
+// auto included, and a number without a fraction as an integer.
+json keyJson(const KeySpec& key, const KeyValue& value) {
+  return std::visit(
+      [&](const auto& v) -> json {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          return key.takesAuto ? json("auto") : json(nullptr);
+        } else if constexpr (std::is_same_v<T, double>) {
+          constexpr double kExactIntegers = 1e15;
+          if (std::trunc(v) == v && std::abs(v) < kExactIntegers) {
+            return json(static_cast<int64_t>(v));
+          }
+          return json(v);
+        } else {
+          return json(v);
+        }
+      },
+      value);
+}
+
+// What volume and region names must be (isDnsLabel(), common/names.h), in
+// the words of messages.
+const std::string& dnsLabelWords() {
+  static const std::string words = dnsLabelAllowed("a DNS label");
+  return words;
+}
 
 // host:port with a port 1..65535 written without leading zeros; the host may
 // hold colons (an IPv6 address in brackets) but no whitespace or '/'.
@@ -173,7 +156,7 @@ class ObjectReader {
   void integer(const std::string& key, int64_t& out, int64_t minimum, int64_t maximum) {
     const json* v = get(key);
     if (v == nullptr) return;
-    if (!hasKind(*v, Kind::kInteger) || scalarText(*v).find('.') != std::string::npos) {
+    if (!hasType(*v, KeyType::kInteger) || scalarText(*v).find('.') != std::string::npos) {
       invalid(key, fmt::format("{} is not allowed (allowed: an integer)", v->dump()));
       return;
     }
@@ -249,35 +232,31 @@ void parseWorkerSection(const std::string& section, const json& value, WorkerCon
                       fmt::format("{} is not allowed (allowed: an object)", jsonKind(value))});
     return;
   }
-  const auto& kinds = workerKeyKinds();
-  for (const auto& [key, v] : value.items()) {
-    const std::string dotted = section + "." + key;
+  for (const auto& [name, v] : value.items()) {
+    const std::string dotted = section + "." + name;
+    const std::string at = "spec." + section + "." + printableText(name);
     if (v.is_null()) continue;  // absent: the default
-    if (controllerOwned(dotted)) {
-      errors.push_back({FieldError::Type::kUnknown, "spec." + dotted,
+    if (isControllerOwned(dotted)) {
+      errors.push_back({FieldError::Type::kUnknown, at,
                         "unknown field (the controller derives the shards from the worker's "
                         "place in the job)"});
       continue;
     }
-    auto kind = kinds.find(dotted);
-    if (kind != kinds.end()) {
-      // sync.delay and sync.period also take the word auto.
-      const bool mayBeAuto = dotted == "sync.delay" || dotted == "sync.period";
-      const bool isAuto = mayBeAuto && v.is_string() && v == "auto";
-      if (!isAuto && !hasKind(v, kind->second)) {
-        errors.push_back({FieldError::Type::kInvalid, "spec." + dotted,
-                          fmt::format("{} is not allowed (allowed: {}{})", v.dump(),
-                                      kindName(kind->second), mayBeAuto ? ", or auto" : "")});
-        continue;
-      }
-    }
-    if (v.is_object() || v.is_array()) {
-      errors.push_back({FieldError::Type::kInvalid, "spec." + dotted,
-                        fmt::format("{} is not allowed", jsonKind(v))});
+    auto key = lookupWorkerKey(dotted);
+    if (!key.ok()) {
+      errors.push_back({FieldError::Type::kUnknown, at, key.status().message()});
       continue;
     }
-    if (Status s = applyOverride(config, dotted, scalarText(v)); !s.ok()) {
-      errors.push_back(fromWorkerMessage(s.message()));
+    const KeySpec& spec = **key;
+    const bool isAuto = spec.takesAuto && v.is_string() && v == "auto";
+    if (!isAuto && !hasType(v, spec.type)) {
+      errors.push_back({FieldError::Type::kInvalid, at,
+                        fmt::format("{} is not allowed (allowed: {}{})", v.dump(),
+                                    typeName(spec.type), spec.takesAuto ? ", or auto" : "")});
+      continue;
+    }
+    if (Status s = setWorkerKey(config, spec, scalarText(v)); !s.ok()) {
+      errors.push_back({FieldError::Type::kInvalid, at, s.message()});
     }
   }
 }
@@ -435,7 +414,7 @@ void readPodFields(ObjectReader& in, PodOverrides& pod, std::vector<FieldError>&
       in, "env", pod.env, "name", "an environment variable name: printable ASCII without '='",
       isEnvName, [](const std::string& s) { return among(s, kReservedEnv); }, errors);
   readKeyedList(
-      in, "volumes", pod.volumes, "name", kDnsLabel,
+      in, "volumes", pod.volumes, "name", dnsLabelWords(),
       [](const std::string& s) { return isDnsLabel(s); },
       [](const std::string& s) { return among(s, kReservedVolumes); }, errors);
   readKeyedList(
@@ -448,9 +427,9 @@ void readPodFields(ObjectReader& in, PodOverrides& pod, std::vector<FieldError>&
       const json& m = pod.volumeMounts[i];
       auto name = m.find("name");
       if (name == m.end() || !name->is_string() || !isDnsLabel(name->get<std::string>())) {
-        errors.push_back({FieldError::Type::kRequired,
-                          fmt::format("{}[{}].name", in.at("volumeMounts"), i),
-                          fmt::format("Required value (the name of a volume: {})", kDnsLabel)});
+        errors.push_back(
+            {FieldError::Type::kRequired, fmt::format("{}[{}].name", in.at("volumeMounts"), i),
+             fmt::format("Required value (the name of a volume: {})", dnsLabelWords())});
       }
     }
   }
@@ -562,9 +541,9 @@ Region parseRegion(const json& value, const std::string& path, std::vector<Field
   ObjectReader in(value, path, errors);
   if (in.get("name") == nullptr) {
     errors.push_back({FieldError::Type::kRequired, in.at("name"),
-                      fmt::format("Required value ({})", kDnsLabel)});
+                      fmt::format("Required value ({})", dnsLabelWords())});
   }
-  in.string("name", r.name, kDnsLabel, isDnsLabel);
+  in.string("name", r.name, dnsLabelWords(), isDnsLabel);
   in.string("cluster", r.cluster, "a member cluster name (a DNS label) or local", isDnsLabel);
   in.integer("replicas", r.replicas, 1, 4096);
   readPodFields(in, r.pod, errors);
@@ -593,6 +572,16 @@ Region parseRegion(const json& value, const std::string& path, std::vector<Field
 }
 
 }  // namespace
+
+const std::vector<std::string>& workerSpecSections() {
+  static const std::vector<std::string> sections = {"model",      "dataset", "training", "sync",
+                                                    "checkpoint", "output",  "log"};
+  return sections;
+}
+
+bool isControllerOwned(std::string_view path) {
+  return path == "dataset.shardIndex" || path == "dataset.shardCount";
+}
 
 bool isReservedLabel(std::string_view key) {
   return among(key, kReservedLabels) ||
@@ -703,158 +692,183 @@ std::string TrainingJobSpec::dataPath(const Region& region) const {
   return region.dataPath.empty() ? worker.dataset.path : region.dataPath;
 }
 
-ParsedSpec parseSpec(const json& object) {
-  ParsedSpec out;
-  auto& errors = out.errors;
-  auto& spec = out.spec;
-  const json* specJson = nullptr;
-  if (object.is_object()) {
-    auto it = object.find("spec");
-    if (it != object.end() && !it->is_null()) specJson = &*it;
-  }
-  if (specJson == nullptr) {
-    errors.push_back({FieldError::Type::kRequired, "spec", "Required value"});
-    return out;
-  }
-  if (!specJson->is_object()) {
-    errors.push_back({FieldError::Type::kInvalid, "spec",
-                      fmt::format("{} is not allowed (allowed: an object)", jsonKind(*specJson))});
-    return out;
-  }
-  ObjectReader in(*specJson, "spec", errors);
-  in.string("image", spec.image);
-  if (const json* seed = in.get("seed")) {
-    if (seed->is_number_unsigned() || (seed->is_number_integer() && seed->get<int64_t>() >= 0)) {
-      spec.worker.job.seed = seed->get<uint64_t>();
-    } else {
-      in.invalid("seed", fmt::format("{} is not allowed (allowed: an integer >= 0)", seed->dump()));
-    }
-  }
-  for (const std::string& section : workerSections()) {
-    if (const json* v = in.get(section)) parseWorkerSection(section, *v, spec.worker, errors);
-  }
-  if (const json* model = in.get("model"); model != nullptr && model->is_object()) {
-    auto given = [&](const char* key) {
-      auto it = model->find(key);
-      return it != model->end() && it->is_string() && !it->get<std::string>().empty();
-    };
-    if (given("builtin") && given("torchscript")) {
-      errors.push_back({FieldError::Type::kInvalid, "spec.model",
-                        "both builtin and torchscript are set (allowed: exactly one)"});
-    }
-  }
+namespace {
 
-  if (const json* t = in.get("template")) readPodTemplate(*t, spec.podTemplate, errors);
+// ---- Decoding: each field alone (its type, range, allowed values) ------------
 
+// spec.seed: job.seed of every worker.
+void readSeed(ObjectReader& in, WorkerConfig& worker) {
+  const json* seed = in.get("seed");
+  if (seed == nullptr) return;
+  if (seed->is_number_unsigned() || (seed->is_number_integer() && seed->get<int64_t>() >= 0)) {
+    worker.job.seed = seed->get<uint64_t>();
+  } else {
+    in.invalid("seed", fmt::format("{} is not allowed (allowed: an integer >= 0)", seed->dump()));
+  }
+}
+
+// spec.model, spec.dataset, ...: the worker.yaml sections, key by key.
+void readWorkerSections(ObjectReader& in, WorkerConfig& worker, std::vector<FieldError>& errors) {
+  for (const std::string& section : workerSpecSections()) {
+    if (const json* v = in.get(section)) parseWorkerSection(section, *v, worker, errors);
+  }
+  // Both given is an error of the section as written, which the config (where
+  // one clears the other) can no longer show.
+  const json* model = in.get("model");
+  if (model == nullptr || !model->is_object()) return;
+  auto given = [&](const char* key) {
+    auto it = model->find(key);
+    return it != model->end() && it->is_string() && !it->get<std::string>().empty();
+  };
+  if (given("builtin") && given("torchscript")) {
+    errors.push_back({FieldError::Type::kInvalid, "spec.model",
+                      "both builtin and torchscript are set (allowed: exactly one)"});
+  }
+}
+
+// spec.regions: 1 to 64 regions with unique names.
+void readRegions(ObjectReader& in, std::vector<Region>& out, std::vector<FieldError>& errors) {
   const json* regions = in.get("regions");
   if (regions == nullptr || (regions->is_array() && regions->empty())) {
     errors.push_back({FieldError::Type::kRequired, "spec.regions",
                       "Required value (at least one region: name, cluster, replicas, ...)"});
-  } else if (!regions->is_array()) {
+    return;
+  }
+  if (!regions->is_array()) {
     in.invalid("regions",
                fmt::format("{} is not allowed (allowed: a list of regions)", jsonKind(*regions)));
-  } else if (regions->size() > 64) {
+    return;
+  }
+  if (regions->size() > 64) {
     in.invalid("regions",
                fmt::format("{} regions are not allowed (allowed: 1..64)", regions->size()));
-  } else {
-    std::set<std::string> names;
-    for (size_t i = 0; i < regions->size(); ++i) {
-      const std::string path = fmt::format("spec.regions[{}]", i);
-      Region r = parseRegion((*regions)[i], path, errors);
-      if (!r.name.empty() && !names.insert(r.name).second) {
-        errors.push_back({FieldError::Type::kDuplicate, path + ".name",
-                          fmt::format("Duplicate value: {} (region names are unique in a job)",
-                                      json(r.name).dump())});
-      }
-      spec.regions.push_back(std::move(r));
-    }
+    return;
   }
+  std::set<std::string> names;
+  for (size_t i = 0; i < regions->size(); ++i) {
+    const std::string path = fmt::format("spec.regions[{}]", i);
+    Region r = parseRegion((*regions)[i], path, errors);
+    if (!r.name.empty() && !names.insert(r.name).second) {
+      errors.push_back({FieldError::Type::kDuplicate, path + ".name",
+                        fmt::format("Duplicate value: {} (region names are unique in a job)",
+                                    json(r.name).dump())});
+    }
+    out.push_back(std::move(r));
+  }
+}
 
-  if (const json* rp = in.get("runPolicy")) {
-    if (!rp->is_object()) {
-      in.invalid("runPolicy", fmt::format("{} is not allowed (allowed: an object)", jsonKind(*rp)));
-    } else {
-      ObjectReader p(*rp, "spec.runPolicy", errors);
-      // The Job fields these become are int32.
-      p.integer("backoffLimitPerIndex", spec.runPolicy.backoffLimitPerIndex, 0, INT32_MAX);
-      p.optionalInteger("backoffLimit", spec.runPolicy.backoffLimit, 0, INT32_MAX);
-      p.optionalInteger("activeDeadlineSeconds", spec.runPolicy.activeDeadlineSeconds, 1);
-      p.optionalInteger("ttlSecondsAfterFinished", spec.runPolicy.ttlSecondsAfterFinished, 0);
-      p.boolean("suspend", spec.runPolicy.suspend);
-      p.unknownMembers({"backoffLimitPerIndex", "backoffLimit", "activeDeadlineSeconds",
-                        "ttlSecondsAfterFinished", "suspend"});
-    }
+// spec.runPolicy.
+void readRunPolicy(ObjectReader& in, RunPolicy& policy, std::vector<FieldError>& errors) {
+  const json* rp = in.get("runPolicy");
+  if (rp == nullptr) return;
+  if (!rp->is_object()) {
+    in.invalid("runPolicy", fmt::format("{} is not allowed (allowed: an object)", jsonKind(*rp)));
+    return;
   }
-  if (const json* cv = in.get("checkpointVolume")) {
-    if (!cv->is_object()) {
-      in.invalid("checkpointVolume",
-                 fmt::format("{} is not allowed (allowed: an object)", jsonKind(*cv)));
-    } else {
-      CheckpointVolume volume;
-      ObjectReader v(*cv, "spec.checkpointVolume", errors);
-      const size_t before = errors.size();
-      v.string("size", volume.size, "a quantity of storage, e.g. 20Gi or 500M", isStorageQuantity);
-      if (errors.size() == before && volume.size.empty()) {
-        errors.push_back({FieldError::Type::kRequired, "spec.checkpointVolume.size",
-                          "Required value (a quantity of storage, e.g. 20Gi)"});
-      }
-      v.string("storageClassName", volume.storageClassName,
-               "the name of a StorageClass (a DNS subdomain), or empty for the default",
-               [](const std::string& s) { return s.empty() || isDnsSubdomain(s); });
-      v.string("accessMode", volume.accessMode,
-               "ReadWriteOnce, ReadWriteMany, ReadWriteOncePod, or empty for ReadWriteOnce with "
-               "one replica and ReadWriteMany with several",
-               [](const std::string& s) {
-                 return s.empty() || s == "ReadWriteOnce" || s == "ReadWriteMany" ||
-                        s == "ReadWriteOncePod";
-               });
-      v.unknownMembers({"size", "storageClassName", "accessMode"});
-      spec.checkpointVolume = std::move(volume);
-    }
+  ObjectReader p(*rp, "spec.runPolicy", errors);
+  // The Job fields these become are int32.
+  p.integer("backoffLimitPerIndex", policy.backoffLimitPerIndex, 0, INT32_MAX);
+  p.optionalInteger("backoffLimit", policy.backoffLimit, 0, INT32_MAX);
+  p.optionalInteger("activeDeadlineSeconds", policy.activeDeadlineSeconds, 1);
+  p.optionalInteger("ttlSecondsAfterFinished", policy.ttlSecondsAfterFinished, 0);
+  p.boolean("suspend", policy.suspend);
+  p.unknownMembers({"backoffLimitPerIndex", "backoffLimit", "activeDeadlineSeconds",
+                    "ttlSecondsAfterFinished", "suspend"});
+}
+
+// spec.checkpointVolume: a size is required.
+void readCheckpointVolume(ObjectReader& in, std::optional<CheckpointVolume>& out,
+                          std::vector<FieldError>& errors) {
+  const json* cv = in.get("checkpointVolume");
+  if (cv == nullptr) return;
+  if (!cv->is_object()) {
+    in.invalid("checkpointVolume",
+               fmt::format("{} is not allowed (allowed: an object)", jsonKind(*cv)));
+    return;
   }
+  CheckpointVolume volume;
+  ObjectReader v(*cv, "spec.checkpointVolume", errors);
+  const size_t before = errors.size();
+  v.string("size", volume.size, "a quantity of storage, e.g. 20Gi or 500M", isStorageQuantity);
+  if (errors.size() == before && volume.size.empty()) {
+    errors.push_back({FieldError::Type::kRequired, "spec.checkpointVolume.size",
+                      "Required value (a quantity of storage, e.g. 20Gi)"});
+  }
+  v.string("storageClassName", volume.storageClassName,
+           "the name of a StorageClass (a DNS subdomain), or empty for the default",
+           [](const std::string& s) { return s.empty() || isDnsSubdomain(s); });
+  v.string("accessMode", volume.accessMode,
+           "ReadWriteOnce, ReadWriteMany, ReadWriteOncePod, or empty for ReadWriteOnce with "
+           "one replica and ReadWriteMany with several",
+           [](const std::string& s) {
+             return s.empty() || s == "ReadWriteOnce" || s == "ReadWriteMany" ||
+                    s == "ReadWriteOncePod";
+           });
+  v.unknownMembers({"size", "storageClassName", "accessMode"});
+  out = std::move(volume);
+}
+
+// Every field of the spec object, each on its own; unknown fields are errors.
+void decodeSpec(const json& specJson, TrainingJobSpec& spec, std::vector<FieldError>& errors) {
+  ObjectReader in(specJson, "spec", errors);
+  in.string("image", spec.image);
+  readSeed(in, spec.worker);
+  readWorkerSections(in, spec.worker, errors);
+  if (const json* t = in.get("template")) readPodTemplate(*t, spec.podTemplate, errors);
+  readRegions(in, spec.regions, errors);
+  readRunPolicy(in, spec.runPolicy, errors);
+  readCheckpointVolume(in, spec.checkpointVolume, errors);
   in.optionalInteger("ttlSecondsAfterFinished", spec.ttlSecondsAfterFinished, 0);
   std::vector<std::string> allowed = {"image", "seed", "ttlSecondsAfterFinished"};
-  allowed.insert(allowed.end(), workerSections().begin(), workerSections().end());
+  allowed.insert(allowed.end(), workerSpecSections().begin(), workerSpecSections().end());
   allowed.insert(allowed.end(), {"template", "regions", "runPolicy", "checkpointVolume"});
   in.unknownMembers(allowed);
-  if (!errors.empty()) return out;
+}
 
-  // Across fields, on the job as a whole.
+// ---- Validation: relations between fields, on a spec whose fields are fine ---
+
+// The checkpoint volume is mounted at checkpoint.dir; the packaged data sets
+// default to their Debian folder, a user's own files have none.
+void checkPaths(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
   if (spec.checkpointVolume && spec.worker.checkpoint.dir.empty()) {
     errors.push_back({FieldError::Type::kRequired, "spec.checkpoint.dir",
                       "Required value (spec.checkpointVolume is mounted there: set a folder, "
                       "e.g. /checkpoints)"});
   }
+  const std::string& name = spec.worker.dataset.name;
   for (size_t i = 0; i < spec.regions.size(); ++i) {
-    // The packaged data sets default to their Debian folder; a user's own
-    // files have none.
-    const std::string& name = spec.worker.dataset.name;
     if ((name == "npy" || name == "tokens") && spec.dataPath(spec.regions[i]).empty()) {
       errors.push_back({FieldError::Type::kRequired, fmt::format("spec.regions[{}].dataPath", i),
                         fmt::format("Required value (dataset {} needs a path: set "
                                     "spec.dataset.path or this)",
-                                    spec.worker.dataset.name)});
+                                    name)});
     }
   }
-  // The pod fields: the checkpoint folder is the worker's own mount, and
-  // every mount of a region's pods names a volume they have (the job's or
-  // the region's), else the API server would refuse the region's Job.
-  auto checkpointMount = [&](const PodOverrides& pod, const std::string& path) {
-    for (size_t k = 0; k < pod.volumeMounts.size(); ++k) {
-      if (!spec.worker.checkpoint.dir.empty() &&
-          pod.volumeMounts[k].value("mountPath", "") == spec.worker.checkpoint.dir) {
-        errors.push_back({FieldError::Type::kInvalid, fmt::format("{}[{}].mountPath", path, k),
-                          fmt::format("{} is not allowed (spec.checkpoint.dir: the worker's "
-                                      "checkpoints are mounted there)",
-                                      json(spec.worker.checkpoint.dir).dump())});
-      }
-    }
-  };
-  checkpointMount(spec.podTemplate, "spec.template.spec.volumeMounts");
+}
+
+// The mounts of `pod` (at `path`) leave the worker's checkpoint folder alone.
+void checkCheckpointMount(const TrainingJobSpec& spec, const PodOverrides& pod,
+                          const std::string& path, std::vector<FieldError>& errors) {
+  const std::string& dir = spec.worker.checkpoint.dir;
+  if (dir.empty()) return;
+  for (size_t k = 0; k < pod.volumeMounts.size(); ++k) {
+    if (pod.volumeMounts[k].value("mountPath", "") != dir) continue;
+    errors.push_back({FieldError::Type::kInvalid, fmt::format("{}[{}].mountPath", path, k),
+                      fmt::format("{} is not allowed (spec.checkpoint.dir: the worker's "
+                                  "checkpoints are mounted there)",
+                                  json(dir).dump())});
+  }
+}
+
+// The pod fields: the checkpoint folder is the worker's own mount, and every
+// mount of a region's pods names a volume they have (the job's or the
+// region's), else the API server would refuse the region's Job.
+void checkVolumeMounts(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
+  checkCheckpointMount(spec, spec.podTemplate, "spec.template.spec.volumeMounts", errors);
   std::set<size_t> jobMountsReported;  // each job-wide mount once, at the first region lacking it
   for (size_t i = 0; i < spec.regions.size(); ++i) {
     const std::string regionMounts = fmt::format("spec.regions[{}].volumeMounts", i);
-    checkpointMount(spec.regions[i].pod, regionMounts);
+    checkCheckpointMount(spec, spec.regions[i].pod, regionMounts, errors);
     const PodOverrides pod = spec.podFor(spec.regions[i]);
     auto lacks = [&](const json& mount) {
       const json name = mount.value("name", json());
@@ -882,6 +896,10 @@ ParsedSpec parseSpec(const json& object) {
       }
     }
   }
+}
+
+// A NodePort gateway needs the address the other regions dial.
+void checkGateways(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
   for (size_t i = 0; i < spec.regions.size(); ++i) {
     const Gateway& g = spec.regions[i].gateway;
     if (g.serviceType != "NodePort") continue;
@@ -898,25 +916,32 @@ ParsedSpec parseSpec(const json& object) {
                                     port)});
     }
   }
-  if (spec.worker.training.device == "cuda") {
-    // A worker of a region without a GPU would fail at start (no usable
-    // CUDA device), or find a GPU that no scheduler gave it.
-    std::string without;
-    for (size_t i = 0; i < spec.regions.size(); ++i) {
-      if (asksForGpu(spec.podFor(spec.regions[i]).resources)) continue;
-      without += fmt::format("{}{} (spec.regions[{}])", without.empty() ? "" : ", ",
-                             spec.regions[i].name, i);
-    }
-    if (!without.empty()) {
-      errors.push_back(
-          {FieldError::Type::kInvalid, "spec.training.device",
-           fmt::format("cuda is not allowed: the pods of {} ask for no GPU (allowed: auto, which "
-                       "is cuda in the regions whose resources ask for nvidia.com/gpu and the CPU "
-                       "in the others; cpu; or cuda with resources.limits nvidia.com/gpu: 1 in "
-                       "spec.template.spec or in every region)",
-                       without)});
-    }
+}
+
+// training.device cuda: a worker of a region without a GPU would fail at
+// start (no usable CUDA device), or find a GPU that no scheduler gave it.
+void checkDevice(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
+  if (spec.worker.training.device != "cuda") return;
+  std::string without;
+  for (size_t i = 0; i < spec.regions.size(); ++i) {
+    if (asksForGpu(spec.podFor(spec.regions[i]).resources)) continue;
+    without += fmt::format("{}{} (spec.regions[{}])", without.empty() ? "" : ", ",
+                           spec.regions[i].name, i);
   }
+  if (without.empty()) return;
+  errors.push_back(
+      {FieldError::Type::kInvalid, "spec.training.device",
+       fmt::format("cuda is not allowed: the pods of {} ask for no GPU (allowed: auto, which "
+                   "is cuda in the regions whose resources ask for nvidia.com/gpu and the CPU "
+                   "in the others; cpu; or cuda with resources.limits nvidia.com/gpu: 1 in "
+                   "spec.template.spec or in every region)",
+                   without)});
+}
+
+// How the regions sync: only each region's leader is reachable from the
+// others; and the worker config of the job as a whole (one worker per rank
+// of the total replicas), as validateWorkerConfig() sees it.
+void checkSync(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
   const bool severalWorkers = std::any_of(spec.regions.begin(), spec.regions.end(),
                                           [](const Region& r) { return r.replicas > 1; });
   if (spec.regions.size() > 1 && severalWorkers && !spec.worker.sync.hierarchical &&
@@ -930,10 +955,44 @@ ParsedSpec parseSpec(const json& object) {
   whole.worker.region = spec.regions.front().name;
   whole.worker.regionSize = spec.regions.front().replicas;
   const std::string path = spec.dataPath(spec.regions.front());
-  whole.dataset.path = path.empty() ? std::string(1, '-') : path;  // empty: reported above
-  if (Status s = validateWorkerConfig(whole); !s.ok()) {
-    errors.push_back(fromWorkerMessage(s.message()));
+  whole.dataset.path = path.empty() ? std::string(1, '-') : path;  // empty: checkPaths reports it
+  if (const auto problem = workerConfigProblem(whole)) {
+    errors.push_back(fromConfigProblem(*problem));
   }
+}
+
+// Across fields, on the job as a whole; `spec` is decodeSpec()'s without
+// errors (at least one region).
+void validateSpec(const TrainingJobSpec& spec, std::vector<FieldError>& errors) {
+  checkPaths(spec, errors);
+  checkVolumeMounts(spec, errors);
+  checkGateways(spec, errors);
+  checkDevice(spec, errors);
+  checkSync(spec, errors);
+}
+
+}  // namespace
+
+ParsedSpec parseSpec(const json& object) {
+  ParsedSpec out;
+  const json* specJson = nullptr;
+  if (object.is_object()) {
+    auto it = object.find("spec");
+    if (it != object.end() && !it->is_null()) specJson = &*it;
+  }
+  if (specJson == nullptr) {
+    out.errors.push_back({FieldError::Type::kRequired, "spec", "Required value"});
+    return out;
+  }
+  if (!specJson->is_object()) {
+    out.errors.push_back(
+        {FieldError::Type::kInvalid, "spec",
+         fmt::format("{} is not allowed (allowed: an object)", jsonKind(*specJson))});
+    return out;
+  }
+  decodeSpec(*specJson, out.spec, out.errors);
+  if (!out.errors.empty()) return out;
+  validateSpec(out.spec, out.errors);
   return out;
 }
 
@@ -960,38 +1019,14 @@ json specToJson(const TrainingJobSpec& spec) {
   json out = json::object();
   if (!spec.image.empty()) out["image"] = spec.image;
   out["seed"] = spec.worker.job.seed;
-  // The worker sections as toYaml() writes them, through the same parser
-  // the worker uses: the rendered values are exactly the config's.
-  std::istringstream yaml(toYaml(spec.worker));
-  std::string line, section;
-  const auto& kinds = workerKeyKinds();
-  while (std::getline(yaml, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    if (line[0] != ' ') {
-      section = line.substr(0, line.find(':'));
+  // Every key of the worker sections the spec has, in the schema's order.
+  for (const KeySpec& key : workerConfigSchema()) {
+    if (std::find(workerSpecSections().begin(), workerSpecSections().end(), key.section) ==
+            workerSpecSections().end() ||
+        isControllerOwned(key.path)) {
       continue;
     }
-    if (std::find(workerSections().begin(), workerSections().end(), section) ==
-        workerSections().end()) {
-      continue;
-    }
-    const size_t colon = line.find(": ");
-    const std::string key = line.substr(2, colon - 2);
-    const std::string dotted = section + "." + key;
-    if (controllerOwned(dotted)) continue;
-    std::string text = line.substr(colon + 2);
-    if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'')) {
-      text = json::parse(text.front() == '"' ? text : "\"" + text.substr(1, text.size() - 2) + "\"")
-                 .get<std::string>();
-    }
-    json value;
-    switch (kinds.at(dotted)) {
-      case Kind::kInteger: value = text == "auto" ? json("auto") : json(std::stoll(text)); break;
-      case Kind::kNumber: value = json::parse(text); break;
-      case Kind::kBoolean: value = text == "true"; break;
-      case Kind::kString: value = text; break;
-    }
-    out[section][key] = value;
+    out[key.section][key.name] = keyJson(key, workerKeyValue(spec.worker, key));
   }
   out["template"] = {
       {"metadata",

@@ -74,6 +74,14 @@ struct FieldError {
   bool operator==(const FieldError&) const = default;
 };
 
+// The worker.yaml sections a spec has (spec.model, spec.dataset, ...), in
+// the order the CRD lists them.
+const std::vector<std::string>& workerSpecSections();
+// Whether a key of those sections ("dataset.shardIndex") is the
+// controller's to set (it derives the shards from each worker's place in
+// the job), and so not part of the spec.
+bool isControllerOwned(std::string_view path);
+
 // What region and member cluster names must be (common/names.h).
 using ::geo::isDnsLabel;
 
@@ -267,7 +275,10 @@ struct ParsedSpec {
 // unique names, nothing of the worker's own overridden, and every
 // volumeMount of a region naming a volume the region's pods have; a GPU
 // resource's value a whole number, and training.device cuda only when
-// every region's pods ask for a GPU.
+// every region's pods ask for a GPU. It decodes first (every field on its
+// own, all errors found) and checks the relations between fields only when
+// decoding found none, so that a relation is never reported of a field that
+// is itself wrong.
 ParsedSpec parseSpec(const nlohmann::json& object);
 
 // The spec written back as JSON with every default explicit (what a CRD's

@@ -21,6 +21,15 @@ TEST(Names, DnsLabels) {
   EXPECT_FALSE(isDnsLabel(std::string(64, 'a')));
 }
 
+// The rule in words, one wording wherever a DNS label is refused; each
+// caller says what kind of name it is.
+TEST(Names, DnsLabelRuleInWords) {
+  EXPECT_EQ(dnsLabelAllowed("a region name"),
+            "a region name: lowercase letters, digits and '-', starting and ending with a letter "
+            "or digit, at most 63 characters");
+  EXPECT_EQ(dnsLabelAllowed("x"), "x: " + std::string(kDnsLabelRule));
+}
+
 TEST(Names, DnsSubdomains) {
   for (const char* ok : {"a", "my-secret", "geotrain.io", "a.b-c.d"}) {
     EXPECT_TRUE(isDnsSubdomain(ok)) << ok;

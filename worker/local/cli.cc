@@ -1,14 +1,13 @@
 #include "worker/local/cli.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
-#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "common/worker_config.h"
+#include "common/worker_schema.h"
 #include "worker/local/topology.h"
 
 namespace geo::local {
@@ -19,6 +18,15 @@ namespace {
 template <typename T>
 std::string keyHelp(std::string_view what, std::string_view key, const T& builtin) {
   return fmt::format("{} ({}; default: the config's, built-in {})", what, key, builtin);
+}
+
+// "0.001 to 1000000": the inclusive range of a worker.yaml key with both
+// bounds, from the schema.
+std::string rangeText(std::string_view path) {
+  auto key = geo::lookupWorkerKey(path);
+  GEO_ENFORCE(key.ok() && (*key)->limits.minimum && (*key)->limits.maximum,
+              "{} has no range in the worker.yaml schema", path);
+  return fmt::format("{} to {}", *(*key)->limits.minimum, *(*key)->limits.maximum);
 }
 
 }  // namespace
@@ -67,9 +75,9 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
       ->type_name("N")
       ->capture_default_str();
   keyFlag("--algorithm", "NAME",
-          fmt::format("Synchronizer: none, allreduce, dts or swarm (sync.algorithm; default: {}, "
-                      "unless --config or --set chooses another one than none)",
-                      kDefaultAlgorithm));
+          fmt::format("Synchronizer: {} (sync.algorithm; default: {}, unless --config or --set "
+                      "chooses another one than none)",
+                      geo::workerKeyChoices("sync.algorithm"), kDefaultAlgorithm));
   keyFlag("--period", "K|auto",
           keyHelp("DTS period in steps, or auto to choose it from the measured link", "sync.period",
                   d.sync.period ? std::to_string(*d.sync.period) : std::string("auto")));
@@ -79,22 +87,23 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
   keyFlag("--swarm-h", "H",
           keyHelp("SwarmSGD local steps between exchanges", "sync.swarmH", d.sync.swarmH));
   keyFlag("--codec", "NAME",
-          keyHelp(fmt::format("WAN codec: {} or {}",
-                              fmt::join(std::span(kCodecNames).first(kCodecNames.size() - 1), ", "),
-                              kCodecNames.back()),
-                  "sync.codec", d.sync.codec));
-  keyFlag("--bits", "B", keyHelp("QSGD bits per value: 2, 4 or 8", "sync.bits", d.sync.bits));
+          keyHelp("WAN codec: " + geo::workerKeyChoices("sync.codec"), "sync.codec", d.sync.codec));
+  keyFlag("--bits", "B",
+          keyHelp("QSGD bits per value: " + geo::workerKeyChoices("sync.bits"), "sync.bits",
+                  d.sync.bits));
   keyFlag("--hierarchical", "true|false",
           keyHelp("Reduce inside each region before the WAN", "sync.hierarchical",
                   d.sync.hierarchical));
   keyFlag("--timeout-seconds", "S",
-          keyHelp("Seconds (0.001 to 1000000) a silent peer may take before the round fails",
+          keyHelp(fmt::format("Seconds ({}) a silent peer may take before the round fails",
+                              rangeText("sync.timeoutSeconds")),
                   "sync.timeoutSeconds", d.sync.timeoutSeconds));
   keyFlag("--steps", "N", keyHelp("Training steps", "training.steps", d.training.steps));
   keyFlag("--model", "NAME",
-          keyHelp("Built-in model: mlp, cnn, resnet18 or gpt (gpt: on dataset.name tokens with "
-                  "training.loss next-token, which it sets; dataset.path names the folder with "
-                  "train.bin and val.bin, e.g. from scripts/prepare-text.py)",
+          keyHelp("Built-in model: " + geo::workerKeyChoices("model.builtin") +
+                      " (gpt: on dataset.name tokens with training.loss next-token, which it "
+                      "sets; dataset.path names the folder with train.bin and val.bin, e.g. from "
+                      "scripts/prepare-text.py)",
                   "model.builtin", d.model.builtin));
   keyFlag("--batch-size", "N",
           keyHelp("Samples per step and worker", "training.batchSize", d.training.batchSize));

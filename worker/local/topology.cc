@@ -100,10 +100,6 @@ constexpr std::array<PresetPair, 120> kWorld16Rtt = {
      {"singapore", "sydney", 95},      {"tokyo", "seoul", 36},
      {"tokyo", "sydney", 107},         {"seoul", "sydney", 145}}};
 
-constexpr std::string_view kRegionRule =
-    "lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 "
-    "characters";
-
 std::string_view trim(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
   while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
@@ -180,7 +176,7 @@ Status validateRegionNames(const std::vector<std::string>& regions) {
   for (const std::string& region : regions) {
     if (!isDnsLabel(region)) {
       return invalidArgument(fmt::format("--regions: '{}' is not a valid region name (allowed: {})",
-                                         printableText(region), kRegionRule));
+                                         printableText(region), kDnsLabelRule));
     }
     if (!seen.insert(region).second) {
       return invalidArgument(

@@ -134,12 +134,30 @@ TEST(TrainingJobSpec, DefaultsWrittenOutReadBackTheSame) {
     const json written = specToJson(p.spec);
     EXPECT_EQ(written["sync"]["algorithm"], "dts");
     EXPECT_TRUE(written["training"]["lr"].is_number());
+    // As worker.yaml writes them: a number without a fraction as an integer.
+    EXPECT_EQ(written["sync"]["timeoutSeconds"].dump(), spec == world() ? "2.5" : "60");
+    EXPECT_EQ(written["training"]["lr"].dump(), spec == world() ? "0.1" : "0.05");
+    EXPECT_EQ(written["sync"]["delay"], "auto");
     EXPECT_TRUE(written["sync"]["errorFeedback"].is_boolean());
     EXPECT_FALSE(written["dataset"].contains("shardIndex"));  // the controller's
     const ParsedSpec again = parseSpec(object(written));
     ASSERT_TRUE(again.errors.empty()) << joinErrors(again.errors) << "\n" << written.dump(2);
     EXPECT_EQ(again.spec, p.spec) << written.dump(2);
   }
+}
+
+// A number key takes any finite number; a large one is read and written back
+// as a number (it fits no integer).
+TEST(TrainingJobSpec, LargeNumbersStayNumbers) {
+  json spec = minimal();
+  spec["training"] = {{"lr", 1e300}, {"steps", 3.0}};
+  const ParsedSpec p = parseSpec(object(spec));
+  ASSERT_TRUE(p.errors.empty()) << joinErrors(p.errors);
+  EXPECT_EQ(p.spec.worker.training.lr, 1e300);
+  EXPECT_EQ(p.spec.worker.training.steps, 3);
+  const json written = specToJson(p.spec);
+  EXPECT_EQ(written["training"]["lr"].get<double>(), 1e300);
+  EXPECT_EQ(written["training"]["steps"].dump(), "3");
 }
 
 struct BadCase {
@@ -177,7 +195,20 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.training.lr: \"fast\" is not allowed (allowed: a number)"},
         BadCase{{{"training", {{"steps", 1.5}}}},
                 "spec.training.steps: 1.5 is not allowed (allowed: an integer)"},
-        BadCase{{{"training", {{"lrr", 0.1}}}}, "spec.training.lrr: unknown key"},
+        BadCase{{{"training", {{"lrr", 0.1}}}},
+                "spec.training.lrr: unknown key (allowed: steps, batchSize, optimizer, lr, "},
+        BadCase{{{"training", {{"lrr", 0.1}}}}, "; did you mean 'lr'?"},
+        // Unknown whatever its value is.
+        BadCase{{{"training", {{"lrr", {{"a", 1}}}}}}, "spec.training.lrr: unknown key"},
+        // Too large for any integer: refused, not cast.
+        BadCase{{{"training", {{"steps", 1e300}}}},
+                "spec.training.steps: 1e+300 is not allowed (allowed: an integer)"},
+        BadCase{{{"sync", {{"bits", json::array({4})}}}},
+                "spec.sync.bits: [4] is not allowed (allowed: an integer)"},
+        // Between keys, named by the key the worker's schema names.
+        BadCase{{{"dataset", {{"name", "tokens"}, {"path", "/data"}}}},
+                "spec.training.loss: cross-entropy is not allowed with dataset.name: tokens "
+                "(allowed: next-token)"},
         BadCase{{{"dataset", {{"shardIndex", 1}}}}, "spec.dataset.shardIndex: unknown field"},
         BadCase{{{"dataset", {{"name", "npy"}, {"path", ""}}}},
                 "spec.regions[0].dataPath: Required value"},
@@ -188,7 +219,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{{{"regions", json::array()}}, "spec.regions: Required value"},
         BadCase{{{"regions", {{{"replicas", 2}}}}}, "spec.regions[0].name: Required value"},
         BadCase{{{"regions", {{{"name", "London"}}}}},
-                "spec.regions[0].name: \"London\" is not allowed (allowed: a lowercase DNS label"},
+                "spec.regions[0].name: \"London\" is not allowed (allowed: a DNS label: lowercase "
+                "letters, digits and '-'"},
         BadCase{{{"regions", {{{"name", "a"}}, {{"name", "a"}}}}},
                 "spec.regions[1].name: Duplicate value: \"a\""},
         BadCase{{{"regions", {{{"name", "a"}, {"replicas", 0}}}}},
@@ -272,8 +304,8 @@ INSTANTIATE_TEST_SUITE_P(
             "spec.regions[0].volumes[0].name: \"keys\" is not allowed (the worker container "
             "has it already)"},
         BadCase{{{"regions", {{{"name", "a"}, {"volumes", {{{"name", "Data"}}}}}}}},
-                "spec.regions[0].volumes[0].name: \"Data\" is not allowed (allowed: a lowercase "
-                "DNS label"},
+                "spec.regions[0].volumes[0].name: \"Data\" is not allowed (allowed: a DNS label: "
+                "lowercase letters"},
         BadCase{{{"template",
                   {{"spec",
                     {{"volumes", {{{"name", "d"}, {"emptyDir", json::object()}}}},
