@@ -1,6 +1,7 @@
 #include "worker/local/cli.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string>
 #include <string_view>
