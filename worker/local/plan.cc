@@ -61,69 +61,72 @@ std::string limitOf(double compute, double codec, double latency, double uplink)
 
 Status validatePlanInput(const PlanInput& in) {
   const size_t r = in.regions.size();
-  if (r == 0) return invalidArgument("plan: no regions (give at least one)");
+  if (r == 0) return invalidArgument("no regions (give at least one)");
   if (in.workersPerRegion < 1) {
     return invalidArgument(
-        fmt::format("plan: --workers-per-region {} (allowed: 1 or more)", in.workersPerRegion));
+        fmt::format("--workers-per-region {} (allowed: 1 or more)", in.workersPerRegion));
+  }
+  if (r * static_cast<size_t>(in.workersPerRegion) < 2) {
+    return invalidArgument(
+        "one worker exchanges nothing: give at least two regions or --workers-per-region 2");
   }
   if (in.rttSeconds.size() != r) {
-    return invalidArgument(fmt::format("plan: the round-trip matrix has {} rows for {} regions",
-                                       in.rttSeconds.size(), r));
+    return invalidArgument(
+        fmt::format("the round-trip matrix has {} rows for {} regions", in.rttSeconds.size(), r));
   }
   for (size_t i = 0; i < r; ++i) {
     if (in.rttSeconds[i].size() != r) {
-      return invalidArgument(fmt::format("plan: round-trip row {} has {} entries for {} regions", i,
+      return invalidArgument(fmt::format("round-trip row {} has {} entries for {} regions", i,
                                          in.rttSeconds[i].size(), r));
     }
     for (size_t j = 0; j < r; ++j) {
       const double t = in.rttSeconds[i][j];
       if (!std::isfinite(t) || t < 0 || t != in.rttSeconds[j][i]) {
-        return invalidArgument(fmt::format(
-            "plan: the round trip {}-{} is {} s (allowed: finite, >= 0, the same both ways)",
-            in.regions[i], in.regions[j], t));
+        return invalidArgument(
+            fmt::format("the round trip {}-{} is {} s (allowed: finite, >= 0, the same both ways)",
+                        in.regions[i], in.regions[j], t));
       }
     }
   }
   if (!(in.uplinkBytesPerSecond >= 0) || !std::isfinite(in.uplinkBytesPerSecond)) {
-    return invalidArgument("plan: the uplink rate must be finite and >= 0 (0: unlimited)");
+    return invalidArgument("the uplink rate must be finite and >= 0 (0: unlimited)");
   }
-  if (in.tensorSizes.empty()) return invalidArgument("plan: the model has no parameters");
+  if (in.tensorSizes.empty()) return invalidArgument("the model has no parameters");
   for (int64_t n : in.tensorSizes) {
-    if (n < 1)
-      return invalidArgument(fmt::format("plan: a tensor of {} values (allowed: >= 1)", n));
+    if (n < 1) return invalidArgument(fmt::format("a tensor of {} values (allowed: >= 1)", n));
   }
   if (!(in.stepSeconds > 0) || !std::isfinite(in.stepSeconds)) {
     return invalidArgument(
-        fmt::format("plan: --step-time {} s (allowed: a time > 0, e.g. 25ms)", in.stepSeconds));
+        fmt::format("--step-time {} s (allowed: a time > 0, e.g. 25ms)", in.stepSeconds));
   }
   if (!(in.codecSecondsPerValue >= 0) || !std::isfinite(in.codecSecondsPerValue) ||
       !(in.syncSecondsPerStep >= 0) || !std::isfinite(in.syncSecondsPerStep) ||
       !(in.coresPerWorker > 0) || !std::isfinite(in.coresPerWorker)) {
     return invalidArgument(
-        "plan: --codec-ns-per-value must be >= 0 and --cores-per-worker > 0 (e.g. 0.125 for 16 "
+        "--codec-ns-per-value must be >= 0 and --cores-per-worker > 0 (e.g. 0.125 for 16 "
         "workers sharing 2 cores)");
   }
   if (!knownCodec(in.codec)) {
     return invalidArgument(
-        fmt::format("plan: --codec {} (allowed: {})", in.codec, fmt::join(kCodecNames, ", ")));
+        fmt::format("--codec {} (allowed: {})", in.codec, fmt::join(kCodecNames, ", ")));
   }
   if (in.codec == "qsgd") {
     if (!kernels::isQsgdBits(in.bits)) {
-      return invalidArgument(fmt::format("plan: qsgd bits {} (allowed: 2, 4, 8)", in.bits));
+      return invalidArgument(fmt::format("--bits {} (allowed: 2, 4, 8)", in.bits));
     }
     if (in.bucket < kernels::kQsgdMinBucket || in.bucket > kernels::kQsgdMaxBucket) {
-      return invalidArgument(fmt::format("plan: qsgd bucket {} (allowed: {}..{})", in.bucket,
+      return invalidArgument(fmt::format("--bucket {} (allowed: {}..{})", in.bucket,
                                          kernels::kQsgdMinBucket, kernels::kQsgdMaxBucket));
     }
   }
   if (in.period < 1 || in.swarmH < 1 || in.maxAutoPeriod < 1 || in.maxAutoDelay < 0 ||
       (in.delay && *in.delay < 0)) {
     return invalidArgument(
-        "plan: period, swarm H and the largest auto period must be >= 1, the delay and the "
+        "period, swarm H and the largest auto period must be >= 1, the delay and the "
         "largest auto delay >= 0");
   }
   if (!(in.referenceSteps > 0) || !std::isfinite(in.referenceSteps)) {
-    return invalidArgument("plan: --reference-steps must be > 0");
+    return invalidArgument("--reference-steps must be > 0");
   }
   return {};
 }

@@ -191,10 +191,15 @@ TEST(Plan, BadInputNamesTheFieldAndWhatIsAllowed) {
             std::string::npos);
   in.codec = "qsgd";
   in.bits = 3;
-  EXPECT_NE(plan(in).status().message().find("bits 3 (allowed: 2, 4, 8)"), std::string::npos);
+  EXPECT_NE(plan(in).status().message().find("--bits 3 (allowed: 2, 4, 8)"), std::string::npos);
   in.bits = 4;
   in.rttSeconds = {{0, 0.2}, {0.1, 0}};
   EXPECT_NE(plan(in).status().message().find("the same both ways"), std::string::npos);
+  in.regions = {"a"};  // one worker: nothing to plan
+  in.rttSeconds = {{0}};
+  EXPECT_NE(plan(in).status().message().find("one worker exchanges nothing"), std::string::npos);
+  in.workersPerRegion = 2;  // two in one region: a LAN job
+  EXPECT_TRUE(plan(in).ok());
 }
 
 TEST(Plan, FlagsBuildTheInputFromAPresetAsGeotrainLocalDoes) {

@@ -83,7 +83,10 @@ if may_fail:
     if int(may_fail) in failed:
         log = open(os.path.join(out, "logs", f"worker-{may_fail}.log"), errors="replace").read()
         if "not training on alone" not in log and "no peer sent its final model" not in log:
-            problems.append(f"worker {may_fail} failed without saying that the job had ended")
+            # Its last words, so that a failure in CI says why.
+            last = [l for l in log.splitlines() if " D " not in l][-6:]
+            problems.append(f"worker {may_fail} failed without saying that the job had ended "
+                            f"({ended[int(may_fail)]}); its log ends:\n  " + "\n  ".join(last))
 else:
     if rc != 0 or s["outcome"] != "succeeded":
         problems.append(f"outcome {s['outcome']} (exit {rc})")
