@@ -668,8 +668,10 @@ Field peersField() {
                   kMaxWorldSize),
       "an endpoint such as tcp://host:7000, without spaces or commas, or none",
       [](const std::string& e) { return e == "none" || isEndpoint(e); },
-      "Endpoint of every rank, in rank order; none: this worker never talks to that "
-      "rank.");
+      "Endpoint of every rank, in rank order: empty, or exactly `worker.worldSize` endpoints "
+      "without spaces or commas (entry `rank` is this worker, never `none`). `none`: this worker "
+      "never talks to that rank and does not connect to it (under hierarchical sync, another "
+      "region's member; a message to it is an error).");
 }
 
 Field regionsField() {
@@ -679,7 +681,10 @@ Field regionsField() {
                   "one per rank, at most {}",
                   kMaxWorldSize),
       regionNameAllowed(), [](const std::string& v) { return isDnsLabel(v); },
-      "Region of every rank, in rank order; empty: every rank is in worker.region.");
+      "Region of every rank, in rank order: empty, or exactly `worker.worldSize` names. Peers in "
+      "another region are across the WAN (`links` and `uplink` apply to them); the first rank of "
+      "each region leads it. Entry `rank` must equal `worker.region`, and `worker.localRank` / "
+      "`regionSize` must match the list. Empty: all ranks are in `worker.region`.");
 }
 
 constexpr std::string_view kLinkAllowed =
@@ -690,15 +695,20 @@ Field linksField() {
                        return std::none_of(v.begin(), v.end(),
                                            [](const auto& link) { return link.first.empty(); });
                      }};
-  Field field = makeField("links", &W::transport, &W::Transport::links, linkMapType(), rule,
-                          "Emulated WAN links between regions, regionA-regionB: a link profile "
-                          "such as delay=120ms,rate=50mbit.");
-  // As a --set value only "" / {} (remove all links) parse; say how to set one.
-  field.spec.allowed =
-      "\"\" or {} to remove all links; set one with transport.links.<regionA-regionB>";
-  field.setText = [allowed = field.spec.allowed](WorkerConfig& config,
-                                                 std::string_view text) -> Status {
-    if (!text.empty() && text != "{}") return notAllowed(shown(text), allowed);
+  Field field = makeField(
+      "links", &W::transport, &W::Transport::links, linkMapType(), rule,
+      "Emulated WAN links between regions, e.g. `london-tokyo: delay=120ms,rate=50mbit`, applied "
+      "to traffic from this worker to ranks of the other region (either order of the names). The "
+      "worker parses the profiles (`delay=…us/ms/s`, `rate=…bit/kbit/mbit/gbit`, `burst=…b/kb/mb`; "
+      "see docs/wan-emulation.md). `--set transport.links.<regionA-regionB>=<profile>` sets one.");
+  // As a --set value only "" / {} (remove all links) parse; say how to set
+  // one. KeySpec.allowed keeps the YAML form, which the reference lists.
+  field.setText = [](WorkerConfig& config, std::string_view text) -> Status {
+    if (!text.empty() && text != "{}") {
+      return notAllowed(shown(text),
+                        "\"\" or {} to remove all links; set one with "
+                        "transport.links.<regionA-regionB>");
+    }
     config.transport.links.clear();
     return {};
   };
@@ -783,68 +793,87 @@ std::vector<Section> buildSchema() {
   schema.push_back(
       {"job",
        {makeField("id", &W::job, &W::Job::id, string, jobIdRule(),
-                  "Job name: hashed into every frame header, so that workers of different jobs "
-                  "never mix, and the job label of the metrics."),
+                  "Job name; its hash is in every frame header, so workers of different jobs never "
+                  "mix. It is the `job` label of the metrics."),
         makeField("seed", &W::job, &W::Job::seed, unsignedType(), seedRule,
-                  "Seed of the model initialization, data order and QSGD rounding.")}});
+                  "Seeds model initialization, data order and QSGD's stochastic rounding.")}});
   schema.push_back(
       {"worker",
        {makeField("rank", &W::worker, &W::Worker::rank, integer, between(0, kMaxWorldSize - 1),
-                  "Global rank of this worker."),
+                  "Global rank of this worker, below `worker.worldSize`."),
         makeField("worldSize", &W::worker, &W::Worker::worldSize, integer,
                   between(1, kMaxWorldSize), "Number of workers in the job, all regions together."),
         makeField("region", &W::worker, &W::Worker::region, string, regionName(),
-                  "Region this worker runs in; the region label of the metrics."),
+                  "Region this worker runs in (`london`, `tokyo`, …); the `region` label of the "
+                  "metrics."),
         makeField("localRank", &W::worker, &W::Worker::localRank, integer,
                   between(0, kMaxWorldSize - 1),
-                  "Index inside the region; 0 is the region leader, the only worker that talks "
-                  "across the WAN."),
+                  "Index inside the region, below `worker.regionSize`; 0 is the region leader, the "
+                  "only worker that talks across the WAN."),
         makeField("regionSize", &W::worker, &W::Worker::regionSize, integer,
-                  between(1, kMaxWorldSize), "Number of workers in this worker's region.")}});
+                  between(1, kMaxWorldSize),
+                  "Number of workers in this worker's region, at most `worker.worldSize`.")}});
   schema.push_back(
       {"model",
        {makeField("builtin", &W::model, &W::Model::builtin, string,
                   oneOf({"mlp", "cnn", "resnet18", "gpt"}, /*emptyAllowed=*/true),
-                  "Built-in architecture.", clearTorchscript),
+                  "A built-in architecture; empty when `model.torchscript` is set. `gpt`: a "
+                  "decoder-only transformer on token ids (`dataset.name: tokens`).",
+                  clearTorchscript),
         makeField("torchscript", &W::model, &W::Model::torchscript, string, anyString(),
-                  "TorchScript model file inside the worker image or a mounted volume.",
+                  "A TorchScript model file instead of a built-in one, inside the worker image or "
+                  "a mounted volume (docs/data-and-models.md: what it must compute); empty: a "
+                  "built-in model.",
                   clearBuiltin),
         makeField("classes", &W::model, &W::Model::classes, integer, between(0, kMaxClasses),
-                  "The model's outputs; 0 takes them from the data (the largest training label + "
-                  "1, or the regression targets per sample)."),
+                  "The model's outputs. `0` takes them from the data: 10 for the packaged data "
+                  "sets; for `npy`, the largest training label + 1, or the regression targets per "
+                  "sample. A label at or above a set count is an error naming the file. For "
+                  "`tokens`, the vocabulary (0: 256, bytes, or the largest id + 1)."),
         makeField("width", &W::model, &W::Model::width, integer, between(0, kMaxModelWidth),
-                  "The mlp's hidden units and the gpt's embedding width; 0 takes the model's "
+                  "The `mlp`'s hidden units and the `gpt`'s embedding width; `0` takes the model's "
                   "default (256, 128)."),
         makeField("layers", &W::model, &W::Model::layers, integer, between(1, kMaxModelLayers),
-                  "The gpt's transformer blocks."),
+                  "The `gpt`'s transformer blocks."),
         makeField("heads", &W::model, &W::Model::heads, integer, between(1, kMaxModelLayers),
-                  "The gpt's attention heads (a divisor of its width)."),
+                  "The `gpt`'s attention heads; they divide its width."),
         makeField("context", &W::model, &W::Model::context, integer, between(1, kMaxContext),
-                  "The gpt's context in tokens, the length of the windows it trains on.")}});
+                  "The `gpt`'s context in tokens: the windows of `tokens` it trains and is "
+                  "evaluated on.")}});
   schema.push_back(
       {"dataset",
        {makeField("name", &W::dataset, &W::Dataset::name, string,
                   oneOf({"fashion-mnist", "mnist", "cifar10", "synthetic", "npy", "tokens"}),
-                  "Data set."),
+                  "Data set. `synthetic` generates random samples (tests, benchmarks); `npy` is "
+                  "your own arrays, `{train,test}_{x,y}.npy`; `tokens` a corpus as token ids, "
+                  "`train.bin` and `val.bin` (docs/data-and-models.md)."),
         makeField("path", &W::dataset, &W::Dataset::path, string, anyString(),
-                  "Folder with the data set's files in the worker's file system; empty takes the "
-                  "Debian package's folder, /usr/share/datasets/<name> (npy needs one)."),
-        makeField("sharding", &W::dataset, &W::Dataset::sharding, string,
-                  oneOf({"auto", "job", "region"}),
-                  "How the workers split the data: job (one copy, shard rank of worldSize), "
-                  "region (each region its own samples, shard localRank of regionSize), or auto "
-                  "(region for a region with a dataPath of its own, else job)."),
+                  "Folder with the data set's files in this region, in the worker's file system; "
+                  "`npy` and `tokens` need one. Empty: where the Debian package installs it, "
+                  "`/usr/share/datasets/<name>`."),
+        makeField(
+            "sharding", &W::dataset, &W::Dataset::sharding, string,
+            oneOf({"auto", "job", "region"}),
+            "How the shards are derived: `job`, one copy of the data for the whole job (shard "
+            "`worker.rank` of `worker.worldSize`); `region`, each region has samples of its own "
+            "(shard `worker.localRank` of `worker.regionSize`, so the region's workers read all of "
+            "its copy); `auto`, decided by the controller (`region` for a region with its own "
+            "`dataPath`) or by `geotrain local` (`region` when `dataset.path` contains "
+            "`{region}`); a worker run by hand reads `auto` as `job`."),
         makeField("shardIndex", &W::dataset, &W::Dataset::shardIndex, optionalInteger, shardRule(0),
-                  "Shard this worker reads; null derives it as dataset.sharding says."),
-        makeField("shardCount", &W::dataset, &W::Dataset::shardCount, optionalInteger, shardRule(1),
-                  "Number of shards the data is cut into; null derives it as dataset.sharding "
-                  "says."),
+                  "Shard this worker reads, below the shard count; null derives it as "
+                  "`dataset.sharding` says."),
+        makeField(
+            "shardCount", &W::dataset, &W::Dataset::shardCount, optionalInteger, shardRule(1),
+            "Number of shards the data is cut into; null derives it as `dataset.sharding` says."),
         makeField("syntheticSamples", &W::dataset, &W::Dataset::syntheticSamples, integer,
                   between(1, kMaxSyntheticSamples),
-                  "Size of the synthetic data set (generated in memory, 3 KiB a sample)."),
+                  "Size of the `synthetic` data set, generated in memory (3 KiB a sample: 1000000 "
+                  "take about 3 GiB)."),
         makeField("tokenBytes", &W::dataset, &W::Dataset::tokenBytes, integer,
                   oneOf(std::vector<int64_t>{2, 4}),
-                  "tokens: bytes per token id in train.bin and val.bin (uint16 or uint32).")}});
+                  "`tokens`: bytes per token id in `train.bin` and `val.bin` (little-endian uint16 "
+                  "or uint32).")}});
   schema.push_back(
       {"training",
        {makeField("steps", &W::training, &W::Training::steps, integer, atLeast(1),
@@ -854,53 +883,64 @@ std::vector<Section> buildSchema() {
         makeField("optimizer", &W::training, &W::Training::optimizer, string,
                   oneOf({"sgd", "adam"}), "Optimizer; its state stays local to each worker."),
         makeField("lr", &W::training, &W::Training::lr, number, above(0),
-                  "Learning rate (peak, after warm-up); > 0."),
+                  "Learning rate (peak, after warm-up)."),
         makeField("momentum", &W::training, &W::Training::momentum, number, unitInterval,
-                  "SGD momentum, 0 <= m < 1 (ignored by adam)."),
+                  "SGD momentum (ignored by `adam`)."),
         makeField("nesterov", &W::training, &W::Training::nesterov, boolean, anyBool(),
-                  "Nesterov momentum for sgd, on by default (a target in fewer steps, with "
-                  "delayed updates or without)."),
+                  "Nesterov momentum for `sgd`. On by default: it reached the target in a fifth to "
+                  "a quarter fewer steps under `allreduce` and `dts` (delayed updates or not), and "
+                  "ended higher under `swarm` (docs/benchmarks.md; why: docs/architecture.md §3)."),
         makeField("weightDecay", &W::training, &W::Training::weightDecay, number, atLeastNumber(0),
                   "L2 weight decay."),
         makeField("schedule", &W::training, &W::Training::schedule, string,
                   oneOf({"constant", "cosine", "step"}), "Learning-rate schedule after warm-up."),
         makeField("warmupSteps", &W::training, &W::Training::warmupSteps, integer, atLeast(0),
-                  "Linear warm-up from 0 to lr over this many steps."),
+                  "Linear warm-up from 0 to `lr` over this many steps."),
         makeField("stepSize", &W::training, &W::Training::stepSize, integer, atLeast(1),
-                  "step schedule: multiply the rate by stepGamma every stepSize steps."),
+                  "`step` schedule: multiply the rate by `stepGamma` every `stepSize` steps."),
         makeField("stepGamma", &W::training, &W::Training::stepGamma, number, gammaRule,
-                  "step schedule factor, 0 < g <= 1."),
+                  "`step` schedule factor."),
         makeField("gradClip", &W::training, &W::Training::gradClip, number, atLeastNumber(0),
                   "Clip the global gradient L2 norm to this; 0 turns clipping off."),
         makeField("evalInterval", &W::training, &W::Training::evalInterval, integer, atLeast(0),
                   "Evaluate every this many steps; 0 evaluates only at the end."),
-        makeField("evalBacklog", &W::training, &W::Training::evalBacklog, integer,
-                  between(0, kMaxEvalBacklog),
-                  "Snapshots that may wait for the background evaluation (each a copy of the "
-                  "parameters); 0 skips a periodic evaluation while one runs. Those waiting at "
-                  "the end are evaluated before the final evaluation."),
+        makeField(
+            "evalBacklog", &W::training, &W::Training::evalBacklog, integer,
+            between(0, kMaxEvalBacklog),
+            "Snapshots that may wait while the background evaluation runs (each costs a copy of "
+            "the parameters); 0 skips a periodic evaluation that finds one running. With a backlog "
+            "every snapshot is evaluated, late if need be, and those still waiting at the end are "
+            "evaluated (and reported with their own step) before the final evaluation."),
         makeField("logInterval", &W::training, &W::Training::logInterval, integer, atLeast(0),
                   "Log a progress line every this many steps; 0 turns them off."),
         makeField("device", &W::training, &W::Training::device, string,
-                  oneOf({"auto", "cpu", "cuda"}), "auto uses a GPU when there is one."),
-        makeField("loss", &W::training, &W::Training::loss, string,
-                  oneOf({"cross-entropy", "mse", "next-token"}),
-                  "cross-entropy for integer labels, mse for float targets (regression), "
-                  "next-token for token windows (dataset tokens)."),
+                  oneOf({"auto", "cpu", "cuda"}),
+                  "`auto` uses a GPU when there is one. A TrainingJob's regions whose pods ask for "
+                  "`nvidia.com/gpu` get `cuda` for `auto`, and `cuda` needs every region to ask "
+                  "for one (docs/kubernetes.md#gpu-workers)."),
+        makeField(
+            "loss", &W::training, &W::Training::loss, string,
+            oneOf({"cross-entropy", "mse", "next-token"}),
+            "`cross-entropy` over class logits for integer labels; `mse` (mean squared error) for "
+            "float targets, a regression; `next-token`, the cross-entropy of every position's next "
+            "token, for `tokens` (and only there). It must fit the data's targets; evaluations "
+            "report the test loss with each (for `next-token` the validation loss, also in bits "
+            "per token in the log), and the accuracy with `cross-entropy`."),
         makeField("threads", &W::training, &W::Training::threads, integer, between(0, kMaxThreads),
                   "Intra-op CPU threads; 0 keeps the library's default.")}});
   schema.push_back(
       {"sync",
        {makeField("algorithm", &W::sync, &W::Sync::algorithm, string,
                   oneOf({"none", "allreduce", "dts", "swarm"}),
-                  "none: every worker trains alone; allreduce: synchronous data parallelism; "
-                  "dts: delayed and temporally sparse updates; swarm: SwarmSGD gossip."),
+                  "`none`: every worker trains alone; `allreduce`: synchronous data parallelism; "
+                  "`dts`: delayed and temporally sparse updates; `swarm`: SwarmSGD gossip."),
         makeField("period", &W::sync, &W::Sync::period, delayType(), periodRule,
-                  "DTS period K: local steps per round (>= 1), or auto for the K whose rounds "
-                  "the measured uplink carries comfortably."),
+                  "DTS period K: local steps per round; `auto` lets the workers agree at run time "
+                  "on the K whose rounds the measured uplink carries in at most half their time "
+                  "(starting from 16)."),
         makeField("delay", &W::sync, &W::Sync::delay, delayType(), delayRule,
-                  "DTS delay D in steps (>= 0), or auto for the smallest D that hides the "
-                  "measured link latency."),
+                  "DTS delay D in steps before a round's average is applied; `auto` picks the "
+                  "smallest D that hides the measured link latency."),
         makeField("swarmH", &W::sync, &W::Sync::swarmH, integer, atLeast(1),
                   "SwarmSGD: local steps between two pairwise exchanges."),
         makeField("codec", &W::sync, &W::Sync::codec, string, oneOf(kCodecNames),
@@ -908,83 +948,102 @@ std::vector<Section> buildSchema() {
         makeField("bits", &W::sync, &W::Sync::bits, integer,
                   oneOf(std::vector<int64_t>(kernels::kQsgdBits.begin(), kernels::kQsgdBits.end())),
                   "QSGD bits per value (sign + level)."),
-        makeField("bucket", &W::sync, &W::Sync::bucket, integer,
-                  between(kernels::kQsgdMinBucket, kMaxBucket),
-                  "QSGD bucket size in values (one scale per bucket)."),
+        makeField(
+            "bucket", &W::sync, &W::Sync::bucket, integer,
+            between(kernels::kQsgdMinBucket, kMaxBucket),
+            "QSGD bucket size in values (one scale per bucket). At most 2^30, the most the QSGD "
+            "kernels take (their GPU bucket cursor is 32-bit); a larger bucket is refused by this "
+            "schema, the `TrainingJob` CRD and `geotrain local`, not when a worker starts."),
         makeField("errorFeedback", &W::sync, &W::Sync::errorFeedback, boolean, anyBool(),
                   "Keep each tensor's quantization residual and add it to the next update."),
-        makeField("scaleLrWithDelay", &W::sync, &W::Sync::scaleLrWithDelay, boolean, anyBool(),
-                  "DTS: when the peers' updates are more than 4 steps old as they are applied (D "
-                  "under a fixed delay), scale the gradient (for sgd, the step size) by max(1/2, "
-                  "4 / their age); false steps as configured."),
+        makeField(
+            "scaleLrWithDelay", &W::sync, &W::Sync::scaleLrWithDelay, boolean, anyBool(),
+            "DTS: when the peers' updates are τ > 4 steps old as they are applied (τ = D under a "
+            "fixed D), scale the gradient (for `sgd`, the step size) by max(1/2, 4 / τ); `false` "
+            "steps as configured (the published rule). Why: docs/architecture.md §3."),
         makeField("hierarchical", &W::sync, &W::Sync::hierarchical, boolean, anyBool(),
                   "Reduce inside a region to its leader first; only leaders talk across the "
                   "WAN."),
         makeField("lanCodec", &W::sync, &W::Sync::lanCodec, string, oneOf(kLanCodecNames),
                   "Encoding of updates inside a region."),
-        makeField("timeoutSeconds", &W::sync, &W::Sync::timeoutSeconds, number,
-                  seconds(kMinSeconds),
-                  "The last resort for a peer that is heard but does not deliver (a straggler), "
-                  "0.001 to 1000000 s. A silent peer is suspected after peerTimeoutSeconds "
-                  "instead."),
+        makeField(
+            "timeoutSeconds", &W::sync, &W::Sync::timeoutSeconds, number, seconds(kMinSeconds),
+            "The last resort for a peer that is heard but does not deliver (a straggler): after it "
+            "the round goes on without it. Also the start-up grace for a peer never heard (at most "
+            "20 s). `allreduce` fails after it. A silent peer is suspected after "
+            "`peerTimeoutSeconds` instead. Seconds; the runtime counts whole milliseconds."),
         makeField("peerTimeoutSeconds", &W::sync, &W::Sync::peerTimeoutSeconds, number,
                   seconds(kMinSeconds, /*zeroMeansAuto=*/true),
                   "Silence (no frame, pings included) after which a peer is suspected and nobody "
-                  "waits for it, 0.001 to 1000000 s; 0 = auto, max(3 s, 4 x its ping RTT + 2 "
-                  "s).")}});
+                  "waits for it, in seconds; `0`: auto, max(3 s, 4 × its ping RTT + 2 s). Pings "
+                  "leave every second, so a value under 3 s may suspect a live peer that has "
+                  "nothing else to send. See docs/membership.md.")}});
   schema.push_back(
       {"transport",
        {makeField("listen", &W::transport, &W::Transport::listen, string, nonEmptyString(),
                   "ZeroMQ endpoint this worker binds."),
         peersField(), regionsField(),
         makeField("keyDir", &W::transport, &W::Transport::keyDir, string, nonEmptyString(),
-                  "Folder with the CURVE key files (geotrain keygen): this worker's "
-                  "worker-<rank>.key and every rank's worker-<r>.pub."),
+                  "Folder with the CURVE key files (`geotrain keygen`): this worker's "
+                  "`worker-<rank>.key` and every rank's `worker-<r>.pub`."),
         makeField("keyGroupReadable", &W::transport, &W::Transport::keyGroupReadable, boolean,
                   anyBool(),
-                  "Accept a secret key file its group may read (never others), as Kubernetes "
-                  "mounts a Secret into a non-root pod."),
+                  "Accept a secret key file that its group may read (never others): Kubernetes "
+                  "mounts a Secret into a non-root pod as `root:<fsGroup>` mode 0440. Off, the key "
+                  "must be owner-only (0600 or 0400)."),
         linksField(),
         makeField("uplink", &W::transport, &W::Transport::uplink, string, anyString(),
-                  "Emulated uplink shared by all of this worker's WAN traffic, a link profile "
-                  "such as rate=100mbit; empty: none.")}});
-  schema.push_back(
-      {"checkpoint",
-       {makeField("dir", &W::checkpoint, &W::Checkpoint::dir, string, anyString(),
-                  "Folder for checkpoints inside the worker (a mounted volume, to survive the "
-                  "pod); empty turns checkpoints off."),
-        makeField("interval", &W::checkpoint, &W::Checkpoint::interval, integer, atLeast(1),
-                  "Steps between checkpoints."),
-        makeField("keep", &W::checkpoint, &W::Checkpoint::keep, integer, atLeast(1),
-                  "Newest checkpoints kept; older ones are deleted."),
-        makeField("resume", &W::checkpoint, &W::Checkpoint::resume, boolean, anyBool(),
-                  "Start from the newest checkpoint in dir, if there is one.")}});
+                  "Emulated uplink shared by all of this worker's WAN traffic, a link profile such "
+                  "as `rate=100mbit`; a message passes the uplink, then its link. Empty: none.")}});
+  schema.push_back({"checkpoint",
+                    {makeField("dir", &W::checkpoint, &W::Checkpoint::dir, string, anyString(),
+                               "Where checkpoints go, inside the worker (a mounted volume, to "
+                               "survive the pod); empty turns checkpoints off."),
+                     makeField("interval", &W::checkpoint, &W::Checkpoint::interval, integer,
+                               atLeast(1), "Steps between checkpoints."),
+                     makeField("keep", &W::checkpoint, &W::Checkpoint::keep, integer, atLeast(1),
+                               "Newest checkpoints kept; older ones are deleted, except the newest "
+                               "one that verifies when none of the kept ones does."),
+                     makeField("resume", &W::checkpoint, &W::Checkpoint::resume, boolean, anyBool(),
+                               "Start from the newest checkpoint in `dir` that verifies and fits "
+                               "this worker, if there is one.")}});
   schema.push_back(
       {"output",
        {makeField("path", &W::output, &W::Output::path, string, anyString(),
-                  "Folder that receives the job's final model (model.pt, a state dict torch.load "
-                  "reads; model.torchscript.pt; model.json), written by each region's first "
-                  "worker into a mounted volume; empty writes none."),
+                  "Where the job's final model goes: `model.pt` (a state dict `torch.load` reads), "
+                  "`model.torchscript.pt` (every built-in and TorchScript model) and `model.json` "
+                  "(the model, its inputs and their scaling, outputs, task, the step and whether "
+                  "it is the final model, test accuracy or loss, model hash), in a mounted volume. "
+                  "Written once per region, by its first worker (`worker.localRank` 0; `geotrain "
+                  "local`: rank 0 only), each file renamed into place; a failure to write fails "
+                  "the worker. Empty writes none. See docs/data-and-models.md."),
         makeField("everyCheckpoint", &W::output, &W::Output::everyCheckpoint, boolean, anyBool(),
-                  "Also export every checkpoint.interval steps, replacing the previous export "
-                  "(model.json names its step), so that a job that fails leaves its latest model "
-                  "behind.")}});
+                  "Also export every `checkpoint.interval` steps (after that step's checkpoint "
+                  "where `checkpoint.dir` is set; without one too), replacing the previous export, "
+                  "so that a job that fails leaves its latest model behind: the worker's model at "
+                  "that step (under `dts`, its own replica, which the next rounds still correct), "
+                  "`model.json` with `\"final\": false` and the step. The final export replaces it "
+                  "at the end. A failure to write one is logged and training goes on; the final "
+                  "export's failure fails the worker.")}});
   schema.push_back(
       {"metrics",
        {makeField("listen", &W::metrics, &W::Metrics::listen, string, anyString(),
-                  "host:port of the Prometheus /metrics endpoint."),
+                  "Address (`host:port`) of the Prometheus `/metrics` endpoint; non-empty while "
+                  "`metrics.enabled` is `true`."),
         makeField("enabled", &W::metrics, &W::Metrics::enabled, boolean, anyBool(),
-                  "Serve /metrics."),
-        makeField("lingerSeconds", &W::metrics, &W::Metrics::lingerSeconds, number, seconds(0),
-                  "After a successful run, keep serving the final values this long, so that the "
-                  "next scrape sees them.")}});
+                  "Serve `/metrics`."),
+        makeField(
+            "lingerSeconds", &W::metrics, &W::Metrics::lingerSeconds, number, seconds(0),
+            "After a successful run, keep serving the final values this long (seconds) before "
+            "exiting, so that the next scrape sees them (set it to the scrape interval).")}});
   schema.push_back(
       {"log",
        {makeField("level", &W::log, &W::Log::level, string,
                   oneOf({"trace", "debug", "info", "warn", "error", "critical", "off"}),
-                  "Level of the worker's log."),
+                  "Level of the worker's log on stderr."),
         makeField("format", &W::log, &W::Log::format, string, oneOf({"text", "json"}),
-                  "text, or json: one object a line (time, level, msg) for log collectors.")}});
+                  "`json`: one object a line (`time`, `level`, `msg`) for log collectors; the "
+                  "controller sets it for pods from `spec.log.format`.")}});
   // What only the whole table knows: each key's section, path and default.
   const WorkerConfig defaults;
   for (Section& section : schema) {
@@ -1595,6 +1654,13 @@ StatusOr<const KeySpec*> lookupWorkerKey(std::string_view path) {
 
 KeyValue workerKeyValue(const WorkerConfig& config, const KeySpec& key) {
   return fieldOf(key).get(config);
+}
+
+std::string workerKeyYaml(const WorkerConfig& config, const KeySpec& key) {
+  YAML::Emitter out;
+  fieldOf(key).emit(config, out);
+  GEO_ENFORCE(out.good(), "emitting {} failed: {}", key.path, out.GetLastError());
+  return out.c_str();
 }
 
 Status setWorkerKey(WorkerConfig& config, const KeySpec& key, std::string_view text) {

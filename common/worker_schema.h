@@ -90,6 +90,10 @@ StatusOr<const KeySpec*> lookupWorkerKey(std::string_view path);
 // `key`'s value in `config`.
 KeyValue workerKeyValue(const WorkerConfig& config, const KeySpec& key);
 
+// `key`'s value in `config` as toYaml() writes it ("0.05", "~", "\"\"",
+// "[]"); a non-empty list or map takes several lines.
+std::string workerKeyYaml(const WorkerConfig& config, const KeySpec& key);
+
 // Sets `key` from a scalar's text, read as worker.yaml and --set read it
 // (applyOverride's special forms included). On error `config` is unchanged
 // and the InvalidArgument names the value and what is allowed but not the

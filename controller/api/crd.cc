@@ -152,6 +152,14 @@ void foldedLine(std::vector<std::string>& lines, int indent, std::string_view ke
 
 // ---- Keys --------------------------------------------------------------------
 
+// A doc line marks code with backticks for the Markdown reference
+// (docs/worker-config.md); kubectl explain shows descriptions as plain text.
+std::string withoutCodeMarks(std::string_view doc) {
+  std::string text(doc);
+  std::erase(text, '`');
+  return text;
+}
+
 std::string bound(const KeySpec& key, double v) {
   if (key.type == KeyType::kInteger || key.type == KeyType::kUnsigned) {
     return fmt::format("{}", static_cast<int64_t>(v));
@@ -219,7 +227,8 @@ void renderKey(std::vector<std::string>& lines, int indent, const KeySpec& key,
   }
   auto description = descriptionOverrides().find(key.path);
   foldedLine(lines, in, "description",
-             description == descriptionOverrides().end() ? key.doc : description->second);
+             description == descriptionOverrides().end() ? withoutCodeMarks(key.doc)
+                                                         : description->second);
   if (!limits.choices.empty()) {
     lines.push_back(fmt::format("{:{}}enum:", "", in));
     for (const std::string& choice : limits.choices) {

@@ -846,48 +846,6 @@ std::string readFile(const std::string& path) {
   return text.str();
 }
 
-// toYaml writes `section:` lines at column 0 and `  key: value` lines under
-// them; values of the defaults all fit on their line.
-std::vector<std::pair<std::string, std::string>> defaultKeyValues() {
-  std::vector<std::pair<std::string, std::string>> result;
-  std::istringstream yaml(toYaml(WorkerConfig{}));
-  std::string line;
-  std::string section;
-  while (std::getline(yaml, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t colon = line.find(": ");
-    if (line[0] != ' ') {
-      section = line.substr(0, line.find(':'));
-    } else if (line.rfind("  ", 0) == 0 && colon != std::string::npos) {
-      result.emplace_back(section + "." + line.substr(2, colon - 2), line.substr(colon + 2));
-    } else {
-      ADD_FAILURE() << "unexpected line in toYaml(defaults): " << line;
-    }
-  }
-  return result;
-}
-
-TEST(WorkerConfig, DocsListEveryKeyWithItsDefault) {
-  const std::string docs = readFile(GEO_WORKER_CONFIG_DOC);
-  ASSERT_FALSE(docs.empty()) << "cannot read " << GEO_WORKER_CONFIG_DOC;
-  const auto keys = defaultKeyValues();
-  EXPECT_EQ(keys.size(), 70u);  // the schema's key count: update with the docs
-  for (const auto& [path, value] : keys) {
-    // A reference row: | `path` | type | `default` | allowed | meaning |
-    const std::string rowStart = "| `" + path + "` |";
-    const size_t row = docs.find(rowStart);
-    if (row == std::string::npos) {
-      ADD_FAILURE() << "docs/worker-config.md has no row for " << path;
-      continue;
-    }
-    const size_t typeEnd = docs.find(" | ", row + rowStart.size());
-    const size_t defaultEnd = docs.find(" | ", typeEnd + 3);
-    ASSERT_NE(defaultEnd, std::string::npos);
-    const std::string defaultCell = docs.substr(typeEnd + 3, defaultEnd - typeEnd - 3);
-    EXPECT_EQ(defaultCell, "`" + value + "`") << "default of " << path << " in the docs";
-  }
-}
-
 // sync.bits and sync.bucket admit exactly what the QSGD kernels do
 // (kernels/qsgd_limits.h), in the parser, in --set, in a config built in
 // code and in the docs' row; a bucket of 2^31 (past the kernels' int32
@@ -919,8 +877,8 @@ TEST(WorkerConfig, QsgdKeysAdmitExactlyTheKernelLimits) {
   const std::string docs = readFile(GEO_WORKER_CONFIG_DOC);
   const size_t row = docs.find("| `sync.bucket` |");
   ASSERT_NE(row, std::string::npos);
-  EXPECT_NE(docs.substr(row, docs.find('\n', row) - row).find("1 to " + max), std::string::npos)
-      << "docs/worker-config.md: sync.bucket's range is not the kernels' 1 to " << max;
+  EXPECT_NE(docs.substr(row, docs.find('\n', row) - row).find("1.." + max), std::string::npos)
+      << "docs/worker-config.md: sync.bucket's range is not the kernels' 1.." << max;
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -192,30 +191,6 @@ TEST(WorkerSchema, AProblemNamesItsKeyApartFromItsWords) {
   EXPECT_EQ(
       workerConfigProblem(both),
       (ConfigProblem{"model", "builtin and torchscript are both set (allowed: one of them)"}));
-}
-
-// docs/worker-config.md's "allowed" column names every value an enumerated
-// key admits (the schema is where they come from; the docs are written by
-// hand).
-TEST(WorkerSchema, DocsListEveryAllowedValue) {
-  std::ifstream in(GEO_WORKER_CONFIG_DOC);
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string docs = text.str();
-  ASSERT_FALSE(docs.empty()) << "cannot read " << GEO_WORKER_CONFIG_DOC;
-  for (const KeySpec& key : workerConfigSchema()) {
-    if (key.limits.choices.empty()) continue;
-    const size_t row = docs.find("| `" + key.path + "` |");
-    ASSERT_NE(row, std::string::npos) << key.path;
-    // | `path` | type | `default` | allowed | meaning |
-    std::string allowed = docs.substr(row, docs.find('\n', row) - row);
-    for (int cell = 0; cell < 3; ++cell) allowed = allowed.substr(allowed.find(" | ") + 3);
-    allowed = allowed.substr(0, allowed.find(" | "));
-    for (const std::string& choice : key.limits.choices) {
-      EXPECT_NE(allowed.find("`" + choice + "`"), std::string::npos)
-          << "docs/worker-config.md's row of " << key.path << " does not name " << choice;
-    }
-  }
 }
 
 }  // namespace
