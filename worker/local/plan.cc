@@ -381,6 +381,11 @@ std::string formatPlan(const PlanInput& in, const Plan& p) {
       "steps to target: {:.0f} steps of allreduce fp32 (--reference-steps) times each "
       "algorithm's measured factor; time excludes the start and the final average\n",
       in.referenceSteps);
+  if (in.hierarchical && in.workersPerRegion > 1) {
+    out +=
+        "a region's LAN reduce (every step, a barrier among its workers) is not counted: read "
+        "steps/s as an upper bound (4 regions x 4 workers ran at 56% of the plan)\n";
+  }
   if (p.finalAverageSeconds > 0) {
     out += fmt::format(
         "the final average (dts, allreduce): the models in fp32 to one worker and back, about "

@@ -142,10 +142,13 @@ TEST(Plan, HierarchicalLeadersSendToTheOtherLeadersOnly) {
   auto p = plan(in);
   ASSERT_TRUE(p.ok());
   EXPECT_DOUBLE_EQ(row(*p, "allreduce fp32").wanBytesPerStep, 2 * payload);
+  // The LAN is not counted, and the table says so.
+  EXPECT_NE(formatPlan(in, *p).find("LAN reduce"), std::string::npos);
   in.hierarchical = false;  // every rank of the two other regions
   p = plan(in);
   ASSERT_TRUE(p.ok());
   EXPECT_DOUBLE_EQ(row(*p, "allreduce fp32").wanBytesPerStep, 8 * payload);
+  EXPECT_EQ(formatPlan(in, *p).find("LAN reduce"), std::string::npos);
 }
 
 TEST(Plan, SwarmSendsTwoPayloadsEveryHStepsAndNeverWaits) {
