@@ -14,6 +14,10 @@ the final average excluded), and the K and D the workers settled on.
 The codec's share of the machine is its cores over the workers.
 
   bench/plan_check.py --geotrain build/worker/geotrain --sizes 4,8,16 --out runs/plan
+  bench/plan_check.py --geotrain build/worker/geotrain --sizes 4x4 --steps 400 --out runs/plan
+
+WAN bytes are the region leaders' (under hierarchical sync only they send
+over the WAN), steps/s every worker's.
 
 Prints one table row per size and exits 1 when a figure is off by more
 than --tolerance (default 0.15) and --check is given.
@@ -30,16 +34,19 @@ import sys
 WORLD16 = ("virginia,ohio,california,oregon,montreal,saopaulo,ireland,london,paris,frankfurt,"
            "stockholm,mumbai,singapore,tokyo,seoul,sydney").split(",")
 # N = 8: every other world16 region, so the links span the globe as at 16.
+# "4x4": the world's 4 regions with 4 workers each (hierarchical sync).
 SIZES = {
-    4: ("world", None),
-    8: ("world16", ",".join(WORLD16[::2])),
-    16: ("world16", None),
+    "4": ("world", None, 1),
+    "8": ("world16", ",".join(WORLD16[::2]), 1),
+    "16": ("world16", None, 1),
+    "4x4": ("world", None, 4),
 }
 
 
-def run_local(geotrain, out, preset, regions, steps, step_time, extra):
+def run_local(geotrain, out, preset, regions, per_region, steps, step_time, extra):
     cmd = [geotrain, "local", "--preset", preset, "--steps", str(steps), "--eval-interval", "0",
-           "--threads", "1", "--step-time", step_time, "--out", out] + extra
+           "--threads", "1", "--step-time", step_time, "--workers-per-region", str(per_region),
+           "--out", out] + extra
     if regions:
         cmd += ["--regions", regions]
     shutil.rmtree(out, ignore_errors=True)  # this script's own run folder, from an earlier run
@@ -51,9 +58,10 @@ def run_local(geotrain, out, preset, regions, steps, step_time, extra):
     return out
 
 
-def steady(out, steps, window):
-    """Median over ranks of steps/s and WAN bytes sent per step between the
-    window's steps, from progress.csv."""
+def steady(out, steps, window, per_region):
+    """Median over ranks of steps/s, and over the region leaders (the ranks
+    that send over the WAN) of WAN bytes sent per step, between the window's
+    steps, from progress.csv."""
     lo, hi = int(steps * window[0]), int(steps * window[1])
     by_rank = {}
     with open(os.path.join(out, "progress.csv")) as f:
@@ -70,8 +78,9 @@ def steady(out, steps, window):
         ds = int(b["step"]) - int(a["step"])
         dt = float(b["wall_seconds"]) - float(a["wall_seconds"])
         rates.append(ds / dt)
-        sent.append((int(b["wan_sent_bytes"]) - int(a["wan_sent_bytes"])) / ds)
-    if not rates:
+        if int(a["rank"]) % per_region == 0:
+            sent.append((int(b["wan_sent_bytes"]) - int(a["wan_sent_bytes"])) / ds)
+    if not rates or not sent:
         sys.exit(f"plan_check: no progress rows between steps {lo} and {hi} in {out}")
     rates.sort()
     sent.sort()
@@ -93,9 +102,9 @@ def settled(out):
     return k, d
 
 
-def plan_row(geotrain, preset, regions, step_seconds, cores_per_worker, algorithm):
+def plan_row(geotrain, preset, regions, per_region, step_seconds, cores_per_worker, algorithm):
     cmd = [geotrain, "plan", "--preset", preset, "--step-time", f"{step_seconds * 1e3:.3f}ms",
-           "--cores-per-worker", f"{cores_per_worker:.4f}"]
+           "--cores-per-worker", f"{cores_per_worker:.4f}", "--workers-per-region", str(per_region)]
     if regions:
         cmd += ["--regions", regions]
     text = subprocess.check_output(cmd, text=True)
@@ -110,7 +119,8 @@ def plan_row(geotrain, preset, regions, step_seconds, cores_per_worker, algorith
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--geotrain", required=True)
-    ap.add_argument("--sizes", default="4,8,16", help="regions per job: 4, 8 and/or 16")
+    ap.add_argument("--sizes", default="4,8,16",
+                    help="jobs: 4, 8 and/or 16 regions of one worker, 4x4 (4 regions x 4 workers)")
     ap.add_argument("--steps", type=int, default=600, help="steps per run")
     ap.add_argument("--step-time", default="25ms", help="each step padded to this")
     ap.add_argument("--window", default="0.3,0.85", help="fractions of the steps measured")
@@ -121,23 +131,25 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     window = tuple(float(x) for x in a.window.split(","))
     results, bad = [], []
-    for n in (int(x) for x in a.sizes.split(",")):
+    for n in a.sizes.split(","):
         if n not in SIZES:
-            sys.exit(f"plan_check: --sizes {n} (allowed: 4, 8, 16)")
-        preset, regions = SIZES[n]
+            sys.exit(f"plan_check: --sizes {n} (allowed: {', '.join(SIZES)})")
+        preset, regions, per_region = SIZES[n]
+        workers = (16 if preset == "world16" and not regions else
+                   len(regions.split(",")) if regions else 4) * per_region
         steps = a.steps
         base = run_local(a.geotrain, os.path.join(a.out, f"n{n}-none"), "lan",
                          regions if regions else (",".join(WORLD16) if preset == "world16" else None),
-                         steps, a.step_time, ["--algorithm", "none"])
-        base_rate, _ = steady(base, steps, window)
-        real = run_local(a.geotrain, os.path.join(a.out, f"n{n}-dts"), preset, regions, steps,
-                         a.step_time, [])
-        rate, sent = steady(real, steps, window)
+                         per_region, steps, a.step_time, ["--algorithm", "none"])
+        base_rate, _ = steady(base, steps, window, per_region)
+        real = run_local(a.geotrain, os.path.join(a.out, f"n{n}-dts"), preset, regions,
+                         per_region, steps, a.step_time, [])
+        rate, sent = steady(real, steps, window, per_region)
         k, d = settled(real)
         # The workers share this machine's cores, as the codec's work does.
-        cores = min(1.0, (os.cpu_count() or 1) / n)
-        predicted, text = plan_row(a.geotrain, preset, regions, 1.0 / base_rate, cores,
-                                   "dts K=auto D=auto")
+        cores = min(1.0, (os.cpu_count() or 1) / workers)
+        predicted, text = plan_row(a.geotrain, preset, regions, per_region, 1.0 / base_rate,
+                                   cores, "dts K=auto D=auto")
         with open(os.path.join(a.out, f"n{n}-plan.txt"), "w") as f:
             f.write(text)
         row = {"regions": n, "step_ms_alone": 1e3 / base_rate,
