@@ -261,6 +261,11 @@ CLI::App* addPlanCommand(CLI::App& app, PlanOptions& options, std::function<void
       "Predict, before a job runs, what each synchronization algorithm does on the given links: "
       "steps/s, WAN bytes per worker per step, the delay, steps and time to a target; and "
       "recommend one");
+  plan->add_option("--job", options.jobFile,
+                   "A TrainingJob manifest (YAML): its regions, workers per region, model and "
+                   "sync settings, checked as the controller checks them; the links still come "
+                   "from --preset, --rtt and --default-rtt")
+      ->type_name("FILE");
   plan->add_option("--preset", options.topology.preset,
                    "Links: world, world16 or lan, as in `geotrain local` (see its --help)")
       ->type_name("NAME")
@@ -303,7 +308,8 @@ CLI::App* addPlanCommand(CLI::App& app, PlanOptions& options, std::function<void
       ->type_name("C")
       ->capture_default_str();
   plan->add_option("--model", options.model,
-                   "mlp: its tensors from --width; any other model by --parameters")
+                   "mlp (its tensors from --width), cnn or resnet18; any other model by "
+                   "--parameters")
       ->type_name("NAME")
       ->capture_default_str();
   plan->add_option("--width", options.width, "The mlp's hidden units (model.width)")
@@ -347,6 +353,7 @@ CLI::App* addPlanCommand(CLI::App& app, PlanOptions& options, std::function<void
       "A model of the exchange, not a simulation: docs/algorithms.md, \"Planning a job\", "
       "says what it counts and how it extrapolates.\n"
       "Example: geotrain plan --preset world16 --step-time 25ms --width 25000\n"
+      "         geotrain plan --job manifests/samples/world.yaml --step-time 30ms\n"
       "Exit status: 0 with the table printed; 1 on bad input (the message names the flag); 2 "
       "on a usage error.");
   plan->callback(std::move(onParsed));

@@ -3,9 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <regex>
 #include <utility>
 
 #include "common/worker_config.h"
@@ -13,6 +19,9 @@
 #include "worker/local/faults.h"
 #include "worker/sync/auto_rules.h"
 #include "worker/transport/link.h"
+#if defined(GEO_PLAN_READS_JOBS)
+#include "controller/api/training_job.h"
+#endif
 
 namespace geo::local {
 namespace {
@@ -56,6 +65,56 @@ std::string limitOf(double compute, double codec, double latency, double uplink)
                           [](const auto& a, const auto& b) { return a.first < b.first; })
       ->second;
 }
+
+#if defined(GEO_PLAN_READS_JOBS)
+// A YAML document as JSON, as kubectl reads a manifest: plain scalars
+// typed by YAML 1.2's core schema (null, booleans, integers, floats),
+// quoted ones strings.
+nlohmann::json toJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      nlohmann::json object = nlohmann::json::object();
+      for (const auto& item : node) object[item.first.as<std::string>()] = toJson(item.second);
+      return object;
+    }
+    case YAML::NodeType::Sequence: {
+      nlohmann::json array = nlohmann::json::array();
+      for (const auto& item : node) array.push_back(toJson(item));
+      return array;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& text = node.Scalar();
+      if (node.Tag() == "!") return text;  // quoted: a string whatever it reads as
+      static const std::regex kNull("~|null|Null|NULL");
+      static const std::regex kTrue("true|True|TRUE");
+      static const std::regex kFalse("false|False|FALSE");
+      static const std::regex kInt("[-+]?[0-9]+");
+      static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+      if (std::regex_match(text, kNull)) return nullptr;
+      if (std::regex_match(text, kTrue)) return true;
+      if (std::regex_match(text, kFalse)) return false;
+      if (std::regex_match(text, kInt)) {
+        errno = 0;
+        const long long v = std::strtoll(text.c_str(), nullptr, 10);
+        if (errno == 0) return static_cast<int64_t>(v);
+      }
+      if (std::regex_match(text, kFloat)) return std::strtod(text.c_str(), nullptr);
+      return text;
+    }
+    default: return nullptr;
+  }
+}
+
+StatusOr<nlohmann::json> yamlFileToJson(const std::string& path) {
+  try {
+    return toJson(YAML::LoadFile(path));
+  } catch (const YAML::BadFile&) {
+    return notFound("cannot be read (is the path right?)");
+  } catch (const YAML::Exception& e) {
+    return invalidArgument(fmt::format("not YAML: {}", e.what()));
+  }
+}
+#endif
 
 }  // namespace
 
@@ -286,7 +345,55 @@ std::vector<int64_t> mlpTensorSizes(int64_t width) {
   return {width * kInputs, width, kClasses * width, kClasses};
 }
 
-StatusOr<PlanInput> makePlanInput(const PlanOptions& o) {
+std::vector<int64_t> cnnTensorSizes() {
+  // conv1 1->16 5x5, conv2 16->32 5x5, fc1 32*7*7->128, fc2 128->10.
+  return {16 * 1 * 25, 16, 32 * 16 * 25, 32, 128 * 32 * 7 * 7, 128, 10 * 128, 10};
+}
+
+Status applyJobFile(PlanOptions& o) {
+#if !defined(GEO_PLAN_READS_JOBS)
+  return failedPrecondition(fmt::format(
+      "--job {}: this build of geotrain reads no TrainingJob (it was built without the "
+      "controller, -DGEO_BUILD_CONTROLLER=OFF); give the regions, workers and model as flags",
+      o.jobFile));
+#else
+  auto json = yamlFileToJson(o.jobFile);
+  if (!json.ok()) return json.status().withContext(fmt::format("--job {}", o.jobFile));
+  const api::ParsedSpec parsed = api::parseSpec(*json);
+  if (!parsed.errors.empty()) {
+    return invalidArgument(fmt::format("--job {}: not a valid TrainingJob: {}", o.jobFile,
+                                       api::joinErrors(parsed.errors)));
+  }
+  const api::TrainingJobSpec& spec = parsed.spec;
+  std::vector<std::string> names;
+  for (const api::Region& r : spec.regions) {
+    if (r.replicas != spec.regions.front().replicas) {
+      return invalidArgument(fmt::format(
+          "--job {}: region {} has {} workers and {} has {}: the plan needs as many in every "
+          "region",
+          o.jobFile, spec.regions.front().name, spec.regions.front().replicas, r.name, r.replicas));
+    }
+    names.push_back(r.name);
+  }
+  o.topology.regions = fmt::format("{}", fmt::join(names, ","));
+  o.topology.workersPerRegion = spec.regions.front().replicas;
+  const WorkerConfig& c = spec.worker;
+  o.model = c.model.builtin.empty() ? "torchscript" : c.model.builtin;
+  if (c.model.width > 0) o.width = c.model.width;
+  o.codec = c.sync.codec;
+  o.bits = static_cast<int>(c.sync.bits);
+  o.bucket = c.sync.bucket;
+  o.hierarchical = c.sync.hierarchical;
+  if (c.sync.period) o.period = *c.sync.period;
+  o.delay = c.sync.delay;
+  o.swarmH = c.sync.swarmH;
+  return {};
+#endif
+}
+
+StatusOr<PlanInput> makePlanInput(const PlanOptions& given) {
+  PlanOptions o = given;
+  if (!o.jobFile.empty()) GEO_RETURN_IF_ERROR(applyJobFile(o));
   auto topology = makeTopology(o.topology);
   if (!topology.ok()) return topology.status();
   PlanInput in;
@@ -324,9 +431,13 @@ StatusOr<PlanInput> makePlanInput(const PlanOptions& o) {
       return invalidArgument(fmt::format("--width {} (allowed: 1..{})", o.width, kMaxModelWidth));
     }
     in.tensorSizes = mlpTensorSizes(o.width);
+  } else if (o.model == "cnn") {
+    in.tensorSizes = cnnTensorSizes();
+  } else if (o.model == "resnet18") {
+    in.tensorSizes = {kResnet18Parameters};
   } else {
     return invalidArgument(fmt::format(
-        "--model {}: only mlp is known by its tensors; give any other model's parameter count "
+        "--model {}: mlp, cnn and resnet18 are known; give any other model's parameter count "
         "with --parameters (each worker logs it at start: \"(N parameters)\")",
         o.model));
   }

@@ -148,11 +148,16 @@ StatusOr<Plan> plan(const PlanInput& in);
 
 // `geotrain plan`'s flags as given (cli.h's addPlanCommand fills them).
 struct PlanOptions {
+  // --job: a TrainingJob manifest (YAML) that gives the regions, the
+  // workers per region, the model and the sync settings. The links still
+  // come from the topology flags (a TrainingJob names clusters, not round
+  // trips).
+  std::string jobFile;
   TopologyOptions topology;      // --preset, --regions, --workers-per-region, --rtt, --uplink
   std::string stepTime;          // --step-time, required: "2.5ms"
   double codecNsPerValue = 3.3;  // --codec-ns-per-value
   double coresPerWorker = 1;     // --cores-per-worker
-  std::string model = "mlp";     // --model: mlp (its tensors from --width) or a bare count
+  std::string model = "mlp";     // --model: mlp or cnn (their tensors), resnet18
   int64_t width = 256;           // --width: the mlp's hidden units
   int64_t parameters = 0;        // --parameters: any model as one tensor of this many values
   std::string codec = "qsgd";
@@ -165,9 +170,20 @@ struct PlanOptions {
   double referenceSteps = 205;
 };
 
-// The mlp's parameter tensors (28x28 inputs, `width` hidden units, 10
-// classes), in the order the worker builds them.
+// The built-in models' parameter tensors for Fashion-MNIST (28x28 inputs,
+// one channel, 10 classes), in the order the worker builds them: the mlp
+// of `width` hidden units, and the cnn. resnet18 is planned as one tensor
+// of its count (its small tensors, batch norm's, are 0.1% of it).
 std::vector<int64_t> mlpTensorSizes(int64_t width);
+std::vector<int64_t> cnnTensorSizes();
+inline constexpr int64_t kResnet18Parameters = 11172810;
+
+// Reads a TrainingJob manifest (YAML, one document) into the options it
+// decides: the regions and workers per region (every region must have the
+// same replicas), the model and the sync settings, over what the flags
+// said. The spec is checked as the controller checks it (parseSpec); its
+// errors come back naming the file and each field.
+Status applyJobFile(PlanOptions& options);
 
 // The planner's input from the flags: the topology as `geotrain local`
 // builds it (same presets, --rtt and --uplink rules and messages), the

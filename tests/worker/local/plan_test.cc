@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -228,10 +229,14 @@ TEST(Plan, FlagsBuildTheInputFromAPresetAsGeotrainLocalDoes) {
   EXPECT_NE(makePlanInput(bad).status().message().find("--step-time is required"),
             std::string::npos);
   bad.stepTime = "10ms";
-  bad.model = "resnet18";
+  bad.model = "gpt";
   EXPECT_NE(makePlanInput(bad).status().message().find("--parameters"), std::string::npos);
-  bad.parameters = 11172810;  // any model by its count
+  bad.parameters = 1'000'000;  // any model by its count
   EXPECT_TRUE(makePlanInput(bad).ok());
+  bad.parameters = 0;
+  bad.model = "resnet18";  // known by its count
+  ASSERT_TRUE(makePlanInput(bad).ok());
+  EXPECT_EQ(makePlanInput(bad)->tensorSizes, std::vector<int64_t>{kResnet18Parameters});
   // Many regions: the preset's own pairs keep their times, the rest take
   // --default-rtt.
   PlanOptions many;
@@ -252,6 +257,42 @@ TEST(Plan, FlagsBuildTheInputFromAPresetAsGeotrainLocalDoes) {
   bad.topology.preset = "mars";
   EXPECT_NE(makePlanInput(bad).status().message().find("--preset"), std::string::npos);
 }
+
+#if defined(GEO_SAMPLES_DIR)
+// A TrainingJob manifest gives the regions, workers, model and sync
+// settings, checked as the controller checks them; the links stay the
+// flags'.
+TEST(Plan, AJobManifestGivesTheRegionsTheModelAndTheSyncSettings) {
+  PlanOptions o;
+  o.jobFile = std::string(GEO_SAMPLES_DIR) + "/world.yaml";  // cnn, 4 x 2, K = 8, D = auto
+  o.stepTime = "30ms";
+  auto in = makePlanInput(o);
+  ASSERT_TRUE(in.ok()) << in.status().toString();
+  EXPECT_EQ(in->regions, (std::vector<std::string>{"london", "tokyo", "oregon", "ohio"}));
+  EXPECT_EQ(in->workersPerRegion, 2);
+  EXPECT_EQ(in->tensorSizes, cnnTensorSizes());
+  EXPECT_EQ(in->period, 8);
+  EXPECT_FALSE(in->delay.has_value());
+  EXPECT_TRUE(in->hierarchical);
+  EXPECT_GT(in->rttSeconds[0][1], 0.2);  // london-tokyo from the world preset
+  int64_t cnn = 0;
+  for (int64_t n : cnnTensorSizes()) cnn += n;
+  EXPECT_EQ(cnn, 215370);
+
+  const std::string bad = ::testing::TempDir() + "/plan-bad-job.yaml";
+  {
+    std::ofstream f(bad);
+    f << "apiVersion: geotrain.io/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: x\n"
+         "spec:\n  sync:\n    bits: 3\n  regions:\n    - name: a\n      replicas: \"2\"\n";
+  }
+  o.jobFile = bad;
+  const std::string m(makePlanInput(o).status().message());
+  EXPECT_NE(m.find("--job " + bad + ": not a valid TrainingJob"), std::string::npos) << m;
+  EXPECT_NE(m.find("spec.regions[0].replicas"), std::string::npos) << m;  // a string, not a count
+  o.jobFile = ::testing::TempDir() + "/no-such-job.yaml";
+  EXPECT_NE(makePlanInput(o).status().message().find("cannot be read"), std::string::npos);
+}
+#endif
 
 }  // namespace
 }  // namespace geo::local
