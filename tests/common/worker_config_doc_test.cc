@@ -18,23 +18,14 @@
 #include <vector>
 
 #include "common/worker_schema.h"
+#include "tests/support/golden.h"
 
 namespace geo {
 namespace {
 
-constexpr const char* kRegenerate = "GEO_UPDATE_GOLDEN=1 ctest --test-dir build -R Golden";
-
-bool updating() {
-  const char* v = std::getenv("GEO_UPDATE_GOLDEN");
-  return v != nullptr && std::string(v) == "1";
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using golden::kRegenerate;
+using golden::readFile;
+using golden::updating;
 
 TEST(WorkerConfigDocGolden, TablesAreRenderedFromTheSchema) {
   const std::string page = readFile(GEO_WORKER_CONFIG_DOC);

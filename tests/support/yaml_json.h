@@ -5,12 +5,12 @@
 // string. The test apiserver decodes YAML bodies with it; tests use it to
 // load manifests the same way.
 
-#include <yaml-cpp/yaml.h>
-
-#include <nlohmann/json.hpp>
+#include "controller/api/manifest_yaml.h"
 
 namespace geo::testapi {
 
-nlohmann::json yamlNodeToJson(const YAML::Node& node);
+// The product's reader (controller/api/manifest_yaml.h), under the name the
+// test apiserver and the tests use.
+using api::yamlNodeToJson;
 
 }  // namespace geo::testapi

@@ -3,15 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <yaml-cpp/yaml.h>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
-#include <regex>
 #include <utility>
 
 #include "common/worker_config.h"
@@ -20,6 +14,10 @@
 #include "worker/sync/auto_rules.h"
 #include "worker/transport/link.h"
 #if defined(GEO_PLAN_READS_JOBS)
+#include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
+
+#include "controller/api/manifest_yaml.h"
 #include "controller/api/training_job.h"
 #endif
 
@@ -67,47 +65,9 @@ std::string limitOf(double compute, double codec, double latency, double uplink)
 }
 
 #if defined(GEO_PLAN_READS_JOBS)
-// A YAML document as JSON, as kubectl reads a manifest: plain scalars
-// typed by YAML 1.2's core schema (null, booleans, integers, floats),
-// quoted ones strings.
-nlohmann::json toJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map: {
-      nlohmann::json object = nlohmann::json::object();
-      for (const auto& item : node) object[item.first.as<std::string>()] = toJson(item.second);
-      return object;
-    }
-    case YAML::NodeType::Sequence: {
-      nlohmann::json array = nlohmann::json::array();
-      for (const auto& item : node) array.push_back(toJson(item));
-      return array;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& text = node.Scalar();
-      if (node.Tag() == "!") return text;  // quoted: a string whatever it reads as
-      static const std::regex kNull("~|null|Null|NULL");
-      static const std::regex kTrue("true|True|TRUE");
-      static const std::regex kFalse("false|False|FALSE");
-      static const std::regex kInt("[-+]?[0-9]+");
-      static const std::regex kFloat(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
-      if (std::regex_match(text, kNull)) return nullptr;
-      if (std::regex_match(text, kTrue)) return true;
-      if (std::regex_match(text, kFalse)) return false;
-      if (std::regex_match(text, kInt)) {
-        errno = 0;
-        const long long v = std::strtoll(text.c_str(), nullptr, 10);
-        if (errno == 0) return static_cast<int64_t>(v);
-      }
-      if (std::regex_match(text, kFloat)) return std::strtod(text.c_str(), nullptr);
-      return text;
-    }
-    default: return nullptr;
-  }
-}
-
 StatusOr<nlohmann::json> yamlFileToJson(const std::string& path) {
   try {
-    return toJson(YAML::LoadFile(path));
+    return api::yamlNodeToJson(YAML::LoadFile(path));
   } catch (const YAML::BadFile&) {
     return notFound("cannot be read (is the path right?)");
   } catch (const YAML::Exception& e) {

@@ -16,23 +16,14 @@
 #include <vector>
 
 #include "controller/api/crd.h"
+#include "tests/support/golden.h"
 
 namespace geo::api {
 namespace {
 
-constexpr const char* kRegenerate = "GEO_UPDATE_GOLDEN=1 ctest --test-dir build -R Golden";
-
-bool updating() {
-  const char* v = std::getenv("GEO_UPDATE_GOLDEN");
-  return v != nullptr && std::string(v) == "1";
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using golden::kRegenerate;
+using golden::readFile;
+using golden::updating;
 
 // A CRD file cut around its generated part: the text up to and including
 // the begin marker's line, the generated lines, and the rest from the end

@@ -35,23 +35,22 @@
 #include <vector>
 
 #include "controller/reconcile/render.h"
+#include "tests/support/golden.h"
 #include "tests/support/yaml_json.h"
 
 namespace geo::reconcile {
 namespace {
 
+using golden::kRegenerate;
+using golden::readFile;
+using golden::updating;
+
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr const char* kRegenerate = "GEO_UPDATE_GOLDEN=1 ctest --test-dir build -R Golden";
 constexpr const char* kNamespace = "default";
 constexpr const char* kUid = "00000000-0000-4000-8000-000000000001";
 constexpr const char* kImage = "ghcr.io/geotrain/worker:golden";
-
-bool updating() {
-  const char* v = std::getenv("GEO_UPDATE_GOLDEN");
-  return v != nullptr && std::string(v) == "1";
-}
 
 // YAML -> JSON as Kubernetes reads manifests (tests/support/yaml_json.h).
 json yamlToJson(const YAML::Node& node) {
@@ -326,13 +325,6 @@ std::string unifiedDiff(const std::string& want, const std::string& got, size_t 
     k = end;
   }
   return out;
-}
-
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
 }
 
 class RenderGolden : public ::testing::TestWithParam<std::string> {};
