@@ -43,10 +43,10 @@ SIZES = {
 }
 
 
-def run_local(geotrain, out, preset, regions, per_region, steps, step_time, extra):
+def run_local(geotrain, out, preset, regions, per_region, steps, step_time, network, extra):
     cmd = [geotrain, "local", "--preset", preset, "--steps", str(steps), "--eval-interval", "0",
            "--threads", "1", "--step-time", step_time, "--workers-per-region", str(per_region),
-           "--out", out] + extra
+           "--network", network, "--out", out] + extra
     if regions:
         cmd += ["--regions", regions]
     shutil.rmtree(out, ignore_errors=True)  # this script's own run folder, from an earlier run
@@ -123,6 +123,9 @@ def main():
                     help="jobs: 4, 8 and/or 16 regions of one worker, 4x4 (4 regions x 4 workers)")
     ap.add_argument("--steps", type=int, default=600, help="steps per run")
     ap.add_argument("--step-time", default="25ms", help="each step padded to this")
+    ap.add_argument("--network", default="userspace", choices=["userspace", "netns"],
+                    help="what carries the WAN (netns: kernel TCP between network namespaces, "
+                         "root only)")
     ap.add_argument("--window", default="0.3,0.85", help="fractions of the steps measured")
     ap.add_argument("--tolerance", type=float, default=0.15)
     ap.add_argument("--check", action="store_true", help="exit 1 beyond the tolerance")
@@ -140,10 +143,10 @@ def main():
         steps = a.steps
         base = run_local(a.geotrain, os.path.join(a.out, f"n{n}-none"), "lan",
                          regions if regions else (",".join(WORLD16) if preset == "world16" else None),
-                         per_region, steps, a.step_time, ["--algorithm", "none"])
+                         per_region, steps, a.step_time, a.network, ["--algorithm", "none"])
         base_rate, _ = steady(base, steps, window, per_region)
         real = run_local(a.geotrain, os.path.join(a.out, f"n{n}-dts"), preset, regions,
-                         per_region, steps, a.step_time, [])
+                         per_region, steps, a.step_time, a.network, [])
         rate, sent = steady(real, steps, window, per_region)
         k, d = settled(real)
         # The workers share this machine's cores, as the codec's work does.

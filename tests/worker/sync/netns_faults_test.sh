@@ -75,7 +75,12 @@ for line in open(os.path.join(out, "logs", "launcher.log")):
     m = re.search(r"worker (\d+) \(pid \d+\) ended: (.*)", line)
     if m:
         ended[int(m.group(1))] = m.group(2)
-failed = [r for r, how in ended.items() if not how.startswith("exit code 0")]
+# A worker whose last end is the kill itself was not restarted: the job
+# ended before its restart was due ("not restarted: every other worker has
+# exited"), which the restart-at-end scenarios reach when the job runs a
+# little faster than usual. That is not a failure.
+failed = [r for r, how in ended.items()
+          if not how.startswith("exit code 0") and "(killed by --kill)" not in how]
 if may_fail:
     others = [r for r in failed if r != int(may_fail)]
     if others:
