@@ -64,11 +64,12 @@ void addTotals(local::WorkerEvent& e, const Totals& t, const sync::Topology& top
 }
 
 void addTiming(local::WorkerEvent& e, const train::StepTiming& timing, double codecSeconds,
-               double waitSeconds) {
+               double encodeSeconds, double waitSeconds) {
   e.stepTime.steps = timing.steps;
   e.stepTime.computeSeconds = timing.computeSeconds;
   e.stepTime.syncSeconds = timing.hookSeconds;
   e.stepTime.codecSeconds = codecSeconds;
+  e.stepTime.encodeSeconds = encodeSeconds;
   e.stepTime.waitSeconds = waitSeconds;
 }
 

@@ -55,8 +55,9 @@ void addTotals(local::WorkerEvent& event, const Totals& t, const sync::Topology&
 
 // Sets the `stepTime` member of a progress or done event: the steps taken
 // and where the training thread's time went (train::StepTiming), with the
-// synchronizer's encoding and waiting inside those steps.
+// synchronizer's encoding and decoding (of which encoding this worker's
+// updates) and waiting inside those steps.
 void addTiming(local::WorkerEvent& event, const train::StepTiming& timing, double codecSeconds,
-               double waitSeconds);
+               double encodeSeconds, double waitSeconds);
 
 }  // namespace geo::app

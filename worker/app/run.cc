@@ -404,7 +404,8 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     e.maxRssBytes = maxRssBytes();
     addTotals(e, readTotals(sync.get(), transport.get()), *topology);
     const WorkerHook::InStep inStep = hook.inStep();
-    addTiming(e, (*trainer)->timing(), inStep.codecSeconds, inStep.waitSeconds);
+    addTiming(e, (*trainer)->timing(), inStep.codecSeconds, inStep.encodeSeconds,
+              inStep.waitSeconds);
     progress.emit(std::move(e));
   });
   if (!s.ok()) return reportFailure(&progress, s);
@@ -467,7 +468,8 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   hook.publish(totals);
   addTotals(done, totals, *topology);
   const WorkerHook::InStep inStep = hook.inStep();
-  addTiming(done, (*trainer)->timing(), inStep.codecSeconds, inStep.waitSeconds);
+  addTiming(done, (*trainer)->timing(), inStep.codecSeconds, inStep.encodeSeconds,
+            inStep.waitSeconds);
   progress.emit(std::move(done));
   if (finalAccuracy || finalEvalLoss) {
     logger()->info("done: {} steps, {}", c.training.steps,

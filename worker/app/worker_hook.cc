@@ -27,7 +27,7 @@ StatusOr<train::JoinResult> WorkerHook::join(int64_t step, train::FlatParameters
 namespace {
 
 WorkerHook::InStep codecAndWait(const sync::SyncStats& s) {
-  return {s.codecSeconds, s.waitSeconds};
+  return {s.codecSeconds, s.encodeSeconds, s.waitSeconds};
 }
 
 }  // namespace
@@ -42,6 +42,7 @@ WorkerHook::InStep WorkerHook::inStep() const {
   if (sync_ == nullptr || !atFirstStep_) return {};
   const InStep end = atFinish_ ? *atFinish_ : codecAndWait(sync_->stats());
   return {end.codecSeconds - atFirstStep_->codecSeconds,
+          end.encodeSeconds - atFirstStep_->encodeSeconds,
           end.waitSeconds - atFirstStep_->waitSeconds};
 }
 

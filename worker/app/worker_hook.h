@@ -57,6 +57,7 @@ class WorkerHook final : public train::StepHook {
   // not once a step: a reading copies the synchronizer's counters.
   struct InStep {
     double codecSeconds = 0;
+    double encodeSeconds = 0;  // of codecSeconds: encoding this worker's updates
     double waitSeconds = 0;
   };
   InStep inStep() const;

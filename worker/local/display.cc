@@ -191,21 +191,22 @@ std::string renderSummary(const RunSummary& summary, const RunPaths& paths) {
       "  (WAN/LAN MB: bytes sent + received; compression: payload / WAN bytes sent; wait s: the "
       "longest time a worker waited for peers or its uplink)\n";
   if (summary.overall.perStep) {
-    out += fmt::format("  {:<{}}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}\n", "ms/step", width, "compute",
-                       "sync", "codec", "waiting", "peak RSS");
+    out += fmt::format("  {:<{}}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}\n", "ms/step", width,
+                       "compute", "sync", "codec", "encode", "waiting", "peak RSS");
     auto perStep = [&](const std::string& name, const GroupSummary& g) {
       if (!g.perStep) return;
       out += fmt::format(
-          "  {:<{}}  {:>8.1f}  {:>8.1f}  {:>8.1f}  {:>8.1f}  {:>9}\n", name, width,
-          g.perStep->computeMs, g.perStep->syncMs, g.perStep->codecMs, g.perStep->waitMs,
+          "  {:<{}}  {:>8.1f}  {:>8.1f}  {:>8.1f}  {:>8.1f}  {:>8.1f}  {:>9}\n", name, width,
+          g.perStep->computeMs, g.perStep->syncMs, g.perStep->codecMs, g.perStep->encodeMs,
+          g.perStep->waitMs,
           g.maxRssBytes ? fmt::format("{:.0f} MB", *g.maxRssBytes / 1e6) : std::string("-"));
     };
     for (const auto& [name, group] : summary.regions) perStep(name, group);
     perStep("overall", summary.overall);
     out +=
         "  (the training thread's time per step: computing, and in the synchronizer, of which "
-        "encoding and decoding, and waiting for peers or the uplink; the largest peak resident "
-        "memory of one worker)\n";
+        "encoding and decoding (codec; of that, encoding its own updates: encode), and waiting "
+        "for peers or the uplink; the largest peak resident memory of one worker)\n";
   }
 
   std::string tta;

@@ -41,6 +41,7 @@ void merge(StepTime& into, const StepTime& t) {
   keep(into.computeSeconds, t.computeSeconds);
   keep(into.syncSeconds, t.syncSeconds);
   keep(into.codecSeconds, t.codecSeconds);
+  keep(into.encodeSeconds, t.encodeSeconds);
   keep(into.waitSeconds, t.waitSeconds);
 }
 
@@ -99,6 +100,7 @@ nlohmann::ordered_json groupJson(const GroupSummary& g) {
       {"perStepMilliseconds", g.perStep ? nlohmann::ordered_json{{"compute", g.perStep->computeMs},
                                                                  {"sync", g.perStep->syncMs},
                                                                  {"codec", g.perStep->codecMs},
+                                                                 {"encode", g.perStep->encodeMs},
                                                                  {"wait", g.perStep->waitMs}}
                                         : nlohmann::ordered_json(nullptr)},
       {"maxRssBytes",
@@ -221,7 +223,7 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
   g.steps = ranks.empty() ? 0 : std::numeric_limits<int64_t>::max();
   // Steps and seconds, summed over the workers that reported stepTime.
   int64_t timedSteps = 0;
-  double compute = 0, sync = 0, codec = 0, wait = 0;
+  double compute = 0, sync = 0, codec = 0, encode = 0, wait = 0;
   for (const RankProgress* p : ranks) {
     if (p->maxRssBytes) g.maxRssBytes = std::max(g.maxRssBytes.value_or(0), *p->maxRssBytes);
     keepLargest(g.longestStepSeconds, p->stepSecondsMax);
@@ -230,6 +232,7 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
       compute += p->stepTime.computeSeconds.value_or(0);
       sync += p->stepTime.syncSeconds.value_or(0);
       codec += p->stepTime.codecSeconds.value_or(0);
+      encode += p->stepTime.encodeSeconds.value_or(0);
       wait += p->stepTime.waitSeconds.value_or(0);
     }
     if (p->testAccuracy) {
@@ -268,7 +271,7 @@ GroupSummary RunState::summarizeRanks(const std::vector<const RankProgress*>& ra
   g.stalenessMean = stalenessMean(ranks);
   if (timedSteps > 0) {
     const double ms = 1e3 / static_cast<double>(timedSteps);
-    g.perStep = StepBreakdown{compute * ms, sync * ms, codec * ms, wait * ms};
+    g.perStep = StepBreakdown{compute * ms, sync * ms, codec * ms, encode * ms, wait * ms};
   }
   return g;
 }

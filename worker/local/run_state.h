@@ -104,11 +104,13 @@ struct RegionSnapshot {
 // Where a step's time went on the training threads of a group's workers,
 // in milliseconds per step (their seconds summed over their steps summed;
 // WorkerEvent::stepTime): computing, and in the synchronizer -- of which
-// encoding and decoding (codec) and waiting for peers or the uplink (wait).
+// encoding and decoding (codec; of that, encoding this worker's updates:
+// encode) and waiting for peers or the uplink (wait).
 struct StepBreakdown {
   double computeMs = 0;
   double syncMs = 0;
   double codecMs = 0;
+  double encodeMs = 0;
   double waitMs = 0;
 };
 
@@ -197,7 +199,7 @@ std::vector<std::pair<double, std::optional<double>>> timeToAccuracy(
 //  "stepsPerSecond":..,"wanBytes":..,"wanSentBytes":..,"wanReceivedBytes":..,
 //  "lanBytes":..,"payloadBytes":..,"compressionRatio":..,"stalenessMean":..,
 //  "stalenessMax":..,"missing":..,"waitSeconds":..,
-//  "perStepMilliseconds":{"compute":..,"sync":..,"codec":..,"wait":..}|null,
+//  "perStepMilliseconds":{"compute":..,"sync":..,"codec":..,"encode":..,"wait":..}|null,
 //  "maxRssBytes":..|null,
 //  "regions":{"london":{same keys}},
 //  "timeToAccuracy":{"0.80":seconds|null,"0.85":..,"0.88":..},

@@ -161,6 +161,7 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
     e.stepTime.computeSeconds = number(*t, "computeSeconds");
     e.stepTime.syncSeconds = number(*t, "syncSeconds");
     e.stepTime.codecSeconds = number(*t, "codecSeconds");
+    e.stepTime.encodeSeconds = number(*t, "encodeSeconds");
     e.stepTime.waitSeconds = number(*t, "waitSeconds");
   }
   e.message = text(j, "message");
@@ -301,6 +302,7 @@ std::string formatWorkerEvent(const WorkerEvent& e) {
   put(stepTime, "computeSeconds", e.stepTime.computeSeconds, "{:.4g}");
   put(stepTime, "syncSeconds", e.stepTime.syncSeconds, "{:.4g}");
   put(stepTime, "codecSeconds", e.stepTime.codecSeconds, "{:.4g}");
+  put(stepTime, "encodeSeconds", e.stepTime.encodeSeconds, "{:.4g}");
   put(stepTime, "waitSeconds", e.stepTime.waitSeconds, "{:.4g}");
   if (!stepTime.empty()) j["stepTime"] = std::move(stepTime);
   // Invalid UTF-8 (a model description, a message quoting a file name) is

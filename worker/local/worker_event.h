@@ -86,7 +86,8 @@ struct ByteCounts {  // cumulative totals
 
 // Where a worker's training thread spent its steps so far (cumulative
 // seconds, train::StepTiming): computing, and in the synchronizer, of which
-// encoding and decoding (codec) and waiting for peers or the uplink (wait).
+// encoding and decoding (codec; of that, encoding this worker's updates:
+// encode) and waiting for peers or the uplink (wait).
 // Unlike sync.codecSeconds and sync.waitSeconds, only inside the steps: not
 // a join's state transfer nor the final average.
 struct StepTime {
@@ -94,6 +95,7 @@ struct StepTime {
   std::optional<double> computeSeconds;
   std::optional<double> syncSeconds;
   std::optional<double> codecSeconds;
+  std::optional<double> encodeSeconds;
   std::optional<double> waitSeconds;
 };
 

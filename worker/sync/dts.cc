@@ -46,12 +46,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -112,6 +114,73 @@ class ScratchTensors {
   // (docs/algorithms.md, "Memory").
   static constexpr size_t kKept = 4;
   std::vector<torch::Tensor> kept_;
+};
+
+// Where afterStep()'s time goes, stage by stage, logged when the job ends:
+// what limits a job whose time in the synchronizer is large (the summary
+// only splits it into encoding and decoding and the rest). A GPU worker's
+// device work is queued, and counts where something first waits for it;
+// with GEO_SYNC_STAGE_TIMES=device in the environment each stage waits for
+// the device at its end, so that its work counts where it was queued (for
+// measurements: it costs a synchronization per stage). Training thread
+// only.
+class StageTimes {
+ public:
+  enum Stage {
+    kResend,
+    kServe,
+    kArrivals,
+    kEarly,
+    kLate,
+    kParity,
+    kClose,
+    kLink,
+    kComplete,
+    kCount
+  };
+
+  void start(const torch::Tensor& like) {
+    static const bool kWaitForDevice = [] {
+      const char* v = std::getenv("GEO_SYNC_STAGE_TIMES");
+      return v != nullptr && std::string_view(v) == "device";
+    }();
+    waitForDevice_ = kWaitForDevice && like.is_cuda();
+    at_ = Clock::now();
+    ++calls_;
+  }
+  void lap(Stage s) {
+    if (waitForDevice_) torch::cuda::synchronize();
+    const auto now = Clock::now();
+    seconds_[s] += std::chrono::duration<double>(now - at_).count();
+    at_ = now;
+  }
+  // "close 1.20, complete 3.40, ..." in ms per call, the largest first,
+  // stages under 1% of the total left out.
+  std::string describe() const {
+    static constexpr std::array<const char*, kCount> kNames = {
+        "resending",          "serving peers",      "taking arrivals",
+        "early applications", "late contributions", "state parity",
+        "closing rounds",     "measuring the link", "completing rounds"};
+    double total = 0;
+    for (double s : seconds_) total += s;
+    if (calls_ == 0 || total <= 0) return "nothing measured";
+    std::array<int, kCount> order{};
+    for (int i = 0; i < kCount; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return seconds_[a] > seconds_[b]; });
+    std::string out;
+    for (int i : order) {
+      if (seconds_[i] < 0.01 * total) break;
+      out += fmt::format("{}{} {:.2f}", out.empty() ? "" : ", ", kNames[i],
+                         1e3 * seconds_[i] / static_cast<double>(calls_));
+    }
+    return fmt::format("{:.2f} ms per step: {}", 1e3 * total / static_cast<double>(calls_), out);
+  }
+
+ private:
+  std::array<double, kCount> seconds_{};
+  Clock::time_point at_;
+  int64_t calls_ = 0;
+  bool waitForDevice_ = false;
 };
 
 class Dts final : public Base {
@@ -191,17 +260,26 @@ class Dts final : public Base {
     }
     lastStepAt_ = now;
     waitedSince_ = 0;
+    stages_.start(flat.values);
     if (resend_) GEO_RETURN_IF_ERROR(resendPending());
+    stages_.lap(StageTimes::kResend);
     GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
+    stages_.lap(StageTimes::kServe);
     pollArrivals();
+    stages_.lap(StageTimes::kArrivals);
     applyEarly(t, flat);
+    stages_.lap(StageTimes::kEarly);
     if (measuring()) takeLagReports(t);
     applyLate(t, flat);
+    stages_.lap(StageTimes::kLate);
     GEO_RETURN_IF_ERROR(pollParity(flat));
+    stages_.lap(StageTimes::kParity);
     if (t >= closeAt_) GEO_RETURN_IF_ERROR(closeRound(t, flat));
+    stages_.lap(StageTimes::kClose);
     // Until the first lag reports measure the links, every step: a round
     // still crossing shows there (chooseDelay) long before they come.
     if (auto_ && !linkMeasured()) learnTheLink();
+    stages_.lap(StageTimes::kLink);
     while (!pending_.empty() && pending_.front().dueStep <= t) {
       bool deferred = false;
       GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat, &deferred));
@@ -209,8 +287,11 @@ class Dts final : public Base {
       const uint64_t round = pending_.front().round;
       recycle(pending_.front());
       pending_.pop_front();
+      stages_.lap(StageTimes::kComplete);
       GEO_RETURN_IF_ERROR(afterCompleted(round));
+      stages_.lap(StageTimes::kParity);
     }
+    stages_.lap(StageTimes::kComplete);
     return {};
   }
 
@@ -255,6 +336,7 @@ class Dts final : public Base {
     if (group_.size() <= 1) return {};
     init(flat);
     finishing_ = true;  // no more changes of period: no more rounds
+    logger()->info("dts: time in the synchronizer after a step, {}", stages_.describe());
     membership_.setFinishing();
     // Our peers may number their last rounds differently (a change of
     // period heard late, a round closed on the new grid): they must not
@@ -1167,7 +1249,7 @@ class Dts final : public Base {
                        residual_.defined() ? &residual_ : nullptr));
     scratch_.give(std::move(acc));
     lastRoundBytes_ = p.bytes->size();
-    stats_.coded(secondsSince(t0));
+    stats_.coded(secondsSince(t0), StatsRecorder::CodecWork::kEncode);
     const auto to = presentPeers();
     stats_.encoded(static_cast<uint64_t>(flat.values.numel()) * 4, p.bytes->size(), to.size());
     GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, t, p.bytes));
@@ -1576,11 +1658,6 @@ class Dts final : public Base {
     return h;
   }
 
-  static ParityFingerprint fingerprintOfTensor(const torch::Tensor& t) {
-    const torch::Tensor c = t.to(torch::kCPU, torch::kFloat32).contiguous();
-    return fingerprintOf(c.data_ptr<float>(), static_cast<size_t>(c.numel()));
-  }
-
   // After round `round` completed (and left pending_): its fingerprint,
   // the job model peers asked for as of it, and ours for a repair.
   Status afterCompleted(uint64_t round) {
@@ -1592,7 +1669,9 @@ class Dts final : public Base {
     if (!check && !asked && !mine) return {};
     auto job = jobModel();
     if (!job) return {};
-    torch::Tensor model = job->values.to(torch::kCPU).contiguous();
+    // On the model's device: a GPU worker fingerprints it there, and copies
+    // it to the host only for a peer that asked for it or for a repair.
+    const torch::Tensor model = job->values.contiguous();
     if (check) {
       // A round is decided once every peer expected in it has reported; the
       // reports of far peers come a link's time after they complete it,
@@ -1608,7 +1687,7 @@ class Dts final : public Base {
       // peers do not name us again for what is being repaired.
       const uint64_t gate = repair_ ? parityGate(round) ^ kRepairingGate : parityGate(round);
       parity_.push_back(ParityRound{round,
-                                    {gate, fingerprintOfTensor(model)},
+                                    {gate, tensorFingerprint(model)},
                                     std::vector<std::optional<ParityReport>>(group_.size()),
                                     false});
       for (auto it = parityAhead_.begin(); it != parityAhead_.end();) {
@@ -1641,7 +1720,7 @@ class Dts final : public Base {
       }
     }
     if (mine) {
-      repair_->own = model.clone();
+      repair_->own = model.to(torch::kCPU);  // the job model is a tensor of our own
       repair_->ownGate = parityGate(round);
     }
     return {};
@@ -2012,6 +2091,7 @@ class Dts final : public Base {
   std::deque<RoundInterval> roundIntervals_;
   bool uplinkHeld_ = false;  // the latest awaitUplink() waited
   ScratchTensors scratch_;
+  StageTimes stages_;
 };
 
 }  // namespace

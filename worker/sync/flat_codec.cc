@@ -50,6 +50,24 @@ FlatCodec::FlatCodec(std::shared_ptr<const codec::Codec> codec, const std::vecto
     offset += n;
     bytes_ += s.bytes;
   }
+  if (rawNumel_ > 0) {
+    rawIndex_ = torch::empty({rawNumel_}, torch::kInt64);
+    int64_t* at = rawIndex_.data_ptr<int64_t>();
+    for (const Segment& s : segments_) {
+      if (!s.raw) continue;
+      std::iota(at, at + s.numel, s.offset);
+      at += s.numel;
+    }
+  }
+}
+
+torch::Tensor FlatCodec::rawIndexOn(const torch::Device& device) const {
+  if (device.is_cpu()) return rawIndex_;
+  std::lock_guard lock(rawIndexMu_);
+  if (!rawIndexOnDevice_.defined() || rawIndexOnDevice_.device() != device) {
+    rawIndexOnDevice_ = rawIndex_.to(device);
+  }
+  return rawIndexOnDevice_;
 }
 
 std::vector<std::byte> FlatCodec::encode(const torch::Tensor& values, uint64_t seed,
@@ -62,19 +80,13 @@ std::vector<std::byte> FlatCodec::encode(const torch::Tensor& values, uint64_t s
   // of them (biases, norms' weights): one transfer each cost more than
   // quantizing the rest.
   if (rawNumel_ > 0) {
-    std::vector<torch::Tensor> parts;
-    for (const Segment& s : segments_) {
-      if (!s.raw) continue;
-      const auto view = values.narrow(0, s.offset, s.numel);
-      if (residual == nullptr) {
-        parts.push_back(view);
-        continue;
-      }
-      auto r = residual->narrow(0, s.offset, s.numel);
-      parts.push_back(view + r);
-      r.zero_();
+    const torch::Tensor index = rawIndexOn(values.device());
+    torch::Tensor raw = values.index_select(0, index);
+    if (residual != nullptr) {
+      raw.add_(residual->index_select(0, index));
+      residual->index_fill_(0, index, 0.0f);
     }
-    const torch::Tensor raw = torch::cat(parts).to(torch::kCPU).contiguous();
+    raw = raw.to(torch::kCPU).contiguous();
     const auto* from = reinterpret_cast<const std::byte*>(raw.data_ptr<float>());
     for (const Segment& s : segments_) {
       if (!s.raw) continue;
@@ -116,12 +128,8 @@ void FlatCodec::decodeAccumulate(std::span<const std::byte> bytes, float alpha,
       }
     }
     if (!out.device().is_cpu()) scaled = scaled.to(out.device());
-    int64_t at = 0;
-    for (const Segment& s : segments_) {
-      if (!s.raw) continue;
-      out.narrow(0, s.offset, s.numel).add_(scaled.narrow(0, at, s.numel));
-      at += s.numel;
-    }
+    // Each position once: out + scaled, one rounding, as add_ gives.
+    out.index_add_(0, rawIndexOn(out.device()), scaled);
   }
   std::vector<codec::Codec::Slice> slices;
   slices.reserve(segments_.size());

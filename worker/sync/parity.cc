@@ -4,30 +4,31 @@
 #include <cmath>
 
 namespace geo::sync {
-namespace {
-
-// splitmix64: four well-mixed sign bits per index, the same on every worker.
-uint64_t mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 ParityFingerprint fingerprintOf(const float* values, size_t n) {
-  ParityFingerprint f;
-  std::array<double, 4> sums{};
+  // The values summed by their index's four sign bits (sixteen classes),
+  // then each projection from the class sums: one add per value. Choosing
+  // +v or -v per bit and projection was four unpredictable branches per
+  // value (18 ns a value; 200 ms every four rounds for resnet18).
+  std::array<double, kParityClasses> classes{};
   double norm = 0;
   for (size_t j = 0; j < n; ++j) {
     const double v = values[j];
-    const uint64_t bits = mix(j);
-    for (size_t k = 0; k < 4; ++k) sums[k] += (bits >> k) & 1 ? v : -v;
+    classes[parityClassOf(j)] += v;
     norm += v * v;
   }
-  f.projections = sums;
-  f.squaredNorm = norm;
+  return fingerprintOfClasses(classes, norm);
+}
+
+ParityFingerprint fingerprintOfClasses(const std::array<double, kParityClasses>& classes,
+                                       double squaredNorm) {
+  ParityFingerprint f;
+  for (size_t m = 0; m < kParityClasses; ++m) {
+    for (size_t k = 0; k < f.projections.size(); ++k) {
+      f.projections[k] += (m >> k) & 1 ? classes[m] : -classes[m];
+    }
+  }
+  f.squaredNorm = squaredNorm;
   return f;
 }
 

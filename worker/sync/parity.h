@@ -41,10 +41,32 @@ struct ParityFingerprint {
   double squaredNorm = 0;               // Σ_j v_j²
 };
 
-// The fingerprint of `n` values. The signs depend on the index only, so
-// that every worker projects onto the same vectors. A value that is not
-// finite makes the norm infinite (sameModel() is then false).
+// The sign of value j in projection k is bit k of parityClassOf(j): +1 where
+// it is set. The signs depend on the index only, so that every worker
+// projects onto the same vectors.
+inline constexpr size_t kParityClasses = 16;
+
+// splitmix64 of the index, its low four bits: well mixed, the same on every
+// worker and every device (dts.cc computes it on a GPU with tensor ops).
+inline constexpr uint64_t kParityMixAdd = 0x9e3779b97f4a7c15ull;
+inline constexpr uint64_t kParityMixMul1 = 0xbf58476d1ce4e5b9ull;
+inline constexpr uint64_t kParityMixMul2 = 0x94d049bb133111ebull;
+inline constexpr size_t parityClassOf(uint64_t j) {
+  uint64_t z = j + kParityMixAdd;
+  z = (z ^ (z >> 30)) * kParityMixMul1;
+  z = (z ^ (z >> 27)) * kParityMixMul2;
+  return static_cast<size_t>((z ^ (z >> 31)) & (kParityClasses - 1));
+}
+
+// The fingerprint of `n` values. A value that is not finite makes the norm
+// infinite (sameModel() is then false).
 ParityFingerprint fingerprintOf(const float* values, size_t n);
+
+// The fingerprint from the sums of the values of each class (the values j
+// with parityClassOf(j) == m, summed in double) and Σ v²: what a device
+// computes in place of fingerprintOf(), whose result it is up to rounding.
+ParityFingerprint fingerprintOfClasses(const std::array<double, kParityClasses>& classes,
+                                       double squaredNorm);
 
 // max_k |a_k - b_k| / max(|a|, |b|); 0 for two zero models.
 double parityDistance(const ParityFingerprint& a, const ParityFingerprint& b);

@@ -39,6 +39,7 @@ struct SyncStats {
   uint64_t encodedBytes = 0;   // the same after encoding (payloads only, no headers)
   double waitSeconds = 0;      // time blocked waiting for peers
   double codecSeconds = 0;     // time spent encoding and decoding
+  double encodeSeconds = 0;    // of which encoding this worker's updates
   double roundSecondsSum = 0;  // send -> applied, summed over completed rounds
   uint64_t roundSecondsCount = 0;
   // Membership (worker/sync/internal.h, Membership).

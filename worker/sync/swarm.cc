@@ -226,7 +226,7 @@ class Swarm final : public Base {
         diff, options_.seed, mixStream(3, topology_.rank() * 65536u + group_.ranks[i], p.seqOut),
         nullptr));
     codec_->decodeAccumulate(*bytes, 1.0f, p.refOut);
-    stats_.coded(secondsSince(t0));
+    stats_.coded(secondsSince(t0), StatsRecorder::CodecWork::kEncode);
     stats_.encoded(static_cast<uint64_t>(values.numel()) * 4, bytes->size(), 1);
     return sendTo({group_.ranks[i]}, kind, p.seqOut++, t, codec_->id(),
                   static_cast<uint64_t>(codec_->numel()), bytes);

@@ -128,6 +128,43 @@ transport::Payload modelPayload(const torch::Tensor& t) {
   return transport::Payload(std::move(owner), view);
 }
 
+ParityFingerprint tensorFingerprint(const torch::Tensor& t, bool onDevice) {
+  torch::NoGradGuard noGrad;
+  const torch::Tensor flat = t.reshape({-1});
+  if (t.device().is_cpu() && !onDevice) {
+    const torch::Tensor c = flat.to(torch::kFloat32).contiguous();
+    return fingerprintOf(c.data_ptr<float>(), static_cast<size_t>(c.numel()));
+  }
+  // parityClassOf() in int64 tensor ops: the products wrap modulo 2^64 as
+  // the uint64 ones do, and a logical right shift is the arithmetic one
+  // masked. Chunks of 2 Mi values keep the temporaries at a few 16 MB.
+  constexpr int64_t kChunk = int64_t{1} << 21;
+  const auto asInt = [](uint64_t v) { return static_cast<int64_t>(v); };
+  const auto shiftRight = [](const torch::Tensor& z, int s) {
+    return torch::bitwise_right_shift(z, s).bitwise_and_((int64_t{1} << (64 - s)) - 1);
+  };
+  const auto ints = flat.options().dtype(torch::kInt64);
+  // 16 class sums, then Σ v², on the device until the end.
+  torch::Tensor sums = torch::zeros({static_cast<int64_t>(kParityClasses) + 1},
+                                    flat.options().dtype(torch::kFloat64));
+  const int64_t n = flat.numel();
+  for (int64_t a = 0; a < n; a += kChunk) {
+    const int64_t c = std::min(kChunk, n - a);
+    torch::Tensor z = torch::arange(a, a + c, ints).add_(asInt(kParityMixAdd));
+    z = z.bitwise_xor(shiftRight(z, 30)).mul_(asInt(kParityMixMul1));
+    z = z.bitwise_xor(shiftRight(z, 27)).mul_(asInt(kParityMixMul2));
+    z = z.bitwise_xor(shiftRight(z, 31)).bitwise_and_(static_cast<int64_t>(kParityClasses) - 1);
+    const torch::Tensor v = flat.narrow(0, a, c).to(torch::kFloat64);
+    sums.narrow(0, 0, static_cast<int64_t>(kParityClasses)).index_add_(0, z, v);
+    sums.narrow(0, static_cast<int64_t>(kParityClasses), 1).add_(v.square().sum());
+  }
+  const torch::Tensor host = sums.to(torch::kCPU);
+  const double* s = host.data_ptr<double>();
+  std::array<double, kParityClasses> classes{};
+  std::copy(s, s + kParityClasses, classes.begin());
+  return fingerprintOfClasses(classes, s[kParityClasses]);
+}
+
 Status sendBuffer(transport::Transport& transport, const Topology& topology,
                   const std::vector<uint32_t>& to, MessageKind kind,
                   const transport::SendMeta& meta,
@@ -184,9 +221,10 @@ void StatsRecorder::waited(double seconds) {
   stats_.waitSeconds += seconds;
 }
 
-void StatsRecorder::coded(double seconds) {
+void StatsRecorder::coded(double seconds, CodecWork work) {
   std::lock_guard lock(mu_);
   stats_.codecSeconds += seconds;
+  if (work == CodecWork::kEncode) stats_.encodeSeconds += seconds;
 }
 
 void StatsRecorder::encoded(uint64_t payloadBytes, uint64_t encodedBytes, uint64_t destinations) {
@@ -250,6 +288,7 @@ void StatsRecorder::merge(const SyncStats& in) {
   stats_.encodedBytes += in.encodedBytes;
   stats_.waitSeconds += in.waitSeconds;
   stats_.codecSeconds += in.codecSeconds;
+  stats_.encodeSeconds += in.encodeSeconds;
   stats_.roundSecondsSum += in.roundSecondsSum;
   stats_.roundSecondsCount += in.roundSecondsCount;
   stats_.lateApplied += in.lateApplied;
@@ -609,7 +648,7 @@ class Allreduce final : public Base {
     auto bytes = std::make_shared<const std::vector<std::byte>>(codec_->encode(
         flat.grads, options_.seed, mixStream(1, topology_.rank(), static_cast<uint64_t>(step)),
         residual_.defined() ? &residual_ : nullptr));
-    stats_.coded(secondsSince(t0));
+    stats_.coded(secondsSince(t0), StatsRecorder::CodecWork::kEncode);
     std::vector<uint32_t> to;
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i != group_.self) to.push_back(group_.ranks[i]);
@@ -803,6 +842,7 @@ class Hierarchical final : public Synchronizer {
     const SyncStats lan = lanStats_.snapshot();
     s.waitSeconds += lan.waitSeconds;
     s.codecSeconds += lan.codecSeconds;
+    s.encodeSeconds += lan.encodeSeconds;
     s.missing += lan.missing;
     lanMembers_.addTo(s);
     for (const auto& r : lan.rejected) s.rejected.push_back(r);

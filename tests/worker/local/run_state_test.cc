@@ -236,8 +236,8 @@ TEST(LocalRunSummary, TimePerStepFromTheWorkersStepTime) {
   const auto timed = [](double compute, double sync, double codec, double wait) {
     return fmt::format(
         R"(,"stepTime":{{"steps":100,"computeSeconds":{},"syncSeconds":{},"codecSeconds":{},)"
-        R"("waitSeconds":{}}})",
-        compute, sync, codec, wait);
+        R"("encodeSeconds":{},"waitSeconds":{}}})",
+        compute, sync, codec, codec / 5, wait);
   };
   state.record(0, 1.0, event(progress(0, 100, 1.0, timed(0.5, 0.3, 0.1, 0.2))));
   state.record(1, 1.0, event(progress(1, 100, 1.0, timed(0.7, 0.1, 0.05, 0.0))));
@@ -252,12 +252,14 @@ TEST(LocalRunSummary, TimePerStepFromTheWorkersStepTime) {
   EXPECT_DOUBLE_EQ(london.computeMs, 1.2 / 200 * 1e3);
   EXPECT_DOUBLE_EQ(london.syncMs, 0.4 / 200 * 1e3);
   EXPECT_DOUBLE_EQ(london.codecMs, 0.15 / 200 * 1e3);
+  EXPECT_DOUBLE_EQ(london.encodeMs, 0.03 / 200 * 1e3);
   EXPECT_DOUBLE_EQ(london.waitMs, 0.2 / 200 * 1e3);
   // tokyo: rank 2 alone (rank 3 sent none).
   EXPECT_DOUBLE_EQ(s.regions[1].second.perStep->syncMs, 20.0);
   EXPECT_DOUBLE_EQ(s.overall.perStep->computeMs, 2.2 / 300 * 1e3);
   const auto j = nlohmann::json::parse(summaryJson(s));
   EXPECT_DOUBLE_EQ(j["regions"]["tokyo"]["perStepMilliseconds"]["wait"].get<double>(), 12.5);
+  EXPECT_DOUBLE_EQ(j["regions"]["tokyo"]["perStepMilliseconds"]["encode"].get<double>(), 1.0);
   // A run whose workers report no stepTime has none.
   RunState bare(twoByTwo(), 100);
   bare.record(0, 1.0, event(progress(0, 10, 1.0, "")));

@@ -111,7 +111,7 @@ TEST(WorkerEventFormat, WhatIsWrittenIsReadBack) {
   e.sync.codecSeconds = 0.5;
   e.sync.rejected = 1;
   e.bytes.payload = 99;
-  e.stepTime = {800, 2.5, 1.25, 0.5, 0.625};
+  e.stepTime = {800, 2.5, 1.25, 0.5, 0.125, 0.625};
   e.maxRssBytes = uint64_t{5} << 30;
   const auto back = parseWorkerEvent(formatWorkerEvent(e));
   ASSERT_TRUE(back.ok()) << back.status().toString();
@@ -136,6 +136,7 @@ TEST(WorkerEventFormat, WhatIsWrittenIsReadBack) {
   EXPECT_EQ(back->stepTime.computeSeconds, 2.5);
   EXPECT_EQ(back->stepTime.syncSeconds, 1.25);
   EXPECT_EQ(back->stepTime.codecSeconds, 0.5);
+  EXPECT_EQ(back->stepTime.encodeSeconds, 0.125);
   EXPECT_EQ(back->stepTime.waitSeconds, 0.625);
   EXPECT_EQ(back->maxRssBytes, uint64_t{5} << 30);
 }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -39,6 +40,32 @@ TEST(ParityFingerprint, IsTheSameForTheSameValues) {
   const auto a = weights(200'000);
   EXPECT_EQ(parityDistance(fp(a), fp(a)), 0.0);
   EXPECT_TRUE(sameModel(fp(a), fp(a)));
+}
+
+TEST(ParityFingerprint, ProjectsOntoTheSignsOfEachIndexsClass) {
+  // The definition, written out: projection k adds v_j where bit k of j's
+  // class is set and subtracts it where it is not.
+  const auto v = weights(1000, 3);
+  std::array<double, 4> expected{};
+  double norm = 0;
+  for (size_t j = 0; j < v.size(); ++j) {
+    for (size_t k = 0; k < 4; ++k) expected[k] += (parityClassOf(j) >> k) & 1 ? v[j] : -v[j];
+    norm += static_cast<double>(v[j]) * v[j];
+  }
+  const ParityFingerprint f = fp(v);
+  for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(f.projections[k], expected[k], 1e-12) << k;
+  EXPECT_NEAR(f.squaredNorm, norm, 1e-12);
+  // The classes are the low bits of splitmix64's step applied to the index
+  // (0xe220a8397b1dcdaf, 0x910a2dec89025cc1, 0x975835de1c9756ce for 0, 1,
+  // 2; the first is splitmix64's first output from seed 0): the same on
+  // every worker and every build.
+  EXPECT_EQ(parityClassOf(0), 0xfu);
+  EXPECT_EQ(parityClassOf(1), 0x1u);
+  EXPECT_EQ(parityClassOf(2), 0xeu);
+  // All sixteen classes occur, about equally often.
+  std::array<int, kParityClasses> count{};
+  for (size_t j = 0; j < 16000; ++j) ++count[parityClassOf(j)];
+  for (int c : count) EXPECT_NEAR(c, 1000, 150);
 }
 
 TEST(ParityFingerprint, AcceptsRoundingAcrossTheWholeModel) {

@@ -1313,6 +1313,34 @@ TEST(FlatCodec, IsEachTensorsEncodingBackToBack) {
   EXPECT_TRUE(torch::equal(out, expectOut));
 }
 
+// A GPU worker's flat update is a CPU worker's, bit for bit: the raw
+// segments (gathered, cleared and added to on the device with one index
+// each) and the quantized ones (one pass over the device for all of them).
+// Runs where LibTorch sees a CUDA device (scripts/gpu-check.sh).
+TEST(FlatCodec, CudaTensorsGiveTheCpuBytes) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device for LibTorch";
+  torch::manual_seed(22);
+  const torch::Device gpu(torch::kCUDA, 0);
+  const std::vector<int64_t> sizes = {5, 20000, 3, 7000, 1, 64, 130000};
+  auto qsgd = codec::makeCodec({"qsgd", 4, 512, false, 1});
+  ASSERT_TRUE(qsgd.ok());
+  const detail::FlatCodec flat(std::shared_ptr<const codec::Codec>(std::move(*qsgd)), sizes, 100);
+  int64_t n = 0;
+  for (int64_t size : sizes) n += size;
+  const auto values = torch::randn({n});
+  auto cpuResidual = torch::randn({n}) * 0.01;
+  auto gpuResidual = cpuResidual.to(gpu);
+  const auto cpuBytes = flat.encode(values, 7, 9, &cpuResidual);
+  const auto gpuBytes = flat.encode(values.to(gpu), 7, 9, &gpuResidual);
+  EXPECT_TRUE(cpuBytes == gpuBytes) << "payloads differ";
+  EXPECT_TRUE(torch::equal(cpuResidual, gpuResidual.cpu()));
+  auto cpuOut = torch::randn({n});
+  auto gpuOut = cpuOut.to(gpu);
+  flat.decodeAccumulate(cpuBytes, -0.375f, cpuOut);
+  flat.decodeAccumulate(cpuBytes, -0.375f, gpuOut);
+  EXPECT_TRUE(torch::equal(cpuOut, gpuOut.cpu()));
+}
+
 // An update whose first value (the first QSGD bucket's scale, or the first
 // value of an fp32 / fp16 / bf16 payload) is `bits`; every other byte is
 // 0x11: small values, and non-zero QSGD levels, so that a huge scale shows.
@@ -1628,6 +1656,35 @@ TEST(Membership, ALateMemberJoinsItsLeader) {
   for (size_t i = 0; i < r.hashes[3].size(); ++i) {
     ASSERT_EQ(r.hashes[3][i], r.hashes[2][offset + i]) << "step " << offset + i + 1;
   }
+}
+
+// A GPU worker fingerprints its job model on the device with tensor ops
+// (detail::tensorFingerprint); a CPU worker with fingerprintOf(). Both must
+// give one fingerprint up to rounding, or a job of CPU and GPU regions
+// would find its replicas apart at every check.
+TEST(TensorFingerprint, TensorOpsGiveTheCpuFingerprint) {
+  torch::manual_seed(12);
+  // Over two chunks of the tensor-op path, a partial one last.
+  const auto v = torch::randn({(int64_t{1} << 21) + 12345}) * 0.05;
+  const ParityFingerprint cpu = fingerprintOf(v.data_ptr<float>(), static_cast<size_t>(v.numel()));
+  const ParityFingerprint ops = detail::tensorFingerprint(v, /*onDevice=*/true);
+  EXPECT_LT(parityDistance(cpu, ops), 1e-12);
+  EXPECT_NEAR(ops.squaredNorm, cpu.squaredNorm, 1e-9 * cpu.squaredNorm);
+  // And a real difference shows.
+  auto w = v.clone();
+  w[777] += 0.5;
+  EXPECT_FALSE(sameModel(cpu, detail::tensorFingerprint(w, true)));
+  // A tensor of another shape or type: its values, flattened, as fp32.
+  EXPECT_LT(parityDistance(cpu, detail::tensorFingerprint(v.to(torch::kFloat64))), 1e-12);
+}
+
+TEST(TensorFingerprint, CudaTensorsGiveTheCpuFingerprint) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device for LibTorch";
+  torch::manual_seed(13);
+  const auto v = torch::randn({(int64_t{1} << 22) + 3}) * 0.05;
+  const ParityFingerprint cpu = fingerprintOf(v.data_ptr<float>(), static_cast<size_t>(v.numel()));
+  const ParityFingerprint gpu = detail::tensorFingerprint(v.to(torch::kCUDA));
+  EXPECT_LT(parityDistance(cpu, gpu), 1e-12);
 }
 
 }  // namespace
