@@ -29,20 +29,14 @@ import os
 import re
 import sys
 
-failures = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../support"))
+from checks import check, failures, finish  # noqa: E402,F401
 
 CONSTANT_LABELS = {"job", "region", "rank"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 NAME = re.compile(r"\b(geotrain_[a-zA-Z0-9_]+)(\{[^}]*\})?")
 MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"([^"]*)"')
 REGISTERED = re.compile(r'"(geotrain_[a-z0-9_]+)"')
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return ok
 
 
 def family(name, known):
@@ -187,10 +181,7 @@ def main():
           f"dashboard rows {rows}, docs/metrics.md lists {docs_rows(metrics_md)}")
     print(f"dashboard: {len(dash['panels'])} panels, {len(exprs)} expressions over "
           f"{len(used)} metrics; docs/metrics.md lists {len(documented)}")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
-    print("all checks passed")
+    finish()
 
 
 if __name__ == "__main__":

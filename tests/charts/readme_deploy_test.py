@@ -30,14 +30,8 @@ CLUSTERS = ("london", "tokyo", "oregon", "ohio")
 MEMBERS = CLUSTERS[1:]
 NS = "geotrain-system"
 
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return ok
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../support"))
+from checks import check, failures, finish  # noqa: E402,F401
 
 
 def deploy_block(readme):

@@ -15,15 +15,8 @@ import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../worker"))
 from free_ports import free_ports  # noqa: E402
 
-# Every failed check, in order; a test exits non-zero when this is not empty.
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return ok
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../support"))
+from checks import check, failures, finish  # noqa: E402,F401
 
 
 def report(work):

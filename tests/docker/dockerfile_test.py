@@ -62,14 +62,8 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return ok
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../support"))
+from checks import check, failures, finish  # noqa: E402,F401
 
 
 def instructions(path, text=None):
@@ -559,18 +553,11 @@ def configure_from_copies(repo, dockerfile):
 def main():
     if sys.argv[1] == "--lint":
         lint(sys.argv[2])
-        if failures:
-            print(f"{len(failures)} check(s) failed")
-            sys.exit(1)
-        print("all checks passed")
+        finish()
         return
     if sys.argv[1] == "--built":
         check_built(sys.argv[2])
-        failures.extend(sys.modules["podman_support"].failures)
-        if failures:
-            print(f"{len(failures)} check(s) failed")
-            sys.exit(1)
-        print("all checks passed")
+        finish()
         return
     repo, controller, worker, cli = sys.argv[1:5]
     check_dockerfile(repo, os.path.join(repo, "docker", "controller.Dockerfile"), [controller])
@@ -587,10 +574,7 @@ def main():
                                  capture_output=True, text=True).stdout
         check("geotrain-controller" in targets, "no geotrain-controller target without the worker")
     configure_from_copies(repo, "worker-cpu.Dockerfile")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
-    print("all checks passed")
+    finish()
 
 
 if __name__ == "__main__":

@@ -20,15 +20,8 @@ TAG = os.environ.get("GEO_IMAGE_TAG", "0.1.0")
 CONTROLLER = f"ghcr.io/geotrain/controller:{TAG}"
 WORKER = f"ghcr.io/geotrain/worker-cpu:{TAG}"
 
-# Every failed check, in order; a test exits non-zero when this is not empty.
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return ok
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../support"))
+from checks import check, failures, finish  # noqa: E402,F401
 
 
 def skip_or_fail(reason):
@@ -40,11 +33,6 @@ def skip_or_fail(reason):
     sys.exit(77)
 
 
-def finish():
-    if failures:
-        print(f"{len(failures)} check(s) failed", flush=True)
-        sys.exit(1)
-    print("all checks passed", flush=True)
 
 
 class Podman:

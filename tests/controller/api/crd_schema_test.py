@@ -36,14 +36,8 @@ import sys
 import jsonschema
 import yaml
 
-failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return ok
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../support"))
+from checks import check, failures, finish  # noqa: E402,F401
 
 
 def apply_defaults(schema, value):
@@ -428,10 +422,7 @@ def main():
                   f"controller: {res['errors']} for {field} {v} (expected '{controller_says}')")
     print(f"{len(BOUNDS)} kernel limits: the CRD's bounds are the controller's")
 
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
-    print("all checks passed")
+    finish()
 
 
 if __name__ == "__main__":

@@ -33,13 +33,11 @@ REGIONS = {"london": (1200, 0, 1), "tokyo": (1000, 5, 2), "oregon": (800, 0, 3),
            "ohio": (600, 5, 4)}
 SIZES = {region: n for region, (n, _, _) in REGIONS.items()}
 WORKERS = 2 * len(REGIONS)
-failures = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../support"))
+from checks import check, failures, finish  # noqa: E402,F401
+import checks  # noqa: E402
 
-
-def check(ok, what):
-    print(("ok    " if ok else "FAIL  ") + what)
-    if not ok:
-        failures.append(what)
+checks.verbose = True  # the passes are this test's evidence
 
 
 def write_region(folder, n, first_label, seed):
@@ -126,5 +124,4 @@ with tempfile.TemporaryDirectory(prefix="geo-region-data-") as tmp:
     check(r.returncode == 0 and totals == {region: n // 4 for region, n in SIZES.items()},
           f"with sharding job a region's workers read a quarter of its samples ({totals})")
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish()

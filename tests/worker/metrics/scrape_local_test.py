@@ -60,19 +60,13 @@ FRAME_HEADER = 64     # worker/transport/frame.h kFrameHeaderBytes
 # The built-in mlp for 28x28 inputs and 10 classes: fc1 784x256 + bias, fc2 256x10 + bias.
 MLP_TENSORS = [784 * 256, 256, 256 * 10, 10]
 
-failures = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../support"))
+from checks import check, failures, finish  # noqa: E402,F401
 
 # The dashboard's Controller row: exported by geotrain-controller, not by
 # workers (tests/controller/controller_e2e_test.py checks those).
 CONTROLLER_METRICS = {"geotrain_reconcile_total", "geotrain_reconcile_seconds_bucket",
                       "geotrain_jobs", "geotrain_region_reachable"}
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-    return ok
 
 
 def scrape(port):

@@ -11,13 +11,10 @@
 set -uo pipefail
 geotrain="$1"
 worker="$2"
-work="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$work"/err-*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
-
-for r in 0 1 2 3; do "$geotrain" keygen --out "$work/keys" --name "worker-$r" >/dev/null || fail keygen; done
-mapfile -t p < <(python3 "$(dirname "$0")/../free_ports.py" 4)
-ep() { echo "tcp://127.0.0.1:$1"; }
+source "$(dirname "$0")/worker_processes.sh"
+workers_setup 4
+p=("${ports[@]}")
+ep() { endpoint "$@"; }
 # Region london: ranks 0, 1; tokyo: ranks 2, 3. Rank 3 is not reachable from
 # london, nor rank 1 from tokyo.
 peers_london="$(ep "${p[0]}"),$(ep "${p[1]}"),$(ep "${p[2]}"),none"

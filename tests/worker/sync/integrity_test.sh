@@ -15,13 +15,8 @@
 set -uo pipefail
 geotrain="$1"
 worker="$2"
-work="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$work"/*/err-*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
-
-for r in 0 1 2 3; do "$geotrain" keygen --out "$work/keys" --name "worker-$r" >/dev/null || fail keygen; done
-mapfile -t ports < <(python3 "$(dirname "$0")/../free_ports.py" 4)
-peers="tcp://127.0.0.1:${ports[0]},tcp://127.0.0.1:${ports[1]},tcp://127.0.0.1:${ports[2]},tcp://127.0.0.1:${ports[3]}"
+source "$(dirname "$0")/worker_processes.sh"
+workers_setup 4
 regions=(london london tokyo tokyo)
 
 # run NAME HIERARCHICAL BAD_LR: 4 workers; rank 3 uses BAD_LR.

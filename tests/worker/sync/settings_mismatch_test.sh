@@ -8,19 +8,14 @@
 set -uo pipefail
 geotrain="$1"
 worker="$2"
-work="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$work"/*/err-*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done; exit 1; }
-
-for r in 0 1; do "$geotrain" keygen --out "$work/keys" --name "worker-$r" >/dev/null || fail keygen; done
+source "$(dirname "$0")/worker_processes.sh"
 
 # run NAME BITS0 BITS1 STEPS: two workers in two regions.
 run() {
   local name="$1" dir="$work/$1" bits=("$2" "$3") steps="$4"
   mkdir -p "$dir"
-  local ports peers pids=()
-  mapfile -t ports < <(python3 "$(dirname "$0")/../free_ports.py" 2)
-  peers="tcp://127.0.0.1:${ports[0]},tcp://127.0.0.1:${ports[1]}"
+  local pids=()
+  workers_setup 2  # new ports (the keys stay)
   for r in 0 1; do
     timeout 120 "$worker" --progress-format jsonl --set job.id="mismatch-$name" \
       --set worker.rank=$r --set worker.worldSize=2 --set worker.region="region-$r" \

@@ -41,13 +41,11 @@ if not os.path.isdir(FASHION):
     sys.exit(77)
 
 GEOTRAIN = sys.argv[1]
-failures = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../support"))
+from checks import check, failures, finish  # noqa: E402,F401
+import checks  # noqa: E402
 
-
-def check(ok, what):
-    print(("ok    " if ok else "FAIL  ") + what)
-    if not ok:
-        failures.append(what)
+checks.verbose = True  # the passes are this test's evidence
 
 
 def read_idx(name, offset):
@@ -174,5 +172,4 @@ with tempfile.TemporaryDirectory(prefix="geo-export-py-") as tmp:
           f"a short test_y.npy is refused, named (exit {r.returncode})")
     check(not os.path.exists(os.path.join(tmp, "model-bad")), "and no model is written")
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish()

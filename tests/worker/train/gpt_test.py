@@ -29,13 +29,11 @@ if not os.path.isdir(SOURCE):
 
 GEOTRAIN = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-failures = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../support"))
+from checks import check, failures, finish  # noqa: E402,F401
+import checks  # noqa: E402
 
-
-def check(ok, what):
-    print(("ok    " if ok else "FAIL  ") + what)
-    if not ok:
-        failures.append(what)
+checks.verbose = True  # the passes are this test's evidence
 
 
 with tempfile.TemporaryDirectory(prefix="geo-gpt-") as tmp:
@@ -102,5 +100,4 @@ with tempfile.TemporaryDirectory(prefix="geo-gpt-") as tmp:
                   f"Python's validation loss of the exported gpt is geotrain's "
                   f"({loss:.5f} against {summary['testLoss']:.5f})")
 
-print(f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+finish()
