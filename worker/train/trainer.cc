@@ -1,11 +1,9 @@
 #include "worker/train/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sodium.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -18,10 +16,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <regex>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -134,168 +130,6 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainerOptions& o,
 }
 
 // fsync a file or directory by path; false on failure.
-bool syncPath(const fs::path& path, bool directory) {
-  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// Checkpoints in `dir`, newest first.
-std::vector<std::pair<int64_t, fs::path>> listCheckpoints(const fs::path& dir) {
-  std::vector<std::pair<int64_t, fs::path>> out;
-  std::error_code ec;
-  static const std::regex kName(R"(ckpt-(\d+)\.pt)");
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, kName)) out.emplace_back(std::stoll(m[1]), entry.path());
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  return out;
-}
-
-// Checkpoint integrity. LibTorch does not check its archive's CRCs when it
-// reads one, so a flipped bit in a tensor loads as a wrong value. Every
-// checkpoint therefore gets a sidecar, <name>.sum, with its byte count and
-// the SHA-256 of the whole file, and is loaded only if both match.
-//  - A sidecar rather than a trailer: the .pt stays a plain LibTorch archive
-//    that other tools (and older versions of this worker) read as before.
-//  - SHA-256 (libsodium, already a dependency): a cryptographic hash makes
-//    an accidental match of a damaged file practically impossible, whatever
-//    the damage; its cost (some 200 MB/s on one core: half a second for a
-//    ResNet-18 checkpoint) is small next to the checkpoint interval. The
-//    byte count only makes a truncation say so.
-//  - Atomicity: both files are written to temporaries and fsynced; the
-//    sidecar is renamed into place (and the folder fsynced) before the
-//    checkpoint is. A crash in between leaves a sidecar without its
-//    checkpoint (removed by the next rotation) -- or, when a checkpoint of
-//    that step existed, the old file with the new sidecar, which is refused
-//    like any damaged one -- but never a new checkpoint without its sidecar,
-//    which would be loaded unverified.
-//  - A checkpoint without a sidecar was written by an older version: it is
-//    loaded unverified, with a warning (the finiteness and fit checks still
-//    apply).
-constexpr const char* kChecksumHeader = "geotrain checkpoint checksum v1";
-
-fs::path checksumPath(const fs::path& checkpoint) {
-  return checkpoint.parent_path() / (checkpoint.filename().string() + ".sum");
-}
-
-std::string sha256Hex(std::string_view bytes) {
-  // SHA-256 has a single, portable implementation in libsodium: the result
-  // of sodium_init() (runtime CPU dispatch for other primitives) does not
-  // affect it.
-  static const int sodiumReady = sodium_init();
-  (void)sodiumReady;
-  unsigned char digest[crypto_hash_sha256_BYTES];
-  crypto_hash_sha256(digest, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
-  char hex[2 * crypto_hash_sha256_BYTES + 1];
-  sodium_bin2hex(hex, sizeof hex, digest, sizeof digest);
-  return hex;
-}
-
-std::string checksumText(const fs::path& checkpoint, std::string_view bytes) {
-  return fmt::format("{}\nfile {}\nbytes {}\nsha256 {}\n", kChecksumHeader,
-                     checkpoint.filename().string(), bytes.size(), sha256Hex(bytes));
-}
-
-// Writes `bytes` to `path` (created or truncated) and fsyncs it.
-Status writeFileSynced(const fs::path& path, std::string_view bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return unavailable(
-        fmt::format("checkpoint: cannot create {}: {}", path.string(), std::strerror(errno)));
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      return unavailable(fmt::format("checkpoint: writing {} failed: {}", path.string(),
-                                     n < 0 ? std::strerror(err) : "no progress"));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return unavailable(
-        fmt::format("checkpoint: fsync of {} failed: {}", path.string(), std::strerror(err)));
-  }
-  if (::close(fd) != 0) {
-    return unavailable(
-        fmt::format("checkpoint: closing {} failed: {}", path.string(), std::strerror(errno)));
-  }
-  return {};
-}
-
-std::optional<std::string> readWholeFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return std::nullopt;
-  const std::streamoff size = in.tellg();
-  if (size < 0) return std::nullopt;
-  std::string bytes(static_cast<size_t>(size), '\0');
-  in.seekg(0);
-  in.read(bytes.data(), size);
-  if (in.gcount() != size) return std::nullopt;
-  return bytes;
-}
-
-struct CheckpointFile {
-  std::string bytes;
-  bool verified = false;  // false: no sidecar (an older version wrote it)
-};
-
-// Reads a checkpoint and checks it against its sidecar. DataLoss names the
-// file and what is wrong: an unreadable or malformed sidecar, a size or a
-// SHA-256 that differs from what was written.
-StatusOr<CheckpointFile> readCheckpointFile(const fs::path& path) {
-  CheckpointFile file;
-  auto bytes = readWholeFile(path);
-  if (!bytes) return dataLoss(fmt::format("checkpoint {} cannot be opened", path.string()));
-  file.bytes = std::move(*bytes);
-  const fs::path sumPath = checksumPath(path);
-  std::error_code ec;
-  if (!fs::exists(sumPath, ec)) return file;
-  const auto text = readWholeFile(sumPath);
-  if (!text) {
-    return dataLoss(fmt::format("checkpoint {}: its checksum file {} cannot be read", path.string(),
-                                sumPath.filename().string()));
-  }
-  std::istringstream lines(*text);
-  std::string header, fileKey, name, bytesKey, shaKey, sha;
-  uint64_t size = 0;
-  std::getline(lines, header);
-  lines >> fileKey >> name >> bytesKey >> size >> shaKey >> sha;
-  if (!lines || header != kChecksumHeader || fileKey != "file" || bytesKey != "bytes" ||
-      shaKey != "sha256" || sha.size() != 2 * crypto_hash_sha256_BYTES) {
-    return dataLoss(fmt::format("checkpoint {}: its checksum file {} is malformed", path.string(),
-                                sumPath.filename().string()));
-  }
-  if (name != path.filename().string()) {
-    return dataLoss(fmt::format("checkpoint {}: its checksum file {} is for {}", path.string(),
-                                sumPath.filename().string(), name));
-  }
-  if (file.bytes.size() != size) {
-    return dataLoss(fmt::format("checkpoint {} is {}: it has {} bytes, {} were written",
-                                path.string(), file.bytes.size() < size ? "truncated" : "too long",
-                                file.bytes.size(), size));
-  }
-  const std::string actual = sha256Hex(file.bytes);
-  if (actual != sha) {
-    return dataLoss(fmt::format(
-        "checkpoint {} is corrupt: its SHA-256 is {}, {} says {} (the file changed after it was "
-        "written)",
-        path.string(), actual, sumPath.filename().string(), sha));
-  }
-  file.verified = true;
-  return file;
-}
-
 // The training loss of `output` against `targets`: cross-entropy over class
 // logits, or the mean squared error against float targets [N, T].
 // Next-token logits [N, T, V] against token ids [N, T]: the cross-entropy
@@ -366,7 +200,11 @@ Trainer::Trainer(std::unique_ptr<Model> model, TensorDataset train, TensorDatase
       // A token stream draws its windows by step (randomWindowStarts), not
       // from a permutation of its millions of starts: its sampler is idle.
       sampler_(train_.isTokenStream() ? options_.batchSize : train_.size(), options_.batchSize,
-               options_.seed) {}
+               options_.seed),
+      checkpoints_(options_.checkpointDir.empty()
+                       ? nullptr
+                       : std::make_unique<CheckpointStore>(options_.checkpointDir,
+                                                           options_.keepCheckpoints)) {}
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(std::unique_ptr<Model> model,
                                                    TensorDataset train, TensorDataset test,
@@ -910,6 +748,9 @@ std::optional<std::string> Trainer::nonFiniteOptimizerState() {
 }
 
 Status Trainer::saveCheckpoint() {
+  if (checkpoints_ == nullptr) {
+    return failedPrecondition("checkpoint: this trainer has no checkpoint folder (checkpointDir)");
+  }
   // A diverged state is never written: rotation would otherwise replace the
   // good checkpoints by copies of it.
   std::optional<std::string> bad;
@@ -926,16 +767,6 @@ Status Trainer::saveCheckpoint() {
         "diverged; the earlier checkpoints are kept)",
         step_, *bad));
   }
-  const fs::path dir = options_.checkpointDir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    return unavailable(fmt::format("checkpoint: cannot create {}: {}", dir.string(), ec.message()));
-  }
-  const fs::path final = dir / fmt::format("ckpt-{:010d}.pt", step_);
-  const fs::path tmp = dir / fmt::format(".ckpt-{:010d}.pt.tmp", step_);
-  const fs::path sumFinal = checksumPath(final);
-  const fs::path sumTmp = dir / fmt::format(".ckpt-{:010d}.pt.sum.tmp", step_);
   std::string bytes;
   try {
     torch::serialize::OutputArchive archive;
@@ -965,83 +796,17 @@ Status Trainer::saveCheckpoint() {
   } catch (const std::exception& e) {
     return unavailable(fmt::format("checkpoint: serializing step {} failed: {}", step_, e.what()));
   }
-  Status written = writeFileSynced(tmp, bytes);
-  if (written.ok()) written = writeFileSynced(sumTmp, checksumText(final, bytes));
-  if (!written.ok()) {
-    fs::remove(tmp, ec);
-    fs::remove(sumTmp, ec);
-    return written;
-  }
-  if (beforeCheckpointRename) beforeCheckpointRename();
-  // The sidecar first (see kChecksumHeader).
-  fs::rename(sumTmp, sumFinal, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    fs::remove(sumTmp, ec);
-    return unavailable(fmt::format("checkpoint: rename to {} failed", sumFinal.string()));
-  }
-  syncPath(dir, true);
-  fs::rename(tmp, final, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return unavailable(fmt::format("checkpoint: rename to {} failed", final.string()));
-  }
-  syncPath(dir, true);
-  refused_.erase(final);
-  rotateCheckpoints(final);
-  return {};
-}
-
-void Trainer::rotateCheckpoints(const fs::path& written) {
-  const fs::path dir = options_.checkpointDir;
-  const auto all = listCheckpoints(dir);
-  // What verifies is what resume() would not refuse for its bytes: a
-  // checksum that matches, or no sidecar at all (an older version's). The
-  // one just written verifies by construction: its sidecar holds the hash of
-  // the very bytes written and fsynced (reading it back would come from the
-  // page cache and prove nothing more), so the usual rotation reads nothing.
-  auto verifies = [&](const fs::path& path) {
-    if (refused_.count(path) != 0) return false;
-    if (path == written) return true;
-    return readCheckpointFile(path).ok();
-  };
-  const size_t keep = std::min(all.size(), static_cast<size_t>(options_.keepCheckpoints));
-  bool keptOneThatVerifies = false;
-  for (size_t i = 0; i < keep && !keptOneThatVerifies; ++i) {
-    keptOneThatVerifies = verifies(all[i].second);
-  }
-  std::optional<size_t> alsoKeep;
-  for (size_t i = keep; i < all.size() && !keptOneThatVerifies && !alsoKeep; ++i) {
-    if (verifies(all[i].second)) alsoKeep = i;
-  }
-  if (alsoKeep) {
-    logger()->warn("checkpoint: none of the newest {} checkpoints in {} verifies; keeping {} too",
-                   keep, dir.string(), all[*alsoKeep].second.filename().string());
-  }
-  std::error_code ec;
-  for (size_t i = keep; i < all.size(); ++i) {
-    if (alsoKeep && i == *alsoKeep) continue;
-    fs::remove(all[i].second, ec);
-    fs::remove(checksumPath(all[i].second), ec);
-  }
-  // Sidecars whose checkpoint is gone (a crash between the two renames).
-  static const std::regex kSum(R"(ckpt-\d+\.pt\.sum)");
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (!std::regex_match(name, kSum)) continue;
-    const fs::path checkpoint = dir / name.substr(0, name.size() - 4);
-    if (!fs::exists(checkpoint, ec)) fs::remove(entry.path(), ec);
-  }
+  return checkpoints_->write(step_, bytes, beforeCheckpointRename);
 }
 
 Status Trainer::loadCheckpoint(const fs::path& path) {
-  auto file = readCheckpointFile(path);
+  auto file = CheckpointStore::read(path);
   if (!file.ok()) return file.status();
   if (!file->verified) {
     logger()->warn(
         "checkpoint {} has no checksum file {} (written by an older version): loading it "
         "unverified",
-        path.string(), checksumPath(path).filename().string());
+        path.string(), CheckpointStore::checksumPath(path).filename().string());
   }
   try {
     torch::serialize::InputArchive archive;
@@ -1116,14 +881,14 @@ Status Trainer::loadCheckpoint(const fs::path& path) {
 StatusOr<int64_t> Trainer::resume() {
   if (options_.checkpointDir.empty() || !options_.resume) return int64_t{0};
   Status lastError;
-  for (const auto& [step, path] : listCheckpoints(options_.checkpointDir)) {
+  for (const auto& [step, path] : checkpoints_->list()) {
     Status s = loadCheckpoint(path);
     if (s.ok()) {
       logger()->info("resumed from {} (step {})", path.string(), step_);
       return step_;
     }
     logger()->warn("skipping checkpoint: {}", s.message());
-    refused_.insert(path);
+    checkpoints_->refuse(path);
     lastError = s;
   }
   // A failed load may have overwritten part of the state: never train on

@@ -21,6 +21,7 @@
 
 #include "common/status.h"
 #include "common/worker_config.h"
+#include "worker/train/checkpoint_store.h"
 #include "worker/train/dataset.h"
 #include "worker/train/model.h"
 
@@ -311,9 +312,6 @@ class Trainer {
   Trainer(std::unique_ptr<Model> model, TensorDataset train, TensorDataset test,
           TrainerOptions options, StepHook* hook);
   Status loadCheckpoint(const std::filesystem::path& path);
-  // Deletes checkpoints beyond keepCheckpoints (see saveCheckpoint);
-  // `written` is the one just written.
-  void rotateCheckpoints(const std::filesystem::path& written);
   // The hook's finish() at step_, a LibTorch exception as an error.
   Status finishWithHook();
   // The first tensor of the training state holding a NaN or an infinity,
@@ -338,9 +336,9 @@ class Trainer {
   uint64_t checkpointFailures_ = 0;
   bool holdsFinalModel_ = false;
   std::optional<int64_t> joinedAt_;
-  // Checkpoints resume() refused (corrupt, or for another model or
-  // optimizer): rotation does not count them as good ones.
-  std::set<std::filesystem::path> refused_;
+  // The checkpoint folder (null without one); the checkpoints resume()
+  // refused are marked there, so that rotation does not count them.
+  std::unique_ptr<CheckpointStore> checkpoints_;
   std::unique_ptr<BackgroundEvaluator> evaluator_;
 };
 

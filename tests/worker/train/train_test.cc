@@ -607,6 +607,51 @@ void expectNewestRefused(const std::string& name, const std::function<void(Train
   fs::remove_all(o.checkpointDir);
 }
 
+// The store alone, bytes in and out: newest first, verified when its
+// sidecar matches, refused by name when not, rotated to `keep` -- keeping
+// one that verifies when none of the newest does.
+TEST(CheckpointStore, WritesVerifiesAndRotates) {
+  const fs::path dir = fs::temp_directory_path() / ("geo-store-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  CheckpointStore store(dir, 2);
+  bool renamed = false;
+  ASSERT_TRUE(store.write(10, "ten", [&] { renamed = true; }).ok());
+  EXPECT_TRUE(renamed);  // the seam runs between the writes and the renames
+  ASSERT_TRUE(store.write(20, "twenty").ok());
+  const auto listed = store.list();
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0].first, 20);
+  EXPECT_EQ(listed[1].first, 10);
+  auto read = CheckpointStore::read(listed[0].second);
+  ASSERT_TRUE(read.ok()) << read.status().toString();
+  EXPECT_EQ(read->bytes, "twenty");
+  EXPECT_TRUE(read->verified);
+  // Damaged: refused, naming the file.
+  writeAll(listed[0].second, "twentY");
+  read = CheckpointStore::read(listed[0].second);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("ckpt-0000000020.pt is corrupt"), std::string::npos)
+      << read.status().message();
+  // Rotation keeps the newest two: 10 goes, with its sidecar.
+  ASSERT_TRUE(store.write(30, "thirty").ok());
+  const auto stepsIn = [&](const CheckpointStore& s) {
+    std::vector<int64_t> steps;
+    for (const auto& [step, path] : s.list()) steps.push_back(step);
+    return steps;
+  };
+  EXPECT_EQ(stepsIn(store), (std::vector<int64_t>{30, 20}));
+  EXPECT_FALSE(fs::exists(dir / "ckpt-0000000010.pt.sum"));
+  // A resume that refused 30 (another model, say) and trains on from an
+  // older step: with keep 1, the refused 30 is the newest, so the one just
+  // written that verifies is kept as well, and the rest go.
+  CheckpointStore one(dir, 1);
+  one.refuse(dir / "ckpt-0000000030.pt");
+  ASSERT_TRUE(one.write(25, "twenty-five").ok());
+  EXPECT_EQ(stepsIn(one), (std::vector<int64_t>{30, 25}));
+  EXPECT_FALSE(fs::exists(dir / "ckpt-0000000020.pt.sum"));
+  fs::remove_all(dir);
+}
+
 // A ckpt-30 of the same configuration (another seed), then damaged by `damage`.
 std::function<void(TrainerOptions)> damagedNewest(
     const std::function<void(const fs::path&)>& damage) {
