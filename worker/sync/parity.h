@@ -47,7 +47,8 @@ struct ParityFingerprint {
 inline constexpr size_t kParityClasses = 16;
 
 // splitmix64 of the index, its low four bits: well mixed, the same on every
-// worker and every device (dts.cc computes it on a GPU with tensor ops).
+// worker and every device (detail::tensorFingerprint computes it on a GPU
+// with tensor ops).
 inline constexpr uint64_t kParityMixAdd = 0x9e3779b97f4a7c15ull;
 inline constexpr uint64_t kParityMixMul1 = 0xbf58476d1ce4e5b9ull;
 inline constexpr uint64_t kParityMixMul2 = 0x94d049bb133111ebull;
