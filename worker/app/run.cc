@@ -301,8 +301,6 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     }
   }
   auto options = trainerOptions(c, *device);
-  options.slowdown = emulation.slowdown;
-  options.minStepTime = emulation.minStepTime;
   // An evaluation over the test set costs as much as many steps, and a
   // worker that evaluates falls behind its peers: only rank 0 evaluates
   // every training.evalInterval steps; every worker evaluates its final
@@ -321,6 +319,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   auto trainer =
       train::Trainer::create(std::move(*model), std::move(data->shard), data->test, options, &hook);
   if (!trainer.ok()) return reportFailure(&progress, trainer.status());
+  (*trainer)->setEmulation({emulation.slowdown, emulation.minStepTime});
   if (options.evalInterval > 0) {
     // Periodic evaluations run on a snapshot in the background, on a second
     // instance of the model, so that they never hold up a step (nor, through

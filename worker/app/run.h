@@ -19,7 +19,7 @@
 
 namespace geo::app {
 
-// What `geotrain local` emulates on one machine (train::TrainerOptions).
+// What `geotrain local` emulates on one machine (train::StepEmulation).
 struct Emulation {
   double slowdown = 1;                       // >= 1: every step takes this many times as long
   std::chrono::milliseconds minStepTime{0};  // > 0: every step's compute lasts at least this

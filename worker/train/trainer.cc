@@ -306,8 +306,8 @@ StatusOr<StepStats> Trainer::step() {
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
     optimizer_->step();
     ++step_;
-    if (options_.minStepTime.count() > 0) {
-      std::this_thread::sleep_until(started + options_.minStepTime);
+    if (emulation_.minStepTime.count() > 0) {
+      std::this_thread::sleep_until(started + emulation_.minStepTime);
     }
     if (hook_ != nullptr) {
       GEO_RETURN_IF_ERROR(timed([&] { return hook_->afterStep(step_ - 1, flat_); }));
@@ -315,9 +315,9 @@ StatusOr<StepStats> Trainer::step() {
     stats.step = step_;
     stats.loss = lossValue;
     stats.lr = lr;
-    if (options_.slowdown > 1) {
+    if (emulation_.slowdown > 1) {
       std::this_thread::sleep_for((std::chrono::steady_clock::now() - started) *
-                                  (options_.slowdown - 1));
+                                  (emulation_.slowdown - 1));
     }
     ++timing_.steps;
     timing_.hookSeconds += hookSeconds;

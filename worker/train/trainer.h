@@ -54,15 +54,19 @@ struct TrainerOptions {
   int64_t checkpointInterval = 500;
   int keepCheckpoints = 3;
   bool resume = true;  // start from the newest good checkpoint in checkpointDir
+};
 
-  // Fault injection (`geotrain local --slow REGION=3x`): every step is
-  // stretched to this many times its duration by sleeping after it, to
-  // emulate a slower machine (a straggler). 1: off.
+// What `geotrain local` emulates on one machine, apart from what a job
+// trains (Trainer::setEmulation; the worker's --emulate-* flags, never its
+// worker.yaml).
+struct StepEmulation {
+  // A straggler (`geotrain local --slow REGION=3x`): every step is
+  // stretched to this many times its duration by sleeping after it. 1: off.
   double slowdown = 1;
-  // Emulation (`geotrain local --step-time 20ms`): a step's compute (forward,
-  // backward, optimizer) lasts at least this long, padded with a sleep before
-  // the synchronizer's part, as with a larger model. Runs whose timeline is
-  // in seconds (fault scenarios) then take the same steps on any machine.
+  // A larger model (`geotrain local --step-time 20ms`): a step's compute
+  // (forward, backward, optimizer) lasts at least this long, padded with a
+  // sleep before the synchronizer's part. Runs whose timeline is in
+  // seconds (fault scenarios) then take the same steps on any machine.
   // 0: off.
   std::chrono::milliseconds minStepTime{0};
 };
@@ -308,6 +312,9 @@ class Trainer {
   // Test seam: called between writing and renaming a checkpoint.
   std::function<void()> beforeCheckpointRename;
 
+  // From the next step on (training thread, between steps).
+  void setEmulation(StepEmulation e) { emulation_ = e; }
+
  private:
   Trainer(std::unique_ptr<Model> model, TensorDataset train, TensorDataset test,
           TrainerOptions options, StepHook* hook);
@@ -325,6 +332,7 @@ class Trainer {
   TensorDataset train_;
   TensorDataset test_;
   TrainerOptions options_;
+  StepEmulation emulation_;
   StepHook* hook_;
   FlatParameters flat_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -103,8 +103,8 @@ TEST(TrainEmulation, MinStepTimePadsTheComputeBeforeTheHook) {
   } times;
   TrainerOptions o;
   o.steps = 6;
-  o.minStepTime = std::chrono::milliseconds(40);
   auto t = makeTrainer({"mlp", {}}, o, &times);
+  t->setEmulation({1, std::chrono::milliseconds(40)});
   // The hook sees a step only once it has lasted minStepTime: the padding
   // comes before it, as a larger model's compute would. (A machine under
   // load only makes the steps longer, so this cannot fail for load; on an
@@ -140,8 +140,8 @@ TEST(TrainTiming, SplitsTheStepIntoComputeAndTheHook) {
   } slow;
   TrainerOptions o;
   o.steps = 5;
-  o.minStepTime = std::chrono::milliseconds(50);
   auto t = makeTrainer({"mlp", {}}, o, &slow);
+  t->setEmulation({1, std::chrono::milliseconds(50)});
   EXPECT_EQ(t->timing().steps, 0);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(t->step().ok());
