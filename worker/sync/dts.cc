@@ -1673,6 +1673,12 @@ class Dts final : public Base {
     // On the model's device: a GPU worker fingerprints it there, and copies
     // it to the host only for a peer that asked for it or for a repair.
     const torch::Tensor model = job->values.contiguous();
+    // The host copy, made once for both a peer's question and a repair.
+    torch::Tensor host;
+    const auto onHost = [&]() -> const torch::Tensor& {
+      if (!host.defined()) host = model.to(torch::kCPU);
+      return host;
+    };
     if (check) {
       // A round is decided once every peer expected in it has reported; the
       // reports of far peers come a link's time after they complete it,
@@ -1703,7 +1709,7 @@ class Dts final : public Base {
     if (asked) {
       // The model, then its gate (a peer mid-repair marks its own: the
       // asker then asks again, of a later round).
-      auto bytes = tensorBytes(model);
+      auto bytes = tensorBytes(onHost());
       const uint64_t gate = repair_ ? parityGate(round) ^ kRepairingGate : parityGate(round);
       bytes->resize(bytes->size() + sizeof gate);
       std::memcpy(bytes->data() + bytes->size() - sizeof gate, &gate, sizeof gate);
@@ -1721,7 +1727,7 @@ class Dts final : public Base {
       }
     }
     if (mine) {
-      repair_->own = model.to(torch::kCPU);  // the job model is a tensor of our own
+      repair_->own = onHost();  // the job model is a tensor of our own, not written after
       repair_->ownGate = parityGate(round);
     }
     return {};
