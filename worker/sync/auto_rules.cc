@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace geo::sync {
 namespace {
@@ -28,6 +29,34 @@ std::optional<double> linkBeforeReports(std::span<const double> minRttSeconds,
     link = std::max(link, rtt / 2);
   }
   return link;
+}
+
+std::optional<SlowestLink> slowestLink(std::span<const PeerLink> peers, double crossingSeconds) {
+  std::optional<SlowestLink> slowest;
+  std::vector<double> unmeasured;  // their round trips
+  size_t firstUnmeasured = 0;
+  for (size_t i = 0; i < peers.size(); ++i) {
+    if (!peers[i].measuredSeconds) {
+      if (unmeasured.empty()) firstUnmeasured = i;
+      unmeasured.push_back(peers[i].minRttSeconds);
+      continue;
+    }
+    if (!slowest || *peers[i].measuredSeconds > slowest->seconds) {
+      slowest = SlowestLink{*peers[i].measuredSeconds, i, false};
+    }
+  }
+  if (const auto before = linkBeforeReports(unmeasured, crossingSeconds)) {
+    if (!slowest || *before > slowest->seconds) {
+      // The unmeasured peer whose round trip gives it (the first of them
+      // where a round seen crossing does).
+      size_t peer = firstUnmeasured;
+      for (size_t i = 0; i < peers.size(); ++i) {
+        if (!peers[i].measuredSeconds && peers[i].minRttSeconds / 2 == *before) peer = i;
+      }
+      slowest = SlowestLink{*before, peer, true};
+    }
+  }
+  return slowest;
 }
 
 double roundTransferSeconds(std::span<const double> linkSeconds, double latencySeconds,

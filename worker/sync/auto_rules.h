@@ -6,6 +6,7 @@
 // both ends of each link, ping round trips, compute time per step) and
 // applies what these return.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -29,6 +30,34 @@ std::optional<int64_t> autoDelaySteps(double slowestLinkSeconds, double stepSeco
 // trip" read as a link of 0 ms made round 0 a barrier across the world.
 std::optional<double> linkBeforeReports(std::span<const double> minRttSeconds,
                                         double crossingSeconds);
+
+// One peer expected, as the auto delay sees it: the longest of its recent
+// link samples (from both ends' lag reports; nullopt before its first) and
+// its smallest recent ping round trip (<= 0: none yet).
+struct PeerLink {
+  std::optional<double> measuredSeconds;
+  double minRttSeconds = -1;
+};
+
+// The slowest link D must cover, and whose it is (an index into `peers`).
+// `estimated`: that peer has no samples yet, and the link is
+// linkBeforeReports' over the peers without samples.
+struct SlowestLink {
+  double seconds = 0;
+  size_t peer = 0;
+  bool estimated = false;
+};
+
+// The slowest of the peers' links: each measured peer by its samples, the
+// peers not measured yet together by linkBeforeReports over their round
+// trips and `crossingSeconds`. The first reports come from the nearest
+// peers: D from them alone (a link of 40 ms where the far peer's rounds
+// took 400 ms) made the worker wait at its next due steps for the far
+// peer's rounds, 360 ms at a step on the world links. nullopt when nothing
+// is known: no peer measured and linkBeforeReports knows nothing. (A peer
+// that has not answered a ping yet while others are measured leaves the
+// measured ones to stand.)
+std::optional<SlowestLink> slowestLink(std::span<const PeerLink> peers, double crossingSeconds);
 
 // A round's transfer time over one link, from the last few one-way link
 // times measured at the period in force (oldest first, one per round),

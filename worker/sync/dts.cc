@@ -279,7 +279,7 @@ class Dts final : public Base {
     stages_.lap(StageTimes::kClose);
     // Until the first lag reports measure the links, every step: a round
     // still crossing shows there (chooseDelay) long before they come.
-    if (auto_ && !linkMeasured()) learnTheLink();
+    if (auto_ && !everyLinkMeasured()) learnTheLink();
     stages_.lap(StageTimes::kLink);
     while (!pending_.empty() && pending_.front().dueStep <= t) {
       bool deferred = false;
@@ -1338,7 +1338,7 @@ class Dts final : public Base {
       }
       if (waitedFor.empty()) waitedFor = waiting;
       if (waiting.empty()) break;
-      if (deferred != nullptr && auto_ && !linkMeasured()) {
+      if (deferred != nullptr && auto_ && !everyLinkMeasured()) {
         learnTheLink();
         if (p.dueStep > t) {
           noteWait(secondsSince(t0));
@@ -1490,9 +1490,10 @@ class Dts final : public Base {
       if (p.provisionalDue) {
         p.dueStep = std::min(p.dueStep, p.sendStep + delay_);
         p.provisionalDue = false;
-      } else if (delay_ > before && !linkMeasured()) {
-        // Before the first lag reports, a D raised by a round seen crossing
-        // covers the rounds already in flight too: they cross the same way.
+      } else if (delay_ > before && !everyLinkMeasured()) {
+        // Before a peer's first lag reports, a D raised by a round seen
+        // crossing covers the rounds already in flight too: they cross the
+        // same way.
         // (Each worker completes a round when its own D says; the
         // corrections still sum to zero.)
         p.dueStep = std::max(p.dueStep, p.sendStep + delay_);
@@ -1500,61 +1501,68 @@ class Dts final : public Base {
     }
   }
 
-  // Whether a pair's lag reports have measured a link yet (links_).
-  bool linkMeasured() const {
-    return std::any_of(links_.begin(), links_.end(), [](const auto& l) { return !l.empty(); });
+  // Whether the lag reports have measured the link to every peer expected
+  // (links_; a suspected peer is not expected). Until then a round seen
+  // crossing can raise D (learnTheLink, every step).
+  bool everyLinkMeasured() const {
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self || !links_[i].empty()) continue;
+      if (!membership_.suspected(group_.ranks[i])) return false;
+    }
+    return true;
   }
 
   // Returns whether anything is known of the links (linkKnown_).
   bool chooseDelay() {
-    // The slowest link, from the pairs' measurements where there are some,
-    // else from half the ping round trip.
-    double link = -1;
-    size_t slowest = group_.self;
-    for (size_t i = 0; i < group_.size(); ++i) {
-      if (links_[i].empty()) continue;
-      const double l = *std::max_element(links_[i].begin(), links_[i].end());
-      if (l > link) link = l, slowest = i;
-    }
-    const bool measured = link >= 0;
-    if (measured) stats_.setLink(link);
-    if (!measured) {
-      std::vector<double> rtts;  // the peers expected (linkBeforeReports)
-      for (const auto& c : transport_->peerCounters()) {
-        if (!group_.indexOf(c.peer) || membership_.suspected(c.peer)) continue;
-        // The path's round trip, the smallest recent one: the first pings
-        // of a job wait behind connection set-up and TCP's slow start.
-        rtts.push_back(c.minRttSeconds);
-        if (c.minRttSeconds <= 0) continue;
-        // A round still crossing: its oldest byte not yet acknowledged left
-        // unackedSeconds ago, so the way there takes at least that less the
-        // acknowledgement's way back. A 10 MB round over 100 Mbit/s took
-        // 2.3 s where the ping said 115 ms, and the first lag reports came
-        // 26 s into the run: every round until then was waited for. Only
-        // while acknowledgements keep coming (the data moves; a cut link's
-        // silence says nothing of its length). The longest seen holds until
-        // the reports come: the next round crosses the same way.
-        if (c.unackedSeconds > c.minRttSeconds && c.sinceAckSeconds >= 0 &&
-            c.sinceAckSeconds < c.minRttSeconds + 1.0) {
-          crossingSeconds_ = std::max(crossingSeconds_, c.unackedSeconds - c.minRttSeconds / 2);
-        }
+    // Each expected peer's link: from the pairs' measurements where it has
+    // some, else from its ping round trip and the rounds seen crossing
+    // (slowestLink).
+    std::vector<PeerLink> peers;
+    std::vector<size_t> indices;  // their group indices
+    for (const auto& c : transport_->peerCounters()) {
+      const auto i = group_.indexOf(c.peer);
+      if (!i || *i == group_.self || membership_.suspected(c.peer)) continue;
+      PeerLink l;
+      l.minRttSeconds = c.minRttSeconds;
+      if (!links_[*i].empty()) {
+        l.measuredSeconds = *std::max_element(links_[*i].begin(), links_[*i].end());
+      } else if (c.minRttSeconds > 0 && c.unackedSeconds > c.minRttSeconds &&
+                 c.sinceAckSeconds >= 0 && c.sinceAckSeconds < c.minRttSeconds + 1.0) {
+        // A round still crossing to a peer not measured yet: its oldest
+        // byte not yet acknowledged left unackedSeconds ago, so the way
+        // there takes at least that less the acknowledgement's way back. A
+        // 10 MB round over 100 Mbit/s took 2.3 s where the ping said
+        // 115 ms, and the first lag reports came 26 s into the run: every
+        // round until then was waited for. Only while acknowledgements keep
+        // coming (the data moves; a cut link's silence says nothing of its
+        // length). The longest seen holds until the reports come: the next
+        // round crosses the same way. (The minimum round trip: the first
+        // pings of a job wait behind connection set-up and slow start.)
+        crossingSeconds_ = std::max(crossingSeconds_, c.unackedSeconds - c.minRttSeconds / 2);
       }
-      link = linkBeforeReports(rtts, crossingSeconds_).value_or(-1);
+      peers.push_back(l);
+      indices.push_back(*i);
     }
+    const std::optional<SlowestLink> slowest = slowestLink(peers, crossingSeconds_);
+    const double link = slowest ? slowest->seconds : -1;
+    if (slowest && !slowest->estimated) stats_.setLink(link);
     const std::optional<int64_t> chosen = autoDelaySteps(link, stepSeconds_, options_.maxAutoDelay);
     if (chosen) linkKnown_ = true;
     const int64_t next = chosen.value_or(std::clamp<int64_t>(delay_, 0, options_.maxAutoDelay));
     if (next != delay_) {
       // Small moves (jitter) go to the debug log; real changes to info.
+      const std::string whose =
+          slowest ? topology_.describe(group_.ranks[indices[slowest->peer]]) : std::string();
       const bool notable = std::abs(next - loggedDelay_) >= std::max<int64_t>(2, loggedDelay_ / 4);
       logger()->log(notable ? spdlog::level::info : spdlog::level::debug,
                     "dts: delay D = {} steps (was {}): slowest link {:.0f} ms one way ({}), step "
                     "time {:.1f} ms",
                     next, delay_, link * 1e3,
-                    measured ? fmt::format("to {}", topology_.describe(group_.ranks[slowest]))
-                    : link > 0 && link == crossingSeconds_
-                        ? std::string("a round seen crossing, before the first reports")
-                        : std::string("half the ping round trip, before the first reports"),
+                    !slowest              ? std::string("nothing known of the links")
+                    : !slowest->estimated ? fmt::format("to {}", whose)
+                    : link == crossingSeconds_
+                        ? fmt::format("a round seen crossing, before {}'s first reports", whose)
+                        : fmt::format("half the ping round trip, before {}'s first reports", whose),
                     stepSeconds_ * 1e3);
       if (notable) loggedDelay_ = next;
       delay_ = next;

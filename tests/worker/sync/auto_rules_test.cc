@@ -45,6 +45,48 @@ TEST(LinkBeforeReports, KnowsNothingWhileAPeerHasNotAnswered) {
   EXPECT_FALSE(linkBeforeReports(std::vector<double>{-1, -1}, 0).has_value());
 }
 
+TEST(SlowestLink, APeerNotMeasuredYetCountsWithItsRoundTripBesideTheMeasuredOnes) {
+  // oregon measured at 40 ms, london and tokyo not yet: tokyo's ping (230 ms
+  // round trip) says more than oregon's measurement.
+  const std::vector<PeerLink> peers = {
+      {0.040, 0.080}, {std::nullopt, 0.180}, {std::nullopt, 0.230}};
+  const auto slowest = slowestLink(peers, 0);
+  ASSERT_TRUE(slowest.has_value());
+  EXPECT_DOUBLE_EQ(slowest->seconds, 0.115);
+  EXPECT_EQ(slowest->peer, 2u);
+  EXPECT_TRUE(slowest->estimated);
+  // A round seen crossing longer raises it further, still an estimate.
+  const auto crossing = slowestLink(peers, 0.425);
+  EXPECT_DOUBLE_EQ(crossing->seconds, 0.425);
+  EXPECT_TRUE(crossing->estimated);
+}
+
+TEST(SlowestLink, AMeasuredLinkLongerThanTheEstimatesIsTheSlowest) {
+  const std::vector<PeerLink> peers = {{0.040, 0.080}, {0.300, 0.180}, {std::nullopt, 0.230}};
+  const auto slowest = slowestLink(peers, 0.2);
+  EXPECT_DOUBLE_EQ(slowest->seconds, 0.300);
+  EXPECT_EQ(slowest->peer, 1u);
+  EXPECT_FALSE(slowest->estimated);
+  // Every peer measured: the round trips and the crossing no longer count.
+  const std::vector<PeerLink> all = {{0.040, 0.080}, {0.120, 0.180}, {0.110, 0.230}};
+  const auto measured = slowestLink(all, 0.9);
+  EXPECT_DOUBLE_EQ(measured->seconds, 0.120);
+  EXPECT_EQ(measured->peer, 1u);
+  EXPECT_FALSE(measured->estimated);
+}
+
+TEST(SlowestLink, KnowsNothingBeforeAnyReportUntilEveryPeerHasAnswered) {
+  const std::vector<PeerLink> silent = {{std::nullopt, 0.080}, {std::nullopt, -1}};
+  EXPECT_FALSE(slowestLink(silent, 0.3).has_value());
+  EXPECT_FALSE(slowestLink(std::vector<PeerLink>{}, 0).has_value());
+  // Once some are measured, a peer that has not answered a ping leaves them
+  // to stand.
+  const std::vector<PeerLink> some = {{0.040, 0.080}, {std::nullopt, -1}};
+  const auto slowest = slowestLink(some, 0);
+  EXPECT_DOUBLE_EQ(slowest->seconds, 0.040);
+  EXPECT_FALSE(slowest->estimated);
+}
+
 TEST(DelayLrScale, FullUpToFourStepsThenInverseToTheStalenessDownToHalf) {
   EXPECT_EQ(delayLrScale(0), 1.0);  // K = 1, D = 0 stays allreduce
   EXPECT_EQ(delayLrScale(3.4), 1.0);
