@@ -18,8 +18,9 @@
 #   loss-1pct       every region's uplink loses 1% of its packets
 #   no-fault        5 runs of 800 steps in a row
 #   speed           800 steps, evaluation every 25 steps, against the same
-#                   job over loopback (--network userspace): printed, and
-#                   bounded loosely (see the check)
+#                   job over loopback (--network userspace), three runs
+#                   each: printed, and the medians bounded loosely (see the
+#                   check)
 # For every run: no round time-out ("within ... although it is heard"),
 # every worker that exits 0 holds the same final model bytes, and the
 # others' longest step (their stall) under 5 s.
@@ -163,26 +164,43 @@ for i in 1 2 3 4 5; do
 done
 
 # Speed: the same 800 steps at full speed with evaluation every 25 steps, on
-# both networks. The issue's targets (time to 85% within 1.3x of userspace's,
-# steps/s at least 90% of it) are not met on a 2-core machine: fresh TCP
-# connections over 230 ms round trips spend their first second in slow start,
-# and the kernels' packet work competes with four workers for two cores
+# both networks, three times each, alternating; the medians are compared.
+# The issue's targets (time to 85% within 1.3x of userspace's, steps/s at
+# least 90% of it) are not met on a 2-core machine: fresh TCP connections
+# over 230 ms round trips spend their first second in slow start, and the
+# kernels' packet work competes with four workers for two cores
 # (docs/wan-emulation.md). The bounds here catch a regression beyond that.
+# One run of each is not enough: on two cores the background evaluation
+# (nice 10) is skipped at most evaluation steps, so a run's time to 85% is
+# that of whichever evaluation first saw 85% -- 4.7 s in one run, the final
+# evaluation at 7.8 s in the next, with the model no different.
 speed=(--steps 800 --eval-interval 25 --step-time 1ms)
-run speed-netns "${speed[@]}"
-check speed-netns
-"$geotrain" local --network userspace --preset world --model mlp --threads 1 "${speed[@]}" \
-  --out "$work/speed-userspace" > "$work/speed-userspace.log" 2>&1 ||
-  fail "speed-userspace: geotrain local failed"
-python3 - "$work/speed-netns/summary.json" "$work/speed-userspace/summary.json" <<'PY' ||
-import json, sys
-netns, user = (json.load(open(p)) for p in sys.argv[1:3])
-t = lambda s: s["timeToAccuracy"].get("0.85")
-rate = lambda s: s["stepsPerSecond"]
-print(f"speed: time to 85% {t(netns)} s (netns) against {t(user)} s (userspace); "
-      f"steps/s {rate(netns):.1f} against {rate(user):.1f} "
-      f"({rate(netns) / rate(user) * 100:.0f}%)")
-if t(netns) is None or t(user) is None or t(netns) > 2.5 * t(user) or rate(netns) < 0.5 * rate(user):
+for i in 1 2 3; do
+  run "speed-netns-$i" "${speed[@]}"
+  check "speed-netns-$i"
+  "$geotrain" local --network userspace --preset world --model mlp --threads 1 "${speed[@]}" \
+    --out "$work/speed-userspace-$i" > "$work/speed-userspace-$i.log" 2>&1 ||
+    fail "speed-userspace-$i: geotrain local failed"
+done
+python3 - "$work" <<'PY' ||
+import json, statistics, sys
+work = sys.argv[1]
+runs = {net: [json.load(open(f"{work}/speed-{net}-{i}/summary.json")) for i in (1, 2, 3)]
+        for net in ("netns", "userspace")}
+def t(s):
+    return s["timeToAccuracy"].get("0.85")
+for net, summaries in runs.items():
+    print(f"speed {net}: time to 85% " + ", ".join(f"{t(s)}" for s in summaries)
+          + " s; steps/s " + ", ".join(f"{s['stepsPerSecond']:.1f}" for s in summaries))
+if any(t(s) is None for ss in runs.values() for s in ss):
+    print("speed: a run never reached 85%")
+    sys.exit(1)
+median = {net: (statistics.median(t(s) for s in ss),
+                statistics.median(s["stepsPerSecond"] for s in ss)) for net, ss in runs.items()}
+(tn, rn), (tu, ru) = median["netns"], median["userspace"]
+print(f"speed: medians: time to 85% {tn:.2f} s (netns) against {tu:.2f} s (userspace), "
+      f"{tn / tu:.2f}x; steps/s {rn:.1f} against {ru:.1f} ({rn / ru * 100:.0f}%)")
+if tn > 2.5 * tu or rn < 0.5 * ru:
     sys.exit(1)
 PY
   fail "speed: the namespace network is far slower than loopback"
