@@ -2,20 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
-#include <pthread.h>
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
-#include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -134,54 +124,6 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainerOptions& o,
 // logits, or the mean squared error against float targets [N, T].
 // Next-token logits [N, T, V] against token ids [N, T]: the cross-entropy
 // of every position.
-torch::Tensor lossOf(const torch::Tensor& output, const torch::Tensor& targets) {
-  if (targets.is_floating_point()) {
-    return torch::mse_loss(output.reshape(targets.sizes()), targets);
-  }
-  if (targets.dim() == 2) {
-    return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}),
-                                                targets.reshape({-1}));
-  }
-  return torch::nn::functional::cross_entropy(output, targets);
-}
-
-// `model` on `test`, in batches of 1000: top-1 accuracy (classification)
-// and the mean loss per sample; nullopt when `stop` became true between two
-// batches.
-std::optional<Evaluation> evaluationOf(Model& model, const TensorDataset& test,
-                                       torch::Device device,
-                                       const std::atomic<bool>* stop = nullptr) {
-  torch::NoGradGuard noGrad;
-  model.setTraining(false);
-  int64_t correct = 0;
-  double lossSum = 0;
-  const int64_t n = test.size();
-  // Accuracy for class labels; a regression or a language model has its
-  // loss alone.
-  const bool lossOnly = test.regression() || test.targets.dim() != 1;
-  // Token windows cost T × T of attention each: fewer to a batch.
-  const int64_t chunk = test.targets.dim() == 2 ? 16 : 1000;
-  for (int64_t start = 0; start < n; start += chunk) {
-    if (stop != nullptr && stop->load()) {
-      model.setTraining(true);
-      return std::nullopt;
-    }
-    const int64_t len = std::min<int64_t>(chunk, n - start);
-    const auto x = test.inputs.narrow(0, start, len).to(device);
-    const auto y = test.targets.narrow(0, start, len).to(device);
-    const auto out = model.forward(x);
-    lossSum += lossOf(out, y).item<double>() * static_cast<double>(len);
-    if (!lossOnly) correct += out.argmax(1).eq(y).sum().item<int64_t>();
-  }
-  model.setTraining(true);
-  Evaluation e;
-  e.loss = n == 0 ? 0.0 : lossSum / static_cast<double>(n);
-  if (!lossOnly) {
-    e.accuracy = n == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(n);
-  }
-  return e;
-}
-
 // Whether a tensor holds only finite values (integer tensors always do).
 bool allFinite(const torch::Tensor& t) {
   if (!t.defined() || !t.is_floating_point()) return true;
@@ -334,154 +276,6 @@ StatusOr<StepStats> Trainer::step() {
 Evaluation Trainer::evaluate() {
   return *evaluationOf(*model_, test_, options_.device);
 }
-
-// ---- Background evaluation ---------------------------------------------------------
-
-// One evaluation thread with a slot for one snapshot. The trainer thread
-// submits and takes results; the evaluation thread owns the model.
-class BackgroundEvaluator {
- public:
-  using Clock = std::chrono::steady_clock;
-  struct Result {
-    int64_t step = 0;
-    Clock::time_point takenAt;
-    Evaluation evaluation;
-  };
-
-  // `backlog`: snapshots that may wait while one is evaluated (0: none,
-  // an evaluation step that finds one running is skipped).
-  BackgroundEvaluator(std::unique_ptr<Model> model, const TensorDataset* test, torch::Device device,
-                      std::function<void()>* before, size_t backlog)
-      : model_(std::move(model)), test_(test), device_(device), before_(before), backlog_(backlog) {
-    thread_ = std::thread([this] { loop(); });
-  }
-
-  ~BackgroundEvaluator() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
-  // Hands a snapshot over; false (and a skip counted) while one is in
-  // flight and the backlog is full.
-  bool submit(int64_t step, torch::Tensor params, std::vector<torch::Tensor> buffers) {
-    std::lock_guard lock(mu_);
-    if (busy_ && jobs_.size() >= backlog_) {
-      ++skipped_;
-      return false;
-    }
-    busy_ = true;
-    jobs_.push_back(Job{step, Clock::now(), std::move(params), std::move(buffers)});
-    cv_.notify_all();
-    return true;
-  }
-
-  // The results that finished since the last call, oldest first.
-  std::vector<Result> take() {
-    std::lock_guard lock(mu_);
-    return std::exchange(done_, {});
-  }
-
-  // Blocks until a result is ready or nothing is left to evaluate; the
-  // results ready, oldest first (empty: all done).
-  std::vector<Result> next() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return !done_.empty() || !busy_; });
-    return std::exchange(done_, {});
-  }
-
-  // Stops the evaluation in flight, if any, at its next batch (it is then
-  // counted as skipped), and returns once none runs. One that finished
-  // before stays in take(). Waiting for it instead could take long: on a
-  // saturated machine the evaluation thread gets little CPU time.
-  // Snapshots still waiting are dropped and counted as skipped too.
-  void abandon() {
-    abandon_ = true;
-    std::unique_lock lock(mu_);
-    skipped_ += jobs_.size();
-    jobs_.clear();
-    cv_.wait(lock, [&] { return !busy_; });
-    abandon_ = false;
-  }
-
-  uint64_t skipped() const {
-    std::lock_guard lock(mu_);
-    return skipped_;
-  }
-
- private:
-  struct Job {
-    int64_t step = 0;
-    Clock::time_point takenAt;
-    torch::Tensor params;
-    std::vector<torch::Tensor> buffers;
-  };
-
-  void loop() {
-    // Below the training threads (nice 10; Linux applies it per thread): on
-    // a machine with few cores a contended CPU gives the evaluation about a
-    // tenth of the time of a training thread. Not nice 19 or SCHED_IDLE:
-    // measured with four workers on two vCPUs, those starve it, and an
-    // evaluation started at step 100 finished only at the end of the run.
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
-    while (true) {
-      Job job;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-        if (stop_) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      std::optional<Evaluation> evaluation;  // nullopt: abandoned, or failed (logged)
-      try {
-        if (before_ != nullptr && *before_) (*before_)();
-        torch::NoGradGuard noGrad;
-        int64_t offset = 0;
-        for (torch::Tensor& p : model_->parameters()) {
-          p.view({-1}).copy_(job.params.narrow(0, offset, p.numel()));
-          offset += p.numel();
-        }
-        auto buffers = model_->namedBuffers();
-        for (size_t i = 0; i < buffers.size() && i < job.buffers.size(); ++i) {
-          buffers[i].second.copy_(job.buffers[i]);
-        }
-        evaluation = evaluationOf(*model_, *test_, device_, &abandon_);
-      } catch (const c10::Error& e) {
-        logger()->warn("background evaluation of step {} failed: {}", job.step,
-                       e.what_without_backtrace());
-      }
-      {
-        std::lock_guard lock(mu_);
-        if (evaluation) {
-          done_.push_back({job.step, job.takenAt, *evaluation});
-        } else if (abandon_) {
-          ++skipped_;
-        }
-        busy_ = !jobs_.empty();
-      }
-      cv_.notify_all();
-    }
-  }
-
-  std::unique_ptr<Model> model_;
-  const TensorDataset* test_;
-  torch::Device device_;
-  std::function<void()>* before_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  size_t backlog_;
-  std::deque<Job> jobs_;  // waiting; the one being evaluated is not here
-  bool busy_ = false;     // a job is being evaluated or waiting
-  bool stop_ = false;
-  std::atomic<bool> abandon_{false};
-  uint64_t skipped_ = 0;
-  std::vector<Result> done_;
-  std::thread thread_;
-};
 
 Trainer::~Trainer() = default;
 

@@ -22,6 +22,7 @@
 #include "common/worker_config.h"
 #include "worker/train/checkpoint_store.h"
 #include "worker/train/dataset.h"
+#include "worker/train/evaluation.h"
 #include "worker/train/model.h"
 
 namespace geo::train {
@@ -170,12 +171,6 @@ class StepHook {
   }
 };
 
-// A model measured on the test split.
-struct Evaluation {
-  std::optional<double> accuracy;  // top-1; classification only
-  double loss = 0;                 // mean per sample: cross-entropy, or squared error
-};
-
 struct StepStats {
   int64_t step = 0;  // steps completed
   double loss = 0;
@@ -213,8 +208,6 @@ struct StepTiming {
   double computeSeconds = 0;
   double hookSeconds = 0;
 };
-
-class BackgroundEvaluator;
 
 class Trainer {
  public:

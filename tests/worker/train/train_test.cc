@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -995,6 +997,84 @@ void evaluateInBackground(Trainer& t) {
   auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
   ASSERT_TRUE(evalModel.ok());
   ASSERT_TRUE(t.evaluateInBackground(std::move(*evalModel)).ok());
+}
+
+// The evaluator on its own: snapshots queue up to the backlog, one more is
+// refused and counted, results come oldest first and measure exactly the
+// snapshot's values, and abandon() drops the evaluation in flight and the
+// snapshots waiting, counting each.
+TEST(BackgroundEvaluatorTest, QueuesUpToItsBacklogAndCountsWhatItRefuses) {
+  const Data& data = fashion();
+  const auto flatOf = [](Model& m) {
+    std::vector<torch::Tensor> parts;
+    for (const torch::Tensor& p : m.parameters()) parts.push_back(p.detach().reshape({-1}));
+    return torch::cat(parts);
+  };
+  torch::manual_seed(1);
+  auto a = makeModel({"mlp", {}}, {1, 28, 28}, 10);
+  torch::manual_seed(2);
+  auto b = makeModel({"mlp", {}}, {1, 28, 28}, 10);
+  torch::manual_seed(3);
+  auto evalModel = makeModel({"mlp", {}}, {1, 28, 28}, 10);
+  ASSERT_TRUE(a.ok() && b.ok() && evalModel.ok());
+  const double accuracyA = *evaluationOf(**a, data.test, torch::kCPU)->accuracy;
+  const double accuracyB = *evaluationOf(**b, data.test, torch::kCPU)->accuracy;
+  ASSERT_NE(accuracyA, accuracyB);
+
+  // The evaluation thread holds at `gate` before each evaluation.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  int entered = 0;
+  std::function<void()> before = [&] {
+    std::unique_lock lock(mu);
+    ++entered;
+    cv.notify_all();
+    cv.wait(lock, [&] { return open; });
+  };
+  const auto awaitEntered = [&](int n) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return entered >= n; });
+  };
+  const auto setOpen = [&](bool o) {
+    std::lock_guard lock(mu);
+    open = o;
+    cv.notify_all();
+  };
+  BackgroundEvaluator evaluator(std::move(*evalModel), &data.test, torch::kCPU, &before, 1);
+  EXPECT_TRUE(evaluator.submit(10, flatOf(**a), {}));
+  awaitEntered(1);                                      // step 10 in flight
+  EXPECT_TRUE(evaluator.submit(20, flatOf(**b), {}));   // waits in the backlog
+  EXPECT_FALSE(evaluator.submit(30, flatOf(**a), {}));  // the backlog is full
+  EXPECT_EQ(evaluator.skipped(), 1u);
+  setOpen(true);
+  std::vector<BackgroundEvaluator::Result> results;
+  for (auto ready = evaluator.next(); !ready.empty(); ready = evaluator.next()) {
+    results.insert(results.end(), ready.begin(), ready.end());
+  }
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].step, 10);
+  EXPECT_EQ(results[1].step, 20);
+  EXPECT_LE(results[0].takenAt, results[1].takenAt);
+  EXPECT_DOUBLE_EQ(*results[0].evaluation.accuracy, accuracyA);
+  EXPECT_DOUBLE_EQ(*results[1].evaluation.accuracy, accuracyB);
+  EXPECT_TRUE(evaluator.take().empty());
+
+  // Abandoned: the one waiting, and the one in flight (released only once
+  // abandon() has dropped the other).
+  setOpen(false);
+  EXPECT_TRUE(evaluator.submit(40, flatOf(**a), {}));
+  awaitEntered(3);
+  EXPECT_TRUE(evaluator.submit(50, flatOf(**b), {}));
+  std::thread release([&] {
+    // abandon() has begun once it has counted the snapshot it dropped.
+    while (evaluator.skipped() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    setOpen(true);
+  });
+  evaluator.abandon();
+  release.join();
+  EXPECT_TRUE(evaluator.take().empty());
+  EXPECT_EQ(evaluator.skipped(), 3u);
 }
 
 // A background evaluation measures exactly the parameters of the step it
