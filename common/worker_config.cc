@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "common/names.h"
+#include "common/sync_algorithms.h"
 #include "common/worker_schema.h"
 
 namespace geo {
@@ -487,6 +488,24 @@ Rule<std::string> oneOf(std::initializer_list<std::string_view> names, bool empt
   return oneOf(std::span<const std::string_view>(names.begin(), names.size()), emptyAllowed);
 }
 
+// sync.algorithm's values: `none`, then the algorithms (sync_algorithms.h).
+std::span<const std::string_view> algorithmValues() {
+  static const std::vector<std::string_view> kValues = [] {
+    std::vector<std::string_view> v = {"none"};
+    for (const SyncAlgorithm& a : syncAlgorithms()) v.push_back(a.name);
+    return v;
+  }();
+  return kValues;
+}
+
+// sync.algorithm's doc line: each value and what it is.
+std::string algorithmDoc() {
+  std::string doc = "`none`: every worker trains alone";
+  for (const SyncAlgorithm& a : syncAlgorithms())
+    doc += fmt::format("; `{}`: {}", a.name, a.summary);
+  return doc + ".";
+}
+
 Rule<std::string> anyString() {
   return {"a string", [](const std::string&) { return true; }};
 }
@@ -930,10 +949,8 @@ std::vector<Section> buildSchema() {
                   "Intra-op CPU threads; 0 keeps the library's default.")}});
   schema.push_back(
       {"sync",
-       {makeField("algorithm", &W::sync, &W::Sync::algorithm, string,
-                  oneOf({"none", "allreduce", "dts", "swarm"}),
-                  "`none`: every worker trains alone; `allreduce`: synchronous data parallelism; "
-                  "`dts`: delayed and temporally sparse updates; `swarm`: SwarmSGD gossip."),
+       {makeField("algorithm", &W::sync, &W::Sync::algorithm, string, oneOf(algorithmValues()),
+                  algorithmDoc()),
         makeField("period", &W::sync, &W::Sync::period, delayType(), periodRule,
                   "DTS period K: local steps per round; `auto` lets the workers agree at run time "
                   "on the K whose rounds the measured uplink carries in at most half their time "

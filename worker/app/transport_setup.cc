@@ -11,6 +11,8 @@
 #include <utility>
 
 #include "common/keys/keys.h"
+#include "common/sync_algorithms.h"
+#include "common/worker_schema.h"
 #include "worker/transport/link.h"
 
 namespace geo::app {
@@ -39,9 +41,6 @@ std::string spelled(bool v) {
 std::string spelled(int64_t v) {
   return std::to_string(v);
 }
-std::string spelled(const std::optional<int64_t>& v) {
-  return v ? spelled(*v) : "auto";
-}
 
 }  // namespace
 
@@ -57,11 +56,12 @@ std::string agreedSyncSettings(const WorkerConfig& c) {
     text += fmt::format("{} = {}\n", key, value);
   };
   line("sync.algorithm", spelled(s.algorithm));
-  if (s.algorithm == "dts") {
-    line("sync.period", spelled(s.period));
-    line("sync.delay", spelled(s.delay));
+  if (const SyncAlgorithm* a = findSyncAlgorithm(s.algorithm)) {
+    for (const SyncAlgorithmKey& k : a->ownKeys) {
+      const std::string path = fmt::format("sync.{}", k.key);
+      line(path, workerKeyYaml(c, **lookupWorkerKey(path)));
+    }
   }
-  if (s.algorithm == "swarm") line("sync.swarmH", spelled(s.swarmH));
   line("sync.codec", spelled(s.codec));
   if (s.codec == "qsgd") {
     line("sync.bits", spelled(s.bits));

@@ -1,9 +1,14 @@
 #include "worker/local/display.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <string_view>
+#include <vector>
+
+#include "common/sync_algorithms.h"
+#include "common/worker_schema.h"
 
 namespace geo::local {
 
@@ -39,15 +44,16 @@ std::string syncText(const WorkerConfig& c) {
   const auto& s = c.sync;
   const std::string codec =
       s.codec == "qsgd" ? fmt::format("qsgd-{}", s.bits) : std::string(s.codec);
-  const std::string delay = s.delay ? std::to_string(*s.delay) : std::string("auto");
-  const std::string period = s.period ? std::to_string(*s.period) : std::string("auto");
-  std::string params;
-  if (s.algorithm == "dts") {
-    params = fmt::format(" (period K={}, delay D={})", period, delay);
-  } else if (s.algorithm == "swarm") {
-    params = fmt::format(" (H={})", s.swarmH);
-  }
   if (s.algorithm == "none") return "none (independent workers)";
+  // The algorithm's own keys: " (period K=16, delay D=auto)".
+  std::vector<std::string> own;
+  if (const SyncAlgorithm* a = findSyncAlgorithm(s.algorithm)) {
+    for (const SyncAlgorithmKey& k : a->ownKeys) {
+      own.push_back(fmt::format(
+          "{}={}", k.label, workerKeyYaml(c, **lookupWorkerKey(fmt::format("sync.{}", k.key)))));
+    }
+  }
+  const std::string params = own.empty() ? "" : fmt::format(" ({})", fmt::join(own, ", "));
   return fmt::format("{}{}, codec {}{}", s.algorithm, params, codec,
                      s.hierarchical ? ", hierarchical" : "");
 }

@@ -11,12 +11,12 @@
 #include <limits>
 #include <map>
 #include <numeric>
-#include <set>
 #include <thread>
 #include <utility>
 
 #include "common/enforce.h"
 #include "common/logging.h"
+#include "common/sync_algorithms.h"
 #include "worker/sync/internal.h"
 
 namespace geo::sync {
@@ -73,13 +73,13 @@ std::string Topology::describe(uint32_t r) const {
 }
 
 Status validateSyncOptions(const SyncOptions& o) {
-  static const std::set<std::string> kAlgorithms = {"allreduce", "dts", "swarm"};
   const auto bad = [](std::string_view field, const auto& value, std::string_view allowed) {
     return invalidArgument(
         fmt::format("sync options: {} {} is not allowed (allowed: {})", field, value, allowed));
   };
-  if (!kAlgorithms.contains(o.algorithm)) {
-    return bad("algorithm", fmt::format("'{}'", o.algorithm), "allreduce, dts, swarm");
+  if (findSyncAlgorithm(o.algorithm) == nullptr) {
+    return bad("algorithm", fmt::format("'{}'", o.algorithm),
+               fmt::format("{}", fmt::join(syncAlgorithmNames(), ", ")));
   }
   if (o.period < 1) return bad("period", o.period, ">= 1");
   if (o.delay && *o.delay < 0) return bad("delay", *o.delay, ">= 0, or nullopt for auto");
@@ -1201,6 +1201,20 @@ std::unique_ptr<Base> makeAllreduce(const SyncOptions& o, const Topology& t,
 
 }  // namespace detail
 
+namespace {
+
+// Each algorithm's synchronizer (common/sync_algorithms.h lists them; a test
+// checks that every one listed has its factory here).
+using Factory = std::unique_ptr<detail::Base> (*)(const SyncOptions&, const Topology&,
+                                                  transport::Transport*, detail::Group);
+const std::map<std::string, Factory, std::less<>> kFactories = {
+    {"allreduce", detail::makeAllreduce},
+    {"dts", detail::makeDts},
+    {"swarm", detail::makeSwarm},
+};
+
+}  // namespace
+
 StatusOr<std::unique_ptr<Synchronizer>> makeSynchronizer(const SyncOptions& options,
                                                          const Topology& topology,
                                                          transport::Transport* transport) {
@@ -1232,13 +1246,14 @@ StatusOr<std::unique_ptr<Synchronizer>> makeSynchronizer(const SyncOptions& opti
 
   std::unique_ptr<detail::Base> inner;
   if (self != group.ranks.end()) {
-    if (options.algorithm == "allreduce") {
-      inner = detail::makeAllreduce(options, topology, transport, group);
-    } else if (options.algorithm == "dts") {
-      inner = detail::makeDts(options, topology, transport, group);
-    } else {
-      inner = detail::makeSwarm(options, topology, transport, group);
+    const auto make = kFactories.find(options.algorithm);
+    if (make == kFactories.end()) {
+      return internalError(
+          fmt::format("sync: the algorithm '{}' has no synchronizer (sync_algorithms.h lists it, "
+                      "synchronizer.cc's kFactories does not)",
+                      options.algorithm));
     }
+    inner = make->second(options, topology, transport, group);
   }
   if (!hierarchical) return std::unique_ptr<Synchronizer>(std::move(inner));
   return std::unique_ptr<Synchronizer>(

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/sync_algorithms.h"
+#include "common/worker_schema.h"
 #include "tests/worker/transport/transport_fixture.h"
 #include "worker/codec/codec.h"
 #include "worker/sync/internal.h"
@@ -456,6 +458,32 @@ TEST(Topology, LeadersAndMembers) {
   EXPECT_EQ(t->describe(2), "rank 2 (tokyo)");
   EXPECT_FALSE(Topology::make({"a"}, 1).ok());
   EXPECT_FALSE(Topology::make({"a", ""}, 0).ok());
+}
+
+// The algorithms are data (common/sync_algorithms.h): every one listed has
+// a synchronizer, every one of its own keys is a key of worker.yaml's sync
+// section, and sync.algorithm allows exactly `none` and them.
+TEST(SyncAlgorithms, EveryOneListedHasASynchronizerAndItsKeys) {
+  const auto solo = Topology::make({"london"}, 0);
+  ASSERT_TRUE(solo.ok());
+  std::vector<std::string> values = {"none"};
+  for (const SyncAlgorithm& a : syncAlgorithms()) {
+    values.emplace_back(a.name);
+    SyncOptions o;
+    o.algorithm = std::string(a.name);
+    auto s = makeSynchronizer(o, *solo, nullptr);
+    EXPECT_TRUE(s.ok()) << a.name << ": " << s.status().toString();
+    for (const SyncAlgorithmKey& k : a.ownKeys) {
+      EXPECT_TRUE(lookupWorkerKey(fmt::format("sync.{}", k.key)).ok()) << a.name << ": " << k.key;
+    }
+  }
+  const auto key = lookupWorkerKey("sync.algorithm");
+  ASSERT_TRUE(key.ok());
+  EXPECT_EQ((*key)->limits.choices, values);
+  for (const std::string& v : values) {
+    EXPECT_NE((*key)->doc.find(fmt::format("`{}`", v)), std::string::npos) << v;
+  }
+  EXPECT_EQ(findSyncAlgorithm("none"), nullptr);
 }
 
 Status validateWith(const std::function<void(SyncOptions&)>& change) {
