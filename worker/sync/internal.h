@@ -457,6 +457,11 @@ std::unique_ptr<Base> makeDts(const SyncOptions& o, const Topology& t, transport
                               Group g);
 std::unique_ptr<Base> makeSwarm(const SyncOptions& o, const Topology& t, transport::Transport* tr,
                                 Group g);
+// Hierarchical sync around `inner`, the WAN algorithm among the region
+// leaders (null on a member, which runs none).
+std::unique_ptr<Synchronizer> makeHierarchical(const SyncOptions& o, const Topology& t,
+                                               transport::Transport* tr,
+                                               std::unique_ptr<Base> inner);
 
 double secondsSince(Clock::time_point t0);
 
