@@ -6,14 +6,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstring>
-#include <limits>
-#include <map>
-#include <thread>
 #include <utility>
 
-#include "common/enforce.h"
-#include "common/logging.h"
 #include "worker/sync/internal.h"
 
 namespace geo::sync::detail {

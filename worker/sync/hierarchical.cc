@@ -2,10 +2,8 @@
 // leader, and only the leaders run the WAN algorithm.
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <thread>
