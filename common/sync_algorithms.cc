@@ -1,5 +1,10 @@
 #include "common/sync_algorithms.h"
 
+#include <fmt/format.h>
+
+#include "common/enforce.h"
+#include "common/worker_schema.h"
+
 namespace geo {
 
 const std::vector<SyncAlgorithm>& syncAlgorithms() {
@@ -24,6 +29,20 @@ std::vector<std::string> syncAlgorithmNames() {
   std::vector<std::string> names;
   for (const SyncAlgorithm& a : syncAlgorithms()) names.emplace_back(a.name);
   return names;
+}
+
+std::vector<SyncKeyValue> ownSyncKeyValues(const WorkerConfig& config) {
+  std::vector<SyncKeyValue> out;
+  const SyncAlgorithm* a = findSyncAlgorithm(config.sync.algorithm);
+  if (a == nullptr) return out;
+  for (const SyncAlgorithmKey& k : a->ownKeys) {
+    std::string path = fmt::format("sync.{}", k.key);
+    const auto spec = lookupWorkerKey(path);
+    GEO_ENFORCE(spec.ok(), "sync algorithm {}: its key {} is not in the schema", a->name, path);
+    std::string value = workerKeyYaml(config, **spec);
+    out.push_back({std::move(path), k.label, std::move(value)});
+  }
+  return out;
 }
 
 }  // namespace geo

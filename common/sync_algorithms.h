@@ -16,6 +16,8 @@
 
 namespace geo {
 
+struct WorkerConfig;
+
 // One of an algorithm's own keys: its name in the sync section ("period")
 // and how a one-line summary labels its value ("period K").
 struct SyncAlgorithmKey {
@@ -39,5 +41,14 @@ const SyncAlgorithm* findSyncAlgorithm(std::string_view name);
 
 // Their names, in that order.
 std::vector<std::string> syncAlgorithmNames();
+
+// The own keys of `config`'s algorithm, each with its value as worker.yaml
+// writes it ("16", "auto"), in the list's order; none for `none`.
+struct SyncKeyValue {
+  std::string path;        // "sync.period"
+  std::string_view label;  // "period K"
+  std::string value;       // "auto"
+};
+std::vector<SyncKeyValue> ownSyncKeyValues(const WorkerConfig& config);
 
 }  // namespace geo

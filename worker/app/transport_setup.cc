@@ -12,7 +12,6 @@
 
 #include "common/keys/keys.h"
 #include "common/sync_algorithms.h"
-#include "common/worker_schema.h"
 #include "worker/transport/link.h"
 
 namespace geo::app {
@@ -56,12 +55,7 @@ std::string agreedSyncSettings(const WorkerConfig& c) {
     text += fmt::format("{} = {}\n", key, value);
   };
   line("sync.algorithm", spelled(s.algorithm));
-  if (const SyncAlgorithm* a = findSyncAlgorithm(s.algorithm)) {
-    for (const SyncAlgorithmKey& k : a->ownKeys) {
-      const std::string path = fmt::format("sync.{}", k.key);
-      line(path, workerKeyYaml(c, **lookupWorkerKey(path)));
-    }
-  }
+  for (const SyncKeyValue& k : ownSyncKeyValues(c)) line(k.path, k.value);
   line("sync.codec", spelled(s.codec));
   if (s.codec == "qsgd") {
     line("sync.bits", spelled(s.bits));

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "common/sync_algorithms.h"
-#include "common/worker_schema.h"
 
 namespace geo::local {
 
@@ -47,12 +46,8 @@ std::string syncText(const WorkerConfig& c) {
   if (s.algorithm == "none") return "none (independent workers)";
   // The algorithm's own keys: " (period K=16, delay D=auto)".
   std::vector<std::string> own;
-  if (const SyncAlgorithm* a = findSyncAlgorithm(s.algorithm)) {
-    for (const SyncAlgorithmKey& k : a->ownKeys) {
-      own.push_back(fmt::format(
-          "{}={}", k.label, workerKeyYaml(c, **lookupWorkerKey(fmt::format("sync.{}", k.key)))));
-    }
-  }
+  for (const SyncKeyValue& k : ownSyncKeyValues(c))
+    own.push_back(fmt::format("{}={}", k.label, k.value));
   const std::string params = own.empty() ? "" : fmt::format(" ({})", fmt::join(own, ", "));
   return fmt::format("{}{}, codec {}{}", s.algorithm, params, codec,
                      s.hierarchical ? ", hierarchical" : "");

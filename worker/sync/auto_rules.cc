@@ -34,27 +34,19 @@ std::optional<double> linkBeforeReports(std::span<const double> minRttSeconds,
 std::optional<SlowestLink> slowestLink(std::span<const PeerLink> peers, double crossingSeconds) {
   std::optional<SlowestLink> slowest;
   std::vector<double> unmeasured;  // their round trips
-  size_t firstUnmeasured = 0;
+  size_t farthest = 0;             // the unmeasured peer of the longest round trip
   for (size_t i = 0; i < peers.size(); ++i) {
-    if (!peers[i].measuredSeconds) {
-      if (unmeasured.empty()) firstUnmeasured = i;
-      unmeasured.push_back(peers[i].minRttSeconds);
-      continue;
-    }
-    if (!slowest || *peers[i].measuredSeconds > slowest->seconds) {
-      slowest = SlowestLink{*peers[i].measuredSeconds, i, false};
+    const PeerLink& p = peers[i];
+    if (!p.measuredSeconds) {
+      if (unmeasured.empty() || p.minRttSeconds > peers[farthest].minRttSeconds) farthest = i;
+      unmeasured.push_back(p.minRttSeconds);
+    } else if (!slowest || *p.measuredSeconds > slowest->seconds) {
+      slowest = SlowestLink{*p.measuredSeconds, i, false};
     }
   }
-  if (const auto before = linkBeforeReports(unmeasured, crossingSeconds)) {
-    if (!slowest || *before > slowest->seconds) {
-      // The unmeasured peer whose round trip gives it (the first of them
-      // where a round seen crossing does).
-      size_t peer = firstUnmeasured;
-      for (size_t i = 0; i < peers.size(); ++i) {
-        if (!peers[i].measuredSeconds && peers[i].minRttSeconds / 2 == *before) peer = i;
-      }
-      slowest = SlowestLink{*before, peer, true};
-    }
+  const std::optional<double> before = linkBeforeReports(unmeasured, crossingSeconds);
+  if (before && (!slowest || *before > slowest->seconds)) {
+    slowest = SlowestLink{*before, farthest, true};
   }
   return slowest;
 }

@@ -40,8 +40,8 @@ struct PeerLink {
 };
 
 // The slowest link D must cover, and whose it is (an index into `peers`).
-// `estimated`: that peer has no samples yet, and the link is
-// linkBeforeReports' over the peers without samples.
+// `estimated`: the link is linkBeforeReports' over the peers without
+// samples yet, and `peer` the one of them with the longest round trip.
 struct SlowestLink {
   double seconds = 0;
   size_t peer = 0;
