@@ -1011,7 +1011,17 @@ std::vector<Section> buildSchema() {
         linksField(),
         makeField("uplink", &W::transport, &W::Transport::uplink, string, anyString(),
                   "Emulated uplink shared by all of this worker's WAN traffic, a link profile such "
-                  "as `rate=100mbit`; a message passes the uplink, then its link. Empty: none.")}});
+                  "as `rate=100mbit`; a message passes the uplink, then its link. Empty: none."),
+        makeField(
+            "tcpInitialWindow", &W::transport, &W::Transport::tcpInitialWindow, integer,
+            between(0, kMaxTcpInitialWindow),
+            "Initial congestion and receive windows, in segments, of the TCP connections to the "
+            "WAN peers: the worker adds a host route to each (the kernel takes both windows from "
+            "the route). A fresh connection otherwise sends 10 segments in its first round trip "
+            "and doubles from there, about a second over 230 ms before a round of 0.5 MB crosses "
+            "in one, at the start and after every reconnect. Needs CAP_NET_ADMIN in the worker's "
+            "network namespace (a pod's own; `geotrain local --network netns` sets 100). `0`: "
+            "the kernel's. See docs/wan-emulation.md.")}});
   schema.push_back({"checkpoint",
                     {makeField("dir", &W::checkpoint, &W::Checkpoint::dir, string, anyString(),
                                "Where checkpoints go, inside the worker (a mounted volume, to "

@@ -46,6 +46,10 @@ namespace geo {
 // transport.regions): every worker keeps per-rank state and a connection to
 // each peer it talks to.
 inline constexpr int64_t kMaxWorldSize = 4096;
+// transport.tcpInitialWindow's largest value: 1000 segments of 1448 bytes
+// are 1.4 MB sent before the first acknowledgement, more than the queue in
+// front of a 100 Mbit/s uplink holds.
+inline constexpr int64_t kMaxTcpInitialWindow = 1000;
 // training.threads: intra-op threads of one worker.
 inline constexpr int64_t kMaxThreads = 1024;
 // training.evalBacklog: snapshots waiting for the background evaluation.
@@ -246,6 +250,10 @@ struct WorkerConfig {
     // Emulated uplink of this worker shared by all its WAN traffic, a link
     // profile such as "rate=100mbit" (empty: none). Applied before links.
     std::string uplink;
+    // Initial congestion and receive windows, in segments, of the TCP
+    // connections to the WAN peers (host routes: worker/transport/
+    // initial_window.h); 0 leaves the kernel's (10). Needs CAP_NET_ADMIN.
+    int64_t tcpInitialWindow = 0;
 
     bool operator==(const Transport&) const = default;
   };

@@ -272,6 +272,8 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
       auto config = transportConfig(c, topology->rank());
       if (!config.ok()) return reportFailure(&progress, config.status());
       config->onDisagreement = [&progress](const Status& s) { refuseDisagreeingPeer(progress, s); };
+      // Before the first connection: the windows apply to those opened after.
+      if (Status s = applyTcpInitialWindow(c, *config); !s.ok()) return reportFailure(&progress, s);
       auto t = transport::makeZmqTransport(std::move(*config));
       if (!t.ok()) return reportFailure(&progress, t.status());
       transport = std::move(*t);
@@ -311,6 +313,9 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
                   static_cast<uint64_t>(c.training.batchSize), progress);
   if (transport != nullptr) {
     if (auto limits = readTcpBufferLimits(); limits.ok()) {
+      if (auto w = initialWindowWarning(*limits, c.transport.tcpInitialWindow)) {
+        logger()->warn("{}", *w);
+      }
       hook.reportTcpCeiling(*limits, [&t = *topology](uint32_t r) { return t.describe(r); });
     } else {
       logger()->debug("tcp: {}", limits.status().message());

@@ -4,14 +4,19 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace geo::app {
 
 namespace {
 
-// The third of the three numbers in a tcp_rmem / tcp_wmem file.
-StatusOr<int64_t> readMax(const std::string& path) {
+struct Fields {
+  int64_t initial = 0, max = 0;
+};
+
+// The second and third of the three numbers in a tcp_rmem / tcp_wmem file.
+StatusOr<Fields> readFields(const std::string& path) {
   std::ifstream in(path);
   if (!in) return unavailable(fmt::format("{}: cannot be read", path));
   std::string line;
@@ -22,7 +27,7 @@ StatusOr<int64_t> readMax(const std::string& path) {
     return invalidArgument(
         fmt::format("{}: \"{}\" is not three byte counts (minimum, initial, maximum)", path, line));
   }
-  return max;
+  return Fields{initial, max};
 }
 
 std::string mebibytes(int64_t bytes) {
@@ -38,11 +43,11 @@ std::string rates(double low, double high) {
 }  // namespace
 
 StatusOr<TcpBufferLimits> readTcpBufferLimits(const std::string& procSys) {
-  auto receive = readMax(procSys + "/net/ipv4/tcp_rmem");
+  auto receive = readFields(procSys + "/net/ipv4/tcp_rmem");
   if (!receive.ok()) return receive.status();
-  auto send = readMax(procSys + "/net/ipv4/tcp_wmem");
+  auto send = readFields(procSys + "/net/ipv4/tcp_wmem");
   if (!send.ok()) return send.status();
-  return TcpBufferLimits{*receive, *send};
+  return TcpBufferLimits{receive->max, send->max, receive->initial};
 }
 
 double windowCeilingBitsPerSecond(int64_t receiveMaxBytes, double rttSeconds, double windowShare) {
@@ -64,6 +69,20 @@ std::string describeWindowCeiling(const TcpBufferLimits& limits, const std::stri
       rates(windowCeilingBitsPerSecond(limits.receiveMaxBytes, rttSeconds, 0.5),
             windowCeilingBitsPerSecond(limits.receiveMaxBytes, rttSeconds, 2.0 / 3)),
       mebibytes(limits.receiveMaxBytes), mebibytes(limits.sendMaxBytes), gigabitBuffer);
+}
+
+std::optional<std::string> initialWindowWarning(const TcpBufferLimits& limits, int64_t segments) {
+  const int64_t window = segments * kSegmentBytes;
+  // Half the buffer is window at the least (windowCeilingBitsPerSecond).
+  if (segments <= 0 || limits.receiveInitialBytes / 2 >= window) return std::nullopt;
+  const int64_t needed = int64_t{1} << static_cast<int>(std::ceil(std::log2(2.0 * window)));
+  return fmt::format(
+      "tcp: transport.tcpInitialWindow = {} segments ({} KB), but a receive buffer starts at {} "
+      "KiB here (net.ipv4.tcp_rmem, second field): a connection to this worker advertises about "
+      "{} KB at first, and the peers' first round trips wait for it. Set the second field to at "
+      "least {} KiB on every worker (docs/kubernetes.md: spec.template.spec.sysctls)",
+      segments, window / 1000, limits.receiveInitialBytes / 1024,
+      limits.receiveInitialBytes / 2 / 1000, needed / 1024);
 }
 
 }  // namespace geo::app

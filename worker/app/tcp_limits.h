@@ -21,6 +21,7 @@
 // bandwidth-delay product already; what an operator sets is its ceiling.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -28,9 +29,13 @@
 namespace geo::app {
 
 struct TcpBufferLimits {
-  int64_t receiveMaxBytes = 0;  // net.ipv4.tcp_rmem, third field
-  int64_t sendMaxBytes = 0;     // net.ipv4.tcp_wmem, third field
+  int64_t receiveMaxBytes = 0;      // net.ipv4.tcp_rmem, third field
+  int64_t sendMaxBytes = 0;         // net.ipv4.tcp_wmem, third field
+  int64_t receiveInitialBytes = 0;  // net.ipv4.tcp_rmem, second field
 };
+
+// A TCP segment's payload on an Ethernet path (MTU 1500).
+inline constexpr int64_t kSegmentBytes = 1448;
 
 // Reads both limits of this thread's network namespace from `procSys`
 // (/proc/sys, or a test's folder with net/ipv4/tcp_rmem and tcp_wmem). An
@@ -48,5 +53,13 @@ double windowCeilingBitsPerSecond(int64_t receiveMaxBytes, double rttSeconds,
 // settings raise it (with the value a 1 Gbit/s link would need).
 std::string describeWindowCeiling(const TcpBufferLimits& limits, const std::string& peer,
                                   double rttSeconds);
+
+// A warning when an initial window of `segments` (transport.tcpInitialWindow)
+// cannot be advertised by a receiver whose buffer starts at
+// receiveInitialBytes (a half of it is window at the least): the peers'
+// connections to this worker then open no faster than the buffer lets them.
+// It names the setting and the value that would do (a power of two).
+// nullopt when it fits, or for segments <= 0.
+std::optional<std::string> initialWindowWarning(const TcpBufferLimits& limits, int64_t segments);
 
 }  // namespace geo::app

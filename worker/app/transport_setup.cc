@@ -11,7 +11,9 @@
 #include <utility>
 
 #include "common/keys/keys.h"
+#include "common/logging.h"
 #include "common/sync_algorithms.h"
+#include "worker/transport/initial_window.h"
 #include "worker/transport/link.h"
 
 namespace geo::app {
@@ -138,6 +140,29 @@ StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& c, uint
 }  // namespace geo::app
 
 namespace geo::app {
+
+Status applyTcpInitialWindow(const WorkerConfig& config, const transport::TransportConfig& t) {
+  if (config.transport.tcpInitialWindow <= 0) return {};
+  std::vector<std::string> endpoints;
+  for (size_t r = 0; r < t.endpoints.size(); ++r) {
+    if (r < t.uplinkPeers.size() && t.uplinkPeers[r] && !t.endpoints[r].empty()) {
+      endpoints.push_back(t.endpoints[r]);
+    }
+  }
+  if (endpoints.empty()) return {};
+  const auto segments = static_cast<uint32_t>(config.transport.tcpInitialWindow);
+  auto routes = transport::setInitialWindow(endpoints, segments);
+  if (!routes.ok()) {
+    return routes.status().withContext(
+        fmt::format("transport.tcpInitialWindow = {}", config.transport.tcpInitialWindow));
+  }
+  for (const auto& r : *routes) {
+    logger()->info("tcp: connections to {} open with a window of {} segments (route to {}{}{})",
+                   r.peer, segments, r.address, r.via.empty() ? "" : " via " + r.via,
+                   r.device.empty() ? "" : " dev " + r.device);
+  }
+  return {};
+}
 
 StatusOr<transport::KeySet> loadKeySet(const WorkerConfig& c, uint32_t rank) {
   const std::filesystem::path keyDir = c.transport.keyDir;

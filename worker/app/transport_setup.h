@@ -39,6 +39,12 @@ std::string agreedSyncSettings(const WorkerConfig& config);
 // a check the schema cannot make; the key loader's Status for a key file.
 StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& config, uint32_t rank);
 
+// transport.tcpInitialWindow: the initial TCP windows toward every WAN peer
+// of `t` (the ranks of other regions it connects to), by host routes
+// (transport/initial_window.h), each logged. Nothing at 0. Its Status, in
+// the key's name: a missing CAP_NET_ADMIN, a peer that does not resolve.
+Status applyTcpInitialWindow(const WorkerConfig& config, const transport::TransportConfig& t);
+
 // The CURVE keys in transport.keyDir for worker `rank` (docs/security.md,
 // "Rotating keys"): its secret key (worker-<rank>.key), and every rank's
 // public keys -- worker-<r>.pub, then worker-<r>.next.pub and

@@ -143,7 +143,10 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
                    "What carries the WAN: userspace (the transport delays and shapes whole "
                    "messages above TCP; no privileges) or netns (each region in a network "
                    "namespace of its own, every packet between regions through an emulator "
-                   "below TCP: real TCP retransmissions, socket buffers and queues; needs root)")
+                   "below TCP: real TCP retransmissions, socket buffers and queues; hosts tuned "
+                   "for the WAN, connections between regions opening with 100 segments "
+                   "(transport.tcpInitialWindow; --set transport.tcpInitialWindow=10 for "
+                   "Linux's); needs root)")
       ->type_name("MODE")
       ->capture_default_str();
   local

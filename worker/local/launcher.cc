@@ -46,6 +46,8 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kStopGrace = std::chrono::seconds(5);
+// transport.tcpInitialWindow under --network netns (segments).
+constexpr int64_t kNetnsTcpInitialWindow = 100;
 constexpr int kPollMillis = 200;
 constexpr size_t kLogTailLines = 10;
 
@@ -780,6 +782,9 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
     // Every worker binds its region's address; the WAN below TCP replaces
     // the transport's own emulation.
     layout.emulateLinks = false;
+    // Hosts tuned for the WAN (docs/wan-emulation.md, "TCP's slow start"):
+    // connections between regions open with 100 segments instead of 10.
+    layout.tcpInitialWindow = kNetnsTcpInitialWindow;
     for (int64_t r = 0; r < world; ++r) {
       layout.hosts.push_back(
           wan::siteAddress(static_cast<size_t>(placeOf(*topology, r).regionIndex)));

@@ -104,6 +104,7 @@ std::vector<WorkerConfig> makeRankConfigs(const WorkerConfig& base, const Topolo
     c.transport.uplink = layout.emulateLinks ? topology.uplink : std::string();
     c.transport.keyDir = (layout.outDir / "keys").string();
     if (c.training.threads == 0) c.training.threads = layout.threadsPerWorker;
+    if (c.transport.tcpInitialWindow == 0) c.transport.tcpInitialWindow = layout.tcpInitialWindow;
     c.metrics.enabled = !layout.metricsPorts.empty();
     if (c.metrics.enabled) {
       GEO_ENFORCE_EQ(static_cast<int64_t>(layout.metricsPorts.size()), world,

@@ -42,6 +42,9 @@ struct RankLayout {
   // Whether the transport emulates the WAN (transport.links, .uplink): not
   // when the network below TCP does (--network netns).
   bool emulateLinks = true;
+  // transport.tcpInitialWindow when the base config leaves it 0: under
+  // --network netns, where each region's namespace is the launcher's own.
+  int64_t tcpInitialWindow = 0;
 };
 
 // max(1, hardwareCores / workers); hardwareCores 0 (unknown) counts as 1.
@@ -57,6 +60,8 @@ int64_t defaultThreadsPerWorker(unsigned hardwareCores, int64_t workers);
 //   transport.uplink = topology.uplink (else neither);
 //   transport.keyDir = <outDir>/keys;
 //   training.threads = layout.threadsPerWorker unless the base sets one;
+//   transport.tcpInitialWindow = layout.tcpInitialWindow unless the base
+//   sets one;
 //   metrics.listen = <host>:<metricsPorts[rank]> (metrics.enabled = false
 //   when layout.metricsPorts is empty); checkpoint.dir = <base dir>/rank-<r>
 //   when set.

@@ -224,7 +224,9 @@ StatusOr<Site> makeSite(size_t index, const WanShape& shape, const NetnsOptions&
 
   const std::string maxBuffer = std::to_string(options.tcpMaxBufferBytes);
   GEO_RETURN_IF_ERROR(
-      writeSysctl("/proc/sys/net/ipv4/tcp_rmem", "4096 131072 " + maxBuffer).withContext(where));
+      writeSysctl("/proc/sys/net/ipv4/tcp_rmem",
+                  fmt::format("4096 {} {}", options.tcpInitialReceiveBytes, maxBuffer))
+          .withContext(where));
   GEO_RETURN_IF_ERROR(
       writeSysctl("/proc/sys/net/ipv4/tcp_wmem", "4096 16384 " + maxBuffer).withContext(where));
   if (!congestionControl.empty()) {
@@ -482,6 +484,8 @@ int64_t tcpBufferBytesFor(const WanShape& shape) {
 StatusOr<std::unique_ptr<NetnsNetwork>> NetnsNetwork::create(WanShape shape, NetnsOptions options) {
   GEO_RETURN_IF_ERROR(validateShape(shape));
   if (options.tcpMaxBufferBytes == 0) options.tcpMaxBufferBytes = tcpBufferBytesFor(shape);
+  options.tcpInitialReceiveBytes =
+      std::clamp<int64_t>(options.tcpInitialReceiveBytes, 4096, options.tcpMaxBufferBytes);
   if (options.mtu < 576 || options.mtu > 9000) {
     return invalidArgument(fmt::format("MTU {}: allowed from 576 to 9000", options.mtu));
   }

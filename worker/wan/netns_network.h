@@ -25,7 +25,8 @@
 //
 // Each namespace's TCP gets: autotuned buffers up to `tcpMaxBufferBytes`
 // (net.ipv4.tcp_rmem/tcp_wmem; by default from the links, as a host tuned
-// for them would have: tcpBufferBytesFor), IPv6 off, and the congestion control of the
+// for them would have: tcpBufferBytesFor) from `tcpInitialReceiveBytes` for a
+// receive buffer, IPv6 off, and the congestion control of the
 // machine's own namespace (bbr or cubic: whatever
 // net.ipv4.tcp_congestion_control says at the start).
 //
@@ -64,6 +65,12 @@ struct NetnsOptions {
   // The most a TCP socket's send or receive buffer may grow to; 0: from the
   // shape, tcpBufferBytesFor(shape).
   int64_t tcpMaxBufferBytes = 0;
+  // A TCP socket's receive buffer as it starts (tcp_rmem's second field),
+  // before autotuning grows it: what its first advertised windows can be.
+  // Linux's 128 KiB allows about 64 KB, so a connection opened with a
+  // larger initial window (transport.tcpInitialWindow) would wait for the
+  // receiver's; 1 MiB, as docs/kubernetes.md has an operator set.
+  int64_t tcpInitialReceiveBytes = int64_t{1} << 20;
 };
 
 // The TCP buffer limit a host on these links needs: twice the largest

@@ -34,6 +34,22 @@ TEST_F(TcpLimitsTest, ReadsTheThirdFieldOfEach) {
   ASSERT_TRUE(l.ok()) << l.status().toString();
   EXPECT_EQ(l->receiveMaxBytes, 6291456);
   EXPECT_EQ(l->sendMaxBytes, 4194304);
+  EXPECT_EQ(l->receiveInitialBytes, 131072);
+}
+
+TEST(TcpInitialWindow, WarnsWhenTheReceiveBufferCannotAdvertiseIt) {
+  // Linux's 128 KiB: about 64 KB of window, under 100 segments (145 KB).
+  const auto warning = initialWindowWarning({6 << 20, 4 << 20, 131072}, 100);
+  ASSERT_TRUE(warning.has_value());
+  for (const char* part : {"tcpInitialWindow = 100 segments (144 KB)", "starts at 128 KiB",
+                           "advertises about 65 KB", "at least 512 KiB", "second field"}) {
+    EXPECT_NE(warning->find(part), std::string::npos) << part << " not in: " << *warning;
+  }
+  // 1 MiB holds it; so does 128 KiB for the kernel's own 10 segments; and
+  // nothing is said without the setting.
+  EXPECT_FALSE(initialWindowWarning({6 << 20, 4 << 20, 1 << 20}, 100).has_value());
+  EXPECT_FALSE(initialWindowWarning({6 << 20, 4 << 20, 131072}, 10).has_value());
+  EXPECT_FALSE(initialWindowWarning({6 << 20, 4 << 20, 131072}, 0).has_value());
 }
 
 TEST_F(TcpLimitsTest, NamesTheFileAndWhatItHeld) {
@@ -58,7 +74,8 @@ TEST(TcpWindowCeiling, HalfTheBufferPerRoundTrip) {
   // 55 MiB (what the namespace network gives a 1 Gbit/s, 230 ms link):
   // 1.0 Gbit/s.
   EXPECT_NEAR(windowCeilingBitsPerSecond(int64_t{55} << 20, 0.230), 1.003e9, 0.001e9);
-  const std::string line = describeWindowCeiling({6 << 20, 4 << 20}, "tokyo (rank 1)", 0.230);
+  const std::string line =
+      describeWindowCeiling({6 << 20, 4 << 20, 131072}, "tokyo (rank 1)", 0.230);
   for (const char* part :
        {"230 ms, to tokyo (rank 1)", "at most 109-146 Mbit/s", "may grow to 6 MiB",
         "net.ipv4.tcp_rmem", "send buffers to 4 MiB", "at 55 MiB or more"}) {

@@ -166,10 +166,13 @@ done
 # Speed: the same 800 steps at full speed with evaluation every 25 steps, on
 # both networks, three times each, alternating; the medians are compared.
 # The issue's targets (time to 85% within 1.3x of userspace's, steps/s at
-# least 90% of it) are not met on a 2-core machine: fresh TCP connections
-# over 230 ms round trips spend their first second in slow start, and the
-# kernels' packet work competes with four workers for two cores
-# (docs/wan-emulation.md). The bounds here catch a regression beyond that.
+# least 90% of it) are not met on a 2-core machine: the connections between
+# regions are set up over 230 ms round trips (TCP's handshake and CURVE's
+# two round trips), which loopback does not have, and the final average
+# crosses them twice (docs/wan-emulation.md, "TCP's slow start": 1.39x and
+# 79% there). The bounds here catch a regression beyond that -- slow start
+# back (1.75x and 69% with Linux's initial windows) is caught by the check
+# that every worker opened its connections with 100 segments.
 # One run of each is not enough: on two cores the background evaluation
 # (nice 10) is skipped at most evaluation steps, so a run's time to 85% is
 # that of whichever evaluation first saw 85% -- 4.7 s in one run, the final
@@ -178,6 +181,12 @@ speed=(--steps 800 --eval-interval 25 --step-time 1ms)
 for i in 1 2 3; do
   run "speed-netns-$i" "${speed[@]}"
   check "speed-netns-$i"
+  # Every worker opened its connections to the three other regions with the
+  # launcher's initial window (transport.tcpInitialWindow).
+  for r in 0 1 2 3; do
+    n=$(grep -c "open with a window of 100 segments" "$work/speed-netns-$i/logs/worker-$r.log")
+    [ "$n" = 3 ] || fail "speed-netns-$i: rank $r set the initial window toward $n peers, not 3"
+  done
   "$geotrain" local --network userspace --preset world --model mlp --threads 1 "${speed[@]}" \
     --out "$work/speed-userspace-$i" > "$work/speed-userspace-$i.log" 2>&1 ||
     fail "speed-userspace-$i: geotrain local failed"
@@ -200,7 +209,7 @@ median = {net: (statistics.median(t(s) for s in ss),
 (tn, rn), (tu, ru) = median["netns"], median["userspace"]
 print(f"speed: medians: time to 85% {tn:.2f} s (netns) against {tu:.2f} s (userspace), "
       f"{tn / tu:.2f}x; steps/s {rn:.1f} against {ru:.1f} ({rn / ru * 100:.0f}%)")
-if tn > 2.5 * tu or rn < 0.5 * ru:
+if tn > 2.0 * tu or rn < 0.6 * ru:
     sys.exit(1)
 PY
   fail "speed: the namespace network is far slower than loopback"
