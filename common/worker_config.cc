@@ -1020,8 +1020,10 @@ std::vector<Section> buildSchema() {
             "the route). A fresh connection otherwise sends 10 segments in its first round trip "
             "and doubles from there, about a second over 230 ms before a round of 0.5 MB crosses "
             "in one, at the start and after every reconnect. Needs CAP_NET_ADMIN in the worker's "
-            "network namespace (a pod's own; `geotrain local --network netns` sets 100). `0`: "
-            "the kernel's. See docs/wan-emulation.md.")}});
+            "network namespace, or routes that carry the windows already: a TrainingJob's pods "
+            "get an init container that writes them, as root with NET_ADMIN alone (see "
+            "docs/kubernetes.md); `geotrain local --network netns` sets 100. `0`: the kernel's. "
+            "See docs/wan-emulation.md.")}});
   schema.push_back({"checkpoint",
                     {makeField("dir", &W::checkpoint, &W::Checkpoint::dir, string, anyString(),
                                "Where checkpoints go, inside the worker (a mounted volume, to "

@@ -30,6 +30,7 @@ PACKAGES=(
   python3-torch python3-numpy       # the exported model read back by Python (torch.load, torch.jit.load)
   python3.11-doc                    # the gpt test's corpus: the documentation's reStructuredText (scripts/prepare-text.py)
   yamllint                          # manifests/ and the chart's YAML
+  iproute2                          # tests: the routes of transport.tcpInitialWindow (ip route)
 )
 
 missing=()

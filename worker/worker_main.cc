@@ -29,14 +29,17 @@
 #include <utility>
 #include <vector>
 
+#include "common/logging.h"
 #include "common/worker_config.h"
 #include "common/worker_schema.h"
 #include "worker/app/progress.h"
 #include "worker/app/run.h"
 #include "worker/app/setup.h"
+#include "worker/app/transport_setup.h"
 
 namespace {
 
+using geo::app::kExitFailure;
 using geo::app::kExitOk;
 using geo::app::kExitUsage;
 
@@ -102,6 +105,11 @@ int main(int argc, char** argv) {
                  "and worker.rank from transport.regions (Kubernetes Indexed Jobs pass "
                  "$(JOB_COMPLETION_INDEX)); applied after --set");
   app.add_flag("--print-config", printConfig, "Print the effective configuration as YAML and exit");
+  bool initialWindowOnly = false;
+  app.add_flag("--tcp-initial-window-only", initialWindowOnly,
+               "Set the initial TCP windows toward the WAN peers (transport.tcpInitialWindow: "
+               "host routes, needs CAP_NET_ADMIN) and exit: for a privileged init container, "
+               "after which the worker itself, without the capability, finds them set");
   app.add_option("--progress-format", progressFormat,
                  "text: progress as log lines on stderr; jsonl: also one JSON object per line on "
                  "stdout (events start, progress, done, error; see docs/worker-progress.md)")
@@ -144,6 +152,14 @@ int main(int argc, char** argv) {
   if (auto s = geo::validateWorkerConfig(config); !s.ok()) return failConfig(s);
   if (printConfig) {
     std::cout << geo::toYaml(config);
+    return kExitOk;
+  }
+  if (initialWindowOnly) {
+    if (auto s = geo::initLogging(config.log.level); !s.ok()) return failConfig(s);
+    if (auto s = geo::app::applyTcpInitialWindow(config); !s.ok()) {
+      std::cerr << "geotrain-worker: " << s.toString() << "\n";
+      return kExitFailure;
+    }
     return kExitOk;
   }
   const geo::app::Progress progress(progressFormat == "jsonl", config.worker.rank);

@@ -34,6 +34,9 @@ const std::map<std::string, std::string>& sectionDescriptions() {
       {"dataset", "The data set; every region reads its own copy."},
       {"training", "The local training loop of every worker."},
       {"sync", "How the regions exchange updates (docs/architecture.md section 3)."},
+      {"transport",
+       "The workers' connections across the WAN (the controller sets their endpoints, regions and "
+       "keys)."},
       {"checkpoint", "Checkpoints of every worker."},
       {"output", "Where the trained model goes."},
       {"log", "Worker logging."},

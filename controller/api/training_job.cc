@@ -238,8 +238,11 @@ void parseWorkerSection(const std::string& section, const json& value, WorkerCon
     if (v.is_null()) continue;  // absent: the default
     if (isControllerOwned(dotted)) {
       errors.push_back({FieldError::Type::kUnknown, at,
-                        "unknown field (the controller derives the shards from the worker's "
-                        "place in the job)"});
+                        section == "dataset"
+                            ? "unknown field (the controller derives the shards from the worker's "
+                              "place in the job)"
+                            : "unknown field (the controller sets the workers' endpoints, regions "
+                              "and keys; of transport, a TrainingJob sets tcpInitialWindow)"});
       continue;
     }
     auto key = lookupWorkerKey(dotted);
@@ -574,13 +577,17 @@ Region parseRegion(const json& value, const std::string& path, std::vector<Field
 }  // namespace
 
 const std::vector<std::string>& workerSpecSections() {
-  static const std::vector<std::string> sections = {"model",      "dataset", "training", "sync",
-                                                    "checkpoint", "output",  "log"};
+  static const std::vector<std::string> sections = {"model",     "dataset",    "training", "sync",
+                                                    "transport", "checkpoint", "output",   "log"};
   return sections;
 }
 
 bool isControllerOwned(std::string_view path) {
-  return path == "dataset.shardIndex" || path == "dataset.shardCount";
+  // Of transport, everything but the initial window is the job's wiring,
+  // which the controller derives from the regions and their gateways (or
+  // geotrain local's emulation).
+  return path == "dataset.shardIndex" || path == "dataset.shardCount" ||
+         (path.starts_with("transport.") && path != "transport.tcpInitialWindow");
 }
 
 bool isReservedLabel(std::string_view key) {

@@ -79,7 +79,8 @@ struct FieldError {
 const std::vector<std::string>& workerSpecSections();
 // Whether a key of those sections ("dataset.shardIndex") is the
 // controller's to set (it derives the shards from each worker's place in
-// the job), and so not part of the spec.
+// the job, and every transport key but tcpInitialWindow from the regions),
+// and so not part of the spec.
 bool isControllerOwned(std::string_view path);
 
 // What region and member cluster names must be (common/names.h).

@@ -455,6 +455,30 @@ json renderWorkerJob(const JobRef& job, const api::TrainingJobSpec& spec, size_t
           {{"name", "checkpoints"}, {"mountPath", spec.worker.checkpoint.dir}});
     }
   }
+  if (spec.worker.transport.tcpInitialWindow > 0) {
+    // The initial TCP windows toward the WAN peers (transport.tcpInitialWindow)
+    // are host routes in the pod's network namespace, which takes
+    // CAP_NET_ADMIN to write. The worker runs as a non-root user, and a
+    // capability added to a non-root container never reaches its process's
+    // effective set (Kubernetes sets no ambient capabilities): a container
+    // of its own writes them first, as root with NET_ADMIN alone, reading
+    // the same worker.yaml; the worker then finds them set. Its namespace
+    // needs the Pod Security Standard that allows NET_ADMIN (privileged).
+    podSpec["initContainers"] = json::array(
+        {{{"name", "tcp-initial-window"},
+          {"image", image},
+          {"args",
+           {"--config", std::string(kConfigDir) + "/worker.yaml", "--completion-index",
+            "$(JOB_COMPLETION_INDEX)", "--tcp-initial-window-only"}},
+          {"volumeMounts",
+           {{{"name", "config"}, {"mountPath", std::string(kConfigDir)}, {"readOnly", true}}}},
+          {"securityContext",
+           {{"runAsUser", 0},
+            {"runAsNonRoot", false},
+            {"allowPrivilegeEscalation", false},
+            {"readOnlyRootFilesystem", true},
+            {"capabilities", {{"drop", {"ALL"}}, {"add", {"NET_ADMIN"}}}}}}}});
+  }
   json& worker = podSpec["containers"][0];
   if (!pod.env.empty()) worker["env"] = pod.env;
   for (const json& m : pod.volumeMounts) worker["volumeMounts"].push_back(m);

@@ -273,7 +273,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
       if (!config.ok()) return reportFailure(&progress, config.status());
       config->onDisagreement = [&progress](const Status& s) { refuseDisagreeingPeer(progress, s); };
       // Before the first connection: the windows apply to those opened after.
-      if (Status s = applyTcpInitialWindow(c, *config); !s.ok()) return reportFailure(&progress, s);
+      if (Status s = applyTcpInitialWindow(c); !s.ok()) return reportFailure(&progress, s);
       auto t = transport::makeZmqTransport(std::move(*config));
       if (!t.ok()) return reportFailure(&progress, t.status());
       transport = std::move(*t);

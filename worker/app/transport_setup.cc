@@ -141,13 +141,17 @@ StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& c, uint
 
 namespace geo::app {
 
-Status applyTcpInitialWindow(const WorkerConfig& config, const transport::TransportConfig& t) {
+Status applyTcpInitialWindow(const WorkerConfig& config) {
   if (config.transport.tcpInitialWindow <= 0) return {};
+  // The peers across the WAN: another region's, with an endpoint (not
+  // `none`), as transportConfig() connects to them.
+  const std::vector<std::string> regions = rankRegions(config);
+  const auto self = static_cast<size_t>(config.worker.rank);
   std::vector<std::string> endpoints;
-  for (size_t r = 0; r < t.endpoints.size(); ++r) {
-    if (r < t.uplinkPeers.size() && t.uplinkPeers[r] && !t.endpoints[r].empty()) {
-      endpoints.push_back(t.endpoints[r]);
-    }
+  for (size_t r = 0; r < config.transport.peers.size() && r < regions.size(); ++r) {
+    const std::string& peer = config.transport.peers[r];
+    if (r == self || peer.empty() || peer == "none" || regions[r] == regions[self]) continue;
+    endpoints.push_back(peer);
   }
   if (endpoints.empty()) return {};
   const auto segments = static_cast<uint32_t>(config.transport.tcpInitialWindow);
@@ -157,8 +161,14 @@ Status applyTcpInitialWindow(const WorkerConfig& config, const transport::Transp
         fmt::format("transport.tcpInitialWindow = {}", config.transport.tcpInitialWindow));
   }
   for (const auto& r : *routes) {
-    logger()->info("tcp: connections to {} open with a window of {} segments (route to {}{}{})",
-                   r.peer, segments, r.address, r.via.empty() ? "" : " via " + r.via,
+    if (!r.unresolved.empty()) {
+      logger()->warn("tcp: {}; connections to it open with the kernel's window of 10 segments",
+                     r.unresolved);
+      continue;
+    }
+    logger()->info("tcp: connections to {} open with a window of {} segments ({} route to {}{}{})",
+                   r.peer, segments, r.alreadySet ? "already on the" : "a new", r.address,
+                   r.via.empty() ? "" : " via " + r.via,
                    r.device.empty() ? "" : " dev " + r.device);
   }
   return {};

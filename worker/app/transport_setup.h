@@ -40,10 +40,13 @@ std::string agreedSyncSettings(const WorkerConfig& config);
 StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& config, uint32_t rank);
 
 // transport.tcpInitialWindow: the initial TCP windows toward every WAN peer
-// of `t` (the ranks of other regions it connects to), by host routes
-// (transport/initial_window.h), each logged. Nothing at 0. Its Status, in
-// the key's name: a missing CAP_NET_ADMIN, a peer that does not resolve.
-Status applyTcpInitialWindow(const WorkerConfig& config, const transport::TransportConfig& t);
+// (another region's rank with an endpoint in transport.peers), by host
+// routes (transport/initial_window.h), each logged; routes that carry them
+// already are left as they are. Nothing at 0. Its Status, in the key's
+// name: a missing CAP_NET_ADMIN, a peer that does not resolve. Needs no
+// keys: a privileged init container runs it alone
+// (geotrain-worker --tcp-initial-window-only).
+Status applyTcpInitialWindow(const WorkerConfig& config);
 
 // The CURVE keys in transport.keyDir for worker `rank` (docs/security.md,
 // "Rotating keys"): its secret key (worker-<rank>.key), and every rank's

@@ -291,6 +291,13 @@ StatusOr<std::vector<InitialWindowRoute>> setInitialWindow(
   std::set<Address> seen;
   for (const std::string& endpoint : endpoints) {
     auto addressesOr = resolve(endpoint);
+    if (!addressesOr.ok() && addressesOr.status().code() == StatusCode::kUnavailable) {
+      InitialWindowRoute r;
+      r.peer = endpoint;
+      r.unresolved = addressesOr.status().message();
+      done.push_back(std::move(r));
+      continue;
+    }
     if (!addressesOr.ok()) return addressesOr.status();
     const std::set<Address> addresses = std::move(*addressesOr);
     for (const Address& a : addresses) {
@@ -301,8 +308,13 @@ StatusOr<std::vector<InitialWindowRoute>> setInitialWindow(
       // No route (it may come later: the windows are the kernel's then),
       // or this host's own address.
       if (!route || route->head.rtm_type != RTN_UNICAST) continue;
-      GEO_RETURN_IF_ERROR(addHostRoute(nl, a, *route, segments));
-      InitialWindowRoute r{endpoint, text(a), "", ""};
+      uint32_t cwnd = 0, rwnd = 0;
+      for (const auto& [type, value] : route->metrics) {
+        if (type == RTAX_INITCWND) cwnd = value;
+        if (type == RTAX_INITRWND) rwnd = value;
+      }
+      InitialWindowRoute r{endpoint, text(a), "", "", cwnd == segments && rwnd == segments, ""};
+      if (!r.alreadySet) GEO_RETURN_IF_ERROR(addHostRoute(nl, a, *route, segments));
       if (!route->gateway.empty()) {
         Address gw;
         gw.family = route->gateway.size() == 4 ? AF_INET : AF_INET6;

@@ -29,6 +29,12 @@ struct InitialWindowRoute {
   std::string address;  // the address the route is for, e.g. "198.18.0.2"
   std::string via;      // its next hop, or "" on a link of this host
   std::string device;   // the interface's name, e.g. "eth0"
+  // The route the kernel chose carried both windows already (set before,
+  // by this worker or an init container): nothing was written.
+  bool alreadySet = false;
+  // Why nothing was done for this endpoint (its host did not resolve);
+  // empty when the route is there. address, via and device are then empty.
+  std::string unresolved;
 };
 
 // Sets the initial congestion and receive windows of the connections this
@@ -39,12 +45,20 @@ struct InitialWindowRoute {
 // traffic never crosses a WAN. Endpoints are ZeroMQ TCP endpoints,
 // tcp://host:port; anything else is an InvalidArgument naming it.
 //
-// Needs CAP_NET_ADMIN in the calling thread's network namespace; without
-// it, PermissionDenied saying so and how to grant it or turn this off. A
-// host that does not resolve is Unavailable naming it. On failure the
-// routes already added stay (each is complete in itself).
+// Where the route the kernel chooses carries both windows already, it is
+// left as it is (alreadySet): a worker without privileges runs after an
+// init container that had them. Writing a route needs CAP_NET_ADMIN in the
+// calling thread's network namespace; without it, PermissionDenied saying
+// so and how to grant it or turn this off. On failure the routes already
+// added stay (each is complete in itself).
 //
-// Returns the routes it wrote, in endpoint order.
+// A host that does not resolve now (a gateway's name not yet in DNS) is
+// not an error: its entry says why (unresolved), and its connections open
+// with the kernel's window; failing a pod's start on a passing DNS fault
+// would cost a retry of the worker.
+//
+// Returns the routes, in endpoint order (written, found set, or a host
+// left unresolved).
 StatusOr<std::vector<InitialWindowRoute>> setInitialWindow(
     const std::vector<std::string>& endpoints, uint32_t segments);
 

@@ -347,6 +347,39 @@ TEST(Render, CheckpointVolumeIsAClaimPerRegionAndAFolderPerWorker) {
                   {"subPathExpr", "index-$(JOB_COMPLETION_INDEX)"}}));
 }
 
+// spec.transport.tcpInitialWindow: a root init container with NET_ADMIN
+// alone writes the routes (the worker, non-root, could not), reading the
+// same worker.yaml; the worker's own container keeps every capability
+// dropped. Without the key there is no init container.
+TEST(Render, TheInitialWindowIsSetByAPrivilegedInitContainer) {
+  api::TrainingJobSpec spec = spec2x2();
+  json pod = renderWorkerJob(kJob, spec, 0, {})["spec"]["template"]["spec"];
+  EXPECT_FALSE(pod.contains("initContainers"));
+
+  const json object = {{"spec",
+                        {{"transport", {{"tcpInitialWindow", 100}}},
+                         {"regions", {{{"name", "london"}}, {{"name", "tokyo"}}}}}}};
+  const api::ParsedSpec p = api::parseSpec(object);
+  ASSERT_TRUE(p.errors.empty()) << api::joinErrors(p.errors);
+  EXPECT_EQ(p.spec.worker.transport.tcpInitialWindow, 100);
+  EXPECT_EQ(renderWorkerConfig(kJob, p.spec, 0, kEndpoints, {})->transport.tcpInitialWindow, 100);
+  pod = renderWorkerJob(kJob, p.spec, 0, {})["spec"]["template"]["spec"];
+  ASSERT_EQ(pod["initContainers"].size(), 1u);
+  const json& init = pod["initContainers"][0];
+  EXPECT_EQ(init["name"], "tcp-initial-window");
+  EXPECT_EQ(init["image"], pod["containers"][0]["image"]);
+  EXPECT_EQ(init["args"],
+            json({"--config", "/etc/geotrain/config/worker.yaml", "--completion-index",
+                  "$(JOB_COMPLETION_INDEX)", "--tcp-initial-window-only"}));
+  EXPECT_EQ(init["securityContext"]["runAsUser"], 0);
+  EXPECT_EQ(init["securityContext"]["capabilities"],
+            json({{"drop", {"ALL"}}, {"add", {"NET_ADMIN"}}}));
+  EXPECT_EQ(
+      init["volumeMounts"],
+      json({{{"name", "config"}, {"mountPath", "/etc/geotrain/config"}, {"readOnly", true}}}));
+  EXPECT_EQ(pod["containers"][0]["securityContext"]["capabilities"], json({{"drop", {"ALL"}}}));
+}
+
 TEST(Render, SameInputsSameObjects) {
   const api::TrainingJobSpec spec = spec2x2();
   const auto keys = keysFor(4);
