@@ -8,12 +8,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -89,10 +92,10 @@ class Netlink {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  // Sends one request and returns the answer's messages up to and
-  // including the one that ends it (an error or acknowledgement, or the
-  // single answer of a request without NLM_F_ACK). An NLMSG_ERROR with a
-  // non-zero code comes back as that errno (negative), in `error`.
+  // Sends one request and reads its answer: one message for the two
+  // requests made here (RTM_GETROUTE's route; RTM_NEWROUTE's
+  // acknowledgement, under NLM_F_ACK). An NLMSG_ERROR with a non-zero code
+  // comes back as that errno (negative), in `error`.
   Status exchange(Request& request, std::vector<uint8_t>& answer, int& error) {
     error = 0;
     const auto& bytes = request.finish(++seq_);
@@ -107,8 +110,8 @@ class Netlink {
     if (got < 0) return unavailable(fmt::format("netlink receive: {}", std::strerror(errno)));
     answer.resize(static_cast<size_t>(got));
     auto* h = reinterpret_cast<nlmsghdr*>(answer.data());
-    if (!NLMSG_OK(h, static_cast<unsigned>(got))) {
-      return unavailable("netlink: a truncated answer");
+    if (!NLMSG_OK(h, static_cast<unsigned>(got)) || h->nlmsg_seq != seq_) {
+      return unavailable("netlink: a truncated answer, or one to another request");
     }
     if (h->nlmsg_type == NLMSG_ERROR) {
       const auto* e = static_cast<const nlmsgerr*>(NLMSG_DATA(h));
@@ -243,7 +246,9 @@ Status addHostRoute(Netlink& nl, const Address& a, const Route& via, uint32_t se
   if (!via.via.empty()) req.add(RTA_VIA, via.via.data(), via.via.size());
   if (!via.prefsrc.empty()) req.add(RTA_PREFSRC, via.prefsrc.data(), via.prefsrc.size());
   // The chosen route's own metrics (an MTU, an advertised MSS) stay; the
-  // two windows are ours.
+  // two windows are ours. (A path MTU the kernel learned for the address
+  // comes back as the lookup's MTU and so stays too: smaller packets, never
+  // lost ones.)
   std::vector<uint8_t> metrics;
   const auto metric = [&](uint16_t type, uint32_t value) {
     const size_t at = metrics.size();
