@@ -236,13 +236,8 @@ void parseWorkerSection(const std::string& section, const json& value, WorkerCon
     const std::string dotted = section + "." + name;
     const std::string at = "spec." + section + "." + printableText(name);
     if (v.is_null()) continue;  // absent: the default
-    if (isControllerOwned(dotted)) {
-      errors.push_back({FieldError::Type::kUnknown, at,
-                        section == "dataset"
-                            ? "unknown field (the controller derives the shards from the worker's "
-                              "place in the job)"
-                            : "unknown field (the controller sets the workers' endpoints, regions "
-                              "and keys; of transport, a TrainingJob sets tcpInitialWindow)"});
+    if (const auto why = whyControllerOwned(dotted)) {
+      errors.push_back({FieldError::Type::kUnknown, at, fmt::format("unknown field ({})", *why)});
       continue;
     }
     auto key = lookupWorkerKey(dotted);
@@ -582,12 +577,22 @@ const std::vector<std::string>& workerSpecSections() {
   return sections;
 }
 
-bool isControllerOwned(std::string_view path) {
+std::optional<std::string_view> whyControllerOwned(std::string_view path) {
+  if (path == "dataset.shardIndex" || path == "dataset.shardCount") {
+    return "the controller derives the shards from the worker's place in the job";
+  }
   // Of transport, everything but the initial window is the job's wiring,
   // which the controller derives from the regions and their gateways (or
   // geotrain local's emulation).
-  return path == "dataset.shardIndex" || path == "dataset.shardCount" ||
-         (path.starts_with("transport.") && path != "transport.tcpInitialWindow");
+  if (path.starts_with("transport.") && path != "transport.tcpInitialWindow") {
+    return "the controller sets the workers' endpoints, regions and keys; of transport, a "
+           "TrainingJob sets tcpInitialWindow";
+  }
+  return std::nullopt;
+}
+
+bool isControllerOwned(std::string_view path) {
+  return whyControllerOwned(path).has_value();
 }
 
 bool isReservedLabel(std::string_view key) {

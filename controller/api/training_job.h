@@ -82,6 +82,9 @@ const std::vector<std::string>& workerSpecSections();
 // the job, and every transport key but tcpInitialWindow from the regions),
 // and so not part of the spec.
 bool isControllerOwned(std::string_view path);
+// Why such a key is the controller's (for the field error that refuses it);
+// nullopt for a key the spec may set.
+std::optional<std::string_view> whyControllerOwned(std::string_view path);
 
 // What region and member cluster names must be (common/names.h).
 using ::geo::isDnsLabel;

@@ -19,6 +19,15 @@
 namespace geo::app {
 namespace {
 
+// The ranks across the WAN from `self`: those of another region.
+std::vector<uint32_t> wanRanks(const std::vector<std::string>& regions, uint32_t self) {
+  std::vector<uint32_t> out;
+  for (uint32_t r = 0; r < regions.size(); ++r) {
+    if (r != self && regions[r] != regions.at(self)) out.push_back(r);
+  }
+  return out;
+}
+
 // Splits a transport.links key "a-b" into two region names of the job (region
 // names may contain '-': the split must leave two known names).
 std::optional<std::pair<std::string, std::string>> splitLinkKey(
@@ -119,8 +128,7 @@ StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& c, uint
   t.links.resize(world);
   t.uplinkPeers.assign(world, false);
   const std::string& mine = regions.at(rank);
-  for (uint32_t r = 0; r < world; ++r) {
-    if (r == rank || regions[r] == mine) continue;
+  for (const uint32_t r : wanRanks(regions, rank)) {
     t.uplinkPeers[r] = true;
     if (auto it = links.find({mine, regions[r]}); it != links.end()) t.links[r] = it->second;
   }
@@ -143,15 +151,19 @@ namespace geo::app {
 
 Status applyTcpInitialWindow(const WorkerConfig& config) {
   if (config.transport.tcpInitialWindow <= 0) return {};
-  // The peers across the WAN: another region's, with an endpoint (not
-  // `none`), as transportConfig() connects to them.
+  // The peers across the WAN with an endpoint (not `none`), as
+  // transportConfig() connects to them.
+  if (config.transport.peers.empty()) return {};  // nobody to connect to
   const std::vector<std::string> regions = rankRegions(config);
-  const auto self = static_cast<size_t>(config.worker.rank);
+  const auto self = static_cast<uint32_t>(config.worker.rank);
+  if (self >= regions.size() || config.transport.peers.size() != regions.size()) {
+    return invalidArgument(fmt::format("transport.peers: {} endpoints and {} regions for rank {}",
+                                       config.transport.peers.size(), regions.size(), self));
+  }
   std::vector<std::string> endpoints;
-  for (size_t r = 0; r < config.transport.peers.size() && r < regions.size(); ++r) {
+  for (const uint32_t r : wanRanks(regions, self)) {
     const std::string& peer = config.transport.peers[r];
-    if (r == self || peer.empty() || peer == "none" || regions[r] == regions[self]) continue;
-    endpoints.push_back(peer);
+    if (!peer.empty() && peer != "none") endpoints.push_back(peer);
   }
   if (endpoints.empty()) return {};
   const auto segments = static_cast<uint32_t>(config.transport.tcpInitialWindow);

@@ -178,6 +178,16 @@ StatusOr<std::optional<Route>> lookup(Netlink& nl, const Address& a) {
   return std::optional<Route>(std::move(r));
 }
 
+// The two windows a route carries (0: the kernel's).
+RouteWindows windowsOf(const Route& route) {
+  RouteWindows w;
+  for (const auto& [type, value] : route.metrics) {
+    if (type == RTAX_INITCWND) w.initcwnd = value;
+    if (type == RTAX_INITRWND) w.initrwnd = value;
+  }
+  return w;
+}
+
 StatusOr<std::set<Address>> resolve(const std::string& endpoint) {
   constexpr std::string_view kScheme = "tcp://";
   const auto bad = [&] {
@@ -285,9 +295,9 @@ Status addHostRoute(Netlink& nl, const Address& a, const Route& via, uint32_t se
 
 StatusOr<std::vector<InitialWindowRoute>> setInitialWindow(
     const std::vector<std::string>& endpoints, uint32_t segments) {
-  if (segments == 0 || segments > kMaxInitialWindowSegments) {
+  if (segments == 0 || segments > kMaxTcpInitialWindow) {
     return invalidArgument(fmt::format("an initial window of {} segments: 1 to {} are allowed",
-                                       segments, kMaxInitialWindowSegments));
+                                       segments, kMaxTcpInitialWindow));
   }
   auto nlOr = Netlink::open();
   if (!nlOr.ok()) return nlOr.status();
@@ -313,12 +323,11 @@ StatusOr<std::vector<InitialWindowRoute>> setInitialWindow(
       // No route (it may come later: the windows are the kernel's then),
       // or this host's own address.
       if (!route || route->head.rtm_type != RTN_UNICAST) continue;
-      uint32_t cwnd = 0, rwnd = 0;
-      for (const auto& [type, value] : route->metrics) {
-        if (type == RTAX_INITCWND) cwnd = value;
-        if (type == RTAX_INITRWND) rwnd = value;
-      }
-      InitialWindowRoute r{endpoint, text(a), "", "", cwnd == segments && rwnd == segments, ""};
+      const RouteWindows now = windowsOf(*route);
+      InitialWindowRoute r;
+      r.peer = endpoint;
+      r.address = text(a);
+      r.alreadySet = now.initcwnd == segments && now.initrwnd == segments;
       if (!r.alreadySet) GEO_RETURN_IF_ERROR(addHostRoute(nl, a, *route, segments));
       if (!route->gateway.empty()) {
         Address gw;
@@ -348,12 +357,7 @@ StatusOr<RouteWindows> routeWindows(const std::string& address) {
   if (!routeOr.ok()) return routeOr.status();
   const std::optional<Route> route = std::move(*routeOr);
   if (!route) return unavailable(fmt::format("no route to {}", address));
-  RouteWindows w;
-  for (const auto& [type, value] : route->metrics) {
-    if (type == RTAX_INITCWND) w.initcwnd = value;
-    if (type == RTAX_INITRWND) w.initrwnd = value;
-  }
-  return w;
+  return windowsOf(*route);
 }
 
 }  // namespace geo::transport

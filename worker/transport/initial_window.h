@@ -22,8 +22,6 @@
 
 namespace geo::transport {
 
-inline constexpr auto kMaxInitialWindowSegments = static_cast<uint32_t>(kMaxTcpInitialWindow);
-
 struct InitialWindowRoute {
   std::string peer;     // as given, e.g. "tcp://198.18.0.2:7000"
   std::string address;  // the address the route is for, e.g. "198.18.0.2"
@@ -39,7 +37,7 @@ struct InitialWindowRoute {
 
 // Sets the initial congestion and receive windows of the connections this
 // process (and anything else in its network namespace) opens to each
-// endpoint's host, in segments (1..kMaxInitialWindowSegments): one host
+// endpoint's host, in segments (1..kMaxTcpInitialWindow): one host
 // route per address the host name resolves to (IPv4 and IPv6). Addresses
 // of this host itself (loopback, its own interfaces) are skipped: their
 // traffic never crosses a WAN. Endpoints are ZeroMQ TCP endpoints,

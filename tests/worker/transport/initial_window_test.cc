@@ -36,6 +36,24 @@ wan::WanShape twoSites() {
   return shape;
 }
 
+// Takes CAP_NET_ADMIN out of the calling thread's effective set
+// (capabilities are per thread: this one only). False, with a failure
+// recorded, where that fails.
+bool dropNetAdmin() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &header, data) != 0) {
+    ADD_FAILURE() << "capget: " << std::strerror(errno);
+    return false;
+  }
+  data[CAP_NET_ADMIN / 32].effective &= ~(1u << (CAP_NET_ADMIN % 32));
+  if (::syscall(SYS_capset, &header, data) != 0) {
+    ADD_FAILURE() << "capset: " << std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
 class InitialWindowTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -141,11 +159,7 @@ TEST_F(InitialWindowTest, BadInputAndAMissingCapabilitySayWhatIsWrong) {
         << tooLarge.status().message();
 
     // Without CAP_NET_ADMIN (capabilities are per thread: this one only).
-    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-    __user_cap_data_struct data[2] = {};
-    ASSERT_EQ(::syscall(SYS_capget, &header, data), 0);
-    data[CAP_NET_ADMIN / 32].effective &= ~(1u << (CAP_NET_ADMIN % 32));
-    ASSERT_EQ(::syscall(SYS_capset, &header, data), 0) << std::strerror(errno);
+    ASSERT_TRUE(dropNetAdmin());
     auto denied = setInitialWindow({"tcp://" + siteAddress(1) + ":7000"}, 100);
     ASSERT_FALSE(denied.ok());
     EXPECT_EQ(denied.status().code(), StatusCode::kPermissionDenied);
@@ -183,11 +197,7 @@ TEST_F(InitialWindowTest, WindowsAlreadySetNeedNoPrivilege) {
     ASSERT_EQ(first->size(), 1u);
     EXPECT_FALSE((*first)[0].alreadySet);
 
-    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
-    __user_cap_data_struct data[2] = {};
-    ASSERT_EQ(::syscall(SYS_capget, &header, data), 0);
-    data[CAP_NET_ADMIN / 32].effective &= ~(1u << (CAP_NET_ADMIN % 32));
-    ASSERT_EQ(::syscall(SYS_capset, &header, data), 0) << std::strerror(errno);
+    ASSERT_TRUE(dropNetAdmin());
     auto again = setInitialWindow({peer}, 100);
     ASSERT_TRUE(again.ok()) << again.status().toString();
     ASSERT_EQ(again->size(), 1u);
