@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
 #include "worker/sync/flat_codec.h"
 #include "worker/sync/parity.h"
 #include "worker/sync/synchronizer.h"
@@ -225,8 +226,13 @@ class Membership {
  public:
   // `stepsPerRound`: a peer served our state at step s is expected from
   // round s / stepsPerRound on (what its announcement will say).
+  // Every time it reads and every wait goes through `clock` (which must
+  // outlive it): a test on a FakeClock and the in-memory transport
+  // (transport/memory_transport.h) runs suspicion and the join protocol in
+  // simulated time.
   Membership(transport::Transport* transport, const Topology& topology, std::vector<uint32_t> peers,
-             const SyncOptions& options, std::string name, int64_t stepsPerRound = 1);
+             const SyncOptions& options, std::string name, int64_t stepsPerRound = 1,
+             const geo::Clock& clock = geo::systemClock());
   // The round in progress at step s when rounds do not have a fixed length
   // (DTS with an automatic period); replaces s / stepsPerRound.
   void setRoundOf(std::function<uint64_t(int64_t)> roundOf) { roundOf_ = std::move(roundOf); }
@@ -334,10 +340,12 @@ class Membership {
   // The oldest round not completed yet, this worker being at `step`.
   uint64_t openRound(int64_t step) const;
   const PeerLife* find(uint32_t peer) const;
+  double since(geo::Clock::TimePoint t0) const;  // seconds on clock_
   Status sendControl(uint32_t to, uint64_t round, int64_t step,
                      std::shared_ptr<const std::vector<std::byte>> bytes, transport::CodecId codec,
                      uint64_t elements);
 
+  const geo::Clock& clock_;
   transport::Transport* transport_;
   Topology topology_;
   std::vector<uint32_t> peers_;

@@ -38,16 +38,22 @@ double seconds(std::chrono::milliseconds d) {
 
 Membership::Membership(transport::Transport* transport, const Topology& topology,
                        std::vector<uint32_t> peers, const SyncOptions& options, std::string name,
-                       int64_t stepsPerRound)
-    : transport_(transport),
+                       int64_t stepsPerRound, const geo::Clock& clock)
+    : clock_(clock),
+      transport_(transport),
       topology_(topology),
       peers_(std::move(peers)),
       lives_(peers_.size()),
       options_(options),
       name_(std::move(name)),
       stepsPerRound_(std::max<int64_t>(1, stepsPerRound)),
-      incarnation_((uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
-                   static_cast<uint64_t>(Clock::now().time_since_epoch().count())) {}
+      incarnation_(
+          (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
+          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) {}
+
+double Membership::since(geo::Clock::TimePoint t0) const {
+  return std::chrono::duration<double>(clock_.now() - t0).count();
+}
 
 uint64_t Membership::roundAt(int64_t step) const {
   step = std::max<int64_t>(step, 0);
@@ -85,7 +91,7 @@ void Membership::refresh() {
   if (transport_ == nullptr || peers_.empty()) return;
   const auto counters = transport_->peerCounters();
   std::lock_guard lock(mu_);
-  const auto now = Clock::now();
+  const auto now = clock_.now();
   const bool degraded =
       std::any_of(lives_.begin(), lives_.end(), [](const PeerLife& l) { return l.suspected; });
   if (lastRefresh_ && degraded) {
@@ -188,7 +194,7 @@ Status Membership::sendResume(uint32_t peer, int64_t step, bool askBack) {
   auto bytes = std::make_shared<std::vector<std::byte>>(sizeof first + 1);
   std::memcpy(bytes->data(), &first, sizeof first);
   (*bytes)[sizeof first] = std::byte{static_cast<unsigned char>(askBack ? 1 : 0)};
-  if (askBack) life(peer).resumeAsked = Clock::now();
+  if (askBack) life(peer).resumeAsked = clock_.now();
   return sendControl(peer, kResumeRound, step, std::move(bytes), CodecId::kRaw, 0);
 }
 
@@ -230,7 +236,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       const bool heardAgain =
           std::find(out.heardAgain.begin(), out.heardAgain.end(), p) != out.heardAgain.end();
       if (l.awaitingResume && !l.suspected &&
-          (heardAgain || !l.resumeAsked || Clock::now() - *l.resumeAsked >= kResumeAskEvery)) {
+          (heardAgain || !l.resumeAsked || clock_.now() - *l.resumeAsked >= kResumeAskEvery)) {
         GEO_RETURN_IF_ERROR(sendResume(p, step, true));
       }
     }
@@ -345,11 +351,11 @@ Status Membership::lingerWhileJoining(const std::function<Status()>& serve, std:
   if (!anyJoining()) return {};
   std::chrono::milliseconds longest{0};
   for (uint32_t p : peers_) longest = std::max(longest, peerTimeout(p));
-  const auto deadline = Clock::now() + 2 * longest;
+  const auto deadline = clock_.now() + 2 * longest;
   logger()->info("{}: {} is rejoining as we finish; answering it for up to {:.1f} s", name_, who,
                  std::chrono::duration<double>(2 * longest).count());
-  while (anyJoining() && Clock::now() < deadline) {
-    std::this_thread::sleep_for(kPoll);
+  while (anyJoining() && clock_.now() < deadline) {
+    clock_.sleepFor(kPoll);
     GEO_RETURN_IF_ERROR(serve());
   }
   return {};
@@ -365,7 +371,7 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
     bool& flag;
     ~Leave() { flag = false; }
   } leave{inJoin_};
-  const auto t0 = Clock::now();
+  const auto t0 = clock_.now();
   for (uint32_t p : peers_) {
     auto query = std::make_shared<std::vector<std::byte>>(sizeof incarnation_);
     std::memcpy(query->data(), &incarnation_, sizeof incarnation_);
@@ -408,8 +414,8 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
     for (size_t i = 0; i < peers_.size(); ++i) {
       if (!offers[i] && !lives_[i].suspected) waiting = true;
     }
-    if (!waiting || Clock::now() >= deadline) break;
-    std::this_thread::sleep_for(kPoll);
+    if (!waiting || clock_.now() >= deadline) break;
+    clock_.sleepFor(kPoll);
   }
 
   // The furthest of the peers that found us behind: only they have
@@ -439,10 +445,10 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
           "{}: no peer answered within {:.1f} s, and this worker resumed at step {}: the job has "
           "finished without it (the workers that finished hold its final model) or every other "
           "worker is down; not training on alone",
-          name_, secondsSince(t0), ownStep));
+          name_, since(t0), ownStep));
     }
     logger()->info("{}: no peer answered within {:.1f} s; starting from our own state (step {})",
-                   name_, secondsSince(t0), ownStep);
+                   name_, since(t0), ownStep);
     return out;
   }
   // Nearest first (unknown RTTs last).
@@ -507,12 +513,12 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
                               train::FlatParameters* flat, Joined& out) {
   for (size_t i : candidates) {
     const uint32_t p = peers_[i];
-    const auto f0 = Clock::now();
+    const auto f0 = clock_.now();
     GEO_RETURN_IF_ERROR(sendControl(p, kJoinFetchRound, ownStep,
                                     std::make_shared<std::vector<std::byte>>(), CodecId::kRaw, 0));
     const auto fetchDeadline = f0 + options_.timeout;
     std::optional<Message> state;
-    while (Clock::now() < fetchDeadline) {
+    while (clock_.now() < fetchDeadline) {
       auto served = serve(ownStep, values, false, flat);
       if (!served.ok()) return served.status();
       if (lives_[i].suspected) break;
@@ -566,7 +572,7 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
     } else {
       values.copy_(model.view(values.sizes()));
     }
-    const double took = secondsSince(f0);
+    const double took = since(f0);
     {
       std::lock_guard lock(mu_);
       ++rejoins_;
@@ -582,7 +588,7 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
         "{:.2f} s after start)",
         name_, finalModel ? "the job had finished" : "joined the running job", out.step, ownStep,
         finalModel ? "final model" : "model", topology_.describe(p),
-        static_cast<double>(state->payload.size()) / 1e6, took, secondsSince(t0));
+        static_cast<double>(state->payload.size()) / 1e6, took, since(t0));
     return {};
   }
   return {};

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/sync_algorithms.h"
 #include "common/worker_schema.h"
 #include "tests/worker/transport/transport_fixture.h"
@@ -29,6 +30,7 @@
 #include "worker/sync/synchronizer.h"
 #include "worker/train/blas.h"
 #include "worker/train/trainer.h"
+#include "worker/transport/memory_transport.h"
 #include "worker/transport/zmq_transport.h"
 
 namespace geo::sync {
@@ -196,6 +198,10 @@ struct JobSpec {
     double bytesPerSecond = 0;
   };
   std::vector<UplinkChange> uplinkChanges;
+  // The transports of an in-memory network (memory_transport.h, on the
+  // real clock; its links' one-way delays from oneWayDelay) instead of
+  // ZeroMQ over loopback.
+  bool memoryNetwork = false;
 };
 
 transport::CodecId codecIdOf(const std::string& name) {
@@ -229,6 +235,26 @@ RunResult runJob(const JobSpec& job) {
   result.stats.resize(world);
   result.accuracy.resize(world);
   std::vector<std::unique_ptr<transport::Transport>> transports(world);
+  std::shared_ptr<transport::MemoryNetwork> network;
+  if (job.memoryNetwork) {
+    transport::MemoryNetwork::Options o;
+    o.worldSize = world;
+    o.jobId = "sync-test";
+    o.regions = job.regions;
+    o.linger = 200ms;
+    o.oneWay.assign(world, std::vector<geo::Clock::Duration>(world, geo::Clock::Duration::zero()));
+    for (uint32_t r = 0; r < world; ++r) {
+      for (uint32_t p = 0; p < world; ++p) {
+        const auto it = job.oneWayDelay.find(job.regions[r] + "-" + job.regions[p]);
+        if (it != job.oneWayDelay.end()) {
+          o.oneWay[r][p] = transport::parseLinkProfile(it->second)->oneWayDelay;
+        }
+      }
+    }
+    auto made = transport::MemoryNetwork::make(o, systemClock());
+    EXPECT_TRUE(made.ok()) << made.status().toString();
+    network = *made;
+  }
   std::vector<std::unique_ptr<Synchronizer>> syncs(world);
   std::vector<std::unique_ptr<Recorder>> recorders(world);
   std::vector<std::unique_ptr<train::Trainer>> trainers(world);
@@ -244,9 +270,10 @@ RunResult runJob(const JobSpec& job) {
     }
     tc.linger = 200ms;
     if (!job.uplink.empty()) tc.uplink = *transport::parseLinkProfile(job.uplink);
-    auto t = transport::makeZmqTransport(tc);
+    auto t = network ? network->open(r) : transport::makeZmqTransport(tc);
     EXPECT_TRUE(t.ok()) << t.status().toString();
     transports[r] = std::move(*t);
+    if (network && tc.uplink.shaped()) transports[r]->setUplinkRate(tc.uplink.bytesPerSecond);
     auto topo = Topology::make(job.regions, r);
     EXPECT_TRUE(topo.ok());
     auto s = makeSynchronizer(job.sync, *topo, transports[r].get());
@@ -1690,6 +1717,101 @@ TEST(Membership, ALateMemberJoinsItsLeader) {
 // (detail::tensorFingerprint); a CPU worker with fingerprintOf(). Both must
 // give one fingerprint up to rounding, or a job of CPU and GPU regions
 // would find its replicas apart at every check.
+// The same synchronizers over the in-memory network (memory_transport.h):
+// what runs above a transport behaves on it as over ZeroMQ, which is what
+// makes it a stand-in for tests in simulated time. Exactness, a dead peer,
+// a partition and a rejoin, each as above.
+TEST(OnTheMemoryNetwork, DtsK1D0EqualsAllreduceBitwise) {
+  JobSpec job;
+  job.memoryNetwork = true;
+  job.steps = 20;
+  job.sync = options("dts");
+  job.sync.period = 1;
+  job.sync.delay = 0;
+  const auto dts = runJob(job);
+  expectAllEqualEveryStep(dts, job.steps);
+  job.sync = options("allreduce");
+  const auto allreduce = runJob(job);
+  expectAllEqualEveryStep(allreduce, job.steps);
+  const auto diff = (dts.finalValues[0] - allreduce.finalValues[0]).abs().max().item<float>();
+  const auto scale = allreduce.finalValues[0].abs().max().item<float>();
+  EXPECT_LT(diff, 1e-5 * scale) << "dts K=1 D=0 drifted from allreduce";
+}
+
+TEST(OnTheMemoryNetwork, ADeadPeerIsSuspectedAndTheOthersAgree) {
+  JobSpec job;
+  job.memoryNetwork = true;
+  job.steps = 60;
+  job.deadRank = 3;
+  job.deadAfter = 8;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = 1;
+  job.sync.timeout = 30s;
+  job.sync.peerTimeout = 500ms;
+  const auto r = runJob(job);
+  EXPECT_LT(r.seconds, 15) << "the survivors waited for the round time-out";
+  for (size_t rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_GT(r.stats[rank].missing, 0u);
+    bool sawDown = false;
+    for (const auto& [peer, up] : r.stats[rank].peerUp) sawDown |= peer == 3 && !up;
+    EXPECT_TRUE(sawDown) << "rank " << rank << " does not report rank 3 down";
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
+TEST(OnTheMemoryNetwork, APartitionOverDelayedLinksHealsWithoutWaitingForLostRounds) {
+  JobSpec job;
+  job.memoryNetwork = true;
+  job.steps = 300;
+  job.partitionedRank = 2;
+  job.partitionAtStep = 20;
+  job.regions = {"a", "b", "c", "d"};
+  for (const char* a : {"a", "b", "c", "d"}) {
+    for (const char* b : {"a", "b", "c", "d"}) {
+      if (std::string(a) != b) job.oneWayDelay[std::string(a) + "-" + b] = "delay=20ms";
+    }
+  }
+  job.partitionDuration = 1500ms;
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 10ms);
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = 6;
+  job.sync.timeout = 30s;
+  job.sync.peerTimeout = 500ms;
+  const auto r = runJob(job);
+  EXPECT_LT(r.seconds, 25) << "a worker waited for the round time-out after the partition";
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_EQ(r.hashes[rank].size(), static_cast<size_t>(job.steps)) << "rank " << rank;
+    EXPECT_GT(r.stats[rank].degradedSeconds, 0.0) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
+TEST(OnTheMemoryNetwork, ALateWorkerJoinsByStateTransfer) {
+  JobSpec job;
+  job.memoryNetwork = true;
+  job.steps = 400;
+  job.lateRank = 3;
+  job.lateAtStep = 40;
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 10ms);
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.delay = 1;
+  job.sync.timeout = 2s;
+  job.sync.peerTimeout = 1s;
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  EXPECT_GE(r.joinedAt[3], 40);
+  EXPECT_EQ(r.stats[3].rejoins, 1u);
+  EXPECT_GT(r.stats[3].appliedUpdates, 0u) << "the late worker never took part";
+}
+
 TEST(TensorFingerprint, TensorOpsGiveTheCpuFingerprint) {
   torch::manual_seed(12);
   // Over two chunks of the tensor-op path, a partial one last.

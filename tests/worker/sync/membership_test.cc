@@ -1,0 +1,256 @@
+// Membership (worker/sync/internal.h) in simulated time: suspicion, a
+// common start, a rejoin by state transfer, a worker resumed after the job
+// ended, over the in-memory network (transport/memory_transport.h) on a
+// FakeClock. Minutes of peer time-outs and start-up grace take milliseconds,
+// and every time asserted is the one the protocol promises, not a bound.
+// (The same protocol over ZeroMQ and real time: sync_test's Membership
+// tests and the shell tests with worker processes.)
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "worker/sync/internal.h"
+#include "worker/sync/synchronizer.h"
+#include "worker/transport/memory_transport.h"
+
+namespace geo::sync::detail {
+namespace {
+
+using namespace std::chrono_literals;
+using Duration = geo::Clock::Duration;
+
+// Runs each function on a thread of its own while driving `clock`: whenever
+// every one still running waits on the clock, time moves on by `quantum`.
+// Fails the test if they are not all done within `limit` of simulated time.
+void runSimulated(FakeClock& clock, std::vector<std::function<void()>> fns, Duration quantum = 1ms,
+                  Duration limit = 600s) {
+  std::atomic<size_t> running{fns.size()};
+  std::vector<std::thread> threads;
+  for (auto& fn : fns) {
+    threads.emplace_back([&running, f = std::move(fn)] {
+      f();
+      --running;
+    });
+  }
+  const auto end = clock.now() + limit;
+  while (running.load() > 0 && clock.now() < end) {
+    const size_t n = running.load();
+    if (n > 0 && clock.waiters() >= n) {
+      clock.advance(quantum);
+      // Let the woken threads take their turn before looking again.
+      std::this_thread::sleep_for(20us);
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  EXPECT_EQ(running.load(), 0u) << "still running after " << limit.count() << " of simulated time";
+  if (running.load() > 0) clock.advance(1h);  // let them time out
+  for (auto& t : threads) t.join();
+}
+
+class MembershipTest : public ::testing::Test {
+ protected:
+  // n ranks in regions of their own; oneWay[from][to] in ms (empty: 0).
+  void make(uint32_t n, std::vector<std::vector<int>> oneWayMs = {}) {
+    transport::MemoryNetwork::Options o;
+    o.worldSize = n;
+    if (!oneWayMs.empty()) {
+      o.oneWay.assign(n, std::vector<Duration>(n));
+      for (uint32_t a = 0; a < n; ++a) {
+        for (uint32_t b = 0; b < n; ++b) o.oneWay[a][b] = std::chrono::milliseconds(oneWayMs[a][b]);
+      }
+    }
+    auto net = transport::MemoryNetwork::make(o, clock_);
+    ASSERT_TRUE(net.ok()) << net.status().toString();
+    net_ = *net;
+    for (uint32_t r = 0; r < n; ++r) {
+      regions_.push_back(fmt::format("r{}", r));
+      transports_.push_back(nullptr);
+      members_.push_back(nullptr);
+    }
+    options_.timeout = 60s;
+    options_.peerTimeout = 3s;
+    t0_ = clock_.now();
+  }
+  // Rank r's process: its transport and its membership of the others.
+  void start(uint32_t r) {
+    members_[r].reset();
+    transports_[r].reset();
+    auto t = net_->open(r);
+    ASSERT_TRUE(t.ok()) << t.status().toString();
+    transports_[r] = std::move(*t);
+    std::vector<uint32_t> peers;
+    for (uint32_t p = 0; p < regions_.size(); ++p) {
+      if (p != r) peers.push_back(p);
+    }
+    auto topology = Topology::make(regions_, r);
+    ASSERT_TRUE(topology.ok()) << topology.status().toString();
+    members_[r] = std::make_unique<Membership>(transports_[r].get(), *topology, peers, options_,
+                                               "test", 1, clock_);
+  }
+  double elapsed() const { return std::chrono::duration<double>(clock_.now() - t0_).count(); }
+  // A worker training at `step` with `values`: it serves the others every
+  // poll until `stop`.
+  std::function<void()> serving(uint32_t r, int64_t step, torch::Tensor values, bool finished,
+                                const std::atomic<bool>& stop) {
+    return [this, r, step, values, finished, &stop] {
+      while (!stop.load()) {
+        ASSERT_TRUE(members_[r]->serve(step, values, finished).ok());
+        clock_.sleepFor(20ms);
+      }
+    };
+  }
+
+  FakeClock clock_;
+  std::shared_ptr<transport::MemoryNetwork> net_;
+  std::vector<std::string> regions_;
+  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  std::vector<std::unique_ptr<Membership>> members_;
+  SyncOptions options_;
+  geo::Clock::TimePoint t0_;
+};
+
+TEST_F(MembershipTest, APeerSilentForThePeerTimeoutIsSuspectedAndHeardAgainWhenItReturns) {
+  make(2, {{0, 100}, {100, 0}});
+  start(0);
+  start(1);
+  clock_.advance(1s);
+  members_[0]->refresh();
+  EXPECT_FALSE(members_[0]->suspected(1));
+  net_->kill(1);  // its last pings arrive 100 ms later; then 3 s of silence
+  clock_.advance(3100ms);
+  members_[0]->refresh();
+  EXPECT_FALSE(members_[0]->suspected(1)) << "suspected before the peer time-out";
+  clock_.advance(1ms);
+  members_[0]->refresh();
+  EXPECT_TRUE(members_[0]->suspected(1));
+
+  start(1);  // a new incarnation, heard 100 ms later
+  clock_.advance(99ms);
+  members_[0]->refresh();
+  EXPECT_TRUE(members_[0]->suspected(1));
+  clock_.advance(1ms);
+  members_[0]->refresh();
+  EXPECT_FALSE(members_[0]->suspected(1));
+  EXPECT_EQ(members_[0]->takeHeardAgain(), std::vector<uint32_t>{1});
+  EXPECT_TRUE(members_[0]->absent(1)) << "expected again only once it delivers";
+  SyncStats stats;
+  members_[0]->addTo(stats);
+  EXPECT_NEAR(stats.degradedSeconds, 0.1, 1e-6);
+}
+
+TEST_F(MembershipTest, APeerNeverHeardIsSuspectedAfterTheStartUpGrace) {
+  make(2);
+  start(0);  // rank 1 never starts
+  clock_.advance(20s);
+  members_[0]->refresh();
+  EXPECT_FALSE(members_[0]->suspected(1));
+  clock_.advance(1ms);
+  members_[0]->refresh();
+  EXPECT_TRUE(members_[0]->suspected(1)) << "the grace is min(round time-out, 20 s)";
+}
+
+TEST_F(MembershipTest, ACommonStartContinuesFromStepZeroAfterOneRoundTrip) {
+  // A triangle of 50, 100 and 150 ms one way.
+  make(3, {{0, 50, 100}, {50, 0, 150}, {100, 150, 0}});
+  for (uint32_t r = 0; r < 3; ++r) start(r);
+  std::vector<StatusOr<Membership::Joined>> joined(3, Status(StatusCode::kUnknown, "not run"));
+  std::vector<double> tookSeconds(3);
+  std::vector<torch::Tensor> values(3);
+  std::vector<std::function<void()>> workers;
+  for (uint32_t r = 0; r < 3; ++r) {
+    values[r] = torch::full({8}, static_cast<float>(r));
+    workers.push_back([&, r] {
+      joined[r] = members_[r]->join(0, 1, values[r]);
+      tookSeconds[r] = elapsed();
+    });
+  }
+  runSimulated(clock_, std::move(workers));
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(joined[r].ok()) << joined[r].status().toString();
+    EXPECT_EQ(joined[r]->step, 0);
+    EXPECT_FALSE(joined[r]->transferred) << "rank " << r;
+    EXPECT_TRUE(torch::equal(values[r], torch::full({8}, static_cast<float>(r))));
+    // Its longest round trip (300 ms for ranks 1 and 2, 200 ms for rank
+    // 0), plus at most one poll.
+    const double rtt = r == 0 ? 0.2 : 0.3;
+    EXPECT_GE(tookSeconds[r], rtt) << "rank " << r;
+    EXPECT_LE(tookSeconds[r], rtt + 0.021) << "rank " << r;
+  }
+}
+
+TEST_F(MembershipTest, ALateWorkerTakesTheStateOfTheNearestPeerAhead) {
+  // Rank 2 is 200 ms from rank 0 and 20 ms from rank 1.
+  make(3, {{0, 10, 200}, {10, 0, 20}, {200, 20, 0}});
+  start(0);
+  start(1);
+  clock_.advance(5s);  // the others train on
+  start(2);
+  std::atomic<bool> stop{false};
+  StatusOr<Membership::Joined> joined = Status(StatusCode::kUnknown, "not run");
+  torch::Tensor mine = torch::zeros({8});
+  std::vector<std::function<void()>> workers;
+  workers.push_back(serving(0, 500, torch::full({8}, 10.0f), false, stop));
+  workers.push_back(serving(1, 500, torch::full({8}, 11.0f), false, stop));
+  workers.push_back([&] {
+    // Its first pings must have come back for the nearest to be known.
+    clock_.sleepFor(1s);
+    joined = members_[2]->join(0, 1, mine);
+    stop = true;
+  });
+  runSimulated(clock_, std::move(workers));
+  ASSERT_TRUE(joined.ok()) << joined.status().toString();
+  EXPECT_TRUE(joined->transferred);
+  EXPECT_EQ(joined->step, 500);
+  EXPECT_FALSE(joined->jobFinished);
+  EXPECT_TRUE(torch::equal(mine, torch::full({8}, 11.0f))) << "not the nearest peer's state";
+  SyncStats stats;
+  members_[2]->addTo(stats);
+  EXPECT_EQ(stats.rejoins, 1u);
+}
+
+TEST_F(MembershipTest, AWorkerResumedWhenNoPeerAnswersFailsAfterTheGraceSayingWhy) {
+  make(2);
+  start(0);  // rank 1 is gone for good
+  StatusOr<Membership::Joined> joined = Status(StatusCode::kUnknown, "not run");
+  torch::Tensor mine = torch::zeros({8});
+  // Time in steps of the join's poll (20 ms): 20 s in a thousand of them.
+  runSimulated(clock_, {[&] { joined = members_[0]->join(50, 1, mine); }}, 20ms);
+  ASSERT_EQ(joined.status().code(), StatusCode::kFailedPrecondition) << joined.status().toString();
+  EXPECT_NE(joined.status().message().find("resumed at step 50"), std::string::npos)
+      << joined.status().message();
+  EXPECT_NEAR(elapsed(), 20.0, 0.021) << "the start-up grace";
+}
+
+TEST_F(MembershipTest, AWorkerThatStartsAfterTheEndTakesTheFinalModel) {
+  make(2, {{0, 30}, {30, 0}});
+  start(0);
+  members_[0]->setFinishing();
+  members_[0]->setFinalModel();
+  clock_.advance(2s);
+  start(1);
+  std::atomic<bool> stop{false};
+  StatusOr<Membership::Joined> joined = Status(StatusCode::kUnknown, "not run");
+  torch::Tensor mine = torch::zeros({8});
+  runSimulated(clock_, {serving(0, 800, torch::full({8}, 7.0f), true, stop), [&] {
+                          joined = members_[1]->join(0, 1, mine);
+                          stop = true;
+                        }});
+  ASSERT_TRUE(joined.ok()) << joined.status().toString();
+  EXPECT_TRUE(joined->jobFinished);
+  EXPECT_TRUE(joined->finalModel);
+  EXPECT_TRUE(torch::equal(mine, torch::full({8}, 7.0f)));
+}
+
+}  // namespace
+}  // namespace geo::sync::detail

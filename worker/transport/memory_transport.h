@@ -1,0 +1,114 @@
+#pragma once
+// MemoryNetwork: the Transport contract (transport.h) inside one process, on
+// an injected Clock, so that what runs above a transport -- membership,
+// suspicion, a rejoin, the final average -- can be tested in simulated time
+// (a FakeClock: a 60 s time-out takes no time at all) and without sockets.
+// tests/worker/transport/conformance_test.cc runs one suite of the contract
+// against both this and ZmqTransport; the real-socket tests stay the
+// integration layer.
+//
+// The model, and why each part is what the ZeroMQ transport does:
+//  - Each rank has at most one open endpoint at a time (open(): a worker
+//    process, a new incarnation each time). Destroying it closes it
+//    gracefully: what it queued still leaves within `linger`, as ZeroMQ's
+//    linger lets it. kill() ends it as a killed process ends: its queue is
+//    lost at once, what already left still arrives, and its calls return
+//    Cancelled from then on.
+//  - A message to a peer waits in the sender's queue (bounded by
+//    maxQueuedBytesPerPeer: send() waits for room, then DeadlineExceeded)
+//    until the shared uplink has carried it (setUplinkRate: WAN peers only)
+//    and the peer has an open endpoint; then it leaves and arrives
+//    oneWay(from, to) later, into the inbox of the incarnation it left for.
+//    One that is in flight when that incarnation ends is lost (delivery is
+//    at most once); one still queued goes to the next incarnation, as a
+//    connection made to the restarted peer carries what the queue held.
+//  - Data messages from one sender to one receiver arrive in the order they
+//    were sent. Control-lane messages (SendMeta::controlLane) skip the queue
+//    and the uplink and cross the link's delay only: they may overtake data,
+//    and keep their order among themselves.
+//  - setPartitioned(true) on an endpoint drops every message to or from a
+//    rank of another region (Options::regions) that it would send or
+//    receive from then on, and the queued ones to them at once; sends still
+//    return OK. Counted in that endpoint's partitionDropped.
+//  - Liveness: the real transport pings every pingInterval whatever its
+//    caller does, so a live peer is heard continuously; here, a peer is
+//    heard from oneWay after it became reachable (open, and no partition
+//    between the two) until oneWay after it stopped being (its last ping in
+//    flight). The round trip (rttSeconds, minRttSeconds) is the two one-way
+//    delays, from the first time it is heard. reconnects counts the times
+//    this endpoint's connections to the peer are made again, as the real
+//    one's do: for each new incarnation of the peer heard after an earlier
+//    one, and after a silence longer than the real transport's
+//    reconnectAfter (2 s, a partition's end); what they held is then no
+//    longer waited for as unacknowledged.
+//  - Acknowledgements: data that arrives is acknowledged oneWay(to, from)
+//    later, and cumulatively, as the real receiver's kAck of the latest
+//    chunk acknowledges every one before it: a message lost to a partition
+//    stays unacknowledged only until a later one is acknowledged (or a
+//    reconnect clears it). unackedBytes, unackedSeconds and sinceAckSeconds
+//    follow from that.
+//  - Not modelled: CURVE keys and the settings a hello compares (updateKeys
+//    returns Unimplemented; there is no agreedSettings), chunks, socket
+//    buffers, TCP. The bytes counted are those of one header per message and
+//    the payload.
+//
+// Threading: every member of MemoryNetwork and of its transports may be
+// called from any thread. The transports' blocking calls wait on the Clock
+// (Clock::waitUntil), so a FakeClock's advance() is what moves them on.
+// Errors: open() of a rank outside the world or one already open, and
+// Options that do not fit the world size, are InvalidArgument or
+// FailedPrecondition naming the rank or field.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "worker/transport/transport.h"
+
+namespace geo::transport {
+
+class MemoryNetwork {
+ public:
+  struct Options {
+    uint32_t worldSize = 0;
+    // The job id whose hash the headers carry (FrameHeader::jobHash).
+    std::string jobId = "memory-job";
+    // oneWay[from][to]: the delay of the link; empty: no delay anywhere.
+    std::vector<std::vector<geo::Clock::Duration>> oneWay;
+    // regions[r]: rank r's region, for setPartitioned and the uplink (a WAN
+    // peer is one of another region); empty: each rank is a region of its
+    // own, as in a job of one worker per region.
+    std::vector<std::string> regions;
+    uint64_t maxQueuedBytesPerPeer = uint64_t{1} << 30;
+    uint64_t maxPayloadBytes = uint64_t{1} << 31;
+    // How long a closed endpoint's queue may still leave (ZeroMQ's linger).
+    geo::Clock::Duration linger = std::chrono::seconds(2);
+  };
+
+  // The clock must outlive the network and every transport it opens.
+  static StatusOr<std::shared_ptr<MemoryNetwork>> make(Options options, const geo::Clock& clock);
+
+  // A new incarnation of `rank`'s endpoint. InvalidArgument for a rank
+  // outside the world; FailedPrecondition while the rank's last endpoint is
+  // still open.
+  StatusOr<std::unique_ptr<Transport>> open(uint32_t rank);
+
+  // Ends `rank`'s open endpoint as a killed process ends (see above). No
+  // effect when none is open.
+  void kill(uint32_t rank);
+
+  // The link's one-way delay from now on; messages already in flight keep
+  // their arrival times.
+  void setOneWay(uint32_t from, uint32_t to, geo::Clock::Duration delay);
+
+  struct State;  // shared with the transports (memory_transport.cc)
+
+ private:
+  explicit MemoryNetwork(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace geo::transport
