@@ -38,11 +38,11 @@ class Allreduce final : public Base {
     if (residual_.defined() && residual_.device() != flat.grads.device()) {
       residual_ = residual_.to(flat.grads.device());
     }
-    const auto t0 = Clock::now();
+    const auto t0 = clock().now();
     auto bytes = std::make_shared<const std::vector<std::byte>>(codec_->encode(
         flat.grads, options_.seed, mixStream(1, topology_.rank(), static_cast<uint64_t>(step)),
         residual_.defined() ? &residual_ : nullptr));
-    stats_.coded(secondsSince(t0), StatsRecorder::CodecWork::kEncode);
+    stats_.coded(since(t0), StatsRecorder::CodecWork::kEncode);
     std::vector<uint32_t> to;
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i != group_.self) to.push_back(group_.ranks[i]);
@@ -63,11 +63,11 @@ class Allreduce final : public Base {
         continue;
       }
       const Message& m = *(*got)[i];
-      const auto t1 = Clock::now();
+      const auto t1 = clock().now();
       decoded[i] = torch::empty_like(flat.grads);
       std::string reason;
       const Status ok = codec_->decodeChecked(m.payload.bytes(), decoded[i], reason);
-      stats_.coded(secondsSince(t1));
+      stats_.coded(since(t1));
       if (!ok.ok()) {
         reject(group_.ranks[i], fmt::format("the gradient for step {}", step + 1), reason, ok);
         decoded[i] = torch::Tensor();
@@ -87,7 +87,7 @@ class Allreduce final : public Base {
       }
     }
     flat.grads.copy_(sum_);
-    stats_.roundDone(secondsSince(t0));
+    stats_.roundDone(since(t0));
     return {};
   }
 
@@ -112,7 +112,7 @@ class Allreduce final : public Base {
   StatusOr<std::vector<std::optional<Message>>> gather(int64_t step) {
     std::vector<std::optional<Message>> got(group_.size());
     const auto round = static_cast<uint64_t>(step);
-    const auto t0 = Clock::now();
+    const auto t0 = clock().now();
     const auto deadline = t0 + options_.timeout;
     while (true) {
       std::vector<size_t> missing;
@@ -125,15 +125,15 @@ class Allreduce final : public Base {
         } else if (m.status().code() == StatusCode::kDeadlineExceeded) {
           missing.push_back(i);
         } else {
-          stats_.waited(secondsSince(t0));
+          stats_.waited(since(t0));
           return Status(m.status().code(),
                         fmt::format("allreduce: no gradient for step {} from {}: {}", step + 1,
                                     topology_.describe(group_.ranks[i]), m.status().message()));
         }
       }
       if (missing.empty()) break;
-      if (Clock::now() >= deadline) {
-        stats_.waited(secondsSince(t0));
+      if (clock().now() >= deadline) {
+        stats_.waited(since(t0));
         return missingGradients(step, missing);
       }
       // Whichever comes next (a later poll takes it from the inbox).
@@ -143,7 +143,7 @@ class Allreduce final : public Base {
       const auto i = group_.indexOf(m->header.sender);
       if (i && *i != group_.self && !got[*i]) got[*i] = std::move(*m);
     }
-    stats_.waited(secondsSince(t0));
+    stats_.waited(since(t0));
     return got;
   }
 

@@ -146,6 +146,8 @@ class StageTimes {
       return v != nullptr && std::string_view(v) == "device";
     }();
     waitForDevice_ = kWaitForDevice && like.is_cuda();
+    // A profile of this worker's own work: real time, whatever clock the
+    // synchronizer waits on.
     at_ = Clock::now();
     ++calls_;
   }
@@ -248,7 +250,7 @@ class Dts final : public Base {
     if (group_.size() <= 1) return {};
     init(flat);
     const int64_t t = step + 1;
-    const auto now = Clock::now();
+    const auto now = clock().now();
     if (lastStepAt_) {
       // From one step's end to the next: what passes per step while a round
       // is in flight, this synchronizer's own work (encoding, decoding,
@@ -477,7 +479,7 @@ class Dts final : public Base {
         }
         p.earlyWeight = earlyWeight.item<double>();
       }
-      p.sentAt = Clock::now();
+      p.sentAt = clock().now();
       pending_.push_back(std::move(p));
     }
     // The peers lost what was in flight when the job stopped: send our part
@@ -795,7 +797,7 @@ class Dts final : public Base {
       torch::Tensor own;  // decoded once a peer's contribution is to be applied
       for (size_t i = 0; i < group_.size(); ++i) {
         if (i == group_.self || !p.got[i] || p.early[i] || p.undecodable[i]) continue;
-        const auto t0 = Clock::now();
+        const auto t0 = clock().now();
         if (!own.defined()) own = decodeOwn(p, flat.values);
         torch::Tensor q = scratch_.take(flat.values);
         std::string reason;
@@ -816,7 +818,7 @@ class Dts final : public Base {
         p.early[i] = true;
         p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
         stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
-        stats_.coded(secondsSince(t0));
+        stats_.coded(since(t0));
         modified_ = true;
       }
       scratch_.give(std::move(own));
@@ -996,15 +998,15 @@ class Dts final : public Base {
   // job's schedule from the peers' next reports (every worker sends one per
   // round) before it numbers its rounds.
   void awaitSchedule(int64_t step) {
-    const auto deadline = Clock::now() + options_.timeout;
+    const auto deadline = clock().now() + options_.timeout;
     while (!takeLagReports(step)) {
-      if (Clock::now() >= deadline) {
+      if (clock().now() >= deadline) {
         logger()->warn(
             "dts: no peer reported the job's period within {:.3g} s; numbering rounds with K = {}",
             std::chrono::duration<double>(options_.timeout).count(), schedule_.k);
         return;
       }
-      std::this_thread::sleep_for(kPoll);
+      clock().sleepFor(kPoll);
     }
     if (nextSchedule_ && nextSchedule_->round <= roundAt(step)) {
       schedule_ = *std::exchange(nextSchedule_, std::nullopt);
@@ -1130,7 +1132,7 @@ class Dts final : public Base {
   // nextRound_ when no peer has reported.
   uint64_t furthestPeerRound() const {
     uint64_t furthest = nextRound_;
-    const auto now = Clock::now();
+    const auto now = clock().now();
     for (size_t i = 0; i < group_.size(); ++i) {
       if (!paces_[i] || baseRtts_[i].empty() || membership_.suspected(group_.ranks[i])) continue;
       const Pace& p = *paces_[i];
@@ -1171,7 +1173,7 @@ class Dts final : public Base {
   // link's socket buffers add theirs.
   Status awaitUplink(int64_t t, train::FlatParameters& flat) {
     if (lastRoundBytes_ == 0) return {};
-    const auto t0 = Clock::now();
+    const auto t0 = clock().now();
     const double round = roundSeconds();
     const auto backlogged = [&] {
       for (const auto& c : transport_->peerCounters()) {
@@ -1195,16 +1197,16 @@ class Dts final : public Base {
       return false;
     };
     uplinkHeld_ = false;
-    while (backlogged() && Clock::now() < t0 + options_.timeout) {
+    while (backlogged() && clock().now() < t0 + options_.timeout) {
       uplinkHeld_ = true;
       GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
       pollArrivals();
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      clock().sleepFor(std::chrono::milliseconds(2));
     }
-    if (const double waited = secondsSince(t0); waited >= 0.05) {
+    if (const double waited = since(t0); waited >= 0.05) {
       logger()->debug("dts: the uplink held round {} back for {:.0f} ms", nextRound_, waited * 1e3);
     }
-    noteWait(secondsSince(t0));
+    noteWait(since(t0));
     return {};
   }
 
@@ -1234,7 +1236,7 @@ class Dts final : public Base {
     // arrive meanwhile.)
     p.provisionalDue = auto_ && !linkKnown_;
     p.dueStep = t + (p.provisionalDue ? options_.maxAutoDelay : delay_);
-    const auto t0 = Clock::now();
+    const auto t0 = clock().now();
     torch::Tensor acc = scratch_.take(flat.values);
     torch::sub_out(acc, base_, flat.values);
     // Our own state must be sound before it reaches anyone: a diverged
@@ -1250,7 +1252,7 @@ class Dts final : public Base {
                        residual_.defined() ? &residual_ : nullptr));
     scratch_.give(std::move(acc));
     lastRoundBytes_ = p.bytes->size();
-    stats_.coded(secondsSince(t0), StatsRecorder::CodecWork::kEncode);
+    stats_.coded(since(t0), StatsRecorder::CodecWork::kEncode);
     const auto to = presentPeers();
     stats_.encoded(static_cast<uint64_t>(flat.values.numel()) * 4, p.bytes->size(), to.size());
     GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, t, p.bytes));
@@ -1258,7 +1260,7 @@ class Dts final : public Base {
     base_.copy_(flat.values);
     if (flip_ && t >= flip_->step) injectFlip(t, flat);
     p.got.resize(group_.size());
-    p.sentAt = Clock::now();
+    p.sentAt = clock().now();
     if (lastSentAt_) {
       roundIntervals_.push_back(
           {std::chrono::duration<double>(p.sentAt - *lastSentAt_).count(), uplinkHeld_});
@@ -1324,7 +1326,7 @@ class Dts final : public Base {
   Status complete(Pending& p, int64_t t, train::FlatParameters& flat, bool* deferred = nullptr) {
     // Wait (bounded) for the contributions expected in this round, serving
     // joins meanwhile; a peer suspected while we wait is not waited for.
-    const auto t0 = Clock::now();
+    const auto t0 = clock().now();
     const auto deadline = t0 + options_.timeout;
     std::vector<size_t> waitedFor;  // for the debug log: whom the wait was for
     while (true) {
@@ -1341,12 +1343,12 @@ class Dts final : public Base {
       if (deferred != nullptr && auto_ && !everyLinkMeasured()) {
         learnTheLink();
         if (p.dueStep > t) {
-          noteWait(secondsSince(t0));
+          noteWait(since(t0));
           *deferred = true;
           return {};
         }
       }
-      if (Clock::now() >= deadline) {
+      if (clock().now() >= deadline) {
         for (size_t i : waiting) {
           membership_.giveUp(group_.ranks[i]);
           logger()->warn(
@@ -1365,7 +1367,7 @@ class Dts final : public Base {
       p.got[*i] = std::move(*m);
       membership_.delivered(group_.ranks[*i], p.round);
     }
-    if (const double waited = secondsSince(t0); waited >= 0.05) {
+    if (const double waited = since(t0); waited >= 0.05) {
       std::string whom;
       for (size_t i : waitedFor) {
         whom += fmt::format("{}{}", whom.empty() ? "" : ", ", topology_.describe(group_.ranks[i]));
@@ -1376,11 +1378,11 @@ class Dts final : public Base {
           "ms) from {}",
           waited * 1e3, t, p.round, p.sendStep, delay_, stepSeconds_ * 1e3, whom);
     }
-    noteWait(secondsSince(t0));
+    noteWait(since(t0));
     // Every contribution is decoded and checked before it is used: nothing a
     // peer sends may end this worker or poison its model. A refused one
     // counts as a missing one.
-    const auto tDecode = Clock::now();
+    const auto tDecode = clock().now();
     std::vector<double> lags(group_.size(), std::numeric_limits<double>::quiet_NaN());
     double total = 0;
     torch::Tensor mean;
@@ -1450,8 +1452,8 @@ class Dts final : public Base {
       base_.add_(correction);
       scratch_.give(std::move(correction));
     }
-    stats_.coded(secondsSince(tDecode));
-    stats_.roundDone(secondsSince(p.sentAt));
+    stats_.coded(since(tDecode));
+    stats_.roundDone(since(p.sentAt));
     if (p.appliedCount > 0) staleness_ = p.stalenessSum / static_cast<double>(p.appliedCount);
     jobStep_ = p.sendStep;
     modified_ = true;

@@ -54,6 +54,9 @@ class Hierarchical final : public Synchronizer {
     lanTimeout_ = 2 * options_.timeout + std::chrono::milliseconds(30000);
   }
 
+  const geo::Clock& clock() const { return clockOf(options_); }
+  double since(geo::Clock::TimePoint t0) const { return secondsSince(clock(), t0); }
+
   std::string describe() const override {
     return fmt::format("hierarchical: {} workers in region {} ({}); {}", members_.size(),
                        topology_.regionOf(topology_.rank()),
@@ -105,7 +108,7 @@ class Hierarchical final : public Synchronizer {
     }
     // Gather the gradients of the members expected at this step.
     std::vector<std::optional<Message>> got(members_.size());
-    const auto t0 = Clock::now();
+    const auto t0 = clock().now();
     const auto deadline = t0 + options_.timeout;
     while (true) {
       auto served = lanMembers_.serve(step, flat.values, false, &flat);
@@ -129,7 +132,7 @@ class Hierarchical final : public Synchronizer {
         }
       }
       if (!waitFor) break;
-      if (Clock::now() >= deadline) {
+      if (clock().now() >= deadline) {
         for (size_t i = 1; i < members_.size(); ++i) {
           if (got[i] || !lanMembers_.expected(members_[i], static_cast<uint64_t>(step))) continue;
           lanMembers_.giveUp(members_[i]);
@@ -148,7 +151,7 @@ class Hierarchical final : public Synchronizer {
       got[*waitFor] = std::move(*m);
       lanMembers_.delivered(member, static_cast<uint64_t>(step));
     }
-    lanStats_.waited(secondsSince(t0));
+    lanStats_.waited(since(t0));
     // A member's gradient is checked like any contribution: a diverged
     // member is refused, named, and the region averages without it.
     std::vector<torch::Tensor> decoded(members_.size());
@@ -317,7 +320,7 @@ class Hierarchical final : public Synchronizer {
   // at once when the leader is suspected (it cannot train on without it).
   StatusOr<Message> fromLeader(uint64_t round, int64_t step, const train::FlatParameters& flat,
                                const std::string& what) {
-    const auto t0 = Clock::now();
+    const auto t0 = clock().now();
     while (true) {
       auto served = lanMembers_.serve(step, flat.values, false, &flat);
       if (!served.ok()) return served.status();
@@ -325,7 +328,7 @@ class Hierarchical final : public Synchronizer {
       if (auto why = transport_->receive(MessageKind::kControl, kLeaderStoppedRound, leader_,
                                          std::chrono::milliseconds(0));
           why.ok()) {
-        lanStats_.waited(secondsSince(t0));
+        lanStats_.waited(since(t0));
         return aborted(fmt::format(
             "hierarchical sync: no {} from the region leader {}: it stopped (a member cannot "
             "train on without its leader -- restart this worker to rejoin once the leader is "
@@ -333,7 +336,7 @@ class Hierarchical final : public Synchronizer {
             what, topology_.describe(leader_), printable(why->payload.bytes())));
       }
       if (lanMembers_.suspected(leader_)) {
-        lanStats_.waited(secondsSince(t0));
+        lanStats_.waited(since(t0));
         return aborted(fmt::format(
             "hierarchical sync: no {} from the region leader {}: it is suspected (silent for the "
             "peer time-out); a member cannot train on without its leader -- restart this worker "
@@ -343,11 +346,11 @@ class Hierarchical final : public Synchronizer {
       auto m = transport_->receive(MessageKind::kLanBroadcast, round, leader_,
                                    std::chrono::milliseconds(20));
       if (m.ok()) {
-        lanStats_.waited(secondsSince(t0));
+        lanStats_.waited(since(t0));
         return m;
       }
-      if (Clock::now() - t0 > lanTimeout_) {
-        lanStats_.waited(secondsSince(t0));
+      if (clock().now() - t0 > lanTimeout_) {
+        lanStats_.waited(since(t0));
         return deadlineExceeded(fmt::format(
             "hierarchical sync: no {} from {} within {:.3g} s; is that worker alive?", what,
             topology_.describe(leader_), std::chrono::duration<double>(lanTimeout_).count()));
@@ -375,15 +378,15 @@ class Hierarchical final : public Synchronizer {
                        {kLeaderStoppedRound, static_cast<uint64_t>(step), CodecId::kRaw, 0}, bytes,
                        std::chrono::milliseconds(100));
     }
-    const auto deadline = Clock::now() + std::chrono::milliseconds(500);
-    while (Clock::now() < deadline) {
+    const auto deadline = clock().now() + std::chrono::milliseconds(500);
+    while (clock().now() < deadline) {
       bool queued = false;
       for (const auto& c : transport_->peerCounters()) {
         queued = queued || (std::find(to.begin(), to.end(), c.peer) != to.end() &&
                             !lanMembers_.suspected(c.peer) && c.queuedBytes > 0);
       }
       if (!queued) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      clock().sleepFor(std::chrono::milliseconds(10));
     }
     return why;
   }

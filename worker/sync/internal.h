@@ -100,6 +100,9 @@ Status sendBuffer(transport::Transport& transport, const Topology& topology,
                   std::shared_ptr<const std::vector<std::byte>> bytes,
                   std::chrono::milliseconds timeout);
 
+// Seconds on `clock` since `t0`.
+double secondsSince(const geo::Clock& clock, geo::Clock::TimePoint t0);
+
 class StatsRecorder;
 // A bounded receive that records the time waited in `stats`; on failure the
 // Status (DeadlineExceeded on timeout) names the peer, what was awaited and
@@ -108,7 +111,8 @@ StatusOr<transport::Message> receiveBounded(transport::Transport& transport,
                                             const Topology& topology, uint32_t peer,
                                             transport::MessageKind kind, uint64_t round,
                                             std::chrono::milliseconds timeout,
-                                            const std::string& what, StatsRecorder& stats);
+                                            const std::string& what, StatsRecorder& stats,
+                                            const geo::Clock& clock);
 
 // Thread-safe statistics with the recording helpers every algorithm uses.
 class StatsRecorder {
@@ -226,13 +230,12 @@ class Membership {
  public:
   // `stepsPerRound`: a peer served our state at step s is expected from
   // round s / stepsPerRound on (what its announcement will say).
-  // Every time it reads and every wait goes through `clock` (which must
-  // outlive it): a test on a FakeClock and the in-memory transport
+  // Every time it reads and every wait goes through clockOf(options): a
+  // test on a FakeClock and the in-memory transport
   // (transport/memory_transport.h) runs suspicion and the join protocol in
   // simulated time.
   Membership(transport::Transport* transport, const Topology& topology, std::vector<uint32_t> peers,
-             const SyncOptions& options, std::string name, int64_t stepsPerRound = 1,
-             const geo::Clock& clock = geo::systemClock());
+             const SyncOptions& options, std::string name, int64_t stepsPerRound = 1);
   // The round in progress at step s when rounds do not have a fixed length
   // (DTS with an automatic period); replaces s / stepsPerRound.
   void setRoundOf(std::function<uint64_t(int64_t)> roundOf) { roundOf_ = std::move(roundOf); }
@@ -387,6 +390,9 @@ class Base : public Synchronizer {
   bool modifiedParameters() const { return modified_; }
 
  protected:
+  // Where the time is read and waits go (SyncOptions::clock).
+  const geo::Clock& clock() const { return clockOf(options_); }
+  double since(geo::Clock::TimePoint t0) const { return secondsSince(clock(), t0); }
   // Builds the codecs for `flat` on first use.
   void ensureCodec(const train::FlatParameters& flat);
 
@@ -470,8 +476,6 @@ std::unique_ptr<Base> makeSwarm(const SyncOptions& o, const Topology& t, transpo
 std::unique_ptr<Synchronizer> makeHierarchical(const SyncOptions& o, const Topology& t,
                                                transport::Transport* tr,
                                                std::unique_ptr<Base> inner);
-
-double secondsSince(Clock::time_point t0);
 
 // A contiguous fp32 CPU tensor's bytes (what a peer's checkedCopy() takes).
 std::shared_ptr<std::vector<std::byte>> tensorBytes(const torch::Tensor& t);

@@ -38,8 +38,8 @@ double seconds(std::chrono::milliseconds d) {
 
 Membership::Membership(transport::Transport* transport, const Topology& topology,
                        std::vector<uint32_t> peers, const SyncOptions& options, std::string name,
-                       int64_t stepsPerRound, const geo::Clock& clock)
-    : clock_(clock),
+                       int64_t stepsPerRound)
+    : clock_(clockOf(options)),
       transport_(transport),
       topology_(topology),
       peers_(std::move(peers)),

@@ -101,7 +101,7 @@ class Swarm final : public Base {
       GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
       GEO_RETURN_IF_ERROR(serve(steps, flat));
       expireOutstanding();
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      clock().sleepFor(std::chrono::milliseconds(1));
     }
     // 2. Tell everyone we start no more exchanges; keep answering until each
     // peer has said the same (it has then no request to us in flight).
@@ -113,7 +113,7 @@ class Swarm final : public Base {
                                std::make_shared<std::vector<std::byte>>()));
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self || gone(i)) continue;
-      const auto deadline = Clock::now() + options_.timeout;
+      const auto deadline = clock().now() + options_.timeout;
       while (true) {
         GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
         GEO_RETURN_IF_ERROR(serve(steps, flat));
@@ -121,7 +121,7 @@ class Swarm final : public Base {
                                      std::chrono::milliseconds(1));
         if (m.ok()) break;
         if (gone(i)) break;  // suspected while we waited
-        if (Clock::now() > deadline) {
+        if (clock().now() > deadline) {
           markAbsent(i, fmt::format("{} did not finish its exchanges within {:.3g} s",
                                     topology_.describe(group_.ranks[i]),
                                     std::chrono::duration<double>(options_.timeout).count()));
@@ -202,7 +202,7 @@ class Swarm final : public Base {
                        topology_.describe(group_.ranks[i]));
         continue;
       }
-      if (p.outstanding && Clock::now() - p.sentAt > options_.timeout) {
+      if (p.outstanding && clock().now() - p.sentAt > options_.timeout) {
         markAbsent(
             i, fmt::format("no reply from {} within {:.3g} s", topology_.describe(group_.ranks[i]),
                            std::chrono::duration<double>(options_.timeout).count()));
@@ -214,7 +214,7 @@ class Swarm final : public Base {
   // decode, and sends it as `kind`.
   Status sendModel(size_t i, MessageKind kind, int64_t t, const torch::Tensor& values) {
     Peer& p = peers_[i];
-    const auto t0 = Clock::now();
+    const auto t0 = clock().now();
     const torch::Tensor diff = values - p.refOut;
     if (std::string reason; !checkValues(diff, std::numeric_limits<float>::max(), reason).ok()) {
       return failedPrecondition(fmt::format(
@@ -226,7 +226,7 @@ class Swarm final : public Base {
         diff, options_.seed, mixStream(3, topology_.rank() * 65536u + group_.ranks[i], p.seqOut),
         nullptr));
     codec_->decodeAccumulate(*bytes, 1.0f, p.refOut);
-    stats_.coded(secondsSince(t0), StatsRecorder::CodecWork::kEncode);
+    stats_.coded(since(t0), StatsRecorder::CodecWork::kEncode);
     stats_.encoded(static_cast<uint64_t>(values.numel()) * 4, bytes->size(), 1);
     return sendTo({group_.ranks[i]}, kind, p.seqOut++, t, codec_->id(),
                   static_cast<uint64_t>(codec_->numel()), bytes);
@@ -247,11 +247,11 @@ class Swarm final : public Base {
                                   std::chrono::milliseconds(0));
         }
         if (!m.ok()) break;
-        const auto t0 = Clock::now();
+        const auto t0 = clock().now();
         torch::Tensor diff = torch::empty_like(p.refIn);
         std::string reason;
         const Status ok = codec_->decodeChecked(m->payload.bytes(), diff, reason);
-        stats_.coded(secondsSince(t0));
+        stats_.coded(since(t0));
         if (!ok.ok()) {
           // Nothing a peer sends may end this worker or reach its model;
           // without this difference the pair's reference copies disagree, so
@@ -270,7 +270,7 @@ class Swarm final : public Base {
           GEO_RETURN_IF_ERROR(sendModel(i, MessageKind::kGossipReply, t, flat.values));
         } else if (p.outstanding) {
           p.outstanding = false;
-          stats_.roundDone(secondsSince(p.sentAt));
+          stats_.roundDone(since(p.sentAt));
         }
         flat.values.add_(p.refIn).mul_(0.5f);
         modified_ = true;
@@ -290,7 +290,7 @@ class Swarm final : public Base {
     const size_t i = candidates[pick(rng_)];
     GEO_RETURN_IF_ERROR(sendModel(i, MessageKind::kGossip, t, flat.values));
     peers_[i].outstanding = true;
-    peers_[i].sentAt = Clock::now();
+    peers_[i].sentAt = clock().now();
     return {};
   }
 
@@ -354,9 +354,9 @@ class Swarm final : public Base {
     }
     for (size_t i : to) {
       const uint32_t r = group_.ranks[i];
-      const auto deadline = Clock::now() + options_.timeout;
+      const auto deadline = clock().now() + options_.timeout;
       std::optional<Message> reply;
-      while (Clock::now() < deadline && !membership_.suspected(r)) {
+      while (clock().now() < deadline && !membership_.suspected(r)) {
         GEO_RETURN_IF_ERROR(serveMembership(step, flat, false));
         GEO_RETURN_IF_ERROR(answerResyncs(step, flat));
         auto m = receiveFrom(r, MessageKind::kControl, kResyncReplyRound,

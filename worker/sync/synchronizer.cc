@@ -100,8 +100,8 @@ namespace detail {
 
 // ---- Helpers -----------------------------------------------------------------------
 
-double secondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
+double secondsSince(const geo::Clock& clock, geo::Clock::TimePoint t0) {
+  return std::chrono::duration<double>(clock.now() - t0).count();
 }
 
 std::shared_ptr<std::vector<std::byte>> tensorBytes(const torch::Tensor& t) {
@@ -187,10 +187,10 @@ Status sendBuffer(transport::Transport& transport, const Topology& topology,
 StatusOr<Message> receiveBounded(transport::Transport& transport, const Topology& topology,
                                  uint32_t peer, MessageKind kind, uint64_t round,
                                  std::chrono::milliseconds timeout, const std::string& what,
-                                 StatsRecorder& stats) {
-  const auto t0 = Clock::now();
+                                 StatsRecorder& stats, const geo::Clock& clock) {
+  const auto t0 = clock.now();
   auto m = transport.receive(kind, round, peer, timeout);
-  stats.waited(secondsSince(t0));
+  stats.waited(secondsSince(clock, t0));
   if (m.ok()) return m;
   const double seconds = std::chrono::duration<double>(timeout).count();
   if (m.status().code() == StatusCode::kDeadlineExceeded) {
@@ -390,7 +390,7 @@ Status Base::serveMembership(int64_t step, const train::FlatParameters& flat, bo
 Status Base::awaitSuspectedPeers(const train::FlatParameters& flat, int64_t steps) {
   const double limit = std::chrono::duration<double>(options_.timeout).count();
   bool logged = false;
-  const auto t0 = Clock::now();
+  const auto t0 = clock().now();
   while (true) {
     GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
     bool hearsSome = false;
@@ -417,32 +417,32 @@ Status Base::awaitSuspectedPeers(const train::FlatParameters& flat, int64_t step
           limit - longest, waiting, limit);
       logged = true;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    clock().sleepFor(std::chrono::milliseconds(20));
   }
-  if (logged) stats_.waited(secondsSince(t0));
+  if (logged) stats_.waited(since(t0));
   return {};
 }
 
 StatusOr<Message> Base::awaitFrom(uint32_t peer, MessageKind kind, uint64_t round, int64_t step,
                                   const train::FlatParameters& flat, bool finished,
                                   const std::string& what, std::chrono::milliseconds timeout) {
-  const auto t0 = Clock::now();
+  const auto t0 = clock().now();
   const auto deadline = t0 + timeout;
   while (true) {
     GEO_RETURN_IF_ERROR(serveMembership(step, flat, finished));
     if (membership_.suspected(peer) || membership_.joining(peer)) {
-      stats_.waited(secondsSince(t0));
+      stats_.waited(since(t0));
       return unavailable(fmt::format("no {} from {}: it is {}", what, topology_.describe(peer),
                                      membership_.joining(peer) ? "rejoining" : "suspected"));
     }
     auto m = transport_->receive(kind, round, peer, std::chrono::milliseconds(20));
     if (m.ok()) {
-      stats_.waited(secondsSince(t0));
+      stats_.waited(since(t0));
       return m;
     }
     if (m.status().code() != StatusCode::kDeadlineExceeded) return m.status();
-    if (Clock::now() >= deadline) {
-      stats_.waited(secondsSince(t0));
+    if (clock().now() >= deadline) {
+      stats_.waited(since(t0));
       return deadlineExceeded(fmt::format("no {} from {} within {:.3g} s; is that worker alive?",
                                           what, topology_.describe(peer),
                                           std::chrono::duration<double>(timeout).count()));
@@ -494,7 +494,7 @@ std::vector<Message> Base::takeArrived(MessageKind kind, uint64_t round, uint32_
 
 StatusOr<Message> Base::receiveFrom(uint32_t peer, MessageKind kind, uint64_t round,
                                     std::chrono::milliseconds timeout, const std::string& what) {
-  return receiveBounded(*transport_, topology_, peer, kind, round, timeout, what, stats_);
+  return receiveBounded(*transport_, topology_, peer, kind, round, timeout, what, stats_, clock());
 }
 
 Status Base::lingerForJoiners(const train::FlatParameters& flat, int64_t steps) {

@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "worker/codec/codec.h"
 #include "worker/sync/stats.h"
@@ -109,7 +110,17 @@ struct SyncOptions {
   uint64_t seed = 42;          // QSGD's stochastic rounding and swarm's choice of peers
   int64_t maxAutoDelay = 256;  // dts auto: the largest D it may choose
   int64_t maxAutoPeriod = 64;  // dts auto period: the largest K it may choose
+  // Where the synchronizer and its membership read the time and wait (not
+  // a worker.yaml key): null, the system clock; a test's FakeClock, with
+  // the in-memory transport on the same clock, runs a job's time-outs,
+  // suspicion and rejoins in simulated time. Must outlive the synchronizer.
+  const geo::Clock* clock = nullptr;
 };
+
+// options.clock, or the system clock.
+inline const geo::Clock& clockOf(const SyncOptions& options) {
+  return options.clock != nullptr ? *options.clock : geo::systemClock();
+}
 
 // The synchronizer's own preconditions, which makeSynchronizer() checks
 // first: an algorithm it implements, period and swarmH >= 1 (steps are

@@ -320,12 +320,7 @@ class MemoryTransport final : public Transport {
       : s_(std::move(state)), rank_(rank), incarnation_(incarnation) {}
 
   ~MemoryTransport() override {
-    std::lock_guard lock(s_->mu);
-    if (!mine()) return;
-    const TimePoint now = s_->clock.now();
-    s_->settle(now);
-    s_->change(now, [&] {
-      State::Endpoint& e = s_->endpoints[rank_];
+    changeOwn([](State::Endpoint& e, TimePoint now) {
       e.open = false;
       e.closedAt = now;
       e.inbox.clear();
@@ -361,15 +356,7 @@ class MemoryTransport final : public Transport {
       return {};
     }
     State::Msg m;
-    m.header.kind = kind;
-    m.header.jobHash = s_->jobHash;
-    m.header.round = meta.round;
-    m.header.step = meta.step;
-    m.header.sender = rank_;
-    m.header.codec = meta.codec;
-    m.header.elementCount =
-        meta.codec == CodecId::kRaw && meta.elementCount == 0 ? payload.size() : meta.elementCount;
-    m.header.payloadBytes = payload.size();
+    m.header = headerFor(kind, meta, s_->jobHash, rank_, payload.size());
     m.header.flags = meta.controlLane ? kFrameFlagControlLane : 0;
     m.payload = std::move(payload);
     m.from = rank_;
@@ -462,12 +449,7 @@ class MemoryTransport final : public Transport {
   }
 
   void setPartitioned(bool cut) override {
-    std::lock_guard lock(s_->mu);
-    if (!mine()) return;
-    const TimePoint now = s_->clock.now();
-    s_->settle(now);
-    s_->change(now, [&] {
-      State::Endpoint& e = s_->endpoints[rank_];
+    changeOwn([&](State::Endpoint& e, TimePoint) {
       e.cut = cut;
       if (!cut) return;
       for (uint32_t p = 0; p < s_->world(); ++p) {
@@ -541,6 +523,17 @@ class MemoryTransport final : public Transport {
   }
 
  private:
+  // Applies `apply(endpoint, now)` to this rank's endpoint as a change of
+  // state (State::change), if this object is still that endpoint.
+  template <typename Apply>
+  void changeOwn(Apply&& apply) {
+    std::lock_guard lock(s_->mu);
+    if (!mine()) return;
+    const TimePoint now = s_->clock.now();
+    s_->settle(now);
+    s_->change(now, [&] { apply(s_->endpoints[rank_], now); });
+  }
+
   // Whether this object is still its rank's open endpoint (not closed, not
   // killed, not replaced). With s_->mu held.
   bool mine() const {

@@ -90,6 +90,24 @@ struct SendMeta {
 // The largest payload SendMeta::controlLane takes (one chunk, never cut).
 inline constexpr size_t kMaxControlLaneBytes = 4096;
 
+// The header send() puts in front of a payload of `payloadBytes`: the
+// caller's fields (meta), the kind, the job's hash and the sender's rank; a
+// raw payload whose meta names no element count counts its bytes.
+inline FrameHeader headerFor(MessageKind kind, const SendMeta& meta, uint64_t jobHash,
+                             uint32_t sender, uint64_t payloadBytes) {
+  FrameHeader h;
+  h.kind = kind;
+  h.jobHash = jobHash;
+  h.round = meta.round;
+  h.step = meta.step;
+  h.sender = sender;
+  h.codec = meta.codec;
+  h.elementCount =
+      meta.codec == CodecId::kRaw && meta.elementCount == 0 ? payloadBytes : meta.elementCount;
+  h.payloadBytes = payloadBytes;
+  return h;
+}
+
 inline constexpr uint32_t kAnyPeer = 0xffffffffu;
 // Ping round trips PeerCounters::minRttSeconds looks back on.
 inline constexpr size_t kMinRttWindow = 16;

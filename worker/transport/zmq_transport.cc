@@ -677,16 +677,7 @@ Status ZmqTransport::send(uint32_t peer, MessageKind kind, const SendMeta& meta,
                                        payload.size(), cfg_.maxPayloadBytes));
   }
   if (closed_ || stopping_) return Status(StatusCode::kCancelled, "transport: closed");
-  FrameHeader h;
-  h.kind = kind;
-  h.jobHash = limits_.jobHash;
-  h.round = meta.round;
-  h.step = meta.step;
-  h.sender = cfg_.rank;
-  h.codec = meta.codec;
-  h.elementCount =
-      meta.codec == CodecId::kRaw && meta.elementCount == 0 ? payload.size() : meta.elementCount;
-  h.payloadBytes = payload.size();
+  const FrameHeader h = headerFor(kind, meta, limits_.jobHash, cfg_.rank, payload.size());
   if (meta.controlLane) return enqueueOnLane(peer, h, payload);
   return enqueue(peer, h, std::move(payload), timeout);
 }

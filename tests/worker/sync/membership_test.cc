@@ -80,6 +80,7 @@ class MembershipTest : public ::testing::Test {
     }
     options_.timeout = 60s;
     options_.peerTimeout = 3s;
+    options_.clock = &clock_;
     t0_ = clock_.now();
   }
   // Rank r's process: its transport and its membership of the others.
@@ -95,8 +96,8 @@ class MembershipTest : public ::testing::Test {
     }
     auto topology = Topology::make(regions_, r);
     ASSERT_TRUE(topology.ok()) << topology.status().toString();
-    members_[r] = std::make_unique<Membership>(transports_[r].get(), *topology, peers, options_,
-                                               "test", 1, clock_);
+    members_[r] =
+        std::make_unique<Membership>(transports_[r].get(), *topology, peers, options_, "test");
   }
   double elapsed() const { return std::chrono::duration<double>(clock_.now() - t0_).count(); }
   // A worker training at `step` with `values`: it serves the others every
