@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "tests/worker/sync/simulated_time.h"
 #include "worker/sync/internal.h"
 #include "worker/sync/synchronizer.h"
 #include "worker/transport/memory_transport.h"
@@ -29,9 +30,8 @@ namespace {
 using namespace std::chrono_literals;
 using Duration = geo::Clock::Duration;
 
-// Runs each function on a thread of its own while driving `clock`: whenever
-// every one still running waits on the clock, time moves on by `quantum`.
-// Fails the test if they are not all done within `limit` of simulated time.
+// Runs each function on a thread of its own in simulated time
+// (simulated_time.h), moving the clock on by `quantum` at a time.
 void runSimulated(FakeClock& clock, std::vector<std::function<void()>> fns, Duration quantum = 1ms,
                   Duration limit = 600s) {
   std::atomic<size_t> running{fns.size()};
@@ -42,19 +42,7 @@ void runSimulated(FakeClock& clock, std::vector<std::function<void()>> fns, Dura
       --running;
     });
   }
-  const auto end = clock.now() + limit;
-  while (running.load() > 0 && clock.now() < end) {
-    const size_t n = running.load();
-    if (n > 0 && clock.waiters() >= n) {
-      clock.advance(quantum);
-      // Let the woken threads take their turn before looking again.
-      std::this_thread::sleep_for(20us);
-    } else {
-      std::this_thread::yield();
-    }
-  }
-  EXPECT_EQ(running.load(), 0u) << "still running after " << limit.count() << " of simulated time";
-  if (running.load() > 0) clock.advance(1h);  // let them time out
+  geo::testing::driveWhileRunning(clock, running, quantum, limit);
   for (auto& t : threads) t.join();
 }
 

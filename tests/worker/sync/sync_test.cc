@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/sync_algorithms.h"
 #include "common/worker_schema.h"
+#include "tests/worker/sync/simulated_time.h"
 #include "tests/worker/transport/transport_fixture.h"
 #include "worker/codec/codec.h"
 #include "worker/sync/internal.h"
@@ -462,18 +463,7 @@ RunResult runJob(const JobSpec& job) {
     });
   }
   if (job.clock != nullptr) {
-    // Simulated time: on by clockStep whenever every thread still running
-    // waits.
-    const auto limit = job.clock->now() + std::chrono::hours(1);
-    while (running.load() > 0 && job.clock->now() < limit) {
-      if (job.clock->waiters() >= running.load()) {
-        job.clock->advance(job.clockStep);
-        std::this_thread::sleep_for(20us);
-      } else {
-        std::this_thread::yield();
-      }
-    }
-    EXPECT_EQ(running.load(), 0u) << "workers still running after an hour of simulated time";
+    geo::testing::driveWhileRunning(*job.clock, running, job.clockStep, std::chrono::hours(1));
   }
   for (auto& th : threads) th.join();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
