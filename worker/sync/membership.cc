@@ -52,7 +52,7 @@ Membership::Membership(transport::Transport* transport, const Topology& topology
           static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count())) {}
 
 double Membership::since(geo::Clock::TimePoint t0) const {
-  return std::chrono::duration<double>(clock_.now() - t0).count();
+  return secondsSince(clock_, t0);
 }
 
 uint64_t Membership::roundAt(int64_t step) const {
