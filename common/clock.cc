@@ -87,6 +87,7 @@ void FakeClock::advance(Duration by) {
         continue;
       }
       w.woken = generation;
+      w.notified = true;
       w.cv->notify_all();
     }
     if (!busy) return;
@@ -96,14 +97,30 @@ void FakeClock::advance(Duration by) {
   }
 }
 
+void FakeClock::notifyAll(std::condition_variable& cv) const {
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, w] : waiters_) {
+      if (w.cv == &cv) w.notified = true;
+    }
+  }
+  cv.notify_all();
+}
+
+size_t FakeClock::idleWaiters() const {
+  size_t n = 0;
+  for (const auto& [id, w] : waiters_) n += w.notified ? 0 : 1;
+  return n;
+}
+
 size_t FakeClock::waiters() const {
   std::lock_guard lock(mu_);
-  return waiters_.size();
+  return idleWaiters();
 }
 
 bool FakeClock::awaitWaiters(size_t n, std::chrono::milliseconds timeout) const {
   std::unique_lock lock(mu_);
-  return waitersChanged_.wait_for(lock, timeout, [&] { return waiters_.size() >= n; });
+  return waitersChanged_.wait_for(lock, timeout, [&] { return idleWaiters() >= n; });
 }
 
 }  // namespace geo

@@ -43,6 +43,14 @@ class Clock {
   virtual void waitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
                          TimePoint deadline) const = 0;
 
+  // Wakes every thread that waits on `cv` (cv.notify_all()). Code whose
+  // threads wait through this clock notifies through it too: a FakeClock
+  // then counts the woken threads as running until they wait again, so a
+  // test that moves time on only when every thread waits (waiters()) does
+  // not move it past a thread that has yet to act on the notification.
+  // Callers may hold the mutex guarding their state.
+  virtual void notifyAll(std::condition_variable& cv) const { cv.notify_all(); }
+
   // Blocks the calling thread until now() reaches `deadline`.
   void sleepUntil(TimePoint deadline) const;
   void sleepFor(Duration duration) const { sleepUntil(now() + duration); }
@@ -65,24 +73,31 @@ class FakeClock : public Clock {
   WallTime wallNow() const override;
   void waitUntil(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
                  TimePoint deadline) const override;
+  void notifyAll(std::condition_variable& cv) const override;
 
   // Moves the time on by `by` (>= 0) and wakes every thread waiting on this
   // clock (each rechecks its own deadline). Must not be called with a mutex
   // held that a waiter passed to waitUntil().
   void advance(Duration by);
-  // How many threads wait in waitUntil() or sleepUntil() now: a test that
-  // must know a thread reached its wait (before advancing) polls this.
+  // How many threads wait in waitUntil() or sleepUntil() now and have not
+  // been woken since (by advance() or notifyAll()): a test that must know a
+  // thread reached its wait (before advancing) polls this. A woken thread
+  // counts again only once it waits again, so right after advance() this is
+  // 0 until the woken threads have looked at the new time.
   size_t waiters() const;
   // Blocks (in real time, briefly) until at least `n` threads wait on this
-  // clock; false when that did not happen within `timeout`.
+  // clock, as waiters() counts them; false when that did not happen within
+  // `timeout`.
   bool awaitWaiters(size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
 
  private:
   struct Waiter {
     std::mutex* mu;
     std::condition_variable* cv;
-    uint64_t woken;  // the last advance() that notified it
+    uint64_t woken;         // the last advance() that notified it
+    bool notified = false;  // woken by advance() or notifyAll(), not yet running
   };
+  size_t idleWaiters() const;  // with mu_ held
 
   mutable std::mutex mu_;
   mutable std::condition_variable waitersChanged_;

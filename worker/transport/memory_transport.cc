@@ -271,7 +271,7 @@ struct MemoryNetwork::State {
         }
       }
     }
-    changed.notify_all();
+    clock.notifyAll(changed);
   }
 
   // When frames from `p` last reached `r` as of `now`; none if never.
@@ -398,7 +398,7 @@ class MemoryTransport final : public Transport {
       side.queue.push_back(std::move(m));
     }
     s_->settle(now);
-    s_->changed.notify_all();
+    s_->clock.notifyAll(s_->changed);
     return {};
   }
 

@@ -165,7 +165,9 @@ TEST(LeaderElectorTest, TakesOverOnlyAfterTheHolderStopsRenewing) {
   CancelToken cancel;
   std::thread runner([&] { elector.run(cancel); });
   // One retry period of fake time once the candidate sleeps; returns after
-  // its next read of the Lease.
+  // its next read of the Lease, once it sleeps again. (The fake client
+  // records a request before it answers it: returning on the record alone
+  // would let the test stop the holder's renewals before this read saw one.)
   auto retryPeriod = [&] {
     const size_t before = client.requests().size();
     ASSERT_TRUE(clock.awaitWaiters(1));
@@ -174,6 +176,7 @@ TEST(LeaderElectorTest, TakesOverOnlyAfterTheHolderStopsRenewing) {
     while (client.requests().size() == before && std::chrono::steady_clock::now() < limit)
       std::this_thread::yield();
     ASSERT_GT(client.requests().size(), before);
+    ASSERT_TRUE(clock.awaitWaiters(1));
   };
   for (int i = 0; i < 75; ++i) retryPeriod();  // 1.5 s, longer than the holder's 1 s
   EXPECT_FALSE(leading);
