@@ -71,6 +71,35 @@ TEST(FakeClockTest, WaitUntilEndsOnNotify) {
   waiter.join();
 }
 
+// A thread woken through the clock counts as running, not waiting, until it
+// waits again: a test driving simulated time must not move the clock on
+// before that thread has acted on what woke it.
+TEST(FakeClockTest, AThreadNotifiedThroughTheClockIsNotCountedAsWaiting) {
+  FakeClock clock;
+  std::mutex mu;
+  std::condition_variable cv;
+  int wakes = 0;
+  std::thread waiter([&] {
+    std::unique_lock lock(mu);
+    while (wakes < 2) {
+      clock.waitUntil(lock, cv, clock.now() + seconds(60));
+      ++wakes;
+    }
+  });
+  ASSERT_TRUE(clock.awaitWaiters(1));
+  {
+    // Held, so the woken waiter cannot get past its wait yet.
+    std::lock_guard lock(mu);
+    clock.notifyAll(cv);
+    EXPECT_EQ(clock.waiters(), 0u) << "a notified thread still counted as waiting";
+  }
+  ASSERT_TRUE(clock.awaitWaiters(1));  // it woke and waits again
+  clock.notifyAll(cv);
+  waiter.join();
+  EXPECT_EQ(wakes, 2);
+  EXPECT_EQ(clock.waiters(), 0u);
+}
+
 // Many waiters on one mutex and many advances: none misses its deadline
 // (a lost wake-up would hang the join).
 TEST(FakeClockTest, NoWakeUpIsLost) {
