@@ -9,7 +9,7 @@
 // flight. With D = 0 and the identity codec it computes x <- x_start - q̄
 // instead, which keeps all replicas bitwise equal.
 //
-// Membership (worker/sync/internal.h): a round is completed with the
+// Membership (worker/sync/membership.h): a round is completed with the
 // contributions of the peers expected in it -- not suspected (silent for the
 // peer time-out), not rejoining, and joined at or before the round -- waited
 // for up to the round time-out; the mean is taken over those that arrived,
@@ -148,12 +148,12 @@ class StageTimes {
     waitForDevice_ = kWaitForDevice && like.is_cuda();
     // A profile of this worker's own work: real time, whatever clock the
     // synchronizer waits on.
-    at_ = Clock::now();
+    at_ = std::chrono::steady_clock::now();
     ++calls_;
   }
   void lap(Stage s) {
     if (waitForDevice_) torch::cuda::synchronize();
-    const auto now = Clock::now();
+    const auto now = std::chrono::steady_clock::now();
     seconds_[s] += std::chrono::duration<double>(now - at_).count();
     at_ = now;
   }
@@ -181,7 +181,7 @@ class StageTimes {
 
  private:
   std::array<double, kCount> seconds_{};
-  Clock::time_point at_;
+  std::chrono::steady_clock::time_point at_;
   int64_t calls_ = 0;
   bool waitForDevice_ = false;
 };
@@ -515,7 +515,7 @@ class Dts final : public Base {
     torch::Tensor start;  // D = 0 with the identity codec: x at the round's start
     std::shared_ptr<const std::vector<std::byte>> bytes;
     std::vector<std::optional<Message>> got;  // by group index
-    Clock::time_point sentAt;                 // when this worker sent its part
+    geo::Clock::TimePoint sentAt;             // when this worker sent its part
     // D = auto: contributions applied as they arrived (applyEarly), by group
     // index, and Σ w_j q_j over them (undefined while none is); those that
     // did not decode are left to complete().
@@ -2079,13 +2079,13 @@ class Dts final : public Base {
     uint64_t nextRound = 0;
     double roundSeconds = 0;
     int64_t lead = 0;
-    Clock::time_point at;
+    geo::Clock::TimePoint at;
   };
   std::vector<std::optional<Pace>> paces_ = std::vector<std::optional<Pace>>(group_.size());
   double stepSeconds_ = 0;  // a step's time, waits for peers excluded (moving average)
   double waitedSince_ = 0;  // seconds waited for peers since the last step
-  std::optional<Clock::time_point> lastStepAt_;  // the latest afterStep's start
-  uint64_t lastRoundBytes_ = 0;                  // the latest round's encoded update
+  std::optional<geo::Clock::TimePoint> lastStepAt_;  // the latest afterStep's start
+  uint64_t lastRoundBytes_ = 0;                      // the latest round's encoded update
   int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step
   double lrScale_ = 1;   // the latest factor on the gradient (afterBackward)
   // The mean staleness of the peers' contributions to the last round
@@ -2100,7 +2100,7 @@ class Dts final : public Base {
   double crossingSeconds_ = 0;
   // Auto period: when this worker's latest round left, and the intervals
   // between its recent rounds at the period in force (roundSeconds()).
-  std::optional<Clock::time_point> lastSentAt_;
+  std::optional<geo::Clock::TimePoint> lastSentAt_;
   struct RoundInterval {
     double seconds = 0;
     bool uplinkHeld = false;  // the round that ended it waited for the uplink

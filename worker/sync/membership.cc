@@ -1,5 +1,5 @@
 // Membership: liveness from the transport and the join protocol (see
-// worker/sync/internal.h for the rules, docs/membership.md for the story).
+// worker/sync/membership.h for the rules, docs/membership.md for the story).
 
 #include <fmt/format.h>
 
@@ -509,7 +509,7 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
 }
 
 Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t ownStep,
-                              Clock::time_point t0, torch::Tensor& values,
+                              geo::Clock::TimePoint t0, torch::Tensor& values,
                               train::FlatParameters* flat, Joined& out) {
   for (size_t i : candidates) {
     const uint32_t p = peers_[i];

@@ -42,7 +42,7 @@ struct SyncStats {
   double encodeSeconds = 0;    // of which encoding this worker's updates
   double roundSecondsSum = 0;  // send -> applied, summed over completed rounds
   uint64_t roundSecondsCount = 0;
-  // Membership (worker/sync/internal.h, Membership).
+  // Membership (worker/sync/membership.h).
   // (peer, live?) for the peers this worker synchronizes with: false while
   // suspected (silent longer than the peer time-out) or partitioned. Not
   // cumulative: the current list.

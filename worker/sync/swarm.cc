@@ -146,7 +146,7 @@ class Swarm final : public Base {
     uint64_t seqOut = 0;
     uint64_t seqIn = 0;
     bool outstanding = false;
-    Clock::time_point sentAt;
+    geo::Clock::TimePoint sentAt;
     bool absent = false;
   };
 

@@ -76,16 +76,17 @@ StatusOr<LinkProfile> parseLinkProfile(std::string_view spec) {
   return p;
 }
 
-Clock::time_point LinkShaper::schedule(uint64_t bytes, Clock::time_point now) {
+SteadyClock::time_point LinkShaper::schedule(uint64_t bytes, SteadyClock::time_point now) {
   if (!profile_.shaped()) return now;
-  Clock::time_point departed = now;
+  SteadyClock::time_point departed = now;
   if (profile_.bytesPerSecond > 0) {
     const auto perByte = std::chrono::duration<double>(1.0 / profile_.bytesPerSecond);
-    const auto burstCredit = std::chrono::duration_cast<Clock::duration>(
+    const auto burstCredit = std::chrono::duration_cast<SteadyClock::duration>(
         perByte * static_cast<double>(profile_.burstBytes));
     // An idle link banks at most `burst` bytes of credit.
     nextFree_ = std::max(nextFree_, now - burstCredit);
-    nextFree_ += std::chrono::duration_cast<Clock::duration>(perByte * static_cast<double>(bytes));
+    nextFree_ +=
+        std::chrono::duration_cast<SteadyClock::duration>(perByte * static_cast<double>(bytes));
     departed = std::max(nextFree_, now);
   }
   return departed + profile_.oneWayDelay;

@@ -12,7 +12,11 @@
 
 namespace geo::transport {
 
-using Clock = std::chrono::steady_clock;
+// The real clock, named apart from geo::Clock (the injectable one, which the
+// synchronizers and the in-memory network run on): the ZeroMQ transport, its
+// link shapers and the WAN emulators move real bytes and wait in
+// zmq_poll(), so they run on real time.
+using SteadyClock = std::chrono::steady_clock;
 
 struct LinkProfile {
   std::chrono::microseconds oneWayDelay{0};
@@ -38,7 +42,7 @@ class LinkShaper {
  public:
   explicit LinkShaper(LinkProfile profile) : profile_(profile) {}
 
-  Clock::time_point schedule(uint64_t bytes, Clock::time_point now);
+  SteadyClock::time_point schedule(uint64_t bytes, SteadyClock::time_point now);
   const LinkProfile& profile() const { return profile_; }
   // A new bandwidth (0: unlimited) for what is scheduled from now on; what
   // was scheduled keeps its times.
@@ -46,7 +50,7 @@ class LinkShaper {
 
  private:
   LinkProfile profile_;
-  Clock::time_point nextFree_{};  // when the link finishes sending what it has
+  SteadyClock::time_point nextFree_{};  // when the link finishes sending what it has
 };
 
 }  // namespace geo::transport

@@ -113,16 +113,16 @@ std::string bytesKey(const void* data, size_t size) {
 struct Outgoing {
   FrameHeader header;
   Payload payload;
-  Clock::time_point release;  // when the first chunk may go
+  SteadyClock::time_point release;  // when the first chunk may go
   size_t chunkBytes = kMaxChunkBytes;
   // Under link emulation, when each chunk has crossed the emulated link
   // (chunks arrive one by one, as the bytes of a real link do); empty: all
   // at `release`.
-  std::vector<Clock::time_point> chunkRelease;
+  std::vector<SteadyClock::time_point> chunkRelease;
   // Under link emulation, when the last chunk has left the bottleneck (the
   // uplink or this peer's link rate), before the link's delay: until then
   // the message is queued behind the link, after it in flight on it.
-  std::optional<Clock::time_point> departs;
+  std::optional<SteadyClock::time_point> departs;
   size_t chunksSent = 0;  // chunks ZeroMQ took so far; the rest go on POLLOUT or when released
 
   size_t chunks() const {
@@ -138,12 +138,12 @@ struct SentChunk {
   uint64_t offset = 0;
   uint64_t payloadBytes = 0;
   uint64_t wireBytes = 0;
-  Clock::time_point sentAt;
+  SteadyClock::time_point sentAt;
 };
 
 // A probe (ping, pong, acknowledgement) waiting out an emulated link's delay.
 struct PendingProbe {
-  Clock::time_point release;
+  SteadyClock::time_point release;
   FrameHeader header;
   std::vector<std::byte> body;
 };
@@ -201,7 +201,7 @@ struct PeerState {
   // was lost with its connection is then made good within a ping interval).
   std::optional<FrameHeader> ackDue;
   std::optional<FrameHeader> lastAcked;
-  std::optional<Clock::time_point> lastReconnect;
+  std::optional<SteadyClock::time_point> lastReconnect;
   uint64_t silentReconnects = 0;  // since the peer was last heard
   // Key rotation: which of the peer's public keys (ZmqTransport::keys_)
   // the sockets use as its server key; whether a handshake completed on
@@ -212,7 +212,7 @@ struct PeerState {
   bool handshakeOnSockets = false;
   bool tryNextKey = false;
   bool refusedUs = false;
-  std::optional<Clock::time_point> lastKeyTry;
+  std::optional<SteadyClock::time_point> lastKeyTry;
 };
 
 class ZmqTransport final : public Transport {
@@ -278,23 +278,24 @@ class ZmqTransport final : public Transport {
   void countClosedJunk();
   void countHandshakeFailure(std::string_view what);
   // Sends the released heads of a peer's queue; returns the next release time.
-  std::optional<Clock::time_point> flush(uint32_t peer, Clock::time_point now);
+  std::optional<SteadyClock::time_point> flush(uint32_t peer, SteadyClock::time_point now);
   void reject(std::string reason);
-  void sendPings(Clock::time_point now);
+  void sendPings(SteadyClock::time_point now);
   // A probe to `peer` on its probe connection, after the emulated link's
   // delay where there is one (I/O thread).
   // False when it could not be handed to ZeroMQ (no connection yet).
-  bool sendProbe(uint32_t peer, FrameHeader h, std::vector<std::byte> body, Clock::time_point now);
+  bool sendProbe(uint32_t peer, FrameHeader h, std::vector<std::byte> body,
+                 SteadyClock::time_point now);
   // False when it could not be handed to ZeroMQ (no connection yet).
   bool writeProbe(uint32_t peer, const FrameHeader& h, const std::vector<std::byte>& body);
   // Probes whose emulated delay is over; returns when the next one is due.
-  std::optional<Clock::time_point> flushProbes(Clock::time_point now);
+  std::optional<SteadyClock::time_point> flushProbes(SteadyClock::time_point now);
   // One acknowledgement per peer for the data taken from it since the last.
-  void sendAcks(Clock::time_point now);
+  void sendAcks(SteadyClock::time_point now);
   void takeAck(uint32_t peer, const FrameHeader& h, const Payload& body);
   void publishUnacked(PeerState& p);
   // Fresh connections to peers that went silent (TransportConfig::reconnectAfter).
-  void reconnectStalled(Clock::time_point now);
+  void reconnectStalled(SteadyClock::time_point now);
   // New connections to `peer`, both of them, on new sockets (openPeerSockets).
   void reconnect(uint32_t peer, const std::string& why);
   // `drainOld`: the old connections are alive (a key change of ours):
@@ -352,12 +353,12 @@ class ZmqTransport final : public Transport {
   std::optional<KeyChange> keyChange_;
   int wakeFd_ = -1;
   std::thread io_;
-  const Clock::time_point startedAt_ = Clock::now();
+  const SteadyClock::time_point startedAt_ = SteadyClock::now();
   std::atomic<bool> stopping_{false};
   std::atomic<bool> closed_{false};
   std::atomic<bool> partitioned_{false};
   std::atomic<uint64_t> partitionDropped_{0};
-  const Clock::time_point started_ = Clock::now();
+  const SteadyClock::time_point started_ = SteadyClock::now();
 
   // Payloads of several chunks are copied into buffers from this pool: at
   // most 4 idle, 256 MiB. The assembler is the I/O thread's.
@@ -384,12 +385,12 @@ class ZmqTransport final : public Transport {
   struct PendingRefusal {
     Status status;
     uint32_t peer = 0;
-    Clock::time_point deadline;
-    std::optional<Clock::time_point> helloLeft;
+    SteadyClock::time_point deadline;
+    std::optional<SteadyClock::time_point> helloLeft;
   };
   bool disagreed_ = false;
   std::optional<PendingRefusal> pendingRefusal_;
-  void reportRefusalWhenDue(Clock::time_point now);
+  void reportRefusalWhenDue(SteadyClock::time_point now);
   mutable std::mutex rejectMu_;
   std::string lastRejectReason_;
 };
@@ -635,7 +636,7 @@ Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payloa
     o.header = h;
     o.payload = std::move(payload);
     if (wanPeer(peer)) o.chunkBytes = std::clamp<size_t>(cfg_.wanChunkBytes, 1, kMaxChunkBytes);
-    const auto now = Clock::now();
+    const auto now = SteadyClock::now();
     o.release = now;
     std::unique_lock<std::mutex> uplinkLock(uplinkMu_, std::defer_lock);
     bool viaUplink = false;
@@ -656,7 +657,7 @@ Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payloa
       }
       o.release = o.chunkRelease.front();
       o.departs = o.chunkRelease.back() -
-                  (p.shaper ? p.shaper->profile().oneWayDelay : Clock::duration::zero());
+                  (p.shaper ? p.shaper->profile().oneWayDelay : SteadyClock::duration::zero());
     }
     if (uplinkLock.owns_lock()) uplinkLock.unlock();
     p.queue.push_back(std::move(o));
@@ -700,7 +701,7 @@ Status ZmqTransport::enqueueOnLane(uint32_t peer, FrameHeader h, const Payload& 
   }
   h.flags |= kFrameFlagControlLane;
   PeerState& p = peers_[peer];
-  auto release = Clock::now();
+  auto release = SteadyClock::now();
   // Under link emulation it crosses the link's delay, as a probe does.
   if (p.shaper) release += p.shaper->profile().oneWayDelay;
   {
@@ -775,17 +776,18 @@ std::vector<PeerCounters> ZmqTransport::peerCounters() const {
     c.unackedBytes = p.unackedBytes;
     const int64_t oldestNs = p.oldestUnackedNs;
     const int64_t ackNs = p.lastAckNs;
-    const int64_t nowNs = Clock::now().time_since_epoch().count();
+    const int64_t nowNs = SteadyClock::now().time_since_epoch().count();
     c.unackedSeconds = oldestNs == 0 ? 0.0 : std::max<double>(0, (nowNs - oldestNs) * 1e-9);
     c.sinceAckSeconds = ackNs == 0 ? -1.0 : std::max<double>(0, (nowNs - ackNs) * 1e-9);
     const int64_t heardNs = p.lastHeardNs;
     c.heard = heardNs != 0;
-    const auto since = c.heard ? Clock::time_point(Clock::duration(heardNs)) : started_;
-    c.silentSeconds = std::max(0.0, std::chrono::duration<double>(Clock::now() - since).count());
+    const auto since = c.heard ? SteadyClock::time_point(SteadyClock::duration(heardNs)) : started_;
+    c.silentSeconds =
+        std::max(0.0, std::chrono::duration<double>(SteadyClock::now() - since).count());
     {
       std::lock_guard lock(p.mu);
       c.queuedBytes = p.queuedBytes;
-      const auto now = Clock::now();
+      const auto now = SteadyClock::now();
       for (const Outgoing& o : p.queue) {
         if (!o.departs || *o.departs > now) {
           c.backlogBytes += kFrameHeaderBytes + o.payload.size();
@@ -968,7 +970,7 @@ void ZmqTransport::handleInbound() {
     }
     PeerState& p = peers_[header->sender];
     p.bytesReceived += kFrameHeaderBytes + parts[2].size();
-    p.lastHeardNs = Clock::now().time_since_epoch().count();
+    p.lastHeardNs = SteadyClock::now().time_since_epoch().count();
     p.silentReconnects = 0;
 
     // The chunk's message is let go as soon as it is copied into place; a
@@ -1009,14 +1011,14 @@ void ZmqTransport::handleInbound() {
       pong.kind = MessageKind::kPong;
       pong.sender = cfg_.rank;
       std::vector<std::byte> echo(body.bytes().begin(), body.bytes().end());
-      sendProbe(header->sender, pong, std::move(echo), Clock::now());
+      sendProbe(header->sender, pong, std::move(echo), SteadyClock::now());
       continue;
     }
     if (header->kind == MessageKind::kPong) {
       int64_t sentNs = 0;
       if (body.size() == sizeof sentNs) {
         std::memcpy(&sentNs, body.data(), sizeof sentNs);
-        const int64_t nowNs = Clock::now().time_since_epoch().count();
+        const int64_t nowNs = SteadyClock::now().time_since_epoch().count();
         if (nowNs >= sentNs) {
           const double rtt = static_cast<double>(nowNs - sentNs) * 1e-9;
           p.rttSeconds = rtt;
@@ -1031,7 +1033,7 @@ void ZmqTransport::handleInbound() {
       takeAck(header->sender, *header, body);
       continue;
     }
-    Message m{*header, std::move(body), Clock::now()};
+    Message m{*header, std::move(body), SteadyClock::now()};
     {
       std::lock_guard lock(inboxMu_);
       inboxBytes_ += m.payload.size();
@@ -1165,7 +1167,8 @@ void ZmqTransport::countHandshakeFailure(std::string_view what) {
   }
 }
 
-std::optional<Clock::time_point> ZmqTransport::flush(uint32_t peer, Clock::time_point now) {
+std::optional<SteadyClock::time_point> ZmqTransport::flush(uint32_t peer,
+                                                           SteadyClock::time_point now) {
   PeerState& p = peers_[peer];
   while (true) {
     Outgoing o;
@@ -1181,7 +1184,8 @@ std::optional<Clock::time_point> ZmqTransport::flush(uint32_t peer, Clock::time_
     const size_t chunks = o.chunks();
     uint64_t wireBytes = 0;  // headers and chunks ZeroMQ took in this call
     bool sent = true;
-    std::optional<Clock::time_point> nextChunkAt;  // the next chunk is still on the emulated link
+    std::optional<SteadyClock::time_point>
+        nextChunkAt;  // the next chunk is still on the emulated link
     try {
       // Each chunk is one [header][chunk] message. The chunks of a payload
       // go out in order: nothing else is sent to this peer before its last
@@ -1243,7 +1247,7 @@ std::optional<Clock::time_point> ZmqTransport::flush(uint32_t peer, Clock::time_
   }
 }
 
-void ZmqTransport::sendPings(Clock::time_point now) {
+void ZmqTransport::sendPings(SteadyClock::time_point now) {
   const int64_t ns = now.time_since_epoch().count();
   for (uint32_t r = 0; r < limits_.worldSize; ++r) {
     if (!reachable(r)) continue;
@@ -1262,7 +1266,7 @@ void ZmqTransport::sendPings(Clock::time_point now) {
 }
 
 bool ZmqTransport::sendProbe(uint32_t peer, FrameHeader h, std::vector<std::byte> body,
-                             Clock::time_point now) {
+                             SteadyClock::time_point now) {
   if (!reachable(peer)) return false;
   if (cutOff(peer)) {
     ++partitionDropped_;
@@ -1304,8 +1308,8 @@ bool ZmqTransport::writeProbe(uint32_t peer, const FrameHeader& h,
   }
 }
 
-std::optional<Clock::time_point> ZmqTransport::flushProbes(Clock::time_point now) {
-  std::optional<Clock::time_point> next;
+std::optional<SteadyClock::time_point> ZmqTransport::flushProbes(SteadyClock::time_point now) {
+  std::optional<SteadyClock::time_point> next;
   for (uint32_t r = 0; r < limits_.worldSize; ++r) {
     if (!reachable(r)) continue;
     PeerState& p = peers_[r];
@@ -1335,7 +1339,7 @@ std::optional<Clock::time_point> ZmqTransport::flushProbes(Clock::time_point now
   return next;
 }
 
-void ZmqTransport::sendAcks(Clock::time_point now) {
+void ZmqTransport::sendAcks(SteadyClock::time_point now) {
   for (uint32_t r = 0; r < limits_.worldSize; ++r) {
     if (!reachable(r) || !peers_[r].ackDue) continue;
     const FrameHeader got = *peers_[r].ackDue;
@@ -1373,7 +1377,7 @@ void ZmqTransport::takeAck(uint32_t peer, const FrameHeader& h, const Payload& b
   });
   if (it == p.unacked.end()) return;  // sent on a connection since replaced, or never ours
   p.unacked.erase(p.unacked.begin(), it + 1);
-  p.lastAckNs = Clock::now().time_since_epoch().count();
+  p.lastAckNs = SteadyClock::now().time_since_epoch().count();
   publishUnacked(p);
 }
 
@@ -1417,7 +1421,7 @@ void ZmqTransport::reconnect(uint32_t peer, const std::string& why) {
                       : std::string());
 }
 
-void ZmqTransport::reconnectStalled(Clock::time_point now) {
+void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
   if (cfg_.reconnectAfter.count() <= 0) return;
   const int64_t nowNs = now.time_since_epoch().count();
   for (uint32_t r = 0; r < limits_.worldSize; ++r) {
@@ -1573,7 +1577,7 @@ Status ZmqTransport::applyKeys(const KeySet& keys) {
       FrameHeader h;
       h.kind = MessageKind::kKeyNotice;
       h.codec = CodecId::kRaw;
-      sendProbe(r, h, std::move(body), Clock::now());
+      sendProbe(r, h, std::move(body), SteadyClock::now());
     }
     const std::string& inUse = before[r][std::min(p.serverKey, before[r].size() - 1)];
     const auto it = std::find(keys_[r].begin(), keys_[r].end(), inUse);
@@ -1619,13 +1623,13 @@ Status ZmqTransport::rebindRouter() {
   setCurveKey(*router_, zmq::sockopt::curve_secretkey, secretKey_);
   // The old listening socket is closed by ZeroMQ's own I/O thread, a moment
   // after unbind() returns: until then the port is taken.
-  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(3);
   while (true) {
     try {
       router_->bind(boundAt_);
       return {};
     } catch (const zmq::error_t& e) {
-      if (e.num() != EADDRINUSE || Clock::now() >= deadline) {
+      if (e.num() != EADDRINUSE || SteadyClock::now() >= deadline) {
         return unavailable(fmt::format("transport: cannot bind {} again with the new key: {}",
                                        boundAt_, e.what()));
       }
@@ -1649,14 +1653,14 @@ void ZmqTransport::takeKeyNotice(uint32_t peer, const Payload& body) {
   const auto index = static_cast<size_t>(it - keys_[peer].begin());
   if (index == p.serverKey && p.handshakeOnSockets) return;
   p.serverKey = index;
-  p.lastKeyTry = Clock::now();
+  p.lastKeyTry = SteadyClock::now();
   logger()->debug("transport rank {}: {} switched keys; new connections with its new one",
                   cfg_.rank, rankName(peer));
   renewConnections(peer);
 }
 
 void ZmqTransport::retryHandshakes() {
-  const auto now = Clock::now();
+  const auto now = SteadyClock::now();
   for (uint32_t r = 0; r < limits_.worldSize; ++r) {
     if (!reachable(r)) continue;
     PeerState& p = peers_[r];
@@ -1731,10 +1735,10 @@ void ZmqTransport::checkHello(uint32_t peer, const Payload& hello) {
   // The caller may end the process on the report: first let our own hello
   // reach the peer (its DEALER may not even be connected yet), so that the
   // peer refuses us too rather than training on alone.
-  pendingRefusal_ = PendingRefusal{status, peer, Clock::now() + kRefusalGrace, std::nullopt};
+  pendingRefusal_ = PendingRefusal{status, peer, SteadyClock::now() + kRefusalGrace, std::nullopt};
 }
 
-void ZmqTransport::reportRefusalWhenDue(Clock::time_point now) {
+void ZmqTransport::reportRefusalWhenDue(SteadyClock::time_point now) {
   if (!pendingRefusal_) return;
   PendingRefusal& r = *pendingRefusal_;
   if (!r.helloLeft && peers_[r.peer].handshakes > 0) {
@@ -1767,12 +1771,12 @@ void ZmqTransport::dropQueuedPings() {
 
 void ZmqTransport::ioLoop() {
   const uint32_t world = limits_.worldSize;
-  auto nextPing = Clock::now();
-  std::optional<Clock::time_point> stopDeadline;
+  auto nextPing = SteadyClock::now();
+  std::optional<SteadyClock::time_point> stopDeadline;
   std::vector<zmq::pollitem_t> items;
   std::vector<uint32_t> pollOutPeers;
   while (true) {
-    auto now = Clock::now();
+    auto now = SteadyClock::now();
     if (stopping_ && !stopDeadline) {
       stopDeadline = now + cfg_.linger;
       dropQueuedPings();  // only data is worth the linger time
@@ -1828,7 +1832,7 @@ void ZmqTransport::ioLoop() {
       items.push_back({p.monitor->handle(), 0, ZMQ_POLLIN, 0});
       pollOutPeers.push_back(r);
     }
-    const auto wait = std::chrono::duration_cast<milliseconds>(next - Clock::now());
+    const auto wait = std::chrono::duration_cast<milliseconds>(next - SteadyClock::now());
     // A blocked DEALER that never becomes writable (peer gone) is retried
     // every 100 ms as well, so a reconnect is noticed without POLLOUT.
     const bool anyBlocked = std::any_of(pollOutPeers.begin(), pollOutPeers.end(),
@@ -1850,7 +1854,7 @@ void ZmqTransport::ioLoop() {
     if (items[2].revents & ZMQ_POLLIN) handleMonitor(*routerMonitor_, nullptr);
     if (items[1].revents & ZMQ_POLLIN) {
       handleInbound();
-      sendAcks(Clock::now());
+      sendAcks(SteadyClock::now());
     }
     for (size_t i = 0; i < pollOutPeers.size(); ++i) {
       PeerState& p = peers_[pollOutPeers[i]];
@@ -1873,9 +1877,9 @@ void ZmqTransport::ioLoop() {
   // still there after it is dropped. Closing with no linger at all lost the
   // last message of a worker that exited right after sending it (a region
   // leader's final model, which its members then waited for in vain).
-  const auto left = stopDeadline
-                        ? std::chrono::duration_cast<milliseconds>(*stopDeadline - Clock::now())
-                        : milliseconds(0);
+  const auto left =
+      stopDeadline ? std::chrono::duration_cast<milliseconds>(*stopDeadline - SteadyClock::now())
+                   : milliseconds(0);
   closeSockets(std::max(left, milliseconds(0)));
 }
 

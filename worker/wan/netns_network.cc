@@ -329,7 +329,7 @@ class NetnsNetwork::Impl {
   static constexpr uint64_t kWakeTag = ~uint64_t{0} - 1;
 
   struct Pending {
-    Clock::time_point at;
+    SteadyClock::time_point at;
     uint64_t seq = 0;
     uint32_t src = 0;
     uint32_t dst = 0;
@@ -380,7 +380,7 @@ class NetnsNetwork::Impl {
     for (int k = 0; k < kReadBatch; ++k) {
       const ssize_t got = ::read(sites_[src].tun.get(), buffer.data(), buffer.size());
       if (got <= 0) return;
-      const auto now = Clock::now();
+      const auto now = SteadyClock::now();
       const size_t size = static_cast<size_t>(got);
       const size_t skip = offload_ ? kVnetHeaderBytes : 0;
       const uint8_t* ip = buffer.data() + skip;
@@ -415,7 +415,7 @@ class NetnsNetwork::Impl {
   // Everything whose time has come: through the destination's ingress, then
   // into its TUN device.
   void release() {
-    while (!heap_.empty() && heap_.front().at <= Clock::now()) {
+    while (!heap_.empty() && heap_.front().at <= SteadyClock::now()) {
       std::pop_heap(heap_.begin(), heap_.end(), Later{});
       Pending p = std::move(heap_.back());
       heap_.pop_back();

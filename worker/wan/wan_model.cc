@@ -11,8 +11,8 @@ namespace geo::wan {
 
 namespace {
 
-Clock::duration transmission(size_t bytes, double bitsPerSecond) {
-  return std::chrono::duration_cast<Clock::duration>(
+SteadyClock::duration transmission(size_t bytes, double bitsPerSecond) {
+  return std::chrono::duration_cast<SteadyClock::duration>(
       std::chrono::duration<double>(static_cast<double>(bytes) * 8.0 / bitsPerSecond));
 }
 
@@ -71,11 +71,12 @@ Status validateShape(const WanShape& shape) {
   return {};
 }
 
-std::optional<Clock::time_point> WanModel::Serializer::pass(size_t bytes, double bitsPerSecond,
-                                                            Microseconds queue,
-                                                            Clock::time_point now) {
+std::optional<SteadyClock::time_point> WanModel::Serializer::pass(size_t bytes,
+                                                                  double bitsPerSecond,
+                                                                  Microseconds queue,
+                                                                  SteadyClock::time_point now) {
   if (bitsPerSecond <= 0) return now;
-  const Clock::time_point start = std::max(now, nextFree);
+  const SteadyClock::time_point start = std::max(now, nextFree);
   if (start - now > queue) return std::nullopt;  // the buffer is full: tail drop
   nextFree = start + transmission(bytes, bitsPerSecond);
   return nextFree;
@@ -86,14 +87,14 @@ WanModel::WanModel(WanShape shape)
       cut_(shape_.size(), false),
       egress_(shape_.size()),
       ingress_(shape_.size()),
-      lastArrival_(shape_.size(), std::vector<Clock::time_point>(shape_.size())),
+      lastArrival_(shape_.size(), std::vector<SteadyClock::time_point>(shape_.size())),
       counters_(shape_.size()),
       random_(shape_.seed) {
   const Status valid = validateShape(shape_);
   GEO_ENFORCE(valid.ok(), "{}", valid.message());
 }
 
-WanModel::Answer WanModel::send(size_t src, size_t dst, size_t bytes, Clock::time_point now) {
+WanModel::Answer WanModel::send(size_t src, size_t dst, size_t bytes, SteadyClock::time_point now) {
   GEO_ENFORCE(src < shape_.size() && dst < shape_.size() && src != dst, "two different sites");
   SiteCounters& c = counters_[src];
   ++c.packetsSent;
@@ -112,18 +113,19 @@ WanModel::Answer WanModel::send(size_t src, size_t dst, size_t bytes, Clock::tim
     ++c.egressDropped;
     return {Fate::kQueueFull, now};
   }
-  Clock::duration delay = shape_.oneWay[src][dst];
+  SteadyClock::duration delay = shape_.oneWay[src][dst];
   if (shape_.jitter.count() > 0) {
-    delay += std::chrono::duration_cast<Clock::duration>(
+    delay += std::chrono::duration_cast<SteadyClock::duration>(
         std::chrono::duration<double, std::micro>(std::uniform_real_distribution<double>(
             0, static_cast<double>(shape_.jitter.count()))(random_)));
   }
-  Clock::time_point& last = lastArrival_[src][dst];
+  SteadyClock::time_point& last = lastArrival_[src][dst];
   last = std::max(last, *left + delay);
   return {Fate::kDelivered, last};
 }
 
-WanModel::Answer WanModel::arrive(size_t src, size_t dst, size_t bytes, Clock::time_point now) {
+WanModel::Answer WanModel::arrive(size_t src, size_t dst, size_t bytes,
+                                  SteadyClock::time_point now) {
   GEO_ENFORCE(src < shape_.size() && dst < shape_.size() && src != dst, "two different sites");
   if (cut_[src] || cut_[dst]) {
     ++counters_[src].partitioned;

@@ -40,7 +40,9 @@
 
 namespace geo::wan {
 
-using Clock = std::chrono::steady_clock;
+// Real time, as the packets it carries move in (geo::Clock is the
+// injectable clock of the synchronizers).
+using SteadyClock = std::chrono::steady_clock;
 using Microseconds = std::chrono::microseconds;
 
 struct SiteShape {
@@ -93,17 +95,17 @@ class WanModel {
     Fate fate = Fate::kDelivered;
     // kDelivered: when the packet reaches the destination's ingress
     // (send()) or is delivered to the destination (arrive()).
-    Clock::time_point at{};
+    SteadyClock::time_point at{};
   };
 
   // A packet of `bytes` that site `src` sends to site `dst` at `now`: lost
   // (partition, loss, a full egress queue) or when it arrives at `dst`.
   // src != dst, both < size() (GEO_ENFORCE).
-  Answer send(size_t src, size_t dst, size_t bytes, Clock::time_point now);
+  Answer send(size_t src, size_t dst, size_t bytes, SteadyClock::time_point now);
   // The packet of send() at the time it arrives (`now`, the time send()
   // answered): lost (partition, a full ingress queue) or when `dst` gets it.
   // With an unlimited ingress that is `now`.
-  Answer arrive(size_t src, size_t dst, size_t bytes, Clock::time_point now);
+  Answer arrive(size_t src, size_t dst, size_t bytes, SteadyClock::time_point now);
   // Whether arrive() can answer a later time than it is given (an ingress
   // rate is set for `dst`).
   bool shapesIngress(size_t dst) const { return shape_.site[dst].ingressBitsPerSecond > 0; }
@@ -121,15 +123,15 @@ class WanModel {
   // A FIFO serializer: when a packet of `bytes` handed over at `now` has
   // been sent, or nullopt when it would wait longer than `queue`.
   struct Serializer {
-    Clock::time_point nextFree{};  // only compared after max() with now
-    std::optional<Clock::time_point> pass(size_t bytes, double bitsPerSecond, Microseconds queue,
-                                          Clock::time_point now);
+    SteadyClock::time_point nextFree{};  // only compared after max() with now
+    std::optional<SteadyClock::time_point> pass(size_t bytes, double bitsPerSecond,
+                                                Microseconds queue, SteadyClock::time_point now);
   };
 
   WanShape shape_;
   std::vector<bool> cut_;
   std::vector<Serializer> egress_, ingress_;
-  std::vector<std::vector<Clock::time_point>> lastArrival_;  // [src][dst]
+  std::vector<std::vector<SteadyClock::time_point>> lastArrival_;  // [src][dst]
   std::vector<SiteCounters> counters_;
   std::mt19937_64 random_;
 };

@@ -1,4 +1,4 @@
-// Membership (worker/sync/internal.h) in simulated time: suspicion, a
+// Membership (worker/sync/membership.h) in simulated time: suspicion, a
 // common start, a rejoin by state transfer, a worker resumed after the job
 // ended, over the in-memory network (transport/memory_transport.h) on a
 // FakeClock. Minutes of peer time-outs and start-up grace take milliseconds,
@@ -20,7 +20,7 @@
 
 #include "common/clock.h"
 #include "tests/worker/sync/simulated_time.h"
-#include "worker/sync/internal.h"
+#include "worker/sync/membership.h"
 #include "worker/sync/synchronizer.h"
 #include "worker/transport/memory_transport.h"
 

@@ -1861,6 +1861,73 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionCostsThePeerTimeoutOnce) {
   }
 }
 
+// Hierarchical DTS in simulated time, a region's member dead: its leader
+// stops waiting for the member's gradient once the member is suspected (the
+// peer time-out), not at the round time-out, and the region trains on with
+// the others.
+TEST(OnTheMemoryNetwork, InSimulatedTimeADeadMemberCostsItsLeaderThePeerTimeout) {
+  FakeClock clock;
+  JobSpec job;
+  job.memoryNetwork = true;
+  job.clock = &clock;
+  job.regions = {"a", "a", "b", "b"};
+  job.steps = 40;
+  job.deadRank = 3;
+  job.deadAfter = 8;
+  job.sync = options("dts", "qsgd");
+  job.sync.hierarchical = true;
+  job.sync.period = 2;
+  job.sync.delay = 1;
+  job.sync.timeout = 60s;
+  job.sync.peerTimeout = 3s;
+  const auto t0 = clock.now();
+  const auto r = runJob(job);
+  const double simulated = std::chrono::duration<double>(clock.now() - t0).count();
+  EXPECT_LT(simulated, 10) << "simulated seconds: someone waited for the round time-out";
+  for (size_t rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_EQ(r.hashes[rank].size(), static_cast<size_t>(job.steps)) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  // The leader: the peer time-out, then at most one poll of 20 ms.
+  EXPECT_GT(r.stats[2].missing, 0u);
+  EXPECT_GE(r.stats[2].waitSeconds, 3.0);
+  EXPECT_LE(r.stats[2].waitSeconds, 3.05);
+  // The other region waits for region b's late contribution, once.
+  for (size_t rank : {0, 1}) EXPECT_LE(r.stats[rank].waitSeconds, 3.1) << "rank " << rank;
+}
+
+// SwarmSGD in simulated time, a peer dead: a survivor that picked it waits
+// for its answer until it is suspected (the peer time-out) and then gossips
+// with the others; the survivors end on one model.
+TEST(OnTheMemoryNetwork, InSimulatedTimeSwarmGoesOnWithoutADeadPeer) {
+  FakeClock clock;
+  JobSpec job;
+  job.memoryNetwork = true;
+  job.clock = &clock;
+  job.regions = {"a", "b", "c", "d"};
+  job.steps = 40;
+  job.deadRank = 3;
+  job.deadAfter = 8;
+  job.sync = options("swarm", "qsgd");
+  job.sync.swarmH = 2;
+  job.sync.timeout = 60s;
+  job.sync.peerTimeout = 3s;
+  const auto t0 = clock.now();
+  const auto r = runJob(job);
+  const double simulated = std::chrono::duration<double>(clock.now() - t0).count();
+  // Training never waits for an exchange; the end waits until the dead
+  // peer is suspected, 3 s after its last ping, not for the round time-out.
+  EXPECT_GE(simulated, 3.0);
+  EXPECT_LT(simulated, 10) << "simulated seconds: someone waited for the round time-out";
+  for (size_t rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_EQ(r.hashes[rank].size(), static_cast<size_t>(job.steps)) << "rank " << rank;
+    EXPECT_GE(r.stats[rank].missing, 1u) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
 TEST(OnTheMemoryNetwork, ALateWorkerJoinsByStateTransfer) {
   expectALateWorkerToJoinByStateTransfer(true);
 }

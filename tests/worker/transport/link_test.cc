@@ -43,13 +43,13 @@ TEST(LinkProfile, ErrorsNameTheKeyAndAllowedForms) {
 
 TEST(LinkShaper, UnshapedLinkReleasesAtOnce) {
   LinkShaper s(LinkProfile{});
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   EXPECT_EQ(s.schedule(1 << 20, t0), t0);
 }
 
 TEST(LinkShaper, DelayIsAddedToEveryMessage) {
   LinkShaper s(LinkProfile{milliseconds(40), 0, 0});
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   EXPECT_EQ(s.schedule(100, t0), t0 + milliseconds(40));
   EXPECT_EQ(s.schedule(100, t0 + milliseconds(1)), t0 + milliseconds(41));
 }
@@ -58,7 +58,7 @@ TEST(LinkShaper, BandwidthSerializesBackToBackMessagesAfterTheBurst) {
   // 1 MB/s, 1000-byte burst: 10 messages of 1000 bytes sent at once leave at
   // 0 (burst credit), 1, 2, ... 9 ms, then arrive 5 ms later.
   LinkShaper s(LinkProfile{milliseconds(5), 1e6, 1000});
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   s.schedule(0, t0 - std::chrono::seconds(10));  // long idle: credit capped at the burst
   for (int i = 0; i < 10; ++i) {
     const auto arrival = s.schedule(1000, t0);
@@ -69,7 +69,7 @@ TEST(LinkShaper, BandwidthSerializesBackToBackMessagesAfterTheBurst) {
 
 TEST(LinkShaper, IdleTimeDoesNotBankMoreThanTheBurst) {
   LinkShaper s(LinkProfile{milliseconds(0), 1e6, 2000});
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   s.schedule(1000, t0);
   // After an hour idle, only 2000 bytes go without waiting.
   const auto later = t0 + std::chrono::hours(1);

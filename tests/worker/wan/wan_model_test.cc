@@ -11,7 +11,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const Clock::time_point t0 = Clock::time_point(100s);
+const SteadyClock::time_point t0 = SteadyClock::time_point(100s);
 
 WanShape twoSites(Microseconds oneWay, double egress = 0, double ingress = 0) {
   WanShape shape;
@@ -114,7 +114,7 @@ TEST(WanModel, JitterVariesTheDelayButKeepsTheOrder) {
   WanShape shape = twoSites(20ms);
   shape.jitter = 10ms;
   WanModel model(shape);
-  Clock::time_point last{};
+  SteadyClock::time_point last{};
   bool varied = false;
   for (int i = 0; i < 1000; ++i) {
     const auto now = t0 + std::chrono::microseconds(100 * i);

@@ -1,0 +1,264 @@
+#pragma once
+// Failure detection and the join protocol of a synchronizer's peers
+// (Membership, below): who is alive and taking part, read from the
+// transport's liveness on the synchronizer's clock (SyncOptions::clock), and
+// how a worker that starts while its peers train takes their state.
+// docs/membership.md tells the story; tests/worker/sync/membership_test.cc
+// runs it in simulated time on the in-memory network.
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "worker/sync/synchronizer.h"
+
+namespace geo::sync::detail {
+
+// Who of a set of peers is alive and taking part, from the transport's
+// liveness (PeerCounters::silentSeconds: every frame counts, and pings run
+// every second from the I/O thread), plus the join protocol by which a
+// worker that starts while its peers are training takes their state.
+//
+// Liveness. A peer heard before is *suspected* once silent for longer than
+// the peer time-out (SyncOptions::peerTimeout; auto: max(3 s, 4 x its ping
+// RTT + 2 s)); a peer never heard is suspected once the transport has run for
+// the start-up grace (the round time-out, at most 20 s), so a job waits for
+// its slow starters a while but not for a worker that never comes. A
+// suspected peer is heard again the moment any frame of it arrives; it is
+// expected again once it delivers a contribution (both sides went on without
+// each other and may be rounds apart) -- or, with announced resumes
+// (setResumeAnnounced), once it says from which round on it sends them
+// (below). A
+// straggler is not suspected: its I/O thread keeps answering pings while its
+// training thread is slow, so it is waited for (up to the round time-out).
+//
+// Join protocol (kControl messages; every worker runs it once at start):
+//   joiner -> all peers   kJoinQueryRound  header.step = its own step;
+//                                          payload: its incarnation (random u64)
+//   peer -> joiner        kJoinOfferRound  header.step = the peer's step;
+//                                          payload: 1 byte, bit 0 finished,
+//                                          bit 1 itself still joining, bit 2
+//                                          it saw this joiner (incarnation)
+//                                          joining while it joined, bit 3 the
+//                                          joiner is behind (below); then the
+//                                          peer's incarnation (u64)
+//   joiner -> one peer    kJoinFetchRound  (the nearest by RTT among those
+//                                          that found it behind, within a
+//                                          round of the furthest of them)
+//   peer -> joiner        kJoinStateRound  header.step; payload: the fp32 model,
+//                                          then the optimizer's state (bytes)
+//   joiner -> all peers   kJoinedRound     header.round field of the payload:
+//                                          the first round it contributes to
+// A peer finds the sender *behind* when the round the sender contributes to
+// next is older than the oldest round the peer has not completed yet (its
+// open round: the round in progress, or with DTS the oldest one still
+// awaiting contributions) -- the peer completed that round without it. It
+// marks the sender *joining*: not expected in any round until its
+// kJoinedRound names the first round it contributes to (or until it is
+// served our state, which fixes that round). A query for our open round or a
+// later one (a common start, a whole-job restart, a worker that starts while
+// we still wait for its part of our first round) keeps the sender expected:
+// it takes part in that round whatever it does. (Judged by our step, a
+// worker asking at step 0 while we were at step 1 but still completing round
+// 0 -- K = 1, D = 0 -- was taken for a rejoining one: round 0 completed
+// without it, and replicas meant to be bitwise equal differed.)
+// The joiner adopts a peer's state only when some peer found it behind, none
+// is itself still joining, and none saw it joining while joining itself
+// (then it is a common start, and the first ones may have taken a few
+// steps); it fetches only from a peer that found it behind: one that is
+// still completing the joiner's round (a step or so ahead of it) counts on
+// its contribution, and its model is not a round's result anyone else
+// holds. When no peer answers within the start-up grace, a worker at step 0
+// keeps its own (the first of a job to start; the others join it), and one
+// resumed from a checkpoint fails, saying so: the job ran without it, so it
+// has finished or every other worker is down, and training on alone would
+// end with a model no one else holds. (A whole-job restart from
+// checkpoints is a common start: the workers answer each other.)
+// The end of a job: a worker that has taken its last step answers offers
+// with "finished" (setFinishing) and keeps a joiner's request for state until
+// its final average is in (setFinalModel); it then sends the job's final
+// model alone, as fp32. A joiner that hears only finished peers asks for
+// that, and so does one whose state request reaches a finishing peer: both
+// end with the job's final model (Joined::finalModel) and take no step. One
+// that gets it from nobody fails, saying so.
+//
+// Announced resumes (DTS). A peer heard again after a partition may
+// deliver contributions it sent before the cut (a real network's TCP keeps
+// them in its buffers and retransmits them once the path is back), while it
+// sent none of the rounds it completed without us meanwhile: taking such a
+// late delivery as a sign that every later round will come made a worker
+// wait the round time-out for rounds the peer had never sent. So each side,
+// on hearing the other again, sends kResumeRound with the oldest round it
+// has not completed (it sends its contributions to that round and every
+// later one again), asking for the other's; the other answers with its
+// own. A peer heard again is expected again only from the round its resume
+// names, and is asked again every kResumeAskEvery until it answers.
+//
+// Threading: the synchronizer's thread, except addTo(), which may be called
+// from any thread (stats()).
+class Membership {
+ public:
+  // `stepsPerRound`: a peer served our state at step s is expected from
+  // round s / stepsPerRound on (what its announcement will say).
+  // Every time it reads and every wait goes through clockOf(options): a
+  // test on a FakeClock and the in-memory transport
+  // (transport/memory_transport.h) runs suspicion and the join protocol in
+  // simulated time.
+  Membership(transport::Transport* transport, const Topology& topology, std::vector<uint32_t> peers,
+             const SyncOptions& options, std::string name, int64_t stepsPerRound = 1);
+  // The round in progress at step s when rounds do not have a fixed length
+  // (DTS with an automatic period); replaces s / stepsPerRound.
+  void setRoundOf(std::function<uint64_t(int64_t)> roundOf) { roundOf_ = std::move(roundOf); }
+  // The oldest round this worker has not completed yet, when rounds complete
+  // after they close (DTS: the first round in flight, else the open one);
+  // replaces the round in progress at the step serve() is given. A joiner is
+  // behind only if it missed this round (see above).
+  void setOpenRound(std::function<uint64_t()> openRound) { openRound_ = std::move(openRound); }
+  // Turns announced resumes on (see above); the algorithm then sends its
+  // contributions from its oldest open round on again to every peer in
+  // Served::heardAgain and Served::resumeAsked.
+  void setResumeAnnounced(bool on) { resumeAnnounced_ = on; }
+
+  // Reads the transport's liveness; logs and counts every change.
+  void refresh();
+  // Peers heard again by refresh() since the last call (and forgets them).
+  std::vector<uint32_t> takeHeardAgain() { return std::exchange(heardAgain_, {}); }
+  bool suspected(uint32_t peer) const;
+  bool joining(uint32_t peer) const;
+  // Whether some peer that is heard is in the middle of joining us.
+  bool anyJoining() const;
+  // Whether `peer`'s contribution to `round` is expected: alive, not
+  // joining, and joined at or before that round.
+  bool expected(uint32_t peer, uint64_t round) const;
+  // A heard peer that did not deliver within the round time-out (a
+  // straggler) is marked absent: not waited for until it delivers again.
+  void giveUp(uint32_t peer);
+  // `peer`'s contribution to `round` arrived. An absent peer is expected
+  // again, from `round` on: a peer's contributions leave in round order over
+  // one ordered connection, so an earlier round that has not arrived by now
+  // was lost (sent while the two were cut off) and is never waited for.
+  // Waiting for it was a deadlock: after a partition, survivors waited for
+  // rounds the healed peer had completed alone and would never resend.
+  void delivered(uint32_t peer, uint64_t round);
+  bool absent(uint32_t peer) const;
+
+  struct Served {
+    std::vector<uint32_t> queried;     // peers that (re)started: their old state is void
+    std::vector<uint32_t> heardAgain;  // suspected peers heard again since the last call
+    // With announced resumes: peers that heard us again and asked from
+    // which round we send; they got our answer.
+    std::vector<uint32_t> resumeAsked;
+  };
+
+  // Answers pending queries and fetches (`step`, `values`; `finished` once
+  // this worker has completed training) and takes announcements.
+  StatusOr<Served> serve(int64_t step, const torch::Tensor& values, bool finished,
+                         const train::FlatParameters* flat = nullptr);
+
+  struct Joined {
+    int64_t step = 0;          // the step to continue from
+    bool transferred = false;  // the model in `values` came from a peer
+    // The job has ended without us: every peer that answered had finished,
+    // or the state came from one that had.
+    bool jobFinished = false;
+    bool finalModel = false;  // `values` hold the job's final model (from a peer that finished)
+  };
+  // The joiner's side, before the first step: query, wait for offers (all
+  // peers, or the grace), fetch from the nearest peer ahead, write the model
+  // into `values`. Answers the others' queries meanwhile.
+  // `flat`, when given, also carries the optimizer state across (its
+  // saveOptimizer / loadOptimizer); the model goes to `values` either way.
+  StatusOr<Joined> join(int64_t ownStep, int64_t roundSteps, torch::Tensor& values,
+                        train::FlatParameters* flat = nullptr);
+  // Tells every peer that this worker contributes from `round` on.
+  Status announce(uint64_t round, int64_t step);
+  // Training is over: offers say "finished", and a joiner's request for
+  // state waits until setFinalModel() (its answer is then the final model).
+  void setFinishing() { finishing_ = true; }
+  // The values serve() is given are the job's final model from now on.
+  void setFinalModel() { final_ = true; }
+  // After the last step: while a peer that is heard is joining, calls
+  // `serve` (which answers it, with the final model once setFinalModel()),
+  // every 20 ms for up to twice the longest peer time-out. `who` names the
+  // joiner in the log ("a peer", "a member").
+  Status lingerWhileJoining(const std::function<Status()>& serve, std::string_view who);
+
+  // peerUp, degradedSeconds, rejoins, peerRejoins, state-transfer figures.
+  void addTo(SyncStats& stats) const;
+  const std::vector<uint32_t>& peers() const { return peers_; }
+  std::chrono::milliseconds peerTimeout(uint32_t peer) const;
+
+ private:
+  struct PeerLife {
+    bool suspected = false;
+    bool joining = false;
+    bool absent = false;
+    // Heard again after a suspicion, its resume not yet heard (announced
+    // resumes only); and when we last asked for it.
+    bool awaitingResume = false;
+    std::optional<geo::Clock::TimePoint> resumeAsked;
+    uint64_t expectFrom = 0;
+    double rtt = -1;
+  };
+  // Sends our resume (the oldest round we have not completed) to `peer`.
+  Status sendResume(uint32_t peer, int64_t step, bool askBack);
+  // Asks each candidate (indices into peers_) in turn for its state and
+  // adopts the first one that arrives and checks out (into `values` and the
+  // optimizer); `out` says what came. A candidate suspected meanwhile, or
+  // silent for the round time-out, is passed over.
+  Status fetchState(const std::vector<size_t>& candidates, int64_t ownStep,
+                    geo::Clock::TimePoint t0, torch::Tensor& values, train::FlatParameters* flat,
+                    Joined& out);
+  PeerLife& life(uint32_t peer);
+  uint64_t roundAt(int64_t step) const;  // the round in progress at `step`
+  // The oldest round not completed yet, this worker being at `step`.
+  uint64_t openRound(int64_t step) const;
+  const PeerLife* find(uint32_t peer) const;
+  double since(geo::Clock::TimePoint t0) const;  // seconds on clock_
+  Status sendControl(uint32_t to, uint64_t round, int64_t step,
+                     std::shared_ptr<const std::vector<std::byte>> bytes, transport::CodecId codec,
+                     uint64_t elements);
+
+  const geo::Clock& clock_;
+  transport::Transport* transport_;
+  Topology topology_;
+  std::vector<uint32_t> peers_;
+  std::vector<PeerLife> lives_;  // by index in peers_
+  SyncOptions options_;
+  std::string name_;  // "dts", "hierarchical sync": log prefix
+  int64_t stepsPerRound_;
+  std::function<uint64_t(int64_t)> roundOf_;  // empty: s / stepsPerRound_
+  std::function<uint64_t()> openRound_;       // empty: roundAt(the step served at)
+  bool inJoin_ = false;                       // in join(): offers say so
+  bool resumeAnnounced_ = false;
+  bool finishing_ = false;  // setFinishing()
+  bool final_ = false;      // setFinalModel()
+  // This process's identity in the join protocol (random), and the peers
+  // (rank, their identity) that were joining while we joined: a common start.
+  uint64_t incarnation_;
+  std::set<std::pair<uint32_t, uint64_t>> coStarters_;
+  std::vector<uint32_t> heardAgain_;
+  // Guards what addTo() reads; the synchronizer's thread writes under it
+  // and reads without it.
+  mutable std::mutex mu_;
+  std::optional<geo::Clock::TimePoint> lastRefresh_;
+  double degradedSeconds_ = 0;
+  uint64_t rejoins_ = 0;
+  uint64_t peerRejoins_ = 0;
+  uint64_t transferSent_ = 0;
+  uint64_t transferReceived_ = 0;
+  double transferSeconds_ = 0;
+};
+
+}  // namespace geo::sync::detail
