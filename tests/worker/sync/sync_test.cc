@@ -1928,6 +1928,60 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeSwarmGoesOnWithoutADeadPeer) {
   }
 }
 
+// State parity (docs/membership.md) in simulated time on the in-memory
+// network: a job of 20 ms links and 10 ms steps; `flip` (RANK:STEP:INDEX:BIT,
+// as GEO_TEST_FLIP_BIT) corrupts one worker's model as bad memory would, or
+// nothing when empty.
+RunResult runParityJob(const std::string& flip) {
+  struct FlipVariable {
+    explicit FlipVariable(const std::string& value) {
+      if (!value.empty()) ::setenv("GEO_TEST_FLIP_BIT", value.c_str(), 1);
+    }
+    ~FlipVariable() { ::unsetenv("GEO_TEST_FLIP_BIT"); }
+  } variable(flip);
+  FakeClock clock;
+  JobSpec job;
+  job.memoryNetwork = true;
+  job.clock = &clock;
+  job.regions = {"a", "b", "c", "d"};
+  for (const char* a : {"a", "b", "c", "d"}) {
+    for (const char* b : {"a", "b", "c", "d"}) {
+      if (std::string(a) != b) job.oneWayDelay[std::string(a) + "-" + b] = "delay=20ms";
+    }
+  }
+  job.steps = 200;
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 10ms);
+  job.clockStep = 5ms;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = 6;
+  job.sync.timeout = 30s;
+  job.sync.peerTimeout = 3s;
+  return runJob(job);
+}
+
+TEST(OnTheMemoryNetwork, InSimulatedTimeStateParityRepairsAFlippedBit) {
+  const auto r = runParityJob("2:60:1000:28");
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_GT(r.stats[rank].parityChecks, 0u) << "rank " << rank;
+    EXPECT_GT(r.stats[rank].parityMismatches, 0u) << "rank " << rank << " never saw the flip";
+    EXPECT_EQ(r.stats[rank].parityRepairs, rank == 2 ? 1u : 0u) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
+TEST(OnTheMemoryNetwork, InSimulatedTimeStateParityFindsNothingInAHealthyJob) {
+  const auto r = runParityJob("");
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_GT(r.stats[rank].parityChecks, 0u) << "rank " << rank;
+    EXPECT_EQ(r.stats[rank].parityMismatches, 0u) << "rank " << rank << ": a false alarm";
+    EXPECT_EQ(r.stats[rank].parityRepairs, 0u) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
 TEST(OnTheMemoryNetwork, ALateWorkerJoinsByStateTransfer) {
   expectALateWorkerToJoinByStateTransfer(true);
 }
