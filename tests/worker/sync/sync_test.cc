@@ -1791,22 +1791,41 @@ TEST(OnTheMemoryNetwork, APartitionHealsWithoutWaitingForLostRounds) {
   expectAPartitionToHealWithoutWaiting(true);
 }
 
+// A job on the in-memory network in simulated time (`clock`): `sync` with a
+// 3 s peer time-out and a 60 s round time-out, rank 3 dead after 8 of 40
+// steps -- what the dead-peer scenarios share.
+JobSpec simulatedDeadPeerJob(FakeClock& clock, SyncOptions sync,
+                             std::vector<std::string> regions = {"a", "b", "c", "d"}) {
+  JobSpec job;
+  job.memoryNetwork = true;
+  job.clock = &clock;
+  job.regions = std::move(regions);
+  job.steps = 40;
+  job.deadRank = 3;
+  job.deadAfter = 8;
+  job.sync = std::move(sync);
+  job.sync.timeout = 60s;
+  job.sync.peerTimeout = 3s;
+  return job;
+}
+
+// Every link between two of `job`'s regions, one way: `profile`.
+void setEveryLink(JobSpec& job, const std::string& profile) {
+  for (const std::string& a : job.regions) {
+    for (const std::string& b : job.regions) {
+      if (a != b) job.oneWayDelay[a + "-" + b] = profile;
+    }
+  }
+}
+
 // A whole job in simulated time: compute takes none, so every second of
 // waiting a survivor reports is the dead peer's time-out, exactly.
 TEST(OnTheMemoryNetwork, InSimulatedTimeADeadPeerStallsTheOthersForThePeerTimeout) {
   FakeClock clock;
-  JobSpec job;
-  job.memoryNetwork = true;
-  job.clock = &clock;
-  job.regions = {"a", "b", "c", "d"};
-  job.steps = 40;
-  job.deadRank = 3;
-  job.deadAfter = 8;
-  job.sync = options("dts", "qsgd");
-  job.sync.period = 2;
-  job.sync.delay = 1;
-  job.sync.timeout = 60s;
-  job.sync.peerTimeout = 3s;
+  SyncOptions sync = options("dts", "qsgd");
+  sync.period = 2;
+  sync.delay = 1;
+  const JobSpec job = simulatedDeadPeerJob(clock, sync);
   const auto t0 = clock.now();
   const auto r = runJob(job);
   const double simulated = std::chrono::duration<double>(clock.now() - t0).count();
@@ -1832,11 +1851,7 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionCostsThePeerTimeoutOnce) {
   job.memoryNetwork = true;
   job.clock = &clock;
   job.regions = {"a", "b", "c", "d"};
-  for (const char* a : {"a", "b", "c", "d"}) {
-    for (const char* b : {"a", "b", "c", "d"}) {
-      if (std::string(a) != b) job.oneWayDelay[std::string(a) + "-" + b] = "delay=20ms";
-    }
-  }
+  setEveryLink(job, "delay=20ms");
   job.steps = 300;
   job.partitionedRank = 2;
   job.partitionAtStep = 20;
@@ -1867,19 +1882,11 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionCostsThePeerTimeoutOnce) {
 // the others.
 TEST(OnTheMemoryNetwork, InSimulatedTimeADeadMemberCostsItsLeaderThePeerTimeout) {
   FakeClock clock;
-  JobSpec job;
-  job.memoryNetwork = true;
-  job.clock = &clock;
-  job.regions = {"a", "a", "b", "b"};
-  job.steps = 40;
-  job.deadRank = 3;
-  job.deadAfter = 8;
-  job.sync = options("dts", "qsgd");
-  job.sync.hierarchical = true;
-  job.sync.period = 2;
-  job.sync.delay = 1;
-  job.sync.timeout = 60s;
-  job.sync.peerTimeout = 3s;
+  SyncOptions sync = options("dts", "qsgd");
+  sync.hierarchical = true;
+  sync.period = 2;
+  sync.delay = 1;
+  const JobSpec job = simulatedDeadPeerJob(clock, sync, {"a", "a", "b", "b"});
   const auto t0 = clock.now();
   const auto r = runJob(job);
   const double simulated = std::chrono::duration<double>(clock.now() - t0).count();
@@ -1902,17 +1909,9 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeADeadMemberCostsItsLeaderThePeerTimeout)
 // with the others; the survivors end on one model.
 TEST(OnTheMemoryNetwork, InSimulatedTimeSwarmGoesOnWithoutADeadPeer) {
   FakeClock clock;
-  JobSpec job;
-  job.memoryNetwork = true;
-  job.clock = &clock;
-  job.regions = {"a", "b", "c", "d"};
-  job.steps = 40;
-  job.deadRank = 3;
-  job.deadAfter = 8;
-  job.sync = options("swarm", "qsgd");
-  job.sync.swarmH = 2;
-  job.sync.timeout = 60s;
-  job.sync.peerTimeout = 3s;
+  SyncOptions sync = options("swarm", "qsgd");
+  sync.swarmH = 2;
+  const JobSpec job = simulatedDeadPeerJob(clock, sync);
   const auto t0 = clock.now();
   const auto r = runJob(job);
   const double simulated = std::chrono::duration<double>(clock.now() - t0).count();
@@ -1944,11 +1943,7 @@ RunResult runParityJob(const std::string& flip) {
   job.memoryNetwork = true;
   job.clock = &clock;
   job.regions = {"a", "b", "c", "d"};
-  for (const char* a : {"a", "b", "c", "d"}) {
-    for (const char* b : {"a", "b", "c", "d"}) {
-      if (std::string(a) != b) job.oneWayDelay[std::string(a) + "-" + b] = "delay=20ms";
-    }
-  }
+  setEveryLink(job, "delay=20ms");
   job.steps = 200;
   job.extraCompute = std::vector<std::chrono::milliseconds>(4, 10ms);
   job.clockStep = 5ms;
