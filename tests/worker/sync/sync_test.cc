@@ -1896,12 +1896,14 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeADeadMemberCostsItsLeaderThePeerTimeout)
     EXPECT_EQ(r.hashes[rank].size(), static_cast<size_t>(job.steps)) << "rank " << rank;
     EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
   }
-  // The leader: the peer time-out, then at most one poll of 20 ms.
+  // The leader: the peer time-out, then a few polls of 20 ms (its gather's,
+  // the WAN round's: where each thread is when the suspicion falls depends
+  // on the order the threads ran in).
   EXPECT_GT(r.stats[2].missing, 0u);
   EXPECT_GE(r.stats[2].waitSeconds, 3.0);
-  EXPECT_LE(r.stats[2].waitSeconds, 3.05);
+  EXPECT_LE(r.stats[2].waitSeconds, 3.1);
   // The other region waits for region b's late contribution, once.
-  for (size_t rank : {0, 1}) EXPECT_LE(r.stats[rank].waitSeconds, 3.1) << "rank " << rank;
+  for (size_t rank : {0, 1}) EXPECT_LE(r.stats[rank].waitSeconds, 3.15) << "rank " << rank;
 }
 
 // SwarmSGD in simulated time, a peer dead: a survivor that picked it waits
