@@ -48,7 +48,10 @@ class Clock {
   // then counts the woken threads as running until they wait again, so a
   // test that moves time on only when every thread waits (waiters()) does
   // not move it past a thread that has yet to act on the notification.
-  // Callers may hold the mutex guarding their state.
+  // As with any condition variable, notify with the mutex that the waiters
+  // passed to waitUntil() held (or after changing, under it, what they
+  // check): a waiter registers with the clock before it waits on `cv`, and
+  // a notification between the two, not under that mutex, is lost.
   virtual void notifyAll(std::condition_variable& cv) const { cv.notify_all(); }
 
   // Blocks the calling thread until now() reaches `deadline`.

@@ -94,7 +94,13 @@ TEST(FakeClockTest, AThreadNotifiedThroughTheClockIsNotCountedAsWaiting) {
     EXPECT_EQ(clock.waiters(), 0u) << "a notified thread still counted as waiting";
   }
   ASSERT_TRUE(clock.awaitWaiters(1));  // it woke and waits again
-  clock.notifyAll(cv);
+  {
+    // Under the mutex, as every notification must be: the waiter registers
+    // with the clock before it waits on `cv`, and a notification between
+    // the two would be lost.
+    std::lock_guard lock(mu);
+    clock.notifyAll(cv);
+  }
   waiter.join();
   EXPECT_EQ(wakes, 2);
   EXPECT_EQ(clock.waiters(), 0u);
