@@ -199,8 +199,15 @@ class Base : public Synchronizer {
   // Counts a refused contribution and logs it, rate-limited per peer (the
   // first three, then every 100th): nothing a peer sends may flood the log.
   void reject(uint32_t peer, const std::string& what, const std::string& reason, const Status& why);
-  // Serves joins; the algorithm hears of restarted and joined peers.
+  // Serves joins; the algorithm hears of membership's events through the
+  // three hooks below, in this order within one call: peers newly
+  // suspected, peers that (re)started, peers heard again.
   Status serveMembership(int64_t step, const train::FlatParameters& flat, bool finished);
+  // A peer Membership has just found silent for its peer time-out. What is
+  // waited for from it is given up through Membership's queries
+  // (suspected(), expected()) where the wait is; this is for what an
+  // algorithm holds open with one peer (swarm's exchange in flight).
+  virtual void peerSuspected(uint32_t peer) { (void)peer; }
   virtual void peerRestarted(uint32_t peer) { (void)peer; }
   // A suspected peer heard again, or one that asked for our resume, while
   // Base serves membership (the final average, the linger for joiners).

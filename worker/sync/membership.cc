@@ -109,6 +109,7 @@ void Membership::refresh() {
     const bool silent = c.silentSeconds > limit;
     if (silent && !l.suspected) {
       l.suspected = true;
+      newlySuspected_.push_back(c.peer);
       logger()->warn(
           "{}: {} is suspected: {} for {:.1f} s (limit {:.1f} s); going on without it until it "
           "is heard again",
@@ -203,6 +204,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
   Served out;
   if (transport_ == nullptr) return out;
   refresh();
+  out.suspected = takeNewlySuspected();
   out.heardAgain = takeHeardAgain();
   const auto now = std::chrono::milliseconds(0);
   const uint64_t open = openRound(step);

@@ -134,6 +134,9 @@ class Membership {
   void refresh();
   // Peers heard again by refresh() since the last call (and forgets them).
   std::vector<uint32_t> takeHeardAgain() { return std::exchange(heardAgain_, {}); }
+  // Peers refresh() found newly suspected since the last call (and forgets
+  // them): serve() hands them on as Served::suspected.
+  std::vector<uint32_t> takeNewlySuspected() { return std::exchange(newlySuspected_, {}); }
   bool suspected(uint32_t peer) const;
   bool joining(uint32_t peer) const;
   // Whether some peer that is heard is in the middle of joining us.
@@ -155,6 +158,7 @@ class Membership {
 
   struct Served {
     std::vector<uint32_t> queried;     // peers that (re)started: their old state is void
+    std::vector<uint32_t> suspected;   // peers suspected since the last call
     std::vector<uint32_t> heardAgain;  // suspected peers heard again since the last call
     // With announced resumes: peers that heard us again and asked from
     // which round we send; they got our answer.
@@ -249,6 +253,7 @@ class Membership {
   uint64_t incarnation_;
   std::set<std::pair<uint32_t, uint64_t>> coStarters_;
   std::vector<uint32_t> heardAgain_;
+  std::vector<uint32_t> newlySuspected_;
   // Guards what addTo() reads; the synchronizer's thread writes under it
   // and reads without it.
   mutable std::mutex mu_;

@@ -191,17 +191,21 @@ class Swarm final : public Base {
     logger()->warn("swarm: {}; no more exchanges with it", why);
   }
 
+  // An exchange in flight with a peer that falls silent is abandoned at
+  // once; its reply, should it still come, is applied when it arrives.
+  void peerSuspected(uint32_t peer) override {
+    const auto i = group_.indexOf(peer);
+    if (!i || !peers_[*i].outstanding) return;
+    peers_[*i].outstanding = false;
+    stats_.missed();
+    logger()->info("swarm: abandoning the exchange with suspected {}", topology_.describe(peer));
+  }
+
+  // An exchange whose reply is later than the round time-out although the
+  // peer is heard (a straggler, or one that lost our request): given up on.
   void expireOutstanding() {
     for (size_t i = 0; i < group_.size(); ++i) {
       Peer& p = peers_[i];
-      if (p.outstanding && membership_.suspected(group_.ranks[i])) {
-        // Its reply, should it still come, is applied when it arrives.
-        p.outstanding = false;
-        stats_.missed();
-        logger()->info("swarm: abandoning the exchange with suspected {}",
-                       topology_.describe(group_.ranks[i]));
-        continue;
-      }
       if (p.outstanding && clock().now() - p.sentAt > options_.timeout) {
         markAbsent(
             i, fmt::format("no reply from {} within {:.3g} s", topology_.describe(group_.ranks[i]),

@@ -381,6 +381,7 @@ void Base::reject(uint32_t peer, const std::string& what, const std::string& rea
 Status Base::serveMembership(int64_t step, const train::FlatParameters& flat, bool finished) {
   auto served = membership_.serve(step, flat.values, finished, &flat);
   if (!served.ok()) return served.status();
+  for (uint32_t p : served->suspected) peerSuspected(p);
   for (uint32_t p : served->queried) peerRestarted(p);
   for (uint32_t p : served->heardAgain) GEO_RETURN_IF_ERROR(peerHeardAgain(p));
   for (uint32_t p : served->resumeAsked) GEO_RETURN_IF_ERROR(peerHeardAgain(p));

@@ -82,13 +82,11 @@ wait "$pid"
 rc=$?
 [[ $rc -eq 0 ]] || fail "geotrain local exited $rc"
 
-python3 - "$out" "$world" <<'PY' || fail "figures out of bounds"
+python3 - "$out" "$world" "$(dirname "$0")/../../support" <<'PY' || fail "figures out of bounds"
 import json, os, re, sys
 out, world = sys.argv[1], int(sys.argv[2])
-bad = []
-def check(ok, what):
-    if not ok:
-        bad.append(what)
+sys.path.insert(0, sys.argv[3])
+from checks import check, finish  # noqa: E402
 summary = json.load(open(os.path.join(out, "summary.json")))
 check(summary["modelsAgree"] is True, "the final models differ")
 check(summary["longestStepSeconds"] <= 5.0,
@@ -103,7 +101,5 @@ for r in range(world):
     check(sum(retired) >= world, f"rank {r} retired {sum(retired)} old key(s), expected {world}")
 print(f"longest step {summary['longestStepSeconds']:.2f} s, accuracy {summary['testAccuracy']:.4f}, "
       f"{summary['wallSeconds']:.1f} s, models agree")
-for b in bad:
-    print("FAIL:", b)
-sys.exit(1 if bad else 0)
+finish()
 PY

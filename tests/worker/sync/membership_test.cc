@@ -120,9 +120,14 @@ TEST_F(MembershipTest, APeerSilentForThePeerTimeoutIsSuspectedAndHeardAgainWhenI
   clock_.advance(3100ms);
   members_[0]->refresh();
   EXPECT_FALSE(members_[0]->suspected(1)) << "suspected before the peer time-out";
+  EXPECT_TRUE(members_[0]->takeNewlySuspected().empty());
   clock_.advance(1ms);
   members_[0]->refresh();
   EXPECT_TRUE(members_[0]->suspected(1));
+  // The event, once (the synchronizers' peerSuspected hook).
+  members_[0]->refresh();
+  EXPECT_EQ(members_[0]->takeNewlySuspected(), std::vector<uint32_t>{1});
+  EXPECT_TRUE(members_[0]->takeNewlySuspected().empty());
 
   start(1);  // a new incarnation, heard 100 ms later
   clock_.advance(99ms);

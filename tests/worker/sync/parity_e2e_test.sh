@@ -46,14 +46,11 @@ run() {
 run clean GEO_TEST_FLIP_BIT=
 run flip GEO_TEST_FLIP_BIT=2:300:1000:28
 
-python3 - "$work" <<'PY' || fail "figures out of bounds"
+python3 - "$work" "$(dirname "$0")/../../support" <<'PY' || fail "figures out of bounds"
 import json, os, re, sys
 work = sys.argv[1]
-bad = []
-def check(ok, what):
-    if not ok:
-        bad.append(what)
-    return ok
+sys.path.insert(0, sys.argv[2])
+from checks import check, finish  # noqa: E402
 def logs(name):
     d = os.path.join(work, name, "logs")
     return {r: open(os.path.join(d, f"worker-{r}.log")).read() for r in range(4)}
@@ -109,8 +106,6 @@ accuracy = {n: summary[n]["testAccuracy"] for n in summary}
 check(abs(accuracy["flip"] - accuracy["clean"]) <= 0.01,
       f"accuracy {accuracy['flip']:.4f} with the flip, {accuracy['clean']:.4f} without")
 print(f"accuracy: {accuracy['flip']:.4f} with the flip, {accuracy['clean']:.4f} without")
-for b in bad:
-    print("FAIL:", b)
-sys.exit(1 if bad else 0)
+finish()
 PY
 echo "parity: all checks passed"
