@@ -137,6 +137,9 @@ struct RunResult {
   double seconds = 0;                                       // wall time of the whole job
   double simulatedSeconds = 0;      // with JobSpec::clock: the job's time on it
   std::vector<double> syncSeconds;  // [rank]: Recorder::syncSeconds
+  // [rank]: the transport's counters per peer at the end (empty for a rank
+  // whose transport went: a dead one, or with JobSpec::leaveWhenDone).
+  std::vector<std::vector<transport::PeerCounters>> peerCounters;
   // From the start to the last step of the slowest worker (the job without
   // its final average).
   double stepsSeconds = 0;
@@ -495,6 +498,8 @@ RunResult runJob(const JobSpec& job) {
                                 : trainers[r]->flat().values.clone();
     result.stats[r] = syncs[r]->stats();
     result.syncSeconds.push_back(recorders[r]->syncSeconds);
+    result.peerCounters.push_back(transports[r] ? transports[r]->peerCounters()
+                                                : std::vector<transport::PeerCounters>{});
     if (recorders[r]->lastStepAt > start) {
       result.stepsSeconds =
           std::max(result.stepsSeconds,
@@ -1916,6 +1921,111 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeADeadMemberCostsItsLeaderThePeerTimeout)
   EXPECT_LE(r.stats[2].waitSeconds, 3.1);
   // The other region waits for region b's late contribution, once.
   for (size_t rank : {0, 1}) EXPECT_LE(r.stats[rank].waitSeconds, 3.15) << "rank " << rank;
+}
+
+// Membership at scale, in simulated time: 16 regions of 4 workers under
+// hierarchical DTS, one member dead. Its leader stops waiting for it once it
+// is suspected (the peer time-out), the job goes on, and the 63 survivors
+// end with the same bytes. No worker sends to every other worker each
+// round: a member's traffic goes to its own region, a leader's to its
+// region and the other leaders (liveness apart, which the counters below
+// leave out: they count messages, not pings).
+TEST(OnTheMemoryNetwork, InSimulatedTimeSixteenRegionsOfFourLoseAMemberAndAgree) {
+  FakeClock clock;
+  SyncOptions sync = options("dts", "qsgd");
+  sync.hierarchical = true;
+  sync.period = 2;
+  sync.delay = 1;
+  std::vector<std::string> regions;
+  for (int region = 0; region < 16; ++region) {
+    for (int worker = 0; worker < 4; ++worker) regions.push_back(fmt::format("r{}", region));
+  }
+  JobSpec job = simulatedDeadPeerJob(clock, sync, regions);
+  job.steps = 24;
+  job.deadRank = 5;  // region r1's second worker (rank 4 leads r1)
+  // Time moves in steps of 10 ms, and the peer time-out is 1 s: every step
+  // wakes 64 threads, which must all wait again before the next, about
+  // 80 ms of real time on 2 cores (1 ms steps and 3 s took 46 s).
+  job.clockStep = 10ms;
+  job.sync.peerTimeout = 1s;
+  const auto r = runJob(job);
+  EXPECT_LT(r.simulatedSeconds, 5) << "simulated seconds: someone waited for the round time-out";
+  const auto world = static_cast<uint32_t>(regions.size());
+  for (uint32_t rank = 0; rank < world; ++rank) {
+    if (rank == 5) continue;
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_EQ(r.hashes[rank].size(), static_cast<size_t>(job.steps)) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  // The dead member's leader: the peer time-out and a few polls (of 20 ms,
+  // on a clock that moves 10 ms at a time).
+  EXPECT_GT(r.stats[4].missing, 0u);
+  EXPECT_GE(r.stats[4].waitSeconds, 1.0);
+  EXPECT_LE(r.stats[4].waitSeconds, 1.1);
+  // The other regions wait for r1's late contribution, about as long, once.
+  for (uint32_t rank = 0; rank < world; rank += 4) {
+    EXPECT_LE(r.stats[rank].waitSeconds, 1.1) << "leader " << rank;
+  }
+  // Who talks to whom: every rank's messages over the whole job, by peer.
+  // Each round (12 of them) would put at least 12 messages on a pair that
+  // carries rounds; the join and the end put a few on others.
+  const auto leaderOf = [](uint32_t rank) { return rank - rank % 4; };
+  size_t leaderPeers = 0;
+  for (uint32_t rank = 0; rank < world; ++rank) {
+    if (rank == 5) continue;
+    size_t roundPeers = 0;
+    for (const auto& c : r.peerCounters[rank]) {
+      const bool sameRegion = leaderOf(c.peer) == leaderOf(rank);
+      const bool bothLead = rank == leaderOf(rank) && c.peer == leaderOf(c.peer);
+      if (c.messagesSent >= 12) ++roundPeers;
+      if (!sameRegion && !bothLead) {
+        EXPECT_LT(c.messagesSent, 12u) << "rank " << rank << " sent rounds to rank " << c.peer;
+      }
+    }
+    if (rank == leaderOf(rank)) {
+      leaderPeers = std::max(leaderPeers, roundPeers);
+    } else {
+      EXPECT_LE(roundPeers, 3u) << "member " << rank << ": its region only";
+    }
+  }
+  EXPECT_LE(leaderPeers, 3u + 15u) << "a leader: its members and the other leaders";
+}
+
+// Rejoin by state transfer at scale (real time, on the in-memory network: a
+// late start is not a wait on the clock): 16 regions of 4 under
+// hierarchical DTS, region r1's third worker starting once rank 0 has taken
+// 20 steps. It takes its leader's state and holds its leader's bits from its
+// first step on; all 64 end with the same bytes.
+TEST(OnTheMemoryNetwork, SixteenRegionsOfFourTakeALateMemberByStateTransfer) {
+  std::vector<std::string> regions;
+  for (int region = 0; region < 16; ++region) {
+    for (int worker = 0; worker < 4; ++worker) regions.push_back(fmt::format("r{}", region));
+  }
+  JobSpec job;
+  job.memoryNetwork = true;
+  job.regions = regions;
+  job.steps = 60;
+  job.lateRank = 6;
+  job.lateAtStep = 20;
+  job.sync = options("dts", "qsgd");
+  job.sync.hierarchical = true;
+  job.sync.period = 4;
+  job.sync.delay = 1;
+  job.sync.timeout = 2s;  // also the start-up grace: the others go on without it
+  job.sync.peerTimeout = 1s;
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < regions.size(); ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  // Within a round of rank 0's step when it started (the leaders' paces
+  // differ by a step or so).
+  ASSERT_GE(r.joinedAt[6], job.lateAtStep - job.sync.period);
+  EXPECT_EQ(r.stats[6].rejoins, 1u);
+  const size_t offset = static_cast<size_t>(r.joinedAt[6]);
+  for (size_t i = 0; i < r.hashes[6].size(); ++i) {
+    ASSERT_EQ(r.hashes[6][i], r.hashes[4][offset + i]) << "step " << offset + i + 1;
+  }
 }
 
 // SwarmSGD in simulated time, a peer dead: training never waits for an
