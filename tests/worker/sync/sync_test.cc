@@ -1944,8 +1944,8 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeSixteenRegionsOfFourLoseAMemberAndAgree)
   job.steps = 24;
   job.deadRank = 5;  // region r1's second worker (rank 4 leads r1)
   // Time moves in steps of 10 ms, and the peer time-out is 1 s: every step
-  // wakes 64 threads, which must all wait again before the next, about
-  // 80 ms of real time on 2 cores (1 ms steps and 3 s took 46 s).
+  // wakes 64 threads, which must all wait again before the next (about 5 s
+  // of real time on 2 cores).
   job.clockStep = 10ms;
   job.sync.peerTimeout = 1s;
   const auto r = runJob(job);
