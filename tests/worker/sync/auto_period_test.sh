@@ -15,22 +15,18 @@
 # Usage: auto_period_test.sh GEOTRAIN
 set -uo pipefail
 geotrain="$1"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  tail -20 "$work/run.log" >&2
-  for f in "$work"/out/logs/worker-*.log; do echo "--- $f" >&2; grep -E "period K|uplink now" "$f" | tail -8 >&2; done
-  exit 1
+source "$(dirname "$0")/test_prologue.sh"
+fail_detail() {
+  for f in "$work"/out/logs/worker-*.log; do echo "--- $f"; grep -E "period K|uplink now" "$f" | tail -8; done
 }
+common=(--preset world --regions london,tokyo --workers-per-region 1)
 
-"$geotrain" local --preset world --regions london,tokyo --workers-per-region 1 \
-  --algorithm dts --period auto --delay auto --codec qsgd --bits 4 --model mlp --step-time 25ms \
-  --steps 1500 --eval-interval 0 --throttle london@3s=1mbit --throttle tokyo@3s=1mbit \
-  --out "$work/out" > "$work/run.log" 2>&1 || fail "geotrain local failed"
-grep -q "final models   identical on every worker that finished" "$work/run.log" ||
+run out --algorithm dts --period auto --delay auto --codec qsgd --bits 4 --model mlp \
+  --step-time 25ms --steps 1500 --eval-interval 0 --throttle london@3s=1mbit \
+  --throttle tokyo@3s=1mbit || fail "geotrain local failed"
+grep -q "final models   identical on every worker that finished" "$work/out.log" ||
   fail "the workers did not end with the same model"
-grep -q "fault throttle tokyo uplink 1mbit from" "$work/run.log" ||
+grep -q "fault throttle tokyo uplink 1mbit from" "$work/out.log" ||
   fail "the summary does not report the throttle as such"
 
 for r in 0 1; do

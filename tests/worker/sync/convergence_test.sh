@@ -14,27 +14,24 @@
 # Usage: convergence_test.sh GEOTRAIN
 set -uo pipefail
 geotrain="$1"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/test_prologue.sh"
+fail_lines=30
 common=(--regions london,tokyo --workers-per-region 2 --hierarchical false --model mlp
         --steps 1000 --eval-interval 500 --threads 1)
 
-run() {
-  local name="$1"; shift
-  if ! "$geotrain" local "${common[@]}" "$@" --out "$work/$name" > "$work/$name.log" 2>&1; then
-    echo "FAIL: geotrain local ($name) failed:" >&2
-    tail -30 "$work/$name.log" >&2
-    exit 1
-  fi
+accuracy() {
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["testAccuracy"])' \
-    "$work/$name/summary.json"
+    "$work/$1/summary.json"
 }
 
-allreduce=$(run allreduce --preset lan --algorithm allreduce --codec identity) || exit 1
-dts=$(run dts --rtt london-tokyo=200ms --uplink none --algorithm dts --period 4 --delay 2 \
-  --codec qsgd --bits 4) || exit 1
-swarm=$(run swarm --rtt london-tokyo=200ms --uplink none --algorithm swarm --swarm-h 4 \
-  --codec qsgd --bits 4) || exit 1
+run allreduce --preset lan --algorithm allreduce --codec identity || fail "allreduce failed"
+run dts --rtt london-tokyo=200ms --uplink none --algorithm dts --period 4 --delay 2 \
+  --codec qsgd --bits 4 || fail "dts failed"
+run swarm --rtt london-tokyo=200ms --uplink none --algorithm swarm --swarm-h 4 \
+  --codec qsgd --bits 4 || fail "swarm failed"
+allreduce=$(accuracy allreduce)
+dts=$(accuracy dts)
+swarm=$(accuracy swarm)
 echo "test accuracy after 1000 steps: allreduce fp32 $allreduce, dts K4 D2 qsgd-4 $dts, swarm H4 qsgd-4 $swarm"
 python3 - "$allreduce" "$dts" "$swarm" <<'PY'
 import sys

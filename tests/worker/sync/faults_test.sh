@@ -19,8 +19,7 @@
 # Usage: faults_test.sh GEOTRAIN
 set -uo pipefail
 geotrain="$1"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/test_prologue.sh"
 # Steps of at least 25 ms (--step-time), so that the timeline in seconds (a
 # kill at 6 s, a restart 4 s later) falls on the same steps on any machine:
 # on OpenBLAS the bare mlp steps in a few ms and a run would be over first.
@@ -28,20 +27,8 @@ common=(--preset world --model mlp --eval-interval 0 --codec qsgd --bits 4 --thr
         --step-time 25ms
         --set training.logInterval=20)
 
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/*.log; do echo "--- $f" >&2; tail -20 "$f" >&2; done
-  exit 1
-}
-
-# run NAME ARGS...: a geotrain local run that must succeed.
-run() {
-  local name="$1"; shift
-  local start=$SECONDS
-  "$geotrain" local "${common[@]}" "$@" --out "$work/$name" > "$work/$name.log" 2>&1 ||
-    fail "$name: geotrain local failed"
-  echo "$name: $((SECONDS - start)) s"
-}
+# run_ok NAME ARGS...: a geotrain local run that must succeed.
+run_ok() { run "$@" || fail "$1: geotrain local failed"; }
 
 # check NAME KILLED: the figures of summary.json (KILLED: 1 when the fault
 # was a kill with a restart).
@@ -75,24 +62,24 @@ if problems:
 PY
 }
 
-run dts-kill --algorithm dts --period 4 --delay auto --steps 800 --kill tokyo@6s --restart-after 4s
+run_ok dts-kill --algorithm dts --period 4 --delay auto --steps 800 --kill tokyo@6s --restart-after 4s
 check dts-kill 1
 grep -q 'rank 1 (tokyo) is suspected' "$work/dts-kill/logs/worker-0.log" ||
   fail "dts-kill: rank 0's log does not say that tokyo was suspected"
 grep -q 'joined the running job' "$work/dts-kill/logs/worker-1.log" ||
   fail "dts-kill: the restarted worker did not join by state transfer"
 
-run dts-partition --algorithm dts --period 4 --delay auto --steps 800 --partition oregon@6s+8s
+run_ok dts-partition --algorithm dts --period 4 --delay auto --steps 800 --partition oregon@6s+8s
 check dts-partition 0
 grep -q 'rank 2 (oregon) is heard again' "$work/dts-partition/logs/worker-0.log" ||
   fail "dts-partition: rank 0 never heard oregon again"
 [[ "$(grep -c 'started as pid' "$work/dts-partition/logs/launcher.log")" == 4 ]] ||
   fail "dts-partition: a worker was restarted (a partition must heal without one)"
 
-run swarm-kill --algorithm swarm --swarm-h 4 --steps 1200 --kill tokyo@6s --restart-after 4s
+run_ok swarm-kill --algorithm swarm --swarm-h 4 --steps 1200 --kill tokyo@6s --restart-after 4s
 check swarm-kill 1
 
-run member-kill --regions london,tokyo --workers-per-region 2 --algorithm dts --period 4 \
+run_ok member-kill --regions london,tokyo --workers-per-region 2 --algorithm dts --period 4 \
   --delay auto --steps 800 --kill tokyo:1@6s --restart-after 4s
 check member-kill 1
 
@@ -100,7 +87,7 @@ check member-kill 1
 # is restarted too without counting a retry (as the Kubernetes pod failure
 # policy does); both rejoin, the leader through the WAN, the member through
 # its leader.
-run leader-kill --regions london,tokyo --workers-per-region 2 --algorithm dts --period 4 \
+run_ok leader-kill --regions london,tokyo --workers-per-region 2 --algorithm dts --period 4 \
   --delay auto --steps 1000 --kill tokyo:0@6s --restart-after 4s
 check leader-kill 1
 grep -q 'worker 3 lost what it depends on (exit code 75); restarting it' \

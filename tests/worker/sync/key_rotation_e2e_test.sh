@@ -16,23 +16,21 @@
 # Usage: key_rotation_e2e_test.sh GEOTRAIN
 set -uo pipefail
 geotrain="$1"
-work="$(mktemp -d)"
-# GEO_TEST_KEEP=1 keeps the run's folder (its path is printed) to look into.
-trap 'kill "$pid" 2>/dev/null; if [[ -n "${GEO_TEST_KEEP:-}" ]]; then echo "kept $work"; else rm -rf "$work"; fi' EXIT
+source "$(dirname "$0")/test_prologue.sh"
+fail_logs='$work/run.log'
+fail_detail() {
+  grep -H "keys\|refused\|silent\|time-out\|timed out" "$out"/logs/worker-*.log 2>/dev/null |
+    sed "s|$work/||" | head -60
+}
 network=userspace
 [[ "$(id -u)" -eq 0 ]] && network=netns
 out="$work/run"
 keys="$out/keys"
 world=4
 
-fail() {
-  echo "FAIL: $*" >&2
-  tail -20 "$work/run.log" >&2
-  grep -H "keys\|refused\|silent\|time-out\|timed out" "$out"/logs/worker-*.log 2>/dev/null |
-    sed "s|$work/||" | head -60 >&2
-  exit 1
-}
-
+# In the background, not through run(): the test signals the job while it
+# trains, and the prologue's exit trap kills it (a background job) should
+# the test fail first.
 "$geotrain" local --network "$network" --preset world --model mlp --eval-interval 0 \
   --threads 1 --steps 3000 --step-time 10ms --set training.logInterval=100 --out "$out" \
   > "$work/run.log" 2>&1 &

@@ -32,27 +32,15 @@ if [[ "$(id -u)" -ne 0 ]]; then
   echo "SKIP: the namespace network needs root (network namespaces and TUN devices)"
   exit 77
 fi
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/test_prologue.sh"
+fail_lines=25
 # Steps of at least 25 ms (--step-time), so that the timeline in seconds
 # falls on the same steps on any machine.
 common=(--network netns --preset world --model mlp --eval-interval 0 --threads 1
         --step-time 25ms --set training.logInterval=50)
 
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/*.log; do echo "--- $f" >&2; tail -25 "$f" >&2; done
-  exit 1
-}
-
-# run NAME ARGS...: a geotrain local run; its exit code goes to $work/NAME.rc.
-run() {
-  local name="$1"; shift
-  local start=$SECONDS
-  "$geotrain" local "${common[@]}" "$@" --out "$work/$name" > "$work/$name.log" 2>&1
-  echo $? > "$work/$name.rc"
-  echo "$name: $((SECONDS - start)) s (exit $(cat "$work/$name.rc"))"
-}
+# run NAME ARGS... (test_prologue.sh): its exit code goes to $work/NAME.rc,
+# which check reads.
 
 # check NAME [--may-fail RANK]: the run's figures (summary.json, the logs). With
 # --may-fail, that rank may have exited non-zero (then saying why) and the

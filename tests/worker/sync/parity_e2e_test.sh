@@ -17,32 +17,21 @@
 # Usage: parity_e2e_test.sh GEOTRAIN
 set -uo pipefail
 geotrain="$1"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/test_prologue.sh"
+fail_lines=15
+fail_detail() {
+  for run in clean flip; do
+    echo "--- $run: what the workers logged of state parity, late updates and faults"
+    grep -H "state parity\|GEO_TEST_FLIP_BIT\|late\|suspected\|heard again" \
+      "$work/$run"/logs/worker-*.log 2>/dev/null | sed "s|$work/||" | head -60
+  done
+}
 network=userspace
 [[ "$(id -u)" -eq 0 ]] && network=netns
 common=(--network "$network" --preset world --model mlp --eval-interval 0 --threads 1
         --steps 800 --step-time 10ms --set training.logInterval=100)
 
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/*.log; do echo "--- $f" >&2; tail -15 "$f" >&2; done
-  for run in clean flip; do
-    echo "--- $run: what the workers logged of state parity, late updates and faults" >&2
-    grep -H "state parity\|GEO_TEST_FLIP_BIT\|late\|suspected\|heard again" \
-      "$work/$run"/logs/worker-*.log 2>/dev/null | sed "s|$work/||" | head -60 >&2
-  done
-  exit 1
-}
-
-run() {
-  local name="$1"; shift
-  local start=$SECONDS
-  env "$@" "$geotrain" local "${common[@]}" --out "$work/$name" > "$work/$name.log" 2>&1
-  echo $? > "$work/$name.rc"
-  echo "$name ($network): $((SECONDS - start)) s (exit $(cat "$work/$name.rc"))"
-}
-
+echo "network: $network"
 run clean GEO_TEST_FLIP_BIT=
 run flip GEO_TEST_FLIP_BIT=2:300:1000:28
 

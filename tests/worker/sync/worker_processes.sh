@@ -3,29 +3,19 @@
 # geotrain binary, for keygen) set first; `set -uo pipefail` is the
 # caller's.
 #
-#   $work             a temporary folder, removed at exit with every
-#                     background job killed.
+#   (from test_prologue.sh) $work, a temporary folder removed at exit with
+#                     every background job killed, and fail MESSAGE...,
+#                     which here prints the end of every worker's stderr
+#                     log ($work/err-*.log, $work/*/err-*.log).
 #   workers_setup N   CURVE keys for ranks 0..N-1 in $work/keys (those not
 #                     there yet); N free ports in ports[] (outside the
 #                     ephemeral range); $peers: their tcp:// endpoints, in
 #                     rank order. Again for new ports.
-#   fail MESSAGE...   prints FAIL and the end of every worker's stderr log
-#                     ($work/err-*.log, $work/*/err-*.log), exits 1.
 #   endpoint PORT     tcp://127.0.0.1:PORT
 
-work="$(mktemp -d)"
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  local f
-  for f in "$work"/err-*.log "$work"/*/err-*.log; do
-    [[ -f $f ]] || continue
-    echo "--- $f" >&2
-    tail -5 "$f" >&2
-  done
-  exit 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/test_prologue.sh"
+fail_logs='$work/err-*.log $work/*/err-*.log'
+fail_lines=5
 
 endpoint() { echo "tcp://127.0.0.1:$1"; }
 
