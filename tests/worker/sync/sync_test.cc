@@ -1777,30 +1777,50 @@ TEST(Membership, AWorkerStartingDuringTheFirstRoundTakesPartInIt) {
   }
 }
 
-// Hierarchical: a member that starts late joins through its leader and
-// holds the region's model bit for bit from then on.
-TEST(Membership, ALateMemberJoinsItsLeader) {
+// Hierarchical DTS (K = 4, D = 1) with a member that starts once rank 0
+// has taken `lateAtStep` steps; the round time-out of 2 s is also the
+// start-up grace after which the others go on without it.
+JobSpec lateMemberJob(std::vector<std::string> regions, int64_t steps, int lateRank,
+                      int64_t lateAtStep) {
   JobSpec job;
-  job.steps = 300;
-  job.lateRank = 3;
-  job.lateAtStep = 30;
+  job.regions = std::move(regions);
+  job.steps = steps;
+  job.lateRank = lateRank;
+  job.lateAtStep = lateAtStep;
   job.sync = options("dts", "qsgd");
   job.sync.hierarchical = true;
   job.sync.period = 4;
   job.sync.delay = 1;
   job.sync.timeout = 2s;
   job.sync.peerTimeout = 1s;
-  const auto r = runJob(job);
-  for (size_t rank = 0; rank < 4; ++rank) {
+  return job;
+}
+
+// Every worker ends with the same bytes; the late member joined within a
+// round of rank 0's step when it started (the leaders' paces differ by a
+// step or so), by one state transfer, and holds its leader's bits from its
+// first step on.
+void expectTheLateMemberToHoldItsLeadersBits(const RunResult& r, const JobSpec& job,
+                                             size_t leader) {
+  for (size_t rank = 0; rank < job.regions.size(); ++rank) {
     ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
     EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
   }
-  ASSERT_GE(r.joinedAt[3], 30);
-  // From its first step on, the member holds its leader's (rank 2's) bits.
-  const size_t offset = static_cast<size_t>(r.joinedAt[3]);
-  for (size_t i = 0; i < r.hashes[3].size(); ++i) {
-    ASSERT_EQ(r.hashes[3][i], r.hashes[2][offset + i]) << "step " << offset + i + 1;
+  const auto late = static_cast<size_t>(job.lateRank);
+  ASSERT_GE(r.joinedAt[late], job.lateAtStep - job.sync.period);
+  EXPECT_EQ(r.stats[late].rejoins, 1u);
+  const auto offset = static_cast<size_t>(r.joinedAt[late]);
+  for (size_t i = 0; i < r.hashes[late].size(); ++i) {
+    ASSERT_EQ(r.hashes[late][i], r.hashes[leader][offset + i]) << "step " << offset + i + 1;
   }
+}
+
+// Hierarchical: a member that starts late joins through its leader and
+// holds the region's model bit for bit from then on.
+TEST(Membership, ALateMemberJoinsItsLeader) {
+  const JobSpec job = lateMemberJob({"a", "a", "b", "b"}, 300, 3, 30);
+  const auto r = runJob(job);
+  expectTheLateMemberToHoldItsLeadersBits(r, job, 2);
 }
 
 // A GPU worker fingerprints its job model on the device with tensor ops
@@ -2004,31 +2024,10 @@ TEST(OnTheMemoryNetwork, SixteenRegionsOfFourTakeALateMemberByStateTransfer) {
   for (int region = 0; region < 16; ++region) {
     for (int worker = 0; worker < 4; ++worker) regions.push_back(fmt::format("r{}", region));
   }
-  JobSpec job;
+  JobSpec job = lateMemberJob(regions, 60, 6, 20);
   job.memoryNetwork = true;
-  job.regions = regions;
-  job.steps = 60;
-  job.lateRank = 6;
-  job.lateAtStep = 20;
-  job.sync = options("dts", "qsgd");
-  job.sync.hierarchical = true;
-  job.sync.period = 4;
-  job.sync.delay = 1;
-  job.sync.timeout = 2s;  // also the start-up grace: the others go on without it
-  job.sync.peerTimeout = 1s;
   const auto r = runJob(job);
-  for (size_t rank = 0; rank < regions.size(); ++rank) {
-    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
-    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
-  }
-  // Within a round of rank 0's step when it started (the leaders' paces
-  // differ by a step or so).
-  ASSERT_GE(r.joinedAt[6], job.lateAtStep - job.sync.period);
-  EXPECT_EQ(r.stats[6].rejoins, 1u);
-  const size_t offset = static_cast<size_t>(r.joinedAt[6]);
-  for (size_t i = 0; i < r.hashes[6].size(); ++i) {
-    ASSERT_EQ(r.hashes[6][i], r.hashes[4][offset + i]) << "step " << offset + i + 1;
-  }
+  expectTheLateMemberToHoldItsLeadersBits(r, job, 4);
 }
 
 // SwarmSGD in simulated time, a peer dead: training never waits for an
