@@ -356,7 +356,7 @@ RunResult runJob(const JobSpec& job) {
       };
       if (static_cast<int>(r) == job.slowRank) {
         if (job.clock != nullptr) {
-          job.clock->sleepFor(job.slowBy);
+          pause(job.slowBy);
         } else {
           std::this_thread::sleep_until(start + job.slowBy);
         }
@@ -534,6 +534,24 @@ SyncOptions options(const std::string& algorithm, const std::string& codec = "id
   o.hierarchical = false;
   o.timeout = 20s;
   return o;
+}
+
+// Hierarchical DTS with 4-bit QSGD and a fixed period and delay.
+SyncOptions hierarchicalDts(int64_t period, int64_t delay) {
+  SyncOptions o = options("dts", "qsgd");
+  o.hierarchical = true;
+  o.period = period;
+  o.delay = delay;
+  return o;
+}
+
+// 16 regions r0..r15 of 4 workers each, region by region (rank 4k leads rk).
+std::vector<std::string> sixteenRegionsOfFour() {
+  std::vector<std::string> regions;
+  for (int region = 0; region < 16; ++region) {
+    for (int worker = 0; worker < 4; ++worker) regions.push_back(fmt::format("r{}", region));
+  }
+  return regions;
 }
 
 void expectAllEqualEveryStep(const RunResult& r, int64_t steps) {
@@ -1803,10 +1821,7 @@ JobSpec lateMemberJob(std::vector<std::string> regions, int64_t steps, int lateR
   job.steps = steps;
   job.lateRank = lateRank;
   job.lateAtStep = lateAtStep;
-  job.sync = options("dts", "qsgd");
-  job.sync.hierarchical = true;
-  job.sync.period = 4;
-  job.sync.delay = 1;
+  job.sync = hierarchicalDts(4, 1);
   job.sync.timeout = 2s;
   job.sync.peerTimeout = 1s;
   return job;
@@ -1886,6 +1901,17 @@ void setEveryLink(JobSpec& job, const std::string& profile) {
   }
 }
 
+// Four regions a-d, 20 ms apart one way, on the in-memory network in
+// simulated time on `clock`.
+JobSpec simulatedFourRegions(FakeClock& clock) {
+  JobSpec job;
+  job.memoryNetwork = true;
+  job.clock = &clock;
+  job.regions = {"a", "b", "c", "d"};
+  setEveryLink(job, "delay=20ms");
+  return job;
+}
+
 // A whole job in simulated time: compute takes none, so every second of
 // waiting a survivor reports is the dead peer's time-out, exactly.
 TEST(OnTheMemoryNetwork, InSimulatedTimeADeadPeerStallsTheOthersForThePeerTimeout) {
@@ -1914,11 +1940,7 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeADeadPeerStallsTheOthersForThePeerTimeou
 // time-out; every worker ends with the same bytes.
 TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionCostsThePeerTimeoutOnce) {
   FakeClock clock;
-  JobSpec job;
-  job.memoryNetwork = true;
-  job.clock = &clock;
-  job.regions = {"a", "b", "c", "d"};
-  setEveryLink(job, "delay=20ms");
+  JobSpec job = simulatedFourRegions(clock);
   job.steps = 300;
   job.partitionedRank = 2;
   job.partitionAtStep = 20;
@@ -1948,11 +1970,7 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionCostsThePeerTimeoutOnce) {
 // the others.
 TEST(OnTheMemoryNetwork, InSimulatedTimeADeadMemberCostsItsLeaderThePeerTimeout) {
   FakeClock clock;
-  SyncOptions sync = options("dts", "qsgd");
-  sync.hierarchical = true;
-  sync.period = 2;
-  sync.delay = 1;
-  const JobSpec job = simulatedDeadPeerJob(clock, sync, {"a", "a", "b", "b"});
+  const JobSpec job = simulatedDeadPeerJob(clock, hierarchicalDts(2, 1), {"a", "a", "b", "b"});
   const auto r = runJob(job);
   const double simulated = r.simulatedSeconds;
   EXPECT_LT(simulated, 10) << "simulated seconds: someone waited for the round time-out";
@@ -1976,15 +1994,8 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeADeadMemberCostsItsLeaderThePeerTimeout)
 // leave out: they count messages, not pings).
 TEST(OnTheMemoryNetwork, InSimulatedTimeSixteenRegionsOfFourLoseAMemberAndAgree) {
   FakeClock clock;
-  SyncOptions sync = options("dts", "qsgd");
-  sync.hierarchical = true;
-  sync.period = 2;
-  sync.delay = 1;
-  std::vector<std::string> regions;
-  for (int region = 0; region < 16; ++region) {
-    for (int worker = 0; worker < 4; ++worker) regions.push_back(fmt::format("r{}", region));
-  }
-  JobSpec job = simulatedDeadPeerJob(clock, sync, regions);
+  const std::vector<std::string> regions = sixteenRegionsOfFour();
+  JobSpec job = simulatedDeadPeerJob(clock, hierarchicalDts(2, 1), regions);
   job.steps = 24;
   job.deadRank = 5;  // region r1's second worker (rank 4 leads r1)
   // Time moves in steps of 10 ms, and the peer time-out is 1 s: every step
@@ -2035,10 +2046,7 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeSixteenRegionsOfFourLoseAMemberAndAgree)
 // 20 steps. It takes its leader's state and holds its leader's bits from its
 // first step on; all 64 end with the same bytes.
 TEST(OnTheMemoryNetwork, InSimulatedTimeSixteenRegionsOfFourTakeALateMemberByStateTransfer) {
-  std::vector<std::string> regions;
-  for (int region = 0; region < 16; ++region) {
-    for (int worker = 0; worker < 4; ++worker) regions.push_back(fmt::format("r{}", region));
-  }
+  const std::vector<std::string> regions = sixteenRegionsOfFour();
   FakeClock clock;
   JobSpec job = lateMemberJob(regions, 60, 6, 20);
   job.memoryNetwork = true;
@@ -2101,20 +2109,15 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerStartingAsTheJobEndsEndsWithItsMo
 // later than the round time-out at every round ends far behind the others,
 // after their final average: that case is not handled yet -- it keeps its
 // own model.)
-RunResult runStraggler(FakeClock& clock, std::chrono::milliseconds straggle,
-                       std::chrono::milliseconds roundTimeout) {
-  JobSpec job;
-  job.memoryNetwork = true;
-  job.clock = &clock;
-  job.regions = {"a", "b", "c", "d"};
-  setEveryLink(job, "delay=20ms");
+RunResult runStraggler(FakeClock& clock, std::chrono::milliseconds straggle) {
+  JobSpec job = simulatedFourRegions(clock);
   job.steps = 30;
   job.extraCompute = {10ms, 10ms, 10ms, straggle};
   job.clockStep = 5ms;
   job.sync = options("dts", "qsgd");
   job.sync.period = 2;
   job.sync.delay = 1;
-  job.sync.timeout = roundTimeout;
+  job.sync.timeout = 60s;
   job.sync.peerTimeout = 1s;
   auto r = runJob(job);
   for (size_t rank = 0; rank < 4; ++rank) {
@@ -2130,7 +2133,7 @@ RunResult runStraggler(FakeClock& clock, std::chrono::milliseconds straggle,
 // straggler (its 30 steps of 100 ms set the job's pace) and miss none.
 TEST(OnTheMemoryNetwork, InSimulatedTimeAStragglerIsWaitedForNotSuspected) {
   FakeClock clock;
-  const auto r = runStraggler(clock, 100ms, 60s);
+  const auto r = runStraggler(clock, 100ms);
   EXPECT_GE(r.simulatedSeconds, 3.0);
   EXPECT_LT(r.simulatedSeconds, 4.0);
   for (size_t rank = 0; rank < 4; ++rank) EXPECT_EQ(r.stats[rank].missing, 0u) << "rank " << rank;
@@ -2175,11 +2178,7 @@ RunResult runParityJob(const std::string& flip) {
     ~FlipVariable() { ::unsetenv("GEO_TEST_FLIP_BIT"); }
   } variable(flip);
   FakeClock clock;
-  JobSpec job;
-  job.memoryNetwork = true;
-  job.clock = &clock;
-  job.regions = {"a", "b", "c", "d"};
-  setEveryLink(job, "delay=20ms");
+  JobSpec job = simulatedFourRegions(clock);
   job.steps = 200;
   job.extraCompute = std::vector<std::chrono::milliseconds>(4, 10ms);
   job.clockStep = 5ms;
