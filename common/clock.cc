@@ -1,5 +1,6 @@
 #include "common/clock.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "common/enforce.h"
@@ -58,7 +59,7 @@ void FakeClock::waitUntil(std::unique_lock<std::mutex>& lock, std::condition_var
     // Registered while the caller's mutex is held, which cv.wait() releases
     // only once this thread waits: advance() takes that mutex before it
     // notifies, so its wake-up cannot fall between the two and be lost.
-    waiters_.emplace(id, Waiter{lock.mutex(), &cv, generation_});
+    waiters_.emplace(id, Waiter{lock.mutex(), &cv, deadline, generation_});
     waitersChanged_.notify_all();
   }
   cv.wait(lock);
@@ -71,23 +72,30 @@ void FakeClock::advance(Duration by) {
   GEO_ENFORCE(by.count() >= 0, "FakeClock::advance: time does not go back");
   std::unique_lock lock(mu_);
   elapsed_ += by;
+  const TimePoint now(kFakeStart + elapsed_);
   const uint64_t generation = ++generation_;
-  // Wake every waiter registered before this advance. A waiter's thread takes
-  // its own mutex, then this clock's; blocking on its mutex here, with the
-  // clock's held, could deadlock, so try it and, if it is busy, let go of
-  // the clock's mutex for a moment and look again. A waiter cannot leave
-  // while the clock's mutex is held, so its mutex and cv stay valid.
+  // The condition variables of the waiters this advance wakes: those whose
+  // deadline it reaches. A waiter's thread takes its own mutex, then this
+  // clock's; blocking on its mutex here, with the clock's held, could
+  // deadlock, so try it and, if it is busy, let go of the clock's mutex for
+  // a moment and look again. A waiter cannot leave while the clock's mutex is
+  // held, so its mutex and cv stay valid.
   while (true) {
     bool busy = false;
     for (auto& [id, w] : waiters_) {
-      if (w.woken == generation) continue;
+      if (w.woken == generation || w.deadline > now) continue;
       std::unique_lock theirs(*w.mu, std::try_to_lock);
       if (!theirs.owns_lock()) {
         busy = true;
         continue;
       }
-      w.woken = generation;
-      w.notified = true;
+      // notify_all() wakes every thread on this cv, due or not: each of them
+      // runs until it waits again, and counts as running until then.
+      for (auto& [otherId, other] : waiters_) {
+        if (other.cv != w.cv) continue;
+        other.woken = generation;
+        other.notified = true;
+      }
       w.cv->notify_all();
     }
     if (!busy) return;
@@ -111,6 +119,15 @@ size_t FakeClock::idleWaiters() const {
   size_t n = 0;
   for (const auto& [id, w] : waiters_) n += w.notified ? 0 : 1;
   return n;
+}
+
+Clock::TimePoint FakeClock::nextDeadline() const {
+  std::lock_guard lock(mu_);
+  TimePoint next = TimePoint::max();
+  for (const auto& [id, w] : waiters_) {
+    if (!w.notified) next = std::min(next, w.deadline);
+  }
+  return next;
 }
 
 size_t FakeClock::waiters() const {

@@ -78,9 +78,13 @@ class FakeClock : public Clock {
                  TimePoint deadline) const override;
   void notifyAll(std::condition_variable& cv) const override;
 
-  // Moves the time on by `by` (>= 0) and wakes every thread waiting on this
-  // clock (each rechecks its own deadline). Must not be called with a mutex
-  // held that a waiter passed to waitUntil().
+  // Moves the time on by `by` (>= 0) and wakes every waiter whose deadline
+  // it reaches, and with each the other waiters on the same condition
+  // variable (a notification wakes them all; each rechecks its own
+  // deadline). A waiter whose deadline is still ahead is left asleep, as a
+  // real clock leaves it: a job of many threads that each wait on a timer of
+  // their own is moved on without waking all of them at every advance. Must
+  // not be called with a mutex held that a waiter passed to waitUntil().
   void advance(Duration by);
   // How many threads wait in waitUntil() or sleepUntil() now and have not
   // been woken since (by advance() or notifyAll()): a test that must know a
@@ -92,11 +96,16 @@ class FakeClock : public Clock {
   // clock, as waiters() counts them; false when that did not happen within
   // `timeout`.
   bool awaitWaiters(size_t n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
+  // The earliest deadline of the waiters waiters() counts (TimePoint::max()
+  // when there are none): a test that moves time on only when every thread
+  // waits can jump straight there, since nothing happens before it.
+  TimePoint nextDeadline() const;
 
  private:
   struct Waiter {
     std::mutex* mu;
     std::condition_variable* cv;
+    TimePoint deadline;
     uint64_t woken;         // the last advance() that notified it
     bool notified = false;  // woken by advance() or notifyAll(), not yet running
   };

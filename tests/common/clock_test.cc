@@ -43,12 +43,41 @@ TEST(FakeClockTest, SleepEndsOnlyWhenAdvancedPastTheDeadline) {
   });
   ASSERT_TRUE(clock.awaitWaiters(1));
   clock.advance(seconds(9));
-  ASSERT_TRUE(clock.awaitWaiters(1));  // woke, saw 9 s, waits again
+  EXPECT_EQ(clock.waiters(), 1u);  // not woken: its deadline is ahead
   EXPECT_FALSE(woke);
   clock.advance(seconds(1));
   sleeper.join();
   EXPECT_TRUE(woke);
   EXPECT_EQ(clock.waiters(), 0u);
+}
+
+// advance() wakes the waiters it makes due (with the others on the same
+// condition variable, which its notification wakes too) and leaves the rest
+// asleep; nextDeadline() is the earliest deadline of those asleep.
+TEST(FakeClockTest, AdvanceWakesOnlyTheWaitersItMakesDue) {
+  FakeClock clock;
+  const auto start = clock.now();
+  EXPECT_EQ(clock.nextDeadline(), Clock::TimePoint::max());
+  std::atomic<int> woke{0};
+  std::thread early([&] {
+    clock.sleepFor(seconds(1));
+    ++woke;
+  });
+  std::thread late([&] {
+    clock.sleepFor(seconds(5));
+    ++woke;
+  });
+  ASSERT_TRUE(clock.awaitWaiters(2));
+  EXPECT_EQ(clock.nextDeadline(), start + seconds(1));
+  clock.advance(seconds(1));
+  early.join();
+  EXPECT_EQ(woke.load(), 1);
+  EXPECT_EQ(clock.waiters(), 1u) << "the late sleeper was woken before its deadline";
+  EXPECT_EQ(clock.nextDeadline(), start + seconds(5));
+  clock.advance(seconds(4));
+  late.join();
+  EXPECT_EQ(woke.load(), 2);
+  EXPECT_EQ(clock.nextDeadline(), Clock::TimePoint::max());
 }
 
 // A wait on the caller's condition variable ends on its notification too,

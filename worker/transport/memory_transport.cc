@@ -204,13 +204,17 @@ struct MemoryNetwork::State {
     // it too, those lost to a partition included.
     for (Endpoint& e : endpoints) {
       for (PeerSide& side : e.peers) {
+        if (side.sent.empty()) continue;
         size_t acked = 0;
         for (size_t i = 0; i < side.sent.size(); ++i) {
           if (side.sent[i].ackAt > now) continue;
           acked = i + 1;
           side.lastAck = std::max(side.lastAck.value_or(side.sent[i].ackAt), side.sent[i].ackAt);
         }
-        side.sent.erase(side.sent.begin(), side.sent.begin() + static_cast<std::ptrdiff_t>(acked));
+        if (acked > 0) {
+          side.sent.erase(side.sent.begin(),
+                          side.sent.begin() + static_cast<std::ptrdiff_t>(acked));
+        }
       }
     }
     // Everything due by `now` is done: the next thing happens after it.

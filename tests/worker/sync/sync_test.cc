@@ -18,6 +18,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -39,11 +40,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The bytes of a contiguous fp32 tensor, hashed (8 bytes at a time: taken
+// after every step of every worker, a byte-at-a-time hash was a third of a
+// simulated-time test's CPU).
 uint64_t hashOf(const torch::Tensor& t) {
-  const auto* p = reinterpret_cast<const unsigned char*>(t.data_ptr<float>());
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int64_t i = 0; i < t.numel() * 4; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
+  const std::string_view bytes(reinterpret_cast<const char*>(t.data_ptr<float>()),
+                               static_cast<size_t>(t.numel()) * sizeof(float));
+  return std::hash<std::string_view>{}(bytes);
 }
 
 // Forwards to the synchronizer and records a hash of the parameters after
@@ -1941,11 +1944,11 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeADeadPeerStallsTheOthersForThePeerTimeou
 TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionCostsThePeerTimeoutOnce) {
   FakeClock clock;
   JobSpec job = simulatedFourRegions(clock);
-  job.steps = 300;
+  job.steps = 150;
   job.partitionedRank = 2;
-  job.partitionAtStep = 20;
+  job.partitionAtStep = 10;
   job.partitionDuration = 1500ms;
-  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 10ms);  // 3 s of steps
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);  // 3 s of steps
   job.clockStep = 5ms;
   job.sync = options("dts", "qsgd");
   job.sync.period = 2;
@@ -2091,16 +2094,22 @@ RunResult runFarCoordinatorWithALateJoiner(FakeClock& clock, int64_t before) {
   return r;
 }
 
-TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerStartingAsTheJobEndsEndsWithItsModel) {
-  // 20 and 45: the job's final model; 70 and 100: a near peer's state.
-  for (const int64_t before : {20, 45, 70, 100}) {
-    SCOPED_TRACE(fmt::format("rank 3 starts {} steps before rank 0's last", before));
-    FakeClock clock;
-    const auto r = runFarCoordinatorWithALateJoiner(clock, before);
-    EXPECT_EQ(r.stats[3].rejoins, 1u);
-    EXPECT_LT(r.simulatedSeconds, 20) << "someone waited for a time-out";
-  }
+// One test per timing (steps before rank 0's last): 20 and 45 take the
+// job's final model, 70 and 100 a near peer's state.
+class InSimulatedTimeAWorkerStartingAsTheJobEnds : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(InSimulatedTimeAWorkerStartingAsTheJobEnds, EndsWithItsModel) {
+  FakeClock clock;
+  const auto r = runFarCoordinatorWithALateJoiner(clock, GetParam());
+  EXPECT_EQ(r.stats[3].rejoins, 1u);
+  EXPECT_LT(r.simulatedSeconds, 20) << "someone waited for a time-out";
 }
+
+INSTANTIATE_TEST_SUITE_P(OnTheMemoryNetwork, InSimulatedTimeAWorkerStartingAsTheJobEnds,
+                         ::testing::Values(20, 45, 70, 100),
+                         [](const ::testing::TestParamInfo<int64_t>& param) {
+                           return fmt::format("StepsBeforeTheLast{}", param.param);
+                         });
 
 // A straggler is not a dead worker (docs/membership.md), in simulated time:
 // 4 regions 20 ms apart, DTS K = 2, D = 1, one worker's steps take
@@ -2179,7 +2188,7 @@ RunResult runParityJob(const std::string& flip) {
   } variable(flip);
   FakeClock clock;
   JobSpec job = simulatedFourRegions(clock);
-  job.steps = 200;
+  job.steps = 100;
   job.extraCompute = std::vector<std::chrono::milliseconds>(4, 10ms);
   job.clockStep = 5ms;
   job.sync = options("dts", "qsgd");
@@ -2191,7 +2200,7 @@ RunResult runParityJob(const std::string& flip) {
 }
 
 TEST(OnTheMemoryNetwork, InSimulatedTimeStateParityRepairsAFlippedBit) {
-  const auto r = runParityJob("2:60:1000:28");
+  const auto r = runParityJob("2:40:1000:28");
   for (size_t rank = 0; rank < 4; ++rank) {
     ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
     EXPECT_GT(r.stats[rank].parityChecks, 0u) << "rank " << rank;
