@@ -10,6 +10,10 @@ double Progress::elapsed() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
+double Progress::secondsAt(std::chrono::steady_clock::time_point t) const {
+  return std::chrono::duration<double>(t - start_).count();
+}
+
 void Progress::emit(local::WorkerEvent event) const {
   if (!jsonl_) return;
   event.rank = rank_;

@@ -27,6 +27,8 @@ class Progress {
   bool jsonl() const { return jsonl_; }
   // Seconds since this Progress was made (the worker's start).
   double elapsed() const;
+  // The same for an earlier (or later) moment of this process.
+  double secondsAt(std::chrono::steady_clock::time_point t) const;
   // Sets the event's rank and time and writes it (with jsonl only).
   void emit(local::WorkerEvent event) const;
 

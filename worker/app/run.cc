@@ -395,6 +395,9 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     WorkerEvent e;
     e.kind = EventKind::kProgress;
     e.step = st.step;
+    if (st.endedAt != std::chrono::steady_clock::time_point{}) {
+      e.stepEndedAt = progress.secondsAt(st.endedAt);
+    }
     e.loss = st.loss;
     e.lr = st.lr;
     e.samplesPerSecond = st.samplesPerSecond;

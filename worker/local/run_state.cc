@@ -136,8 +136,12 @@ void RunState::record(int64_t rank, double wallSeconds, const WorkerEvent& e) {
   RankProgress& p = ranks_[static_cast<size_t>(rank)];
   // The worker's time at its latest step, for its steps/s: what comes after
   // the last step (evaluations of waiting snapshots, the final evaluation,
-  // "done") is not training time.
-  if (!p.workerTime || (e.step && *e.step > p.step)) keep(p.workerTime, e.time);
+  // "done") is not training time. A progress event is sent after the
+  // evaluation it reports (at the last step, the final one, a few hundred
+  // milliseconds for the mlp); stepEndedAt says when its step ended.
+  if (!p.workerTime || (e.step && *e.step > p.step)) {
+    keep(p.workerTime, e.stepEndedAt ? e.stepEndedAt : e.time);
+  }
   switch (e.kind) {
     case EventKind::kStart:
       p.started = true;

@@ -98,6 +98,7 @@ StatusOr<WorkerEvent> parseWorkerEvent(std::string_view line) try {
   e.kind = kindOf(e.name);
   e.rank = integer(j, "rank");
   e.time = number(j, "time");
+  e.stepEndedAt = number(j, "stepEndedAt");
 
   e.region = text(j, "region");
   e.localRank = integer(j, "localRank");
@@ -235,6 +236,7 @@ std::string formatWorkerEvent(const WorkerEvent& e) {
   put(j, "resumedAt", e.resumedAt);
   // joined, progress, done
   put(j, "step", e.step);
+  put(j, "stepEndedAt", e.stepEndedAt, "{:.3f}");
   put(j, "fromStep", e.fromStep);
   put(j, "transferred", e.transferred);
   put(j, "jobFinished", e.jobFinished);

@@ -105,6 +105,9 @@ struct WorkerEvent {
 
   std::optional<int64_t> rank;
   std::optional<double> time;  // seconds since the worker started
+  // progress: when its step's training ended (seconds since the worker
+  // started), before the evaluation the event may report
+  std::optional<double> stepEndedAt;
 
   // start
   std::string region;

@@ -379,6 +379,7 @@ Status Trainer::run(const std::function<void(const StepStats&)>& progress) {
     // evaluation's age counts from here (at the end, the snapshots that
     // waited are evaluated first).
     const auto settled = std::chrono::steady_clock::now();
+    stats->endedAt = settled;
     const bool periodic = options_.evalInterval > 0 && step_ % options_.evalInterval == 0;
     const bool evalInLine = atEnd || (periodic && !evaluator_);
     // What a periodic evaluation measures: the job's model where the hook

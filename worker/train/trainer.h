@@ -190,6 +190,10 @@ struct StepStats {
   // read-only file system): each was logged, the previous checkpoint kept,
   // and training went on.
   uint64_t checkpointFailures = 0;
+  // When this step's training ended: after the synchronizer's afterStep (at
+  // the last step, its final average too), before any evaluation reported
+  // with it. What a steps/s counts up to.
+  std::chrono::steady_clock::time_point endedAt{};
 
   void setEvaluation(const Evaluation& e) {
     evalAccuracy = e.accuracy;

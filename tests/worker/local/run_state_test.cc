@@ -172,6 +172,23 @@ TEST(LocalRunSummary, StepsPerSecondEndsAtTheLastStep) {
   EXPECT_DOUBLE_EQ(*state.summarize(10.0).overall.stepsPerSecond, 100.0 / 8.0);
 }
 
+// The last step's event comes after the final evaluation it reports: its
+// stepEndedAt, not its time, ends the worker's training.
+TEST(LocalRunSummary, StepsPerSecondEndsWhenTheLastStepEndedNotAfterItsEvaluation) {
+  RunState state(twoByTwo(), 100);
+  for (int64_t r = 0; r < 4; ++r) {
+    state.record(r, 0.1, event(R"({"event":"start","time":0})"));
+    state.record(r, 2.0, event(progress(r, 50, 4.0, "")));
+    const std::string ended = r == 2 ? R"(,"stepEndedAt":9.5)" : R"(,"stepEndedAt":8.0)";
+    state.record(r, 6.0, event(progress(r, 100, 10.0, ended + R"(,"evalAccuracy":0.9)")));
+  }
+  EXPECT_DOUBLE_EQ(*state.summarize(10.0).overall.stepsPerSecond, 100.0 / 9.5);
+  // Without stepEndedAt (an older worker), the event's time.
+  RunState old(twoByTwo(), 100);
+  for (int64_t r = 0; r < 4; ++r) old.record(r, 6.0, event(progress(r, 100, 10.0, "")));
+  EXPECT_DOUBLE_EQ(*old.summarize(10.0).overall.stepsPerSecond, 100.0 / 10.0);
+}
+
 TEST(LocalRunSummary, NumbersFromEvents) {
   const RunState state = finishedRun();
   const RunSummary s = state.summarize(10.0);

@@ -39,6 +39,7 @@ TEST(WorkerEventFormat, ProgressLineRoundsToTheDocumentedDigits) {
   e.rank = 0;
   e.time = 47.1;
   e.step = 1000;
+  e.stepEndedAt = 46.91234;
   e.loss = 0.13712345678;
   e.lr = 0.05;
   e.samplesPerSecond = 1364.2345;
@@ -49,11 +50,12 @@ TEST(WorkerEventFormat, ProgressLineRoundsToTheDocumentedDigits) {
   e.sync.delay = 2;
   e.sync.stalenessMean = 1.987654;
   e.bytes.wanSent = 6482904;
-  EXPECT_EQ(formatWorkerEvent(e),
-            R"({"event":"progress","rank":0,"time":47.1,"step":1000,"loss":0.137123,"lr":0.05,)"
-            R"("samplesPerSecond":1364.2,"evalAccuracy":0.869912,"evalStep":1000,)"
-            R"("evalAgeSeconds":0.1235,"stepSecondsMax":0.9877,)"
-            R"("sync":{"delay":2,"stalenessMean":1.988},"bytes":{"wanSent":6482904}})");
+  EXPECT_EQ(
+      formatWorkerEvent(e),
+      R"({"event":"progress","rank":0,"time":47.1,"step":1000,"stepEndedAt":46.912,)"
+      R"("loss":0.137123,"lr":0.05,"samplesPerSecond":1364.2,"evalAccuracy":0.869912,"evalStep":1000,)"
+      R"("evalAgeSeconds":0.1235,"stepSecondsMax":0.9877,)"
+      R"("sync":{"delay":2,"stalenessMean":1.988},"bytes":{"wanSent":6482904}})");
 }
 
 TEST(WorkerEventFormat, ANonFiniteLossIsNullAndFlagged) {
