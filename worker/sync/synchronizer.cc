@@ -543,9 +543,16 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     auto m = awaitFrom(c, MessageKind::kControl, kFinalAverageRound, steps, flat, true,
                        "final model", 2 * options_.timeout);
     if (!m.ok()) {
-      logger()->warn("sync: keeping our own final model: {}", m.status().message());
+      // The coordinator made the average without us (we fell behind the
+      // others by more than the round time-out and it finished long before
+      // us) or is gone. Our model is not the job's: a worker that ended on
+      // it with success would hand out a model no other worker holds.
       stats_.missed();
-      return {};
+      return unavailable(fmt::format(
+          "sync: no final average from {} ({}): this worker's model is not the job's final "
+          "model (it fell behind the others by more than sync.timeoutSeconds, or the "
+          "coordinator is gone); the workers that finished hold the job's model",
+          topology_.describe(c), m.status().message()));
     }
     // The average came after the coordinator had all of our model: what we
     // sent from `whole` has left, and `whole` may take the average.
@@ -554,9 +561,11 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
             checkedCopy(m->payload.bytes(), whole, std::numeric_limits<float>::max(), reason);
         !ok.ok()) {
       reject(c, "the final average", reason, ok);
-      logger()->warn("sync: keeping our own final model");
       stats_.missed();
-      return {};
+      return dataLoss(fmt::format(
+          "sync: the final average from {} was refused ({}): this worker's model is not the "
+          "job's final model",
+          topology_.describe(c), reason));
     }
     modified_ = true;
     // The coordinator waits for this before it leaves: the average may have
