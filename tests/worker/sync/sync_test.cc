@@ -1905,13 +1905,21 @@ void setEveryLink(JobSpec& job, const std::string& profile) {
 }
 
 // Four regions a-d, 20 ms apart one way, on the in-memory network in
-// simulated time on `clock`.
-JobSpec simulatedFourRegions(FakeClock& clock) {
+// simulated time on `clock` (moved on in steps of 5 ms): DTS with qsgd,
+// K = 2 and the given delay, round time-out and peer time-out.
+JobSpec simulatedFourRegionDts(FakeClock& clock, int64_t delay, std::chrono::milliseconds timeout,
+                               std::chrono::milliseconds peerTimeout) {
   JobSpec job;
   job.memoryNetwork = true;
   job.clock = &clock;
+  job.clockStep = 5ms;
   job.regions = {"a", "b", "c", "d"};
   setEveryLink(job, "delay=20ms");
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = delay;
+  job.sync.timeout = timeout;
+  job.sync.peerTimeout = peerTimeout;
   return job;
 }
 
@@ -1943,18 +1951,12 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeADeadPeerStallsTheOthersForThePeerTimeou
 // time-out; every worker ends with the same bytes.
 TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionCostsThePeerTimeoutOnce) {
   FakeClock clock;
-  JobSpec job = simulatedFourRegions(clock);
+  JobSpec job = simulatedFourRegionDts(clock, 6, 30s, 500ms);
   job.steps = 150;
   job.partitionedRank = 2;
   job.partitionAtStep = 10;
   job.partitionDuration = 1500ms;
   job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);  // 3 s of steps
-  job.clockStep = 5ms;
-  job.sync = options("dts", "qsgd");
-  job.sync.period = 2;
-  job.sync.delay = 6;
-  job.sync.timeout = 30s;
-  job.sync.peerTimeout = 500ms;
   const auto r = runJob(job);
   const double simulated = r.simulatedSeconds;
   EXPECT_LT(simulated, 6) << "a round time-out: 3 s of steps, the stall and the end";
@@ -2116,15 +2118,9 @@ INSTANTIATE_TEST_SUITE_P(OnTheMemoryNetwork, InSimulatedTimeAWorkerStartingAsThe
 // worker's steps take `straggle` where the others' take 10 ms. It keeps
 // answering pings, so it is never suspected.
 RunResult runStraggler(FakeClock& clock, std::chrono::milliseconds straggle) {
-  JobSpec job = simulatedFourRegions(clock);
+  JobSpec job = simulatedFourRegionDts(clock, 1, 1s, 1s);
   job.steps = 30;
   job.extraCompute = {10ms, 10ms, 10ms, straggle};
-  job.clockStep = 5ms;
-  job.sync = options("dts", "qsgd");
-  job.sync.period = 2;
-  job.sync.delay = 1;
-  job.sync.timeout = 1s;
-  job.sync.peerTimeout = 1s;
   auto r = runJob(job);
   for (size_t rank = 0; rank < 4; ++rank) {
     EXPECT_EQ(r.stats[rank].degradedSeconds, 0.0) << "rank " << rank << " suspected a peer";
@@ -2206,15 +2202,9 @@ RunResult runParityJob(const std::string& flip) {
     ~FlipVariable() { ::unsetenv("GEO_TEST_FLIP_BIT"); }
   } variable(flip);
   FakeClock clock;
-  JobSpec job = simulatedFourRegions(clock);
+  JobSpec job = simulatedFourRegionDts(clock, 6, 30s, 3s);
   job.steps = 100;
   job.extraCompute = std::vector<std::chrono::milliseconds>(4, 10ms);
-  job.clockStep = 5ms;
-  job.sync = options("dts", "qsgd");
-  job.sync.period = 2;
-  job.sync.delay = 6;
-  job.sync.timeout = 30s;
-  job.sync.peerTimeout = 3s;
   return runJob(job);
 }
 
