@@ -665,6 +665,11 @@ class Dts final : public Base {
     }
   }
 
+  bool peerFinished(size_t index) override {
+    takeFinished();
+    return finishedAt_[index].has_value();
+  }
+
   // Whether peer i's contribution to `round` is to be waited for.
   bool awaited(size_t i, uint64_t round) const {
     if (finishedAt_[i] && round >= *finishedAt_[i]) return false;  // it closed no such round

@@ -183,7 +183,9 @@ class Base : public Synchronizer {
   // does not suspect), which waits for every member it does not suspect,
   // averages what arrived (weights renormalized, rank order) and sends that
   // one buffer back, so every survivor ends with the same bytes. A member
-  // whose coordinator goes silent keeps its own model and says so.
+  // that gets no average from its coordinator (or must refuse it), and a
+  // worker left alone at the end after its peers finished without it, fail
+  // (Unavailable, DataLoss) saying that their model is not the job's.
   Status averageModels(train::FlatParameters& flat, int64_t steps);
   // After the final average: while a restarted peer is in the middle of
   // joining (it asked while we were finishing), keep answering it -- with
@@ -214,6 +216,14 @@ class Base : public Synchronizer {
   virtual Status peerHeardAgain(uint32_t peer) {
     (void)peer;
     return {};
+  }
+  // Whether group member `index` has said that it took its last step (DTS
+  // announces it); false where the algorithm does not tell. The final
+  // average reads it: a worker that ends alone after its peers finished and
+  // went ends on a model that is not the job's.
+  virtual bool peerFinished(size_t index) {
+    (void)index;
+    return false;
   }
   // Before the final average, for a worker that hears none of its peers
   // (it is cut off, most likely, rather than every other worker dead):

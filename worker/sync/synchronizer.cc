@@ -524,6 +524,29 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   };
   size_t coordinator = 0;
   while (!alive(coordinator)) ++coordinator;  // self is alive: terminates
+  // Alone at the end, with peers that took their last step before us and
+  // are gone: they made the job's final average without us (we fell behind
+  // them by more than the round time-out), and ours would be a model nobody
+  // else holds. (Peers that died without finishing leave the survivor's
+  // model the job's.)
+  size_t othersAlive = 0;
+  std::vector<std::string> finishedWithoutUs;
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (i == group_.self) continue;
+    if (alive(i)) ++othersAlive;
+    if (!alive(i) && peerFinished(i))
+      finishedWithoutUs.push_back(topology_.describe(group_.ranks[i]));
+  }
+  if (othersAlive == 0 && !finishedWithoutUs.empty()) {
+    stats_.missed();
+    return unavailable(fmt::format(
+        "sync: {} took {} last step before this worker and {} gone: the job's final average was "
+        "made without it, and this worker's model is not the job's final model (it fell behind "
+        "the others by more than sync.timeoutSeconds); the workers that finished hold the job's "
+        "model",
+        fmt::join(finishedWithoutUs, ", "), finishedWithoutUs.size() == 1 ? "its" : "their",
+        finishedWithoutUs.size() == 1 ? "is" : "are"));
+  }
   // The whole model: the parameters and the float buffers (batch norm's
   // running statistics), so that every worker ends with the same one.
   // Memory: a model-sized sum at the coordinator and one peer's model at a

@@ -2116,13 +2116,18 @@ INSTANTIATE_TEST_SUITE_P(OnTheMemoryNetwork, InSimulatedTimeAWorkerStartingAsThe
 // A straggler is not a dead worker (docs/membership.md), in simulated time:
 // 4 regions 20 ms apart, DTS K = 2, D = 1, a round time-out of 1 s, one
 // worker's steps take `straggle` where the others' take 10 ms. It keeps
-// answering pings, so it is never suspected.
-RunResult runStraggler(FakeClock& clock, std::chrono::milliseconds straggle) {
+// answering pings, so it is never suspected. With `leaveWhenDone` each
+// worker's transport goes once it has finished, as its process would.
+RunResult runStraggler(FakeClock& clock, std::chrono::milliseconds straggle,
+                       bool leaveWhenDone = false) {
   JobSpec job = simulatedFourRegionDts(clock, 1, 1s, 1s);
   job.steps = 30;
   job.extraCompute = {10ms, 10ms, 10ms, straggle};
+  job.leaveWhenDone = leaveWhenDone;
   auto r = runJob(job);
-  for (size_t rank = 0; rank < 4; ++rank) {
+  // Nobody suspects the straggler; it suspects the others only once they
+  // have gone.
+  for (size_t rank = 0; rank < (leaveWhenDone ? 3u : 4u); ++rank) {
     EXPECT_EQ(r.stats[rank].degradedSeconds, 0.0) << "rank " << rank << " suspected a peer";
   }
   return r;
@@ -2152,10 +2157,10 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAStragglerIsWaitedForNotSuspected) {
 // their rounds without the straggler, finish long before it and make the
 // final average without it. The straggler ends with a model that is not the
 // job's: it says so and fails (a worker that exits 0 holds the job's final
-// model), where it used to keep its own model and exit 0.
-TEST(OnTheMemoryNetwork, InSimulatedTimeAStragglerBeyondTheRoundTimeOutFailsSayingWhy) {
-  FakeClock clock;
-  const auto r = runStraggler(clock, 1500ms);
+// model), where it used to keep its own model and exit 0 -- whether the
+// others' processes are still up (it asks rank 0 for an average that does
+// not come) or gone (it is alone at its end, and they had finished).
+void expectTheStragglerToFailSaying(const RunResult& r, const std::string& why) {
   for (size_t rank = 0; rank < 3; ++rank) {
     ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
     EXPECT_GT(r.stats[rank].missing, 0u) << "rank " << rank;
@@ -2163,8 +2168,19 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAStragglerBeyondTheRoundTimeOutFailsSayi
   }
   ASSERT_FALSE(r.status[3].ok()) << "the straggler ended with its own model and no error";
   const std::string message(r.status[3].message());
-  EXPECT_NE(message.find("no final average from rank 0 (a)"), std::string::npos) << message;
+  EXPECT_NE(message.find(why), std::string::npos) << message;
   EXPECT_NE(message.find("not the job's"), std::string::npos) << message;
+}
+
+TEST(OnTheMemoryNetwork, InSimulatedTimeAStragglerBeyondTheRoundTimeOutFailsSayingWhy) {
+  FakeClock clock;
+  expectTheStragglerToFailSaying(runStraggler(clock, 1500ms), "no final average from rank 0 (a)");
+}
+
+TEST(OnTheMemoryNetwork, InSimulatedTimeAStragglerLeftAloneAfterTheOthersFinishedFailsSayingWhy) {
+  FakeClock clock;
+  expectTheStragglerToFailSaying(runStraggler(clock, 1500ms, true),
+                                 "rank 0 (a), rank 1 (b), rank 2 (c) took their last step");
 }
 
 // SwarmSGD in simulated time, a peer dead: training never waits for an
