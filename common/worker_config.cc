@@ -1022,7 +1022,8 @@ std::vector<Section> buildSchema() {
             "in one, at the start and after every reconnect. Needs CAP_NET_ADMIN in the worker's "
             "network namespace, or routes that carry the windows already: a TrainingJob's pods "
             "get an init container that writes them, as root with NET_ADMIN alone (see "
-            "docs/kubernetes.md); `geotrain local --network netns` sets 100. `0`: the kernel's. "
+            "docs/kubernetes.md); `geotrain local --network netns` sets it from the links (689 on "
+            "its world preset). `0`: the kernel's. "
             "See docs/wan-emulation.md.")}});
   schema.push_back({"checkpoint",
                     {makeField("dir", &W::checkpoint, &W::Checkpoint::dir, string, anyString(),

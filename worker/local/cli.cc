@@ -144,9 +144,10 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
                    "messages above TCP; no privileges) or netns (each region in a network "
                    "namespace of its own, every packet between regions through an emulator "
                    "below TCP: real TCP retransmissions, socket buffers and queues; hosts tuned "
-                   "for the WAN, connections between regions opening with 100 segments "
-                   "(transport.tcpInitialWindow; --set transport.tcpInitialWindow=10 for "
-                   "Linux's); needs root)")
+                   "for the WAN, connections between regions opening with a window of the "
+                   "links' bandwidth-delay product over bbr's startup gain, 100 to 1000 "
+                   "segments (transport.tcpInitialWindow; 689 on the world preset; --set "
+                   "transport.tcpInitialWindow=10 for Linux's); needs root)")
       ->type_name("MODE")
       ->capture_default_str();
   local

@@ -462,14 +462,20 @@ class NetnsNetwork::Impl {
   uint64_t nextSeq_ = 0;
 };
 
-int64_t tcpBufferBytesFor(const WanShape& shape) {
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// The largest bandwidth-delay product of any path, in bytes: the path's
+// round trip times the slower of the sender's uplink and the receiver's
+// downlink, a link with no rate counting as 1 Gbit/s.
+double largestBandwidthDelayBytes(const WanShape& shape) {
   constexpr double kUnlimited = 1e9;  // bits per second
-  constexpr int64_t kMiB = int64_t{1} << 20;
-  double most = 0;  // bytes
+  const auto rate = [](double bits) { return bits > 0 ? bits : kUnlimited; };
+  double most = 0;
   for (size_t s = 0; s < shape.size(); ++s) {
     for (size_t d = 0; d < shape.size(); ++d) {
       if (s == d) continue;
-      const auto rate = [&](double bits) { return bits > 0 ? bits : kUnlimited; };
       const double bits = std::min(rate(shape.site[s].egressBitsPerSecond),
                                    rate(shape.site[d].ingressBitsPerSecond));
       const double rtt =
@@ -477,13 +483,38 @@ int64_t tcpBufferBytesFor(const WanShape& shape) {
       most = std::max(most, bits / 8 * rtt);
     }
   }
+  return most;
+}
+
+}  // namespace
+
+int64_t tcpBufferBytesFor(const WanShape& shape) {
+  const double most = largestBandwidthDelayBytes(shape);
   const auto wanted = static_cast<int64_t>(std::ceil(2 * most / static_cast<double>(kMiB))) * kMiB;
   return std::clamp<int64_t>(wanted, 32 * kMiB, 1024 * kMiB);
+}
+
+int64_t tcpInitialWindowFor(const WanShape& shape) {
+  constexpr double kBbrStartupGain = 2.885;  // 2 / ln 2, as Linux's bbr has it
+  const double segments =
+      std::ceil(largestBandwidthDelayBytes(shape) / kBbrStartupGain / kTcpSegmentBytes);
+  return std::clamp<int64_t>(static_cast<int64_t>(segments), kLeastTcpInitialWindow,
+                             kMostTcpInitialWindow);
+}
+
+int64_t tcpInitialReceiveBytesFor(int64_t segments) {
+  const double window =
+      2.0 * static_cast<double>(std::max<int64_t>(segments, 1) * kTcpSegmentBytes);
+  const auto power = int64_t{1} << static_cast<int>(std::ceil(std::log2(window)));
+  return std::max(power, kMiB);
 }
 
 StatusOr<std::unique_ptr<NetnsNetwork>> NetnsNetwork::create(WanShape shape, NetnsOptions options) {
   GEO_RETURN_IF_ERROR(validateShape(shape));
   if (options.tcpMaxBufferBytes == 0) options.tcpMaxBufferBytes = tcpBufferBytesFor(shape);
+  if (options.tcpInitialReceiveBytes == 0) {
+    options.tcpInitialReceiveBytes = tcpInitialReceiveBytesFor(tcpInitialWindowFor(shape));
+  }
   options.tcpInitialReceiveBytes =
       std::clamp<int64_t>(options.tcpInitialReceiveBytes, 4096, options.tcpMaxBufferBytes);
   if (options.mtu < 576 || options.mtu > 9000) {

@@ -69,8 +69,9 @@ struct NetnsOptions {
   // before autotuning grows it: what its first advertised windows can be.
   // Linux's 128 KiB allows about 64 KB, so a connection opened with a
   // larger initial window (transport.tcpInitialWindow) would wait for the
-  // receiver's; 1 MiB, as docs/kubernetes.md has an operator set.
-  int64_t tcpInitialReceiveBytes = int64_t{1} << 20;
+  // receiver's; 0: from the shape, tcpInitialReceiveBytesFor(
+  // tcpInitialWindowFor(shape)), as docs/kubernetes.md has an operator set.
+  int64_t tcpInitialReceiveBytes = 0;
 };
 
 // The TCP buffer limit a host on these links needs: twice the largest
@@ -82,6 +83,33 @@ struct NetnsOptions {
 // carried 76% of a 1 Gbit/s, 230 ms link (geo_fat_pipe_bench). Paths with
 // no rate limit count as 1 Gbit/s.
 int64_t tcpBufferBytesFor(const WanShape& shape);
+
+// A TCP segment's payload at the namespaces' MTU of 1500 (IPv4, timestamps).
+inline constexpr int64_t kTcpSegmentBytes = 1448;
+// The bounds of tcpInitialWindowFor: the window hosts tuned for the WAN
+// opened with before it was taken from the links, and the most
+// transport.tcpInitialWindow allows.
+inline constexpr int64_t kLeastTcpInitialWindow = 100;
+inline constexpr int64_t kMostTcpInitialWindow = 1000;
+
+// The initial congestion window, in segments, that hosts on these links
+// open their connections with (geotrain local --network netns gives it to
+// every worker as transport.tcpInitialWindow): bbr paces a fresh
+// connection at its startup gain (2 / ln 2 = 2.885) times the window per round trip,
+// so a window of the largest bandwidth-delay product over 2.885 lets the
+// first rounds leave at the path's rate even on the longest round trip.
+// Smaller, a worker's rounds queue in its socket buffer at the start
+// (100 segments pace at 14.6 Mbit/s over 230 ms: two regions' rounds of the
+// mlp were held 0.2-0.4 s each); cubic sends the window at once, a third of
+// the product. Between kLeastTcpInitialWindow and kMostTcpInitialWindow
+// (the world preset at 100 Mbit/s: 689 segments).
+int64_t tcpInitialWindowFor(const WanShape& shape);
+
+// The receive buffer a socket starts with (tcp_rmem's second field) so
+// that it advertises an initial window of `segments` at once: Linux
+// advertises about half of it, so twice the window, rounded up to a power
+// of two, at least 1 MiB.
+int64_t tcpInitialReceiveBytesFor(int64_t segments);
 
 // The address of site `index` in every namespace network ("198.18.0.1" for
 // site 0). Sites of different networks never see each other, so every network

@@ -160,7 +160,8 @@ done
 # crosses them twice (docs/wan-emulation.md, "TCP's slow start": 1.39x and
 # 79% there). The bounds here catch a regression beyond that -- slow start
 # back (1.75x and 69% with Linux's initial windows) is caught by the check
-# that every worker opened its connections with 100 segments.
+# that every worker opened its connections with the launcher's window (689
+# segments on the world preset: wan::tcpInitialWindowFor).
 # One run of each is not enough: on two cores the background evaluation
 # (nice 10) is skipped at most evaluation steps, so a run's time to 85% is
 # that of whichever evaluation first saw 85% -- 4.7 s in one run, the final
@@ -172,7 +173,7 @@ for i in 1 2 3; do
   # Every worker opened its connections to the three other regions with the
   # launcher's initial window (transport.tcpInitialWindow).
   for r in 0 1 2 3; do
-    n=$(grep -c "open with a window of 100 segments" "$work/speed-netns-$i/logs/worker-$r.log")
+    n=$(grep -c "open with a window of 689 segments" "$work/speed-netns-$i/logs/worker-$r.log")
     [ "$n" = 3 ] || fail "speed-netns-$i: rank $r set the initial window toward $n peers, not 3"
   done
   "$geotrain" local --network userspace --preset world --model mlp --threads 1 "${speed[@]}" \

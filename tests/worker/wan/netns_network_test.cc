@@ -74,6 +74,35 @@ TEST(NetnsTcpBuffer, TwiceTheLargestBandwidthDelayProductAtLeast32MiB) {
   EXPECT_EQ(tcpBufferBytesFor(fat), 1024 * kMiB);
 }
 
+TEST(NetnsTcpInitialWindow, BbrsFirstPacingReachesTheRateOnTheLongestRoundTrip) {
+  // 100 Mbit/s at 230 ms: 2.875 MB in flight, over bbr's startup gain of
+  // 2.885 and 1448 bytes a segment, 689 segments; a receive buffer that
+  // advertises them at once (about half of it) starts at 2 MiB.
+  WanShape world;
+  world.sites = {"london", "tokyo"};
+  world.oneWay = {{Microseconds(0), Microseconds(115'000)},
+                  {Microseconds(115'000), Microseconds(0)}};
+  world.site.resize(2);
+  world.site[0].egressBitsPerSecond = world.site[1].egressBitsPerSecond = 100e6;
+  EXPECT_EQ(tcpInitialWindowFor(world), 689);
+  EXPECT_EQ(tcpInitialReceiveBytesFor(689), int64_t{2} << 20);
+  // The slower of the sender's uplink and the receiver's downlink counts:
+  // 50 Mbit/s into both sites, half of it.
+  world.site[0].ingressBitsPerSecond = world.site[1].ingressBitsPerSecond = 50e6;
+  EXPECT_EQ(tcpInitialWindowFor(world), 345);
+  EXPECT_EQ(tcpInitialReceiveBytesFor(345), int64_t{1} << 20);
+  // No limit counts as 1 Gbit/s: 6883 segments at 230 ms, the workers' cap.
+  world.site[0] = world.site[1] = SiteShape{};
+  EXPECT_EQ(tcpInitialWindowFor(world), kMostTcpInitialWindow);
+  EXPECT_EQ(tcpInitialReceiveBytesFor(kMostTcpInitialWindow), int64_t{4} << 20);
+  // A short, slow path (20 Mbit/s at 100 ms would need 60): not below the
+  // 100 segments of hosts tuned for the WAN; 1 MiB at the least.
+  world.site[0].egressBitsPerSecond = world.site[1].egressBitsPerSecond = 20e6;
+  world.oneWay = {{Microseconds(0), Microseconds(50'000)}, {Microseconds(50'000), Microseconds(0)}};
+  EXPECT_EQ(tcpInitialWindowFor(world), kLeastTcpInitialWindow);
+  EXPECT_EQ(tcpInitialReceiveBytesFor(kLeastTcpInitialWindow), int64_t{1} << 20);
+}
+
 class NetnsNetworkTest : public ::testing::Test {
  protected:
   void SetUp() override {
