@@ -33,7 +33,7 @@
 // skew as latency feeds on itself: a larger D lets the faster worker run
 // further ahead, which the next measurement takes for a slower link. So after
 // completing a round every worker sends its peers the lags it measured
-// (kLagReportRound), and each pair's one-way link time is
+// (Control::kLagReport), and each pair's one-way link time is
 // (lag_ij + lag_ji) / 2, in which the skew cancels. The next rounds use the
 // smallest D that covers the slowest link of the last few rounds, in steps of
 // this worker's compute (waits excluded): D = ceil(max L / step time). A
@@ -640,23 +640,23 @@ class Dts final : public Base {
     return finishing_ ? sendFinished({peer}) : Status();
   }
 
-  // Tells `to` how many rounds this worker closed (kDtsFinishedRound).
+  // Tells `to` how many rounds this worker closed (Control::kDtsFinished).
   Status sendFinished(const std::vector<uint32_t>& to) {
     auto bytes = std::make_shared<std::vector<std::byte>>(sizeof nextRound_);
     std::memcpy(bytes->data(), &nextRound_, sizeof nextRound_);
-    return sendTo(to, MessageKind::kControl, kDtsFinishedRound, jobStep_, CodecId::kRaw,
-                  sizeof nextRound_, std::move(bytes));
+    return sendTo(to, Control::kDtsFinished, jobStep_, CodecId::kRaw, sizeof nextRound_,
+                  std::move(bytes));
   }
 
   // Peers that have taken their last step: they send no contribution to a
-  // round at or after the one they name (kDtsFinishedRound).
+  // round at or after the one they name (Control::kDtsFinished).
   void takeFinished() {
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self) continue;
-      for (auto m = transport_->receive(MessageKind::kControl, kDtsFinishedRound, group_.ranks[i],
-                                        std::chrono::milliseconds(0));
-           m.ok(); m = transport_->receive(MessageKind::kControl, kDtsFinishedRound,
-                                           group_.ranks[i], std::chrono::milliseconds(0))) {
+      for (auto m = receiveControl(*transport_, Control::kDtsFinished, group_.ranks[i],
+                                   std::chrono::milliseconds(0));
+           m.ok(); m = receiveControl(*transport_, Control::kDtsFinished, group_.ranks[i],
+                                      std::chrono::milliseconds(0))) {
         uint64_t rounds = 0;
         if (m->payload.size() != sizeof rounds) continue;
         std::memcpy(&rounds, m->payload.data(), sizeof rounds);
@@ -889,7 +889,7 @@ class Dts final : public Base {
     stats_.setPeriod(schedule_.k);
   }
 
-  // Report layout (kLagReportRound, header.step = the round reported on, or
+  // Report layout (Control::kLagReport, header.step = the round reported on, or
   // kNoRound for a schedule only): one little-endian IEEE double per group
   // member, the lag (seconds) of its contribution, NaN where none came; then
   // the schedule in force and the next one (k = 0: none), three int64 each;
@@ -915,8 +915,8 @@ class Dts final : public Base {
                                   lead()};
     std::memcpy(bytes->data() + lags.size() * sizeof(double), schedules, sizeof schedules);
     const uint64_t size = bytes->size();  // before the move: argument order is unspecified
-    return sendTo(presentPeers(), MessageKind::kControl, kLagReportRound, round, CodecId::kRaw,
-                  size, std::move(bytes));
+    return sendTo(presentPeers(), Control::kLagReport, round, CodecId::kRaw, size,
+                  std::move(bytes));
   }
 
   // Takes the peers' reports: their schedules (auto period), and their lags
@@ -930,10 +930,10 @@ class Dts final : public Base {
     const size_t lagBytes = group_.size() * sizeof(double);
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self) continue;
-      for (auto m = transport_->receive(MessageKind::kControl, kLagReportRound, group_.ranks[i],
-                                        std::chrono::milliseconds(0));
-           m.ok(); m = transport_->receive(MessageKind::kControl, kLagReportRound, group_.ranks[i],
-                                           std::chrono::milliseconds(0))) {
+      for (auto m = receiveControl(*transport_, Control::kLagReport, group_.ranks[i],
+                                   std::chrono::milliseconds(0));
+           m.ok(); m = receiveControl(*transport_, Control::kLagReport, group_.ranks[i],
+                                      std::chrono::milliseconds(0))) {
         if (m->payload.size() != lagBytes + kScheduleBytes) continue;
         any = true;
         if (options_.autoPeriod) {
@@ -1717,7 +1717,7 @@ class Dts final : public Base {
         it = it->round <= round ? parityAhead_.erase(it) : std::next(it);
       }
       auto bytes = encodeReport(parity_.back().own);
-      GEO_RETURN_IF_ERROR(sendTo(presentPeers(), MessageKind::kControl, kParityReportRound,
+      GEO_RETURN_IF_ERROR(sendTo(presentPeers(), Control::kParityReport,
                                  static_cast<int64_t>(round), CodecId::kRaw, kParityReportBytes,
                                  std::move(bytes)));
     }
@@ -1735,9 +1735,9 @@ class Dts final : public Base {
         }
         // Asked for a round we passed since (it asked as we completed it):
         // the answer says which round it is of.
-        GEO_RETURN_IF_ERROR(sendTo({group_.ranks[it->peer]}, MessageKind::kControl,
-                                   kParityStateRound, static_cast<int64_t>(round), CodecId::kRaw,
-                                   bytes->size(), bytes));
+        GEO_RETURN_IF_ERROR(sendTo({group_.ranks[it->peer]}, Control::kParityState,
+                                   static_cast<int64_t>(round), CodecId::kRaw, bytes->size(),
+                                   bytes));
         it = parityAsks_.erase(it);
       }
     }
@@ -1755,8 +1755,7 @@ class Dts final : public Base {
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self) continue;
       const uint32_t peer = group_.ranks[i];
-      for (const transport::Message& m :
-           takeArrived(MessageKind::kControl, kParityReportRound, peer)) {
+      for (const transport::Message& m : takeArrived(Control::kParityReport, peer)) {
         if (m.payload.size() != kParityReportBytes) continue;
         const ParityReport r = decodeReport(m.payload.data());
         const uint64_t round = m.header.step;
@@ -1768,14 +1767,13 @@ class Dts final : public Base {
           parityAhead_.push_back({round, i, r});
         }
       }
-      for (const transport::Message& m :
-           takeArrived(MessageKind::kControl, kParityRequestRound, peer)) {
+      for (const transport::Message& m : takeArrived(Control::kParityRequest, peer)) {
         uint64_t round = 0;
         if (m.payload.size() != sizeof round) continue;
         std::memcpy(&round, m.payload.data(), sizeof round);
         if (round < completedThrough_) {
           // Passed already: say which round we are at, and it asks again.
-          GEO_RETURN_IF_ERROR(sendTo({peer}, MessageKind::kControl, kParityStateRound,
+          GEO_RETURN_IF_ERROR(sendTo({peer}, Control::kParityState,
                                      static_cast<int64_t>(completedThrough_ - 1), CodecId::kRaw, 0,
                                      std::make_shared<std::vector<std::byte>>()));
         } else if (parityAsks_.size() < group_.size()) {
@@ -1878,8 +1876,8 @@ class Dts final : public Base {
     repair_ = Repair{from, round, {}, {}, differedAt, retries};
     auto bytes = std::make_shared<std::vector<std::byte>>(sizeof round);
     std::memcpy(bytes->data(), &round, sizeof round);
-    if (const Status s = sendTo({group_.ranks[from]}, MessageKind::kControl, kParityRequestRound, 0,
-                                CodecId::kRaw, sizeof round, std::move(bytes));
+    if (const Status s = sendTo({group_.ranks[from]}, Control::kParityRequest, 0, CodecId::kRaw,
+                                sizeof round, std::move(bytes));
         !s.ok()) {
       logger()->warn("dts: state parity: could not ask {} for its job model: {}",
                      topology_.describe(group_.ranks[from]), s.message());
@@ -1889,8 +1887,7 @@ class Dts final : public Base {
 
   Status pollRepair(train::FlatParameters& flat) {
     const uint32_t peer = group_.ranks[repair_->from];
-    for (const transport::Message& m :
-         takeArrived(MessageKind::kControl, kParityStateRound, peer)) {
+    for (const transport::Message& m : takeArrived(Control::kParityState, peer)) {
       if (!repair_) break;  // ended by an earlier answer
       Repair& r = *repair_;
       const uint64_t round = m.header.step;

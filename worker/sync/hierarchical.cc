@@ -223,7 +223,7 @@ class Hierarchical final : public Synchronizer {
   Status finish(int64_t steps, train::FlatParameters& flat) override {
     torch::Tensor whole = train::wholeModel(flat);  // with batch norm's statistics
     if (!isLeader()) {
-      auto m = fromLeader(kFinalAverageRound, steps, flat, "final model");
+      auto m = fromLeader(roundOf(Control::kFinalAverage), steps, flat, "final model");
       if (!m.ok()) return m.status();
       acceptFromLeader(*m, whole, std::numeric_limits<float>::max(), "the final model");
       return {};
@@ -244,7 +244,7 @@ class Hierarchical final : public Synchronizer {
       if (lanMembers_.expected(members_[i], static_cast<uint64_t>(steps)))
         to.push_back(members_[i]);
     }
-    GEO_RETURN_IF_ERROR(send(to, MessageKind::kLanBroadcast, kFinalAverageRound, steps,
+    GEO_RETURN_IF_ERROR(send(to, MessageKind::kLanBroadcast, roundOf(Control::kFinalAverage), steps,
                              CodecId::kFp32, static_cast<uint64_t>(whole.numel()),
                              tensorBytes(whole)));
     // A member (re)joining as we finish gets the job's final model.
@@ -325,8 +325,8 @@ class Hierarchical final : public Synchronizer {
       auto served = lanMembers_.serve(step, flat.values, false, &flat);
       if (!served.ok()) return served.status();
       // Its reason first: it may fall silent right after sending it.
-      if (auto why = transport_->receive(MessageKind::kControl, kLeaderStoppedRound, leader_,
-                                         std::chrono::milliseconds(0));
+      if (auto why = receiveControl(*transport_, Control::kLeaderStopped, leader_,
+                                    std::chrono::milliseconds(0));
           why.ok()) {
         lanStats_.waited(since(t0));
         return aborted(fmt::format(
@@ -374,9 +374,10 @@ class Hierarchical final : public Synchronizer {
         begin, begin + std::min(text.size(), kMaxStopReasonBytes));
     const std::vector<uint32_t> to(members_.begin() + 1, members_.end());
     for (uint32_t m : to) {
-      (void)sendBuffer(*transport_, topology_, {m}, MessageKind::kControl,
-                       {kLeaderStoppedRound, static_cast<uint64_t>(step), CodecId::kRaw, 0}, bytes,
-                       std::chrono::milliseconds(100));
+      (void)sendBuffer(
+          *transport_, topology_, {m}, MessageKind::kControl,
+          {roundOf(Control::kLeaderStopped), static_cast<uint64_t>(step), CodecId::kRaw, 0}, bytes,
+          std::chrono::milliseconds(100));
     }
     const auto deadline = clock().now() + std::chrono::milliseconds(500);
     while (clock().now() < deadline) {

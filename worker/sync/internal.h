@@ -20,58 +20,13 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "worker/sync/control.h"
 #include "worker/sync/flat_codec.h"
 #include "worker/sync/membership.h"
 #include "worker/sync/parity.h"
 #include "worker/sync/synchronizer.h"
 
 namespace geo::sync::detail {
-
-// Message rounds outside any algorithm's range, for end-of-training traffic.
-inline constexpr uint64_t kFinalAverageRound = ~uint64_t{0};
-inline constexpr uint64_t kFinishedRound = ~uint64_t{0} - 1;
-inline constexpr uint64_t kResyncRound = ~uint64_t{0} - 2;
-// Membership (Membership below): a joining worker's query, the offers that
-// answer it, its request for state, the state, and its announcement that it
-// contributes from a given round on.
-inline constexpr uint64_t kJoinQueryRound = ~uint64_t{0} - 3;
-inline constexpr uint64_t kJoinOfferRound = ~uint64_t{0} - 4;
-inline constexpr uint64_t kJoinFetchRound = ~uint64_t{0} - 5;
-inline constexpr uint64_t kJoinStateRound = ~uint64_t{0} - 6;
-inline constexpr uint64_t kJoinedRound = ~uint64_t{0} - 7;
-inline constexpr uint64_t kResyncReplyRound = ~uint64_t{0} - 8;
-inline constexpr uint64_t kFinalContributionRound = ~uint64_t{0} - 9;
-// DTS auto delay: after completing round R (header.step = R) a worker tells
-// its peers how late each contribution of R reached it (dts.cc).
-inline constexpr uint64_t kLagReportRound = ~uint64_t{0} - 10;
-// A worker's acknowledgement that the final average reached it: the
-// coordinator stays until then (a queued send dies with its process).
-inline constexpr uint64_t kFinalAckRound = ~uint64_t{0} - 11;
-// Hierarchical sync: a region leader that stops on an error tells its
-// members why (payload: the error message, at most kMaxStopReasonBytes).
-inline constexpr uint64_t kLeaderStoppedRound = ~uint64_t{0} - 12;
-inline constexpr size_t kMaxStopReasonBytes = 1024;
-// Membership with announced resumes (Membership::setResumeAnnounced): a
-// worker that hears a suspected peer again tells it from which round on it
-// sends its contributions (payload: that round, u64; then one byte, 1 when
-// the peer is asked to answer with its own).
-inline constexpr uint64_t kResumeRound = ~uint64_t{0} - 13;
-// DTS: a worker that has taken its last step tells its peers how many
-// rounds it closed (payload: u64): it sends no contribution to a later one.
-inline constexpr uint64_t kDtsFinishedRound = ~uint64_t{0} - 14;
-// DTS state parity (parity.h, dts.cc): after completing round R (header.step
-// = R) a worker sends its peers the fingerprint of its job model (payload:
-// the gate, u64, then the fingerprint's five doubles); a worker whose model
-// differs asks one peer for its job model as of a round it names (payload:
-// u64), and the peer answers once it has completed that round (header.step
-// = the round; payload: the fp32 job model), or at once with an empty
-// payload and header.step = the last round it completed when that round is
-// past.
-inline constexpr uint64_t kParityReportRound = ~uint64_t{0} - 15;
-inline constexpr uint64_t kParityRequestRound = ~uint64_t{0} - 16;
-inline constexpr uint64_t kParityStateRound = ~uint64_t{0} - 17;
-// Rounds at or above this are control rounds, never an algorithm's.
-inline constexpr uint64_t kFirstControlRound = ~uint64_t{0} - 63;
 
 // The ranks a WAN algorithm runs among (all ranks, or the region leaders),
 // ascending, with the weight of each in an average (they sum to 1: uniform,
@@ -164,20 +119,41 @@ class Base : public Synchronizer {
   Status sendTo(const std::vector<uint32_t>& to, transport::MessageKind kind, uint64_t round,
                 int64_t step, transport::CodecId codec, uint64_t elements,
                 std::shared_ptr<const std::vector<std::byte>> bytes);
+  // The same for a control message (MessageKind::kControl).
+  Status sendTo(const std::vector<uint32_t>& to, Control control, int64_t step,
+                transport::CodecId codec, uint64_t elements,
+                std::shared_ptr<const std::vector<std::byte>> bytes) {
+    return sendTo(to, transport::MessageKind::kControl, roundOf(control), step, codec, elements,
+                  std::move(bytes));
+  }
   // sendTo() for a payload already made (modelPayload: a tensor's own
   // storage, without a copy).
   Status sendPayload(const std::vector<uint32_t>& to, transport::MessageKind kind, uint64_t round,
                      int64_t step, transport::CodecId codec, uint64_t elements,
                      const transport::Payload& payload);
+  Status sendPayload(const std::vector<uint32_t>& to, Control control, int64_t step,
+                     transport::CodecId codec, uint64_t elements,
+                     const transport::Payload& payload) {
+    return sendPayload(to, transport::MessageKind::kControl, roundOf(control), step, codec,
+                       elements, payload);
+  }
   // Every message of `kind` and `round` from `peer` already in the inbox, in
   // the order they arrived (a poll: no wait).
   std::vector<transport::Message> takeArrived(transport::MessageKind kind, uint64_t round,
                                               uint32_t peer);
+  std::vector<transport::Message> takeArrived(Control control, uint32_t peer) {
+    return takeArrived(transport::MessageKind::kControl, roundOf(control), peer);
+  }
   // A bounded receive that records the wait; DeadlineExceeded names the
   // peer, what was awaited and the timeout.
   StatusOr<transport::Message> receiveFrom(uint32_t peer, transport::MessageKind kind,
                                            uint64_t round, std::chrono::milliseconds timeout,
                                            const std::string& what);
+  StatusOr<transport::Message> receiveFrom(uint32_t peer, Control control,
+                                           std::chrono::milliseconds timeout,
+                                           const std::string& what) {
+    return receiveFrom(peer, transport::MessageKind::kControl, roundOf(control), timeout, what);
+  }
   // Agrees on the final model among the group members alive at the end:
   // everyone sends its fp32 model to the coordinator (the lowest rank it
   // does not suspect), which waits for every member it does not suspect,
@@ -198,6 +174,13 @@ class Base : public Synchronizer {
                                          int64_t step, const train::FlatParameters& flat,
                                          bool finished, const std::string& what,
                                          std::chrono::milliseconds timeout);
+  StatusOr<transport::Message> awaitFrom(uint32_t peer, Control control, int64_t step,
+                                         const train::FlatParameters& flat, bool finished,
+                                         const std::string& what,
+                                         std::chrono::milliseconds timeout) {
+    return awaitFrom(peer, transport::MessageKind::kControl, roundOf(control), step, flat, finished,
+                     what, timeout);
+  }
   // Counts a refused contribution and logs it, rate-limited per peer (the
   // first three, then every 100th): nothing a peer sends may flood the log.
   void reject(uint32_t peer, const std::string& what, const std::string& reason, const Status& why);

@@ -170,11 +170,11 @@ void Membership::delivered(uint32_t peer, uint64_t round) {
   }
 }
 
-Status Membership::sendControl(uint32_t to, uint64_t round, int64_t step,
+Status Membership::sendControl(uint32_t to, Control control, int64_t step,
                                std::shared_ptr<const std::vector<std::byte>> bytes, CodecId codec,
                                uint64_t elements) {
-  transport::SendMeta meta{round, static_cast<uint64_t>(std::max<int64_t>(step, 0)), codec,
-                           elements};
+  transport::SendMeta meta{roundOf(control), static_cast<uint64_t>(std::max<int64_t>(step, 0)),
+                           codec, elements};
   // A join's question, its answers and the request for state take the
   // control lane: a worker's data connection starts with the warm-up
   // padding, which a fresh TCP connection over a long round trip sends in
@@ -184,8 +184,8 @@ Status Membership::sendControl(uint32_t to, uint64_t round, int64_t step,
   // itself, the announcement of the round a joiner contributes from and a
   // resume (which orders a peer's old contributions before its new ones)
   // stay on the data connection.
-  meta.controlLane =
-      round == kJoinQueryRound || round == kJoinOfferRound || round == kJoinFetchRound;
+  meta.controlLane = control == Control::kJoinQuery || control == Control::kJoinOffer ||
+                     control == Control::kJoinFetch;
   return sendBuffer(*transport_, topology_, {to}, MessageKind::kControl, meta, std::move(bytes),
                     options_.timeout);
 }
@@ -196,7 +196,7 @@ Status Membership::sendResume(uint32_t peer, int64_t step, bool askBack) {
   std::memcpy(bytes->data(), &first, sizeof first);
   (*bytes)[sizeof first] = std::byte{static_cast<unsigned char>(askBack ? 1 : 0)};
   if (askBack) life(peer).resumeAsked = clock_.now();
-  return sendControl(peer, kResumeRound, step, std::move(bytes), CodecId::kRaw, 0);
+  return sendControl(peer, Control::kResume, step, std::move(bytes), CodecId::kRaw, 0);
 }
 
 StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor& values,
@@ -212,8 +212,8 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
     const uint32_t p = peers_[i];
     PeerLife& l = lives_[i];
     if (resumeAnnounced_) {
-      for (auto m = transport_->receive(MessageKind::kControl, kResumeRound, p, now); m.ok();
-           m = transport_->receive(MessageKind::kControl, kResumeRound, p, now)) {
+      for (auto m = receiveControl(*transport_, Control::kResume, p, now); m.ok();
+           m = receiveControl(*transport_, Control::kResume, p, now)) {
         uint64_t first = 0;
         if (m->payload.size() != sizeof first + 1) {
           logger()->warn("{}: ignoring a resume of {} with {} bytes (expected {})", name_,
@@ -242,8 +242,8 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
         GEO_RETURN_IF_ERROR(sendResume(p, step, true));
       }
     }
-    for (auto q = transport_->receive(MessageKind::kControl, kJoinQueryRound, p, now); q.ok();
-         q = transport_->receive(MessageKind::kControl, kJoinQueryRound, p, now)) {
+    for (auto q = receiveControl(*transport_, Control::kJoinQuery, p, now); q.ok();
+         q = receiveControl(*transport_, Control::kJoinQuery, p, now)) {
       // Behind -- the round it contributes to next is one we completed
       // without it: it will take a peer's state and announce the round it
       // starts with; until then it is not waited for. Otherwise it takes
@@ -270,7 +270,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
                                                          (behind ? 8 : 0))};
       std::memcpy(offer->data() + 1, &incarnation_, sizeof incarnation_);
       GEO_RETURN_IF_ERROR(
-          sendControl(p, kJoinOfferRound, step, std::move(offer), CodecId::kRaw, 0));
+          sendControl(p, Control::kJoinOffer, step, std::move(offer), CodecId::kRaw, 0));
       if (q->header.step > 0 || step > 0) {
         logger()->info("{}: {} starts at step {} and asks to join; we are at step {}{}{}", name_,
                        topology_.describe(p), q->header.step, step,
@@ -285,8 +285,8 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
     // then (lingerForJoiners answers it), and gets the job's final model.
     const bool deferFetch = finishing_ && !final_;
     for (auto f = deferFetch ? StatusOr<Message>(deadlineExceeded("deferred"))
-                             : transport_->receive(MessageKind::kControl, kJoinFetchRound, p, now);
-         f.ok(); f = transport_->receive(MessageKind::kControl, kJoinFetchRound, p, now)) {
+                             : receiveControl(*transport_, Control::kJoinFetch, p, now);
+         f.ok(); f = receiveControl(*transport_, Control::kJoinFetch, p, now)) {
       // The job's final model is the whole model (with batch norm's
       // statistics) where the trainer keeps one.
       auto bytes = tensorBytes(final_ && flat != nullptr ? train::wholeModel(*flat).contiguous()
@@ -302,7 +302,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
                        name_, topology_.describe(p));
         const auto numel = static_cast<uint64_t>(bytes->size() / 4);
         GEO_RETURN_IF_ERROR(
-            sendControl(p, kJoinStateRound, step, std::move(bytes), CodecId::kFp32, numel));
+            sendControl(p, Control::kJoinState, step, std::move(bytes), CodecId::kFp32, numel));
         l.joining = false;
         continue;
       }
@@ -320,7 +320,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
                      topology_.describe(p), static_cast<double>(bytes->size()) / 1e6);
       // Raw: the model's fp32 values followed by the optimizer's bytes.
       GEO_RETURN_IF_ERROR(
-          sendControl(p, kJoinStateRound, step, std::move(bytes), CodecId::kRaw, 0));
+          sendControl(p, Control::kJoinState, step, std::move(bytes), CodecId::kRaw, 0));
       // It continues from our step: expect it from that round on (its
       // announcement will say the same), so a synchronous partner -- a
       // region leader -- waits for it from its very first step.
@@ -329,8 +329,8 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       l.awaitingResume = false;
       l.expectFrom = roundAt(step);
     }
-    for (auto j = transport_->receive(MessageKind::kControl, kJoinedRound, p, now); j.ok();
-         j = transport_->receive(MessageKind::kControl, kJoinedRound, p, now)) {
+    for (auto j = receiveControl(*transport_, Control::kJoined, p, now); j.ok();
+         j = receiveControl(*transport_, Control::kJoined, p, now)) {
       uint64_t round = 0;
       if (j->payload.size() != sizeof round) {
         logger()->warn("{}: ignoring a join announcement of {} with {} bytes (expected {})", name_,
@@ -378,7 +378,7 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
     auto query = std::make_shared<std::vector<std::byte>>(sizeof incarnation_);
     std::memcpy(query->data(), &incarnation_, sizeof incarnation_);
     GEO_RETURN_IF_ERROR(
-        sendControl(p, kJoinQueryRound, ownStep, std::move(query), CodecId::kRaw, 0));
+        sendControl(p, Control::kJoinQuery, ownStep, std::move(query), CodecId::kRaw, 0));
   }
   struct Offer {
     int64_t step = 0;
@@ -395,8 +395,8 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
     if (!served.ok()) return served.status();
     for (size_t i = 0; i < peers_.size(); ++i) {
       if (offers[i]) continue;
-      auto m = transport_->receive(MessageKind::kControl, kJoinOfferRound, peers_[i],
-                                   std::chrono::milliseconds(0));
+      auto m =
+          receiveControl(*transport_, Control::kJoinOffer, peers_[i], std::chrono::milliseconds(0));
       if (!m.ok()) continue;
       const auto flags = m->payload.size() >= 1 ? static_cast<unsigned>(m->payload.data()[0]) : 0u;
       offers[i] = Offer{static_cast<int64_t>(m->header.step), (flags & 1) != 0, (flags & 2) != 0,
@@ -516,7 +516,7 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
   for (size_t i : candidates) {
     const uint32_t p = peers_[i];
     const auto f0 = clock_.now();
-    GEO_RETURN_IF_ERROR(sendControl(p, kJoinFetchRound, ownStep,
+    GEO_RETURN_IF_ERROR(sendControl(p, Control::kJoinFetch, ownStep,
                                     std::make_shared<std::vector<std::byte>>(), CodecId::kRaw, 0));
     const auto fetchDeadline = f0 + options_.timeout;
     std::optional<Message> state;
@@ -524,7 +524,7 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
       auto served = serve(ownStep, values, false, flat);
       if (!served.ok()) return served.status();
       if (lives_[i].suspected) break;
-      auto m = transport_->receive(MessageKind::kControl, kJoinStateRound, p, kPoll);
+      auto m = receiveControl(*transport_, Control::kJoinState, p, kPoll);
       if (m.ok()) {
         state = std::move(*m);
         break;
@@ -601,7 +601,7 @@ Status Membership::announce(uint64_t round, int64_t step) {
   auto bytes = std::make_shared<std::vector<std::byte>>(sizeof round);
   std::memcpy(bytes->data(), &round, sizeof round);
   for (uint32_t p : peers_) {
-    GEO_RETURN_IF_ERROR(sendControl(p, kJoinedRound, step, bytes, CodecId::kRaw, 0));
+    GEO_RETURN_IF_ERROR(sendControl(p, Control::kJoined, step, bytes, CodecId::kRaw, 0));
   }
   return {};
 }

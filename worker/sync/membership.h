@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "worker/sync/control.h"
 #include "worker/sync/synchronizer.h"
 
 namespace geo::sync::detail {
@@ -43,29 +44,30 @@ namespace geo::sync::detail {
 // straggler is not suspected: its I/O thread keeps answering pings while its
 // training thread is slow, so it is waited for (up to the round time-out).
 //
-// Join protocol (kControl messages; every worker runs it once at start):
-//   joiner -> all peers   kJoinQueryRound  header.step = its own step;
-//                                          payload: its incarnation (random u64)
-//   peer -> joiner        kJoinOfferRound  header.step = the peer's step;
-//                                          payload: 1 byte, bit 0 finished,
-//                                          bit 1 itself still joining, bit 2
-//                                          it saw this joiner (incarnation)
-//                                          joining while it joined, bit 3 the
-//                                          joiner is behind (below); then the
-//                                          peer's incarnation (u64)
-//   joiner -> one peer    kJoinFetchRound  (the nearest by RTT among those
-//                                          that found it behind, within a
-//                                          round of the furthest of them)
-//   peer -> joiner        kJoinStateRound  header.step; payload: the fp32 model,
-//                                          then the optimizer's state (bytes)
-//   joiner -> all peers   kJoinedRound     header.round field of the payload:
-//                                          the first round it contributes to
+// Join protocol (control messages, control.h; every worker runs it once at
+// start):
+//   joiner -> all peers   kJoinQuery   header.step = its own step;
+//                                      payload: its incarnation (random u64)
+//   peer -> joiner        kJoinOffer   header.step = the peer's step;
+//                                      payload: 1 byte, bit 0 finished,
+//                                      bit 1 itself still joining, bit 2
+//                                      it saw this joiner (incarnation)
+//                                      joining while it joined, bit 3 the
+//                                      joiner is behind (below); then the
+//                                      peer's incarnation (u64)
+//   joiner -> one peer    kJoinFetch   (the nearest by RTT among those
+//                                      that found it behind, within a
+//                                      round of the furthest of them)
+//   peer -> joiner        kJoinState   header.step; payload: the fp32 model,
+//                                      then the optimizer's state (bytes)
+//   joiner -> all peers   kJoined      header.round field of the payload:
+//                                      the first round it contributes to
 // A peer finds the sender *behind* when the round the sender contributes to
 // next is older than the oldest round the peer has not completed yet (its
 // open round: the round in progress, or with DTS the oldest one still
 // awaiting contributions) -- the peer completed that round without it. It
 // marks the sender *joining*: not expected in any round until its
-// kJoinedRound names the first round it contributes to (or until it is
+// Control::kJoined names the first round it contributes to (or until it is
 // served our state, which fixes that round). A query for our open round or a
 // later one (a common start, a whole-job restart, a worker that starts while
 // we still wait for its part of our first round) keeps the sender expected:
@@ -99,7 +101,7 @@ namespace geo::sync::detail {
 // sent none of the rounds it completed without us meanwhile: taking such a
 // late delivery as a sign that every later round will come made a worker
 // wait the round time-out for rounds the peer had never sent. So each side,
-// on hearing the other again, sends kResumeRound with the oldest round it
+// on hearing the other again, sends Control::kResume with the oldest round it
 // has not completed (it sends its contributions to that round and every
 // later one again), asking for the other's; the other answers with its
 // own. A peer heard again is expected again only from the round its resume
@@ -230,7 +232,7 @@ class Membership {
   uint64_t openRound(int64_t step) const;
   const PeerLife* find(uint32_t peer) const;
   double since(geo::Clock::TimePoint t0) const;  // seconds on clock_
-  Status sendControl(uint32_t to, uint64_t round, int64_t step,
+  Status sendControl(uint32_t to, Control control, int64_t step,
                      std::shared_ptr<const std::vector<std::byte>> bytes, transport::CodecId codec,
                      uint64_t elements);
 

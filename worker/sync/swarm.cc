@@ -19,9 +19,9 @@
 // Checkpoints keep the model and optimizer (the trainer's part); the
 // reference copies are not saved. A worker that resumed from a checkpoint or
 // took a peer's model when joining re-synchronizes them before its first
-// step: it sends its full fp32 model to every live peer (kResyncRound, the
+// step: it sends its full fp32 model to every live peer (Control::kResync, the
 // header's step = its step) and takes theirs in the replies
-// (kResyncReplyRound). Both ends of a pair then restart its sequence numbers
+// (Control::kResyncReply). Both ends of a pair then restart its sequence numbers
 // at 0 and drop the gossip of the pair's earlier life: the peer drops every
 // exchange message of the (re)starting worker (which sends none before its
 // resync), the starting worker drops those of the peer older than the reply.
@@ -109,7 +109,7 @@ class Swarm final : public Base {
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i != group_.self && !gone(i)) to.push_back(group_.ranks[i]);
     }
-    GEO_RETURN_IF_ERROR(sendTo(to, MessageKind::kControl, kFinishedRound, steps, CodecId::kRaw, 0,
+    GEO_RETURN_IF_ERROR(sendTo(to, Control::kSwarmFinished, steps, CodecId::kRaw, 0,
                                std::make_shared<std::vector<std::byte>>()));
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self || gone(i)) continue;
@@ -117,8 +117,8 @@ class Swarm final : public Base {
       while (true) {
         GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
         GEO_RETURN_IF_ERROR(serve(steps, flat));
-        auto m = transport_->receive(MessageKind::kControl, kFinishedRound, group_.ranks[i],
-                                     std::chrono::milliseconds(1));
+        auto m = receiveControl(*transport_, Control::kSwarmFinished, group_.ranks[i],
+                                std::chrono::milliseconds(1));
         if (m.ok()) break;
         if (gone(i)) break;  // suspected while we waited
         if (clock().now() > deadline) {
@@ -331,12 +331,11 @@ class Swarm final : public Base {
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self) continue;
       const uint32_t r = group_.ranks[i];
-      for (auto m = transport_->receive(MessageKind::kControl, kResyncRound, r,
-                                        std::chrono::milliseconds(0));
-           m.ok(); m = transport_->receive(MessageKind::kControl, kResyncRound, r,
-                                           std::chrono::milliseconds(0))) {
+      for (auto m = receiveControl(*transport_, Control::kResync, r, std::chrono::milliseconds(0));
+           m.ok();
+           m = receiveControl(*transport_, Control::kResync, r, std::chrono::milliseconds(0))) {
         if (!resetPair(i, flat.values, m->payload.bytes(), -1)) continue;
-        GEO_RETURN_IF_ERROR(sendTo({r}, MessageKind::kControl, kResyncReplyRound, t, CodecId::kFp32,
+        GEO_RETURN_IF_ERROR(sendTo({r}, Control::kResyncReply, t, CodecId::kFp32,
                                    static_cast<uint64_t>(flat.values.numel()),
                                    tensorBytes(flat.values)));
       }
@@ -353,8 +352,8 @@ class Swarm final : public Base {
     }
     const auto mine = tensorBytes(flat.values);
     for (size_t i : to) {
-      GEO_RETURN_IF_ERROR(sendTo({group_.ranks[i]}, MessageKind::kControl, kResyncRound, step,
-                                 CodecId::kFp32, static_cast<uint64_t>(flat.values.numel()), mine));
+      GEO_RETURN_IF_ERROR(sendTo({group_.ranks[i]}, Control::kResync, step, CodecId::kFp32,
+                                 static_cast<uint64_t>(flat.values.numel()), mine));
     }
     for (size_t i : to) {
       const uint32_t r = group_.ranks[i];
@@ -363,8 +362,8 @@ class Swarm final : public Base {
       while (clock().now() < deadline && !membership_.suspected(r)) {
         GEO_RETURN_IF_ERROR(serveMembership(step, flat, false));
         GEO_RETURN_IF_ERROR(answerResyncs(step, flat));
-        auto m = receiveFrom(r, MessageKind::kControl, kResyncReplyRound,
-                             std::chrono::milliseconds(20), "model after (re)starting");
+        auto m = receiveFrom(r, Control::kResyncReply, std::chrono::milliseconds(20),
+                             "model after (re)starting");
         if (m.ok()) {
           reply = std::move(*m);
           break;

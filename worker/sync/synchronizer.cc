@@ -513,7 +513,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     return {};
   }
   // Announcements already here count: a worker that finished rejoining a
-  // moment ago (its kJoinedRound waits in the inbox) takes part; and a peer
+  // moment ago (its Control::kJoined waits in the inbox) takes part; and a peer
   // cut off a moment ago may come back.
   GEO_RETURN_IF_ERROR(awaitSuspectedPeers(flat, steps));
   // Everyone heard and not rejoining takes part (a straggler given up on
@@ -560,11 +560,11 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   if (coordinator != group_.self) {
     const uint32_t c = group_.ranks[coordinator];
     stats_.encoded(modelBytes, modelBytes, 1);
-    GEO_RETURN_IF_ERROR(sendPayload({c}, MessageKind::kControl, kFinalContributionRound, steps,
-                                    CodecId::kFp32, numel, modelPayload(whole)));
+    GEO_RETURN_IF_ERROR(sendPayload({c}, Control::kFinalContribution, steps, CodecId::kFp32, numel,
+                                    modelPayload(whole)));
     // The coordinator may wait a round time-out for a straggler first.
-    auto m = awaitFrom(c, MessageKind::kControl, kFinalAverageRound, steps, flat, true,
-                       "final model", 2 * options_.timeout);
+    auto m = awaitFrom(c, Control::kFinalAverage, steps, flat, true, "final model",
+                       2 * options_.timeout);
     if (!m.ok()) {
       // The coordinator made the average without us (we fell behind the
       // others by more than the round time-out and it finished long before
@@ -593,7 +593,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     modified_ = true;
     // The coordinator waits for this before it leaves: the average may have
     // queued behind a slow uplink for longer than the transport's linger.
-    GEO_RETURN_IF_ERROR(sendTo({c}, MessageKind::kControl, kFinalAckRound, steps, CodecId::kRaw, 0,
+    GEO_RETURN_IF_ERROR(sendTo({c}, Control::kFinalAck, steps, CodecId::kRaw, 0,
                                std::make_shared<std::vector<std::byte>>()));
     return lingerForJoiners(flat, steps);
   }
@@ -610,8 +610,8 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
       continue;
     }
     if (!alive(i)) continue;
-    auto m = awaitFrom(group_.ranks[i], MessageKind::kControl, kFinalContributionRound, steps, flat,
-                       true, "final model", options_.timeout);
+    auto m = awaitFrom(group_.ranks[i], Control::kFinalContribution, steps, flat, true,
+                       "final model", options_.timeout);
     if (!m.ok()) {
       logger()->warn("sync: final average without {}: {}", topology_.describe(group_.ranks[i]),
                      m.status().message());
@@ -638,14 +638,14 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   }
   sum = torch::Tensor();
   stats_.encoded(modelBytes, modelBytes, to.size());
-  GEO_RETURN_IF_ERROR(sendPayload(to, MessageKind::kControl, kFinalAverageRound, steps,
-                                  CodecId::kFp32, numel, modelPayload(whole)));
+  GEO_RETURN_IF_ERROR(
+      sendPayload(to, Control::kFinalAverage, steps, CodecId::kFp32, numel, modelPayload(whole)));
   // A send is only queued: leaving now would drop an average still waiting
   // for a slow uplink (a whole fp32 model: seconds at a few Mbit/s, beyond
   // the transport's linger), and that worker would end on its own model.
   // So stay until each has acknowledged it, or is suspected (silent: gone).
   for (uint32_t peer : to) {
-    auto ack = awaitFrom(peer, MessageKind::kControl, kFinalAckRound, steps, flat, true,
+    auto ack = awaitFrom(peer, Control::kFinalAck, steps, flat, true,
                          "acknowledgement of the final average", options_.timeout);
     if (!ack.ok()) {
       logger()->warn("sync: {} may not have the final average: {}", topology_.describe(peer),

@@ -398,10 +398,11 @@ RunResult runJob(const JobSpec& job) {
           std::this_thread::sleep_for(2ms);
         }
         for (uint32_t peer : to) {  // the final model, forged as well
-          (void)transports[r]->send(peer, kind,
-                                    {detail::kFinalAverageRound, static_cast<uint64_t>(job.steps),
-                                     transport::CodecId::kFp32, static_cast<uint64_t>(numel)},
-                                    transport::Payload(job.forge(numel * 4)), 1s);
+          (void)transports[r]->send(
+              peer, kind,
+              {detail::roundOf(detail::Control::kFinalAverage), static_cast<uint64_t>(job.steps),
+               transport::CodecId::kFp32, static_cast<uint64_t>(numel)},
+              transport::Payload(job.forge(numel * 4)), 1s);
         }
         std::this_thread::sleep_for(500ms);  // let the frames leave
         result.status[r] = Status(StatusCode::kCancelled, "forger");

@@ -1,0 +1,116 @@
+#pragma once
+// The synchronizers' control messages (not a public interface): their
+// kinds, typed, and how one is received.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+
+#include "common/status.h"
+#include "worker/transport/transport.h"
+
+namespace geo::sync::detail {
+
+// The synchronizers' control messages. Each travels as a message of kind
+// MessageKind::kControl whose header round is roundOf(its Control), a value
+// at or above kFirstControlRound that no algorithm's round reaches (the
+// final average inside a region goes as MessageKind::kLanBroadcast with the
+// same round). Sending and receiving them goes through the overloads that
+// take a Control (Base::sendTo, takeArrived, receiveFrom, awaitFrom;
+// receiveControl, Membership::sendControl): a control message cannot be
+// mistaken for an algorithm's round, nor one control for another, by a
+// number. What each carries is said at its enumerator; the values are the
+// wire's and must not change.
+enum class Control : uint64_t {
+  // The end of training: the coordinator's average of the final models
+  // (payload: the fp32 model), each member's model for it, and a member's
+  // acknowledgement that the average reached it (the coordinator stays
+  // until then: a queued send dies with its process).
+  kFinalAverage = ~uint64_t{0},
+  kFinalContribution = ~uint64_t{0} - 9,
+  kFinalAck = ~uint64_t{0} - 11,
+  // Swarm: a worker that has taken its last step (payload: none;
+  // header.step = its steps); a resync of a pair's models after a restart
+  // (payload: the fp32 model) and its reply.
+  kSwarmFinished = ~uint64_t{0} - 1,
+  kResync = ~uint64_t{0} - 2,
+  kResyncReply = ~uint64_t{0} - 8,
+  // Membership (membership.h): a joining worker's query, the offers that
+  // answer it, its request for state, the state, and its announcement
+  // that it contributes from a given round on.
+  kJoinQuery = ~uint64_t{0} - 3,
+  kJoinOffer = ~uint64_t{0} - 4,
+  kJoinFetch = ~uint64_t{0} - 5,
+  kJoinState = ~uint64_t{0} - 6,
+  kJoined = ~uint64_t{0} - 7,
+  // DTS auto delay: after completing round R (header.step = R) a worker
+  // tells its peers how late each contribution of R reached it (dts.cc).
+  kLagReport = ~uint64_t{0} - 10,
+  // Hierarchical sync: a region leader that stops on an error tells its
+  // members why (payload: the error message, at most kMaxStopReasonBytes).
+  kLeaderStopped = ~uint64_t{0} - 12,
+  // Membership with announced resumes (Membership::setResumeAnnounced): a
+  // worker that hears a suspected peer again tells it from which round on
+  // it sends its contributions (payload: that round, u64; then one byte, 1
+  // when the peer is asked to answer with its own).
+  kResume = ~uint64_t{0} - 13,
+  // DTS: a worker that has taken its last step tells its peers how many
+  // rounds it closed (payload: u64): it sends no contribution to a later
+  // one.
+  kDtsFinished = ~uint64_t{0} - 14,
+  // DTS state parity (parity.h, dts.cc): after completing round R
+  // (header.step = R) a worker sends its peers the fingerprint of its job
+  // model (payload: the gate, u64, then the fingerprint's five doubles); a
+  // worker whose model differs asks one peer for its job model as of a
+  // round it names (payload: u64), and the peer answers once it has
+  // completed that round (header.step = the round; payload: the fp32 job
+  // model), or at once with an empty payload and header.step = the last
+  // round it completed when that round is past.
+  kParityReport = ~uint64_t{0} - 15,
+  kParityRequest = ~uint64_t{0} - 16,
+  kParityState = ~uint64_t{0} - 17,
+};
+inline constexpr size_t kMaxStopReasonBytes = 1024;
+// Rounds at or above this are control rounds, never an algorithm's.
+inline constexpr uint64_t kFirstControlRound = ~uint64_t{0} - 63;
+
+// The header round that carries `control`.
+constexpr uint64_t roundOf(Control control) {
+  return static_cast<uint64_t>(control);
+}
+
+// Every control message; a new one is added here too, and the check below
+// holds them apart and out of the algorithms' rounds at compile time.
+inline constexpr Control kControls[] = {
+    Control::kFinalAverage,  Control::kFinalContribution,
+    Control::kFinalAck,      Control::kSwarmFinished,
+    Control::kResync,        Control::kResyncReply,
+    Control::kJoinQuery,     Control::kJoinOffer,
+    Control::kJoinFetch,     Control::kJoinState,
+    Control::kJoined,        Control::kLagReport,
+    Control::kLeaderStopped, Control::kResume,
+    Control::kDtsFinished,   Control::kParityReport,
+    Control::kParityRequest, Control::kParityState,
+};
+constexpr bool controlsAreDistinctControlRounds() {
+  for (size_t i = 0; i < std::size(kControls); ++i) {
+    if (roundOf(kControls[i]) < kFirstControlRound) return false;
+    for (size_t j = 0; j < i; ++j) {
+      if (kControls[i] == kControls[j]) return false;
+    }
+  }
+  return true;
+}
+static_assert(controlsAreDistinctControlRounds(),
+              "two control messages share a round, or one is below kFirstControlRound");
+
+// The next control message `control` from `from` (kAnyPeer: any rank),
+// waiting at most `timeout` (0: a poll), as Transport::receive.
+inline StatusOr<transport::Message> receiveControl(transport::Transport& transport, Control control,
+                                                   uint32_t from,
+                                                   std::chrono::milliseconds timeout) {
+  return transport.receive(transport::MessageKind::kControl, roundOf(control), from, timeout);
+}
+
+}  // namespace geo::sync::detail
