@@ -557,6 +557,10 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   torch::Tensor whole = train::wholeModel(flat);
   const auto numel = static_cast<uint64_t>(whole.numel());
   const uint64_t modelBytes = numel * 4;
+  // Its time is logged: a whole fp32 model crosses the WAN twice, seconds
+  // for a large one at the end of the job (docs/benchmarks.md).
+  const auto t0 = clock().now();
+  const double megabytes = static_cast<double>(modelBytes) / 1e6;
   if (coordinator != group_.self) {
     const uint32_t c = group_.ranks[coordinator];
     stats_.encoded(modelBytes, modelBytes, 1);
@@ -591,6 +595,8 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
           topology_.describe(c), reason));
     }
     modified_ = true;
+    logger()->info("sync: the final average from {} in {:.2f} s (a model of {:.1f} MB each way)",
+                   topology_.describe(c), since(t0), megabytes);
     // The coordinator waits for this before it leaves: the average may have
     // queued behind a slow uplink for longer than the transport's linger.
     GEO_RETURN_IF_ERROR(sendTo({c}, Control::kFinalAck, steps, CodecId::kRaw, 0,
@@ -632,6 +638,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     to.push_back(group_.ranks[i]);
   }
   theirs = torch::Tensor();
+  const double taken = since(t0);
   if (!to.empty()) {
     whole.copy_(sum.mul_(static_cast<float>(1.0 / total)));
     modified_ = true;
@@ -652,6 +659,10 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
                      ack.status().message());
     }
   }
+  logger()->info(
+      "sync: the final average of {} models in {:.2f} s: {:.2f} s to take the others' ({:.1f} MB "
+      "each), {:.2f} s until each acknowledged it",
+      to.size() + 1, since(t0), taken, megabytes, since(t0) - taken);
   return lingerForJoiners(flat, steps);
 }
 
