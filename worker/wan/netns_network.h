@@ -99,7 +99,7 @@ inline constexpr int64_t kMostTcpInitialWindow = 1000;
 // so a window of the largest bandwidth-delay product over 2.885 lets the
 // first rounds leave at the path's rate even on the longest round trip.
 // Smaller, a worker's rounds queue in its socket buffer at the start
-// (100 segments pace at 14.6 Mbit/s over 230 ms: two regions' rounds of the
+// (100 segments pace at 14.4 Mbit/s over 230 ms: two regions' rounds of the
 // mlp were held 0.2-0.4 s each); cubic sends the window at once, a third of
 // the product. Between kLeastTcpInitialWindow and kMostTcpInitialWindow
 // (the world preset at 100 Mbit/s: 689 segments).
