@@ -665,6 +665,8 @@ class Dts final : public Base {
     }
   }
 
+  double uplinkBytesPerSecond() const override { return uplinkBytesPerSecond_; }
+
   bool peerFinished(size_t index) override {
     takeFinished();
     return finishedAt_[index].has_value();
@@ -1064,6 +1066,14 @@ class Dts final : public Base {
       if (!measured || links_[i].empty()) continue;
       const std::vector<double> samples(links_[i].begin(), links_[i].end());
       transfer = std::max(transfer, roundTransferSeconds(samples, rtt / 2, roundSeconds()));
+    }
+    // A round's copies leave for every peer at once, so the slowest link's
+    // transfer is the uplink's for all of them (or a bound under it where
+    // the uplink is not the limit): what the final average paces its copies
+    // by.
+    if (transfer > 0 && lastRoundBytes_ > 0 && group_.size() > 1) {
+      uplinkBytesPerSecond_ =
+          static_cast<double>(lastRoundBytes_) * static_cast<double>(group_.size() - 1) / transfer;
     }
     std::optional<int64_t> chosen;
     if (transfer >= 0) {
@@ -2088,6 +2098,7 @@ class Dts final : public Base {
   double waitedSince_ = 0;  // seconds waited for peers since the last step
   std::optional<geo::Clock::TimePoint> lastStepAt_;  // the latest afterStep's start
   uint64_t lastRoundBytes_ = 0;                      // the latest round's encoded update
+  double uplinkBytesPerSecond_ = 0;                  // measured (choosePeriod); 0: not yet
   int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step
   double lrScale_ = 1;   // the latest factor on the gradient (afterBackward)
   // The mean staleness of the peers' contributions to the last round

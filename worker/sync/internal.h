@@ -163,6 +163,12 @@ class Base : public Synchronizer {
   // worker left alone at the end after its peers finished without it, fail
   // (Unavailable, DataLoss) saying that their model is not the job's.
   Status averageModels(train::FlatParameters& flat, int64_t steps);
+  // The coordinator's half of it: the average (`whole`) to each of `to`,
+  // paced by uplinkBytesPerSecond() where it is known (one copy per
+  // model's time at that rate, the farthest peer first), else to all at
+  // once.
+  Status sendAverage(std::vector<uint32_t> to, int64_t steps, const train::FlatParameters& flat,
+                     const torch::Tensor& whole);
   // After the final average: while a restarted peer is in the middle of
   // joining (it asked while we were finishing), keep answering it -- with
   // "finished", or the final model at the last step -- for up to two peer
@@ -208,6 +214,11 @@ class Base : public Synchronizer {
     (void)index;
     return false;
   }
+  // The rate, in bytes per second, at which this worker's uplink was seen to
+  // carry its rounds to all its peers (DTS measures it from the rounds'
+  // crossings); 0 where the algorithm does not measure it. The final
+  // average paces its copies by it (averageModels).
+  virtual double uplinkBytesPerSecond() const { return 0; }
   // Before the final average, for a worker that hears none of its peers
   // (it is cut off, most likely, rather than every other worker dead):
   // waits while a peer is suspected that fell silent less than the round

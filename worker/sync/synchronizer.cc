@@ -506,6 +506,50 @@ Status Base::lingerForJoiners(const train::FlatParameters& flat, int64_t steps) 
                                         "a peer");
 }
 
+Status Base::sendAverage(std::vector<uint32_t> to, int64_t steps, const train::FlatParameters& flat,
+                         const torch::Tensor& whole) {
+  const auto numel = static_cast<uint64_t>(whole.numel());
+  const double rate = uplinkBytesPerSecond();
+  if (rate <= 0 || to.size() < 2) {
+    return sendPayload(to, Control::kFinalAverage, steps, CodecId::kFp32, numel,
+                       modelPayload(whole));
+  }
+  // Sent to every peer at once, the copies left as fast as each connection
+  // was paced (bbr's start-up: 2.89 times its estimate each) and overflowed
+  // the uplink's queue: on the namespace network every run dropped a fifth
+  // of them at the coordinator, and the members had the average after
+  // 0.7-1.3 s instead of 0.3-0.4 (docs/wan-emulation.md, "The final
+  // average's burst"). So one copy leaves per model's time at the rate the
+  // uplink was seen to carry the rounds, the farthest peer first; the last
+  // one leaves when it would have behind the others anyway. Joins are
+  // served meanwhile.
+  const auto counters = transport_->peerCounters();
+  const auto rttOf = [&](uint32_t peer) {
+    for (const auto& c : counters) {
+      if (c.peer == peer) return c.minRttSeconds;
+    }
+    return -1.0;
+  };
+  std::stable_sort(to.begin(), to.end(),
+                   [&](uint32_t a, uint32_t b) { return rttOf(a) > rttOf(b); });
+  const double gap = static_cast<double>(numel * 4) / rate;
+  for (size_t k = 0; k < to.size(); ++k) {
+    if (k > 0) {
+      const auto until = clock().now() + std::chrono::duration_cast<geo::Clock::Duration>(
+                                             std::chrono::duration<double>(gap));
+      while (clock().now() < until) {
+        GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
+        clock().sleepFor(std::chrono::milliseconds(2));
+      }
+    }
+    GEO_RETURN_IF_ERROR(sendPayload({to[k]}, Control::kFinalAverage, steps, CodecId::kFp32, numel,
+                                    modelPayload(whole)));
+  }
+  logger()->debug("sync: the final average left for {} peers {:.0f} ms apart ({:.1f} MB/s)",
+                  to.size(), gap * 1e3, rate / 1e6);
+  return {};
+}
+
 Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   membership_.setFinishing();
   if (group_.size() <= 1) {
@@ -645,8 +689,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   }
   sum = torch::Tensor();
   stats_.encoded(modelBytes, modelBytes, to.size());
-  GEO_RETURN_IF_ERROR(
-      sendPayload(to, Control::kFinalAverage, steps, CodecId::kFp32, numel, modelPayload(whole)));
+  GEO_RETURN_IF_ERROR(sendAverage(to, steps, flat, whole));
   // A send is only queued: leaving now would drop an average still waiting
   // for a slow uplink (a whole fp32 model: seconds at a few Mbit/s, beyond
   // the transport's linger), and that worker would end on its own model.
