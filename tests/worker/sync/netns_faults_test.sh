@@ -176,6 +176,14 @@ for i in 1 2 3; do
     n=$(grep -c "open with a window of 689 segments" "$work/speed-netns-$i/logs/worker-$r.log")
     [ "$n" = 3 ] || fail "speed-netns-$i: rank $r set the initial window toward $n peers, not 3"
   done
+  # No uplink dropped a packet: the final average's copies leave paced
+  # (Base::sendAverage); sent at once they overflowed london's queue in
+  # every run (26-28 packets, a fifth of the average retransmitted).
+  # launcher.log: "wan:   london: sent / delivered / lost / uplink queue
+  # drops / downlink queue drops / partitioned".
+  drops=$(awk -F'[:/]' '/^wan:   [a-z]+: / { if ($6 + 0 > 0) printf "%s %d; ", $2, $6 }' \
+    "$work/speed-netns-$i/logs/launcher.log")
+  [ -z "$drops" ] || fail "speed-netns-$i: packets dropped at an uplink's queue: $drops"
   "$geotrain" local --network userspace --preset world --model mlp --threads 1 "${speed[@]}" \
     --out "$work/speed-userspace-$i" > "$work/speed-userspace-$i.log" 2>&1 ||
     fail "speed-userspace-$i: geotrain local failed"
