@@ -516,22 +516,16 @@ Status Base::sendAverage(std::vector<uint32_t> to, int64_t steps, const train::F
   }
   // Sent to every peer at once, the copies left as fast as each connection
   // was paced (bbr's start-up: 2.89 times its estimate each) and overflowed
-  // the uplink's queue: on the namespace network every run dropped a fifth
-  // of them at the coordinator, and the members had the average after
-  // 0.7-1.3 s instead of 0.3-0.4 (docs/wan-emulation.md, "The final
+  // the uplink's queue: on the namespace network every run lost about a
+  // fifth of their bytes at the coordinator, and the members had the
+  // average after 0.7-1.3 s instead of 0.3-0.4 (docs/wan-emulation.md, "The final
   // average's burst"). So one copy leaves per model's time at the rate the
   // uplink was seen to carry the rounds, the farthest peer first; the last
   // one leaves when it would have behind the others anyway. Joins are
   // served meanwhile.
-  const auto counters = transport_->peerCounters();
-  const auto rttOf = [&](uint32_t peer) {
-    for (const auto& c : counters) {
-      if (c.peer == peer) return c.minRttSeconds;
-    }
-    return -1.0;
-  };
-  std::stable_sort(to.begin(), to.end(),
-                   [&](uint32_t a, uint32_t b) { return rttOf(a) > rttOf(b); });
+  std::vector<double> rtt(topology_.worldSize(), -1.0);  // by rank; -1: not measured
+  for (const auto& c : transport_->peerCounters()) rtt[c.peer] = c.minRttSeconds;
+  std::stable_sort(to.begin(), to.end(), [&](uint32_t a, uint32_t b) { return rtt[a] > rtt[b]; });
   const double gap = static_cast<double>(numel * 4) / rate;
   for (size_t k = 0; k < to.size(); ++k) {
     if (k > 0) {
