@@ -62,6 +62,7 @@
 #include "worker/sync/auto_rules.h"
 #include "worker/sync/internal.h"
 #include "worker/sync/parity.h"
+#include "worker/sync/uplink_pace.h"
 
 namespace geo::sync::detail {
 namespace {
@@ -665,7 +666,7 @@ class Dts final : public Base {
     }
   }
 
-  double uplinkBytesPerSecond() const override { return uplinkBytesPerSecond_; }
+  double uplinkBytesPerSecond() const override { return uplink_.bytesPerSecond(); }
 
   bool peerFinished(size_t index) override {
     takeFinished();
@@ -886,7 +887,7 @@ class Dts final : public Base {
     }
     schedule_ = e;
     roundsSinceChange_ = 0;
-    roundIntervals_.clear();
+    uplink_.periodChanged();
     closeAt_ = std::max(closeOf(nextRound_), t + 1);
     stats_.setPeriod(schedule_.k);
   }
@@ -1051,9 +1052,8 @@ class Dts final : public Base {
     // anyone's report (the links' come a round's completion, D steps, and a
     // report's trip later), and K may grow at once.
     const bool measured = !atClose && roundsSinceChange_ >= kLagWindow + 2;
-    const bool heldBack = roundIntervals_.size() >= 2 &&
-                          std::all_of(roundIntervals_.end() - 2, roundIntervals_.end(),
-                                      [](const RoundInterval& r) { return r.uplinkHeld; });
+    const std::optional<double> heldRound = uplink_.heldRoundSeconds();
+    const bool heldBack = heldRound.has_value();
     if (nextSchedule_ || stepSeconds_ <= 0 || !(measured || heldBack)) return {};
     for (size_t i = 0; i < group_.self; ++i) {
       if (!membership_.suspected(group_.ranks[i])) return {};  // not the coordinator
@@ -1071,10 +1071,7 @@ class Dts final : public Base {
     // transfer is the uplink's for all of them (or a bound under it where
     // the uplink is not the limit): what the final average paces its copies
     // by.
-    if (transfer > 0 && lastRoundBytes_ > 0 && group_.size() > 1) {
-      uplinkBytesPerSecond_ =
-          static_cast<double>(lastRoundBytes_) * static_cast<double>(group_.size() - 1) / transfer;
-    }
+    uplink_.measuredTransfer(transfer, group_.size() - 1);
     std::optional<int64_t> chosen;
     if (transfer >= 0) {
       chosen = autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
@@ -1088,13 +1085,9 @@ class Dts final : public Base {
       chosen.reset();
     }
     if (heldBack) {
-      // The longer of the two: the queue reaches its steady state (a round
-      // leaves as the one before it is through, every transfer's time
-      // apart) only in the second round held back; the first is shorter by
-      // up to a round's compute. (Their mean went to K = 32 of 12 ms steps
-      // for a 450 ms transfer.)
-      const double uplink =
-          std::max(roundIntervals_.end()[-1].seconds, roundIntervals_.end()[-2].seconds);
+      // The longer of the two (UplinkPace::heldRoundSeconds): their mean went
+      // to K = 32 of 12 ms steps for a 450 ms transfer.
+      const double uplink = *heldRound;
       const auto up =
           periodForHeldUplink(uplink, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
       if (up && (!chosen || *up > *chosen)) chosen = up, transfer = uplink;
@@ -1161,59 +1154,32 @@ class Dts final : public Base {
     return furthest;
   }
 
-  // A round's length as it is lived: the mean of the recent intervals
-  // between this worker's round sends, waits for the uplink and for peers
-  // included; K step times before there are any. The queue ahead of a round
-  // grows by its transfer less this, not less K compute steps: under pacing
-  // (awaitUplink) the rounds stretch to the uplink and the queue stays put,
-  // which K x step time read as a transfer of one round's compute (71 ms
-  // for the 280 ms that 10 Mbit/s takes), K then a quarter of what the link
-  // needs.
-  double roundSeconds() const {
-    if (roundIntervals_.empty()) return static_cast<double>(schedule_.k) * stepSeconds_;
-    double sum = 0;
-    for (const RoundInterval& r : roundIntervals_) sum += r.seconds;
-    return sum / static_cast<double>(roundIntervals_.size());
-  }
+  // A round's length as it is lived (UplinkPace::roundSeconds).
+  double roundSeconds() const { return uplink_.roundSeconds(schedule_.k, stepSeconds_); }
 
   // A round leaves only once the uplink has taken the previous one: while
-  // a whole round's bytes are still queued for a peer not suspected, the
-  // worker waits (serving joins), at most the round time-out. A worker whose
-  // uplink cannot carry a round per round so slows its rounds to the link.
-  // Without it the queue grew without end (4 Mbit/s for K = 2 rounds: 30 s
-  // of queue within seconds): every lag with it, D to its cap, and the lag
-  // reports the period decides on came behind the same queue. The queue
-  // seen is this transport's own (PeerCounters::backlogBytes: what the
-  // emulated uplink holds back, or what ZeroMQ has not yet taken); a real
-  // link's socket buffers add theirs.
+  // a whole round's bytes are still queued for a peer not suspected
+  // (roundStillQueued), the worker waits (serving joins), at most the round
+  // time-out. A worker whose uplink cannot carry a round per round so slows
+  // its rounds to the link. Without it the queue grew without end (4 Mbit/s
+  // for K = 2 rounds: 30 s of queue within seconds): every lag with it, D to
+  // its cap, and the lag reports the period decides on came behind the same
+  // queue.
   Status awaitUplink(int64_t t, train::FlatParameters& flat) {
-    if (lastRoundBytes_ == 0) return {};
+    if (uplink_.lastRoundBytes() == 0) return {};
     const auto t0 = clock().now();
     const double round = roundSeconds();
     const auto backlogged = [&] {
       for (const auto& c : transport_->peerCounters()) {
         if (!group_.indexOf(c.peer) || membership_.suspected(c.peer)) continue;
-        if (c.backlogBytes >= lastRoundBytes_) return true;
-        // Below the transport (a socket buffer that took the bytes at once,
-        // a real uplink's queue): the oldest data the peer has not
-        // acknowledged left more than a round trip and two rounds ago (one
-        // for the acknowledgement's own way back, behind the peer's
-        // uplink), so more than a round's worth waits ahead somewhere on the
-        // way -- while acknowledgements keep coming. When they stop (their
-        // own packets lost at a full queue, TCP backing off), their silence
-        // says nothing of the data's queue: holding on it stalled every
-        // worker for 5-6 s at a saturated uplink.
-        const double limit = c.minRttSeconds + 2 * round;
-        if (c.sinceAckSeconds >= 0 && c.minRttSeconds > 0 && c.unackedSeconds > limit &&
-            c.sinceAckSeconds < limit) {
-          return true;
-        }
+        const PeerQueue queue{c.backlogBytes, c.minRttSeconds, c.unackedSeconds, c.sinceAckSeconds};
+        if (roundStillQueued(queue, uplink_.lastRoundBytes(), round)) return true;
       }
       return false;
     };
-    uplinkHeld_ = false;
+    uplink_.setHeld(false);
     while (backlogged() && clock().now() < t0 + options_.timeout) {
-      uplinkHeld_ = true;
+      uplink_.setHeld(true);
       GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
       pollArrivals();
       clock().sleepFor(std::chrono::milliseconds(2));
@@ -1266,7 +1232,7 @@ class Dts final : public Base {
         codec_->encode(acc, options_.seed, mixStream(2, topology_.rank(), p.round),
                        residual_.defined() ? &residual_ : nullptr));
     scratch_.give(std::move(acc));
-    lastRoundBytes_ = p.bytes->size();
+    uplink_.encoded(p.bytes->size());
     stats_.coded(since(t0), StatsRecorder::CodecWork::kEncode);
     const auto to = presentPeers();
     stats_.encoded(static_cast<uint64_t>(flat.values.numel()) * 4, p.bytes->size(), to.size());
@@ -1276,15 +1242,10 @@ class Dts final : public Base {
     if (flip_ && t >= flip_->step) injectFlip(t, flat);
     p.got.resize(group_.size());
     p.sentAt = clock().now();
-    if (lastSentAt_) {
-      roundIntervals_.push_back(
-          {std::chrono::duration<double>(p.sentAt - *lastSentAt_).count(), uplinkHeld_});
-      if (roundIntervals_.size() > kLagWindow) roundIntervals_.pop_front();
-    }
-    lastSentAt_ = p.sentAt;
+    uplink_.sent(p.sentAt);
     stats_.setDelay(delay_);
     pending_.push_back(std::move(p));
-    if (options_.autoPeriod && !finishing_ && uplinkHeld_) return choosePeriod(true);
+    if (options_.autoPeriod && !finishing_ && uplink_.held()) return choosePeriod(true);
     return {};
   }
 
@@ -2097,8 +2058,6 @@ class Dts final : public Base {
   double stepSeconds_ = 0;  // a step's time, waits for peers excluded (moving average)
   double waitedSince_ = 0;  // seconds waited for peers since the last step
   std::optional<geo::Clock::TimePoint> lastStepAt_;  // the latest afterStep's start
-  uint64_t lastRoundBytes_ = 0;                      // the latest round's encoded update
-  double uplinkBytesPerSecond_ = 0;                  // measured (choosePeriod); 0: not yet
   int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step
   double lrScale_ = 1;   // the latest factor on the gradient (afterBackward)
   // The mean staleness of the peers' contributions to the last round
@@ -2111,15 +2070,10 @@ class Dts final : public Base {
   // seen crossing to a peer (unacknowledged, acknowledgements coming), 0
   // before (none seen: no link of 0 ms); chooseDelay counts it as a link.
   double crossingSeconds_ = 0;
-  // Auto period: when this worker's latest round left, and the intervals
-  // between its recent rounds at the period in force (roundSeconds()).
-  std::optional<geo::Clock::TimePoint> lastSentAt_;
-  struct RoundInterval {
-    double seconds = 0;
-    bool uplinkHeld = false;  // the round that ended it waited for the uplink
-  };
-  std::deque<RoundInterval> roundIntervals_;
-  bool uplinkHeld_ = false;  // the latest awaitUplink() waited
+  // The rounds' pace and the uplink's (awaitUplink, roundSeconds(), the
+  // rate the final average paces its copies by): the latest round's bytes,
+  // the intervals between recent rounds at the period in force.
+  UplinkPace uplink_{kLagWindow};
   ScratchTensors scratch_;
   StageTimes stages_;
 };

@@ -1,0 +1,94 @@
+// DTS's uplink pacing on exact inputs (no clock of its own, no sockets):
+// when a round waits for the uplink, and what the rounds' pace says of it.
+
+#include "worker/sync/uplink_pace.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace geo::sync {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr uint64_t kRound = 100'000;  // bytes of a round's update
+
+TEST(RoundStillQueued, WhenTheTransportHoldsARoundsBytesOrMore) {
+  EXPECT_TRUE(roundStillQueued({kRound, 0.23, 0, 0.01}, kRound, 0.05));
+  EXPECT_TRUE(roundStillQueued({3 * kRound, -1, 0, -1}, kRound, 0.05));  // nothing measured yet
+  EXPECT_FALSE(roundStillQueued({kRound - 1, 0.23, 0, 0.01}, kRound, 0.05));
+}
+
+TEST(RoundStillQueued, BelowTheTransportWhileAcknowledgementsKeepComing) {
+  // A socket buffer took the bytes at once (no backlog here): the oldest
+  // data unacknowledged for longer than a round trip and two rounds (0.23 +
+  // 2 x 0.05 = 0.33 s) says a round's worth waits on the way.
+  EXPECT_TRUE(roundStillQueued({0, 0.23, 0.34, 0.01}, kRound, 0.05));
+  EXPECT_FALSE(roundStillQueued({0, 0.23, 0.32, 0.01}, kRound, 0.05));
+  // The rounds' length counts: longer rounds leave the queue more time.
+  EXPECT_FALSE(roundStillQueued({0, 0.23, 0.34, 0.01}, kRound, 0.10));
+}
+
+TEST(RoundStillQueued, NotOnTheSilenceOfAcknowledgements) {
+  // Acknowledgements stopped (lost at a full queue, TCP backing off): their
+  // silence says nothing of the data's queue, and holding on it stalled
+  // every worker for seconds.
+  EXPECT_FALSE(roundStillQueued({0, 0.23, 2.0, 0.5}, kRound, 0.05));
+  // No acknowledgement or round trip yet: nothing to go by.
+  EXPECT_FALSE(roundStillQueued({0, 0.23, 2.0, -1}, kRound, 0.05));
+  EXPECT_FALSE(roundStillQueued({0, -1, 2.0, 0.01}, kRound, 0.05));
+}
+
+TEST(RoundStillQueued, NeverBeforeTheFirstRound) {
+  EXPECT_FALSE(roundStillQueued({5, 0.23, 2.0, 0.01}, 0, 0.05));
+}
+
+TEST(UplinkPace, ARoundLastsKStepsUntilRoundsHaveLeftThenTheirMeanInterval) {
+  UplinkPace pace(4);
+  EXPECT_DOUBLE_EQ(pace.roundSeconds(16, 0.002), 0.032);
+  const geo::Clock::TimePoint t0{};
+  pace.sent(t0);  // the first round: no interval yet
+  EXPECT_DOUBLE_EQ(pace.roundSeconds(16, 0.002), 0.032);
+  pace.sent(t0 + milliseconds(100));
+  pace.sent(t0 + milliseconds(300));
+  EXPECT_DOUBLE_EQ(pace.roundSeconds(16, 0.002), 0.150);
+  // The window keeps the last four intervals.
+  for (int i = 1; i <= 4; ++i) pace.sent(t0 + milliseconds(300 + 50 * i));
+  EXPECT_DOUBLE_EQ(pace.roundSeconds(16, 0.002), 0.050);
+  // A new period forgets the old one's rounds.
+  pace.periodChanged();
+  EXPECT_DOUBLE_EQ(pace.roundSeconds(32, 0.002), 0.064);
+}
+
+TEST(UplinkPace, TwoRoundsHeldBackGiveTheLongerOfTheirIntervals) {
+  UplinkPace pace(4);
+  const geo::Clock::TimePoint t0{};
+  pace.sent(t0);
+  pace.setHeld(true);
+  pace.sent(t0 + milliseconds(400));
+  EXPECT_FALSE(pace.heldRoundSeconds().has_value());  // one held round is not two
+  pace.sent(t0 + milliseconds(850));
+  ASSERT_TRUE(pace.heldRoundSeconds().has_value());
+  EXPECT_NEAR(*pace.heldRoundSeconds(), 0.450, 1e-12);
+  pace.setHeld(false);
+  pace.sent(t0 + milliseconds(900));
+  EXPECT_FALSE(pace.heldRoundSeconds().has_value());
+  EXPECT_FALSE(pace.held());
+}
+
+TEST(UplinkPace, TheRateIsTheLatestRoundToEveryPeerOverTheSlowestTransfer) {
+  UplinkPace pace(4);
+  pace.measuredTransfer(0.5, 3);
+  EXPECT_EQ(pace.bytesPerSecond(), 0);  // no round yet
+  pace.encoded(1'000'000);
+  EXPECT_EQ(pace.lastRoundBytes(), 1'000'000u);
+  pace.measuredTransfer(0.0, 3);  // no transfer measured
+  pace.measuredTransfer(0.5, 0);  // no peer
+  EXPECT_EQ(pace.bytesPerSecond(), 0);
+  pace.measuredTransfer(0.25, 3);
+  EXPECT_DOUBLE_EQ(pace.bytesPerSecond(), 12'000'000);
+}
+
+}  // namespace
+}  // namespace geo::sync

@@ -1,0 +1,45 @@
+#include "worker/sync/uplink_pace.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace geo::sync {
+
+bool roundStillQueued(const PeerQueue& q, uint64_t roundBytes, double roundSeconds) {
+  if (roundBytes == 0) return false;
+  if (q.backlogBytes >= roundBytes) return true;
+  const double limit = q.minRttSeconds + 2 * roundSeconds;
+  return q.sinceAckSeconds >= 0 && q.minRttSeconds > 0 && q.unackedSeconds > limit &&
+         q.sinceAckSeconds < limit;
+}
+
+void UplinkPace::sent(geo::Clock::TimePoint at) {
+  if (lastSentAt_) {
+    intervals_.push_back({std::chrono::duration<double>(at - *lastSentAt_).count(), held_});
+    if (intervals_.size() > window_) intervals_.pop_front();
+  }
+  lastSentAt_ = at;
+}
+
+double UplinkPace::roundSeconds(int64_t k, double stepSeconds) const {
+  if (intervals_.empty()) return static_cast<double>(k) * stepSeconds;
+  double sum = 0;
+  for (const Interval& r : intervals_) sum += r.seconds;
+  return sum / static_cast<double>(intervals_.size());
+}
+
+std::optional<double> UplinkPace::heldRoundSeconds() const {
+  if (intervals_.size() < 2) return std::nullopt;
+  const Interval& last = intervals_.end()[-1];
+  const Interval& before = intervals_.end()[-2];
+  if (!last.held || !before.held) return std::nullopt;
+  return std::max(last.seconds, before.seconds);
+}
+
+void UplinkPace::measuredTransfer(double transferSeconds, size_t peers) {
+  if (!(transferSeconds > 0) || lastRoundBytes_ == 0 || peers == 0) return;
+  bytesPerSecond_ =
+      static_cast<double>(lastRoundBytes_) * static_cast<double>(peers) / transferSeconds;
+}
+
+}  // namespace geo::sync

@@ -1,0 +1,99 @@
+#pragma once
+// DTS's uplink pacing, one of its seams (docs/architecture.md section 3): a
+// round leaves only once the uplink has taken the previous one, and what the
+// rounds' pace says of the link -- the length of a round as lived, whether
+// the uplink held the last rounds back, the rate it carried them at. No
+// LibTorch and no transport: dts.cc feeds it what it measures and the
+// transport's per-peer counters, and it is unit-tested on exact inputs
+// (uplink_pace_test).
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+
+#include "common/clock.h"
+
+namespace geo::sync {
+
+// What the transport reports of the data queued for one peer: the fields
+// of transport::PeerCounters with the same names.
+struct PeerQueue {
+  uint64_t backlogBytes = 0;    // held back by the transport itself
+  double minRttSeconds = -1;    // the smallest recent ping round trip; < 0: none yet
+  double unackedSeconds = 0;    // age of the oldest data the peer has not acknowledged
+  double sinceAckSeconds = -1;  // since the peer's latest acknowledgement; < 0: none yet
+};
+
+// Whether a whole round of `roundBytes` still waits for a peer ahead of the
+// uplink, rounds lasting `roundSeconds` each. Either the transport holds
+// back a round's bytes or more (its emulated uplink, or what ZeroMQ has not
+// yet taken); or, below the transport (a socket buffer that took the bytes
+// at once, a real uplink's queue), the oldest data the peer has not
+// acknowledged left more than a round trip and two rounds ago (one for the
+// acknowledgement's own way back, behind the peer's uplink) while
+// acknowledgements keep coming. When they stop (their own packets lost at a
+// full queue, TCP backing off), their silence says nothing of the data's
+// queue: holding on it stalled every worker for 5-6 s at a saturated uplink.
+bool roundStillQueued(const PeerQueue& queue, uint64_t roundBytes, double roundSeconds);
+
+// The rounds' pace as this worker lives it. Not thread-safe (the training
+// thread's).
+class UplinkPace {
+ public:
+  // `window`: the recent round intervals kept (at the period in force).
+  explicit UplinkPace(size_t window) : window_(window) {}
+
+  // The latest round's encoded bytes (0 before the first round).
+  void encoded(uint64_t bytes) { lastRoundBytes_ = bytes; }
+  uint64_t lastRoundBytes() const { return lastRoundBytes_; }
+
+  // Whether the wait before the latest round (for roundStillQueued) held it.
+  void setHeld(bool held) { held_ = held; }
+  bool held() const { return held_; }
+
+  // A round left at `at`: the interval since the previous one joins the
+  // window, marked with held().
+  void sent(geo::Clock::TimePoint at);
+
+  // The period changed: the intervals of the old one say nothing of it.
+  void periodChanged() { intervals_.clear(); }
+
+  // A round's length as it is lived: the mean of the recent intervals
+  // between rounds sent, waits for the uplink and for peers included; `k`
+  // steps of `stepSeconds` before there are any. The queue ahead of a round
+  // grows by its transfer less this, not less K compute steps: under pacing
+  // the rounds stretch to the uplink and the queue stays put, which K x step
+  // time read as a transfer of one round's compute (71 ms for the 280 ms
+  // that 10 Mbit/s takes), K then a quarter of what the link needs.
+  double roundSeconds(int64_t k, double stepSeconds) const;
+
+  // Whether each of the last two rounds waited for the uplink: a round's
+  // transfer then takes at least as long as they lasted, known without any
+  // peer's report. heldRoundSeconds() is the longer of the two (the queue
+  // reaches its steady state only in the second round held back; the
+  // first is shorter by up to a round's compute); nullopt unless both were.
+  std::optional<double> heldRoundSeconds() const;
+
+  // The slowest link took `transferSeconds` for the latest round: its copies
+  // leave for all `peers` at once, so that is the uplink's time for all of
+  // them (or a bound under it where the uplink is not the limit).
+  // Ignored without a transfer, a round or a peer.
+  void measuredTransfer(double transferSeconds, size_t peers);
+  // The rate so measured, bytes per second; 0 before.
+  double bytesPerSecond() const { return bytesPerSecond_; }
+
+ private:
+  struct Interval {
+    double seconds = 0;
+    bool held = false;  // the round that ended it waited for the uplink
+  };
+  size_t window_;
+  uint64_t lastRoundBytes_ = 0;
+  bool held_ = false;
+  std::optional<geo::Clock::TimePoint> lastSentAt_;
+  std::deque<Interval> intervals_;
+  double bytesPerSecond_ = 0;
+};
+
+}  // namespace geo::sync
