@@ -61,6 +61,7 @@
 #include "common/logging.h"
 #include "worker/sync/auto_rules.h"
 #include "worker/sync/internal.h"
+#include "worker/sync/link_ledger.h"
 #include "worker/sync/parity.h"
 #include "worker/sync/uplink_pace.h"
 
@@ -316,8 +317,7 @@ class Dts final : public Base {
       pending_.clear();
       late_.clear();
       sent_.clear();
-      ownLags_.clear();
-      theirLags_.clear();
+      links_.forgetRounds();
       resend_ = false;
       if (options_.autoPeriod) awaitSchedule(joined->step);
       nextRound_ = roundAt(joined->step);
@@ -961,45 +961,10 @@ class Dts final : public Base {
         double theirs = 0;
         std::memcpy(&theirs, m->payload.data() + group_.self * sizeof(double), sizeof theirs);
         const uint64_t round = m->header.step;
-        if (round == kNoRound || !std::isfinite(theirs) || std::abs(theirs) > kMaxLagSeconds) {
-          continue;
-        }
-        const auto own = std::find_if(ownLags_.begin(), ownLags_.end(),
-                                      [&](const OwnLags& o) { return o.round == round; });
-        if (own != ownLags_.end()) {
-          addLinkSample(i, own->lags[i], theirs);
-          continue;
-        }
-        // The peer completed the round before us (its D is smaller, or it
-        // runs ahead): keep its lag until we have ours. Dropping it would
-        // leave the worker with the larger D without samples for as long as
-        // it stays the later one, its D stuck at the worst it ever measured.
-        theirLags_.push_back({round, i, theirs});
-        if (theirLags_.size() > kOwnLagRounds * group_.size()) theirLags_.pop_front();
+        if (round != kNoRound) links_.theirLag(round, i, theirs);
       }
     }
     return any;
-  }
-
-  // One sample of the link between this worker and peer i from both ends'
-  // lags of the same round: the skew between them cancels.
-  void addLinkSample(size_t i, double mine, double theirs) {
-    if (!std::isfinite(mine) || std::abs(mine) > kMaxLagSeconds) return;
-    auto& samples = links_[i];
-    samples.push_back(std::max(0.0, (mine + theirs) / 2));
-    if (samples.size() > kLagWindow) samples.pop_front();
-  }
-
-  // This worker's lags of a round it just completed: pairs them with the
-  // peers' reports of that round that came first.
-  void takeOwnLags(uint64_t round, std::vector<double> lags) {
-    std::erase_if(theirLags_, [&](const TheirLag& l) {
-      if (l.round != round) return l.round < round && round - l.round > kOwnLagRounds;
-      addLinkSample(l.peer, lags[l.peer], l.lag);
-      return true;
-    });
-    ownLags_.push_back({round, std::move(lags)});
-    if (ownLags_.size() > kOwnLagRounds) ownLags_.pop_front();
   }
 
   // A worker that took a peer's state under an automatic period learns the
@@ -1041,9 +1006,7 @@ class Dts final : public Base {
     for (const auto& c : transport_->peerCounters()) {
       const auto i = group_.indexOf(c.peer);
       if (!i || c.minRttSeconds < 0) continue;
-      auto& rtts = baseRtts_[*i];
-      rtts.push_back(c.minRttSeconds);
-      if (rtts.size() > kBaseRttWindow) rtts.pop_front();
+      links_.addRtt(*i, c.minRttSeconds);
     }
     // Decide on measurements of the K in force only: the last four link
     // times are of it six rounds after a change. Sooner where this worker's
@@ -1060,11 +1023,12 @@ class Dts final : public Base {
     }
     double transfer = -1, latency = 0;
     for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self || baseRtts_[i].empty()) continue;
-      const double rtt = *std::min_element(baseRtts_[i].begin(), baseRtts_[i].end());
+      const std::optional<double> smallest = links_.smallestRtt(i);
+      if (i == group_.self || !smallest) continue;
+      const double rtt = *smallest;
       latency = std::max(latency, rtt / 2);
-      if (!measured || links_[i].empty()) continue;
-      const std::vector<double> samples(links_[i].begin(), links_[i].end());
+      if (!measured || !links_.measured(i)) continue;
+      const std::vector<double> samples(links_.samples(i).begin(), links_.samples(i).end());
       transfer = std::max(transfer, roundTransferSeconds(samples, rtt / 2, roundSeconds()));
     }
     // A round's copies leave for every peer at once, so the slowest link's
@@ -1142,10 +1106,10 @@ class Dts final : public Base {
     uint64_t furthest = nextRound_;
     const auto now = clock().now();
     for (size_t i = 0; i < group_.size(); ++i) {
-      if (!paces_[i] || baseRtts_[i].empty() || membership_.suspected(group_.ranks[i])) continue;
+      const std::optional<double> rtt = links_.smallestRtt(i);
+      if (!paces_[i] || !rtt || membership_.suspected(group_.ranks[i])) continue;
       const Pace& p = *paces_[i];
-      const double rtt = *std::min_element(baseRtts_[i].begin(), baseRtts_[i].end());
-      const double seconds = rtt + std::chrono::duration<double>(now - p.at).count();
+      const double seconds = *rtt + std::chrono::duration<double>(now - p.at).count();
       const double rounds = seconds / p.roundSeconds;
       const uint64_t paced = p.nextRound + static_cast<uint64_t>(std::ceil(std::min(rounds, 1e6)));
       const uint64_t waits = roundAt(closeOf(nextRound_) + p.lead);
@@ -1450,7 +1414,7 @@ class Dts final : public Base {
     // measurement.
     if (measuring() && p.round > 0) {
       GEO_RETURN_IF_ERROR(reportLags(p.round, lags));
-      takeOwnLags(p.round, std::move(lags));
+      links_.ownLags(p.round, std::move(lags));
     }
     if (auto_) learnTheLink();
     if (options_.autoPeriod && !finishing_) GEO_RETURN_IF_ERROR(choosePeriod(false));
@@ -1480,11 +1444,11 @@ class Dts final : public Base {
   }
 
   // Whether the lag reports have measured the link to every peer expected
-  // (links_; a suspected peer is not expected). Until then a round seen
+  // (LinkLedger; a suspected peer is not expected). Until then a round seen
   // crossing can raise D (learnTheLink, every step).
   bool everyLinkMeasured() const {
     for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self || !links_[i].empty()) continue;
+      if (i == group_.self || links_.measured(i)) continue;
       if (!membership_.suspected(group_.ranks[i])) return false;
     }
     return true;
@@ -1502,8 +1466,8 @@ class Dts final : public Base {
       if (!i || *i == group_.self || membership_.suspected(c.peer)) continue;
       PeerLink l;
       l.minRttSeconds = c.minRttSeconds;
-      if (!links_[*i].empty()) {
-        l.measuredSeconds = *std::max_element(links_[*i].begin(), links_[*i].end());
+      if (links_.measured(*i)) {
+        l.measuredSeconds = links_.longestSample(*i);
       } else if (c.minRttSeconds > 0 && c.unackedSeconds > c.minRttSeconds &&
                  c.sinceAckSeconds >= 0 && c.sinceAckSeconds < c.minRttSeconds + 1.0) {
         // A round still crossing to a peer not measured yet: its oldest
@@ -1516,12 +1480,12 @@ class Dts final : public Base {
         // length). The longest seen holds until the reports come: the next
         // round crosses the same way. (The minimum round trip: the first
         // pings of a job wait behind connection set-up and slow start.)
-        crossingSeconds_ = std::max(crossingSeconds_, c.unackedSeconds - c.minRttSeconds / 2);
+        links_.sawCrossing(c.unackedSeconds - c.minRttSeconds / 2);
       }
       peers.push_back(l);
       indices.push_back(*i);
     }
-    const std::optional<SlowestLink> slowest = slowestLink(peers, crossingSeconds_);
+    const std::optional<SlowestLink> slowest = slowestLink(peers, links_.crossingSeconds());
     const double link = slowest ? slowest->seconds : -1;
     if (slowest && !slowest->estimated) stats_.setLink(link);
     const std::optional<int64_t> chosen = autoDelaySteps(link, stepSeconds_, options_.maxAutoDelay);
@@ -1538,7 +1502,7 @@ class Dts final : public Base {
                     next, delay_, link * 1e3,
                     !slowest              ? std::string("nothing known of the links")
                     : !slowest->estimated ? fmt::format("to {}", whose)
-                    : link == crossingSeconds_
+                    : link == links_.crossingSeconds()
                         ? fmt::format("a round seen crossing, before {}'s first reports", whose)
                         : fmt::format("half the ping round trip, before {}'s first reports", whose),
                     stepSeconds_ * 1e3);
@@ -2022,29 +1986,14 @@ class Dts final : public Base {
   bool resend_ = false;
   // Each peer's PeerCounters::reconnects when last looked at.
   std::vector<uint64_t> reconnectsSeen_;
-  // Auto delay: this worker's lags of recent rounds, by group index (NaN:
-  // no contribution), until the peers' reports of the same round arrive;
-  // and per peer, the last one-way link times measured.
-  struct OwnLags {
-    uint64_t round = 0;
-    std::vector<double> lags;
-  };
-  std::deque<OwnLags> ownLags_;
-  // The peers' lags of rounds this worker has not completed yet.
-  struct TheirLag {
-    uint64_t round = 0;
-    size_t peer = 0;  // group index
-    double lag = 0;
-  };
-  std::deque<TheirLag> theirLags_;
   Schedule schedule_;                     // the period in force
   std::optional<Schedule> nextSchedule_;  // agreed, from a later round
   int64_t closeAt_;                       // the step at which the open round closes
   uint64_t roundsSinceChange_ = 0;
   bool finishing_ = false;
-  // Auto period: the recent ping round trips of each peer, by group index.
-  std::vector<std::deque<double>> baseRtts_ = std::vector<std::deque<double>>(group_.size());
-  std::vector<std::deque<double>> links_ = std::vector<std::deque<double>>(group_.size());
+  // Auto delay and period: each peer's link, from both ends' lags of the
+  // same rounds, its ping round trips, and the rounds seen crossing.
+  LinkLedger links_{group_.size(), {kLagWindow, kOwnLagRounds, kMaxLagSeconds, kBaseRttWindow}};
   // Auto period: each peer's pace as of its latest report (the round it
   // closes next, its rounds' length as lived, its lead(), when the report
   // arrived).
@@ -2066,10 +2015,6 @@ class Dts final : public Base {
   // D = auto: a ping round trip or a link's lags have been measured, so
   // rounds are due D steps after they close (closeRound, learnTheLink).
   bool linkKnown_ = false;
-  // D = auto before the first lag reports: the longest a round of ours was
-  // seen crossing to a peer (unacknowledged, acknowledgements coming), 0
-  // before (none seen: no link of 0 ms); chooseDelay counts it as a link.
-  double crossingSeconds_ = 0;
   // The rounds' pace and the uplink's (awaitUplink, roundSeconds(), the
   // rate the final average paces its copies by): the latest round's bytes,
   // the intervals between recent rounds at the period in force.
