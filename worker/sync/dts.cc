@@ -191,7 +191,7 @@ class StageTimes {
 class Dts final : public Base {
  public:
   Dts(const SyncOptions& o, const Topology& t, transport::Transport* tr, Group g)
-      : Base(o, t, tr, std::move(g)),
+      : Base(o, t, tr, std::move(g), o.period),
         auto_(!o.delay.has_value()),
         delay_(o.delay.value_or(o.period)),
         loggedDelay_(delay_),

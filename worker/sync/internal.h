@@ -101,7 +101,11 @@ class StatsRecorder {
 // Common state and helpers of an algorithm running among `group` ranks.
 class Base : public Synchronizer {
  public:
-  Base(SyncOptions options, Topology topology, transport::Transport* transport, Group group);
+  // `stepsPerRound`: the steps of one of the algorithm's rounds (DTS: its
+  // period K; 1 for an exchange every step), which membership numbers
+  // rounds by until the algorithm says otherwise (Membership::setRoundOf).
+  Base(SyncOptions options, Topology topology, transport::Transport* transport, Group group,
+       int64_t stepsPerRound = 1);
   SyncStats stats() const override;
 
   // Whether the last afterStep() changed the parameters (the hierarchical

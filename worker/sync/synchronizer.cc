@@ -354,13 +354,14 @@ std::vector<uint32_t> othersOf(const Group& g) {
 
 }  // namespace
 
-Base::Base(SyncOptions options, Topology topology, transport::Transport* transport, Group group)
+Base::Base(SyncOptions options, Topology topology, transport::Transport* transport, Group group,
+           int64_t stepsPerRound)
     : options_(std::move(options)),
       topology_(std::move(topology)),
       transport_(transport),
       group_(std::move(group)),
       membership_(transport_, topology_, othersOf(group_), options_, options_.algorithm,
-                  options_.algorithm == "dts" ? options_.period : 1) {}
+                  stepsPerRound) {}
 
 SyncStats Base::stats() const {
   SyncStats s = stats_.snapshot();
