@@ -72,12 +72,8 @@ using transport::CodecId;
 using transport::Message;
 using transport::MessageKind;
 
-constexpr size_t kLagWindow = 4;        // link samples per peer the auto delay looks back on
-constexpr size_t kOwnLagRounds = 64;    // rounds whose measured lags await the peers' reports
-constexpr double kMaxLagSeconds = 600;  // a lag beyond this (or a forged one) is no sample
+constexpr size_t kLagWindow = 4;  // link samples per peer the auto delay looks back on
 constexpr int64_t kMinStepsBetweenChanges = 32;
-// Ping round trips the auto period looks back on (one or two a round).
-constexpr size_t kBaseRttWindow = 64;
 constexpr size_t kLateWindow = 4;  // incomplete rounds a late contribution may still join
 constexpr auto kPoll = std::chrono::milliseconds(20);
 
@@ -1993,7 +1989,7 @@ class Dts final : public Base {
   bool finishing_ = false;
   // Auto delay and period: each peer's link, from both ends' lags of the
   // same rounds, its ping round trips, and the rounds seen crossing.
-  LinkLedger links_{group_.size(), {kLagWindow, kOwnLagRounds, kMaxLagSeconds, kBaseRttWindow}};
+  LinkLedger links_{group_.size(), {.samples = kLagWindow}};
   // Auto period: each peer's pace as of its latest report (the round it
   // closes next, its rounds' length as lived, its lead(), when the report
   // arrived).

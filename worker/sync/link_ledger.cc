@@ -7,14 +7,14 @@
 namespace geo::sync {
 
 LinkLedger::LinkLedger(size_t groupSize, Limits limits)
-    : limits_(limits), groupSize_(groupSize), links_(groupSize), rtts_(groupSize) {}
+    : limits_(limits), links_(groupSize), rtts_(groupSize) {}
 
 bool LinkLedger::lagOk(double lag) const {
   return std::isfinite(lag) && std::abs(lag) <= limits_.maxLagSeconds;
 }
 
 void LinkLedger::addSample(size_t peer, double mine, double theirs) {
-  if (peer >= groupSize_ || !lagOk(mine) || !lagOk(theirs)) return;
+  if (peer >= links_.size() || !lagOk(mine) || !lagOk(theirs)) return;
   auto& samples = links_[peer];
   samples.push_back(std::max(0.0, (mine + theirs) / 2));
   if (samples.size() > limits_.samples) samples.pop_front();
@@ -31,7 +31,7 @@ void LinkLedger::ownLags(uint64_t round, std::vector<double> lags) {
 }
 
 void LinkLedger::theirLag(uint64_t round, size_t peer, double lag) {
-  if (peer >= groupSize_ || !lagOk(lag)) return;
+  if (peer >= links_.size() || !lagOk(lag)) return;
   const auto own =
       std::find_if(own_.begin(), own_.end(), [&](const OwnLags& o) { return o.round == round; });
   if (own != own_.end()) {
@@ -39,7 +39,7 @@ void LinkLedger::theirLag(uint64_t round, size_t peer, double lag) {
     return;
   }
   theirs_.push_back({round, peer, lag});
-  if (theirs_.size() > limits_.ownRounds * groupSize_) theirs_.pop_front();
+  if (theirs_.size() > limits_.ownRounds * links_.size()) theirs_.pop_front();
 }
 
 void LinkLedger::forgetRounds() {
@@ -54,7 +54,7 @@ std::optional<double> LinkLedger::longestSample(size_t peer) const {
 }
 
 void LinkLedger::addRtt(size_t peer, double seconds) {
-  if (peer >= groupSize_ || !(seconds >= 0)) return;
+  if (peer >= links_.size() || !(seconds >= 0)) return;
   auto& rtts = rtts_[peer];
   rtts.push_back(seconds);
   if (rtts.size() > limits_.rtts) rtts.pop_front();

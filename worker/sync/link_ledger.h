@@ -23,7 +23,7 @@ class LinkLedger {
     size_t samples = 4;          // link samples per peer kept: the latest ones
     size_t ownRounds = 64;       // rounds whose own lags await the peers' reports
     double maxLagSeconds = 600;  // a lag beyond this (or a forged one) is no sample
-    size_t rtts = 64;            // ping round trips per peer kept
+    size_t rtts = 64;            // ping round trips per peer kept (one or two a round)
   };
   LinkLedger(size_t groupSize, Limits limits);
 
@@ -79,7 +79,6 @@ class LinkLedger {
     double lag = 0;
   };
   Limits limits_;
-  size_t groupSize_;
   std::vector<std::deque<double>> links_;
   std::vector<std::deque<double>> rtts_;
   std::deque<OwnLags> own_;
