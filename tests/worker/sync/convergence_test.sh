@@ -8,9 +8,14 @@
 #                                         on the lan preset to save minutes)
 #   dts K = 4, D = 2, qsgd 4-bit         over an emulated 200 ms RTT
 #   swarm H = 4, qsgd 4-bit              over an emulated 200 ms RTT
-# Each must end within 1 point of allreduce's test accuracy (the final,
-# averaged model), and above 85% (docs/architecture.md section 3's reference
-# simulation of the same rules reaches 87.5-87.7% for all three).
+# Each must end above 85% (docs/architecture.md section 3's reference
+# simulation of the same rules reaches 87.5-87.7% for all three) and near
+# allreduce's test accuracy (the final, averaged model): dts within 1 point,
+# swarm within 1.5. Allreduce and dts give the same figure run after run;
+# swarm's pairs form in the order requests arrive, so its figure spreads:
+# eight runs on a 2-core VM ended at 86.77-87.39% (mean 87.1%) against
+# allreduce's 87.79%, the lowest 1.02 points below, so a 1-point bound fails
+# about one run in eight with nothing wrong.
 # Usage: convergence_test.sh GEOTRAIN
 set -uo pipefail
 geotrain="$1"
@@ -40,8 +45,9 @@ ok = True
 for name, acc in (("allreduce", allreduce), ("dts", dts), ("swarm", swarm)):
     if acc < 0.85:
         print(f"FAIL: {name} reached {acc:.4f}, below 0.85"); ok = False
-for name, acc in (("dts", dts), ("swarm", swarm)):
-    if acc < allreduce - 0.01:
-        print(f"FAIL: {name} {acc:.4f} is more than 1 point below allreduce {allreduce:.4f}"); ok = False
+for name, acc, points in (("dts", dts, 1.0), ("swarm", swarm, 1.5)):
+    if acc < allreduce - points / 100:
+        print(f"FAIL: {name} {acc:.4f} is more than {points:g} point(s) below allreduce {allreduce:.4f}")
+        ok = False
 sys.exit(0 if ok else 1)
 PY
