@@ -33,7 +33,9 @@ COPY worker worker
 RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGEO_USE_CUDA=OFF -DGEO_BUILD_CONTROLLER=OFF \
       -DGEO_BUILD_TESTS=OFF -DGEO_BUILD_BENCHMARKS=OFF \
  && cmake --build build -j"$(nproc)" --target geotrain-worker geotrain \
- && strip build/worker/geotrain-worker build/worker/geotrain
+ && strip build/worker/geotrain-worker build/worker/geotrain \
+ && strip --strip-unneeded build/worker/libgeotrain-worker-base.so \
+      build/worker/libgeotrain-worker-training.so
 
 FROM debian:12-slim
 RUN apt-get update \
@@ -43,6 +45,10 @@ RUN apt-get update \
       dataset-fashion-mnist \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/worker/geotrain-worker /src/build/worker/geotrain /usr/local/bin/
+# geotrain-worker's two libraries (worker/app/training_library.h), where it
+# looks for them: ../lib/geotrain/ from its folder.
+COPY --from=build /src/build/worker/libgeotrain-worker-base.so \
+     /src/build/worker/libgeotrain-worker-training.so /usr/local/lib/geotrain/
 USER 65532:65532
 EXPOSE 7000 9400
 ENTRYPOINT ["/usr/local/bin/geotrain-worker"]

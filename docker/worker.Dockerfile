@@ -68,7 +68,9 @@ RUN cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGEO_USE_CUDA=ON -DGEO_BUILD
       -DCMAKE_CUDA_COMPILER=/usr/local/cuda-${CUDA_VERSION}/bin/nvcc \
       -Dnvtx3_dir=/usr/local/cuda-${CUDA_VERSION}/include \
  && cmake --build build -j"$(nproc)" --target geotrain-worker geotrain \
- && strip build/worker/geotrain-worker build/worker/geotrain
+ && strip build/worker/geotrain-worker build/worker/geotrain \
+ && strip --strip-unneeded build/worker/libgeotrain-worker-base.so \
+      build/worker/libgeotrain-worker-training.so
 
 FROM debian:12-slim
 ARG CUDA_VERSION
@@ -91,6 +93,10 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/libtorch/lib /opt/libtorch/lib
 COPY --from=build /src/build/worker/geotrain-worker /src/build/worker/geotrain /usr/local/bin/
+# geotrain-worker's two libraries (worker/app/training_library.h), where it
+# looks for them: ../lib/geotrain/ from its folder.
+COPY --from=build /src/build/worker/libgeotrain-worker-base.so \
+     /src/build/worker/libgeotrain-worker-training.so /usr/local/lib/geotrain/
 # No NVIDIA_VISIBLE_DEVICES here: NVIDIA's device plugin sets it for the
 # GPUs a pod was given (resources nvidia.com/gpu), and a default of "all"
 # in the image would hand every GPU of the node to a pod that asked for none.

@@ -16,7 +16,10 @@
 // many kbit/s; --emulate-slowdown stretches every step, and
 // --emulate-step-time pads every step's compute to a floor.
 //
-// This file parses the command line; the run itself is worker/app (run.h).
+// This file parses the command line, sets up logging, and opens the
+// connections to the peers; then it loads the training library, which needs
+// LibTorch, and runs the worker there (worker/app/training_library.h says
+// why the two parts; the run itself is worker/app/run.h).
 
 #include <CLI/CLI.hpp>
 
@@ -32,10 +35,11 @@
 #include "common/logging.h"
 #include "common/worker_config.h"
 #include "common/worker_schema.h"
-#include "worker/app/progress.h"
-#include "worker/app/run.h"
-#include "worker/app/setup.h"
+#include "worker/app/connect.h"
+#include "worker/app/fault_signals.h"
+#include "worker/app/training_library.h"
 #include "worker/app/transport_setup.h"
+#include "worker/app/worker_output.h"
 
 namespace {
 
@@ -165,8 +169,25 @@ int main(int argc, char** argv) {
   const geo::app::Progress progress(progressFormat == "jsonl", config.worker.rank);
   gProgress = &progress;
   try {
+    if (auto s = geo::initLogging(config.log.level); !s.ok()) {
+      return geo::app::reportFailure(&progress, s);
+    }
+    if (auto s = geo::setLogFormat(config.log.format); !s.ok()) {
+      return geo::app::reportFailure(&progress, s);
+    }
+    // First the connections, whose handshakes with far peers take round
+    // trips; LibTorch loads meanwhile.
+    auto connection = geo::app::connectToPeers(config, progress);
+    if (!connection.ok()) return geo::app::reportFailure(&progress, connection.status());
+    const auto loading = std::chrono::steady_clock::now();
+    auto train = geo::app::loadTrainingLibrary();
+    if (!train.ok()) return geo::app::reportFailure(&progress, train.status());
+    geo::logger()->info(
+        "loaded {} in {:.2f} s", train->path,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - loading).count());
     emulation.minStepTime = std::chrono::milliseconds(minStepMs);
-    return geo::app::runWorker(config, progress, emulation);
+    geo::app::TrainingCall call{&config, &progress, &emulation, &*connection};
+    return train->run(&call);
   } catch (const std::exception& e) {
     return geo::app::reportFailure(gProgress, geo::internalError(e.what()));
   }

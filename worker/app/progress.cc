@@ -6,23 +6,6 @@
 
 namespace geo::app {
 
-double Progress::elapsed() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-}
-
-double Progress::secondsAt(std::chrono::steady_clock::time_point t) const {
-  return std::chrono::duration<double>(t - start_).count();
-}
-
-void Progress::emit(local::WorkerEvent event) const {
-  if (!jsonl_) return;
-  event.rank = rank_;
-  event.time = elapsed();
-  const std::string line = local::formatWorkerEvent(event) + "\n";
-  std::fwrite(line.data(), 1, line.size(), stdout);
-  std::fflush(stdout);
-}
-
 Totals readTotals(const sync::Synchronizer* sync, const transport::Transport* transport) {
   Totals t;
   if (sync != nullptr) t.sync = sync->stats();

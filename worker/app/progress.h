@@ -1,16 +1,15 @@
 #pragma once
 // The worker's progress events (docs/worker-progress.md): the WorkerEvent of
 // worker/local/worker_event.h, filled from the synchronizer's and the
-// transport's totals and written as JSON lines on stdout.
-//
-// Threading: Progress::emit may be called from any thread; each line is one
-// write and flushed, so lines never interleave.
+// transport's totals, which Progress (worker_output.h) writes as JSON lines
+// on stdout.
 
 #include <chrono>
 #include <cstdint>
 #include <vector>
 
 #include "common/status.h"
+#include "worker/app/worker_output.h"
 #include "worker/local/worker_event.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/sync/synchronizer.h"
@@ -18,25 +17,6 @@
 #include "worker/transport/transport.h"
 
 namespace geo::app {
-
-// Progress output: `--progress-format jsonl` writes one event per line on
-// stdout; text writes nothing here (the log lines are the caller's).
-class Progress {
- public:
-  Progress(bool jsonl, int64_t rank) : jsonl_(jsonl), rank_(rank) {}
-  bool jsonl() const { return jsonl_; }
-  // Seconds since this Progress was made (the worker's start).
-  double elapsed() const;
-  // The same for an earlier (or later) moment of this process.
-  double secondsAt(std::chrono::steady_clock::time_point t) const;
-  // Sets the event's rank and time and writes it (with jsonl only).
-  void emit(local::WorkerEvent event) const;
-
- private:
-  bool jsonl_;
-  int64_t rank_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
 
 // One consistent reading of the synchronizer's and the transport's cumulative
 // totals: a progress event and the metrics published from the same Totals

@@ -5,15 +5,9 @@
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <array>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -28,7 +22,6 @@
 #include "worker/app/transport_setup.h"
 #include "worker/app/worker_hook.h"
 #include "worker/train/blas.h"
-#include "worker/transport/zmq_transport.h"
 
 namespace geo::app {
 namespace {
@@ -76,66 +69,6 @@ Status checkDtsMemory(const WorkerConfig& c, train::Model& model, const Training
 
 using local::EventKind;
 using local::WorkerEvent;
-
-// What a fault signal said, as the handler passes it to the watching thread.
-struct FaultSignal {
-  int signal = 0;
-  int value = -1;  // SIGRTMIN's queued value (kbit/s), else -1
-};
-
-int faultPipe[2] = {-1, -1};  // [0]: the watching thread reads; [1]: handlers write
-
-// Async-signal-safe: one write of a few bytes (atomic below PIPE_BUF; the
-// write end does not block, so a full pipe drops the signal rather than
-// stall the thread it interrupted).
-void onFaultSignal(int signal, siginfo_t* info, void* /*context*/) {
-  const int savedErrno = errno;
-  FaultSignal f;
-  f.signal = signal;
-  if (signal == SIGRTMIN && info != nullptr && info->si_code == SI_QUEUE) {
-    f.value = info->si_value.sival_int;
-  }
-  [[maybe_unused]] const ssize_t n = ::write(faultPipe[1], &f, sizeof f);
-  errno = savedErrno;
-}
-
-// SIGUSR1 / SIGUSR2: a partition's start and end; SIGRTMIN: a new uplink
-// rate. (SIGRTMIN is a function call in glibc, hence no constant.)
-std::array<int, 3> faultSignalNumbers() {
-  return {SIGUSR1, SIGUSR2, SIGRTMIN};
-}
-
-sigset_t faultSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (const int signal : faultSignalNumbers()) sigaddset(&set, signal);
-  return set;
-}
-
-// Takes the fault signals (prepareFaultSignals) and tells the transport,
-// outside any handler: SIGUSR1 / SIGUSR2 start and end an emulated
-// partition; SIGRTMIN, queued with a value, sets the emulated uplink to that
-// many kbit/s (0: unlimited). This thread unblocks them, so that one that
-// arrives while every other thread of ours blocks them (the usual case)
-// interrupts only this read. It lives until the process exits.
-void watchPartitionSignals(transport::Transport* transport) {
-  if (faultPipe[0] < 0) return;
-  std::thread([transport] {
-    const sigset_t set = faultSignals();
-    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
-    while (true) {
-      FaultSignal f;
-      const ssize_t n = ::read(faultPipe[0], &f, sizeof f);
-      if (n < 0 && errno == EINTR) continue;
-      if (n != static_cast<ssize_t>(sizeof f)) return;
-      if (f.signal == SIGRTMIN) {
-        if (f.value >= 0) transport->setUplinkRate(static_cast<double>(f.value) * 1000 / 8);
-        continue;
-      }
-      transport->setPartitioned(f.signal == SIGUSR1);
-    }
-  }).detach();
-}
 
 // What a user loading the exported model needs to know of it (model.json).
 struct ExportFacts {
@@ -231,21 +164,8 @@ void logStep(const train::StepStats& st, const sync::Synchronizer* sync, bool dt
 
 }  // namespace
 
-void prepareFaultSignals() {
-  if (faultPipe[0] >= 0 || ::pipe2(faultPipe, O_CLOEXEC) != 0) return;
-  ::fcntl(faultPipe[1], F_SETFL, ::fcntl(faultPipe[1], F_GETFL) | O_NONBLOCK);
-  struct sigaction action {};
-  action.sa_sigaction = onFaultSignal;
-  action.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&action.sa_mask);
-  for (const int signal : faultSignalNumbers()) sigaction(signal, &action, nullptr);
-  const sigset_t set = faultSignals();
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-}
-
-int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& emulation) {
-  if (auto s = initLogging(c.log.level); !s.ok()) return reportFailure(&progress, s);
-  if (auto s = setLogFormat(c.log.format); !s.ok()) return reportFailure(&progress, s);
+int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& emulation,
+              Connection connection) {
   if (c.training.threads > 0) {
     torch::set_num_threads(static_cast<int>(c.training.threads));
     train::setBlasThreads(static_cast<int>(c.training.threads));
@@ -264,22 +184,11 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
 
   auto topology = sync::Topology::make(rankRegions(c), static_cast<uint32_t>(c.worker.rank));
   if (!topology.ok()) return reportFailure(&progress, topology.status());
-  std::unique_ptr<transport::Transport> transport;
-  std::unique_ptr<KeyWatcher> keyWatcher;  // stops before the transport goes
+  // Opened by the caller before LibTorch was loaded (connect.h).
+  std::unique_ptr<transport::Transport> transport = std::move(connection.transport);
+  std::unique_ptr<KeyWatcher> keyWatcher = std::move(connection.keyWatcher);  // goes first
   std::unique_ptr<sync::Synchronizer> sync;
   if (c.sync.algorithm != "none") {
-    if (c.worker.worldSize > 1) {
-      auto config = transportConfig(c, topology->rank());
-      if (!config.ok()) return reportFailure(&progress, config.status());
-      config->onDisagreement = [&progress](const Status& s) { refuseDisagreeingPeer(progress, s); };
-      // Before the first connection: the windows apply to those opened after.
-      if (Status s = applyTcpInitialWindow(c); !s.ok()) return reportFailure(&progress, s);
-      auto t = transport::makeZmqTransport(std::move(*config));
-      if (!t.ok()) return reportFailure(&progress, t.status());
-      transport = std::move(*t);
-      watchPartitionSignals(transport.get());
-      keyWatcher = std::make_unique<KeyWatcher>(c, topology->rank(), transport.get());
-    }
     auto s = sync::makeSynchronizer(syncOptions(c), *topology, transport.get());
     if (!s.ok()) return reportFailure(&progress, s.status());
     sync = std::move(*s);

@@ -134,27 +134,4 @@ std::string modelHash(const torch::Tensor& values) {
   return fmt::format("{:016x}", h);
 }
 
-int reportFailure(const Progress* progress, const Status& s) {
-  std::cerr << "geotrain-worker: " << s.message() << "\n";
-  if (progress != nullptr) {
-    local::WorkerEvent e;
-    e.kind = local::EventKind::kError;
-    e.message = s.message();
-    if (s.code() == StatusCode::kAborted) e.rejoin = true;
-    progress->emit(std::move(e));
-  }
-  return s.code() == StatusCode::kAborted ? kExitRejoin : kExitFailure;
-}
-
-void refuseDisagreeingPeer(const Progress& progress, const Status& s) {
-  const Status refused = failedPrecondition(
-      fmt::format("{}: every worker of a job must use the same sync settings", s.message()));
-  (void)reportFailure(&progress, refused);
-  std::cerr.flush();
-  std::fflush(stdout);
-  // Not exit(): other threads (the trainer, the transport's own I/O thread
-  // that runs this) still use what exit's destructors would free.
-  std::_Exit(kExitUsage);
-}
-
 }  // namespace geo::app

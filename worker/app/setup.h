@@ -24,19 +24,6 @@
 
 namespace geo::app {
 
-// Exit codes of geotrain-worker: 2 for a configuration that cannot work
-// (retrying it cannot help: the Kubernetes pod failure policy fails the job);
-// 75 (EX_TEMPFAIL) when what the worker depends on went away through no
-// fault of its own -- a region member whose leader died (a StatusCode
-// kAborted failure) -- so that started again it rejoins: the pod failure
-// policy replaces it without counting a retry (a member fails each time its
-// leader does, and over a long job the leader's failures used up the
-// member's retries; `geotrain local --restart-after` does the same).
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;
-inline constexpr int kExitUsage = kWorkerExitUsage;
-inline constexpr int kExitRejoin = kWorkerExitRejoin;
-
 // sync.* (and training.threads for the codec, job.seed) as SyncOptions.
 sync::SyncOptions syncOptions(const WorkerConfig& config);
 
@@ -71,16 +58,5 @@ std::unique_ptr<metrics::WorkerMetrics> startMetrics(const WorkerConfig& config,
 // the final model print the same. Given train::wholeModel(), it covers batch
 // norm's running statistics too.
 std::string modelHash(const torch::Tensor& values);
-
-// The transport's onDisagreement for geotrain-worker: a peer runs other sync
-// settings, so this job cannot train. Writes "geotrain-worker: <message>:
-// every worker of a job must use the same sync settings" on stderr and as an
-// error event, and ends the process at once with kExitUsage (it runs on the
-// transport's I/O thread, while the trainer may be blocked on that peer).
-[[noreturn]] void refuseDisagreeingPeer(const Progress& progress, const Status& status);
-
-// "geotrain-worker: <message>" on stderr and an error event; returns
-// kExitRejoin for a kAborted status, else kExitFailure.
-int reportFailure(const Progress* progress, const Status& status);
 
 }  // namespace geo::app

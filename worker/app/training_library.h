@@ -1,0 +1,58 @@
+#pragma once
+// geotrain-worker in two parts. The executable parses the command line,
+// sets up logging and the fault signals, and opens the connections to the
+// peers (connect.h); everything that needs LibTorch -- the model, the data,
+// the synchronizer, the trainer -- is a shared library of its own,
+// libgeotrain-worker-training.so, which the executable loads after that.
+// Why: loading LibTorch (Debian's links about 290 libraries, OpenCV and
+// FFmpeg among them) and running its static initializers takes 0.45 s of CPU
+// before main, a second when four workers start at once on two cores; the
+// connections' handshakes with far peers (five round trips: 1.2 s at 230
+// ms) now run during it instead of after it. No LibTorch in this header.
+//
+// The library resolves the executable's symbols (the executable exports
+// them): one copy of the transport, the configuration and the logging in
+// the process.
+
+#include <chrono>
+#include <string>
+
+#include "common/status.h"
+#include "common/worker_config.h"
+#include "worker/app/connect.h"
+#include "worker/app/worker_output.h"
+
+namespace geo::app {
+
+// What `geotrain local` emulates on one machine (train::StepEmulation).
+struct Emulation {
+  double slowdown = 1;                       // >= 1: every step takes this many times as long
+  std::chrono::milliseconds minStepTime{0};  // > 0: every step's compute lasts at least this
+};
+
+// runWorker's arguments, through the library's C entry point.
+struct TrainingCall {
+  const WorkerConfig* config = nullptr;
+  const Progress* progress = nullptr;
+  const Emulation* emulation = nullptr;
+  Connection* connection = nullptr;  // moved from
+};
+
+// The library's file name, and its entry point: runWorker (run.h) with the
+// call's arguments; a bug's exception is reported there and ends as
+// kExitFailure.
+inline constexpr const char* kTrainingLibrary = "libgeotrain-worker-training.so";
+inline constexpr const char* kTrainingEntry = "geoRunTraining";
+struct TrainingLibrary {
+  int (*run)(TrainingCall*) = nullptr;
+  std::string path;  // where it was loaded from
+};
+
+// Loads the library from next to this process's executable, or else from
+// <executable's folder>/../lib/geotrain/ (an installed layout: bin/ and
+// lib/geotrain/), with its entry point. Not found, or not loadable
+// (a library it needs is missing): FailedPrecondition naming each path
+// tried and the loader's reason.
+StatusOr<TrainingLibrary> loadTrainingLibrary();
+
+}  // namespace geo::app
