@@ -892,9 +892,10 @@ class Dts final : public Base {
   // kNoRound for a schedule only): one little-endian IEEE double per group
   // member, the lag (seconds) of its contribution, NaN where none came; then
   // the schedule in force and the next one (k = 0: none), three int64 each;
-  // then the round the sender closes next, its rounds' length as lived
-  // (roundSeconds(), in nanoseconds) and its lead() (int64 each), which
-  // tell the coordinator how far ahead of it a peer runs (choosePeriod).
+  // then the round the sender closes next, the shortest its rounds may last
+  // (fastestRoundSeconds(), in nanoseconds) and its lead() (int64 each),
+  // which tell the coordinator how far ahead of it a peer may run
+  // (choosePeriod).
   static constexpr uint64_t kNoRound = ~uint64_t{0};
   static constexpr size_t kScheduleBytes = 9 * sizeof(int64_t);
 
@@ -910,7 +911,7 @@ class Dts final : public Base {
                                   next.step,
                                   next.k,
                                   static_cast<int64_t>(nextRound_),
-                                  static_cast<int64_t>(roundSeconds() * 1e9),
+                                  static_cast<int64_t>(fastestRoundSeconds() * 1e9),
                                   lead()};
     std::memcpy(bytes->data() + lags.size() * sizeof(double), schedules, sizeof schedules);
     const uint64_t size = bytes->size();  // before the move: argument order is unspecified
@@ -1090,9 +1091,9 @@ class Dts final : public Base {
 
   // The furthest round a peer may have opened once an announcement sent
   // now reaches it: the round its last report named, plus the rounds it
-  // closes at the pace it reported (its rounds as lived, waits and a held
-  // uplink included) while that report came here and the announcement goes
-  // back (the links' smallest round trip), and since the report arrived.
+  // may close at the pace it reported (the fastest it can go) while that
+  // report came here and the announcement goes back (the links' smallest
+  // round trip), and since the report arrived.
   // At most the round of the step where its lead() makes it wait for our
   // next round: the announcement travels ahead of that round on the same
   // connection, so it cannot pass that step without it (a pace reported
@@ -1116,6 +1117,22 @@ class Dts final : public Base {
 
   // A round's length as it is lived (UplinkPace::roundSeconds).
   double roundSeconds() const { return uplink_.roundSeconds(schedule_.k, stepSeconds_); }
+
+  // The shortest this worker's rounds may last from now on, as its reports
+  // tell the coordinator (furthestPeerRound): K steps of compute, waits
+  // excluded, or as lived while its uplink holds them back (they cannot
+  // leave faster). Not as lived otherwise: a worker faster than the
+  // coordinator waits for the coordinator's rounds, and its rounds as lived
+  // are the coordinator's; between two waits it runs as fast as it
+  // computes, up to its lead(). Reported as lived, its pace put a change of
+  // K at a round it had opened already, 3 to 4 steps before the
+  // announcement reached it (Dts.AutoPeriodChangesOnTheSameStepWhereAPeerRunsAhead,
+  // about one run in five), and it changed K that much later than the rest.
+  double fastestRoundSeconds() const {
+    const double lived = roundSeconds();
+    if (stepSeconds_ <= 0 || uplink_.heldRoundSeconds()) return lived;
+    return std::min(lived, static_cast<double>(schedule_.k) * stepSeconds_);
+  }
 
   // A round leaves only once the uplink has taken the previous one: while
   // a whole round's bytes are still queued for a peer not suspected
@@ -1991,11 +2008,11 @@ class Dts final : public Base {
   // same rounds, its ping round trips, and the rounds seen crossing.
   LinkLedger links_{group_.size(), {.samples = kLagWindow}};
   // Auto period: each peer's pace as of its latest report (the round it
-  // closes next, its rounds' length as lived, its lead(), when the report
-  // arrived).
+  // closes next, the shortest its rounds may last, its lead(), when the
+  // report arrived).
   struct Pace {
     uint64_t nextRound = 0;
-    double roundSeconds = 0;
+    double roundSeconds = 0;  // the shortest its rounds may last (fastestRoundSeconds)
     int64_t lead = 0;
     geo::Clock::TimePoint at;
   };
