@@ -9,11 +9,12 @@ namespace geo {
 
 const std::vector<SyncAlgorithm>& syncAlgorithms() {
   static const std::vector<SyncAlgorithm> kAlgorithms = {
-      {"allreduce", "synchronous data parallelism", {}},
+      {"allreduce", "synchronous data parallelism", {}, false},
       {"dts",
        "delayed and temporally sparse updates",
-       {{"period", "period K"}, {"delay", "delay D"}}},
-      {"swarm", "SwarmSGD gossip", {{"swarmH", "H"}}},
+       {{"period", "period K"}, {"delay", "delay D"}},
+       true},
+      {"swarm", "SwarmSGD gossip", {{"swarmH", "H"}}, false},
   };
   return kAlgorithms;
 }

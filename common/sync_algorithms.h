@@ -31,6 +31,10 @@ struct SyncAlgorithm {
   // The sync.* keys it reads that no other algorithm does, in the order a
   // summary lists them. Every worker of a job must agree on them.
   std::vector<SyncAlgorithmKey> ownKeys;
+  // Its rounds stay in flight for D steps (sync.delay) after they leave:
+  // the worker holds them -- geotrain-worker checks at start that they fit
+  // its memory (worker/app/memory_plan.h) -- and its step lines show D.
+  bool delayedRounds = false;
 };
 
 // Every algorithm, in the order messages list them.

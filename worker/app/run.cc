@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "common/sync_algorithms.h"
 #include "worker/app/key_watcher.h"
 #include "worker/app/memory_plan.h"
 #include "worker/app/setup.h"
@@ -142,7 +143,9 @@ uint64_t maxRssBytes() {
 }
 
 // A step's log line for --progress-format text.
-void logStep(const train::StepStats& st, const sync::Synchronizer* sync, bool dts) {
+// `delayed`: the algorithm's rounds apply D steps after they leave
+// (SyncAlgorithm::delayedRounds), and the line shows D.
+void logStep(const train::StepStats& st, const sync::Synchronizer* sync, bool delayed) {
   std::string eval;
   if (st.evalAccuracy) {
     eval = fmt::format(" eval accuracy {:.2f}%", *st.evalAccuracy * 100);
@@ -156,7 +159,7 @@ void logStep(const train::StepStats& st, const sync::Synchronizer* sync, bool dt
   if (sync != nullptr) {
     const auto ss = sync->stats();
     syncText = fmt::format(" staleness {:.1f} wait {:.1f}s", ss.stalenessMean(), ss.waitSeconds);
-    if (dts) syncText += fmt::format(" D={}", ss.delay);
+    if (delayed) syncText += fmt::format(" D={}", ss.delay);
   }
   logger()->info("step {:>6} loss {:.4f} lr {:.4g} {:>8.0f} samples/s{}{}", st.step, st.loss, st.lr,
                  st.samplesPerSecond, syncText, eval);
@@ -206,7 +209,9 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
   if (!model.ok()) return reportFailure(&progress, model.status());
   const std::string describe = (*model)->describe();
   const int64_t params = (*model)->parameterCount();
-  if (c.sync.algorithm == "dts" && device->is_cpu()) {
+  const SyncAlgorithm* algorithm = findSyncAlgorithm(c.sync.algorithm);  // null: none
+  const bool delayedRounds = algorithm != nullptr && algorithm->delayedRounds;
+  if (delayedRounds && device->is_cpu()) {
     if (const Status fits = checkDtsMemory(c, **model, *data); !fits.ok()) {
       return reportFailure(&progress, fits);
     }
@@ -300,7 +305,7 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
     if (metrics && st.evalAccuracy) metrics->setEvalAccuracy(*st.evalAccuracy);
     if (metrics && st.evalLoss) metrics->setEvalLoss(*st.evalLoss);
     if (metrics) metrics->setCheckpointFailures(st.checkpointFailures);
-    if (!progress.jsonl()) return logStep(st, sync.get(), c.sync.algorithm == "dts");
+    if (!progress.jsonl()) return logStep(st, sync.get(), delayedRounds);
     WorkerEvent e;
     e.kind = EventKind::kProgress;
     e.step = st.step;
