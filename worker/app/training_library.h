@@ -5,14 +5,14 @@
 // the synchronizer, the trainer -- is a shared library of its own,
 // libgeotrain-worker-training.so, which the executable loads after that.
 // Why: loading LibTorch (Debian's links about 290 libraries, OpenCV and
-// FFmpeg among them) and running its static initializers takes 0.45 s of CPU
-// before main, a second when four workers start at once on two cores; the
+// FFmpeg among them) and running its static initializers takes 0.45 s of CPU,
+// 0.87-0.91 s when four workers start at once on two cores; the
 // connections' handshakes with far peers (five round trips: 1.2 s at 230
 // ms) now run during it instead of after it. No LibTorch in this header.
 //
-// The library resolves the executable's symbols (the executable exports
-// them): one copy of the transport, the configuration and the logging in
-// the process.
+// What both parts use -- the transport, the configuration, logging -- is in
+// libgeotrain-worker-base.so, whose symbols the training library resolves:
+// one copy of each in the process (worker/CMakeLists.txt).
 
 #include <chrono>
 #include <string>
