@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   double gapSeconds = 2;
   int bufferMiB = 0;
   double queueMs = 100;
+  int connections = 1;
   app.add_option("--rtt-ms", rttMs, "round-trip time of the link in ms (default 230)")
       ->check(CLI::Range(0.0, 10000.0));
   app.add_option("--rate-mbit", rateMbit, "the link's rate each way in Mbit/s (default 1000)")
@@ -70,6 +71,10 @@ int main(int argc, char** argv) {
   app.add_option("--queue-ms", queueMs,
                  "the longest a packet waits for the uplink before it is dropped (default 100)")
       ->check(CLI::Range(1.0, 10000.0));
+  app.add_option("--connections", connections,
+                 "data connections the payload is striped over (transport.connections; default "
+                 "1)")
+      ->check(CLI::Range(1, static_cast<int>(transport::kMaxConnections)));
   CLI11_PARSE(app, argc, argv);
   const auto rtt = std::chrono::duration_cast<std::chrono::microseconds>(
       std::chrono::duration<double, std::milli>(rttMs));
@@ -105,6 +110,7 @@ int main(int argc, char** argv) {
   for (uint32_t r = 0; r < 2; ++r) {
     transport::TransportConfig c = world.config(r);
     c.uplinkPeers = {r != 0, r != 1};
+    c.connections = static_cast<size_t>(connections);
     c.links.resize(2);
     c.rankNames = {"a", "b"};
     Status s = (*net)->runIn(r, [&] {
@@ -138,12 +144,12 @@ int main(int argc, char** argv) {
   const double linkBytesPerSecond = rateMbit * 1e6 / 8;
   std::printf(
       "link %.0f Mbit/s, round trip %.0f ms (%.1f MB in flight), queue %.0f ms, TCP buffers "
-      "up to %lld MiB, payload %d MiB\n",
+      "up to %lld MiB, payload %d MiB over %d connection(s)\n",
       rateMbit, Seconds(rtt).count() * 1e3, linkBytesPerSecond * Seconds(rtt).count() / 1e6,
       queueMs,
       static_cast<long long>(
           (bufferMiB > 0 ? int64_t{bufferMiB} << 20 : wan::tcpBufferBytesFor(shape)) >> 20),
-      sizeMiB);
+      sizeMiB, connections);
   std::printf("%-9s %12s %18s %10s\n", "transfer", "send->recv", "first->last byte", "of link");
   int failures = 0;
   std::vector<double> shares;

@@ -1024,7 +1024,15 @@ std::vector<Section> buildSchema() {
             "get an init container that writes them, as root with NET_ADMIN alone (see "
             "docs/kubernetes.md); `geotrain local --network netns` sets it from the links (689 on "
             "its world preset). `0`: the kernel's. "
-            "See docs/wan-emulation.md.")}});
+            "See docs/wan-emulation.md."),
+        makeField("connections", &W::transport, &W::Transport::connections, integer, between(1, 16),
+                  "Data connections to each WAN peer; an update or model larger than one chunk "
+                  "(64 KiB) is striped over them, and messages still arrive in the order sent. "
+                  "One TCP connection keeps at most its receive window in flight, which the "
+                  "hosts' `net.ipv4.tcp_rmem` caps (6 MiB by default: 14% of a 1 Gbit/s link at "
+                  "230 ms); n connections carry n windows. Raise it where the limits cannot be "
+                  "raised; chunks a dropped connection held are sent again on the others. See "
+                  "docs/benchmarks.md (a long fat pipe).")}});
   schema.push_back({"checkpoint",
                     {makeField("dir", &W::checkpoint, &W::Checkpoint::dir, string, anyString(),
                                "Where checkpoints go, inside the worker (a mounted volume, to "

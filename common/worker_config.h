@@ -254,6 +254,10 @@ struct WorkerConfig {
     // connections to the WAN peers (host routes: worker/transport/
     // initial_window.h); 0 leaves the kernel's (10). Needs CAP_NET_ADMIN.
     int64_t tcpInitialWindow = 0;
+    // Data connections to each WAN peer that a payload of several chunks is
+    // striped over (worker/transport/zmq_transport.h,
+    // TransportConfig::connections), 1..16.
+    int64_t connections = 1;
 
     bool operator==(const Transport&) const = default;
   };

@@ -581,12 +581,13 @@ std::optional<std::string_view> whyControllerOwned(std::string_view path) {
   if (path == "dataset.shardIndex" || path == "dataset.shardCount") {
     return "the controller derives the shards from the worker's place in the job";
   }
-  // Of transport, everything but the initial window is the job's wiring,
-  // which the controller derives from the regions and their gateways (or
-  // geotrain local's emulation).
-  if (path.starts_with("transport.") && path != "transport.tcpInitialWindow") {
+  // Of transport, everything but the initial window and the connections
+  // per peer is the job's wiring, which the controller derives from the
+  // regions and their gateways (or geotrain local's emulation).
+  if (path.starts_with("transport.") && path != "transport.tcpInitialWindow" &&
+      path != "transport.connections") {
     return "the controller sets the workers' endpoints, regions and keys; of transport, a "
-           "TrainingJob sets tcpInitialWindow";
+           "TrainingJob sets tcpInitialWindow and connections";
   }
   return std::nullopt;
 }

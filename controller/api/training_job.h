@@ -79,7 +79,7 @@ struct FieldError {
 const std::vector<std::string>& workerSpecSections();
 // Whether a key of those sections ("dataset.shardIndex") is the
 // controller's to set (it derives the shards from each worker's place in
-// the job, and every transport key but tcpInitialWindow from the regions),
+// the job, and every transport key but tcpInitialWindow and connections from the regions),
 // and so not part of the spec.
 bool isControllerOwned(std::string_view path);
 // Why such a key is the controller's (for the field error that refuses it);

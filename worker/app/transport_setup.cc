@@ -133,6 +133,7 @@ StatusOr<transport::TransportConfig> transportConfig(const WorkerConfig& c, uint
     if (auto it = links.find({mine, regions[r]}); it != links.end()) t.links[r] = it->second;
   }
   t.rankNames = regions;
+  t.connections = static_cast<size_t>(c.transport.connections);
   t.agreedSettings = agreedSyncSettings(c);
   // Opens each WAN connection's congestion window to about 170 packets
   // while the job starts: an mlp's 4-bit round (0.1 MB) then crosses in one

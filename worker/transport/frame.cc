@@ -218,8 +218,8 @@ StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint6
   const uint16_t flags = loadLe<uint16_t>(header, kOffFlags);
   if ((flags & ~kKnownFrameFlags) != 0) {
     return headerError(StatusCode::kInvalidArgument,
-                       fmt::format("flags at offset {} are {:#06x}: only {:#06x} (control lane) "
-                                   "is defined",
+                       fmt::format("flags at offset {} are {:#06x}: only {:#06x} (control lane, "
+                                   "striped) are defined",
                                    kOffFlags, flags, kKnownFrameFlags));
   }
 
@@ -249,6 +249,14 @@ StatusOr<FrameHeader> decodeFrameHeader(std::span<const std::byte> header, uint6
                        fmt::format("a control-lane frame carries its whole payload in one chunk; "
                                    "this one has {} of {} bytes at payloadOffset {}",
                                    chunkBytes, payloadBytes, payloadOffset));
+  }
+
+  if ((flags & kFrameFlagStriped) != 0 &&
+      ((flags & kFrameFlagControlLane) != 0 || payloadBytes == 0)) {
+    return headerError(StatusCode::kInvalidArgument,
+                       fmt::format("flags {:#06x}: a striped chunk belongs to a data payload of at "
+                                   "least one byte, never to the control lane (payloadBytes {})",
+                                   flags, payloadBytes));
   }
 
   const uint64_t elementCount = loadLe<uint64_t>(header, kOffElementCount);

@@ -73,7 +73,17 @@ inline constexpr uint16_t kFrameVersion = 3;
 // before it. It is not acknowledged (kAck acknowledges a data connection's
 // chunks, in their order). Always a whole payload in one chunk.
 inline constexpr uint16_t kFrameFlagControlLane = 1;
-inline constexpr uint16_t kKnownFrameFlags = kFrameFlagControlLane;
+// kFrameFlagStriped: a chunk of a payload striped over several of the
+// sender's data connections (TransportConfig::connections). Its chunks may
+// arrive in any order, each on any of those connections, once or more
+// (the sender sends again what a dropped connection held); the receiver
+// puts them in place by payloadOffset (StripeAssembler). The payload's last
+// chunk (the one that ends at payloadBytes) always travels on the sender's
+// first data connection, after every other chunk has been handed to a
+// connection: that chunk is the payload's place in the order of the
+// sender's messages. Never with the control lane; never an empty payload.
+inline constexpr uint16_t kFrameFlagStriped = 2;
+inline constexpr uint16_t kKnownFrameFlags = kFrameFlagControlLane | kFrameFlagStriped;
 // The largest chunk a sender puts in one message (the last one may be
 // shorter). Receivers refuse larger ZeroMQ frames (ZMQ_MAXMSGSIZE). CURVE
 // encrypts each message into a buffer of its own, and buffers below glibc's

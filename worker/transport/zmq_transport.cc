@@ -29,6 +29,7 @@
 #include "common/logging.h"
 #include "worker/transport/assembler.h"
 #include "worker/transport/buffer_pool.h"
+#include "worker/transport/stripe_assembler.h"
 
 namespace geo::transport {
 
@@ -62,6 +63,9 @@ constexpr uint64_t kLoggedFirst = 10;
 // Data chunks remembered until acknowledged, per peer (a peer that never
 // acknowledges cannot make the list grow without end).
 constexpr size_t kMaxUnackedChunks = size_t{1} << 16;
+// Connections per peer whose last acknowledgement is repeated with pings:
+// its data connections (at most kMaxConnections) and a few replaced ones.
+constexpr size_t kMaxAckedStreams = kMaxConnections + 4;
 constexpr uint64_t kLoggedEvery = 1000;
 // Control-lane messages a peer's queue holds while it has no connection.
 constexpr size_t kMaxLaneQueued = 64;
@@ -124,6 +128,9 @@ struct Outgoing {
   // the message is queued behind the link, after it in flight on it.
   std::optional<SteadyClock::time_point> departs;
   size_t chunksSent = 0;  // chunks ZeroMQ took so far; the rest go on POLLOUT or when released
+  // Its chunks are spread over the peer's data connections (frame.h,
+  // kFrameFlagStriped), the last one on the first.
+  bool striped = false;
 
   size_t chunks() const {
     return std::max<size_t>(1, (payload.size() + chunkBytes - 1) / chunkBytes);
@@ -139,6 +146,21 @@ struct SentChunk {
   uint64_t payloadBytes = 0;
   uint64_t wireBytes = 0;
   SteadyClock::time_point sentAt;
+  // A chunk of a striped payload keeps its header and bytes until it is
+  // acknowledged: if its connection drops first, it is sent again on
+  // another (the receiver ignores a chunk it has).
+  std::optional<FrameHeader> header;
+  Payload chunk;
+};
+
+// One of a peer's data connections after the first (TransportConfig::
+// connections), which carry chunks of striped payloads only.
+struct Stripe {
+  std::optional<zmq::socket_t> dealer;
+  std::optional<zmq::socket_t> monitor;
+  std::deque<SentChunk> unacked;  // oldest first
+  std::optional<SteadyClock::time_point> lastAck;
+  uint64_t opened = 0;  // how many times its socket was made (monitor names)
 };
 
 // A probe (ping, pong, acknowledgement) waiting out an emulated link's delay.
@@ -195,12 +217,18 @@ struct PeerState {
   // `mu`: send() adds from any thread.
   std::deque<PendingProbe> lane;
   std::deque<SentChunk> unacked;  // oldest first
-  std::deque<double> rtts;        // the recent ping round trips
-  // The latest data chunk received from the peer, not yet acknowledged; and
-  // the latest acknowledged, acknowledged again with every ping (one that
-  // was lost with its connection is then made good within a ping interval).
-  std::optional<FrameHeader> ackDue;
-  std::optional<FrameHeader> lastAcked;
+  // The data connections after the first (striping), and the chunks of
+  // striped payloads that a dropped connection held, to be sent again.
+  std::vector<Stripe> stripes;
+  std::deque<SentChunk> resend;
+  size_t nextStripe = 0;    // where the next striped chunk is tried first
+  std::deque<double> rtts;  // the recent ping round trips
+  // Per connection the peer's data came in on: the latest data chunk
+  // received, not yet acknowledged; and the latest acknowledged,
+  // acknowledged again with every ping (one that was lost with its
+  // connection is then made good within a ping interval).
+  std::map<uint64_t, FrameHeader> ackDue;
+  std::map<uint64_t, FrameHeader> lastAcked;
   std::optional<SteadyClock::time_point> lastReconnect;
   uint64_t silentReconnects = 0;  // since the peer was last heard
   // Key rotation: which of the peer's public keys (ZmqTransport::keys_)
@@ -279,6 +307,34 @@ class ZmqTransport final : public Transport {
   void countHandshakeFailure(std::string_view what);
   // Sends the released heads of a peer's queue; returns the next release time.
   std::optional<SteadyClock::time_point> flush(uint32_t peer, SteadyClock::time_point now);
+  // Striping (TransportConfig::connections). One [header][chunk] message on
+  // `socket`, without waiting: false when ZeroMQ did not take it (no
+  // connection, or its queue is full).
+  bool sendChunk(zmq::socket_t& socket, const FrameHeader& h, const Payload& chunk);
+  // A chunk of a striped payload on whichever of the peer's data
+  // connections takes it, trying them round from PeerState::nextStripe (the
+  // payload's last chunk: on the first only); recorded as unacknowledged on
+  // it. False when none took it.
+  bool sendStriped(PeerState& p, const FrameHeader& h, const Payload& chunk,
+                   SteadyClock::time_point now);
+  // Sends again the chunks that dropped connections held (PeerState::resend);
+  // false when a connection refused one (wait for POLLOUT).
+  bool flushResend(PeerState& p, SteadyClock::time_point now);
+  // The chunks of striped payloads in `unacked` go to PeerState::resend (a
+  // connection dropped, or is being replaced); the rest is left.
+  void requeueStriped(PeerState& p, std::deque<SentChunk>& unacked);
+  // Makes data connection 1 + i to peer r (a socket, its monitor).
+  Status openStripe(uint32_t r, size_t i);
+  // A stuck extra connection replaced alone, what it held sent again.
+  void reopenStripe(uint32_t r, size_t i, const std::string& why);
+  void handleStripeMonitor(uint32_t r, size_t i);
+  // How many data connections a payload to `peer` may be striped over.
+  size_t connectionsTo(uint32_t peer) const {
+    return wanPeer(peer) ? std::max<size_t>(1, cfg_.connections) : 1;
+  }
+  // A whole message received: handled by the transport (hello, probes,
+  // acknowledgements) or put in the inbox.
+  void deliver(const FrameHeader& header, Payload body);
   void reject(std::string reason);
   void sendPings(SteadyClock::time_point now);
   // A probe to `peer` on its probe connection, after the emulated link's
@@ -364,6 +420,13 @@ class ZmqTransport final : public Transport {
   // most 4 idle, 256 MiB. The assembler is the I/O thread's.
   std::shared_ptr<BufferPool> reassemblyBuffers_ = BufferPool::create(4, size_t{256} << 20);
   PayloadAssembler assembler_{limits_.worldSize, reassemblyBuffers_};
+  // Striped payloads, and the order of each sender's messages around them.
+  // A payload that makes no progress for this long is given up: longer
+  // than a stuck connection takes to be replaced (2.5 reconnectAfter) and
+  // what it held to be sent again.
+  StripeAssembler stripes_{
+      limits_.worldSize, reassemblyBuffers_,
+      cfg_.reconnectAfter.count() > 0 ? 4 * cfg_.reconnectAfter : milliseconds(10000)};
 
   mutable std::mutex inboxMu_;
   std::condition_variable inboxCv_;
@@ -416,6 +479,11 @@ Status validate(const TransportConfig& c) {
     return invalidArgument(fmt::format(
         "transport: uplinkPeers has {} entries; it must be empty or have one per rank ({})",
         c.uplinkPeers.size(), world));
+  }
+  if (c.connections < 1 || c.connections > kMaxConnections) {
+    return invalidArgument(
+        fmt::format("transport: connections is {}; allowed: 1 to {} data connections per WAN peer",
+                    c.connections, kMaxConnections));
   }
   if (c.maxQueuedBytesPerPeer == 0 || c.maxInboxBytes == 0 || c.maxPayloadBytes == 0) {
     return invalidArgument("transport: queue, inbox and payload limits must be > 0");
@@ -512,7 +580,85 @@ Status ZmqTransport::openPeerSockets(uint32_t r, bool drainOld) {
   p.monitor.emplace(ctx_, zmq::socket_type::pair);
   p.monitor->connect(mon);
   d.connect(cfg_.endpoints[r]);
+  for (Stripe& stripe : p.stripes) {
+    if (stripe.dealer) {
+      zmq_socket_monitor(stripe.dealer->handle(), nullptr, 0);
+      stripe.dealer->set(zmq::sockopt::linger,
+                         drainOld ? static_cast<int>(cfg_.linger.count()) : 0);
+    }
+  }
+  p.stripes.clear();
+  p.stripes.resize(connectionsTo(r) - 1);
+  for (size_t i = 0; i < p.stripes.size(); ++i) GEO_RETURN_IF_ERROR(openStripe(r, i));
   return {};
+}
+
+Status ZmqTransport::openStripe(uint32_t r, size_t i) {
+  Stripe& stripe = peers_[r].stripes[i];
+  stripe.dealer.emplace(ctx_, zmq::socket_type::dealer);
+  zmq::socket_t& s = *stripe.dealer;
+  s.set(zmq::sockopt::linger, static_cast<int>(cfg_.linger.count()));
+  s.set(zmq::sockopt::immediate, 1);
+  s.set(zmq::sockopt::sndhwm, 64);
+  s.set(zmq::sockopt::reconnect_ivl, 100);
+  s.set(zmq::sockopt::reconnect_ivl_max, 2000);
+  if (cfg_.connectTimeout.count() > 0) {
+    s.set(zmq::sockopt::connect_timeout, static_cast<int>(cfg_.connectTimeout.count()));
+  }
+  if (cfg_.encrypt) {
+    setCurveKey(s, zmq::sockopt::curve_serverkey, keys_[r][peers_[r].serverKey]);
+    setCurveKey(s, zmq::sockopt::curve_publickey, publicKey_);
+    setCurveKey(s, zmq::sockopt::curve_secretkey, secretKey_);
+  }
+  // Only its drops matter: the first connection's events decide the keys.
+  const std::string mon =
+      fmt::format("inproc://geo-monitor-peer-{}-stripe-{}-{}", r, i, stripe.opened++);
+  if (zmq_socket_monitor(s.handle(), mon.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+    return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
+  }
+  stripe.monitor.emplace(ctx_, zmq::socket_type::pair);
+  stripe.monitor->connect(mon);
+  s.connect(cfg_.endpoints[r]);
+  return {};
+}
+
+void ZmqTransport::reopenStripe(uint32_t r, size_t i, const std::string& why) {
+  PeerState& p = peers_[r];
+  Stripe& stripe = p.stripes[i];
+  zmq_socket_monitor(stripe.dealer->handle(), nullptr, 0);
+  stripe.monitor.reset();
+  stripe.dealer->set(zmq::sockopt::linger, 0);
+  stripe.dealer.reset();
+  requeueStriped(p, stripe.unacked);
+  stripe.lastAck.reset();
+  Status s;
+  try {
+    s = openStripe(r, i);
+  } catch (const zmq::error_t& e) {
+    s = internalError(e.what());
+  }
+  if (!s.ok()) {
+    logger()->warn("transport rank {}: {}; replacing it failed: {}", cfg_.rank, why, s.message());
+    return;
+  }
+  logger()->info("transport rank {}: {}; a new one, what it held sent again", cfg_.rank, why);
+}
+
+void ZmqTransport::handleStripeMonitor(uint32_t r, size_t i) {
+  PeerState& p = peers_[r];
+  Stripe& stripe = p.stripes[i];
+  while (stripe.monitor) {
+    zmq::message_t event;
+    if (!stripe.monitor->recv(event, zmq::recv_flags::dontwait)) return;
+    zmq::message_t address;
+    if (event.more()) (void)stripe.monitor->recv(address, zmq::recv_flags::none);
+    if (event.size() < 6) continue;
+    uint16_t id;
+    std::memcpy(&id, event.data(), sizeof id);
+    // What ZeroMQ held for it is dropped with it (ZMQ_IMMEDIATE), and what
+    // the kernel held is lost: all of it goes again on the connections up.
+    if (id == ZMQ_EVENT_DISCONNECTED) requeueStriped(p, stripe.unacked);
+  }
 }
 
 Status ZmqTransport::start() {
@@ -636,6 +782,7 @@ Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payloa
     o.header = h;
     o.payload = std::move(payload);
     if (wanPeer(peer)) o.chunkBytes = std::clamp<size_t>(cfg_.wanChunkBytes, 1, kMaxChunkBytes);
+    o.striped = connectionsTo(peer) > 1 && o.chunks() > 1;
     const auto now = SteadyClock::now();
     o.release = now;
     std::unique_lock<std::mutex> uplinkLock(uplinkMu_, std::defer_lock);
@@ -981,66 +1128,88 @@ void ZmqTransport::handleInbound() {
     // travel on two, and an old connection may still deliver after a
     // reconnect.
     const int srcFd = zmq_msg_get(parts[1].handle(), ZMQ_SRCFD);
-    auto added = assembler_.add(*header, Payload(std::move(msg), view),
-                                static_cast<uint64_t>(std::max(srcFd, 0)));
-    // Acknowledgements name the data connection's chunks in their order; a
+    const auto stream = static_cast<uint64_t>(std::max(srcFd, 0));
+    // Acknowledgements name each data connection's chunks in their order; a
     // control-lane frame came on another connection.
     if (acknowledged(header->kind) && (header->flags & kFrameFlagControlLane) == 0) {
-      p.ackDue = *header;
+      p.ackDue[stream] = *header;
     }
+    if ((header->flags & kFrameFlagStriped) != 0) {
+      auto out = stripes_.addChunk(*header, Payload(std::move(msg), view), SteadyClock::now());
+      if (!out.dropped.ok()) reject(out.dropped.message());
+      for (auto& d : out.ready) deliver(d.header, std::move(d.payload));
+      continue;
+    }
+    auto added = assembler_.add(*header, Payload(std::move(msg), view), stream);
     if (!added.dropped.ok()) reject(added.dropped.message());
     if (!added.complete) continue;
-    Payload body = std::move(*added.complete);
-    ++p.messagesReceived;
-
-    if (p.refused) {
-      reject(fmt::format("frame from rank {}, refused for its settings", header->sender));
+    // What came on the sender's first data connection keeps its place
+    // among its striped payloads; probes and the control lane do not wait.
+    const bool ordered = (header->flags & kFrameFlagControlLane) == 0 &&
+                         header->kind != MessageKind::kPing && header->kind != MessageKind::kPong &&
+                         header->kind != MessageKind::kAck &&
+                         header->kind != MessageKind::kKeyNotice;
+    if (!ordered) {
+      deliver(*header, std::move(*added.complete));
       continue;
     }
-    if (header->kind == MessageKind::kHello) {
-      checkHello(header->sender, body);
-      continue;
-    }
-    if (header->kind == MessageKind::kWarmup) continue;  // padding: its bytes were its purpose
-    if (header->kind == MessageKind::kKeyNotice) {
-      takeKeyNotice(header->sender, body);
-      continue;
-    }
-    if (header->kind == MessageKind::kPing) {
-      FrameHeader pong = *header;
-      pong.kind = MessageKind::kPong;
-      pong.sender = cfg_.rank;
-      std::vector<std::byte> echo(body.bytes().begin(), body.bytes().end());
-      sendProbe(header->sender, pong, std::move(echo), SteadyClock::now());
-      continue;
-    }
-    if (header->kind == MessageKind::kPong) {
-      int64_t sentNs = 0;
-      if (body.size() == sizeof sentNs) {
-        std::memcpy(&sentNs, body.data(), sizeof sentNs);
-        const int64_t nowNs = SteadyClock::now().time_since_epoch().count();
-        if (nowNs >= sentNs) {
-          const double rtt = static_cast<double>(nowNs - sentNs) * 1e-9;
-          p.rttSeconds = rtt;
-          p.rtts.push_back(rtt);
-          if (p.rtts.size() > kMinRttWindow) p.rtts.pop_front();
-          p.minRttSeconds = *std::min_element(p.rtts.begin(), p.rtts.end());
-        }
-      }
-      continue;
-    }
-    if (header->kind == MessageKind::kAck) {
-      takeAck(header->sender, *header, body);
-      continue;
-    }
-    Message m{*header, std::move(body), SteadyClock::now()};
-    {
-      std::lock_guard lock(inboxMu_);
-      inboxBytes_ += m.payload.size();
-      inbox_[{static_cast<uint16_t>(m.header.kind), m.header.round}].push_back(std::move(m));
-    }
-    inboxCv_.notify_all();
+    auto out = stripes_.addOrdered(*header, std::move(*added.complete));
+    for (auto& d : out.ready) deliver(d.header, std::move(d.payload));
   }
+}
+
+void ZmqTransport::deliver(const FrameHeader& header, Payload body) {
+  PeerState& p = peers_[header.sender];
+  ++p.messagesReceived;
+
+  if (p.refused) {
+    reject(fmt::format("frame from rank {}, refused for its settings", header.sender));
+    return;
+  }
+  if (header.kind == MessageKind::kHello) {
+    checkHello(header.sender, body);
+    return;
+  }
+  if (header.kind == MessageKind::kWarmup) return;  // padding: its bytes were its purpose
+  if (header.kind == MessageKind::kKeyNotice) {
+    takeKeyNotice(header.sender, body);
+    return;
+  }
+  if (header.kind == MessageKind::kPing) {
+    FrameHeader pong = header;
+    pong.kind = MessageKind::kPong;
+    pong.sender = cfg_.rank;
+    std::vector<std::byte> echo(body.bytes().begin(), body.bytes().end());
+    sendProbe(header.sender, pong, std::move(echo), SteadyClock::now());
+    return;
+  }
+  if (header.kind == MessageKind::kPong) {
+    int64_t sentNs = 0;
+    if (body.size() == sizeof sentNs) {
+      std::memcpy(&sentNs, body.data(), sizeof sentNs);
+      const int64_t nowNs = SteadyClock::now().time_since_epoch().count();
+      if (nowNs >= sentNs) {
+        const double rtt = static_cast<double>(nowNs - sentNs) * 1e-9;
+        p.rttSeconds = rtt;
+        p.rtts.push_back(rtt);
+        if (p.rtts.size() > kMinRttWindow) p.rtts.pop_front();
+        p.minRttSeconds = *std::min_element(p.rtts.begin(), p.rtts.end());
+      }
+    }
+    return;
+  }
+  if (header.kind == MessageKind::kAck) {
+    takeAck(header.sender, header, body);
+    return;
+  }
+  Message m{header, std::move(body), SteadyClock::now()};
+  m.header.flags &= static_cast<uint16_t>(~kFrameFlagStriped);
+  {
+    std::lock_guard lock(inboxMu_);
+    inboxBytes_ += m.payload.size();
+    inbox_[{static_cast<uint16_t>(m.header.kind), m.header.round}].push_back(std::move(m));
+  }
+  inboxCv_.notify_all();
 }
 
 void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
@@ -1068,12 +1237,17 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
     if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) peer->refusedUs = true;
     // The socket reconnects on its own: the next connection has its own
     // handshake to make.
-    if (peer != nullptr && id == ZMQ_EVENT_DISCONNECTED) peer->handshakeOnSockets = false;
+    if (peer != nullptr && id == ZMQ_EVENT_DISCONNECTED) {
+      peer->handshakeOnSockets = false;
+      // The chunks of striped payloads it held go on the other connections.
+      requeueStriped(*peer, peer->unacked);
+    }
     if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED && ++peer->handshakes > 1) {
       // A new connection (the peer restarted, or we reconnected): the new
       // incarnation has not read our hello yet, and what the old connection
       // held is gone.
       sendHello(static_cast<uint32_t>(peer - peers_.data()));
+      requeueStriped(*peer, peer->unacked);
       peer->unacked.clear();
       publishUnacked(*peer);
     }
@@ -1170,6 +1344,10 @@ void ZmqTransport::countHandshakeFailure(std::string_view what) {
 std::optional<SteadyClock::time_point> ZmqTransport::flush(uint32_t peer,
                                                            SteadyClock::time_point now) {
   PeerState& p = peers_[peer];
+  if (!flushResend(p, now)) {
+    p.blocked = true;
+    return std::nullopt;
+  }
   while (true) {
     Outgoing o;
     {
@@ -1189,7 +1367,8 @@ std::optional<SteadyClock::time_point> ZmqTransport::flush(uint32_t peer,
     try {
       // Each chunk is one [header][chunk] message. The chunks of a payload
       // go out in order: nothing else is sent to this peer before its last
-      // one (the queue's head stays until then).
+      // one (the queue's head stays until then). A striped payload's go
+      // over all the peer's data connections, its last one on the first.
       for (; o.chunksSent < chunks; ++o.chunksSent) {
         if (!o.chunkRelease.empty() && o.chunkRelease[o.chunksSent] > now) {
           nextChunkAt = o.chunkRelease[o.chunksSent];
@@ -1198,31 +1377,36 @@ std::optional<SteadyClock::time_point> ZmqTransport::flush(uint32_t peer,
         }
         const size_t off = o.chunksSent * o.chunkBytes;
         const size_t len = std::min(o.chunkBytes, size - std::min(size, off));
-        std::array<std::byte, kFrameHeaderBytes> header;
         FrameHeader h = o.header;
         h.payloadOffset = off;
-        encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(header));
-        if (!p.dealer
-                 ->send(zmq::buffer(header.data(), header.size()),
-                        zmq::send_flags::sndmore | zmq::send_flags::dontwait)
-                 .has_value()) {
-          sent = false;  // no live connection or HWM reached
-          break;
-        }
-        // Once the first frame is accepted ZeroMQ accepts the whole message.
         // Zero copy: the chunk frame references the payload and keeps its
         // owner alive until ZeroMQ has encrypted and sent it.
-        auto* keep = new Payload(o.payload.owner(), o.payload.bytes().subspan(off, len));
-        zmq::message_t chunk(
-            const_cast<std::byte*>(keep->data()), keep->size(),
-            [](void*, void* hint) { delete static_cast<Payload*>(hint); }, keep);
-        (void)p.dealer->send(chunk, zmq::send_flags::dontwait);
-        wireBytes += kFrameHeaderBytes + len;
-        if (acknowledged(h.kind)) {
-          if (p.unacked.size() >= kMaxUnackedChunks) p.unacked.pop_front();  // never acknowledged
-          p.unacked.push_back(
-              {h.kind, h.round, h.step, off, h.payloadBytes, kFrameHeaderBytes + len, now});
+        Payload chunk(o.payload.owner(), o.payload.bytes().subspan(off, len));
+        if (o.striped) {
+          h.flags |= kFrameFlagStriped;
+          if (!sendStriped(p, h, chunk, now)) {
+            sent = false;
+            break;
+          }
+        } else {
+          if (!sendChunk(*p.dealer, h, chunk)) {
+            sent = false;  // no live connection or HWM reached
+            break;
+          }
+          if (acknowledged(h.kind)) {
+            if (p.unacked.size() >= kMaxUnackedChunks) p.unacked.pop_front();  // never acked
+            p.unacked.push_back({h.kind,
+                                 h.round,
+                                 h.step,
+                                 off,
+                                 h.payloadBytes,
+                                 kFrameHeaderBytes + len,
+                                 now,
+                                 {},
+                                 {}});
+          }
         }
+        wireBytes += kFrameHeaderBytes + len;
       }
     } catch (const zmq::error_t& e) {
       logger()->warn("transport rank {}: send to rank {} failed: {}", cfg_.rank, peer, e.what());
@@ -1247,6 +1431,69 @@ std::optional<SteadyClock::time_point> ZmqTransport::flush(uint32_t peer,
   }
 }
 
+bool ZmqTransport::sendChunk(zmq::socket_t& socket, const FrameHeader& h, const Payload& chunk) {
+  std::array<std::byte, kFrameHeaderBytes> header;
+  encodeFrameHeader(h, std::span<std::byte, kFrameHeaderBytes>(header));
+  if (!socket
+           .send(zmq::buffer(header.data(), header.size()),
+                 zmq::send_flags::sndmore | zmq::send_flags::dontwait)
+           .has_value()) {
+    return false;
+  }
+  // Once the first frame is accepted ZeroMQ accepts the whole message.
+  auto* keep = new Payload(chunk);
+  zmq::message_t body(
+      const_cast<std::byte*>(keep->data()), keep->size(),
+      [](void*, void* hint) { delete static_cast<Payload*>(hint); }, keep);
+  (void)socket.send(body, zmq::send_flags::dontwait);
+  return true;
+}
+
+bool ZmqTransport::sendStriped(PeerState& p, const FrameHeader& h, const Payload& chunk,
+                               SteadyClock::time_point now) {
+  const size_t n = 1 + p.stripes.size();
+  const bool last = h.payloadOffset + chunk.size() == h.payloadBytes;
+  for (size_t tried = 0; tried < (last ? 1 : n); ++tried) {
+    const size_t k = last ? 0 : (p.nextStripe + tried) % n;
+    zmq::socket_t* socket = k == 0                    ? &*p.dealer
+                            : p.stripes[k - 1].dealer ? &*p.stripes[k - 1].dealer
+                                                      : nullptr;
+    if (socket == nullptr || !sendChunk(*socket, h, chunk)) continue;
+    if (!last) p.nextStripe = (k + 1) % n;
+    std::deque<SentChunk>& unacked = k == 0 ? p.unacked : p.stripes[k - 1].unacked;
+    if (unacked.size() >= kMaxUnackedChunks) unacked.pop_front();
+    unacked.push_back({h.kind, h.round, h.step, h.payloadOffset, h.payloadBytes,
+                       kFrameHeaderBytes + chunk.size(), now, h, chunk});
+    return true;
+  }
+  return false;
+}
+
+bool ZmqTransport::flushResend(PeerState& p, SteadyClock::time_point now) {
+  bool any = false;
+  while (!p.resend.empty()) {
+    const SentChunk& c = p.resend.front();
+    if (!sendStriped(p, *c.header, c.chunk, now)) break;
+    p.bytesSent += c.wireBytes;
+    p.resend.pop_front();
+    any = true;
+  }
+  if (any) publishUnacked(p);
+  return p.resend.empty();
+}
+
+void ZmqTransport::requeueStriped(PeerState& p, std::deque<SentChunk>& unacked) {
+  for (auto it = unacked.begin(); it != unacked.end();) {
+    if (it->header) {
+      p.resend.push_back(std::move(*it));
+      it = unacked.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  publishUnacked(p);
+}
+
 void ZmqTransport::sendPings(SteadyClock::time_point now) {
   const int64_t ns = now.time_since_epoch().count();
   for (uint32_t r = 0; r < limits_.worldSize; ++r) {
@@ -1260,7 +1507,7 @@ void ZmqTransport::sendPings(SteadyClock::time_point now) {
     h.elementCount = sizeof ns;
     h.payloadBytes = sizeof ns;
     sendProbe(r, h, std::move(stamp), now);
-    if (!peers_[r].ackDue && peers_[r].lastAcked) peers_[r].ackDue = peers_[r].lastAcked;
+    for (const auto& [stream, got] : peers_[r].lastAcked) peers_[r].ackDue.try_emplace(stream, got);
   }
   sendAcks(now);
 }
@@ -1341,21 +1588,26 @@ std::optional<SteadyClock::time_point> ZmqTransport::flushProbes(SteadyClock::ti
 
 void ZmqTransport::sendAcks(SteadyClock::time_point now) {
   for (uint32_t r = 0; r < limits_.worldSize; ++r) {
-    if (!reachable(r) || !peers_[r].ackDue) continue;
-    const FrameHeader got = *peers_[r].ackDue;
-    FrameHeader h;
-    h.kind = MessageKind::kAck;
-    h.round = got.round;
-    h.step = got.step;
-    const uint64_t fields[3] = {static_cast<uint64_t>(got.kind), got.payloadOffset,
-                                got.payloadBytes};
-    std::vector<std::byte> body(sizeof fields);
-    std::memcpy(body.data(), fields, sizeof fields);
-    // Kept until it leaves: a lost acknowledgement would hold the peer's
-    // next round back (DTS paces its rounds by them) until more data came.
-    if (sendProbe(r, h, std::move(body), now)) {
-      peers_[r].lastAcked = got;
-      peers_[r].ackDue.reset();
+    if (!reachable(r)) continue;
+    PeerState& p = peers_[r];
+    while (!p.ackDue.empty()) {
+      const auto [stream, got] = *p.ackDue.begin();
+      FrameHeader h;
+      h.kind = MessageKind::kAck;
+      h.round = got.round;
+      h.step = got.step;
+      const uint64_t fields[3] = {static_cast<uint64_t>(got.kind), got.payloadOffset,
+                                  got.payloadBytes};
+      std::vector<std::byte> body(sizeof fields);
+      std::memcpy(body.data(), fields, sizeof fields);
+      // Kept until it leaves: a lost acknowledgement would hold the peer's
+      // next round back (DTS paces its rounds by them) until more data came.
+      if (!sendProbe(r, h, std::move(body), now)) break;
+      p.lastAcked[stream] = got;
+      // Connections come and go (a stream is a connection's descriptor): the
+      // oldest-numbered are forgotten beyond a handful.
+      if (p.lastAcked.size() > kMaxAckedStreams) p.lastAcked.erase(p.lastAcked.begin());
+      p.ackDue.erase(p.ackDue.begin());
     }
   }
 }
@@ -1369,23 +1621,45 @@ void ZmqTransport::takeAck(uint32_t peer, const FrameHeader& h, const Payload& b
   }
   std::memcpy(fields, body.data(), sizeof fields);
   PeerState& p = peers_[peer];
-  // Chunks are acknowledged in the order they left: the one named, and any
-  // before it (an older one not named was lost with its connection).
-  const auto it = std::find_if(p.unacked.begin(), p.unacked.end(), [&](const SentChunk& c) {
-    return static_cast<uint64_t>(c.kind) == fields[0] && c.round == h.round && c.step == h.step &&
-           c.offset == fields[1] && c.payloadBytes == fields[2];
-  });
-  if (it == p.unacked.end()) return;  // sent on a connection since replaced, or never ours
-  p.unacked.erase(p.unacked.begin(), it + 1);
+  // Chunks are acknowledged in the order they left on their connection: the
+  // one named, and any before it (an older one not named was lost with its
+  // connection).
+  const auto take = [&](std::deque<SentChunk>& unacked) {
+    const auto it = std::find_if(unacked.begin(), unacked.end(), [&](const SentChunk& c) {
+      return static_cast<uint64_t>(c.kind) == fields[0] && c.round == h.round && c.step == h.step &&
+             c.offset == fields[1] && c.payloadBytes == fields[2];
+    });
+    if (it == unacked.end()) return false;
+    unacked.erase(unacked.begin(), it + 1);
+    return true;
+  };
+  bool found = take(p.unacked);
+  for (size_t i = 0; !found && i < p.stripes.size(); ++i) {
+    if (take(p.stripes[i].unacked)) {
+      found = true;
+      p.stripes[i].lastAck = SteadyClock::now();
+    }
+  }
+  if (!found) return;  // sent on a connection since replaced, or never ours
   p.lastAckNs = SteadyClock::now().time_since_epoch().count();
   publishUnacked(p);
 }
 
 void ZmqTransport::publishUnacked(PeerState& p) {
   uint64_t bytes = 0;
-  for (const SentChunk& c : p.unacked) bytes += c.wireBytes;
+  int64_t oldest = 0;
+  const auto add = [&](const std::deque<SentChunk>& unacked) {
+    for (const SentChunk& c : unacked) bytes += c.wireBytes;
+    if (unacked.empty()) return;
+    const int64_t at = unacked.front().sentAt.time_since_epoch().count();
+    oldest = oldest == 0 ? at : std::min(oldest, at);
+  };
+  add(p.unacked);
+  for (const Stripe& stripe : p.stripes) add(stripe.unacked);
+  // Chunks waiting to be sent again were handed to the network once.
+  add(p.resend);
   p.unackedBytes = bytes;
-  p.oldestUnackedNs = p.unacked.empty() ? 0 : p.unacked.front().sentAt.time_since_epoch().count();
+  p.oldestUnackedNs = oldest;
 }
 
 bool ZmqTransport::renewConnections(uint32_t peer, bool drainOld) {
@@ -1404,6 +1678,8 @@ bool ZmqTransport::renewConnections(uint32_t peer, bool drainOld) {
   // ours to acknowledge).
   PeerState& p = peers_[peer];
   p.unacked.clear();
+  for (Stripe& stripe : p.stripes) stripe.unacked.clear();
+  p.resend.clear();
   publishUnacked(p);
   p.blocked = false;
   return true;
@@ -1436,6 +1712,23 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
       p.lastReconnect = now;
       reconnect(r, fmt::format("{} silent for {:.1f} s", rankName(r), silent));
       continue;
+    }
+    // An extra data connection whose chunks stay unacknowledged for long
+    // while the peer is heard: replaced alone, what it held sent again on
+    // the others (a connection can stall alone: its packets lost on one
+    // path of several, its retransmission timer backed off).
+    for (size_t i = 0; i < p.stripes.size(); ++i) {
+      Stripe& stripe = p.stripes[i];
+      if (stripe.unacked.empty()) continue;
+      const auto since = std::max(stripe.lastAck.value_or(stripe.unacked.front().sentAt),
+                                  stripe.unacked.front().sentAt);
+      const double stuck = std::chrono::duration<double>(now - since).count();
+      if (stuck >= 2.5 * after) {
+        reopenStripe(r, i,
+                     fmt::format("data connection {} to {} has had nothing acknowledged for "
+                                 "{:.1f} s",
+                                 i + 2, rankName(r), stuck));
+      }
     }
     // Heard (its probes arrive) but none of our data acknowledged for long
     // while some is outstanding: the data connection alone is stuck.
@@ -1828,8 +2121,13 @@ void ZmqTransport::ioLoop() {
     for (uint32_t r = 0; r < world; ++r) {
       if (!reachable(r)) continue;
       PeerState& p = peers_[r];
-      items.push_back({p.dealer->handle(), 0, static_cast<short>(p.blocked ? ZMQ_POLLOUT : 0), 0});
+      const auto out = static_cast<short>(p.blocked ? ZMQ_POLLOUT : 0);
+      items.push_back({p.dealer->handle(), 0, out, 0});
       items.push_back({p.monitor->handle(), 0, ZMQ_POLLIN, 0});
+      for (Stripe& stripe : p.stripes) {
+        items.push_back({stripe.dealer->handle(), 0, out, 0});
+        items.push_back({stripe.monitor->handle(), 0, ZMQ_POLLIN, 0});
+      }
       pollOutPeers.push_back(r);
     }
     const auto wait = std::chrono::duration_cast<milliseconds>(next - SteadyClock::now());
@@ -1856,10 +2154,24 @@ void ZmqTransport::ioLoop() {
       handleInbound();
       sendAcks(SteadyClock::now());
     }
-    for (size_t i = 0; i < pollOutPeers.size(); ++i) {
-      PeerState& p = peers_[pollOutPeers[i]];
-      if (items[fixed + 2 * i + 1].revents & ZMQ_POLLIN) handleMonitor(*p.monitor, &p);
+    size_t item = fixed;
+    for (const uint32_t r : pollOutPeers) {
+      PeerState& p = peers_[r];
+      // The stripes as polled: a monitor event may replace them.
+      const size_t stripes = p.stripes.size();
+      if (items[item + 1].revents & ZMQ_POLLIN) handleMonitor(*p.monitor, &p);
+      item += 2;
+      for (size_t i = 0; i < stripes; ++i, item += 2) {
+        if ((items[item + 1].revents & ZMQ_POLLIN) && i < p.stripes.size()) {
+          handleStripeMonitor(r, i);
+        }
+      }
       if (p.blocked) p.blocked = false;  // POLLOUT, a timeout or a reconnect: try again
+    }
+    if (stripes_.unfinished() > 0) {
+      auto expired = stripes_.expire(SteadyClock::now());
+      if (!expired.dropped.ok()) reject(expired.dropped.message());
+      for (auto& d : expired.ready) deliver(d.header, std::move(d.payload));
     }
     if (!stopping_) retryHandshakes();
   }
@@ -1892,6 +2204,12 @@ void ZmqTransport::closeSockets(std::chrono::milliseconds linger) {
     if (p.dealer) p.dealer->set(zmq::sockopt::linger, static_cast<int>(linger.count()));
     p.dealer.reset();
     p.probe.reset();
+    for (Stripe& stripe : p.stripes) {
+      if (stripe.dealer) zmq_socket_monitor(stripe.dealer->handle(), nullptr, 0);
+      stripe.monitor.reset();
+      if (stripe.dealer) stripe.dealer->set(zmq::sockopt::linger, static_cast<int>(linger.count()));
+      stripe.dealer.reset();
+    }
   }
   routerMonitor_.reset();
   router_.reset();

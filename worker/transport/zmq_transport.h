@@ -18,6 +18,10 @@
 
 namespace geo::transport {
 
+// The most data connections one peer may be reached on
+// (TransportConfig::connections).
+inline constexpr size_t kMaxConnections = 16;
+
 struct TransportConfig {
   std::string jobId;  // frames of other jobs are rejected (header job hash)
   uint32_t rank = 0;
@@ -65,6 +69,18 @@ struct TransportConfig {
   // s of silence at 4 Mbit/s, and its sender would be suspected. 64 KiB is
   // 0.13 s at 4 Mbit/s, and the per-message cost is lost in WAN bandwidth.
   size_t wanChunkBytes = size_t{64} << 10;
+  // Data connections to each WAN peer (uplinkPeers), 1..kMaxConnections. A
+  // payload of several chunks to such a peer is striped over them
+  // (frame.h, kFrameFlagStriped): one TCP connection keeps at most its
+  // receive window in flight, which the hosts' buffer limits cap
+  // (net.ipv4.tcp_rmem; 6 MiB by default, 14% of a 1 Gbit/s link at 230
+  // ms), and n connections carry n windows. Each is one more CURVE
+  // handshake and socket at both ends. Messages still arrive in the order
+  // sent (StripeAssembler). When one of them drops, or none of its data is
+  // acknowledged for 2.5 reconnectAfter while the peer is heard, the chunks
+  // it held go again on the others: nothing of a striped payload is lost
+  // with one connection. 1: one data connection, as before.
+  size_t connections = 1;
   // Padding (kWarmup frames, dropped by the receiver) sent to each WAN peer
   // after the first hello, as the transport starts. A fresh TCP connection
   // starts with a congestion window of 10 packets and doubles it each round

@@ -140,7 +140,7 @@ TEST(TrainingJobSpec, DefaultsWrittenOutReadBackTheSame) {
     EXPECT_EQ(written["sync"]["delay"], "auto");
     EXPECT_TRUE(written["sync"]["errorFeedback"].is_boolean());
     EXPECT_FALSE(written["dataset"].contains("shardIndex"));  // the controller's
-    EXPECT_EQ(written["transport"], json({{"tcpInitialWindow", 0}}));
+    EXPECT_EQ(written["transport"], json({{"tcpInitialWindow", 0}, {"connections", 1}}));
     const ParsedSpec again = parseSpec(object(written));
     ASSERT_TRUE(again.errors.empty()) << joinErrors(again.errors) << "\n" << written.dump(2);
     EXPECT_EQ(again.spec, p.spec) << written.dump(2);
@@ -211,13 +211,14 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.training.loss: cross-entropy is not allowed with dataset.name: tokens "
                 "(allowed: next-token)"},
         BadCase{{{"dataset", {{"shardIndex", 1}}}}, "spec.dataset.shardIndex: unknown field"},
-        // Of transport, only the initial window is the spec's.
+        // Of transport, only the initial window and the connections are the spec's.
         BadCase{{{"transport", {{"peers", json::array({"tcp://a:7000"})}}}},
                 "spec.transport.peers: unknown field (the controller sets the workers' "
                 "endpoints, regions and keys; of transport, a TrainingJob sets "
-                "tcpInitialWindow)"},
+                "tcpInitialWindow and connections)"},
         BadCase{{{"transport", {{"tcpInitialWindow", 5000}}}},
                 "spec.transport.tcpInitialWindow: 5000"},
+        BadCase{{{"transport", {{"connections", 17}}}}, "spec.transport.connections: 17"},
         BadCase{{{"dataset", {{"name", "npy"}, {"path", ""}}}},
                 "spec.regions[0].dataPath: Required value"},
         BadCase{{{"model", {{"builtin", "mlp"}, {"torchscript", "/m.pt"}}}},

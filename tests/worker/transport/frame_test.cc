@@ -293,11 +293,32 @@ TEST(FrameHeader, RejectsUnknownCodecs) {
 }
 
 TEST(FrameHeader, RejectsUnknownFlags) {
-  for (uint16_t flags : {uint16_t{2}, uint16_t{0x8000}, uint16_t{0x8001}}) {
+  for (uint16_t flags : {uint16_t{4}, uint16_t{0x8000}, uint16_t{0x8001}}) {
     HeaderBytes bytes = encode(validHeader());
     poke<uint16_t>(bytes, 38, flags);
     expectRejected(bytes, 1024, limits(), StatusCode::kInvalidArgument, {"flags", "offset 38"});
   }
+}
+
+TEST(FrameHeader, AStripedChunkIsDataOfAPayloadNeverTheControlLane) {
+  FrameHeader h = validHeader();
+  h.flags = kFrameFlagStriped;
+  h.codec = CodecId::kRaw;
+  h.elementCount = 4096;
+  h.payloadBytes = 4096;
+  h.payloadOffset = 1024;
+  auto chunk = decodeFrameHeader(encode(h), 1024, limits());
+  ASSERT_TRUE(chunk.ok()) << chunk.status().toString();
+  EXPECT_EQ(chunk->flags, kFrameFlagStriped);
+  h.flags = kFrameFlagStriped | kFrameFlagControlLane;
+  h.payloadOffset = 0;
+  expectRejected(encode(h), 4096, limits(), StatusCode::kInvalidArgument,
+                 {"striped", "control lane"});
+  h.flags = kFrameFlagStriped;
+  h.elementCount = 0;
+  h.payloadBytes = 0;
+  expectRejected(encode(h), 0, limits(), StatusCode::kInvalidArgument,
+                 {"striped", "payloadBytes 0"});
 }
 
 TEST(FrameHeader, AControlLaneFrameIsOneWholeChunk) {
