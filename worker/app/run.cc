@@ -230,7 +230,8 @@ int runWorker(const WorkerConfig& c, const Progress& progress, const Emulation& 
       if (auto w = initialWindowWarning(*limits, c.transport.tcpInitialWindow)) {
         logger()->warn("{}", *w);
       }
-      hook.reportTcpCeiling(*limits, [&t = *topology](uint32_t r) { return t.describe(r); });
+      hook.reportTcpCeiling(*limits, c.transport.connections,
+                            [&t = *topology](uint32_t r) { return t.describe(r); });
     } else {
       logger()->debug("tcp: {}", limits.status().message());
     }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <optional>
@@ -55,20 +56,33 @@ double windowCeilingBitsPerSecond(int64_t receiveMaxBytes, double rttSeconds, do
 }
 
 std::string describeWindowCeiling(const TcpBufferLimits& limits, const std::string& peer,
-                                  double rttSeconds) {
+                                  double rttSeconds, int64_t connections) {
   // Twice a 1 Gbit/s link's bandwidth-delay product at this round trip, in
   // whole MiB: what a receive buffer needs for one connection to fill it.
   const double gigabitBuffer = std::ceil(2 * 1e9 / 8 * rttSeconds / (1 << 20));
+  const double low = windowCeilingBitsPerSecond(limits.receiveMaxBytes, rttSeconds, 0.5);
+  const double high = windowCeilingBitsPerSecond(limits.receiveMaxBytes, rttSeconds, 2.0 / 3);
+  connections = std::max<int64_t>(1, connections);
+  // The connections that carry 1 Gbit/s under these limits, by the two
+  // window shares (geo_fat_pipe_bench: 8 at 6 MiB and 230 ms, 96%).
+  const auto gigabitConnections = [](double perConnection) {
+    return perConnection > 0 ? static_cast<int64_t>(std::ceil(1e9 / perConnection)) : 0;
+  };
   return fmt::format(
       "tcp: one connection over the longest round trip measured ({:.0f} ms, to {}) carries at "
-      "most {}: TCP receive buffers here may grow to {} (net.ipv4.tcp_rmem), a half to two "
+      "most {}{}: TCP receive buffers here may grow to {} (net.ipv4.tcp_rmem), a half to two "
       "thirds of it window, and send buffers to {} (net.ipv4.tcp_wmem); a peer's own limits "
       "bound what it sends here. A 1 Gbit/s link at this round trip needs both maximums at "
-      "{:.0f} MiB or more on every worker (docs/kubernetes.md: spec.template.spec.sysctls)",
-      rttSeconds * 1e3, peer,
-      rates(windowCeilingBitsPerSecond(limits.receiveMaxBytes, rttSeconds, 0.5),
-            windowCeilingBitsPerSecond(limits.receiveMaxBytes, rttSeconds, 2.0 / 3)),
-      mebibytes(limits.receiveMaxBytes), mebibytes(limits.sendMaxBytes), gigabitBuffer);
+      "{:.0f} MiB or more on every worker (docs/kubernetes.md: spec.template.spec.sysctls), or "
+      "{} data connections per peer under these limits (transport.connections)",
+      rttSeconds * 1e3, peer, rates(low, high),
+      connections > 1 ? fmt::format(", its {} data connections (transport.connections) {}",
+                                    connections, rates(low * connections, high * connections))
+                      : std::string(),
+      mebibytes(limits.receiveMaxBytes), mebibytes(limits.sendMaxBytes), gigabitBuffer,
+      gigabitConnections(high) == gigabitConnections(low)
+          ? std::to_string(gigabitConnections(low))
+          : fmt::format("{}-{}", gigabitConnections(high), gigabitConnections(low)));
 }
 
 std::optional<std::string> initialWindowWarning(const TcpBufferLimits& limits, int64_t segments) {

@@ -49,10 +49,12 @@ double windowCeilingBitsPerSecond(int64_t receiveMaxBytes, double rttSeconds,
                                   double windowShare = 0.5);
 
 // The line a worker logs once it knows the longest round trip to a peer,
-// `peer` at `rttSeconds`: what one connection can carry there and which
-// settings raise it (with the value a 1 Gbit/s link would need).
+// `peer` at `rttSeconds`: what one connection can carry there, what its
+// `connections` data connections per peer (transport.connections) carry
+// together, and which settings raise it -- the buffer maximums, or the
+// connections, each with the value a 1 Gbit/s link would need.
 std::string describeWindowCeiling(const TcpBufferLimits& limits, const std::string& peer,
-                                  double rttSeconds);
+                                  double rttSeconds, int64_t connections = 1);
 
 // A warning when an initial window of `segments` (transport.tcpInitialWindow)
 // cannot be advertised by a receiver whose buffer starts at

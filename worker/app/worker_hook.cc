@@ -78,7 +78,8 @@ void WorkerHook::checkTcpCeiling(std::chrono::steady_clock::time_point now) {
     }
   }
   if (longest <= 0) return;
-  logger()->info("{}", describeWindowCeiling(*tcpLimits_, describePeer_(who), longest));
+  logger()->info("{}",
+                 describeWindowCeiling(*tcpLimits_, describePeer_(who), longest, tcpConnections_));
   tcpLimits_.reset();
 }
 

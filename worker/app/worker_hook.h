@@ -66,9 +66,12 @@ class WorkerHook final : public train::StepHook {
   void publish(const Totals& t);
   // Logs once, when the round trips to the peers heard are known (a few
   // seconds in), what one TCP connection can carry over the longest of them
-  // under these buffer limits (tcp_limits.h); `describe` names a rank.
-  void reportTcpCeiling(TcpBufferLimits limits, std::function<std::string(uint32_t)> describe) {
+  // under these buffer limits (tcp_limits.h), and its `connections` to a
+  // peer (transport.connections) together; `describe` names a rank.
+  void reportTcpCeiling(TcpBufferLimits limits, int64_t connections,
+                        std::function<std::string(uint32_t)> describe) {
     tcpLimits_ = limits;
+    tcpConnections_ = connections;
     describePeer_ = std::move(describe);
   }
 
@@ -86,6 +89,7 @@ class WorkerHook final : public train::StepHook {
   std::optional<InStep> atFirstStep_;         // the counters as the first step began
   std::optional<InStep> atFinish_;            // and as finish() began
   std::optional<TcpBufferLimits> tcpLimits_;  // unset: nothing to report
+  int64_t tcpConnections_ = 1;
   std::function<std::string(uint32_t)> describePeer_;
   std::chrono::steady_clock::time_point nextTcpCheck_{};
   int tcpChecks_ = 0;

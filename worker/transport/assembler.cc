@@ -10,12 +10,6 @@
 namespace geo::transport {
 namespace {
 
-// The fields every chunk of one payload repeats unchanged.
-bool samePayload(const FrameHeader& a, const FrameHeader& b) {
-  return a.kind == b.kind && a.round == b.round && a.step == b.step && a.codec == b.codec &&
-         a.elementCount == b.elementCount && a.payloadBytes == b.payloadBytes;
-}
-
 std::string describe(const FrameHeader& h) {
   return fmt::format("{} payload of round {} from rank {}", messageKindName(h.kind), h.round,
                      h.sender);

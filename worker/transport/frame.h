@@ -174,6 +174,14 @@ struct FrameHeader {
   uint64_t payloadOffset = 0;  // where this message's chunk starts in it
 };
 
+// Whether two chunks' headers name the same payload: the fields every chunk
+// of one payload repeats unchanged (kind, round, step, codec, element count
+// and size), the sender aside.
+inline bool samePayload(const FrameHeader& a, const FrameHeader& b) {
+  return a.kind == b.kind && a.round == b.round && a.step == b.step && a.codec == b.codec &&
+         a.elementCount == b.elementCount && a.payloadBytes == b.payloadBytes;
+}
+
 // 64-bit FNV-1a of the job id: cheap, stable across builds and hosts.
 uint64_t jobIdHash(std::string_view jobId);
 

@@ -10,11 +10,6 @@
 namespace geo::transport {
 namespace {
 
-bool samePayload(const FrameHeader& a, const FrameHeader& b) {
-  return a.kind == b.kind && a.round == b.round && a.step == b.step && a.codec == b.codec &&
-         a.elementCount == b.elementCount && a.payloadBytes == b.payloadBytes;
-}
-
 std::string describe(const FrameHeader& h) {
   return fmt::format("striped {} payload of round {} ({} bytes) from rank {}",
                      messageKindName(h.kind), h.round, h.payloadBytes, h.sender);
@@ -119,6 +114,21 @@ StripeAssembler::Out StripeAssembler::expire(Clock::time_point now) {
            fmt::format("no chunk of it for {:.1f} s",
                        std::chrono::duration<double>(now - u.progress).count()),
            out);
+    }
+  }
+  return out;
+}
+
+StripeAssembler::Out StripeAssembler::forget(uint32_t sender) {
+  GEO_ENFORCE(sender < senders_.size(), "sender rank {} is outside the world of {}", sender,
+              senders_.size());
+  Out out;
+  Sender& s = senders_[sender];
+  for (size_t i = 0; i < s.unfinished.size();) {
+    if (s.unfinished[i].ordered) {
+      drop(s, i, "its sender's connections were made anew", out);
+    } else {
+      ++i;
     }
   }
   return out;

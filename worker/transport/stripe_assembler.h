@@ -31,7 +31,10 @@
 //    thus delivered in the order sent, as over one connection.
 //  - Delivery is at most once: a payload that makes no progress (no new
 //    chunk) for `stallLimit` is dropped, with what waits behind it
-//    delivered; expire() does that and says so in `dropped`. A sender keeps
+//    delivered; expire() does that and says so in `dropped`. When the
+//    sender's connections are made anew (a new hello, forget()), its
+//    payloads whose last chunk came on the old ones are dropped at once:
+//    the sender sends nothing of them again. A sender keeps
 //    at most kMaxUnfinished striped payloads unfinished; one more drops the
 //    oldest. One sender's payloads never affect another's.
 //  - Not thread-safe: the transport's I/O thread owns it.
@@ -70,6 +73,11 @@ class StripeAssembler {
   Out addOrdered(const FrameHeader& header, Payload body);
   // Drops the payloads that made no progress for stallLimit.
   Out expire(Clock::time_point now);
+  // `sender`'s connections were made anew (or it restarted): its payloads
+  // that have their place in the order but miss chunks are dropped, and
+  // what waited behind them is delivered. Payloads whose last chunk has not
+  // come are kept: their chunks may be the first of the new connections'.
+  Out forget(uint32_t sender);
 
   static constexpr size_t kMaxUnfinished = 8;
   // Striped payloads begun and not yet delivered, and the bytes they take.

@@ -20,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <thread>
 #include <zmq.hpp>
@@ -160,7 +161,6 @@ struct Stripe {
   std::optional<zmq::socket_t> monitor;
   std::deque<SentChunk> unacked;  // oldest first
   std::optional<SteadyClock::time_point> lastAck;
-  uint64_t opened = 0;  // how many times its socket was made (monitor names)
 };
 
 // A probe (ping, pong, acknowledgement) waiting out an emulated link's delay.
@@ -184,6 +184,13 @@ struct PeerState {
   uint64_t queuedBytes = 0;
   std::optional<LinkShaper> shaper;
   uint64_t sockets = 0;  // I/O thread: how many times its sockets were made (monitor names)
+  // I/O thread: how many times this rank made all its connections to the
+  // peer anew (renewConnections); its hellos carry it, so that the peer
+  // knows what was in flight on the old ones will not be sent again.
+  uint64_t generation = 0;
+  // Written by the I/O thread on receipt: the peer's last hello's
+  // incarnation and generation (header round and step); unset before one.
+  std::optional<std::pair<uint64_t, uint64_t>> lastHello;
 
   // Written by the I/O thread, read by anyone.
   std::atomic<uint64_t> bytesSent{0};
@@ -285,7 +292,10 @@ class ZmqTransport final : public Transport {
   // connection made to it closes and is made anew.
   Status rebindRouter();
   // Queues a frame; `wait` bounds how long to wait for room (0: fail at once).
-  Status enqueue(uint32_t peer, const FrameHeader& h, Payload payload, milliseconds wait);
+  // `first`: ahead of everything queued, and a message already partly sent
+  // is dropped (its first chunks went on connections since replaced).
+  Status enqueue(uint32_t peer, const FrameHeader& h, Payload payload, milliseconds wait,
+                 bool first = false);
   // Whether this rank connects to `peer` (not itself, and it has an endpoint).
   bool reachable(uint32_t peer) const { return peer != cfg_.rank && !cfg_.endpoints[peer].empty(); }
   // Whether traffic with `peer` crosses the emulated WAN uplink.
@@ -323,6 +333,10 @@ class ZmqTransport final : public Transport {
   // The chunks of striped payloads in `unacked` go to PeerState::resend (a
   // connection dropped, or is being replaced); the rest is left.
   void requeueStriped(PeerState& p, std::deque<SentChunk>& unacked);
+  // A DEALER to peer r in `socket`, not yet connected: linger and send
+  // high-water mark as given, completed connections only, the
+  // reconnection and connect timing, CURVE with r's current server key.
+  void openDealer(std::optional<zmq::socket_t>& socket, uint32_t r, int linger, int hwm);
   // Makes data connection 1 + i to peer r (a socket, its monitor).
   Status openStripe(uint32_t r, size_t i);
   // A stuck extra connection replaced alone, what it held sent again.
@@ -335,6 +349,11 @@ class ZmqTransport final : public Transport {
   // A whole message received: handled by the transport (hello, probes,
   // acknowledgements) or put in the inbox.
   void deliver(const FrameHeader& header, Payload body);
+  // A striped payload given up (StripeAssembler): logged, not counted as a
+  // rejected frame -- nothing wrong came in, the rest was lost on the way.
+  void noteStripedDrop(const Status& why) {
+    logger()->info("transport rank {}: {}", cfg_.rank, why.message());
+  }
   void reject(std::string reason);
   void sendPings(SteadyClock::time_point now);
   // A probe to `peer` on its probe connection, after the emulated link's
@@ -366,13 +385,18 @@ class ZmqTransport final : public Transport {
                ? fmt::format("{} (rank {})", cfg_.rankNames[peer], peer)
                : fmt::format("rank {}", peer);
   }
-  // Queues this rank's hello for `peer` (when there are agreed settings).
-  void sendHello(uint32_t peer);
+  // Queues this rank's hello for `peer` (when there are agreed settings);
+  // `first`: ahead of what is queued (enqueueRawOrSkip).
+  void sendHello(uint32_t peer, bool first = false);
   // TransportConfig::warmupBytes of padding to a WAN peer, after its hello.
   void sendWarmup(uint32_t peer);
   // Queues `bytes` as one raw frame of `kind` from this rank, or drops it
   // when the peer's queue is full.
-  void enqueueRawOrSkip(uint32_t peer, MessageKind kind, std::vector<std::byte> bytes);
+  // `first`: ahead of everything queued (after a message already partly
+  // sent, which is dropped: its first chunks went on connections since
+  // replaced). `round` and `step` go in its header.
+  void enqueueRawOrSkip(uint32_t peer, MessageKind kind, std::vector<std::byte> bytes,
+                        bool first = false, uint64_t round = 0, uint64_t step = 0);
   // send() for SendMeta::controlLane: into the peer's lane queue.
   Status enqueueOnLane(uint32_t peer, FrameHeader h, const Payload& payload);
   // Compares a peer's hello with ours; a disagreement refuses the peer.
@@ -415,6 +439,10 @@ class ZmqTransport final : public Transport {
   std::atomic<bool> partitioned_{false};
   std::atomic<uint64_t> partitionDropped_{0};
   const SteadyClock::time_point started_ = SteadyClock::now();
+  // This transport among the incarnations of its rank: a restarted worker's
+  // hellos differ from its previous one's.
+  const uint64_t incarnation_ =
+      std::random_device{}() * (uint64_t{1} << 32) ^ std::random_device{}();
 
   // Payloads of several chunks are copied into buffers from this pool: at
   // most 4 idle, 256 MiB. The assembler is the I/O thread's.
@@ -523,12 +551,32 @@ Status validate(const TransportConfig& c) {
   return {};
 }
 
-// Rank r's two connections -- the data DEALER (watched by a monitor) and the
-// probe DEALER -- on sockets of their own, made anew. Closing a socket ends
-// every connection it had: disconnect() and connect() on the same socket
-// left the replaced connection up beside the new one (a 30-minute churn
-// soak's workers held up to eight connections to one peer, 33 descriptors
-// more at the end than at the start).
+void ZmqTransport::openDealer(std::optional<zmq::socket_t>& socket, uint32_t r, int linger,
+                              int hwm) {
+  socket.emplace(ctx_, zmq::socket_type::dealer);
+  zmq::socket_t& s = *socket;
+  s.set(zmq::sockopt::linger, linger);
+  s.set(zmq::sockopt::immediate, 1);
+  s.set(zmq::sockopt::sndhwm, hwm);
+  s.set(zmq::sockopt::reconnect_ivl, 100);
+  s.set(zmq::sockopt::reconnect_ivl_max, 2000);
+  if (cfg_.connectTimeout.count() > 0) {
+    s.set(zmq::sockopt::connect_timeout, static_cast<int>(cfg_.connectTimeout.count()));
+  }
+  if (cfg_.encrypt) {
+    setCurveKey(s, zmq::sockopt::curve_serverkey, keys_[r][peers_[r].serverKey]);
+    setCurveKey(s, zmq::sockopt::curve_publickey, publicKey_);
+    setCurveKey(s, zmq::sockopt::curve_secretkey, secretKey_);
+  }
+}
+
+// Rank r's connections -- the data DEALER (watched by a monitor), the probe
+// DEALER and the extra data connections (striping) -- on sockets of their
+// own, made anew. Closing a socket ends every connection it had:
+// disconnect() and connect() on the same socket left the replaced
+// connection up beside the new one (a 30-minute churn soak's workers held
+// up to eight connections to one peer, 33 descriptors more at the end than
+// at the start).
 Status ZmqTransport::openPeerSockets(uint32_t r, bool drainOld) {
   PeerState& p = peers_[r];
   // The old socket's monitor stops before its reader closes: an event it
@@ -551,21 +599,7 @@ Status ZmqTransport::openPeerSockets(uint32_t r, bool drainOld) {
   // Hand frames only to completed connections: while a peer is away they
   // wait in our bounded queue, where backpressure and counters see them.
   const auto open = [&](std::optional<zmq::socket_t>& socket, int linger, int hwm) {
-    socket.emplace(ctx_, zmq::socket_type::dealer);
-    zmq::socket_t& s = *socket;
-    s.set(zmq::sockopt::linger, linger);
-    s.set(zmq::sockopt::immediate, 1);
-    s.set(zmq::sockopt::sndhwm, hwm);
-    s.set(zmq::sockopt::reconnect_ivl, 100);
-    s.set(zmq::sockopt::reconnect_ivl_max, 2000);
-    if (cfg_.connectTimeout.count() > 0) {
-      s.set(zmq::sockopt::connect_timeout, static_cast<int>(cfg_.connectTimeout.count()));
-    }
-    if (cfg_.encrypt) {
-      setCurveKey(s, zmq::sockopt::curve_serverkey, keys_[r][p.serverKey]);
-      setCurveKey(s, zmq::sockopt::curve_publickey, publicKey_);
-      setCurveKey(s, zmq::sockopt::curve_secretkey, secretKey_);
-    }
+    openDealer(socket, r, linger, hwm);
   };
   open(p.dealer, static_cast<int>(cfg_.linger.count()), 64);
   open(p.probe, 0, 16);
@@ -589,36 +623,42 @@ Status ZmqTransport::openPeerSockets(uint32_t r, bool drainOld) {
   }
   p.stripes.clear();
   p.stripes.resize(connectionsTo(r) - 1);
-  for (size_t i = 0; i < p.stripes.size(); ++i) GEO_RETURN_IF_ERROR(openStripe(r, i));
+  // One that cannot be made is left out (the payloads go on the others),
+  // and the next renewal makes it again.
+  for (size_t i = 0; i < p.stripes.size(); ++i) {
+    if (Status s = openStripe(r, i); !s.ok()) {
+      logger()->warn("transport rank {}: data connection {} to {} not made: {}", cfg_.rank, i + 2,
+                     rankName(r), s.message());
+    }
+  }
   return {};
 }
 
 Status ZmqTransport::openStripe(uint32_t r, size_t i) {
   Stripe& stripe = peers_[r].stripes[i];
-  stripe.dealer.emplace(ctx_, zmq::socket_type::dealer);
+  // Half made is not made: both or neither (the I/O loop polls both).
+  struct Undo {
+    Stripe& s;
+    bool done = false;
+    ~Undo() {
+      if (done) return;
+      s.monitor.reset();
+      if (s.dealer) s.dealer->set(zmq::sockopt::linger, 0);
+      s.dealer.reset();
+    }
+  } undo{stripe};
+  openDealer(stripe.dealer, r, static_cast<int>(cfg_.linger.count()), 64);
   zmq::socket_t& s = *stripe.dealer;
-  s.set(zmq::sockopt::linger, static_cast<int>(cfg_.linger.count()));
-  s.set(zmq::sockopt::immediate, 1);
-  s.set(zmq::sockopt::sndhwm, 64);
-  s.set(zmq::sockopt::reconnect_ivl, 100);
-  s.set(zmq::sockopt::reconnect_ivl_max, 2000);
-  if (cfg_.connectTimeout.count() > 0) {
-    s.set(zmq::sockopt::connect_timeout, static_cast<int>(cfg_.connectTimeout.count()));
-  }
-  if (cfg_.encrypt) {
-    setCurveKey(s, zmq::sockopt::curve_serverkey, keys_[r][peers_[r].serverKey]);
-    setCurveKey(s, zmq::sockopt::curve_publickey, publicKey_);
-    setCurveKey(s, zmq::sockopt::curve_secretkey, secretKey_);
-  }
   // Only its drops matter: the first connection's events decide the keys.
   const std::string mon =
-      fmt::format("inproc://geo-monitor-peer-{}-stripe-{}-{}", r, i, stripe.opened++);
+      fmt::format("inproc://geo-monitor-peer-{}-{}-stripe-{}", r, peers_[r].sockets++, i);
   if (zmq_socket_monitor(s.handle(), mon.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
     return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
   }
   stripe.monitor.emplace(ctx_, zmq::socket_type::pair);
   stripe.monitor->connect(mon);
   s.connect(cfg_.endpoints[r]);
+  undo.done = true;
   return {};
 }
 
@@ -753,7 +793,7 @@ void ZmqTransport::shutdown() {
 }
 
 Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payload,
-                             milliseconds wait) {
+                             milliseconds wait, bool first) {
   if (!reachable(peer)) {
     return failedPrecondition(fmt::format(
         "transport: rank {} has no endpoint at rank {} (transport.peers: none), so it is never "
@@ -807,7 +847,16 @@ Status ZmqTransport::enqueue(uint32_t peer, const FrameHeader& h, Payload payloa
                   (p.shaper ? p.shaper->profile().oneWayDelay : SteadyClock::duration::zero());
     }
     if (uplinkLock.owns_lock()) uplinkLock.unlock();
-    p.queue.push_back(std::move(o));
+    if (first && !p.queue.empty() && p.queue.front().chunksSent > 0) {
+      p.queuedBytes -= kFrameHeaderBytes + p.queue.front().payload.size();
+      p.queue.pop_front();
+      p.space.notify_all();
+    }
+    if (first) {
+      p.queue.push_front(std::move(o));
+    } else {
+      p.queue.push_back(std::move(o));
+    }
     p.queuedBytes += bytes;
   }
   wake();
@@ -1136,7 +1185,7 @@ void ZmqTransport::handleInbound() {
     }
     if ((header->flags & kFrameFlagStriped) != 0) {
       auto out = stripes_.addChunk(*header, Payload(std::move(msg), view), SteadyClock::now());
-      if (!out.dropped.ok()) reject(out.dropped.message());
+      if (!out.dropped.ok()) noteStripedDrop(out.dropped);
       for (auto& d : out.ready) deliver(d.header, std::move(d.payload));
       continue;
     }
@@ -1144,11 +1193,13 @@ void ZmqTransport::handleInbound() {
     if (!added.dropped.ok()) reject(added.dropped.message());
     if (!added.complete) continue;
     // What came on the sender's first data connection keeps its place
-    // among its striped payloads; probes and the control lane do not wait.
-    const bool ordered = (header->flags & kFrameFlagControlLane) == 0 &&
-                         header->kind != MessageKind::kPing && header->kind != MessageKind::kPong &&
-                         header->kind != MessageKind::kAck &&
-                         header->kind != MessageKind::kKeyNotice;
+    // among its striped payloads; probes and the control lane do not wait,
+    // nor does a hello: the first message on new connections, it says
+    // whether what the old ones held is lost (deliver()).
+    const bool ordered =
+        (header->flags & kFrameFlagControlLane) == 0 && header->kind != MessageKind::kPing &&
+        header->kind != MessageKind::kPong && header->kind != MessageKind::kAck &&
+        header->kind != MessageKind::kKeyNotice && header->kind != MessageKind::kHello;
     if (!ordered) {
       deliver(*header, std::move(*added.complete));
       continue;
@@ -1167,6 +1218,15 @@ void ZmqTransport::deliver(const FrameHeader& header, Payload body) {
     return;
   }
   if (header.kind == MessageKind::kHello) {
+    // Another incarnation of the sender, or its connections made anew: the
+    // striped payloads the old ones were carrying will not be completed.
+    const std::pair<uint64_t, uint64_t> hello{header.round, header.step};
+    if (p.lastHello && *p.lastHello != hello) {
+      auto out = stripes_.forget(header.sender);
+      if (!out.dropped.ok()) noteStripedDrop(out.dropped);
+      for (auto& d : out.ready) deliver(d.header, std::move(d.payload));
+    }
+    p.lastHello = hello;
     checkHello(header.sender, body);
     return;
   }
@@ -1301,6 +1361,10 @@ void ZmqTransport::trackRouterConnection(uint16_t event, uint32_t value) {
       ++failuresToClose_;  // counted and logged by the ZAP handler
       break;
     case ZMQ_EVENT_DISCONNECTED: {
+      // Its chunks' acknowledgement is no longer repeated with the pings:
+      // the sender forgot what it sent on it. (Only the repeat: a new
+      // connection may have taken the descriptor, and data already.)
+      for (PeerState& p : peers_) p.lastAcked.erase(static_cast<uint64_t>(std::max(fd, 0)));
       const auto it = routerConnections_.find(fd);
       if (it == routerConnections_.end()) break;
       const bool settled = it->second;
@@ -1682,6 +1746,11 @@ bool ZmqTransport::renewConnections(uint32_t peer, bool drainOld) {
   p.resend.clear();
   publishUnacked(p);
   p.blocked = false;
+  // The first message on the new connections says they are new: the peer
+  // then stops waiting for the striped payloads whose chunks the old ones
+  // held (StripeAssembler::forget).
+  ++p.generation;
+  sendHello(peer, /*first=*/true);
   return true;
 }
 
@@ -1977,24 +2046,30 @@ void ZmqTransport::retryHandshakes() {
   }
 }
 
-void ZmqTransport::sendHello(uint32_t peer) {
+void ZmqTransport::sendHello(uint32_t peer, bool first) {
   if (cfg_.agreedSettings.empty()) return;
   const std::string text = encodeHello(cfg_.agreedSettings);
   std::vector<std::byte> bytes(text.size());
   std::memcpy(bytes.data(), text.data(), text.size());
   // A hello that finds the queue full (a peer that reads nothing) is
   // skipped: the next reconnect sends another.
-  enqueueRawOrSkip(peer, MessageKind::kHello, std::move(bytes));
+  // Its header names this transport's incarnation and how many times its
+  // connections to the peer were made anew (StripeAssembler::forget).
+  enqueueRawOrSkip(peer, MessageKind::kHello, std::move(bytes), first, incarnation_,
+                   peers_[peer].generation);
 }
 
-void ZmqTransport::enqueueRawOrSkip(uint32_t peer, MessageKind kind, std::vector<std::byte> bytes) {
+void ZmqTransport::enqueueRawOrSkip(uint32_t peer, MessageKind kind, std::vector<std::byte> bytes,
+                                    bool first, uint64_t round, uint64_t step) {
   FrameHeader h;
   h.kind = kind;
   h.jobHash = limits_.jobHash;
   h.sender = cfg_.rank;
+  h.round = round;
+  h.step = step;
   h.elementCount = bytes.size();
   h.payloadBytes = bytes.size();
-  (void)enqueue(peer, h, Payload(std::move(bytes)), milliseconds(0));
+  (void)enqueue(peer, h, Payload(std::move(bytes)), milliseconds(0), first);
 }
 
 void ZmqTransport::sendWarmup(uint32_t peer) {
@@ -2124,9 +2199,12 @@ void ZmqTransport::ioLoop() {
       const auto out = static_cast<short>(p.blocked ? ZMQ_POLLOUT : 0);
       items.push_back({p.dealer->handle(), 0, out, 0});
       items.push_back({p.monitor->handle(), 0, ZMQ_POLLIN, 0});
+      // A connection that could not be made (openStripe failed) has no
+      // socket: its items poll nothing (a negative descriptor).
       for (Stripe& stripe : p.stripes) {
-        items.push_back({stripe.dealer->handle(), 0, out, 0});
-        items.push_back({stripe.monitor->handle(), 0, ZMQ_POLLIN, 0});
+        const bool up = stripe.dealer && stripe.monitor;
+        items.push_back({up ? stripe.dealer->handle() : nullptr, -1, out, 0});
+        items.push_back({up ? stripe.monitor->handle() : nullptr, -1, ZMQ_POLLIN, 0});
       }
       pollOutPeers.push_back(r);
     }
@@ -2170,7 +2248,7 @@ void ZmqTransport::ioLoop() {
     }
     if (stripes_.unfinished() > 0) {
       auto expired = stripes_.expire(SteadyClock::now());
-      if (!expired.dropped.ok()) reject(expired.dropped.message());
+      if (!expired.dropped.ok()) noteStripedDrop(expired.dropped);
       for (auto& d : expired.ready) deliver(d.header, std::move(d.payload));
     }
     if (!stopping_) retryHandshakes();

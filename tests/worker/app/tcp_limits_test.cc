@@ -78,9 +78,22 @@ TEST(TcpWindowCeiling, HalfTheBufferPerRoundTrip) {
       describeWindowCeiling({6 << 20, 4 << 20, 131072}, "tokyo (rank 1)", 0.230);
   for (const char* part :
        {"230 ms, to tokyo (rank 1)", "at most 109-146 Mbit/s", "may grow to 6 MiB",
-        "net.ipv4.tcp_rmem", "send buffers to 4 MiB", "at 55 MiB or more"}) {
+        "net.ipv4.tcp_rmem", "send buffers to 4 MiB", "at 55 MiB or more",
+        "or 7-10 data connections per peer", "transport.connections"}) {
     EXPECT_NE(line.find(part), std::string::npos) << part << " not in: " << line;
   }
+  EXPECT_EQ(line.find("its 1 data"), std::string::npos) << line;
+  // Where both shares need as many: one figure.
+  EXPECT_NE(describeWindowCeiling({32 << 20, 32 << 20, 131072}, "tokyo (rank 1)", 0.230)
+                .find("or 2 data connections per peer"),
+            std::string::npos);
+  // Striped over 8 connections: 8 windows in flight.
+  const std::string striped =
+      describeWindowCeiling({6 << 20, 4 << 20, 131072}, "tokyo (rank 1)", 0.230, 8);
+  EXPECT_NE(striped.find("at most 109-146 Mbit/s, its 8 data connections "
+                         "(transport.connections) 0.875-1.17 Gbit/s"),
+            std::string::npos)
+      << striped;
 }
 
 }  // namespace

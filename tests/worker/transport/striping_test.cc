@@ -157,6 +157,38 @@ TEST(StripeAssembler, APayloadThatStallsIsDroppedNamingItAndWhatWaitedGoes) {
   EXPECT_FALSE(a.holding());
 }
 
+TEST(StripeAssembler, ConnectionsMadeAnewDropWhatHasItsPlaceAndKeepWhatHasNot) {
+  auto a = makeAssembler();
+  const auto stale = pattern(3000, 20), fresh = pattern(3000, 21);
+  const auto now = Clock::now();
+  // Its last chunk came on the old connections, one chunk never will; a
+  // message behind it waits.
+  auto staleLast = chunkOf(stale, 1, 3, 2000, 1000);
+  EXPECT_TRUE(a.addChunk(staleLast.header, staleLast.chunk, now).ready.empty());
+  EXPECT_TRUE(a.addOrdered(testing::validHeader(1, 4, 10), Payload(pattern(10, 4))).ready.empty());
+  // The first chunk of a payload of the new connections, come early.
+  auto freshFirst = chunkOf(fresh, 1, 5, 0, 1000);
+  EXPECT_TRUE(a.addChunk(freshFirst.header, freshFirst.chunk, now).ready.empty());
+  // Another sender's payload is not touched.
+  auto other = chunkOf(stale, 2, 3, 2000, 1000);
+  EXPECT_TRUE(a.addChunk(other.header, other.chunk, now).ready.empty());
+
+  auto out = a.forget(1);
+  ASSERT_FALSE(out.dropped.ok());
+  EXPECT_NE(out.dropped.message().find("round 3"), std::string::npos) << out.dropped.message();
+  EXPECT_NE(out.dropped.message().find("made anew"), std::string::npos) << out.dropped.message();
+  ASSERT_EQ(out.ready.size(), 1u);
+  EXPECT_EQ(out.ready[0].header.round, 4u);
+  EXPECT_EQ(a.unfinished(), 2u);  // the fresh one, and the other sender's
+  for (size_t off : {1000, 2000}) {
+    auto c = chunkOf(fresh, 1, 5, off, 1000);
+    out = a.addChunk(c.header, c.chunk, now);
+  }
+  ASSERT_EQ(out.ready.size(), 1u);
+  EXPECT_TRUE(sameBytes(out.ready[0].payload.bytes(), fresh));
+  EXPECT_TRUE(a.forget(1).dropped.ok());  // nothing left to drop
+}
+
 TEST(StripeAssembler, ASenderKeepsAtMostSoManyPayloadsUnfinished) {
   auto a = makeAssembler();
   const auto whole = pattern(2000, 7);
@@ -219,6 +251,18 @@ Status sendBytes(Transport& t, uint64_t round, const std::vector<std::byte>& byt
 TEST(Striping, MessagesArriveWholeAndInOrderWithAPayloadSpreadOverEveryConnection) {
   constexpr size_t kConnections = 4;
   Pair pair(kConnections);
+  const std::string established =
+      "ss -tnH state established '( dport = :" + std::to_string(portOf(pair.world.endpoints[1])) +
+      " )' 2>/dev/null";
+  // Every connection up first (a chunk goes to the connections that take it:
+  // one still in its handshake would carry none of a transfer this short).
+  const auto upBy = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < upBy) {
+    const std::string up = commandOutput(established);
+    if (static_cast<size_t>(std::count(up.begin(), up.end(), '\n')) >= kConnections + 1) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  std::this_thread::sleep_for(200ms);  // and their CURVE handshakes
   const auto small1 = pattern(100, 1), big2 = pattern(size_t{16} << 20, 2),
              small3 = pattern(100, 3), big4 = pattern(size_t{16} << 20, 4),
              small5 = pattern(100, 5);
@@ -271,6 +315,31 @@ TEST(Striping, OneConnectionSendsAsBefore) {
   auto m = pair.b->receive(MessageKind::kUpdate, 1, 0, 30s);
   ASSERT_TRUE(m.ok()) << m.status().toString();
   EXPECT_TRUE(sameBytes(m->payload.bytes(), big));
+}
+
+// A partition longer than reconnectAfter: both ends make all their
+// connections anew (silence), the extra data connections with them, again
+// and again while it lasts; afterwards a striped payload crosses.
+TEST(Striping, AfterConnectionsAreMadeAnewStripedPayloadsCrossAgain) {
+  Pair pair(4);
+  const auto before = pattern(size_t{2} << 20, 30);
+  ASSERT_TRUE(sendBytes(*pair.a, 1, before).ok());
+  ASSERT_TRUE(pair.b->receive(MessageKind::kUpdate, 1, 0, 10s).ok());
+  pair.a->setPartitioned(true);
+  pair.b->setPartitioned(true);
+  std::this_thread::sleep_for(3500ms);  // renewed at 1 s and every 1 s after
+  pair.a->setPartitioned(false);
+  pair.b->setPartitioned(false);
+  for (const PeerCounters& c : pair.a->peerCounters()) {
+    if (c.peer == 1) {
+      EXPECT_GE(c.reconnects, 2u);
+    }
+  }
+  const auto after = pattern(size_t{4} << 20, 31);
+  ASSERT_TRUE(sendBytes(*pair.a, 2, after).ok());
+  auto m = pair.b->receive(MessageKind::kUpdate, 2, 0, 10s);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), after));
 }
 
 // Over the namespace network, where the kernel's TCP holds what is in
