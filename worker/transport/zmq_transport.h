@@ -1,6 +1,8 @@
 #pragma once
 // The ZeroMQ implementation of Transport: every worker binds one ROUTER socket
-// and connects one DEALER to each peer; all sockets live on one I/O thread.
+// and connects DEALERs to each peer -- one for data (or several, to a WAN
+// peer, with TransportConfig::connections) and one for probes; all sockets
+// live on one I/O thread.
 // Every socket uses CurveZMQ (X25519 key agreement, XSalsa20-Poly1305 for
 // every frame, through libsodium); a ZAP handler admits exactly the public keys
 // of the job's ranks and tags each connection with its rank, so a frame whose
