@@ -163,6 +163,16 @@ struct Stripe {
   std::optional<SteadyClock::time_point> lastAck;
 };
 
+// Closes a stripe's sockets, if it has them. Its monitor stops first (an
+// event sent while the socket lingers would block ZeroMQ's I/O thread on a
+// monitor nobody reads); what the connection holds gets `linger` ms to go.
+void closeStripe(Stripe& stripe, int linger) {
+  if (stripe.dealer) zmq_socket_monitor(stripe.dealer->handle(), nullptr, 0);
+  stripe.monitor.reset();
+  if (stripe.dealer) stripe.dealer->set(zmq::sockopt::linger, linger);
+  stripe.dealer.reset();
+}
+
 // A probe (ping, pong, acknowledgement) waiting out an emulated link's delay.
 struct PendingProbe {
   SteadyClock::time_point release;
@@ -615,11 +625,7 @@ Status ZmqTransport::openPeerSockets(uint32_t r, bool drainOld) {
   p.monitor->connect(mon);
   d.connect(cfg_.endpoints[r]);
   for (Stripe& stripe : p.stripes) {
-    if (stripe.dealer) {
-      zmq_socket_monitor(stripe.dealer->handle(), nullptr, 0);
-      stripe.dealer->set(zmq::sockopt::linger,
-                         drainOld ? static_cast<int>(cfg_.linger.count()) : 0);
-    }
+    closeStripe(stripe, drainOld ? static_cast<int>(cfg_.linger.count()) : 0);
   }
   p.stripes.clear();
   p.stripes.resize(connectionsTo(r) - 1);
@@ -641,10 +647,7 @@ Status ZmqTransport::openStripe(uint32_t r, size_t i) {
     Stripe& s;
     bool done = false;
     ~Undo() {
-      if (done) return;
-      s.monitor.reset();
-      if (s.dealer) s.dealer->set(zmq::sockopt::linger, 0);
-      s.dealer.reset();
+      if (!done) closeStripe(s, 0);
     }
   } undo{stripe};
   openDealer(stripe.dealer, r, static_cast<int>(cfg_.linger.count()), 64);
@@ -665,10 +668,7 @@ Status ZmqTransport::openStripe(uint32_t r, size_t i) {
 void ZmqTransport::reopenStripe(uint32_t r, size_t i, const std::string& why) {
   PeerState& p = peers_[r];
   Stripe& stripe = p.stripes[i];
-  zmq_socket_monitor(stripe.dealer->handle(), nullptr, 0);
-  stripe.monitor.reset();
-  stripe.dealer->set(zmq::sockopt::linger, 0);
-  stripe.dealer.reset();
+  closeStripe(stripe, 0);
   requeueStriped(p, stripe.unacked);
   stripe.lastAck.reset();
   Status s;
@@ -2282,12 +2282,7 @@ void ZmqTransport::closeSockets(std::chrono::milliseconds linger) {
     if (p.dealer) p.dealer->set(zmq::sockopt::linger, static_cast<int>(linger.count()));
     p.dealer.reset();
     p.probe.reset();
-    for (Stripe& stripe : p.stripes) {
-      if (stripe.dealer) zmq_socket_monitor(stripe.dealer->handle(), nullptr, 0);
-      stripe.monitor.reset();
-      if (stripe.dealer) stripe.dealer->set(zmq::sockopt::linger, static_cast<int>(linger.count()));
-      stripe.dealer.reset();
-    }
+    for (Stripe& stripe : p.stripes) closeStripe(stripe, static_cast<int>(linger.count()));
   }
   routerMonitor_.reset();
   router_.reset();
