@@ -19,6 +19,18 @@ namespace geo::codec {
 
 namespace {
 
+// What Codec::rangeBytes() asks of its range (the contract in codec.h).
+void checkRange(const Codec& c, std::span<const std::byte> bytes, int64_t n, int64_t a, int64_t b) {
+  GEO_ENFORCE(0 <= a && a < b && b <= n, "codec {}: the range [{}, {}) is not within {} values",
+              c.describe(), a, b, n);
+  const int64_t align = c.rangeAlignment();
+  GEO_ENFORCE(a % align == 0 && (b % align == 0 || b == n),
+              "codec {}: the range [{}, {}) of {} values does not fall on multiples of {}",
+              c.describe(), a, b, n, align);
+  GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), c.encodedBytes(n),
+                 "codec {}: {} bytes do not encode {} values", c.describe(), bytes.size(), n);
+}
+
 void checkTensor(const torch::Tensor& t, const char* what) {
   GEO_ENFORCE(t.defined(), "codec: {} tensor is undefined", what);
   GEO_ENFORCE(t.scalar_type() == torch::kFloat, "codec: {} tensor must be fp32, got {}", what,
@@ -216,6 +228,31 @@ class QsgdCodec final : public Codec {
                                   out.data_ptr<float>(), threads_);
   }
 
+  // Scales first, then codes (kernels/qsgd.h): a range of whole buckets is
+  // its buckets' scales and its values' codes, which must start on a byte:
+  // whole buckets whose codes fill whole bytes (a bucket of 512 at any
+  // width; one of 1 value at 2 bits needs 4 of them).
+  int64_t rangeAlignment() const override {
+    int64_t align = cfg_.bucketSize;
+    while (align * cfg_.bits % 8 != 0) align += cfg_.bucketSize;
+    return align;
+  }
+  std::span<const std::byte> rangeBytes(std::span<const std::byte> bytes, int64_t n, int64_t a,
+                                        int64_t b, std::vector<std::byte>& staging) const override {
+    checkRange(*this, bytes, n, a, b);
+    const int64_t buckets = kernels::qsgdNumBuckets(n, cfg_);
+    const int64_t firstBucket = a / cfg_.bucketSize;
+    const int64_t rangeBuckets = kernels::qsgdNumBuckets(b - a, cfg_);
+    const int64_t codesFrom = a * cfg_.bits / 8;
+    const int64_t codes = kernels::qsgdCodeBytes(b - a, cfg_);
+    staging.resize(static_cast<size_t>(4 * rangeBuckets + codes));
+    std::memcpy(staging.data(), bytes.data() + 4 * firstBucket,
+                static_cast<size_t>(4 * rangeBuckets));
+    std::memcpy(staging.data() + 4 * rangeBuckets, bytes.data() + 4 * buckets + codesFrom,
+                static_cast<size_t>(codes));
+    return staging;
+  }
+
   // On a CUDA tensor, every slice in one pass (kernels/qsgd_cuda.h,
   // qsgdEncodeSlicesCudaToHost): a model of many tensors paid a
   // synchronization and a copy per tensor.
@@ -316,6 +353,14 @@ void Codec::decodeAccumulateSlices(std::span<const std::byte> bytes, std::span<c
     auto view = out.narrow(0, s.offset, s.numel);
     decodeAccumulate(bytes.subspan(static_cast<size_t>(s.byteOffset), size), alpha, view);
   }
+}
+
+std::span<const std::byte> Codec::rangeBytes(std::span<const std::byte> bytes, int64_t n, int64_t a,
+                                             int64_t b, std::vector<std::byte>& /*staging*/) const {
+  // Value k in bytes [k * w, (k + 1) * w): the range is one piece.
+  checkRange(*this, bytes, n, a, b);
+  const int64_t from = encodedBytes(a);
+  return bytes.subspan(static_cast<size_t>(from), static_cast<size_t>(encodedBytes(b) - from));
 }
 
 void Codec::decode(std::span<const std::byte> bytes, torch::Tensor& out) const {

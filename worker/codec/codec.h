@@ -28,6 +28,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "kernels/qsgd.h"
@@ -75,6 +76,20 @@ class Codec {
   virtual void decodeAccumulateSlices(std::span<const std::byte> bytes,
                                       std::span<const Slice> slices, float alpha,
                                       torch::Tensor& out) const;
+
+  // Values [a, b) of an encoding of n values, as the encoding of b - a
+  // values on their own: decodeAccumulate() of what this returns adds, at
+  // each of those positions, exactly what decoding all n adds there. a and
+  // b must be multiples of rangeAlignment() (b may also be n), 0 <= a < b
+  // <= n, and `bytes` exactly encodedBytes(n) long (throws geo::Error
+  // otherwise). The result views `bytes` where the range lies in one piece
+  // there (identity, fp16, bf16), else `staging`, which it fills (QSGD: the
+  // range's scales, then its codes). What lets a synchronizer decode a
+  // large model slice by slice, holding a slice at a time.
+  virtual int64_t rangeAlignment() const { return 1; }
+  virtual std::span<const std::byte> rangeBytes(std::span<const std::byte> bytes, int64_t n,
+                                                int64_t a, int64_t b,
+                                                std::vector<std::byte>& staging) const;
 
   // fp32 bytes / encoded bytes for n values: 1, 2, 2 or ~7.9 (qsgd-4/512).
   double compressionRatio(int64_t numel) const;

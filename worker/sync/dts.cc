@@ -76,6 +76,12 @@ constexpr size_t kLagWindow = 4;  // link samples per peer the auto delay looks 
 constexpr int64_t kMinStepsBetweenChanges = 32;
 constexpr size_t kLateWindow = 4;  // incomplete rounds a late contribution may still join
 constexpr auto kPoll = std::chrono::milliseconds(20);
+// A round's completion, its early applications and the job model go through
+// a CPU model this many values at a time (4 MB of fp32): a pass holds a few
+// slices instead of a few models (docs/algorithms.md, "Memory"). A GPU
+// model's pass is one slice: device memory is not what runs short there, and
+// each operation costs a launch.
+constexpr int64_t kSliceValues = int64_t{1} << 20;
 
 // Model-sized scratch tensors reused from round to round. A large model
 // makes each of them tens of megabytes, which the allocator maps fresh and
@@ -106,10 +112,12 @@ class ScratchTensors {
   void clear() { kept_.clear(); }
 
  private:
-  // What a completion uses at once (a decoded contribution, the mean, the
-  // correction) and what a round in flight gives back (its early sum):
-  // kept, they cost four model-sized tensors of memory
-  // (docs/algorithms.md, "Memory").
+  // What the paths that still work on whole models use at once: the exact
+  // completion (K = 1, D = 0, identity: its own contribution and the
+  // mean), the mean of a round completed without a peer and the late
+  // contribution added to it, an early sum restored from a checkpoint. A
+  // CPU worker's rounds otherwise complete slice by slice (sliceBuffer)
+  // and take nothing from here (docs/algorithms.md, "Memory").
   static constexpr size_t kKept = 4;
   std::vector<torch::Tensor> kept_;
 };
@@ -347,7 +355,18 @@ class Dts final : public Base {
       recycle(pending_.front());
       pending_.pop_front();
     }
-    scratch_.clear();  // the final average needs the memory more
+    // The final average needs the memory more: with every round complete,
+    // the round's start, the residual (what quantization has yet to send,
+    // which the average of the models supersedes), the means kept for late
+    // contributions and the scratch are done with -- two or more
+    // model-sized tensors at the end's peak (docs/algorithms.md, "Memory").
+    // jobModel() and saveState() have nothing to give from here on: the
+    // model is the job's once the average is in.
+    scratch_.clear();
+    slices_ = {};
+    late_.clear();
+    base_ = torch::Tensor();
+    residual_ = torch::Tensor();
     return averageModels(flat, steps);
   }
 
@@ -362,13 +381,44 @@ class Dts final : public Base {
   std::optional<train::JobModel> jobModel() override {
     if (group_.size() <= 1 || !base_.defined()) return std::nullopt;
     torch::NoGradGuard noGrad;
-    torch::Tensor a = base_.clone();
-    if (residual_.defined()) a.add_(residual_);
-    for (const Pending& p : pending_) {
-      codec_->decodeAccumulate(*p.bytes, static_cast<float>(1.0 - p.earlyWeight), a);
-      if (p.earlySum.defined()) a.add_(p.earlySum);
+    torch::Tensor a = torch::empty_like(base_);
+    const std::vector<int64_t> bounds = sliceBounds(a);
+    for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+      torch::Tensor part = a.narrow(0, bounds[k], bounds[k + 1] - bounds[k]);
+      jobModelInto(bounds[k], part);
     }
     return train::JobModel{jobStep_, std::move(a)};
+  }
+
+  // The job model's values [lo, lo + out.numel()) into `out`: the same
+  // operations on each value as a whole jobModel() (which is made of
+  // these), using slice buffers 0 and 1.
+  void jobModelInto(int64_t lo, torch::Tensor& out) {
+    const int64_t n = out.numel();
+    out.copy_(base_.narrow(0, lo, n));
+    if (residual_.defined()) out.add_(residual_.narrow(0, lo, n));
+    for (const Pending& p : pending_) {
+      codec_->decodeAccumulateRange(*p.bytes, static_cast<float>(1.0 - p.earlyWeight), lo, out);
+      if (!std::any_of(p.early.begin(), p.early.end(), [](bool e) { return e; })) continue;
+      torch::Tensor sum = sliceBuffer(0, n, out);
+      torch::Tensor q = sliceBuffer(1, n, out);
+      earlySumInto(p, lo, sum, q);
+      out.add_(sum);
+    }
+  }
+
+  // tensorFingerprint() of the job model, made a slice at a time on a CPU
+  // worker: a parity check every kParityEvery rounds held a whole job model
+  // (docs/algorithms.md, "Memory"). The same fingerprint to the bit.
+  ParityFingerprint jobModelFingerprint(const torch::Tensor& like) {
+    FingerprintSums sums;
+    const std::vector<int64_t> bounds = sliceBounds(like);
+    for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+      torch::Tensor part = sliceBuffer(2, bounds[k + 1] - bounds[k], like);
+      jobModelInto(bounds[k], part);
+      sums.add(part.data_ptr<float>(), static_cast<size_t>(part.numel()));
+    }
+    return sums.fingerprint();
   }
 
   void saveState(torch::serialize::OutputArchive& archive) override {
@@ -396,8 +446,8 @@ class Dts final : public Base {
       archive.write(prefix + "bytes", bytesTensor(*p.bytes));
       if (p.provisionalDue) archive.write(prefix + "provisional_due", torch::tensor(int64_t{1}));
       if (p.start.defined()) archive.write(prefix + "start", p.start);
-      if (p.earlySum.defined()) {
-        archive.write(prefix + "early_sum", p.earlySum);
+      if (std::any_of(p.early.begin(), p.early.end(), [](bool e) { return e; })) {
+        archive.write(prefix + "early_sum", earlySumOf(p, base_));
         auto early = torch::zeros({static_cast<int64_t>(group_.size())}, torch::kUInt8);
         for (size_t j = 0; j < p.early.size(); ++j) early[static_cast<int64_t>(j)] = p.early[j];
         archive.write(prefix + "early", early);
@@ -474,6 +524,7 @@ class Dts final : public Base {
         for (size_t j = 0; j < group_.size(); ++j) {
           p.early[j] = early[static_cast<int64_t>(j)].item<uint8_t>() != 0;
         }
+        p.inEarlySum = p.early;
         p.earlyWeight = earlyWeight.item<double>();
       }
       p.sentAt = clock().now();
@@ -514,13 +565,19 @@ class Dts final : public Base {
     std::vector<std::optional<Message>> got;  // by group index
     geo::Clock::TimePoint sentAt;             // when this worker sent its part
     // D = auto: contributions applied as they arrived (applyEarly), by group
-    // index, and Σ w_j q_j over them (undefined while none is); those that
-    // did not decode are left to complete().
+    // index, and Σ w_j over them; those that did not decode are left to
+    // complete(). Σ w_j q_j is decoded again from their bytes where it is
+    // needed (earlySumInto) rather than kept: a model-sized tensor per round
+    // in flight. After a resume the bytes of those applied before the
+    // checkpoint are gone: their sum comes back as `earlySum`, and
+    // `inEarlySum` says whose it holds.
     std::vector<bool> early;
     std::vector<bool> undecodable;
     torch::Tensor earlySum;
+    std::vector<bool> inEarlySum;
     double earlyWeight = 0;
     bool appliedEarly(size_t i) const { return i < early.size() && early[i]; }
+    bool summed(size_t i) const { return i < inEarlySum.size() && inEarlySum[i]; }
     // The staleness (steps since sending) of the peers' contributions as
     // they were applied, early or at completion: the step scale's input.
     double stalenessSum = 0;
@@ -543,6 +600,58 @@ class Dts final : public Base {
     torch::Tensor own = scratch_.take(like).zero_();
     codec_->decodeAccumulate(*p.bytes, 1.0f, own);
     return own;
+  }
+
+  // Where the slice-wise passes cut a model like `values`.
+  std::vector<int64_t> sliceBounds(const torch::Tensor& values) const {
+    if (values.is_cuda()) return codec_->sliceBounds(std::max<int64_t>(1, values.numel()));
+    return codec_->sliceBounds(options_.sliceValues > 0 ? options_.sliceValues : kSliceValues);
+  }
+  // Slice buffer k (0..3) of the slice-wise passes, n values long, on
+  // `values`' device; contents undefined. Kept between rounds (fresh ones,
+  // page-faulted in each time, cost a large model's worker CPU).
+  torch::Tensor sliceBuffer(size_t k, int64_t n, const torch::Tensor& values) {
+    torch::Tensor& b = slices_[k];
+    if (!b.defined() || b.numel() < n || b.device() != values.device()) {
+      b = torch::empty({std::max<int64_t>(n, 1)}, values.options());
+    }
+    return b.narrow(0, 0, n);
+  }
+  // Whether a peer's contribution may be used: decoded and checked a slice
+  // at a time (FlatCodec::check), before any of it is.
+  Status checkContribution(const Message& m, const torch::Tensor& values, std::string& reason) {
+    const std::vector<int64_t> bounds = sliceBounds(values);
+    int64_t longest = 1;
+    for (size_t k = 0; k + 1 < bounds.size(); ++k)
+      longest = std::max(longest, bounds[k + 1] - bounds[k]);
+    torch::Tensor scratch = sliceBuffer(0, longest, values);
+    return codec_->check(m.payload.bytes(), scratch, reason);
+  }
+  // Σ w_j q_j over the contributions of `p` applied early, at values [lo, lo
+  // + out.numel()), into `out` (overwritten); `q` is a buffer as long. In
+  // rank order, decoded from their bytes (or taken from the sum restored
+  // with a checkpoint).
+  void earlySumInto(const Pending& p, int64_t lo, torch::Tensor& out, torch::Tensor& q) {
+    out.zero_();
+    if (p.earlySum.defined()) out.add_(p.earlySum.narrow(0, lo, out.numel()));
+    for (size_t j = 0; j < group_.size(); ++j) {
+      if (!p.appliedEarly(j) || p.summed(j) || !p.got[j]) continue;
+      q.zero_();
+      codec_->decodeAccumulateRange(p.got[j]->payload.bytes(), 1.0f, lo, q);
+      out.add_(q, static_cast<float>(group_.weights[j]));
+    }
+  }
+  // The same over the whole model (a checkpoint's copy of it).
+  torch::Tensor earlySumOf(const Pending& p, const torch::Tensor& values) {
+    torch::Tensor sum = torch::empty_like(values);
+    const std::vector<int64_t> bounds = sliceBounds(values);
+    for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+      const int64_t n = bounds[k + 1] - bounds[k];
+      torch::Tensor part = sum.narrow(0, bounds[k], n);
+      torch::Tensor q = sliceBuffer(0, n, values);
+      earlySumInto(p, bounds[k], part, q);
+    }
+    return sum;
   }
 
   bool exact() const { return !auto_ && delay_ == 0 && codec_->id() == CodecId::kFp32; }
@@ -716,8 +825,7 @@ class Dts final : public Base {
   // its link's time past the due step, which a D chosen before the link was
   // measured (at a start or a resume) can fall short of by the whole link;
   // with steps of ~10 ms and K = 2, a 150 ms link is 7 rounds, and a window
-  // of 4 dropped such contributions. Each entry holds one model-sized mean,
-  // as each round in flight holds one.
+  // of 4 dropped such contributions. Each entry holds one model-sized mean.
   size_t lateWindow() const {
     const auto k = static_cast<size_t>(std::max<int64_t>(schedule_.k, 1));
     return std::max(kLateWindow,
@@ -798,34 +906,42 @@ class Dts final : public Base {
       if (p.start.defined()) continue;
       p.early.resize(group_.size(), false);
       p.undecodable.resize(group_.size(), false);
-      torch::Tensor own;  // decoded once a peer's contribution is to be applied
+      const auto t0 = clock().now();
+      std::vector<size_t> now;  // checked whole first: nothing of a refused one is applied
       for (size_t i = 0; i < group_.size(); ++i) {
         if (i == group_.self || !p.got[i] || p.early[i] || p.undecodable[i]) continue;
-        const auto t0 = clock().now();
-        if (!own.defined()) own = decodeOwn(p, flat.values);
-        torch::Tensor q = scratch_.take(flat.values);
         std::string reason;
-        if (!codec_->decodeChecked(p.got[i]->payload.bytes(), q, reason).ok()) {
+        if (!checkContribution(*p.got[i], flat.values, reason).ok()) {
           p.undecodable[i] = true;
-          scratch_.give(std::move(q));
           continue;
         }
-        const auto w = static_cast<float>(group_.weights[i]);
-        if (!p.earlySum.defined()) p.earlySum = scratch_.take(flat.values).zero_();
-        p.earlySum.add_(q, w);
-        // q becomes the correction in place: (own - q) * w.
-        torch::Tensor& correction = q.sub_(own).mul_(-w);
-        flat.values.add_(correction);
-        base_.add_(correction);
-        scratch_.give(std::move(q));
+        now.push_back(i);
+      }
+      if (now.empty()) continue;
+      // x += w_j (q_i - q_j) for each, a slice at a time, in rank order.
+      const std::vector<int64_t> bounds = sliceBounds(flat.values);
+      for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+        const int64_t lo = bounds[k], n = bounds[k + 1] - lo;
+        torch::Tensor own = sliceBuffer(0, n, flat.values).zero_();
+        codec_->decodeAccumulateRange(*p.bytes, 1.0f, lo, own);
+        torch::Tensor q = sliceBuffer(1, n, flat.values);
+        for (size_t i : now) {
+          q.zero_();
+          codec_->decodeAccumulateRange(p.got[i]->payload.bytes(), 1.0f, lo, q);
+          // q becomes the correction in place: (own - q) * w.
+          torch::Tensor& correction = q.sub_(own).mul_(-static_cast<float>(group_.weights[i]));
+          flat.values.narrow(0, lo, n).add_(correction);
+          base_.narrow(0, lo, n).add_(correction);
+        }
+      }
+      for (size_t i : now) {
         p.earlyWeight += group_.weights[i];
         p.early[i] = true;
         p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
         stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
-        stats_.coded(since(t0));
-        modified_ = true;
       }
-      scratch_.give(std::move(own));
+      stats_.coded(since(t0));
+      modified_ = true;
     }
   }
 
@@ -1195,11 +1311,15 @@ class Dts final : public Base {
     p.provisionalDue = auto_ && !linkKnown_;
     p.dueStep = t + (p.provisionalDue ? options_.maxAutoDelay : delay_);
     const auto t0 = clock().now();
-    torch::Tensor acc = scratch_.take(flat.values);
-    torch::sub_out(acc, base_, flat.values);
+    if (exact()) p.start = base_.clone();
+    // The update, base - x, is computed in base_'s own storage (base_ becomes
+    // x once it is encoded): a model-sized tensor less at every close.
+    torch::Tensor& acc = base_;
+    acc.sub_(flat.values);
     // Our own state must be sound before it reaches anyone: a diverged
     // worker stops (and is excluded) instead of spreading it.
     if (std::string reason; !checkValues(acc, std::numeric_limits<float>::max(), reason).ok()) {
+      acc.add_(flat.values);  // base_ again, as far as it can be
       return failedPrecondition(fmt::format(
           "dts: this worker's own update for round {} is not finite (training diverged at step "
           "{}); stopping so that it does not reach the other workers",
@@ -1208,14 +1328,12 @@ class Dts final : public Base {
     p.bytes = std::make_shared<const std::vector<std::byte>>(
         codec_->encode(acc, options_.seed, mixStream(2, topology_.rank(), p.round),
                        residual_.defined() ? &residual_ : nullptr));
-    scratch_.give(std::move(acc));
     uplink_.encoded(p.bytes->size());
     stats_.coded(since(t0), StatsRecorder::CodecWork::kEncode);
     const auto to = presentPeers();
     stats_.encoded(static_cast<uint64_t>(flat.values.numel()) * 4, p.bytes->size(), to.size());
-    GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, t, p.bytes));
-    if (exact()) p.start = base_.clone();
     base_.copy_(flat.values);
+    GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, t, p.bytes));
     if (flip_ && t >= flip_->step) injectFlip(t, flat);
     p.got.resize(group_.size());
     p.sentAt = clock().now();
@@ -1345,25 +1463,21 @@ class Dts final : public Base {
       base_.copy_(flat.values);
     } else {
       // q̄ = (Σ w_i q_i) / W in rank order from the same bytes on every
-      // worker, each peer's contribution decoded into one scratch tensor
-      // and added before the next is decoded: a round holds one decoded
-      // contribution at a time, whatever the number of peers (it held all
-      // of them: a model-sized tensor per peer at every completion).
-      // The correction starts as this worker's own contribution (decoded
-      // from its bytes, as the peers decode it), which the mean takes its
-      // term from: a completion holds three model-sized tensors, the
-      // correction, the mean and one decoded peer contribution.
-      torch::Tensor correction = decodeOwn(p, flat.values);
-      mean = scratch_.take(flat.values).zero_();
-      torch::Tensor q;
+      // worker. Every contribution is checked whole first (a refused one
+      // counts as missing and nothing of it is used); then the round
+      // completes a slice of the model at a time: this worker's own
+      // contribution (decoded from its bytes, as the peers decode it), the
+      // mean and one peer's decoded contribution, a slice each, and the
+      // early sum decoded again from the bytes of those applied early. It
+      // held four model-sized tensors (docs/algorithms.md, "Memory"). Each
+      // value sees the same operations in the same order as it did.
+      std::vector<bool> fresh(group_.size(), false);  // added here, not applied early
       for (size_t i = 0; i < group_.size(); ++i) {
-        const auto w = static_cast<float>(group_.weights[i]);
         if (i == group_.self) {
-          mean.add_(correction, w);
           total += group_.weights[i];
           continue;
         }
-        if (p.appliedEarly(i)) {  // in earlySum (got is empty after a resume)
+        if (p.appliedEarly(i)) {  // in the early sum (got is empty after a resume)
           if (p.got[i]) {
             lags[i] = std::chrono::duration<double>(p.got[i]->received - p.sentAt).count();
           }
@@ -1371,11 +1485,9 @@ class Dts final : public Base {
           continue;
         }
         if (p.got[i]) {
-          if (!q.defined()) q = scratch_.take(flat.values);
           std::string reason;
-          const Status ok = codec_->decodeChecked(p.got[i]->payload.bytes(), q, reason);
+          const Status ok = checkContribution(*p.got[i], flat.values, reason);
           if (ok.ok()) {
-            mean.add_(q, w);
             p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
             stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
           } else {
@@ -1387,23 +1499,50 @@ class Dts final : public Base {
           stats_.missed();
           continue;
         }
+        fresh[i] = true;
         lags[i] = std::chrono::duration<double>(p.got[i]->received - p.sentAt).count();
         total += group_.weights[i];
       }
-      scratch_.give(std::move(q));
-      if (p.earlySum.defined()) mean.add_(p.earlySum);
-      mean.mul_(static_cast<float>(1.0 / total));
-      // own - q̄, less what applyEarly applied already, Σ w_j (q_i − q_j):
-      // (1 - Σ w_j) q_i - q̄ + Σ w_j q_j.
-      if (p.earlySum.defined()) {
-        correction.mul_(static_cast<float>(1.0 - p.earlyWeight)).sub_(mean).add_(p.earlySum);
-        scratch_.give(std::move(p.earlySum));
-      } else {
-        correction.sub_(mean);
+      const bool early = std::any_of(p.early.begin(), p.early.end(), [](bool e) { return e; });
+      // A round completed without someone keeps its whole mean for a late
+      // contribution (Late): the slices' means are written into it.
+      if (total < 1.0 - 1e-9) mean = scratch_.take(flat.values);
+      const std::vector<int64_t> bounds = sliceBounds(flat.values);
+      for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+        const int64_t lo = bounds[k], n = bounds[k + 1] - lo;
+        torch::Tensor correction = sliceBuffer(0, n, flat.values).zero_();
+        codec_->decodeAccumulateRange(*p.bytes, 1.0f, lo, correction);
+        torch::Tensor m = mean.defined() ? mean.narrow(0, lo, n) : sliceBuffer(1, n, flat.values);
+        m.zero_();
+        torch::Tensor q = sliceBuffer(2, n, flat.values);
+        for (size_t i = 0; i < group_.size(); ++i) {
+          const auto w = static_cast<float>(group_.weights[i]);
+          if (i == group_.self) {
+            m.add_(correction, w);
+          } else if (fresh[i]) {
+            q.zero_();
+            codec_->decodeAccumulateRange(p.got[i]->payload.bytes(), 1.0f, lo, q);
+            m.add_(q, w);
+          }
+        }
+        torch::Tensor earlySum;
+        if (early) {
+          earlySum = sliceBuffer(3, n, flat.values);
+          earlySumInto(p, lo, earlySum, q);
+          m.add_(earlySum);
+        }
+        m.mul_(static_cast<float>(1.0 / total));
+        // own - q̄, less what applyEarly applied already, Σ w_j (q_i − q_j):
+        // (1 - Σ w_j) q_i - q̄ + Σ w_j q_j.
+        if (early) {
+          correction.mul_(static_cast<float>(1.0 - p.earlyWeight)).sub_(m).add_(earlySum);
+        } else {
+          correction.sub_(m);
+        }
+        flat.values.narrow(0, lo, n).add_(correction);
+        base_.narrow(0, lo, n).add_(correction);
       }
-      flat.values.add_(correction);
-      base_.add_(correction);
-      scratch_.give(std::move(correction));
+      scratch_.give(std::move(p.earlySum));
     }
     stats_.coded(since(tDecode));
     stats_.roundDone(since(p.sentAt));
@@ -1631,11 +1770,17 @@ class Dts final : public Base {
                                    [&](const ParityAsk& a) { return a.round <= round; });
     const bool mine = repair_ && repair_->round == round && !repair_->own.defined();
     if (!check && !asked && !mine) return {};
-    auto job = jobModel();
-    if (!job) return {};
+    if (group_.size() <= 1 || !base_.defined()) return {};  // jobModel() has none
+    // A check alone on a CPU worker needs the fingerprint, not the model.
+    std::optional<ParityFingerprint> fingerprint;
+    if (check && !asked && !mine && base_.device().is_cpu()) {
+      fingerprint = jobModelFingerprint(base_);
+    }
+    auto job = fingerprint ? std::nullopt : jobModel();
+    if (!fingerprint && !job) return {};
     // On the model's device: a GPU worker fingerprints it there, and copies
     // it to the host only for a peer that asked for it or for a repair.
-    const torch::Tensor model = job->values.contiguous();
+    const torch::Tensor model = job ? job->values.contiguous() : torch::Tensor();
     // The host copy, made once for both a peer's question and a repair.
     torch::Tensor host;
     const auto onHost = [&]() -> const torch::Tensor& {
@@ -1657,7 +1802,7 @@ class Dts final : public Base {
       // peers do not name us again for what is being repaired.
       const uint64_t gate = repair_ ? parityGate(round) ^ kRepairingGate : parityGate(round);
       parity_.push_back(ParityRound{round,
-                                    {gate, tensorFingerprint(model)},
+                                    {gate, fingerprint ? *fingerprint : tensorFingerprint(model)},
                                     std::vector<std::optional<ParityReport>>(group_.size()),
                                     false});
       for (auto it = parityAhead_.begin(); it != parityAhead_.end();) {
@@ -2033,6 +2178,7 @@ class Dts final : public Base {
   // the intervals between recent rounds at the period in force.
   UplinkPace uplink_{kLagWindow};
   ScratchTensors scratch_;
+  std::array<torch::Tensor, 4> slices_;  // sliceBuffer()'s
   StageTimes stages_;
 };
 

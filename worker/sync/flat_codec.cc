@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -189,6 +190,30 @@ Status checkedCopy(std::span<const std::byte> bytes, torch::Tensor& out, float l
   return {};
 }
 
+Status checkedAdd(std::span<const std::byte> bytes, float alpha, torch::Tensor& sum, float limit,
+                  std::string& reason, torch::Tensor& staging) {
+  if (static_cast<int64_t>(bytes.size()) != sum.numel() * 4) {
+    reason = "size";
+    return dataLoss(fmt::format("{} bytes, expected {} ({} fp32 values)", bytes.size(),
+                                sum.numel() * 4, sum.numel()));
+  }
+  if (bytes.empty()) return {};
+  torch::Tensor values;
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
+    values = torch::from_blob(const_cast<std::byte*>(bytes.data()), {sum.numel()}, torch::kFloat32);
+  } else {
+    if (!staging.defined() || staging.numel() != sum.numel()) {
+      staging = torch::empty({sum.numel()}, torch::kFloat32);
+    }
+    std::memcpy(staging.data_ptr<float>(), bytes.data(), bytes.size());
+    values = staging;
+  }
+  GEO_RETURN_IF_ERROR(checkValues(values, limit, reason));
+  if (!sum.device().is_cpu()) values = values.to(sum.device());  // a GPU model's sum
+  sum.view({-1}).add_(values, alpha);
+  return {};
+}
+
 Status FlatCodec::decodeChecked(std::span<const std::byte> bytes, torch::Tensor& out,
                                 std::string& reason) const {
   if (static_cast<int64_t>(bytes.size()) != bytes_) {
@@ -205,6 +230,104 @@ Status FlatCodec::decodeChecked(std::span<const std::byte> bytes, torch::Tensor&
     return dataLoss(fmt::format("cannot be decoded: {}", e.what()));
   }
   return checkValues(out, kMaxContribution, reason);
+}
+
+std::vector<int64_t> FlatCodec::sliceBounds(int64_t maxNumel) const {
+  GEO_ENFORCE(maxNumel >= 1, "sync: a slice of {} values", maxNumel);
+  std::vector<int64_t> bounds{0};
+  int64_t lo = 0;
+  for (const Segment& s : segments_) {
+    const int64_t step = s.raw ? 1 : codec_->rangeAlignment();
+    const int64_t end = s.offset + s.numel;
+    // The slice that began at lo (here, or in an earlier segment that could
+    // not be cut finely enough) ends at the furthest cut of this segment
+    // that keeps it within maxNumel: this segment's start at the earliest,
+    // and a step on where a step is longer.
+    while (end - lo > maxNumel) {
+      int64_t cut = lo + maxNumel <= s.offset ? s.offset
+                                              : s.offset + (lo + maxNumel - s.offset) / step * step;
+      if (cut <= lo) cut = lo + step;
+      if (cut >= end) break;
+      bounds.push_back(cut);
+      lo = cut;
+    }
+  }
+  if (bounds.back() != numel_) bounds.push_back(numel_);
+  return bounds;
+}
+
+void FlatCodec::decodeAccumulateRange(std::span<const std::byte> bytes, float alpha, int64_t lo,
+                                      torch::Tensor& out) const {
+  const int64_t hi = lo + out.numel();
+  if (lo == 0 && hi == numel_) {
+    decodeAccumulate(bytes, alpha, out);  // one pass; on a GPU, one copy
+    return;
+  }
+  GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), bytes_,
+                 "sync: an update of {} bytes does not match this model's encoding ({} bytes, {})",
+                 bytes.size(), bytes_, codec_->describe());
+  GEO_ENFORCE(0 <= lo && lo < hi && hi <= numel_, "sync: the slice [{}, {}) of {} values", lo, hi,
+              numel_);
+  std::vector<std::byte> staging;
+  for (const Segment& s : segments_) {
+    const int64_t a = std::max(lo, s.offset) - s.offset;
+    const int64_t b = std::min(hi, s.offset + s.numel) - s.offset;
+    if (a >= b) continue;
+    torch::Tensor view = out.narrow(0, s.offset + a - lo, b - a);
+    const auto segment =
+        bytes.subspan(static_cast<size_t>(s.byteOffset), static_cast<size_t>(s.bytes));
+    if (s.raw) {
+      // alpha * value, then one addition, as decodeAccumulate() does.
+      torch::Tensor scaled = torch::empty({b - a}, torch::kFloat32);
+      float* to = scaled.data_ptr<float>();
+      const std::byte* from = segment.data() + 4 * a;
+      for (int64_t k = 0; k < b - a; ++k) {
+        float x;
+        std::memcpy(&x, from + 4 * k, 4);
+        to[k] = alpha * x;
+      }
+      if (!view.device().is_cpu()) scaled = scaled.to(view.device());
+      view.add_(scaled);
+      continue;
+    }
+    codec_->decodeAccumulate(codec_->rangeBytes(segment, s.numel, a, b, staging), alpha, view);
+  }
+}
+
+Status FlatCodec::check(std::span<const std::byte> bytes, torch::Tensor& scratch,
+                        std::string& reason) const {
+  const std::vector<int64_t> bounds = sliceBounds(std::max<int64_t>(1, scratch.numel()));
+  if (bounds.size() <= 2 && scratch.numel() >= numel_) {
+    torch::Tensor whole = scratch.narrow(0, 0, numel_);
+    return decodeChecked(bytes, whole, reason);
+  }
+  if (static_cast<int64_t>(bytes.size()) != bytes_) {
+    reason = "size";
+    return dataLoss(
+        fmt::format("{} bytes, expected {} ({}): do all workers run the same model and codec?",
+                    bytes.size(), bytes_, codec_->describe()));
+  }
+  torch::Tensor wider;  // a slice that cannot be cut as finely as scratch is long
+  for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+    const int64_t n = bounds[k + 1] - bounds[k];
+    torch::Tensor view;
+    if (n <= scratch.numel()) {
+      view = scratch.narrow(0, 0, n);
+    } else {
+      if (!wider.defined() || wider.numel() < n) wider = torch::empty({n}, scratch.options());
+      view = wider.narrow(0, 0, n);
+    }
+    view.zero_();
+    try {
+      decodeAccumulateRange(bytes, 1.0f, bounds[k], view);
+    } catch (const std::exception& e) {
+      reason = "malformed";
+      return dataLoss(fmt::format("cannot be decoded: {}", e.what()));
+    }
+    GEO_RETURN_IF_ERROR(checkValues(view, kMaxContribution, reason)
+                            .withContext(fmt::format("values {} to {}", bounds[k], bounds[k + 1])));
+  }
+  return {};
 }
 
 }  // namespace geo::sync::detail

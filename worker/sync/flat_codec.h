@@ -46,6 +46,25 @@ class FlatCodec {
   Status decodeChecked(std::span<const std::byte> bytes, torch::Tensor& out,
                        std::string& reason) const;
 
+  // Slice by slice, for a large model (docs/algorithms.md, "Memory"): a
+  // pass that holds a slice of the model at a time instead of a whole one.
+  //
+  // Where such a pass may cut the buffer: ascending positions from 0 to
+  // numel(), at most maxNumel apart except where a segment cannot be cut
+  // that finely (QSGD cuts on whole buckets; maxNumel >= 1).
+  std::vector<int64_t> sliceBounds(int64_t maxNumel) const;
+  // decodeAccumulate() of values [lo, lo + out.numel()) only, into `out`
+  // (contiguous fp32, that many values): the same values at those
+  // positions, bit for bit. lo and lo + out.numel() must be bounds of
+  // sliceBounds() (throws geo::Error otherwise, or for a payload of the
+  // wrong size).
+  void decodeAccumulateRange(std::span<const std::byte> bytes, float alpha, int64_t lo,
+                             torch::Tensor& out) const;
+  // decodeChecked()'s verdict on a whole contribution, decoded a slice at a
+  // time into `scratch` (its numel() is the slice length; its contents are
+  // left undefined): whether the contribution may be used. Never throws.
+  Status check(std::span<const std::byte> bytes, torch::Tensor& scratch, std::string& reason) const;
+
  private:
   struct Segment {
     int64_t offset = 0;
@@ -92,5 +111,14 @@ Status checkValues(const torch::Tensor& t, float limit, std::string& reason);
 // out_of_range, and the Status says what was wrong. Never throws.
 Status checkedCopy(std::span<const std::byte> bytes, torch::Tensor& out, float limit,
                    std::string& reason);
+
+// sum += alpha * a peer's raw fp32 values, under checkedCopy()'s rules
+// (`sum` untouched if they break one). The values are checked and added
+// where they lie (the final average's peak held a checked copy of each
+// peer's model beside its message); bytes that are not 4-byte aligned are
+// staged in `staging` first; a sum on a GPU takes them through a copy on
+// the device. Never throws.
+Status checkedAdd(std::span<const std::byte> bytes, float alpha, torch::Tensor& sum, float limit,
+                  std::string& reason, torch::Tensor& staging);
 
 }  // namespace geo::sync::detail

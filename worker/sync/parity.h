@@ -69,6 +69,20 @@ ParityFingerprint fingerprintOf(const float* values, size_t n);
 ParityFingerprint fingerprintOfClasses(const std::array<double, kParityClasses>& classes,
                                        double squaredNorm);
 
+// fingerprintOf() a part at a time: add(values, n) the parts in order,
+// then fingerprint(). The same sums in the same order, so the same
+// fingerprint to the bit, without the model whole in memory.
+class FingerprintSums {
+ public:
+  void add(const float* values, size_t n);
+  ParityFingerprint fingerprint() const { return fingerprintOfClasses(classes_, norm_); }
+
+ private:
+  std::array<double, kParityClasses> classes_{};
+  double norm_ = 0;
+  uint64_t next_ = 0;  // the index of the next value added
+};
+
 // max_k |a_k - b_k| / max(|a|, |b|); 0 for two zero models.
 double parityDistance(const ParityFingerprint& a, const ParityFingerprint& b);
 

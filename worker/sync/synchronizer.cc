@@ -642,10 +642,11 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
                                std::make_shared<std::vector<std::byte>>()));
     return lingerForJoiners(flat, steps);
   }
-  // Σ w_i x_i in rank order, each peer's model checked and added as it is
-  // taken, then divided by the weight of those that arrived.
+  // Σ w_i x_i in rank order, each peer's model checked and added where its
+  // message holds it, as it is taken, then divided by the weight of those
+  // that arrived.
   torch::Tensor sum = torch::zeros_like(whole);
-  torch::Tensor theirs;  // a peer's model, checked (staged only when unaligned)
+  torch::Tensor theirs;  // a peer's model, staged only when its bytes are unaligned
   double total = 0;
   std::vector<uint32_t> to;
   for (size_t i = 0; i < group_.size(); ++i) {
@@ -663,16 +664,14 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
       stats_.missed();
       continue;
     }
-    if (!theirs.defined()) theirs = torch::empty_like(whole);
     std::string reason;
-    if (const Status ok =
-            checkedCopy(m->payload.bytes(), theirs, std::numeric_limits<float>::max(), reason);
+    if (const Status ok = checkedAdd(m->payload.bytes(), static_cast<float>(group_.weights[i]), sum,
+                                     std::numeric_limits<float>::max(), reason, theirs);
         !ok.ok()) {
       reject(group_.ranks[i], "the final model", reason, ok);
       stats_.missed();
       continue;
     }
-    sum.add_(theirs, static_cast<float>(group_.weights[i]));
     total += group_.weights[i];
     to.push_back(group_.ranks[i]);
   }

@@ -110,6 +110,10 @@ struct SyncOptions {
   uint64_t seed = 42;          // QSGD's stochastic rounding and swarm's choice of peers
   int64_t maxAutoDelay = 256;  // dts auto: the largest D it may choose
   int64_t maxAutoPeriod = 64;  // dts auto period: the largest K it may choose
+  // dts: values per slice where a CPU model's round completes slice by
+  // slice (docs/algorithms.md, "Memory"); 0: 2^20 (4 MB). Not a worker.yaml
+  // key: the tests' knob, to cut a small model into many slices.
+  int64_t sliceValues = 0;
   // Where the synchronizer and its membership read the time and wait (not
   // a worker.yaml key): null, the system clock; a test's FakeClock, with
   // the in-memory transport on the same clock, runs a job's time-outs,

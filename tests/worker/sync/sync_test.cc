@@ -1009,10 +1009,12 @@ TEST(Dts, AutoDelayAppliesANearPeersUpdateBeforeAFarOnes) {
 // agree on as of the last round completed. With an exact codec it is the
 // mean of the workers' models at that round's close, on every worker and
 // at every step, while each worker's own model is not.
-TEST(Dts, TheJobModelIsTheMeanAtTheLastCompletedRound) {
+// sliceValues: SyncOptions::sliceValues (0: a small model's one slice).
+void expectTheJobModelIsTheMean(int64_t sliceValues) {
   JobSpec job;
   job.regions = {"a", "b", "c"};
   job.sync = options("dts");
+  job.sync.sliceValues = sliceValues;
   job.sync.period = 4;
   job.sync.delay = 3;
   job.steps = 28;
@@ -1043,12 +1045,45 @@ TEST(Dts, TheJobModelIsTheMeanAtTheLastCompletedRound) {
   EXPECT_TRUE(localDiffers) << "the job model was every worker's own: nothing was tested";
 }
 
+TEST(Dts, TheJobModelIsTheMeanAtTheLastCompletedRound) {
+  expectTheJobModelIsTheMean(0);
+}
+
+// The same where the model is cut into slices of 1000 values (a large
+// model's completion, jobModel() and early application go slice by slice).
+TEST(Dts, SliceBySliceTheJobModelIsTheMeanAtTheLastCompletedRound) {
+  expectTheJobModelIsTheMean(1000);
+}
+
+// A completion slice by slice gives the bytes of one over the whole model:
+// the same job (fixed K and D, qsgd-4 with error feedback: deterministic)
+// ends on the same bytes whether its rounds complete whole or in slices of
+// 1000 or 4096 values.
+TEST(Dts, SliceBySliceCompletionGivesTheSameBytes) {
+  std::vector<torch::Tensor> finals;
+  for (int64_t sliceValues : {int64_t{0}, int64_t{1000}, int64_t{4096}}) {
+    JobSpec job;
+    job.regions = {"a", "b", "c"};
+    job.sync = options("dts", "qsgd");
+    job.sync.sliceValues = sliceValues;
+    job.sync.period = 2;
+    job.sync.delay = 3;
+    job.steps = 24;
+    const RunResult r = runJob(job);
+    for (const auto& st : r.status) ASSERT_TRUE(st.ok()) << st.toString();
+    finals.push_back(r.finalValues[0]);
+  }
+  EXPECT_TRUE(torch::equal(finals[1], finals[0])) << "slices of 1000";
+  EXPECT_TRUE(torch::equal(finals[2], finals[0])) << "slices of 4096";
+}
+
 // Under an automatic delay (contributions applied as they arrive) with QSGD
 // and error feedback, the job model of a round is the same on every worker,
 // and stays the same until the next round completes: what arrives early
 // moves a worker's own model, not the job's.
-TEST(Dts, TheJobModelIsOneModelUnderEarlyApplication) {
+void expectOneJobModelUnderEarlyApplication(int64_t sliceValues) {
   JobSpec job = nearAndFarRegions();
+  job.sync.sliceValues = sliceValues;
   job.recordModels = true;
   const RunResult r = runJob(job);
   for (const auto& s : r.status) ASSERT_TRUE(s.ok()) << s.toString();
@@ -1069,6 +1104,14 @@ TEST(Dts, TheJobModelIsOneModelUnderEarlyApplication) {
   EXPECT_GT(compared, 3 * job.steps / 2);
 }
 
+TEST(Dts, TheJobModelIsOneModelUnderEarlyApplication) {
+  expectOneJobModelUnderEarlyApplication(0);
+}
+
+TEST(Dts, SliceBySliceTheJobModelIsOneModelUnderEarlyApplication) {
+  expectOneJobModelUnderEarlyApplication(1000);
+}
+
 // The same job interrupted at step 61 and resumed from its checkpoints: the
 // rounds in flight then hold contributions applied early (b's at a and a's
 // at b, c's still on their way). The job completes, nothing is lost, and
@@ -1079,8 +1122,9 @@ TEST(Dts, TheJobModelIsOneModelUnderEarlyApplication) {
 // good, in about half the runs on a loaded machine). (On a loaded machine a worker may resume
 // after a peer's first due step: the peer, not yet having heard from it,
 // completes that round without it and applies its contribution late.)
-TEST(Dts, AutoDelayResumesWithEarlyContributionsInFlight) {
+void expectAResumeWithEarlyContributionsInFlight(int64_t sliceValues) {
   JobSpec job = nearAndFarRegions();
+  job.sync.sliceValues = sliceValues;
   job.steps = 120;
   const auto [first, resumed] = runInterrupted(job, 61);
   for (const auto& st : first.status) ASSERT_TRUE(st.ok()) << st.toString();
@@ -1089,6 +1133,17 @@ TEST(Dts, AutoDelayResumesWithEarlyContributionsInFlight) {
     EXPECT_EQ(resumed.stats[rank].missing, resumed.stats[rank].lateApplied) << "rank " << rank;
     EXPECT_TRUE(torch::equal(resumed.finalValues[rank], resumed.finalValues[0])) << "rank " << rank;
   }
+}
+
+TEST(Dts, AutoDelayResumesWithEarlyContributionsInFlight) {
+  expectAResumeWithEarlyContributionsInFlight(0);
+}
+
+// The same slice by slice: the early sum a checkpoint holds (restored
+// whole) and the early contributions applied after the resume (decoded
+// from their bytes) each count once.
+TEST(Dts, SliceBySliceAutoDelayResumesWithEarlyContributionsInFlight) {
+  expectAResumeWithEarlyContributionsInFlight(1000);
 }
 
 // farPairAutoDelay's regions, interrupted at step 6: round 0 closed at step 4
@@ -1479,6 +1534,75 @@ TEST(FlatCodec, IsEachTensorsEncodingBackToBack) {
     at += static_cast<int64_t>(size);
   }
   EXPECT_TRUE(torch::equal(out, expectOut));
+}
+
+// A large model's completion goes slice by slice (docs/algorithms.md,
+// "Memory"): the cuts fall on whole QSGD buckets within a quantized
+// tensor and anywhere in a raw one, no slice is longer than asked unless a
+// bucket is, and decoding the slices one by one adds exactly what decoding
+// the whole adds, for every codec and for 2, 4 and 8 bits.
+TEST(FlatCodec, DecodesSliceBySliceBitForBit) {
+  torch::manual_seed(23);
+  const std::vector<int64_t> sizes = {5, 2000, 3, 700, 1, 64, 5000};
+  int64_t n = 0;
+  for (int64_t size : sizes) n += size;
+  const auto values = torch::randn({n});
+  for (const codec::CodecSpec& spec :
+       {codec::CodecSpec{"qsgd", 4, 128, false, 1}, codec::CodecSpec{"qsgd", 2, 3, false, 1},
+        codec::CodecSpec{"qsgd", 8, 512, false, 1}, codec::CodecSpec{"identity"},
+        codec::CodecSpec{"bf16"}}) {
+    auto made = codec::makeCodec(spec);
+    ASSERT_TRUE(made.ok());
+    std::shared_ptr<const codec::Codec> c(std::move(*made));
+    const detail::FlatCodec flat(c, sizes, 100);
+    const auto bytes = flat.encode(values, 7, 9, nullptr);
+    auto whole = torch::randn({n});
+    const auto start = whole.clone();
+    flat.decodeAccumulate(bytes, -0.375f, whole);
+    for (int64_t longest : {int64_t{1}, int64_t{100}, int64_t{300}, int64_t{1000}, n}) {
+      const std::vector<int64_t> bounds = flat.sliceBounds(longest);
+      ASSERT_GE(bounds.size(), 2u);
+      EXPECT_EQ(bounds.front(), 0);
+      EXPECT_EQ(bounds.back(), n);
+      auto sliced = start.clone();
+      for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+        const int64_t len = bounds[k + 1] - bounds[k];
+        ASSERT_GT(len, 0);
+        // Longer than asked only where one alignment step is.
+        EXPECT_LE(len, std::max(longest, c->rangeAlignment())) << c->describe() << " " << longest;
+        auto part = sliced.narrow(0, bounds[k], len).clone();
+        flat.decodeAccumulateRange(bytes, -0.375f, bounds[k], part);
+        sliced.narrow(0, bounds[k], len).copy_(part);
+      }
+      EXPECT_TRUE(torch::equal(sliced, whole)) << c->describe() << ", slices of " << longest;
+    }
+    // A range that does not fall on a bucket is refused, naming it.
+    if (spec.name == "qsgd" && spec.bucket > 1) {
+      auto part = torch::zeros({10});
+      EXPECT_THROW(flat.decodeAccumulateRange(bytes, 1.0f, 5 + 1, part), Error);
+    }
+  }
+}
+
+// check() reaches decodeChecked()'s verdict a slice at a time: a value out
+// of range in the last slice refuses the whole contribution, naming where.
+TEST(FlatCodec, ChecksSliceBySlice) {
+  const std::vector<int64_t> sizes = {3000, 10, 3000};
+  auto made = codec::makeCodec({"identity"});
+  ASSERT_TRUE(made.ok());
+  const detail::FlatCodec flat(std::shared_ptr<const codec::Codec>(std::move(*made)), sizes, 100);
+  auto values = torch::zeros({6010});
+  auto scratch = torch::empty({512});
+  std::string reason;
+  EXPECT_TRUE(flat.check(flat.encode(values, 1, 2, nullptr), scratch, reason).ok());
+  values[6009] = 2e6f;
+  const Status bad = flat.check(flat.encode(values, 1, 2, nullptr), scratch, reason);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(reason, "out_of_range");
+  EXPECT_NE(bad.message().find("to 6010"), std::string::npos) << bad.message();
+  std::vector<std::byte> short_(10);
+  EXPECT_FALSE(flat.check(short_, scratch, reason).ok());
+  EXPECT_EQ(reason, "size");
 }
 
 // A GPU worker's flat update is a CPU worker's, bit for bit: the raw
