@@ -29,27 +29,34 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
   } else if (in.momentum > 0) {
     always.push_back({"optimizer state (momentum)", b});
   }
-  always.push_back({"the round's start", b});
-  if (in.codec == "qsgd" && in.errorFeedback) always.push_back({"error feedback's residual", b});
   if (in.datasetBytes > 0) always.push_back({"the data set", in.datasetBytes});
 
   plan.training = always;
-  plan.training.push_back({"autograd's gradient of the largest tensor", 4 * in.largestTensor});
-  if (!in.delay) {
-    plan.training.push_back(
-        {fmt::format("{} round(s) in flight: the contributions applied early", r), r * b});
+  plan.training.push_back({"the round's start", b});
+  if (in.codec == "qsgd" && in.errorFeedback) {
+    plan.training.push_back({"error feedback's residual", b});
   }
+  // Autograd's gradient of a weight before it is added to the flat
+  // gradients (backward); the job model at an evaluation or a peer's
+  // question comes on top, and is not certain, so not counted.
+  plan.training.push_back({"autograd's gradient of the largest tensor", 4 * in.largestTensor});
   plan.training.push_back(
       {fmt::format("{} round(s) in flight: {} encoded contributions each", r, n), r * n * encoded});
+  // A completion (and an early application) goes a slice at a time through
+  // four buffers of a slice each (dts.cc, kSliceValues).
+  const int64_t slice = std::min<int64_t>(in.parameters, int64_t{1} << 20);
   plan.training.push_back(
-      {"a round's completion: the correction, the mean and a peer's decoded contribution", 3 * b});
+      {"a round's completion, a slice at a time: the correction, the mean, a peer's decoded "
+       "contribution and the early sum",
+       4 * 4 * slice});
 
-  // The final average streams: the coordinator adds each peer's model to a
-  // sum as it takes it (one checked copy and its message at a time; more
-  // of the peers' messages wait in the transport's inbox when they arrive
-  // faster than they are added), and the model leaves without a copy.
+  // At the end every round is complete: the round's start and the residual
+  // are let go, and the final average streams: the coordinator adds each
+  // peer's model to a sum where its message holds it (more of the peers'
+  // messages wait in the transport's inbox when they arrive faster than
+  // they are added), and the model leaves without a copy.
   plan.atEnd = always;
-  plan.atEnd.push_back({"the final average: the sum, a peer's model and its message", 3 * b});
+  plan.atEnd.push_back({"the final average: the sum and a peer's message", 2 * b});
 
   const auto sum = [](const auto& rows) {
     int64_t total = 0;

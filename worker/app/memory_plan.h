@@ -6,9 +6,9 @@
 // knobs, instead of being killed by the kernel hours in.
 //
 // The estimate is a lower bound: it counts what the design must hold (the
-// table's rows) and not the allocator's slack, the scratch tensors kept
-// between completions or LibTorch's own buffers, which the measured peaks
-// add (10.9 B for a 101M-parameter mlp on two workers). So a refusal is
+// table's rows) and not the allocator's slack, the activations or
+// LibTorch's own buffers, which the measured peaks add (7.9 B for a
+// 101M-parameter mlp on two workers, the plan 6.6 B). So a refusal is
 // certain; passing the check is no promise.
 //
 // No LibTorch: the caller passes the counts.
@@ -24,10 +24,13 @@
 namespace geo::app {
 
 struct MemoryPlanInput {
-  int64_t parameters = 0;     // P
-  int64_t largestTensor = 0;  // values in the model's largest parameter tensor
-  int64_t datasetBytes = 0;   // what the loaded data occupies
-  int64_t peers = 1;          // N: workers (or region leaders) that exchange rounds, self included
+  int64_t parameters = 0;  // P
+  // Values in the largest parameter tensor whose gradient autograd makes
+  // whole before adding it (0 for the built-in mlp, whose layers add theirs
+  // in place).
+  int64_t largestTensor = 0;
+  int64_t datasetBytes = 0;  // what the loaded data occupies
+  int64_t peers = 1;         // N: workers (or region leaders) that exchange rounds, self included
   std::string optimizer = "sgd";
   double momentum = 0.9;
   std::string codec = "qsgd";  // identity | fp16 | bf16 | qsgd

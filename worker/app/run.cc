@@ -33,8 +33,12 @@ namespace {
 Status checkDtsMemory(const WorkerConfig& c, train::Model& model, const TrainingData& data) {
   MemoryPlanInput in;
   in.parameters = model.parameterCount();
-  for (const auto& [name, t] : model.namedParameters()) {
-    in.largestTensor = std::max<int64_t>(in.largestTensor, t.numel());
+  // The built-in mlp's layers add their weights' gradients in place
+  // (AccumulatingLinear, worker/train/model.cc): no transient gradient.
+  if (c.model.builtin != "mlp") {
+    for (const auto& [name, t] : model.namedParameters()) {
+      in.largestTensor = std::max<int64_t>(in.largestTensor, t.numel());
+    }
   }
   for (const train::TensorDataset* d : {&data.shard, &data.test}) {
     for (const torch::Tensor* t : {&d->inputs, &d->targets}) {

@@ -222,11 +222,59 @@ def forward(self, ids):
   return s;
 }
 
+// y = x W^T + b on a matrix x, as torch::nn::Linear computes it (addmm),
+// whose weight's gradient is added to the weight's own gradient in place
+// (addmm_, beta = 1: one pass) where the weight has one -- the trainer's
+// flat gradient buffer -- instead of being made whole and then added.
+// Autograd's way held a weight-sized gradient beside the buffer for the
+// length of the addition: a model-sized transient when one layer is most
+// of the model (the wide mlp: 400 MB of a 101M-parameter worker's peak;
+// docs/algorithms.md, "Memory"), and three passes over it where one does.
+// The same fusion as Megatron-LM's gradient accumulation fusion. The
+// gradients agree with autograd's to float rounding (the product is
+// computed as g += go^T x rather than (x^T go)^T, which BLAS may sum in
+// another order).
+struct AccumulatingLinear : torch::autograd::Function<AccumulatingLinear> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, const torch::Tensor& bias) {
+    ctx->save_for_backward({x});
+    // The parameter itself (not a saved copy of its data): backward adds
+    // to its .grad. The optimizer changes it only after backward.
+    ctx->saved_data["weight"] = weight;
+    return torch::addmm(bias, x, weight.t());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::Tensor& go = grads[0];
+    const torch::Tensor x = ctx->get_saved_variables()[0];
+    torch::Tensor weight = ctx->saved_data["weight"].toTensor();
+    torch::Tensor gx, gw, gb;
+    if (ctx->needs_input_grad(0)) gx = go.mm(weight);
+    if (ctx->needs_input_grad(1)) {
+      torch::Tensor& g = weight.mutable_grad();
+      if (g.defined() && g.sizes() == weight.sizes() && g.scalar_type() == go.scalar_type()) {
+        g.addmm_(go.t(), x);  // gw stays undefined: nothing more to add
+      } else {
+        gw = go.t().mm(x);
+      }
+    }
+    if (ctx->needs_input_grad(2)) gb = go.sum(0);
+    return {gx, gw, gb};
+  }
+};
+
+torch::Tensor accumulatingLinear(torch::nn::Linear& layer, const torch::Tensor& x) {
+  if (!torch::GradMode::is_enabled() || x.dim() != 2 || !layer->bias.defined()) return layer(x);
+  return AccumulatingLinear::apply(x, layer->weight, layer->bias);
+}
+
 struct MlpImpl : torch::nn::Module {
   MlpImpl(int64_t in, int64_t classes, int64_t hidden)
       : fc1(register_module("fc1", torch::nn::Linear(in, hidden))),
         fc2(register_module("fc2", torch::nn::Linear(hidden, classes))) {}
-  torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(fc1(x.flatten(1)))); }
+  torch::Tensor forward(torch::Tensor x) {
+    return accumulatingLinear(fc2, torch::relu(accumulatingLinear(fc1, x.flatten(1))));
+  }
   torch::nn::Linear fc1, fc2;
 };
 

@@ -113,10 +113,10 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainerOptions& o,
     return std::make_unique<torch::optim::Adam>(
         params, torch::optim::AdamOptions(o.lr).weight_decay(o.weightDecay));
   }
-  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(o.lr)
-                                                         .momentum(o.momentum)
-                                                         .nesterov(o.nesterov)
-                                                         .weight_decay(o.weightDecay));
+  return std::make_unique<InPlaceSgd>(params, torch::optim::SGDOptions(o.lr)
+                                                  .momentum(o.momentum)
+                                                  .nesterov(o.nesterov)
+                                                  .weight_decay(o.weightDecay));
 }
 
 // fsync a file or directory by path; false on failure.
@@ -131,6 +131,44 @@ bool allFinite(const torch::Tensor& t) {
 }
 
 }  // namespace
+
+torch::Tensor InPlaceSgd::step(LossClosure closure) {
+  torch::NoGradGuard noGrad;
+  torch::Tensor loss;
+  if (closure != nullptr) {
+    at::AutoGradMode enableGrad(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups_) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      torch::Tensor d = p.grad();  // the gradient's own storage
+      if (o.weight_decay() != 0) d.add_(p, o.weight_decay());
+      if (o.momentum() != 0) {
+        const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+        torch::Tensor buf;
+        auto found = state_.find(key);
+        if (found == state_.end()) {
+          buf = torch::clone(d).detach();
+          auto state = std::make_unique<torch::optim::SGDParamState>();
+          state->momentum_buffer(buf);
+          state_[key] = std::move(state);
+        } else {
+          buf = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+          buf.mul_(o.momentum()).add_(d, 1 - o.dampening());
+        }
+        if (o.nesterov()) {
+          d.add_(buf, o.momentum());
+        } else {
+          d = buf;
+        }
+      }
+      p.add_(d, -1 * o.lr());
+    }
+  }
+  return loss;
+}
 
 Trainer::Trainer(std::unique_ptr<Model> model, TensorDataset train, TensorDataset test,
                  TrainerOptions options, StepHook* hook)

@@ -213,6 +213,22 @@ struct StepTiming {
   double hookSeconds = 0;
 };
 
+// torch::optim::SGD's step with its temporaries made in place in the
+// gradient, which is dead once the step is taken (the next step zeroes it
+// before its backward pass): LibTorch's step() allocates a parameter-sized
+// tensor for weight decay and another for Nesterov's look-ahead (on by
+// default here) on every step -- the largest transient of a large model's
+// step, 400 MB a step for a 101M-parameter mlp (docs/algorithms.md,
+// "Memory"). The operations on each value are LibTorch 1.13's (SGD::step
+// in torch/csrc/api/src/optim/sgd.cpp) in the same order, so the same bits,
+// and its state is LibTorch's (momentum_buffer under the same key), so
+// checkpoints and their optimizer state are unchanged.
+class InPlaceSgd final : public torch::optim::SGD {
+ public:
+  using SGD::SGD;
+  torch::Tensor step(LossClosure closure = nullptr) override;
+};
+
 class Trainer {
  public:
   ~Trainer();

@@ -16,11 +16,12 @@ namespace {
 namespace fs = std::filesystem;
 
 // The 101.3M-parameter mlp measured in docs/algorithms.md ("Memory"): two
-// workers, K = 32, D = auto, qsgd-4, SGD with momentum; peak RSS 4.4 GB.
+// workers, K = 32, D = auto, qsgd-4, SGD with momentum; peak RSS 3.2 GB
+// (4.4 GB before a round completed slice by slice).
 MemoryPlanInput measuredMlp() {
   MemoryPlanInput in;
   in.parameters = 101'300'000;
-  in.largestTensor = 784 * 127551;
+  in.largestTensor = 0;  // its layers add their weights' gradients in place
   in.peers = 2;
   in.period = 32;
   in.delay = std::nullopt;
@@ -33,10 +34,11 @@ TEST(MemoryPlan, IsALowerBoundOfWhatWasMeasured) {
   EXPECT_FALSE(plan.roundsExact);
   EXPECT_EQ(plan.roundsInFlight, 1);
   // At least the design's floor (parameters, gradients, momentum, the
-  // round's start, the residual), at most the 4.4 GB measured.
+  // round's start, the residual), at most what was measured; the end lets
+  // the round's start and the residual go.
   EXPECT_GE(plan.trainingBytes, 5 * b);
   EXPECT_GE(plan.endBytes, 5 * b);
-  EXPECT_LE(plan.peakBytes, 4'400'000'000);
+  EXPECT_LE(plan.peakBytes, 3'200'000'000);
   EXPECT_EQ(plan.peakBytes, std::max(plan.trainingBytes, plan.endBytes));
 }
 
@@ -60,7 +62,7 @@ TEST(MemoryPlan, CountsTheRoundsInFlightOfAFixedPeriodAndDelay) {
   in.optimizer = "adam";
   EXPECT_EQ(planDtsMemory(in).endBytes - one.endBytes, b);
   in.errorFeedback = false;
-  EXPECT_EQ(planDtsMemory(in).endBytes - one.endBytes, 0);
+  EXPECT_EQ(planDtsMemory(in).trainingBytes - one.trainingBytes, 0);
 }
 
 // The final average streams the peers' models through one sum: what it
@@ -84,7 +86,7 @@ TEST(MemoryPlan, RefusalNamesTheFigureTheLimitAndWhatToChange) {
   const std::string m(refused.message());
   EXPECT_NE(m.find("needs at least " + formatBytes(plan.peakBytes)), std::string::npos) << m;
   EXPECT_NE(m.find("while training"), std::string::npos) << m;
-  EXPECT_NE(m.find("a round's completion"), std::string::npos) << m;
+  EXPECT_NE(m.find("parameters and gradients"), std::string::npos) << m;
   EXPECT_NE(m.find("more than the 2.0 GB it may use"), std::string::npos) << m;
   EXPECT_NE(m.find("resources.limits.memory"), std::string::npos) << m;
 

@@ -397,6 +397,103 @@ TEST(TrainExport, TorchScriptAndStateDictGiveTheModelBack) {
       << refused.status().toString();
 }
 
+// The mlp's linear layers compute their own backward
+// (AccumulatingLinear, model.cc): a weight's gradient is added to the
+// gradient tensor it has (which stays the trainer's flat buffer) and made
+// where it has none, equal to autograd's to float rounding; biases and
+// inputs get theirs as autograd would. (What it saves, the transient
+// weight-sized gradient, shows in a worker's peak memory:
+// docs/algorithms.md, "Memory".)
+TEST(TrainModels, MlpWeightGradientsAreAddedToTheirBuffersInPlace) {
+  torch::manual_seed(5);
+  auto m = makeModel({"mlp", ""}, {1, 28, 28}, 10);
+  ASSERT_TRUE(m.ok());
+  const auto params = (*m)->namedParameters();
+  ASSERT_EQ(params.size(), 4u);  // fc1 weight, bias, fc2 weight, bias
+  const auto x = torch::randn({8, 1, 28, 28});
+  const auto y = torch::randint(0, 10, {8});
+  // The reference: the same products, autograd's own gradients.
+  std::vector<torch::Tensor> ref;
+  for (const auto& [name, p] : params) ref.push_back(p.detach().clone().requires_grad_(true));
+  {
+    auto h = torch::relu(torch::addmm(ref[1], x.flatten(1), ref[0].t()));
+    torch::nn::functional::cross_entropy(torch::addmm(ref[3], h, ref[2].t()), y).backward();
+  }
+  // A hook on a weight sees the gradient autograd would add to it: none
+  // reaches it where the layer added its own in place.
+  int hooked = 0;
+  torch::Tensor w0 = params[0].second;
+  w0.register_hook([&hooked](const torch::Tensor&) { ++hooked; });
+  for (bool preset : {true, false}) {
+    hooked = 0;
+    std::vector<const float*> storage;
+    for (const auto& [name, p] : params) {
+      torch::Tensor p2 = p;
+      p2.mutable_grad() = preset ? torch::full_like(p, 0.5f) : torch::Tensor();
+      storage.push_back(preset ? p2.grad().data_ptr<float>() : nullptr);
+    }
+    torch::nn::functional::cross_entropy((*m)->forward(x), y).backward();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const torch::Tensor& g = params[i].second.grad();
+      ASSERT_TRUE(g.defined()) << params[i].first;
+      const torch::Tensor expect = preset ? ref[i].grad() + 0.5f : ref[i].grad();
+      EXPECT_TRUE(torch::allclose(g, expect, 1e-5, 1e-6))
+          << params[i].first << " preset " << preset;
+      if (preset && i % 2 == 0) {
+        EXPECT_EQ(g.data_ptr<float>(), storage[i])
+            << params[i].first << ": its buffer was replaced";
+      }
+    }
+    EXPECT_EQ(hooked, preset ? 0 : 1) << "preset " << preset;
+  }
+}
+
+// InPlaceSgd takes LibTorch's SGD steps bit for bit (parameters and
+// momentum buffers), with weight decay, dampening and Nesterov or not, and
+// its state saves and loads as LibTorch's does.
+TEST(TrainOptimizer, InPlaceSgdIsLibTorchsSgdBitForBit) {
+  for (bool nesterov : {true, false}) {
+    torch::manual_seed(9);
+    std::vector<torch::Tensor> mine{torch::randn({300}), torch::randn({7, 5})};
+    std::vector<torch::Tensor> theirs;
+    for (auto& p : mine) {
+      p.requires_grad_(true);
+      theirs.push_back(p.detach().clone().requires_grad_(true));
+    }
+    auto options = torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3);
+    if (nesterov) {
+      options.nesterov(true);
+    } else {
+      options.dampening(0.1);
+    }
+    InPlaceSgd a(mine, options);
+    torch::optim::SGD b(theirs, options);
+    for (int step = 0; step < 4; ++step) {
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const auto g = torch::randn(mine[i].sizes());
+        mine[i].mutable_grad() = g.clone();
+        theirs[i].mutable_grad() = g.clone();
+      }
+      a.step();
+      b.step();
+      for (size_t i = 0; i < mine.size(); ++i) {
+        EXPECT_TRUE(torch::equal(mine[i], theirs[i]))
+            << "step " << step << " nesterov " << nesterov;
+      }
+    }
+    torch::serialize::OutputArchive saved;
+    a.save(saved);
+    std::ostringstream bytes;
+    saved.save_to(bytes);
+    torch::optim::SGD c(theirs, options);
+    torch::serialize::InputArchive in;
+    std::istringstream from(bytes.str());
+    in.load_from(from);
+    c.load(in);
+    ASSERT_EQ(c.state().size(), mine.size());
+  }
+}
+
 // Tabular inputs and more than ten outputs: the mlp takes any sample shape;
 // the image models say what they need.
 TEST(TrainModels, AnyInputShapeForTheMlpImagesForTheOthers) {
