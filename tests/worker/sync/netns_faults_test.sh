@@ -15,7 +15,6 @@
 #   restart-at-end-hier  the same for a member of tokyo, two workers per
 #                   region (hierarchical sync: its leader answers it)
 #   slow-site       ohio's steps take twice as long
-#   striped        four data connections per peer: a kill and a partition
 #   loss-1pct       every region's uplink loses 1% of its packets
 #   no-fault        5 runs of 800 steps in a row
 #   speed           800 steps, evaluation every 25 steps, against the same
@@ -150,17 +149,6 @@ check restart-at-end-hier --may-fail 3
 
 run slow-site --steps 600 --slow ohio=2x
 check slow-site
-
-# Rounds striped over four connections per peer (transport.connections; an
-# mlp of 0.8M parameters, 0.4 MB a round: seven chunks): tokyo killed and
-# restarted, then oregon cut off, as above -- what a connection held when it
-# went is lost or sent again on the others, and nothing waits behind a
-# round that will not be completed.
-run striped --steps 1000 --set transport.connections=4 --set model.width=1000 \
-  --kill tokyo@6s --restart-after 4s --partition oregon@16s+6s
-check striped
-grep -q 'joined the running job' "$work/striped/logs/worker-1.log" ||
-  fail "striped: the restarted worker did not join by state transfer"
 
 run loss-1pct --steps 800 --loss 1%
 check loss-1pct
