@@ -399,7 +399,7 @@ class Dts final : public Base {
     if (residual_.defined()) out.add_(residual_.narrow(0, lo, n));
     for (const Pending& p : pending_) {
       codec_->decodeAccumulateRange(*p.bytes, static_cast<float>(1.0 - p.earlyWeight), lo, out);
-      if (!std::any_of(p.early.begin(), p.early.end(), [](bool e) { return e; })) continue;
+      if (!p.anyEarly()) continue;
       torch::Tensor sum = sliceBuffer(0, n, out);
       torch::Tensor q = sliceBuffer(1, n, out);
       earlySumInto(p, lo, sum, q);
@@ -446,7 +446,7 @@ class Dts final : public Base {
       archive.write(prefix + "bytes", bytesTensor(*p.bytes));
       if (p.provisionalDue) archive.write(prefix + "provisional_due", torch::tensor(int64_t{1}));
       if (p.start.defined()) archive.write(prefix + "start", p.start);
-      if (std::any_of(p.early.begin(), p.early.end(), [](bool e) { return e; })) {
+      if (p.anyEarly()) {
         archive.write(prefix + "early_sum", earlySumOf(p, base_));
         auto early = torch::zeros({static_cast<int64_t>(group_.size())}, torch::kUInt8);
         for (size_t j = 0; j < p.early.size(); ++j) early[static_cast<int64_t>(j)] = p.early[j];
@@ -578,6 +578,7 @@ class Dts final : public Base {
     double earlyWeight = 0;
     bool appliedEarly(size_t i) const { return i < early.size() && early[i]; }
     bool summed(size_t i) const { return i < inEarlySum.size() && inEarlySum[i]; }
+    bool anyEarly() const { return std::find(early.begin(), early.end(), true) != early.end(); }
     // The staleness (steps since sending) of the peers' contributions as
     // they were applied, early or at completion: the step scale's input.
     double stalenessSum = 0;
@@ -602,10 +603,14 @@ class Dts final : public Base {
     return own;
   }
 
-  // Where the slice-wise passes cut a model like `values`.
+  // The values of a slice of a model like `values` (the whole of a GPU
+  // model), and where the slice-wise passes cut it.
+  int64_t sliceLength(const torch::Tensor& values) const {
+    if (values.is_cuda()) return std::max<int64_t>(1, values.numel());
+    return options_.sliceValues > 0 ? options_.sliceValues : kSliceValues;
+  }
   std::vector<int64_t> sliceBounds(const torch::Tensor& values) const {
-    if (values.is_cuda()) return codec_->sliceBounds(std::max<int64_t>(1, values.numel()));
-    return codec_->sliceBounds(options_.sliceValues > 0 ? options_.sliceValues : kSliceValues);
+    return codec_->sliceBounds(sliceLength(values));
   }
   // Slice buffer k (0..3) of the slice-wise passes, n values long, on
   // `values`' device; contents undefined. Kept between rounds (fresh ones,
@@ -620,11 +625,8 @@ class Dts final : public Base {
   // Whether a peer's contribution may be used: decoded and checked a slice
   // at a time (FlatCodec::check), before any of it is.
   Status checkContribution(const Message& m, const torch::Tensor& values, std::string& reason) {
-    const std::vector<int64_t> bounds = sliceBounds(values);
-    int64_t longest = 1;
-    for (size_t k = 0; k + 1 < bounds.size(); ++k)
-      longest = std::max(longest, bounds[k + 1] - bounds[k]);
-    torch::Tensor scratch = sliceBuffer(0, longest, values);
+    torch::Tensor scratch =
+        sliceBuffer(0, std::min(sliceLength(values), std::max<int64_t>(1, values.numel())), values);
     return codec_->check(m.payload.bytes(), scratch, reason);
   }
   // Σ w_j q_j over the contributions of `p` applied early, at values [lo, lo
@@ -1503,7 +1505,7 @@ class Dts final : public Base {
         lags[i] = std::chrono::duration<double>(p.got[i]->received - p.sentAt).count();
         total += group_.weights[i];
       }
-      const bool early = std::any_of(p.early.begin(), p.early.end(), [](bool e) { return e; });
+      const bool early = p.anyEarly();
       // A round completed without someone keeps its whole mean for a late
       // contribution (Late): the slices' means are written into it.
       if (total < 1.0 - 1e-9) mean = scratch_.take(flat.values);

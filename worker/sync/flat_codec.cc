@@ -26,6 +26,45 @@ uint64_t mixStream(uint64_t a, uint64_t b, uint64_t c) {
   return x ^ (x >> 31);
 }
 
+namespace {
+
+// to[k] = alpha * the k-th fp32 value at `from` (raw segment bytes, not
+// necessarily aligned), for k < n: the raw segments' half of a decode.
+void scaleRaw(const std::byte* from, int64_t n, float alpha, float* to) {
+  for (int64_t k = 0; k < n; ++k) {
+    float x;
+    std::memcpy(&x, from + 4 * k, 4);
+    to[k] = alpha * x;
+  }
+}
+
+// A peer's raw fp32 values, exactly n of them, checked under checkValues()
+// with `limit`: a view of `bytes` where they are 4-byte aligned, else a
+// copy in `staging` (a float view of unaligned bytes would be undefined).
+// Valid while `bytes` is. A refused payload is never copied anywhere: a
+// model-sized staging copy was a whole model more at the final average's
+// peak.
+StatusOr<torch::Tensor> checkedFloats(std::span<const std::byte> bytes, int64_t n, float limit,
+                                      std::string& reason, torch::Tensor& staging) {
+  if (static_cast<int64_t>(bytes.size()) != n * 4) {
+    reason = "size";
+    return dataLoss(fmt::format("{} bytes, expected {} ({} fp32 values)", bytes.size(), n * 4, n));
+  }
+  if (n == 0) return torch::empty({0}, torch::kFloat32);
+  torch::Tensor values;
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
+    values = torch::from_blob(const_cast<std::byte*>(bytes.data()), {n}, torch::kFloat32);
+  } else {
+    if (!staging.defined() || staging.numel() != n) staging = torch::empty({n}, torch::kFloat32);
+    std::memcpy(staging.data_ptr<float>(), bytes.data(), bytes.size());
+    values = staging;
+  }
+  GEO_RETURN_IF_ERROR(checkValues(values, limit, reason));
+  return values;
+}
+
+}  // namespace
+
 FlatCodec::FlatCodec(std::shared_ptr<const codec::Codec> codec, const std::vector<int64_t>& sizes,
                      int64_t smallTensorThreshold)
     : codec_(std::move(codec)) {
@@ -121,12 +160,8 @@ void FlatCodec::decodeAccumulate(std::span<const std::byte> bytes, float alpha,
     float* to = scaled.data_ptr<float>();
     for (const Segment& s : segments_) {
       if (!s.raw) continue;
-      const std::byte* from = bytes.data() + s.byteOffset;
-      for (int64_t k = 0; k < s.numel; ++k) {
-        float x;
-        std::memcpy(&x, from + 4 * k, 4);
-        *to++ = alpha * x;
-      }
+      scaleRaw(bytes.data() + s.byteOffset, s.numel, alpha, to);
+      to += s.numel;
     }
     if (!out.device().is_cpu()) scaled = scaled.to(out.device());
     // Each position once: out + scaled, one rounding, as add_ gives.
@@ -165,63 +200,35 @@ Status checkValues(const torch::Tensor& t, float limit, std::string& reason) {
 
 Status checkedCopy(std::span<const std::byte> bytes, torch::Tensor& out, float limit,
                    std::string& reason) {
-  if (static_cast<int64_t>(bytes.size()) != out.numel() * 4) {
-    reason = "size";
-    return dataLoss(fmt::format("{} bytes, expected {} ({} fp32 values)", bytes.size(),
-                                out.numel() * 4, out.numel()));
-  }
   // A refused payload must not touch `out`: the values are checked where
-  // they lie, and copied once they pass. Bytes that are not 4-byte aligned
-  // (a float view of them would be undefined) are staged first; a model
-  // -sized staging copy was a whole model more at the final average's
-  // peak.
-  if (bytes.empty()) return {};
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
-    const torch::Tensor view =
-        torch::from_blob(const_cast<std::byte*>(bytes.data()), {out.numel()}, torch::kFloat32);
-    GEO_RETURN_IF_ERROR(checkValues(view, limit, reason));
-    out.view({-1}).copy_(view);
-    return {};
-  }
-  torch::Tensor staged = torch::empty({out.numel()}, torch::kFloat32);
-  std::memcpy(staged.data_ptr<float>(), bytes.data(), bytes.size());
-  GEO_RETURN_IF_ERROR(checkValues(staged, limit, reason));
-  out.view({-1}).copy_(staged);
+  // they lie, and copied once they pass.
+  torch::Tensor staging;
+  auto values = checkedFloats(bytes, out.numel(), limit, reason, staging);
+  if (!values.ok()) return values.status();
+  out.view({-1}).copy_(*values);
   return {};
 }
 
 Status checkedAdd(std::span<const std::byte> bytes, float alpha, torch::Tensor& sum, float limit,
                   std::string& reason, torch::Tensor& staging) {
-  if (static_cast<int64_t>(bytes.size()) != sum.numel() * 4) {
-    reason = "size";
-    return dataLoss(fmt::format("{} bytes, expected {} ({} fp32 values)", bytes.size(),
-                                sum.numel() * 4, sum.numel()));
-  }
-  if (bytes.empty()) return {};
-  torch::Tensor values;
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
-    values = torch::from_blob(const_cast<std::byte*>(bytes.data()), {sum.numel()}, torch::kFloat32);
-  } else {
-    if (!staging.defined() || staging.numel() != sum.numel()) {
-      staging = torch::empty({sum.numel()}, torch::kFloat32);
-    }
-    std::memcpy(staging.data_ptr<float>(), bytes.data(), bytes.size());
-    values = staging;
-  }
-  GEO_RETURN_IF_ERROR(checkValues(values, limit, reason));
-  if (!sum.device().is_cpu()) values = values.to(sum.device());  // a GPU model's sum
-  sum.view({-1}).add_(values, alpha);
+  auto values = checkedFloats(bytes, sum.numel(), limit, reason, staging);
+  if (!values.ok()) return values.status();
+  // A GPU model's sum takes them through a copy on the device.
+  const torch::Tensor here = sum.device().is_cpu() ? *values : values->to(sum.device());
+  sum.view({-1}).add_(here, alpha);
   return {};
+}
+
+Status FlatCodec::wrongSize(size_t bytes, std::string& reason) const {
+  reason = "size";
+  return dataLoss(
+      fmt::format("{} bytes, expected {} ({}): do all workers run the same model and codec?", bytes,
+                  bytes_, codec_->describe()));
 }
 
 Status FlatCodec::decodeChecked(std::span<const std::byte> bytes, torch::Tensor& out,
                                 std::string& reason) const {
-  if (static_cast<int64_t>(bytes.size()) != bytes_) {
-    reason = "size";
-    return dataLoss(
-        fmt::format("{} bytes, expected {} ({}): do all workers run the same model and codec?",
-                    bytes.size(), bytes_, codec_->describe()));
-  }
+  if (static_cast<int64_t>(bytes.size()) != bytes_) return wrongSize(bytes.size(), reason);
   out.zero_();
   try {
     decodeAccumulate(bytes, 1.0f, out);
@@ -279,13 +286,7 @@ void FlatCodec::decodeAccumulateRange(std::span<const std::byte> bytes, float al
     if (s.raw) {
       // alpha * value, then one addition, as decodeAccumulate() does.
       torch::Tensor scaled = torch::empty({b - a}, torch::kFloat32);
-      float* to = scaled.data_ptr<float>();
-      const std::byte* from = segment.data() + 4 * a;
-      for (int64_t k = 0; k < b - a; ++k) {
-        float x;
-        std::memcpy(&x, from + 4 * k, 4);
-        to[k] = alpha * x;
-      }
+      scaleRaw(segment.data() + 4 * a, b - a, alpha, scaled.data_ptr<float>());
       if (!view.device().is_cpu()) scaled = scaled.to(view.device());
       view.add_(scaled);
       continue;
@@ -301,12 +302,7 @@ Status FlatCodec::check(std::span<const std::byte> bytes, torch::Tensor& scratch
     torch::Tensor whole = scratch.narrow(0, 0, numel_);
     return decodeChecked(bytes, whole, reason);
   }
-  if (static_cast<int64_t>(bytes.size()) != bytes_) {
-    reason = "size";
-    return dataLoss(
-        fmt::format("{} bytes, expected {} ({}): do all workers run the same model and codec?",
-                    bytes.size(), bytes_, codec_->describe()));
-  }
+  if (static_cast<int64_t>(bytes.size()) != bytes_) return wrongSize(bytes.size(), reason);
   torch::Tensor wider;  // a slice that cannot be cut as finely as scratch is long
   for (size_t k = 0; k + 1 < bounds.size(); ++k) {
     const int64_t n = bounds[k + 1] - bounds[k];

@@ -73,6 +73,8 @@ class FlatCodec {
     int64_t bytes = 0;
     bool raw = false;
   };
+  // decodeChecked()'s and check()'s refusal of a payload of the wrong size.
+  Status wrongSize(size_t bytes, std::string& reason) const;
   std::shared_ptr<const codec::Codec> codec_;
   std::vector<Segment> segments_;
   int64_t numel_ = 0;

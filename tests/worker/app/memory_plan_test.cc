@@ -16,8 +16,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // The 101.3M-parameter mlp measured in docs/algorithms.md ("Memory"): two
-// workers, K = 32, D = auto, qsgd-4, SGD with momentum; peak RSS 3.2 GB
-// (4.4 GB before a round completed slice by slice).
+// workers, K = 32, D = auto, qsgd-4, SGD with momentum; peak RSS 2.96 GB
+// (4.49 GB before a round completed slice by slice and the step's
+// transients were made in place).
 MemoryPlanInput measuredMlp() {
   MemoryPlanInput in;
   in.parameters = 101'300'000;
@@ -38,7 +39,7 @@ TEST(MemoryPlan, IsALowerBoundOfWhatWasMeasured) {
   // the round's start and the residual go.
   EXPECT_GE(plan.trainingBytes, 5 * b);
   EXPECT_GE(plan.endBytes, 5 * b);
-  EXPECT_LE(plan.peakBytes, 3'200'000'000);
+  EXPECT_LE(plan.peakBytes, 2'960'000'000);
   EXPECT_EQ(plan.peakBytes, std::max(plan.trainingBytes, plan.endBytes));
 }
 
