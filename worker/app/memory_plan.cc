@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "worker/sync/final_average.h"
+
 namespace geo::app {
 
 MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
@@ -51,12 +53,15 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
        4 * 4 * slice});
 
   // At the end every round is complete: the round's start and the residual
-  // are let go, and the final average streams: the coordinator adds each
-  // peer's model to a sum where its message holds it (more of the peers'
-  // messages wait in the transport's inbox when they arrive faster than
-  // they are added), and the model leaves without a copy.
+  // are let go, and the final average streams: the coordinator sums in its
+  // own model's storage, adding each peer's model where its message holds
+  // it, and asks for no more of them at once than sync::finalModelsInFlight
+  // allows; a member holds the average's message; the model leaves without
+  // a copy.
+  const auto atOnce = static_cast<int64_t>(sync::finalModelsInFlight(static_cast<uint64_t>(b)));
   plan.atEnd = always;
-  plan.atEnd.push_back({"the final average: the sum and a peer's message", 2 * b});
+  plan.atEnd.push_back({"the final average: the peers' models it holds at once",
+                        std::max<int64_t>(1, std::min(n - 1, atOnce)) * b});
 
   const auto sum = [](const auto& rows) {
     int64_t total = 0;

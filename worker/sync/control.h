@@ -23,10 +23,13 @@ namespace geo::sync::detail {
 // number. What each carries is said at its enumerator; the values are the
 // wire's and must not change.
 enum class Control : uint64_t {
-  // The end of training: the coordinator's average of the final models
-  // (payload: the fp32 model), each member's model for it, and a member's
+  // The end of training: the coordinator's request for a member's final
+  // model (payload: none; it asks when it can hold the model, see
+  // Base::averageModels), the member's model (payload: the fp32 model), the
+  // coordinator's average of them (payload: the fp32 model), and a member's
   // acknowledgement that the average reached it (the coordinator stays
   // until then: a queued send dies with its process).
+  kFinalRequest = ~uint64_t{0} - 18,
   kFinalAverage = ~uint64_t{0},
   kFinalContribution = ~uint64_t{0} - 9,
   kFinalAck = ~uint64_t{0} - 11,
@@ -92,6 +95,7 @@ inline constexpr Control kControls[] = {
     Control::kLeaderStopped, Control::kResume,
     Control::kDtsFinished,   Control::kParityReport,
     Control::kParityRequest, Control::kParityState,
+    Control::kFinalRequest,
 };
 constexpr bool controlsAreDistinctControlRounds() {
   for (size_t i = 0; i < std::size(kControls); ++i) {

@@ -210,9 +210,10 @@ Status checkedCopy(std::span<const std::byte> bytes, torch::Tensor& out, float l
 }
 
 Status checkedAdd(std::span<const std::byte> bytes, float alpha, torch::Tensor& sum, float limit,
-                  std::string& reason, torch::Tensor& staging) {
+                  std::string& reason, torch::Tensor& staging, float scaleFirst) {
   auto values = checkedFloats(bytes, sum.numel(), limit, reason, staging);
   if (!values.ok()) return values.status();
+  if (scaleFirst != 1.0f) sum.mul_(scaleFirst);
   // A GPU model's sum takes them through a copy on the device.
   const torch::Tensor here = sum.device().is_cpu() ? *values : values->to(sum.device());
   sum.view({-1}).add_(here, alpha);

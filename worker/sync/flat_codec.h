@@ -119,8 +119,10 @@ Status checkedCopy(std::span<const std::byte> bytes, torch::Tensor& out, float l
 // where they lie (the final average's peak held a checked copy of each
 // peer's model beside its message); bytes that are not 4-byte aligned are
 // staged in `staging` first; a sum on a GPU takes them through a copy on
-// the device. Never throws.
+// the device. `scaleFirst` other than 1: sum *= scaleFirst once the values
+// have passed, before they are added (a sum kept in the storage of its
+// first term, which is scaled only when a second one comes). Never throws.
 Status checkedAdd(std::span<const std::byte> bytes, float alpha, torch::Tensor& sum, float limit,
-                  std::string& reason, torch::Tensor& staging);
+                  std::string& reason, torch::Tensor& staging, float scaleFirst = 1.0f);
 
 }  // namespace geo::sync::detail

@@ -21,6 +21,7 @@
 
 #include "common/clock.h"
 #include "worker/sync/control.h"
+#include "worker/sync/final_average.h"
 #include "worker/sync/flat_codec.h"
 #include "worker/sync/membership.h"
 #include "worker/sync/parity.h"
@@ -159,10 +160,11 @@ class Base : public Synchronizer {
     return receiveFrom(peer, transport::MessageKind::kControl, roundOf(control), timeout, what);
   }
   // Agrees on the final model among the group members alive at the end:
-  // everyone sends its fp32 model to the coordinator (the lowest rank it
-  // does not suspect), which waits for every member it does not suspect,
-  // averages what arrived (weights renormalized, rank order) and sends that
-  // one buffer back, so every survivor ends with the same bytes. A member
+  // the coordinator (the lowest rank no one suspects) asks every member it
+  // does not suspect for its fp32 model, at most finalModelsInFlight() of
+  // them at a time, averages what arrived (weights renormalized, rank
+  // order) in its own model's storage and sends that one buffer back, so
+  // every survivor ends with the same bytes. A member
   // that gets no average from its coordinator (or must refuse it), and a
   // worker left alone at the end after its peers finished without it, fail
   // (Unavailable, DataLoss) saying that their model is not the job's.

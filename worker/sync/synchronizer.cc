@@ -588,11 +588,14 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   }
   // The whole model: the parameters and the float buffers (batch norm's
   // running statistics), so that every worker ends with the same one.
-  // Memory: a model-sized sum at the coordinator and one peer's model at a
-  // time (each is checked and added as it is taken, in rank order), and
-  // the model itself goes out without a copy (modelPayload): the peak of a
-  // large model's job was here, N + 4 models at the coordinator
-  // (docs/algorithms.md, "Memory").
+  // Memory: the coordinator sums in its own model's storage and holds at
+  // most finalModelsInFlight() peers' models at a time (each is checked and
+  // added where its message holds it, as it is taken, in rank order), and
+  // the model itself goes out without a copy (modelPayload). A member sends
+  // its model only when asked: pushed as soon as each member finished, a
+  // large model's copies reached a coordinator still taking its last steps
+  // with all of its rounds' state, and were its peak (docs/algorithms.md,
+  // "Memory").
   torch::Tensor whole = train::wholeModel(flat);
   const auto numel = static_cast<uint64_t>(whole.numel());
   const uint64_t modelBytes = numel * 4;
@@ -602,13 +605,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   const double megabytes = static_cast<double>(modelBytes) / 1e6;
   if (coordinator != group_.self) {
     const uint32_t c = group_.ranks[coordinator];
-    stats_.encoded(modelBytes, modelBytes, 1);
-    GEO_RETURN_IF_ERROR(sendPayload({c}, Control::kFinalContribution, steps, CodecId::kFp32, numel,
-                                    modelPayload(whole)));
-    // The coordinator may wait a round time-out for a straggler first.
-    auto m = awaitFrom(c, Control::kFinalAverage, steps, flat, true, "final model",
-                       2 * options_.timeout);
-    if (!m.ok()) {
+    const auto unavailableFrom = [&](const Status& why) {
       // The coordinator made the average without us (we fell behind the
       // others by more than the round time-out and it finished long before
       // us) or is gone. Our model is not the job's: a worker that ended on
@@ -618,8 +615,21 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
           "sync: no final average from {} ({}): this worker's model is not the job's final "
           "model (it fell behind the others by more than sync.timeoutSeconds, or the "
           "coordinator is gone); the workers that finished hold the job's model",
-          topology_.describe(c), m.status().message()));
-    }
+          topology_.describe(c), why.message()));
+    };
+    // The coordinator asks once it has taken its last step and has room
+    // for our model; it may wait a round time-out for a straggler first.
+    auto asked =
+        awaitFrom(c, Control::kFinalRequest, steps, flat, true,
+                  "the coordinator's request for this worker's final model", 2 * options_.timeout);
+    if (!asked.ok()) return unavailableFrom(asked.status());
+    stats_.encoded(modelBytes, modelBytes, 1);
+    GEO_RETURN_IF_ERROR(sendPayload({c}, Control::kFinalContribution, steps, CodecId::kFp32, numel,
+                                    modelPayload(whole)));
+    // The coordinator takes the models of the peers before us first.
+    auto m = awaitFrom(c, Control::kFinalAverage, steps, flat, true, "final model",
+                       2 * options_.timeout);
+    if (!m.ok()) return unavailableFrom(m.status());
     // The average came after the coordinator had all of our model: what we
     // sent from `whole` has left, and `whole` may take the average.
     std::string reason;
@@ -642,46 +652,61 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
                                std::make_shared<std::vector<std::byte>>()));
     return lingerForJoiners(flat, steps);
   }
-  // Σ w_i x_i in rank order, each peer's model checked and added where its
-  // message holds it, as it is taken, then divided by the weight of those
-  // that arrived.
-  torch::Tensor sum = torch::zeros_like(whole);
-  torch::Tensor theirs;  // a peer's model, staged only when its bytes are unaligned
-  double total = 0;
-  std::vector<uint32_t> to;
+  // Σ w_i x_i in rank order (we are the first alive: ours comes first),
+  // each peer's model checked and added where its message holds it, as it
+  // is taken, then divided by the weight of those that arrived. The sum
+  // lies in `whole`: ours is scaled by its weight when the first peer's
+  // model passes (until then `whole` is our model, untouched if none
+  // does), which gives the bytes a separate zeroed sum gave.
+  std::vector<size_t> members;
   for (size_t i = 0; i < group_.size(); ++i) {
-    if (i == group_.self) {
-      sum.add_(whole, static_cast<float>(group_.weights[i]));
-      total += group_.weights[i];
-      continue;
+    if (i != group_.self && alive(i)) members.push_back(i);
+  }
+  const size_t window = finalModelsInFlight(modelBytes, options_.finalModelsInFlightBytes);
+  size_t asked = 0;
+  const auto askUpTo = [&](size_t n) -> Status {
+    for (; asked < std::min(n, members.size()); ++asked) {
+      GEO_RETURN_IF_ERROR(sendTo({group_.ranks[members[asked]]}, Control::kFinalRequest, steps,
+                                 CodecId::kRaw, 0, std::make_shared<std::vector<std::byte>>()));
     }
-    if (!alive(i)) continue;
-    auto m = awaitFrom(group_.ranks[i], Control::kFinalContribution, steps, flat, true,
-                       "final model", options_.timeout);
-    if (!m.ok()) {
-      logger()->warn("sync: final average without {}: {}", topology_.describe(group_.ranks[i]),
-                     m.status().message());
-      stats_.missed();
-      continue;
-    }
-    std::string reason;
-    if (const Status ok = checkedAdd(m->payload.bytes(), static_cast<float>(group_.weights[i]), sum,
-                                     std::numeric_limits<float>::max(), reason, theirs);
-        !ok.ok()) {
-      reject(group_.ranks[i], "the final model", reason, ok);
-      stats_.missed();
-      continue;
-    }
-    total += group_.weights[i];
-    to.push_back(group_.ranks[i]);
+    return {};
+  };
+  GEO_RETURN_IF_ERROR(askUpTo(window));
+  torch::Tensor theirs;  // a peer's model, staged only when its bytes are unaligned
+  double total = group_.weights[group_.self];
+  std::vector<uint32_t> to;
+  for (size_t k = 0; k < members.size(); ++k) {
+    const size_t i = members[k];
+    {
+      auto m = awaitFrom(group_.ranks[i], Control::kFinalContribution, steps, flat, true,
+                         "final model", options_.timeout);
+      if (!m.ok()) {
+        logger()->warn("sync: final average without {}: {}", topology_.describe(group_.ranks[i]),
+                       m.status().message());
+        stats_.missed();
+      } else {
+        std::string reason;
+        const float scaleOurs = to.empty() ? static_cast<float>(group_.weights[group_.self]) : 1.0f;
+        if (const Status ok =
+                checkedAdd(m->payload.bytes(), static_cast<float>(group_.weights[i]), whole,
+                           std::numeric_limits<float>::max(), reason, theirs, scaleOurs);
+            !ok.ok()) {
+          reject(group_.ranks[i], "the final model", reason, ok);
+          stats_.missed();
+        } else {
+          total += group_.weights[i];
+          to.push_back(group_.ranks[i]);
+        }
+      }
+    }  // its message is let go before the next one is asked for
+    GEO_RETURN_IF_ERROR(askUpTo(k + 1 + window));
   }
   theirs = torch::Tensor();
   const double taken = since(t0);
   if (!to.empty()) {
-    whole.copy_(sum.mul_(static_cast<float>(1.0 / total)));
+    whole.mul_(static_cast<float>(1.0 / total));
     modified_ = true;
   }
-  sum = torch::Tensor();
   stats_.encoded(modelBytes, modelBytes, to.size());
   GEO_RETURN_IF_ERROR(sendAverage(to, steps, flat, whole));
   // A send is only queued: leaving now would drop an average still waiting

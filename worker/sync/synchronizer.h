@@ -114,6 +114,10 @@ struct SyncOptions {
   // slice (docs/algorithms.md, "Memory"); 0: 2^20 (4 MB). Not a worker.yaml
   // key: the tests' knob, to cut a small model into many slices.
   int64_t sliceValues = 0;
+  // The bytes of members' final models the final average's coordinator
+  // asks for at once (sync::finalModelsInFlight); 0: 256 MiB. Not a
+  // worker.yaml key: the tests' knob, to take a small model's one at a time.
+  uint64_t finalModelsInFlightBytes = 0;
   // Where the synchronizer and its membership read the time and wait (not
   // a worker.yaml key): null, the system clock; a test's FakeClock, with
   // the in-memory transport on the same clock, runs a job's time-outs,

@@ -22,9 +22,19 @@ torch::Tensor lossOf(const torch::Tensor& output, const torch::Tensor& targets) 
   return torch::nn::functional::cross_entropy(output, targets);
 }
 
+int64_t evaluationBatch(Model& model, int64_t trainingBatch, bool tokens) {
+  if (tokens) return 16;
+  int64_t params = 0;
+  for (const torch::Tensor& p : model.parameters()) params += p.numel();
+  if (params < 1'000'000 || trainingBatch <= 0) return 1000;
+  return trainingBatch;
+}
+
 std::optional<Evaluation> evaluationOf(Model& model, const TensorDataset& test,
-                                       torch::Device device, const std::atomic<bool>* stop) {
+                                       torch::Device device, const std::atomic<bool>* stop,
+                                       int64_t batch) {
   torch::NoGradGuard noGrad;
+  const int64_t chunk = batch > 0 ? batch : evaluationBatch(model, 0, test.targets.dim() == 2);
   model.setTraining(false);
   int64_t correct = 0;
   double lossSum = 0;
@@ -32,8 +42,6 @@ std::optional<Evaluation> evaluationOf(Model& model, const TensorDataset& test,
   // Accuracy for class labels; a regression or a language model has its
   // loss alone.
   const bool lossOnly = test.regression() || test.targets.dim() != 1;
-  // Token windows cost T × T of attention each: fewer to a batch.
-  const int64_t chunk = test.targets.dim() == 2 ? 16 : 1000;
   for (int64_t start = 0; start < n; start += chunk) {
     if (stop != nullptr && stop->load()) {
       model.setTraining(true);
@@ -57,8 +65,13 @@ std::optional<Evaluation> evaluationOf(Model& model, const TensorDataset& test,
 
 BackgroundEvaluator::BackgroundEvaluator(std::unique_ptr<Model> model, const TensorDataset* test,
                                          torch::Device device, std::function<void()>* before,
-                                         size_t backlog)
-    : model_(std::move(model)), test_(test), device_(device), before_(before), backlog_(backlog) {
+                                         size_t backlog, int64_t batch)
+    : model_(std::move(model)),
+      test_(test),
+      device_(device),
+      before_(before),
+      backlog_(backlog),
+      batch_(batch) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -138,7 +151,7 @@ void BackgroundEvaluator::loop() {
       for (size_t i = 0; i < buffers.size() && i < job.buffers.size(); ++i) {
         buffers[i].second.copy_(job.buffers[i]);
       }
-      evaluation = evaluationOf(*model_, *test_, device_, &abandon_);
+      evaluation = evaluationOf(*model_, *test_, device_, &abandon_, batch_);
     } catch (const c10::Error& e) {
       logger()->warn("background evaluation of step {} failed: {}", job.step,
                      e.what_without_backtrace());

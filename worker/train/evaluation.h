@@ -37,13 +37,23 @@ struct Evaluation {
 // (targets of two dimensions).
 torch::Tensor lossOf(const torch::Tensor& output, const torch::Tensor& targets);
 
-// `model` on `test`, in batches of 1000 (16 token windows): top-1 accuracy
-// (classification) and the mean loss per sample; nullopt when `stop` became
-// true between two batches. The model is in evaluation mode meanwhile and
-// back in training mode after.
+// `model` on `test`, `batch` samples a forward pass (0:
+// evaluationBatch(model, 0)): top-1 accuracy (classification) and the mean
+// loss per sample; nullopt when `stop` became true between two batches.
+// The model is in evaluation mode meanwhile and back in training mode
+// after.
 std::optional<Evaluation> evaluationOf(Model& model, const TensorDataset& test,
                                        torch::Device device,
-                                       const std::atomic<bool>* stop = nullptr);
+                                       const std::atomic<bool>* stop = nullptr, int64_t batch = 0);
+
+// Samples a forward pass of an evaluation: 16 token windows (each costs
+// T x T of attention); 1000 samples for a model under 1M parameters (fewer
+// passes, and its activations are small); else the training's batch
+// (`trainingBatch`; 1000 when 0), so that an evaluation never holds more
+// activations than a training step does: at 1000 samples a pass the
+// 101.3M-parameter mlp's hidden layer alone was 510 MB, more than
+// everything a round holds.
+int64_t evaluationBatch(Model& model, int64_t trainingBatch, bool tokens = false);
 
 // One evaluation thread with its own model (the trained model's
 // architecture) and a queue of snapshots of the trained model's values.
@@ -64,8 +74,9 @@ class BackgroundEvaluator {
   // evaluation thread before each evaluation (a test seam). `backlog`:
   // snapshots that may wait while one is evaluated (0: none, an evaluation
   // step that finds one running is skipped).
+  // `batch`: as evaluationOf's.
   BackgroundEvaluator(std::unique_ptr<Model> model, const TensorDataset* test, torch::Device device,
-                      std::function<void()>* before, size_t backlog);
+                      std::function<void()>* before, size_t backlog, int64_t batch = 0);
   // Stops the thread (after the evaluation in flight, if any).
   ~BackgroundEvaluator();
   BackgroundEvaluator(const BackgroundEvaluator&) = delete;
@@ -110,6 +121,7 @@ class BackgroundEvaluator {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   size_t backlog_;
+  int64_t batch_;
   std::deque<Job> jobs_;  // waiting; the one being evaluated is not here
   bool busy_ = false;     // a job is being evaluated or waiting
   bool stop_ = false;

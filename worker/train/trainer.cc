@@ -184,7 +184,9 @@ Trainer::Trainer(std::unique_ptr<Model> model, TensorDataset train, TensorDatase
       checkpoints_(options_.checkpointDir.empty()
                        ? nullptr
                        : std::make_unique<CheckpointStore>(options_.checkpointDir,
-                                                           options_.keepCheckpoints)) {}
+                                                           options_.keepCheckpoints)) {
+  evaluationBatch_ = evaluationBatch(*model_, options_.batchSize, test_.targets.dim() == 2);
+}
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::create(std::unique_ptr<Model> model,
                                                    TensorDataset train, TensorDataset test,
@@ -312,7 +314,7 @@ StatusOr<StepStats> Trainer::step() {
 }
 
 Evaluation Trainer::evaluate() {
-  return *evaluationOf(*model_, test_, options_.device);
+  return *evaluationOf(*model_, test_, options_.device, nullptr, evaluationBatch_);
 }
 
 Trainer::~Trainer() = default;
@@ -340,9 +342,9 @@ Status Trainer::evaluateInBackground(std::unique_ptr<Model> evalModel) {
   } catch (const c10::Error& e) {
     return internalError(fmt::format("background evaluation: {}", e.what_without_backtrace()));
   }
-  evaluator_ = std::make_unique<BackgroundEvaluator>(std::move(evalModel), &test_, options_.device,
-                                                     &beforeBackgroundEvaluation,
-                                                     static_cast<size_t>(options_.evalBacklog));
+  evaluator_ = std::make_unique<BackgroundEvaluator>(
+      std::move(evalModel), &test_, options_.device, &beforeBackgroundEvaluation,
+      static_cast<size_t>(options_.evalBacklog), evaluationBatch_);
   return {};
 }
 

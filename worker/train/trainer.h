@@ -344,6 +344,7 @@ class Trainer {
   TensorDataset train_;
   TensorDataset test_;
   TrainerOptions options_;
+  int64_t evaluationBatch_ = 0;  // samples a forward pass of an evaluation (evaluationBatch)
   StepEmulation emulation_;
   StepHook* hook_;
   FlatParameters flat_;

@@ -36,10 +36,12 @@ TEST(MemoryPlan, IsALowerBoundOfWhatWasMeasured) {
   EXPECT_EQ(plan.roundsInFlight, 1);
   // At least the design's floor (parameters, gradients, momentum, the
   // round's start, the residual), at most what was measured; the end lets
-  // the round's start and the residual go.
+  // the round's start and the residual go, and the coordinator sums in its
+  // own model: parameters, gradients, momentum and one peer's model.
   EXPECT_GE(plan.trainingBytes, 5 * b);
-  EXPECT_GE(plan.endBytes, 5 * b);
-  EXPECT_LE(plan.peakBytes, 2'960'000'000);
+  EXPECT_GE(plan.endBytes, 4 * b);
+  EXPECT_LT(plan.endBytes, plan.trainingBytes);
+  EXPECT_LE(plan.peakBytes, 2'870'000'000);
   EXPECT_EQ(plan.peakBytes, std::max(plan.trainingBytes, plan.endBytes));
 }
 
@@ -66,15 +68,24 @@ TEST(MemoryPlan, CountsTheRoundsInFlightOfAFixedPeriodAndDelay) {
   EXPECT_EQ(planDtsMemory(in).trainingBytes - one.trainingBytes, 0);
 }
 
-// The final average streams the peers' models through one sum: what it
-// holds does not grow with them (it held every peer's model at once).
+// The final average streams the peers' models through the coordinator's
+// own model: a large model's does not grow with them (it held every peer's
+// model at once), a small model's asks up to 256 MiB of them at once.
 TEST(MemoryPlan, TheFinalAverageDoesNotGrowWithThePeers) {
   MemoryPlanInput in = measuredMlp();
-  const int64_t two = planDtsMemory(in).endBytes;
+  const MemoryPlan two = planDtsMemory(in);
   in.peers = 16;
   const MemoryPlan sixteen = planDtsMemory(in);
-  EXPECT_EQ(sixteen.endBytes, two);
+  EXPECT_EQ(sixteen.endBytes, two.endBytes);
   EXPECT_GT(sixteen.trainingBytes, sixteen.endBytes);  // training is the peak
+  // One peer's model (B) on top of what is held always, no separate sum.
+  EXPECT_EQ(sixteen.atEnd.back().second, 4 * in.parameters);
+
+  in.parameters = 10'000'000;  // 40 MB: six of them at once
+  const int64_t b = 4 * in.parameters;
+  EXPECT_EQ(planDtsMemory(in).atEnd.back().second, 6 * b);
+  in.peers = 4;
+  EXPECT_EQ(planDtsMemory(in).atEnd.back().second, 3 * b);
 }
 
 TEST(MemoryPlan, RefusalNamesTheFigureTheLimitAndWhatToChange) {

@@ -1188,6 +1188,36 @@ TEST(Dts, FinalAverageReachesEveryWorkerOverASlowUplink) {
   }
 }
 
+// The final models are asked for by the coordinator, as many at once as
+// fit in SyncOptions::finalModelsInFlightBytes: one at a time or all at
+// once, the coordinator (rank 0, the slowest, so the others have finished
+// and wait to be asked) sums them in rank order in its own model's
+// storage and every worker ends with the same bytes either way.
+TEST(Dts, TheCoordinatorAsksForTheFinalModelsAsManyAtOnceAsItMayHold) {
+  std::vector<torch::Tensor> finals;
+  for (uint64_t budget : {uint64_t{1}, uint64_t{0}}) {  // one at a time; all at once
+    JobSpec job;
+    job.regions = {"a", "b", "c", "d"};
+    job.steps = 16;
+    job.sync = options("dts", "qsgd");
+    job.sync.period = 4;
+    job.sync.delay = 1;
+    job.sync.finalModelsInFlightBytes = budget;
+    job.extraCompute = {20ms, 0ms, 0ms, 0ms};
+    const auto r = runJob(job);
+    for (size_t rank = 0; rank < 4; ++rank) {
+      ASSERT_TRUE(r.status[rank].ok())
+          << "budget " << budget << " rank " << rank << ": " << r.status[rank].toString();
+      EXPECT_EQ(r.stats[rank].missing, 0u) << "budget " << budget << " rank " << rank;
+      EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0]))
+          << "budget " << budget << " rank " << rank;
+    }
+    finals.push_back(r.finalValues[0]);
+  }
+  // A fixed K and D: the same job, the same bytes, however the models came.
+  EXPECT_TRUE(torch::equal(finals[0], finals[1]));
+}
+
 // Auto delay comes back down on every worker once the link is fast again.
 // At 4 Mbit/s a K = 2 round of ~100 KB takes ~200 ms to leave: the rounds
 // slow to the uplink, a round or two waits in its queue, and both workers
