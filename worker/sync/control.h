@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <span>
 
 #include "common/status.h"
 #include "worker/transport/transport.h"
@@ -24,8 +25,9 @@ namespace geo::sync::detail {
 // wire's and must not change.
 enum class Control : uint64_t {
   // The end of training: the coordinator's request for a member's final
-  // model (payload: none; it asks when it can hold the model, see
-  // Base::averageModels), the member's model (payload: the fp32 model), the
+  // model (payload: one byte, 1: send it now, 0: wait for a second request,
+  // your turn; see Base::averageModels), the member's model (payload: the
+  // fp32 model), the
   // coordinator's average of them (payload: the fp32 model), and a member's
   // acknowledgement that the average reached it (the coordinator stays
   // until then: a queued send dies with its process).
@@ -75,6 +77,15 @@ enum class Control : uint64_t {
   kParityState = ~uint64_t{0} - 17,
 };
 inline constexpr size_t kMaxStopReasonBytes = 1024;
+
+// Whether a Control::kFinalRequest's payload asks for the model now (else:
+// wait for the next request). Anything but the single byte 1 waits.
+inline bool finalRequestSaysNow(std::span<const std::byte> payload) {
+  return payload.size() == 1 && payload[0] == std::byte{1};
+}
+// A wait bounded by the peer's liveness alone (Base::awaitFrom gives up as
+// soon as the membership suspects it), not by a time-out.
+inline constexpr std::chrono::milliseconds kWhileAlive = std::chrono::hours(24);
 // Rounds at or above this are control rounds, never an algorithm's.
 inline constexpr uint64_t kFirstControlRound = ~uint64_t{0} - 63;
 

@@ -619,16 +619,26 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     };
     // The coordinator asks once it has taken its last step and has room
     // for our model; it may wait a round time-out for a straggler first.
+    // Its first request says whether to send now or to wait for our turn
+    // (a second one): once it has counted us in, how long the models ahead
+    // of ours take to cross (one at a time for a large model) bounds
+    // nothing, the coordinator's liveness does (awaitFrom gives up on a
+    // peer the membership suspects).
     auto asked =
         awaitFrom(c, Control::kFinalRequest, steps, flat, true,
                   "the coordinator's request for this worker's final model", 2 * options_.timeout);
     if (!asked.ok()) return unavailableFrom(asked.status());
+    if (!finalRequestSaysNow(asked->payload.bytes())) {
+      asked = awaitFrom(c, Control::kFinalRequest, steps, flat, true,
+                        "the coordinator's turn for this worker's final model", kWhileAlive);
+      if (!asked.ok()) return unavailableFrom(asked.status());
+    }
     stats_.encoded(modelBytes, modelBytes, 1);
     GEO_RETURN_IF_ERROR(sendPayload({c}, Control::kFinalContribution, steps, CodecId::kFp32, numel,
                                     modelPayload(whole)));
-    // The coordinator takes the models of the peers before us first.
-    auto m = awaitFrom(c, Control::kFinalAverage, steps, flat, true, "final model",
-                       2 * options_.timeout);
+    // The coordinator takes the models of the peers after us, then sends
+    // the average to each in turn.
+    auto m = awaitFrom(c, Control::kFinalAverage, steps, flat, true, "final model", kWhileAlive);
     if (!m.ok()) return unavailableFrom(m.status());
     // The average came after the coordinator had all of our model: what we
     // sent from `whole` has left, and `whole` may take the average.
@@ -663,15 +673,15 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     if (i != group_.self && alive(i)) members.push_back(i);
   }
   const size_t window = finalModelsInFlight(modelBytes, options_.finalModelsInFlightBytes);
-  size_t asked = 0;
-  const auto askUpTo = [&](size_t n) -> Status {
-    for (; asked < std::min(n, members.size()); ++asked) {
-      GEO_RETURN_IF_ERROR(sendTo({group_.ranks[members[asked]]}, Control::kFinalRequest, steps,
-                                 CodecId::kRaw, 0, std::make_shared<std::vector<std::byte>>()));
-    }
-    return {};
+  const auto ask = [&](size_t k, bool now) {
+    return sendTo(
+        {group_.ranks[members[k]]}, Control::kFinalRequest, steps, CodecId::kRaw, 0,
+        std::make_shared<std::vector<std::byte>>(1, std::byte{now ? uint8_t{1} : uint8_t{0}}));
   };
-  GEO_RETURN_IF_ERROR(askUpTo(window));
+  // Every member hears at once that it is counted in: the first `window`
+  // are asked to send now, the others to wait for their turn.
+  for (size_t k = 0; k < members.size(); ++k) GEO_RETURN_IF_ERROR(ask(k, k < window));
+  size_t asked = std::min(window, members.size());
   torch::Tensor theirs;  // a peer's model, staged only when its bytes are unaligned
   double total = group_.weights[group_.self];
   std::vector<uint32_t> to;
@@ -699,7 +709,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
         }
       }
     }  // its message is let go before the next one is asked for
-    GEO_RETURN_IF_ERROR(askUpTo(k + 1 + window));
+    if (asked < members.size()) GEO_RETURN_IF_ERROR(ask(asked++, true));
   }
   theirs = torch::Tensor();
   const double taken = since(t0);
