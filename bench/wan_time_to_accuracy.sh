@@ -32,6 +32,15 @@
 #          [--steps-cnn N] [--configs a,b,...] [--networks a,b,...]
 #          [--seeds a,b,...] [--step-time T] [--set KEY=VALUE]... [--out DIR]
 #          [--reference DIR] [--network userspace|netns] [--build DIR]
+#          [--short CONFIG=STEPS]
+# --short allreduce-fp32=6: that configuration runs only 6 steps on the
+# networks other than lan (for a model whose every step takes seconds to
+# cross the links, a run to the target would take hours), and its time to
+# the target there is projected: allreduce fp32's steps to the target on
+# lan (the same steps: allreduce's arithmetic does not depend on the
+# links) divided by its steps/s on the network, marked "~". The column
+# "vs AR t" is each configuration's time to the target over allreduce
+# fp32's on the same network, measured or projected.
 # --step-time (e.g. 25ms) gives every step at least that much compute, as
 # a larger model's would (geotrain local --step-time): the links are then
 # fewer steps of delay. --set passes a worker.yaml override to every run
@@ -40,9 +49,10 @@
 # between network namespaces with the WAN emulated below TCP (geotrain
 # local --network netns; needs root); default: userspace.
 # --reference DIR: the allreduce-fp32 lan runs (same seeds) that steps are
-# compared with come from DIR, not --out (default: --out). Allreduce's steps
-# do not depend on --step-time or --set of the delay rules: one set of
-# reference runs serves them all.
+# compared with come from DIR, not --out (default: --out), and are not run
+# again. Allreduce's steps do not depend on --step-time or --set of the
+# delay rules: one set of reference runs serves them all (and may be
+# shorter: it only has to reach the target).
 # Configurations: allreduce-fp32, allreduce-qsgd4, dts-auto (K = 8), dts-d<D>
 # (K = 8), dts-k<K>-auto, dts-k<K>-d<D> (K may be `auto`: dts-kauto-auto is
 # `--period auto --delay auto`), swarm-h<H>, default (no sync flags: what
@@ -62,6 +72,7 @@ networks="world"
 seeds=""  # none: the job's default seed, run folders without a suffix
 extra=()  # --step-time and --set, for every run
 reference=""  # none: --out
+shortConfig="" shortSteps=0  # --short: a configuration cut short on the WAN networks
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -78,6 +89,11 @@ while [[ $# -gt 0 ]]; do
     --reference) reference="$2"; shift 2 ;;
     --network) extra+=(--network "$2"); shift 2 ;;
     --build) build="$2"; shift 2 ;;
+    --short)
+      shortConfig="${2%%=*}" shortSteps="${2#*=}"
+      [[ "$2" == *=* && "$shortSteps" =~ ^[1-9][0-9]*$ ]] ||
+        { echo "wan_time_to_accuracy.sh: --short $2: expected CONFIG=STEPS (e.g. allreduce-fp32=6)" >&2; exit 2; }
+      shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "wan_time_to_accuracy.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -133,21 +149,28 @@ for model in ${models//,/ }; do
         if [[ "$network" == lan && "$config" != allreduce-fp32 && "$seed" != "${seedList%%,*}" ]]; then
           continue
         fi
+        if [[ -n "$reference" && "$config" == allreduce-fp32 && "$network" == lan ]]; then
+          continue  # the reference's, in --reference
+        fi
+        runSteps=$steps runEval=$evalEvery
+        if [[ "$config" == "$shortConfig" && "$network" != lan ]]; then
+          runSteps=$shortSteps runEval=0  # its speed only: the time to the target is projected
+        fi
         dir="$out/$model-$config-$network" seedFlags=()
         if [[ "$seed" != default ]]; then dir="$dir-s$seed" seedFlags=(--set "job.seed=$seed"); fi
         if [[ -f "$dir/summary.json" ]]; then echo "== $model $config on $network: done before ($dir)"; continue; fi
         rm -rf "$dir"
-        echo "== $model $config on $network ($steps steps${seedFlags:+, seed $seed}) -> $dir"
+        echo "== $model $config on $network ($runSteps steps${seedFlags:+, seed $seed}) -> $dir"
         # shellcheck disable=SC2046
         "$geotrain" local $(networkFlags "$network") --regions london,tokyo,oregon,ohio \
-          --workers-per-region 1 --model "$model" --steps "$steps" --eval-interval "$evalEvery" \
+          --workers-per-region 1 --model "$model" --steps "$runSteps" --eval-interval "$runEval" \
           --set training.evalBacklog=$((steps / evalEvery + 1)) "${seedFlags[@]}" "${extra[@]}" \
           $(flagsFor "$config") --out "$dir" > "$dir.log" 2>&1 ||
           { echo "   failed: see $dir.log"; tail -5 "$dir.log"; }
       done
     done
   done
-  python3 - "$out" "$model" "$target" "$configs" "$networks" "$seeds" "${reference:-$out}" <<'EOF'
+  python3 - "$out" "$model" "$target" "$configs" "$networks" "$seeds" "${reference:-$out}" "$shortConfig" <<'EOF'
 import csv, json, statistics, sys, pathlib
 out, model, target = sys.argv[1], sys.argv[2], sys.argv[3]
 # The lan table first (the reference runs, with --networks "" alone), then
@@ -156,6 +179,7 @@ configs = sys.argv[4].split(",")
 networks = ["lan"] + [n for n in sys.argv[5].split(",") if n and n != "lan"]
 seeds = sys.argv[6].split(",") if sys.argv[6] else [None]
 reference = sys.argv[7]
+short = sys.argv[8]  # a configuration cut short on the WAN networks: its time is projected
 def meanCurveSteps(curves):
     # curves: per seed, {step: accuracy}. The first integer step at which
     # the mean of the linearly interpolated curves reaches the target, over
@@ -208,13 +232,23 @@ fmt = lambda v, f: (f.format(v) if v is not None else "-")
 for network in networks:
     print(f"\n{model} on {network} (4 regions x 1 worker): target {float(target)*100:.0f}% test accuracy"
           f"{'' if refSteps else ' (no allreduce-fp32 lan run reached it: steps are not compared)'}")
-    print(f"{'configuration':<16} {'steps':>6} {'vs AR':>6} {'mean':>5} {'vs AR':>6} {'time':>8} {'final acc':>9} {'WAN KB/step':>11} {'steps/s':>8} {'lan st/s':>8} {'util':>6} {'stale':>6} {'wait':>6}")
+    print(f"{'configuration':<16} {'steps':>6} {'vs AR':>6} {'mean':>5} {'vs AR':>6} {'time':>8} {'vs AR t':>8} {'final acc':>9} {'WAN KB/step':>11} {'steps/s':>8} {'lan st/s':>8} {'util':>6} {'stale':>6} {'wait':>6}")
+    def timeTo(c, w):
+        # (seconds to the target, projected?) on this network
+        if c == short and network != "lan":
+            sw = w.get("stepsPerSecond")
+            return (refSteps / sw if refSteps and sw else None), True
+        return (w.get("timeToAccuracy") or {}).get(target), False
+    ar = run("allreduce-fp32", network, reference if network == "lan" else out)
+    arTime = timeTo("allreduce-fp32", ar)[0] if ar else None
     for c in configs:
-        w, l = run(c, network), run(c, "lan")
+        w, l = run(c, network), (ref if c == "allreduce-fp32" else run(c, "lan"))
+        if network == "lan" and c == "allreduce-fp32": w = ref
         if w is None:
             print(f"{c:<16} (no run)"); continue
         st = w["stepsToTarget"]
-        tta = (w.get("timeToAccuracy") or {}).get(target)
+        tta, projected = timeTo(c, w)
+        vsArTime = arTime / tta if tta and arTime else None
         sw = w.get("stepsPerSecond"); sl = l.get("stepsPerSecond") if l else None
         util = sw / sl if sw and sl else None
         perStep = w["wanBytes"] / 4 / w["steps"] / 1e3 if w.get("steps") else None  # per worker
@@ -223,9 +257,12 @@ for network in networks:
         relMean = mc / refMean if mc and refMean else None
         acc = w.get("testAccuracy")
         bySeed = f"  (seeds: {', '.join(fmt(v, '{}') for v in w['stepsBySeed'])})" if len(seeds) > 1 else ""
-        print(f"{c:<16} {fmt(st, '{:g}'):>6} {fmt(rel, '{:.2f}x'):>6} {fmt(mc, '{}'):>5} {fmt(relMean, '{:.2f}x'):>6} {fmt(tta, '{:.1f} s'):>8} {fmt(acc and acc*100, '{:.2f}%'):>9} "
+        print(f"{c:<16} {fmt(st, '{:g}'):>6} {fmt(rel, '{:.2f}x'):>6} {fmt(mc, '{}'):>5} {fmt(relMean, '{:.2f}x'):>6} {fmt(tta, ('~' if projected else '') + '{:.1f} s'):>8} {fmt(vsArTime, '{:.1f}x'):>8} {'-' if projected else fmt(acc and acc*100, '{:.2f}%'):>9} "
               f"{fmt(perStep, '{:.1f}'):>11} {fmt(sw, '{:.2f}'):>8} {fmt(sl, '{:.2f}'):>8} {fmt(util and util*100, '{:.0f}%'):>6} {fmt(w.get('stalenessMean'), '{:.1f}'):>6} {fmt(w.get('waitSeconds'), '{:.1f} s'):>6}{bySeed}")
     print("(steps: of rank 0's first evaluation at or above the target; vs AR: / allreduce fp32's on lan;"
+          " vs AR t: allreduce fp32's time to the target on this network / this one's"
+          + (f" (~: projected from {short}'s steps on lan and its steps/s here, a short run)" if short else "")
+          + ";"
           " WAN KB/step: sent + received per worker and step; util: steps/s / the same configuration's on lan;"
           " wait: the longest time a worker waited for peers or its uplink"
           + ("; steps and time: median over the seeds, the rest their mean; mean: where the accuracy averaged"

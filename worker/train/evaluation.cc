@@ -27,7 +27,7 @@ int64_t evaluationBatch(Model& model, int64_t trainingBatch, bool tokens) {
   int64_t params = 0;
   for (const torch::Tensor& p : model.parameters()) params += p.numel();
   if (params < 1'000'000 || trainingBatch <= 0) return 1000;
-  return trainingBatch;
+  return std::max<int64_t>(trainingBatch, kLargeModelEvaluationBatch);
 }
 
 std::optional<Evaluation> evaluationOf(Model& model, const TensorDataset& test,

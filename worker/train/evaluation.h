@@ -49,10 +49,14 @@ std::optional<Evaluation> evaluationOf(Model& model, const TensorDataset& test,
 // Samples a forward pass of an evaluation: 16 token windows (each costs
 // T x T of attention); 1000 samples for a model under 1M parameters (fewer
 // passes, and its activations are small); else the training's batch
-// (`trainingBatch`; 1000 when 0), so that an evaluation never holds more
-// activations than a training step does: at 1000 samples a pass the
-// 101.3M-parameter mlp's hidden layer alone was 510 MB, more than
-// everything a round holds.
+// (`trainingBatch`; 1000 when 0), at least kLargeModelEvaluationBatch. At
+// 1000 samples a pass the 101.3M-parameter mlp's hidden layer alone was
+// 510 MB, more than everything a round holds; at the training's 64, every
+// pass read the whole model again (157 passes of the test split), and
+// rank 0 of the 19.9M-parameter mlp spent a minute after its last step
+// evaluating its snapshots. 256 holds a quarter of the 1000's activations
+// and reads the model 40 times.
+inline constexpr int64_t kLargeModelEvaluationBatch = 256;
 int64_t evaluationBatch(Model& model, int64_t trainingBatch, bool tokens = false);
 
 // One evaluation thread with its own model (the trained model's
