@@ -32,6 +32,12 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
     always.push_back({"optimizer state (momentum)", b});
   }
   if (in.datasetBytes > 0) always.push_back({"the data set", in.datasetBytes});
+  if (in.evaluationModels > 0) {
+    always.push_back({fmt::format("the background evaluation: {} models (its own, the snapshot it "
+                                  "evaluates, training.evalBacklog waiting)",
+                                  in.evaluationModels),
+                      in.evaluationModels * b});
+  }
 
   plan.training = always;
   plan.training.push_back({"the round's start", b});
@@ -144,16 +150,22 @@ Status checkMemoryPlan(const MemoryPlan& plan, int64_t limitBytes) {
   for (size_t i = 0; i < rows.size() && i < 4; ++i) {
     largest.push_back(fmt::format("{} {}", rows[i].first, formatBytes(rows[i].second)));
   }
+  const bool evaluates = std::any_of(rows.begin(), rows.end(), [](const auto& row) {
+    return row.first.starts_with("the background evaluation");
+  });
   return failedPrecondition(fmt::format(
       "this worker needs at least {} of memory {} ({}{}), more than the {} it may use "
       "(its cgroup's memory limit, or the machine's memory): give it more memory (the pod's "
-      "resources.limits.memory), or train a smaller model{} (docs/algorithms.md, \"Memory\")",
+      "resources.limits.memory), or train a smaller model{}{} (docs/algorithms.md, \"Memory\")",
       formatBytes(plan.peakBytes), atEnd ? "for the final average" : "while training",
       fmt::join(largest, ", "), rows.size() > 4 ? ", ..." : "", formatBytes(limitBytes),
       atEnd || !plan.roundsExact || plan.roundsInFlight <= 1
           ? ""
           : fmt::format(", or keep fewer rounds in flight ({} now: sync.delay / sync.period + 1)",
-                        plan.roundsInFlight)));
+                        plan.roundsInFlight),
+      evaluates ? ", or let fewer snapshots wait for evaluation (training.evalBacklog; "
+                  "training.evalInterval 0 evaluates at the end only)"
+                : ""));
 }
 
 }  // namespace geo::app

@@ -38,6 +38,10 @@ struct MemoryPlanInput {
   bool errorFeedback = true;
   std::optional<int64_t> period;  // K; nullopt: auto
   std::optional<int64_t> delay;   // D; nullopt: auto
+  // Models the background evaluation may hold at once: 0 without periodic
+  // evaluation (training.evalInterval 0), else its own model, the
+  // snapshot it evaluates and training.evalBacklog snapshots waiting.
+  int64_t evaluationModels = 0;
 };
 
 struct MemoryPlan {

@@ -61,6 +61,7 @@ Status checkDtsMemory(const WorkerConfig& c, train::Model& model, const Training
   in.errorFeedback = c.sync.errorFeedback;
   in.period = c.sync.period;
   in.delay = c.sync.delay;
+  if (c.training.evalInterval > 0) in.evaluationModels = 2 + c.training.evalBacklog;
   const MemoryPlan plan = planDtsMemory(in);
   const auto limit = readMemoryLimit();
   logger()->info(
