@@ -27,10 +27,11 @@ enum class Control : uint64_t {
   // The end of training: the coordinator's request for a member's final
   // model (payload: one byte, 1: send it now, 0: wait for a second request,
   // your turn; see Base::averageModels), the member's model (payload: the
-  // fp32 model), the
-  // coordinator's average of them (payload: the fp32 model), and a member's
-  // acknowledgement that the average reached it (the coordinator stays
-  // until then: a queued send dies with its process).
+  // fp32 model), the coordinator's average of them (payload: the fp32
+  // model; empty: it was made without this member, whose model came too
+  // late or was refused), and a member's acknowledgement that the average
+  // reached it (the coordinator stays until then: a queued send dies with
+  // its process).
   kFinalRequest = ~uint64_t{0} - 18,
   kFinalAverage = ~uint64_t{0},
   kFinalContribution = ~uint64_t{0} - 9,

@@ -633,13 +633,24 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
                         "the coordinator's turn for this worker's final model", kWhileAlive);
       if (!asked.ok()) return unavailableFrom(asked.status());
     }
+    // A straggler finds the request long after it came, and the notice
+    // that the average was made without it behind it: nothing to send.
+    const auto leftOut = [&] {
+      return unavailableFrom(unavailable(
+          "it made the average without this worker, whose model did not reach it within "
+          "sync.timeoutSeconds of its request, or was refused"));
+    };
+    if (receiveControl(*transport_, Control::kFinalAverage, c, std::chrono::milliseconds(0)).ok()) {
+      return leftOut();  // only a notice can come before our model has gone
+    }
     stats_.encoded(modelBytes, modelBytes, 1);
     GEO_RETURN_IF_ERROR(sendPayload({c}, Control::kFinalContribution, steps, CodecId::kFp32, numel,
                                     modelPayload(whole)));
     // The coordinator takes the models of the peers after us, then sends
-    // the average to each in turn.
+    // the average to each in turn, or tells us it was made without us.
     auto m = awaitFrom(c, Control::kFinalAverage, steps, flat, true, "final model", kWhileAlive);
     if (!m.ok()) return unavailableFrom(m.status());
+    if (m->payload.size() == 0) return leftOut();
     // The average came after the coordinator had all of our model: what we
     // sent from `whole` has left, and `whole` may take the average.
     std::string reason;
@@ -716,6 +727,14 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   if (!to.empty()) {
     whole.mul_(static_cast<float>(1.0 / total));
     modified_ = true;
+  }
+  // A member asked but left out (its model came too late, or was refused)
+  // is told so at once, an empty average: it waits for the average while
+  // we live, and we may live on long after this (exporting the model).
+  for (size_t i : members) {
+    if (std::find(to.begin(), to.end(), group_.ranks[i]) != to.end()) continue;
+    GEO_RETURN_IF_ERROR(sendTo({group_.ranks[i]}, Control::kFinalAverage, steps, CodecId::kRaw, 0,
+                               std::make_shared<std::vector<std::byte>>()));
   }
   stats_.encoded(modelBytes, modelBytes, to.size());
   GEO_RETURN_IF_ERROR(sendAverage(to, steps, flat, whole));
