@@ -32,6 +32,7 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
     always.push_back({"optimizer state (momentum)", b});
   }
   if (in.datasetBytes > 0) always.push_back({"the data set", in.datasetBytes});
+  plan.evaluationModels = in.evaluationModels;
   if (in.evaluationModels > 0) {
     always.push_back({fmt::format("the background evaluation: {} models (its own, the snapshot it "
                                   "evaluates, training.evalBacklog waiting)",
@@ -150,9 +151,6 @@ Status checkMemoryPlan(const MemoryPlan& plan, int64_t limitBytes) {
   for (size_t i = 0; i < rows.size() && i < 4; ++i) {
     largest.push_back(fmt::format("{} {}", rows[i].first, formatBytes(rows[i].second)));
   }
-  const bool evaluates = std::any_of(rows.begin(), rows.end(), [](const auto& row) {
-    return row.first.starts_with("the background evaluation");
-  });
   return failedPrecondition(fmt::format(
       "this worker needs at least {} of memory {} ({}{}), more than the {} it may use "
       "(its cgroup's memory limit, or the machine's memory): give it more memory (the pod's "
@@ -163,9 +161,10 @@ Status checkMemoryPlan(const MemoryPlan& plan, int64_t limitBytes) {
           ? ""
           : fmt::format(", or keep fewer rounds in flight ({} now: sync.delay / sync.period + 1)",
                         plan.roundsInFlight),
-      evaluates ? ", or let fewer snapshots wait for evaluation (training.evalBacklog; "
-                  "training.evalInterval 0 evaluates at the end only)"
-                : ""));
+      plan.evaluationModels > 0
+          ? ", or let fewer snapshots wait for evaluation (training.evalBacklog; "
+            "training.evalInterval 0 evaluates at the end only)"
+          : ""));
 }
 
 }  // namespace geo::app

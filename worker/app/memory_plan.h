@@ -52,8 +52,9 @@ struct MemoryPlan {
   int64_t trainingBytes = 0;
   int64_t endBytes = 0;
   int64_t peakBytes = 0;
-  int64_t roundsInFlight = 1;  // R = D / K + 1 with both fixed; 1 (the least) under auto
-  bool roundsExact = false;    // false: auto K or D, R is a lower bound
+  int64_t roundsInFlight = 1;    // R = D / K + 1 with both fixed; 1 (the least) under auto
+  bool roundsExact = false;      // false: auto K or D, R is a lower bound
+  int64_t evaluationModels = 0;  // MemoryPlanInput's: the background evaluation's rows
 };
 
 MemoryPlan planDtsMemory(const MemoryPlanInput& in);
