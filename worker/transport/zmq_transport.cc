@@ -31,6 +31,7 @@
 #include "worker/transport/assembler.h"
 #include "worker/transport/buffer_pool.h"
 #include "worker/transport/stripe_assembler.h"
+#include "worker/transport/tcp_state.h"
 
 namespace geo::transport {
 
@@ -53,9 +54,12 @@ constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 // the peer before it is reported (checkHello).
 constexpr std::chrono::seconds kRefusalGrace{3};
 constexpr const char* kZapDomain = "geotrain";
+// CONNECTED: a data connection's descriptor (its value), whose kernel state
+// the stall rules read (tcp_state.h).
 constexpr int kMonitorEvents =
-    ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED;
+    ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+    ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+    ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED;
 
 // Warnings about what peers (or strangers) send are rate-limited, so that a
 // hostile or broken client cannot flood the log: the first kLoggedFirst of a
@@ -161,6 +165,10 @@ struct Stripe {
   std::optional<zmq::socket_t> monitor;
   std::deque<SentChunk> unacked;  // oldest first
   std::optional<SteadyClock::time_point> lastAck;
+  // Its TCP connection's descriptor while it is up (monitor events), and
+  // since when: the kernel vouches only for chunks sent on it.
+  int fd = -1;
+  SteadyClock::time_point connectedAt{};
 };
 
 // Closes a stripe's sockets, if it has them. Its monitor stops first (an
@@ -169,6 +177,7 @@ struct Stripe {
 void closeStripe(Stripe& stripe, int linger) {
   if (stripe.dealer) zmq_socket_monitor(stripe.dealer->handle(), nullptr, 0);
   stripe.monitor.reset();
+  stripe.fd = -1;
   if (stripe.dealer) stripe.dealer->set(zmq::sockopt::linger, linger);
   stripe.dealer.reset();
 }
@@ -219,7 +228,14 @@ struct PeerState {
   // I/O thread only.
   std::optional<zmq::socket_t> dealer;
   std::optional<zmq::socket_t> monitor;
-  bool blocked = false;  // the DEALER refused the head message: wait for POLLOUT
+  // The data connection's descriptor while it is up (its monitor's
+  // CONNECTED and DISCONNECTED events), -1 otherwise; and whether the stall
+  // rules last kept it because its kernel said it carries our data.
+  int dataFd = -1;
+  SteadyClock::time_point dataConnectedAt{};
+  bool keptCarrying = false;
+  SteadyClock::time_point keptUntil{};  // the kernel is asked again from then
+  bool blocked = false;                 // the DEALER refused the head message: wait for POLLOUT
   // Probes (pings, pongs, acknowledgements) take a connection of their own
   // to the peer's ROUTER, so that nothing queued for the peer -- in our
   // queue, in ZeroMQ's or in the kernel's socket buffer -- delays them: a
@@ -227,6 +243,11 @@ struct PeerState {
   // arrived, not when a queue ahead of it drained. One that cannot be sent
   // at once (no connection) is dropped; the next one follows soon.
   std::optional<zmq::socket_t> probe;
+  // Its monitor, for the descriptor of its connection (probeFd, as dataFd):
+  // pings leave on it every ping interval, so its kernel's ACKs say whether
+  // the path to the peer works even while no data is outstanding.
+  std::optional<zmq::socket_t> probeMonitor;
+  int probeFd = -1;
   std::deque<PendingProbe> probes;  // under link emulation, until their release
   // Control-lane messages (SendMeta::controlLane) for the probe connection,
   // oldest first, until it takes them: unlike a probe, one is kept while
@@ -267,7 +288,10 @@ class ZmqTransport final : public Transport {
         limits_{jobIdHash(cfg_.jobId), static_cast<uint32_t>(cfg_.endpoints.size()),
                 cfg_.maxPayloadBytes},
         peers_(cfg_.endpoints.size()),
-        uplink_(cfg_.uplink) {}
+        uplink_(cfg_.uplink),
+        kernelTells_(!cfg_.emulatedPartitions && !cfg_.uplink.shaped() &&
+                     std::none_of(cfg_.links.begin(), cfg_.links.end(),
+                                  [](const LinkProfile& l) { return l.shaped(); })) {}
 
   ~ZmqTransport() override { shutdown(); }
 
@@ -320,6 +344,8 @@ class ZmqTransport final : public Transport {
   void handleZap();
   void handleInbound();
   void handleMonitor(zmq::socket_t& monitor, PeerState* peer);
+  // The probe connection's events: its descriptor (PeerState::probeFd).
+  void handleProbeMonitor(PeerState& p);
   // The ROUTER's connections, from its monitor events (see the definition).
   void trackRouterConnection(uint16_t event, uint32_t value);
   void settleRouterConnection(int fd);
@@ -381,6 +407,9 @@ class ZmqTransport final : public Transport {
   void publishUnacked(PeerState& p);
   // Fresh connections to peers that went silent (TransportConfig::reconnectAfter).
   void reconnectStalled(SteadyClock::time_point now);
+  // The kernel's state of a data connection to peer r (descriptor fd, -1:
+  // none known), nullopt when it cannot be read or is not established.
+  std::optional<TcpProgress> kernelState(uint32_t r, int fd) const;
   // New connections to `peer`, both of them, on new sockets (openPeerSockets).
   void reconnect(uint32_t peer, const std::string& why);
   // `drainOld`: the old connections are alive (a key change of ours):
@@ -421,6 +450,9 @@ class ZmqTransport final : public Transport {
   std::vector<PeerState> peers_;
   std::mutex uplinkMu_;  // taken after a PeerState::mu, never before
   LinkShaper uplink_;
+  // Whether the stall rules may ask the kernel (TransportConfig::
+  // emulatedPartitions): not where partitions are emulated above it.
+  const bool kernelTells_;
 
   zmq::context_t ctx_;
   std::optional<zmq::socket_t> router_;
@@ -595,12 +627,16 @@ Status ZmqTransport::openPeerSockets(uint32_t r, bool drainOld) {
   // with it every connection of this worker.
   if (p.dealer) zmq_socket_monitor(p.dealer->handle(), nullptr, 0);
   p.monitor.reset();
+  p.dataFd = -1;
   // What the old connection held is lost, unless it is alive and given
   // the linger time to deliver it.
   if (p.dealer) {
     p.dealer->set(zmq::sockopt::linger, drainOld ? static_cast<int>(cfg_.linger.count()) : 0);
   }
   if (p.probe && drainOld) p.probe->set(zmq::sockopt::linger, 1000);
+  if (p.probe) zmq_socket_monitor(p.probe->handle(), nullptr, 0);
+  p.probeMonitor.reset();
+  p.probeFd = -1;
   p.dealer.reset();
   p.probe.reset();
   p.handshakeOnSockets = false;
@@ -615,8 +651,15 @@ Status ZmqTransport::openPeerSockets(uint32_t r, bool drainOld) {
   open(p.probe, 0, 16);
   zmq::socket_t& d = *p.dealer;
   zmq::socket_t& probe = *p.probe;
-  probe.connect(cfg_.endpoints[r]);
   // Each socket's monitor at an inproc endpoint of its own.
+  const std::string probeMon = fmt::format("inproc://geo-monitor-peer-{}-{}-probe", r, p.sockets);
+  if (zmq_socket_monitor(probe.handle(), probeMon.c_str(),
+                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
+  }
+  p.probeMonitor.emplace(ctx_, zmq::socket_type::pair);
+  p.probeMonitor->connect(probeMon);
+  probe.connect(cfg_.endpoints[r]);
   const std::string mon = fmt::format("inproc://geo-monitor-peer-{}-{}", r, p.sockets++);
   if (zmq_socket_monitor(d.handle(), mon.c_str(), kMonitorEvents) != 0) {
     return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
@@ -652,10 +695,12 @@ Status ZmqTransport::openStripe(uint32_t r, size_t i) {
   } undo{stripe};
   openDealer(stripe.dealer, r, static_cast<int>(cfg_.linger.count()), 64);
   zmq::socket_t& s = *stripe.dealer;
-  // Only its drops matter: the first connection's events decide the keys.
+  // Only its connection and drops matter: the first connection's events
+  // decide the keys.
   const std::string mon =
       fmt::format("inproc://geo-monitor-peer-{}-{}-stripe-{}", r, peers_[r].sockets++, i);
-  if (zmq_socket_monitor(s.handle(), mon.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+  if (zmq_socket_monitor(s.handle(), mon.c_str(), ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) !=
+      0) {
     return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
   }
   stripe.monitor.emplace(ctx_, zmq::socket_type::pair);
@@ -694,10 +739,19 @@ void ZmqTransport::handleStripeMonitor(uint32_t r, size_t i) {
     if (event.more()) (void)stripe.monitor->recv(address, zmq::recv_flags::none);
     if (event.size() < 6) continue;
     uint16_t id;
+    uint32_t value;
     std::memcpy(&id, event.data(), sizeof id);
+    std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
+    if (id == ZMQ_EVENT_CONNECTED) {
+      stripe.fd = static_cast<int>(value);
+      stripe.connectedAt = SteadyClock::now();
+    }
     // What ZeroMQ held for it is dropped with it (ZMQ_IMMEDIATE), and what
     // the kernel held is lost: all of it goes again on the connections up.
-    if (id == ZMQ_EVENT_DISCONNECTED) requeueStriped(p, stripe.unacked);
+    if (id == ZMQ_EVENT_DISCONNECTED) {
+      stripe.fd = -1;
+      requeueStriped(p, stripe.unacked);
+    }
   }
 }
 
@@ -1284,6 +1338,10 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
     std::memcpy(&id, event.data(), sizeof id);
     std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
     if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) peer->handshakeOnSockets = true;
+    if (peer != nullptr && id == ZMQ_EVENT_CONNECTED) {
+      peer->dataFd = static_cast<int>(value);
+      peer->dataConnectedAt = SteadyClock::now();
+    }
     if (peer != nullptr && !peer->handshakeOnSockets &&
         (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)) {
       // With the wrong server key the peer cannot open our hello and
@@ -1299,6 +1357,7 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
     // handshake to make.
     if (peer != nullptr && id == ZMQ_EVENT_DISCONNECTED) {
       peer->handshakeOnSockets = false;
+      peer->dataFd = -1;
       // The chunks of striped payloads it held go on the other connections.
       requeueStriped(*peer, peer->unacked);
     }
@@ -1312,6 +1371,22 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
       publishUnacked(*peer);
     }
     if (peer == nullptr) trackRouterConnection(id, value);
+  }
+}
+
+void ZmqTransport::handleProbeMonitor(PeerState& p) {
+  while (p.probeMonitor) {
+    zmq::message_t event;
+    if (!p.probeMonitor->recv(event, zmq::recv_flags::dontwait)) return;
+    zmq::message_t address;
+    if (event.more()) (void)p.probeMonitor->recv(address, zmq::recv_flags::none);
+    if (event.size() < 6) continue;
+    uint16_t id;
+    uint32_t value;
+    std::memcpy(&id, event.data(), sizeof id);
+    std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
+    if (id == ZMQ_EVENT_CONNECTED) p.probeFd = static_cast<int>(value);
+    if (id == ZMQ_EVENT_DISCONNECTED) p.probeFd = -1;
   }
 }
 
@@ -1706,6 +1781,7 @@ void ZmqTransport::takeAck(uint32_t peer, const FrameHeader& h, const Payload& b
   }
   if (!found) return;  // sent on a connection since replaced, or never ours
   p.lastAckNs = SteadyClock::now().time_since_epoch().count();
+  p.keptCarrying = false;
   publishUnacked(p);
 }
 
@@ -1766,6 +1842,36 @@ void ZmqTransport::reconnect(uint32_t peer, const std::string& why) {
                       : std::string());
 }
 
+std::optional<TcpProgress> ZmqTransport::kernelState(uint32_t r, int fd) const {
+  if (fd < 0 || !kernelTells_) return std::nullopt;
+  // The endpoint's port, so that a descriptor reused since its connection
+  // closed is not read for it ("tcp://host:port").
+  const std::string& endpoint = cfg_.endpoints[r];
+  uint16_t port = 0;
+  if (const auto colon = endpoint.rfind(':'); colon != std::string::npos) {
+    try {
+      const int n = std::stoi(endpoint.substr(colon + 1));
+      if (n > 0 && n < 65536) port = static_cast<uint16_t>(n);
+    } catch (const std::exception&) {
+      port = 0;
+    }
+  }
+  auto state = tcpProgress(fd, port);
+  if (!state || !state->established) return std::nullopt;
+  return state;
+}
+
+// The rules below replace connections that carry nothing: the peer silent
+// (a partition, a peer gone), or heard but none of our data acknowledged,
+// which after a partition is a connection whose retransmission timer backed
+// off for longer than the cut (a new one sends at once). What a replaced
+// connection held is lost, though, and on a saturated path that is the
+// costly mistake: there the peer's acknowledgements and pings, thin flows
+// across its own busy uplink, come seconds late (their lost packets wait for
+// a backed-off timer) while our data connection delivers megabytes a second
+// (tcp_state.h). So before a connection is replaced for what the peer did
+// not say, its kernel is asked whether the peer's kernel still acknowledges
+// our bytes on it; one that does is kept.
 void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
   if (cfg_.reconnectAfter.count() <= 0) return;
   const int64_t nowNs = now.time_since_epoch().count();
@@ -1773,11 +1879,73 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
     if (!reachable(r)) continue;
     PeerState& p = peers_[r];
     if (p.lastReconnect && now - *p.lastReconnect < cfg_.reconnectAfter) continue;
+    if (now < p.keptUntil) continue;
     const int64_t heardNs = p.lastHeardNs;
     if (heardNs == 0) continue;  // never heard: ZeroMQ keeps trying on its own
     const double silent = (nowNs - heardNs) * 1e-9;
     const double after = std::chrono::duration<double>(cfg_.reconnectAfter).count();
+    // A connection to the peer that the peer's kernel acknowledged within
+    // `within` s: the path carries our bytes. `lenient`, for a connection
+    // the peer is heard beside (`stuck`: for how long none of our data on
+    // it was acknowledged by the peer's process), also one whose kernel
+    // has had an ACK and sends again within 4 times the bound
+    // (retransmissions lost in full queues, the ACKs themselves lost on the
+    // peer's full uplink, the timer backed off a few times: a new
+    // connection would send sooner, but lose what the old one holds --
+    // for a model-sized payload, far more than the wait), or whose kernel
+    // holds nothing of ours (the peer's kernel has all it was given, its
+    // process has not acknowledged it yet) for up to 4 times the bound: a
+    // process that never does (hung, or dropping what its kernel took) is
+    // replaced as before, as is a connection whose timer backed off
+    // further (after a partition it may not send for a minute).
+    const auto carries = [&](int fd, double within, bool lenient,
+                             double stuck = 0) -> std::optional<TcpProgress> {
+      auto k = kernelState(r, fd);
+      if (!k) return std::nullopt;
+      if (k->sinceAckSeconds < within) return k;
+      if (!lenient) return std::nullopt;
+      if (k->outstanding() ? k->sinceAckSeconds < 4 * within && k->retryInSeconds() < 4 * within
+                           : stuck < 4 * within) {
+        return k;
+      }
+      return std::nullopt;
+    };
+    // What the kernel says of a connection, for a message.
+    const auto kernelSays = [&](int fd) -> std::string {
+      const auto k = kernelState(r, fd);
+      if (!k) return std::string();
+      return fmt::format(
+          " (its kernel: {} segments unacknowledged, no ACK for {:.1f} s, sends "
+          "again within {:.1f} s, backed off {} times)",
+          k->unackedSegments, k->sinceAckSeconds, k->retryInSeconds(), k->backoff);
+    };
+    const int dataFd = p.handshakeOnSockets ? p.dataFd : -1;
+    const auto keep = [&](const std::string& what, const TcpProgress& k) {
+      p.keptUntil = now + std::chrono::milliseconds(200);
+      if (p.keptCarrying) return;
+      p.keptCarrying = true;
+      logger()->info(
+          "transport rank {}: {}, but the kernel says the connection carries our data ({}, the "
+          "last ACK from {} {:.1f} s ago{}): the path is busy, not cut; the connection is kept",
+          cfg_.rank, what,
+          k.outstanding() ? fmt::format("{} segments in flight", k.unackedSegments)
+                          : std::string("all of it delivered"),
+          rankName(r), k.sinceAckSeconds,
+          k.outstanding() && k.backoff > 0
+              ? fmt::format(", retransmitting again within {:.1f} s", k.retryInSeconds())
+              : std::string());
+    };
     if (silent >= after) {
+      // A silence the kernel contradicts: the peer's kernel acknowledged
+      // our bytes within the silence's bound -- on the data connection, or
+      // our pings on the probe connection (sent every ping interval,
+      // whatever the peer says).
+      auto k = carries(dataFd, after, /*lenient=*/false);
+      if (!k) k = carries(p.probeFd, after, /*lenient=*/false);
+      if (k) {
+        keep(fmt::format("{} silent for {:.1f} s", rankName(r), silent), *k);
+        continue;
+      }
       p.lastReconnect = now;
       reconnect(r, fmt::format("{} silent for {:.1f} s", rankName(r), silent));
       continue;
@@ -1793,6 +1961,12 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
                                   stripe.unacked.front().sentAt);
       const double stuck = std::chrono::duration<double>(now - since).count();
       if (stuck >= 2.5 * after) {
+        // Its kernel vouches for chunks sent on its current connection only.
+        const int fd = stripe.unacked.front().sentAt >= stripe.connectedAt ? stripe.fd : -1;
+        if (carries(fd, 2.5 * after, /*lenient=*/true, stuck)) {
+          p.keptUntil = now + std::chrono::milliseconds(200);
+          continue;  // its chunks are acknowledged late, not lost
+        }
         reopenStripe(r, i,
                      fmt::format("data connection {} to {} has had nothing acknowledged for "
                                  "{:.1f} s",
@@ -1807,10 +1981,19 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
           std::max<int64_t>(ackNs, p.unacked.front().sentAt.time_since_epoch().count());
       const double stuck = (nowNs - since) * 1e-9;
       if (stuck >= 2.5 * after) {
+        // The kernel vouches for chunks sent on the current connection only:
+        // what an earlier one held (ZeroMQ reconnects on its own) is lost.
+        const int fd = p.unacked.front().sentAt >= p.dataConnectedAt ? dataFd : -1;
+        if (auto k = carries(fd, 2.5 * after, /*lenient=*/true, stuck)) {
+          keep(fmt::format("{} heard, but none of our data acknowledged by it for {:.1f} s",
+                           rankName(r), stuck),
+               *k);
+          continue;
+        }
         p.lastReconnect = now;
         reconnect(r, fmt::format("none of our data acknowledged by {} for {:.1f} s although it is "
-                                 "heard",
-                                 rankName(r), stuck));
+                                 "heard{}",
+                                 rankName(r), stuck, kernelSays(dataFd)));
       }
     }
   }
@@ -2199,6 +2382,7 @@ void ZmqTransport::ioLoop() {
       const auto out = static_cast<short>(p.blocked ? ZMQ_POLLOUT : 0);
       items.push_back({p.dealer->handle(), 0, out, 0});
       items.push_back({p.monitor->handle(), 0, ZMQ_POLLIN, 0});
+      items.push_back({p.probeMonitor->handle(), 0, ZMQ_POLLIN, 0});
       // A connection that could not be made (openStripe failed) has no
       // socket: its items poll nothing (a negative descriptor).
       for (Stripe& stripe : p.stripes) {
@@ -2238,7 +2422,8 @@ void ZmqTransport::ioLoop() {
       // The stripes as polled: a monitor event may replace them.
       const size_t stripes = p.stripes.size();
       if (items[item + 1].revents & ZMQ_POLLIN) handleMonitor(*p.monitor, &p);
-      item += 2;
+      if (items[item + 2].revents & ZMQ_POLLIN) handleProbeMonitor(p);
+      item += 3;
       for (size_t i = 0; i < stripes; ++i, item += 2) {
         if ((items[item + 1].revents & ZMQ_POLLIN) && i < p.stripes.size()) {
           handleStripeMonitor(r, i);
@@ -2279,6 +2464,8 @@ void ZmqTransport::ioLoop() {
 void ZmqTransport::closeSockets(std::chrono::milliseconds linger) {
   for (auto& p : peers_) {
     p.monitor.reset();
+    if (p.probe) zmq_socket_monitor(p.probe->handle(), nullptr, 0);
+    p.probeMonitor.reset();
     if (p.dealer) p.dealer->set(zmq::sockopt::linger, static_cast<int>(linger.count()));
     p.dealer.reset();
     p.probe.reset();

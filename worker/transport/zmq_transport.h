@@ -49,6 +49,13 @@ struct TransportConfig {
   // then for its link. Unshaped uplink, or empty uplinkPeers: none.
   LinkProfile uplink;
   std::vector<bool> uplinkPeers;
+  // Partitions may be emulated above the sockets (setPartitioned: the fault
+  // signals of `geotrain local` without --network netns). A cut peer's
+  // kernel then acknowledges what its transport drops, so the stall rules
+  // (reconnectAfter) cannot ask the kernel whether a path carries our bytes
+  // and go by what the peers say alone. Implied by any emulated link or
+  // uplink.
+  bool emulatedPartitions = false;
 
   // Settings every rank must share (frame.h, encodeHello: "key = value"
   // lines), sent as the first frame to each peer and again after each
@@ -107,7 +114,11 @@ struct TransportConfig {
   // connect. What was in the old connection's buffers is lost (delivery is
   // at most once). The same when the peer is heard but has not
   // acknowledged any of our data for 2.5 times this long while data is
-  // outstanding: the data connection alone is stuck. 0: never.
+  // outstanding: the data connection alone is stuck. Neither when the
+  // connection's kernel says the peer's kernel still acknowledges our bytes
+  // (TCP_INFO, tcp_state.h): on a saturated path the peer's pings and
+  // acknowledgements come seconds late while our data flows, and replacing
+  // the connection would lose what it carries. 0: never.
   std::chrono::milliseconds reconnectAfter{2000};
   // How long one connection attempt may take before it is abandoned and
   // tried again (ZMQ_CONNECT_TIMEOUT): without it a SYN lost in a partition

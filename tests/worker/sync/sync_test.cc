@@ -294,6 +294,7 @@ RunResult runJob(const JobSpec& job) {
       if (it != job.oneWayDelay.end()) tc.links[p] = *transport::parseLinkProfile(it->second);
     }
     tc.linger = 200ms;
+    tc.emulatedPartitions = true;  // job.partitionedRank: setPartitioned
     if (!job.uplink.empty()) tc.uplink = *transport::parseLinkProfile(job.uplink);
     auto t = network ? network->open(r) : transport::makeZmqTransport(tc);
     EXPECT_TRUE(t.ok()) << t.status().toString();

@@ -49,6 +49,7 @@ class ZmqNet : public Net {
     c.maxQueuedBytesPerPeer = kMaxQueued;
     c.uplinkPeers.assign(world_.keys.size(), true);
     c.uplinkPeers[r] = false;
+    c.emulatedPartitions = true;  // a partition is setPartitioned
     c.linger = 200ms;
     auto t = makeZmqTransport(c);
     EXPECT_TRUE(t.ok()) << t.status().toString();

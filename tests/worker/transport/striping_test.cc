@@ -232,6 +232,7 @@ struct Pair {
       TransportConfig c = world.config(r);
       c.uplinkPeers = {r != 0, r != 1};  // each other's WAN peer: striping applies
       c.connections = connections;
+      c.emulatedPartitions = true;  // setPartitioned cuts the pair apart
       c.reconnectAfter = 1s;
       if (!link.empty() && r == 0) {
         c.links.resize(2);

@@ -853,6 +853,7 @@ std::vector<std::unique_ptr<Transport>> startAcrossTheWan(
   for (uint32_t r = 0; r < 2; ++r) {
     TransportConfig c = w.config(r);
     c.uplinkPeers = {r != 0, r != 1};
+    c.emulatedPartitions = true;  // setPartitioned cuts them apart above the sockets
     if (reconnectAfter) c.reconnectAfter = *reconnectAfter;
     configs.push_back(c);
   }
@@ -1087,6 +1088,7 @@ TEST(TransportLiveness, ASilentPeerGetsNewConnections) {
   for (uint32_t r = 0; r < 2; ++r) {
     TransportConfig c = w.config(r);
     c.uplinkPeers = {r != 0, r != 1};
+    c.emulatedPartitions = true;
     c.reconnectAfter = 500ms;
     auto t = makeZmqTransport(c);
     ASSERT_TRUE(t.ok()) << t.status().toString();

@@ -1,0 +1,52 @@
+#pragma once
+// What the kernel's TCP says of one connection (Linux TCP_INFO), so that the
+// transport can tell a connection that is stuck from one that is only slow.
+//
+// The transport's own acknowledgements of data chunks travel back on the
+// peer's probe connection, across the peer's uplink. When that uplink is
+// saturated and losing packets (every worker sending a model-sized payload
+// to every other at once: allreduce fp32, a state transfer to several
+// joiners), a thin flow such as the probes' loses a packet now and then
+// that only its retransmission timer recovers, backing off each time: the
+// peer's acknowledgements come seconds late while our data connection
+// delivers megabytes a second. The peer's kernel acknowledges every
+// segment it receives, whatever its process or its uplink queue do, so its
+// ACKs say whether our data crosses.
+
+#include <cstdint>
+#include <optional>
+
+namespace geo::transport {
+
+struct TcpProgress {
+  bool established = false;
+  // Bytes the kernel holds for the connection: sent and not yet
+  // acknowledged by the peer's kernel (in segments), and not yet sent.
+  uint32_t unackedSegments = 0;
+  uint32_t notSentBytes = 0;
+  // Since the kernel last received an ACK on the connection, and last sent
+  // data (a retransmission included) on it.
+  double sinceAckSeconds = 0;
+  double sinceSendSeconds = 0;
+  // Retransmission timeouts in a row without an ACK (the timer's back-off),
+  // and the retransmission timer as backed off: the kernel sends again at
+  // most this long after it last sent.
+  uint32_t backoff = 0;
+  double rtoSeconds = 0;
+
+  // The kernel has bytes of ours that the peer's kernel has not acknowledged.
+  bool outstanding() const { return unackedSegments > 0 || notSentBytes > 0; }
+  // How soon the kernel tries again at the latest: its timer less the time
+  // since it last sent (0 when due).
+  double retryInSeconds() const {
+    return rtoSeconds > sinceSendSeconds ? rtoSeconds - sinceSendSeconds : 0;
+  }
+};
+
+// The kernel's view of the TCP connection on descriptor `fd`; nullopt when
+// `fd` is not a TCP socket whose remote port is `peerPort` (0: any port) --
+// a descriptor closed and reused for something else since it was learned --
+// or TCP_INFO is not available. Any thread; never blocks.
+std::optional<TcpProgress> tcpProgress(int fd, uint16_t peerPort = 0);
+
+}  // namespace geo::transport
