@@ -182,6 +182,47 @@ void closeStripe(Stripe& stripe, int linger) {
   stripe.dealer.reset();
 }
 
+// One event of a socket monitor: its id (ZMQ_EVENT_*) and value (for
+// CONNECTED, ACCEPTED and DISCONNECTED, the connection's descriptor).
+struct MonitorEvent {
+  uint16_t id;
+  uint32_t value;
+};
+
+// The next event `monitor` holds; nullopt when none is waiting. A malformed
+// one is skipped.
+std::optional<MonitorEvent> nextMonitorEvent(zmq::socket_t& monitor) {
+  while (true) {
+    zmq::message_t event;
+    if (!monitor.recv(event, zmq::recv_flags::dontwait)) return std::nullopt;
+    zmq::message_t address;
+    if (event.more()) (void)monitor.recv(address, zmq::recv_flags::none);
+    if (event.size() < 6) continue;
+    MonitorEvent e;
+    std::memcpy(&e.id, event.data(), sizeof e.id);
+    std::memcpy(&e.value, static_cast<const char*>(event.data()) + sizeof e.id, sizeof e.value);
+    return e;
+  }
+}
+
+// The port of each endpoint ("tcp://host:port"); 0 where it has none.
+std::vector<uint16_t> endpointPorts(const std::vector<std::string>& endpoints) {
+  std::vector<uint16_t> ports;
+  for (const std::string& endpoint : endpoints) {
+    uint16_t port = 0;
+    if (const auto colon = endpoint.rfind(':'); colon != std::string::npos) {
+      try {
+        const int n = std::stoi(endpoint.substr(colon + 1));
+        if (n > 0 && n < 65536) port = static_cast<uint16_t>(n);
+      } catch (const std::exception&) {
+        port = 0;
+      }
+    }
+    ports.push_back(port);
+  }
+  return ports;
+}
+
 // A probe (ping, pong, acknowledgement) waiting out an emulated link's delay.
 struct PendingProbe {
   SteadyClock::time_point release;
@@ -291,7 +332,8 @@ class ZmqTransport final : public Transport {
         uplink_(cfg_.uplink),
         kernelTells_(!cfg_.emulatedPartitions && !cfg_.uplink.shaped() &&
                      std::none_of(cfg_.links.begin(), cfg_.links.end(),
-                                  [](const LinkProfile& l) { return l.shaped(); })) {}
+                                  [](const LinkProfile& l) { return l.shaped(); })),
+        endpointPorts_(endpointPorts(cfg_.endpoints)) {}
 
   ~ZmqTransport() override { shutdown(); }
 
@@ -453,6 +495,7 @@ class ZmqTransport final : public Transport {
   // Whether the stall rules may ask the kernel (TransportConfig::
   // emulatedPartitions): not where partitions are emulated above it.
   const bool kernelTells_;
+  const std::vector<uint16_t> endpointPorts_;  // endpointPorts(cfg_.endpoints)
 
   zmq::context_t ctx_;
   std::optional<zmq::socket_t> router_;
@@ -733,15 +776,9 @@ void ZmqTransport::handleStripeMonitor(uint32_t r, size_t i) {
   PeerState& p = peers_[r];
   Stripe& stripe = p.stripes[i];
   while (stripe.monitor) {
-    zmq::message_t event;
-    if (!stripe.monitor->recv(event, zmq::recv_flags::dontwait)) return;
-    zmq::message_t address;
-    if (event.more()) (void)stripe.monitor->recv(address, zmq::recv_flags::none);
-    if (event.size() < 6) continue;
-    uint16_t id;
-    uint32_t value;
-    std::memcpy(&id, event.data(), sizeof id);
-    std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
+    const auto event = nextMonitorEvent(*stripe.monitor);
+    if (!event) return;
+    const auto [id, value] = *event;
     if (id == ZMQ_EVENT_CONNECTED) {
       stripe.fd = static_cast<int>(value);
       stripe.connectedAt = SteadyClock::now();
@@ -1328,15 +1365,9 @@ void ZmqTransport::deliver(const FrameHeader& header, Payload body) {
 
 void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
   while (true) {
-    zmq::message_t event;
-    if (!monitor.recv(event, zmq::recv_flags::dontwait)) return;
-    zmq::message_t address;
-    if (event.more()) (void)monitor.recv(address, zmq::recv_flags::none);
-    if (event.size() < 6) continue;
-    uint16_t id;
-    uint32_t value;
-    std::memcpy(&id, event.data(), sizeof id);
-    std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
+    const auto event = nextMonitorEvent(monitor);
+    if (!event) return;
+    const auto [id, value] = *event;
     if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) peer->handshakeOnSockets = true;
     if (peer != nullptr && id == ZMQ_EVENT_CONNECTED) {
       peer->dataFd = static_cast<int>(value);
@@ -1376,15 +1407,9 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
 
 void ZmqTransport::handleProbeMonitor(PeerState& p) {
   while (p.probeMonitor) {
-    zmq::message_t event;
-    if (!p.probeMonitor->recv(event, zmq::recv_flags::dontwait)) return;
-    zmq::message_t address;
-    if (event.more()) (void)p.probeMonitor->recv(address, zmq::recv_flags::none);
-    if (event.size() < 6) continue;
-    uint16_t id;
-    uint32_t value;
-    std::memcpy(&id, event.data(), sizeof id);
-    std::memcpy(&value, static_cast<const char*>(event.data()) + sizeof id, sizeof value);
+    const auto event = nextMonitorEvent(*p.probeMonitor);
+    if (!event) return;
+    const auto [id, value] = *event;
     if (id == ZMQ_EVENT_CONNECTED) p.probeFd = static_cast<int>(value);
     if (id == ZMQ_EVENT_DISCONNECTED) p.probeFd = -1;
   }
@@ -1844,19 +1869,9 @@ void ZmqTransport::reconnect(uint32_t peer, const std::string& why) {
 
 std::optional<TcpProgress> ZmqTransport::kernelState(uint32_t r, int fd) const {
   if (fd < 0 || !kernelTells_) return std::nullopt;
-  // The endpoint's port, so that a descriptor reused since its connection
-  // closed is not read for it ("tcp://host:port").
-  const std::string& endpoint = cfg_.endpoints[r];
-  uint16_t port = 0;
-  if (const auto colon = endpoint.rfind(':'); colon != std::string::npos) {
-    try {
-      const int n = std::stoi(endpoint.substr(colon + 1));
-      if (n > 0 && n < 65536) port = static_cast<uint16_t>(n);
-    } catch (const std::exception&) {
-      port = 0;
-    }
-  }
-  auto state = tcpProgress(fd, port);
+  // Checked against the endpoint's port, so that a descriptor reused since
+  // its connection closed is not read for it.
+  auto state = tcpProgress(fd, endpointPorts_[r]);
   if (!state || !state->established) return std::nullopt;
   return state;
 }
