@@ -1941,7 +1941,8 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
       p.keptCarrying = true;
       logger()->info(
           "transport rank {}: {}, but the kernel says the connection carries our data ({}, the "
-          "last ACK from {} {:.1f} s ago{}): the path is busy, not cut; the connection is kept",
+          "last ACK from {} {:.1f} s ago{}): the path works (a busy uplink, a paused peer); the "
+          "connection is kept",
           cfg_.rank, what,
           k.outstanding() ? fmt::format("{} segments in flight", k.unackedSegments)
                           : std::string("all of it delivered"),
@@ -1954,15 +1955,29 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
       // A silence the kernel contradicts: the peer's kernel acknowledged
       // our bytes within the silence's bound -- on the data connection, or
       // our pings on the probe connection (sent every ping interval,
-      // whatever the peer says).
+      // whatever the peer says). Or our pings wait in full queues (ours
+      // or, for their ACKs, the peer's uplink): the last ACK on the probe
+      // connection less than twice the bound old, and its retransmission
+      // due within twice the bound. A cut path shows as such within twice
+      // the bound, as the ACKs stop and the timer backs off.
       auto k = carries(dataFd, after, /*lenient=*/false);
       if (!k) k = carries(p.probeFd, after, /*lenient=*/false);
+      if (!k) {
+        k = kernelState(r, p.probeFd);
+        if (k && !(k->outstanding() && k->sinceAckSeconds < 2 * after &&
+                   k->retryInSeconds() < 2 * after)) {
+          k.reset();
+        }
+      }
       if (k) {
         keep(fmt::format("{} silent for {:.1f} s", rankName(r), silent), *k);
         continue;
       }
       p.lastReconnect = now;
-      reconnect(r, fmt::format("{} silent for {:.1f} s", rankName(r), silent));
+      reconnect(
+          r, fmt::format("{} silent for {:.1f} s{}{}", rankName(r), silent,
+                         kernelSays(dataFd).empty() ? "" : "; data" + kernelSays(dataFd),
+                         kernelSays(p.probeFd).empty() ? "" : "; probe" + kernelSays(p.probeFd)));
       continue;
     }
     // An extra data connection whose chunks stay unacknowledged for long
