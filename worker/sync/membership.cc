@@ -280,6 +280,29 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
                               : std::string());
       }
     }
+    // An offer after our join is over answers a query of ours that reached
+    // the peer late: a partition or a slow start held it back while we
+    // started on our own, and our announcement (kJoined, on the data
+    // connection) was lost with a connection replaced meanwhile, or came
+    // before the query. A peer that found us behind now marks us joining
+    // and waits for an announcement that will not come: it would leave us
+    // out of every round, and of the final average, for the rest of the
+    // job (and linger for our join at its end). So we announce again the
+    // round we contribute from.
+    for (auto o = inJoin_ ? StatusOr<Message>(deadlineExceeded("joining"))
+                          : receiveControl(*transport_, Control::kJoinOffer, p, now);
+         o.ok(); o = receiveControl(*transport_, Control::kJoinOffer, p, now)) {
+      const auto flags = o->payload.size() >= 1 ? static_cast<unsigned>(o->payload.data()[0]) : 0u;
+      if ((flags & 8) == 0) continue;  // it keeps expecting us: nothing to say
+      logger()->info(
+          "{}: {} answered our start-up query only now and takes us for a joiner; telling it "
+          "that we contribute from round {}",
+          name_, topology_.describe(p), open);
+      auto bytes = std::make_shared<std::vector<std::byte>>(sizeof open);
+      std::memcpy(bytes->data(), &open, sizeof open);
+      GEO_RETURN_IF_ERROR(
+          sendControl(p, Control::kJoined, step, std::move(bytes), CodecId::kRaw, 0));
+    }
     // A worker that has taken its last step holds no round's result until
     // the final average is in: a joiner's request for state waits until
     // then (lingerForJoiners answers it), and gets the job's final model.

@@ -624,13 +624,12 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     // of ours take to cross (one at a time for a large model) bounds
     // nothing, the coordinator's liveness does (awaitFrom gives up on a
     // peer the membership suspects).
-    auto asked =
-        awaitFrom(c, Control::kFinalRequest, steps, flat, true,
-                  "the coordinator's request for this worker's final model", 2 * options_.timeout);
+    auto asked = awaitFrom(c, Control::kFinalRequest, steps, flat, true,
+                           "request for this worker's final model", 2 * options_.timeout);
     if (!asked.ok()) return unavailableFrom(asked.status());
     if (!finalRequestSaysNow(asked->payload.bytes())) {
       asked = awaitFrom(c, Control::kFinalRequest, steps, flat, true,
-                        "the coordinator's turn for this worker's final model", kWhileAlive);
+                        "go-ahead to send this worker's final model", kWhileAlive);
       if (!asked.ok()) return unavailableFrom(asked.status());
     }
     // A straggler finds the request long after it came, and the notice

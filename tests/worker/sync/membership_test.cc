@@ -213,6 +213,36 @@ TEST_F(MembershipTest, ALateWorkerTakesTheStateOfTheNearestPeerAhead) {
   EXPECT_EQ(stats.rejoins, 1u);
 }
 
+TEST_F(MembershipTest, AStartUpQueryDeliveredAfterItsSenderStartedAloneLeavesItExpected) {
+  // Rank 1's query waits, unread, while rank 0 does not serve (as behind a
+  // partition): rank 1 starts on its own after the start-up grace, and its
+  // announcement has not come (lost with a connection replaced on a real
+  // network) when rank 0 reads the query at step 500 and finds it behind.
+  make(2, {{0, 30}, {30, 0}});
+  start(0);
+  start(1);
+  torch::Tensor mine = torch::zeros({8});
+  StatusOr<Membership::Joined> joined = Status(StatusCode::kUnknown, "not run");
+  runSimulated(clock_, {[&] { joined = members_[1]->join(0, 1, mine); }}, 20ms);
+  ASSERT_TRUE(joined.ok()) << joined.status().toString();
+  EXPECT_FALSE(joined->transferred) << "nobody answered: it starts from its own state";
+  std::atomic<bool> stop{false};
+  bool joiningSeen = false;
+  runSimulated(clock_,
+               {serving(1, 300, torch::full({8}, 1.0f), false, stop), [&] {
+                  for (int i = 0; i < 100; ++i) {
+                    ASSERT_TRUE(members_[0]->serve(500, torch::full({8}, 2.0f), false).ok());
+                    joiningSeen = joiningSeen || members_[0]->joining(1);
+                    clock_.sleepFor(20ms);
+                  }
+                  stop = true;
+                }});
+  EXPECT_TRUE(joiningSeen) << "the query was not taken for a late joiner's: nothing was tested";
+  EXPECT_FALSE(members_[0]->joining(1))
+      << "rank 1 started on its own long ago, yet rank 0 still waits for its join";
+  EXPECT_TRUE(members_[0]->expected(1, 300));
+}
+
 TEST_F(MembershipTest, AWorkerResumedWhenNoPeerAnswersFailsAfterTheGraceSayingWhy) {
   make(2);
   start(0);  // rank 1 is gone for good
