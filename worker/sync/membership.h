@@ -71,7 +71,13 @@ namespace geo::sync::detail {
 // served our state, which fixes that round). A query for our open round or a
 // later one (a common start, a whole-job restart, a worker that starts while
 // we still wait for its part of our first round) keeps the sender expected:
-// it takes part in that round whatever it does. (Judged by our step, a
+// it takes part in that round whatever it does. An offer that reaches the
+// joiner after its join is over (the query was held back, by a partition
+// or a slow start, until the joiner had started on its own) and says
+// "behind" is answered with a kJoined naming the joiner's open round: its
+// first announcement may have been lost with a replaced connection, or have
+// come before the query, and the peer would otherwise wait for a join that
+// never comes, leaving it out of every round. (Judged by our step, a
 // worker asking at step 0 while we were at step 1 but still completing round
 // 0 -- K = 1, D = 0 -- was taken for a rejoining one: round 0 completed
 // without it, and replicas meant to be bitwise equal differed.)
