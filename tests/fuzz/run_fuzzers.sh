@@ -7,7 +7,9 @@
 # <build>/<target>/artifacts/ with the command that reproduces it.
 #
 # Usage: tests/fuzz/run_fuzzers.sh [BUILD_DIR]      (default: build/fuzz)
-# Environment: GEO_FUZZ_SECONDS  fuzzing time per target (default 60)
+# Environment: GEO_FUZZ_SECONDS  fuzzing time per target (default 60; under
+#                                ctest GEO_FUZZ_CTEST_SECONDS, 30, which
+#                                GEO_FUZZ_SECONDS overrides)
 #              GEO_FUZZ_CXX      compiler (default clang++-14)
 #              GEO_FUZZ_GXX      compiler of the LibTorch targets (default g++)
 #              GEO_FUZZ_TORCH_INCLUDE  LibTorch's C++ API headers
@@ -18,7 +20,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$(mkdir -p "${1:-$repo/build/fuzz}" && cd "${1:-$repo/build/fuzz}" && pwd)
-seconds=${GEO_FUZZ_SECONDS:-60}
+seconds=${GEO_FUZZ_SECONDS:-${GEO_FUZZ_CTEST_SECONDS:-60}}
 cxx=${GEO_FUZZ_CXX:-clang++-14}
 gxx=${GEO_FUZZ_GXX:-g++}
 torch_include=${GEO_FUZZ_TORCH_INCLUDE:-/usr/include/torch/csrc/api/include}
