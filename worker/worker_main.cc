@@ -175,6 +175,8 @@ int main(int argc, char** argv) {
     if (auto s = geo::setLogFormat(config.log.format); !s.ok()) {
       return geo::app::reportFailure(&progress, s);
     }
+    // Before any thread starts: setenv is not safe beside a getenv.
+    if (const auto blas = geo::app::chooseBlasKernels()) geo::logger()->info("{}", *blas);
     // First the connections, whose handshakes with far peers take round
     // trips; LibTorch loads meanwhile.
     auto connection = geo::app::connectToPeers(config, progress);

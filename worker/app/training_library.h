@@ -15,6 +15,7 @@
 // one copy of each in the process (worker/CMakeLists.txt).
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -54,5 +55,20 @@ struct TrainingLibrary {
 // (a library it needs is missing): FailedPrecondition naming each path
 // tried and the loader's reason.
 StatusOr<TrainingLibrary> loadTrainingLibrary();
+
+// OpenBLAS built with DYNAMIC_ARCH (Debian's) picks its kernels by the
+// CPU's model when it loads, and a release does not know CPUs newer than
+// itself: Debian 12's 0.3.21 takes an Emerald Rapids Xeon (family 6, model
+// 207) for an unknown one and runs its generic "Prescott" (SSE3) kernels,
+// with which a step of a 20M-parameter mlp took 1.6 times as long as with
+// its AVX-512 ones. So, before LibTorch (and with it OpenBLAS) is loaded
+// and before any other thread runs: unless OPENBLAS_CORETYPE is set
+// already (the user's choice wins), sets it by what the CPU and the kernel
+// support -- "SkylakeX" with AVX-512 F, CD, BW, DQ and VL, "Haswell" with
+// AVX2 and FMA (the kernels OpenBLAS uses for every later CPU of those
+// families; for fp32 products Cooper Lake's and Zen's are the same) -- and
+// returns what it did, for the log; nullopt when it did nothing (set
+// already, or an older CPU, which OpenBLAS knows).
+std::optional<std::string> chooseBlasKernels();
 
 }  // namespace geo::app

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -48,6 +50,31 @@ StatusOr<TrainingLibrary> loadTrainingLibrary() {
       fmt::format("cannot load the training library {} (install it next to geotrain-worker, or in "
                   "../lib/geotrain/; it is the build's target geotrain-worker-training): {}",
                   kTrainingLibrary, fmt::join(tried, "; ")));
+}
+
+std::optional<std::string> chooseBlasKernels() {
+  if (const char* set = std::getenv("OPENBLAS_CORETYPE"); set != nullptr && *set != '\0') {
+    return std::nullopt;
+  }
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const char* core = nullptr;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl")) {
+    core = "SkylakeX";
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    core = "Haswell";
+  }
+  if (core == nullptr) return std::nullopt;
+  ::setenv("OPENBLAS_CORETYPE", core, /*overwrite=*/1);  // unset or empty
+  return fmt::format(
+      "OpenBLAS kernels: OPENBLAS_CORETYPE={} (the CPU has {}; set OPENBLAS_CORETYPE to choose "
+      "otherwise)",
+      core, std::string_view(core) == "SkylakeX" ? "AVX-512" : "AVX2 and FMA");
+#else
+  return std::nullopt;
+#endif
 }
 
 }  // namespace geo::app
