@@ -58,6 +58,7 @@ int failConfig(const geo::Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  geo::app::fixMmapThreshold();
   CLI::App app(
       "geotrain-worker: one geotrain training worker.\n"
       "Reads worker.yaml (every key has a default: docs/worker-config.md), applies the\n"

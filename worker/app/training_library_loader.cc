@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <malloc.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -75,6 +76,13 @@ std::optional<std::string> chooseBlasKernels() {
 #else
   return std::nullopt;
 #endif
+}
+
+bool fixMmapThreshold() {
+  if (const char* set = std::getenv("MALLOC_MMAP_THRESHOLD_"); set != nullptr && *set != '\0') {
+    return false;
+  }
+  return ::mallopt(M_MMAP_THRESHOLD, 1 << 20) == 1;
 }
 
 }  // namespace geo::app

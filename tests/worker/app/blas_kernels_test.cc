@@ -1,8 +1,11 @@
-// chooseBlasKernels (worker/app/training_library.h): OpenBLAS's kernels
-// chosen by the CPU's features where the user has not chosen them. Each
-// case puts the environment back as it found it.
+// What geotrain-worker sets in its process before LibTorch loads
+// (worker/app/training_library.h): OpenBLAS's kernels chosen by the CPU's
+// features where the user has not chosen them, and malloc's mmap threshold
+// fixed. Each case puts the environment back as it found it.
 
 #include <gtest/gtest.h>
+
+#include <malloc.h>
 
 #include <cstdlib>
 #include <optional>
@@ -66,6 +69,31 @@ TEST_F(CoreTypeTest, AnEmptyValueCountsAsUnset) {
   ::setenv("OPENBLAS_CORETYPE", "", 1);
   const auto said = chooseBlasKernels();
   EXPECT_EQ(said.has_value(), !coreType().empty());
+}
+
+TEST(MmapThreshold, FixedUnlessTheUserSetIt) {
+  const char* before = std::getenv("MALLOC_MMAP_THRESHOLD_");
+  const std::optional<std::string> saved =
+      before ? std::optional<std::string>(before) : std::nullopt;
+  ::setenv("MALLOC_MMAP_THRESHOLD_", "65536", 1);
+  EXPECT_FALSE(fixMmapThreshold()) << "the user's MALLOC_MMAP_THRESHOLD_ was overridden";
+  ::unsetenv("MALLOC_MMAP_THRESHOLD_");
+  EXPECT_TRUE(fixMmapThreshold());
+  // A freed 2 MiB block goes back to the kernel at once: the heap's
+  // resident bytes (mallinfo2's arena, the main heap's size) do not grow
+  // by it, as they would once the dynamic threshold had risen past it.
+  for (int i = 0; i < 4; ++i) {
+    void* big = std::malloc(8 << 20);  // freed mapped blocks raised the threshold before
+    ASSERT_NE(big, nullptr);
+    std::free(big);
+  }
+  const size_t arenaBefore = ::mallinfo2().arena;
+  void* block = std::malloc(2 << 20);
+  ASSERT_NE(block, nullptr);
+  EXPECT_GE(::mallinfo2().hblkhd, size_t{2} << 20) << "a 2 MiB block not served by a mapping";
+  std::free(block);
+  EXPECT_LT(::mallinfo2().arena, arenaBefore + (1 << 20));
+  if (saved) ::setenv("MALLOC_MMAP_THRESHOLD_", saved->c_str(), 1);
 }
 
 }  // namespace
