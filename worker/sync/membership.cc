@@ -30,6 +30,16 @@ constexpr auto kStartGrace = std::chrono::seconds(20);
 // again this often (the question may have been lost with a connection).
 constexpr auto kResumeAskEvery = std::chrono::seconds(2);
 
+// A join offer's first byte (membership.h, "Join protocol").
+constexpr unsigned kOfferFinished = 1;   // the peer has taken its last step
+constexpr unsigned kOfferJoining = 2;    // the peer is itself still joining
+constexpr unsigned kOfferCoStarter = 4;  // it saw the joiner joining while it joined
+constexpr unsigned kOfferBehind = 8;     // it completed the joiner's next round without it
+
+unsigned offerFlags(const Message& offer) {
+  return offer.payload.size() >= 1 ? static_cast<unsigned>(offer.payload.data()[0]) : 0u;
+}
+
 double seconds(std::chrono::milliseconds d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -265,9 +275,9 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       // Our verdict travels with the offer: the joiner fetches state only
       // from a peer that does not count on its contribution, so both sides
       // agree on whether it takes part in our open round.
-      (*offer)[0] = std::byte{static_cast<unsigned char>((finished || finishing_ ? 1 : 0) |
-                                                         (inJoin_ ? 2 : 0) | (coStarter ? 4 : 0) |
-                                                         (behind ? 8 : 0))};
+      (*offer)[0] = std::byte{static_cast<unsigned char>(
+          (finished || finishing_ ? kOfferFinished : 0) | (inJoin_ ? kOfferJoining : 0) |
+          (coStarter ? kOfferCoStarter : 0) | (behind ? kOfferBehind : 0))};
       std::memcpy(offer->data() + 1, &incarnation_, sizeof incarnation_);
       GEO_RETURN_IF_ERROR(
           sendControl(p, Control::kJoinOffer, step, std::move(offer), CodecId::kRaw, 0));
@@ -292,8 +302,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
     for (auto o = inJoin_ ? StatusOr<Message>(deadlineExceeded("joining"))
                           : receiveControl(*transport_, Control::kJoinOffer, p, now);
          o.ok(); o = receiveControl(*transport_, Control::kJoinOffer, p, now)) {
-      const auto flags = o->payload.size() >= 1 ? static_cast<unsigned>(o->payload.data()[0]) : 0u;
-      if ((flags & 8) == 0) continue;  // it keeps expecting us: nothing to say
+      if ((offerFlags(*o) & kOfferBehind) == 0) continue;  // it keeps expecting us
       logger()->info(
           "{}: {} answered our start-up query only now and takes us for a joiner; telling it "
           "that we contribute from round {}",
@@ -421,9 +430,10 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
       auto m =
           receiveControl(*transport_, Control::kJoinOffer, peers_[i], std::chrono::milliseconds(0));
       if (!m.ok()) continue;
-      const auto flags = m->payload.size() >= 1 ? static_cast<unsigned>(m->payload.data()[0]) : 0u;
-      offers[i] = Offer{static_cast<int64_t>(m->header.step), (flags & 1) != 0, (flags & 2) != 0,
-                        (flags & 4) != 0, (flags & 8) != 0};
+      const unsigned flags = offerFlags(*m);
+      offers[i] = Offer{static_cast<int64_t>(m->header.step), (flags & kOfferFinished) != 0,
+                        (flags & kOfferJoining) != 0, (flags & kOfferCoStarter) != 0,
+                        (flags & kOfferBehind) != 0};
       // A peer still joining as we join started with us: should it ask us
       // later (it heard from us after it had finished joining), we tell it
       // so, and it does not mistake the steps we took since for a restart.

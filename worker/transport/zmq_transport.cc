@@ -1926,13 +1926,11 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
       return std::nullopt;
     };
     // What the kernel says of a connection, for a message.
-    const auto kernelSays = [&](int fd) -> std::string {
-      const auto k = kernelState(r, fd);
-      if (!k) return std::string();
+    const auto kernelSays = [](const TcpProgress& k) {
       return fmt::format(
           " (its kernel: {} segments unacknowledged, no ACK for {:.1f} s, sends "
           "again within {:.1f} s, backed off {} times)",
-          k->unackedSegments, k->sinceAckSeconds, k->retryInSeconds(), k->backoff);
+          k.unackedSegments, k.sinceAckSeconds, k.retryInSeconds(), k.backoff);
     };
     const int dataFd = p.handshakeOnSockets ? p.dataFd : -1;
     const auto keep = [&](const std::string& what, const TcpProgress& k) {
@@ -1960,24 +1958,22 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
       // connection less than twice the bound old, and its retransmission
       // due within twice the bound. A cut path shows as such within twice
       // the bound, as the ACKs stop and the timer backs off.
-      auto k = carries(dataFd, after, /*lenient=*/false);
-      if (!k) k = carries(p.probeFd, after, /*lenient=*/false);
-      if (!k) {
-        k = kernelState(r, p.probeFd);
-        if (k && !(k->outstanding() && k->sinceAckSeconds < 2 * after &&
-                   k->retryInSeconds() < 2 * after)) {
-          k.reset();
-        }
-      }
-      if (k) {
-        keep(fmt::format("{} silent for {:.1f} s", rankName(r), silent), *k);
+      const auto data = kernelState(r, dataFd);
+      const auto probe = kernelState(r, p.probeFd);
+      const bool dataAcked = data && data->sinceAckSeconds < after;
+      const bool probeAcked =
+          probe && (probe->sinceAckSeconds < after ||
+                    (probe->outstanding() && probe->sinceAckSeconds < 2 * after &&
+                     probe->retryInSeconds() < 2 * after));
+      if (dataAcked || probeAcked) {
+        keep(fmt::format("{} silent for {:.1f} s", rankName(r), silent),
+             dataAcked ? *data : *probe);
         continue;
       }
       p.lastReconnect = now;
-      reconnect(
-          r, fmt::format("{} silent for {:.1f} s{}{}", rankName(r), silent,
-                         kernelSays(dataFd).empty() ? "" : "; data" + kernelSays(dataFd),
-                         kernelSays(p.probeFd).empty() ? "" : "; probe" + kernelSays(p.probeFd)));
+      reconnect(r, fmt::format("{} silent for {:.1f} s{}{}", rankName(r), silent,
+                               data ? "; data" + kernelSays(*data) : std::string(),
+                               probe ? "; probe" + kernelSays(*probe) : std::string()));
       continue;
     }
     // An extra data connection whose chunks stay unacknowledged for long
@@ -2021,9 +2017,10 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
           continue;
         }
         p.lastReconnect = now;
+        const auto data = kernelState(r, dataFd);
         reconnect(r, fmt::format("none of our data acknowledged by {} for {:.1f} s although it is "
                                  "heard{}",
-                                 rankName(r), stuck, kernelSays(dataFd)));
+                                 rankName(r), stuck, data ? kernelSays(*data) : std::string()));
       }
     }
   }
