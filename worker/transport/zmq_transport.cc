@@ -143,6 +143,30 @@ struct Outgoing {
 };
 
 // A data chunk handed to ZeroMQ, until the peer acknowledges it.
+// Which connection of a socket is meant, as the socket's monitor tells: a
+// serial that moves on at each connection and disconnection, odd while a
+// connection is up. ZeroMQ takes a message into a connection's pipe until
+// the socket itself learns that the connection ended, which may be after
+// its monitor said so; a message handed over in between (the serial even)
+// is lost with the connection, and no event says so.
+struct ConnectionSerial {
+  uint64_t value = 0;  // 0: never connected
+  bool up() const { return (value & 1) != 0; }
+  // Disconnected since it last connected (or its socket was replaced and
+  // has not connected yet): what it takes now is lost, or only maybe sent.
+  bool knownDown() const { return value > 0 && !up(); }
+  void connected() {
+    if (!up()) ++value;
+  }
+  void disconnected() {
+    if (up()) ++value;
+  }
+  void replaced() { value += up() ? 1 : 2; }
+  // The connection a message handed over now goes to: a socket that never
+  // connected puts it in its first connection's pipe.
+  uint64_t stamp() const { return value == 0 ? 1 : value; }
+};
+
 struct SentChunk {
   MessageKind kind;
   uint64_t round = 0;
@@ -156,6 +180,9 @@ struct SentChunk {
   // another (the receiver ignores a chunk it has).
   std::optional<FrameHeader> header;
   Payload chunk;
+  // Its socket's connection serial when it was handed over (ZeroMQ keeps a
+  // connection's order, not a socket's across its connections).
+  uint64_t connection = 0;
 };
 
 // One of a peer's data connections after the first (TransportConfig::
@@ -169,6 +196,7 @@ struct Stripe {
   // since when: the kernel vouches only for chunks sent on it.
   int fd = -1;
   SteadyClock::time_point connectedAt{};
+  ConnectionSerial connection;
 };
 
 // Closes a stripe's sockets, if it has them. Its monitor stops first (an
@@ -178,6 +206,7 @@ void closeStripe(Stripe& stripe, int linger) {
   if (stripe.dealer) zmq_socket_monitor(stripe.dealer->handle(), nullptr, 0);
   stripe.monitor.reset();
   stripe.fd = -1;
+  stripe.connection.replaced();
   if (stripe.dealer) stripe.dealer->set(zmq::sockopt::linger, linger);
   stripe.dealer.reset();
 }
@@ -274,6 +303,7 @@ struct PeerState {
   // rules last kept it because its kernel said it carries our data.
   int dataFd = -1;
   SteadyClock::time_point dataConnectedAt{};
+  ConnectionSerial dataConnection;
   bool keptCarrying = false;
   SteadyClock::time_point keptUntil{};  // the kernel is asked again from then
   bool blocked = false;                 // the DEALER refused the head message: wait for POLLOUT
@@ -671,6 +701,7 @@ Status ZmqTransport::openPeerSockets(uint32_t r, bool drainOld) {
   if (p.dealer) zmq_socket_monitor(p.dealer->handle(), nullptr, 0);
   p.monitor.reset();
   p.dataFd = -1;
+  p.dataConnection.replaced();
   // What the old connection held is lost, unless it is alive and given
   // the linger time to deliver it.
   if (p.dealer) {
@@ -782,11 +813,13 @@ void ZmqTransport::handleStripeMonitor(uint32_t r, size_t i) {
     if (id == ZMQ_EVENT_CONNECTED) {
       stripe.fd = static_cast<int>(value);
       stripe.connectedAt = SteadyClock::now();
+      stripe.connection.connected();
     }
     // What ZeroMQ held for it is dropped with it (ZMQ_IMMEDIATE), and what
     // the kernel held is lost: all of it goes again on the connections up.
     if (id == ZMQ_EVENT_DISCONNECTED) {
       stripe.fd = -1;
+      stripe.connection.disconnected();
       requeueStriped(p, stripe.unacked);
     }
   }
@@ -1372,6 +1405,7 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
     if (peer != nullptr && id == ZMQ_EVENT_CONNECTED) {
       peer->dataFd = static_cast<int>(value);
       peer->dataConnectedAt = SteadyClock::now();
+      peer->dataConnection.connected();
     }
     if (peer != nullptr && !peer->handshakeOnSockets &&
         (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)) {
@@ -1389,6 +1423,7 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
     if (peer != nullptr && id == ZMQ_EVENT_DISCONNECTED) {
       peer->handshakeOnSockets = false;
       peer->dataFd = -1;
+      peer->dataConnection.disconnected();
       // The chunks of striped payloads it held go on the other connections.
       requeueStriped(*peer, peer->unacked);
     }
@@ -1567,7 +1602,8 @@ std::optional<SteadyClock::time_point> ZmqTransport::flush(uint32_t peer,
                                  kFrameHeaderBytes + len,
                                  now,
                                  {},
-                                 {}});
+                                 {},
+                                 p.dataConnection.stamp()});
           }
         }
         wireBytes += kFrameHeaderBytes + len;
@@ -1622,12 +1658,15 @@ bool ZmqTransport::sendStriped(PeerState& p, const FrameHeader& h, const Payload
     zmq::socket_t* socket = k == 0                    ? &*p.dealer
                             : p.stripes[k - 1].dealer ? &*p.stripes[k - 1].dealer
                                                       : nullptr;
-    if (socket == nullptr || !sendChunk(*socket, h, chunk)) continue;
+    const ConnectionSerial& connection = k == 0 ? p.dataConnection : p.stripes[k - 1].connection;
+    // Not to a connection known to have ended: the socket may still take
+    // the chunk into the ended connection's pipe, where it would be lost.
+    if (socket == nullptr || connection.knownDown() || !sendChunk(*socket, h, chunk)) continue;
     if (!last) p.nextStripe = (k + 1) % n;
     std::deque<SentChunk>& unacked = k == 0 ? p.unacked : p.stripes[k - 1].unacked;
     if (unacked.size() >= kMaxUnackedChunks) unacked.pop_front();
     unacked.push_back({h.kind, h.round, h.step, h.payloadOffset, h.payloadBytes,
-                       kFrameHeaderBytes + chunk.size(), now, h, chunk});
+                       kFrameHeaderBytes + chunk.size(), now, h, chunk, connection.stamp()});
     return true;
   }
   return false;
@@ -1785,20 +1824,29 @@ void ZmqTransport::takeAck(uint32_t peer, const FrameHeader& h, const Payload& b
   }
   std::memcpy(fields, body.data(), sizeof fields);
   PeerState& p = peers_[peer];
-  // Chunks are acknowledged in the order they left on their connection: the
-  // one named, and any before it (an older one not named was lost with its
-  // connection).
+  // The chunk named is done wherever it is (one sent again may be listed
+  // twice: the receiver has it). Those before it in its list that left on
+  // the same connection while it was up arrived before it (a connection
+  // keeps its order); the others before it were handed to connections that
+  // were ending, and are lost: a striped payload's are sent again, another
+  // message's are not (delivery is at most once).
   const auto take = [&](std::deque<SentChunk>& unacked) {
     const auto it = std::find_if(unacked.begin(), unacked.end(), [&](const SentChunk& c) {
       return static_cast<uint64_t>(c.kind) == fields[0] && c.round == h.round && c.step == h.step &&
              c.offset == fields[1] && c.payloadBytes == fields[2];
     });
     if (it == unacked.end()) return false;
+    const uint64_t connection = it->connection;
+    const bool whileUp = (connection & 1) != 0;
+    for (auto before = unacked.begin(); before != it; ++before) {
+      const bool arrived = whileUp && before->connection == connection;
+      if (!arrived && before->header) p.resend.push_back(std::move(*before));
+    }
     unacked.erase(unacked.begin(), it + 1);
     return true;
   };
   bool found = take(p.unacked);
-  for (size_t i = 0; !found && i < p.stripes.size(); ++i) {
+  for (size_t i = 0; i < p.stripes.size(); ++i) {
     if (take(p.stripes[i].unacked)) {
       found = true;
       p.stripes[i].lastAck = SteadyClock::now();
@@ -2382,12 +2430,17 @@ void ZmqTransport::ioLoop() {
     auto next = stopping_ ? *stopDeadline : now + milliseconds(pendingRefusal_ ? 50 : 200);
     if (!stopping_ && cfg_.pingInterval.count() > 0) next = std::min(next, nextPing);
     if (auto t = flushProbes(now)) next = std::min(next, *t);
+    // Whether anything is still to be handed to ZeroMQ, for any peer (a
+    // blocked one included: closing must not take its queue for empty).
     bool pending = false;
     for (uint32_t r = 0; r < world; ++r) {
-      if (!reachable(r) || peers_[r].blocked) continue;
-      if (auto t = flush(r, now)) next = std::min(next, *t);
-      std::lock_guard lock(peers_[r].mu);
-      pending = pending || !peers_[r].queue.empty();
+      if (!reachable(r)) continue;
+      PeerState& p = peers_[r];
+      if (!p.blocked) {
+        if (auto t = flush(r, now)) next = std::min(next, *t);
+      }
+      std::lock_guard lock(p.mu);
+      pending = pending || !p.queue.empty() || !p.resend.empty();
     }
     if (stopping_ && (!pending || now >= *stopDeadline)) break;
 
@@ -2482,6 +2535,21 @@ void ZmqTransport::ioLoop() {
   const auto left =
       stopDeadline ? std::chrono::duration_cast<milliseconds>(*stopDeadline - SteadyClock::now())
                    : milliseconds(0);
+  // What the linger time left unsent is said, per peer: a receiver that
+  // waits for it in vain has the reason in the sender's log.
+  for (uint32_t r = 0; r < world; ++r) {
+    if (!reachable(r)) continue;
+    PeerState& p = peers_[r];
+    std::lock_guard lock(p.mu);
+    if (p.queue.empty() && p.resend.empty()) continue;
+    logger()->warn(
+        "transport rank {}: closing with {} message(s) ({} bytes) for {} not sent{}: the linger "
+        "time ({:.1f} s) ran out",
+        cfg_.rank, p.queue.size(), p.queuedBytes, rankName(r),
+        p.resend.empty() ? std::string()
+                         : fmt::format(" and {} chunk(s) to send again", p.resend.size()),
+        std::chrono::duration<double>(cfg_.linger).count());
+  }
   closeSockets(std::max(left, milliseconds(0)));
 }
 
