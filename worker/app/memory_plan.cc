@@ -41,10 +41,8 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
   }
 
   plan.training = always;
+  // Error feedback's residual lives in the round's start (dts.cc): no row.
   plan.training.push_back({"the round's start", b});
-  if (in.codec == "qsgd" && in.errorFeedback) {
-    plan.training.push_back({"error feedback's residual", b});
-  }
   // Autograd's gradient of a weight before it is added to the flat
   // gradients (backward); the job model at an evaluation or a peer's
   // question comes on top, and is not certain, so not counted.
@@ -59,8 +57,8 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
        "contribution and the early sum",
        4 * 4 * slice});
 
-  // At the end every round is complete: the round's start and the residual
-  // are let go, and the final average streams: the coordinator sums in its
+  // At the end every round is complete: the round's start (the residual in
+  // it) is let go, and the final average streams: the coordinator sums in its
   // own model's storage, adding each peer's model where its message holds
   // it, and asks for no more of them at once than sync::finalModelsInFlight
   // allows; a member holds the average's message; the model leaves without

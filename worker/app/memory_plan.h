@@ -35,7 +35,6 @@ struct MemoryPlanInput {
   double momentum = 0.9;
   std::string codec = "qsgd";  // identity | fp16 | bf16 | qsgd
   int bits = 4;
-  bool errorFeedback = true;
   std::optional<int64_t> period;  // K; nullopt: auto
   std::optional<int64_t> delay;   // D; nullopt: auto
   // Models the background evaluation may hold at once: 0 without periodic

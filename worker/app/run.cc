@@ -58,7 +58,6 @@ Status checkDtsMemory(const WorkerConfig& c, train::Model& model, const Training
   in.momentum = c.training.momentum;
   in.codec = c.sync.codec;
   in.bits = static_cast<int>(c.sync.bits);
-  in.errorFeedback = c.sync.errorFeedback;
   in.period = c.sync.period;
   in.delay = c.sync.delay;
   if (c.training.evalInterval > 0) in.evaluationModels = 2 + c.training.evalBacklog;

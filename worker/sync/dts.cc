@@ -4,6 +4,10 @@
 // q_i(r) = Q(acc_i + e_i), where acc_i is its own optimizer progress over the
 // round (x at the round's start, plus corrections applied since, minus x
 // now: corrections are not accumulated), keeps the residual e_i, and goes on.
+// The residual has no storage of its own: the round's start is kept as
+// x_start + e_i, so that start - x is acc_i + e_i, and a close sets it to
+// x + (acc_i + e_i - q_i), the new residual computed in its storage. Error
+// feedback then costs no model-sized tensor (docs/algorithms.md, "Memory").
 // At step (r+1)K + D it needs q̄(r) = sum_j w_j q_j(r) and applies
 // x <- x + q_i(r) - q̄(r). Rounds are completed in order; several may be in
 // flight. With D = 0 and the identity codec it computes x <- x_start - q̄
@@ -315,9 +319,8 @@ class Dts final : public Base {
     if (joined->transferred) {
       // Our rounds in flight (from a checkpoint) are void: the peers have
       // completed them long ago. Start the next round from the new model.
-      base_.copy_(flat.values);
+      base_.copy_(flat.values);  // and no residual
       jobStep_ = joined->step;
-      if (residual_.defined()) residual_.zero_();
       pending_.clear();
       late_.clear();
       sent_.clear();
@@ -356,9 +359,9 @@ class Dts final : public Base {
       pending_.pop_front();
     }
     // The final average needs the memory more: with every round complete,
-    // the round's start, the residual (what quantization has yet to send,
-    // which the average of the models supersedes), the means kept for late
-    // contributions and the scratch are done with -- two or more
+    // the round's start (and in it the residual: what quantization has yet
+    // to send, which the average of the models supersedes), the means kept
+    // for late contributions and the scratch are done with -- one or more
     // model-sized tensors at the end's peak (docs/algorithms.md, "Memory").
     // jobModel() and saveState() have nothing to give from here on: the
     // model is the job's once the average is in.
@@ -366,15 +369,14 @@ class Dts final : public Base {
     slices_ = {};
     late_.clear();
     base_ = torch::Tensor();
-    residual_ = torch::Tensor();
     return averageModels(flat, steps);
   }
 
   // The model every worker agrees on as of the last round completed,
   // x0 - Σ q̄ over the completed rounds. It needs no state of its own: a
-  // close moves base_ by -(own + the residual's change), a completion by
-  // own - q̄, and an early application by w_j (own - q_j); so base_ + the
-  // residual + each round in flight's own contribution less what of it was
+  // close moves base_ (the round's start plus the residual) by -own, a
+  // completion by own - q̄, and an early application by w_j (own - q_j); so
+  // base_ + each round in flight's own contribution less what of it was
   // corrected early, (1 - Σ_early w_j) own + Σ_early w_j q_j, is exactly it.
   // With an identity codec it is the mean of the workers' models at that
   // round's close (Dts.TheJobModelIsTheMeanAtTheLastCompletedRound).
@@ -396,7 +398,6 @@ class Dts final : public Base {
   void jobModelInto(int64_t lo, torch::Tensor& out) {
     const int64_t n = out.numel();
     out.copy_(base_.narrow(0, lo, n));
-    if (residual_.defined()) out.add_(residual_.narrow(0, lo, n));
     for (const Pending& p : pending_) {
       codec_->decodeAccumulateRange(*p.bytes, static_cast<float>(1.0 - p.earlyWeight), lo, out);
       if (!p.anyEarly()) continue;
@@ -425,7 +426,6 @@ class Dts final : public Base {
     if (!base_.defined()) return;
     archive.write("dts_base", base_);
     archive.write("dts_job_step", torch::tensor(jobStep_));
-    if (residual_.defined()) archive.write("dts_residual", residual_);
     archive.write("dts_next_round", torch::tensor(static_cast<int64_t>(nextRound_)));
     archive.write("dts_delay", torch::tensor(delay_));
     archive.write("dts_schedule", scheduleTensor(schedule_));
@@ -460,8 +460,11 @@ class Dts final : public Base {
     torch::Tensor base;
     if (!archive.try_read("dts_base", base)) return {};  // saved before the first step
     base_ = base.contiguous();
-    torch::Tensor residual;
-    if (archive.try_read("dts_residual", residual)) residual_ = residual.contiguous();
+    // A checkpoint written while the residual had storage of its own: it
+    // belongs in the round's start now.
+    if (torch::Tensor residual; archive.try_read("dts_residual", residual)) {
+      base_.add_(residual.to(base_.device()).view_as(base_));
+    }
     torch::Tensor v;
     // Written since the job's model is evaluated; before, the first
     // completion after the resume sets it.
@@ -666,10 +669,10 @@ class Dts final : public Base {
     if (base_.defined() && codec_) return;
     ensureCodec(flat);
     if (!base_.defined()) base_ = flat.values.clone();
-    if (options_.errorFeedback && !residual_.defined() && codec_->id() != CodecId::kFp32) {
-      residual_ = torch::zeros_like(flat.values);
-    }
   }
+
+  // Whether a close keeps what quantization did not send (in base_).
+  bool errorFeedback() const { return options_.errorFeedback && codec_->id() != CodecId::kFp32; }
 
   // Moves every model-sized tensor of this synchronizer's state to `device`.
   void placeOn(const torch::Device& device) {
@@ -677,7 +680,6 @@ class Dts final : public Base {
       if (t.defined()) t = t.to(device);
     };
     to(base_);
-    to(residual_);
     for (Pending& p : pending_) {
       to(p.start);
       to(p.earlySum);
@@ -1314,8 +1316,9 @@ class Dts final : public Base {
     p.dueStep = t + (p.provisionalDue ? options_.maxAutoDelay : delay_);
     const auto t0 = clock().now();
     if (exact()) p.start = base_.clone();
-    // The update, base - x, is computed in base_'s own storage (base_ becomes
-    // x once it is encoded): a model-sized tensor less at every close.
+    // The update plus the residual, base - x, is computed in base_'s own
+    // storage (base_ becomes x plus the new residual once it is encoded): a
+    // model-sized tensor less at every close.
     torch::Tensor& acc = base_;
     acc.sub_(flat.values);
     // Our own state must be sound before it reaches anyone: a diverged
@@ -1328,13 +1331,19 @@ class Dts final : public Base {
           p.round, t));
     }
     p.bytes = std::make_shared<const std::vector<std::byte>>(
-        codec_->encode(acc, options_.seed, mixStream(2, topology_.rank(), p.round),
-                       residual_.defined() ? &residual_ : nullptr));
+        codec_->encode(acc, options_.seed, mixStream(2, topology_.rank(), p.round), nullptr));
+    if (errorFeedback()) {
+      // The new residual, acc - q (what the codec's own error feedback
+      // computes: the same decode), and the next round's start x + it.
+      codec_->decodeAccumulate(*p.bytes, -1.0f, acc);
+      acc.add_(flat.values);
+    } else {
+      base_.copy_(flat.values);
+    }
     uplink_.encoded(p.bytes->size());
     stats_.coded(since(t0), StatsRecorder::CodecWork::kEncode);
     const auto to = presentPeers();
     stats_.encoded(static_cast<uint64_t>(flat.values.numel()) * 4, p.bytes->size(), to.size());
-    base_.copy_(flat.values);
     GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, t, p.bytes));
     if (flip_ && t >= flip_->step) injectFlip(t, flat);
     p.got.resize(group_.size());
@@ -2139,8 +2148,9 @@ class Dts final : public Base {
     std::shared_ptr<const std::vector<std::byte>> bytes;
   };
   std::deque<Sent> sent_;
-  torch::Tensor base_;      // x at the round's start plus the corrections applied since
-  torch::Tensor residual_;  // error feedback
+  // x at the round's start plus the corrections applied since, plus (error
+  // feedback) what quantization has yet to send
+  torch::Tensor base_;
   std::deque<Pending> pending_;
   uint64_t nextRound_ = 0;
   bool resend_ = false;

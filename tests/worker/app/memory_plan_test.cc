@@ -35,10 +35,10 @@ TEST(MemoryPlan, IsALowerBoundOfWhatWasMeasured) {
   EXPECT_FALSE(plan.roundsExact);
   EXPECT_EQ(plan.roundsInFlight, 1);
   // At least the design's floor (parameters, gradients, momentum, the
-  // round's start, the residual), at most what was measured; the end lets
-  // the round's start and the residual go, and the coordinator sums in its
-  // own model: parameters, gradients, momentum and one peer's model.
-  EXPECT_GE(plan.trainingBytes, 5 * b);
+  // round's start, error feedback's residual in it), at most what was
+  // measured; the end lets the round's start go, and the coordinator sums
+  // in its own model: parameters, gradients, momentum and one peer's model.
+  EXPECT_GE(plan.trainingBytes, 4 * b);
   EXPECT_GE(plan.endBytes, 4 * b);
   EXPECT_LT(plan.endBytes, plan.trainingBytes);
   EXPECT_LE(plan.peakBytes, 2'870'000'000);
@@ -60,12 +60,9 @@ TEST(MemoryPlan, CountsTheRoundsInFlightOfAFixedPeriodAndDelay) {
   // delay applies nothing early.
   const int64_t b = 4 * in.parameters;
   EXPECT_EQ(fixed.trainingBytes - one.trainingBytes, 3 * in.parameters);
-  // Adam's two moments instead of momentum's one; no residual without
-  // error feedback.
+  // Adam's two moments instead of momentum's one.
   in.optimizer = "adam";
   EXPECT_EQ(planDtsMemory(in).endBytes - one.endBytes, b);
-  in.errorFeedback = false;
-  EXPECT_EQ(planDtsMemory(in).trainingBytes - one.trainingBytes, 0);
 }
 
 // The final average streams the peers' models through the coordinator's

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A DTS job whose workers cannot hold their rounds and final average in the
 # memory they may use is refused before it trains, naming the figure: two
-# workers of a 104M-parameter mlp (at least 2.7 GB each) in a cgroup of 2 GB.
+# workers of a 104M-parameter mlp (at least 1.9 GB each) in a cgroup of 1.5 GB.
 # Needs root and a memory cgroup it can make (v1, or v2 with the memory
 # controller); exits 77 (skipped) otherwise.
 #   memory_refusal_test.sh GEOTRAIN
@@ -26,7 +26,7 @@ cleanup() {
   rm -rf "$out"
 }
 trap cleanup EXIT
-echo 2000000000 > "$group/$limit_file"
+echo 1500000000 > "$group/$limit_file"
 
 set +e
 # shellcheck disable=SC2016
@@ -45,7 +45,7 @@ fail() {
 # refusal is in one log or both.
 logs=("$out"/run/logs/worker-*.log)
 grep -q "memory: at least" "${logs[@]}" || fail "no worker logged its memory plan"
-grep -q "needs at least .* of memory .* more than the 2.0 GB it may use" "${logs[@]}" ||
+grep -q "needs at least .* of memory .* more than the 1.5 GB it may use" "${logs[@]}" ||
   fail "no worker was refused naming the figure and the limit"
 grep -q "resources.limits.memory" "${logs[@]}" || fail "the refusal does not say what to change"
 # Before the trainer was made: no worker got as far as its start line.
