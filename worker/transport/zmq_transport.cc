@@ -142,7 +142,6 @@ struct Outgoing {
   }
 };
 
-// A data chunk handed to ZeroMQ, until the peer acknowledges it.
 // Which connection of a socket is meant, as the socket's monitor tells: a
 // serial that moves on at each connection and disconnection, odd while a
 // connection is up. ZeroMQ takes a message into a connection's pipe until
@@ -164,9 +163,10 @@ struct ConnectionSerial {
   void replaced() { value += up() ? 1 : 2; }
   // The connection a message handed over now goes to: a socket that never
   // connected puts it in its first connection's pipe.
-  uint64_t stamp() const { return value == 0 ? 1 : value; }
+  ConnectionSerial stamp() const { return {value == 0 ? 1 : value}; }
 };
 
+// A data chunk handed to ZeroMQ, until the peer acknowledges it.
 struct SentChunk {
   MessageKind kind;
   uint64_t round = 0;
@@ -182,7 +182,7 @@ struct SentChunk {
   Payload chunk;
   // Its socket's connection serial when it was handed over (ZeroMQ keeps a
   // connection's order, not a socket's across its connections).
-  uint64_t connection = 0;
+  ConnectionSerial connection;
 };
 
 // One of a peer's data connections after the first (TransportConfig::
@@ -1824,11 +1824,10 @@ void ZmqTransport::takeAck(uint32_t peer, const FrameHeader& h, const Payload& b
   }
   std::memcpy(fields, body.data(), sizeof fields);
   PeerState& p = peers_[peer];
-  // The chunk named is done wherever it is (one sent again may be listed
-  // twice: the receiver has it). Those before it in its list that left on
-  // the same connection while it was up arrived before it (a connection
-  // keeps its order); the others before it were handed to connections that
-  // were ending, and are lost: a striped payload's are sent again, another
+  // The chunk named is done. Those before it in its list that left on the
+  // same connection while it was up arrived before it (a connection keeps
+  // its order); the others before it were handed to connections that were
+  // ending, and are lost: a striped payload's are sent again, another
   // message's are not (delivery is at most once).
   const auto take = [&](std::deque<SentChunk>& unacked) {
     const auto it = std::find_if(unacked.begin(), unacked.end(), [&](const SentChunk& c) {
@@ -1836,17 +1835,16 @@ void ZmqTransport::takeAck(uint32_t peer, const FrameHeader& h, const Payload& b
              c.offset == fields[1] && c.payloadBytes == fields[2];
     });
     if (it == unacked.end()) return false;
-    const uint64_t connection = it->connection;
-    const bool whileUp = (connection & 1) != 0;
+    const ConnectionSerial connection = it->connection;
     for (auto before = unacked.begin(); before != it; ++before) {
-      const bool arrived = whileUp && before->connection == connection;
+      const bool arrived = connection.up() && before->connection.value == connection.value;
       if (!arrived && before->header) p.resend.push_back(std::move(*before));
     }
     unacked.erase(unacked.begin(), it + 1);
     return true;
   };
   bool found = take(p.unacked);
-  for (size_t i = 0; i < p.stripes.size(); ++i) {
+  for (size_t i = 0; !found && i < p.stripes.size(); ++i) {
     if (take(p.stripes[i].unacked)) {
       found = true;
       p.stripes[i].lastAck = SteadyClock::now();
