@@ -6,8 +6,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "common/logging.h"
 #include "worker/sync/internal.h"
 
 namespace geo::sync::detail {
@@ -53,7 +56,7 @@ class Allreduce final : public Base {
     if (!sum_.defined()) sum_ = torch::zeros_like(flat.grads);
     // A missing gradient fails the step (fail fast); a malformed or
     // non-finite one is refused and the step averages over the others.
-    auto got = gather(step);
+    auto got = gather(step, bytes->size());
     if (!got.ok()) return got.status();
     std::vector<torch::Tensor> decoded(group_.size());
     double total = 0;
@@ -104,16 +107,26 @@ class Allreduce final : public Base {
   // Every peer's gradient for `step` (by group index; none for self),
   // awaited from all peers at once up to the round time-out. At the time-out
   // the error names every peer still missing, the one silent longest first.
+  // A gradient still arriving is not missing: where every missing peer sent
+  // us at least a 64th of a gradient (`payloadBytes`, ours) since the last
+  // look -- far more than its pings and acknowledgements -- the wait goes
+  // on for another time-out. 80 MB gradients (a 20M-parameter model in
+  // fp32) through 100 Mbit/s uplinks shared by three peers took 30 s a step
+  // and at times over 60 s, and the job failed with "no gradient ... (silent
+  // for 0.0 s); is that worker alive?". A peer whose bytes stopped still
+  // fails the step within two time-outs.
   // Awaiting them one by one named only the first missing in rank order: a
   // dead worker's gradient and that of a worker that had already stopped
   // because of it (it never got the dead one's previous gradient, which
   // reached us) are both missing, and the one named was the second -- a
   // live worker's error, not the cause.
-  StatusOr<std::vector<std::optional<Message>>> gather(int64_t step) {
+  StatusOr<std::vector<std::optional<Message>>> gather(int64_t step, size_t payloadBytes) {
     std::vector<std::optional<Message>> got(group_.size());
     const auto round = static_cast<uint64_t>(step);
     const auto t0 = clock().now();
-    const auto deadline = t0 + options_.timeout;
+    auto deadline = t0 + options_.timeout;
+    std::vector<uint64_t> heard = bytesReceived();
+    const uint64_t progress = std::max<uint64_t>(1, payloadBytes / 64);
     while (true) {
       std::vector<size_t> missing;
       for (size_t i = 0; i < group_.size(); ++i) {
@@ -133,8 +146,22 @@ class Allreduce final : public Base {
       }
       if (missing.empty()) break;
       if (clock().now() >= deadline) {
-        stats_.waited(since(t0));
-        return missingGradients(step, missing);
+        const std::vector<uint64_t> now = bytesReceived();
+        const bool arriving = std::all_of(missing.begin(), missing.end(),
+                                          [&](size_t i) { return now[i] >= heard[i] + progress; });
+        if (!arriving) {
+          stats_.waited(since(t0));
+          return missingGradients(step, missing);
+        }
+        std::vector<std::string> who;
+        for (const size_t i : missing) who.push_back(topology_.describe(group_.ranks[i]));
+        logger()->info(
+            "allreduce: the gradients for step {} of {} still arriving after {:.0f} s ({:.1f} MB "
+            "each): waiting another {:.3g} s",
+            step + 1, fmt::join(who, ", "), since(t0), static_cast<double>(payloadBytes) / 1e6,
+            std::chrono::duration<double>(options_.timeout).count());
+        heard = now;
+        deadline = clock().now() + options_.timeout;
       }
       // Whichever comes next (a later poll takes it from the inbox).
       auto m = transport_->receive(MessageKind::kUpdate, round, transport::kAnyPeer,
@@ -145,6 +172,16 @@ class Allreduce final : public Base {
     }
     stats_.waited(since(t0));
     return got;
+  }
+
+  // What the transport has received from each group member, by group
+  // index (0 for self and for a peer it does not know yet).
+  std::vector<uint64_t> bytesReceived() const {
+    std::vector<uint64_t> bytes(group_.size(), 0);
+    for (const auto& c : transport_->peerCounters()) {
+      if (const auto i = group_.indexOf(c.peer)) bytes[*i] = c.bytesReceived;
+    }
+    return bytes;
   }
 
   // The time-out's error: the missing peers by how long they have been

@@ -1473,6 +1473,29 @@ TEST(DeadPeer, DtsGoesOnAllreduceFailsClearly) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 60s);
 }
 
+// A gradient that takes longer than the round time-out to cross a slow
+// uplink but keeps arriving is waited for, not taken for a dead peer's
+// (DeadPeer tests above: those still fail within the time-out): the mlp's
+// fp32 gradient through a 2 Mbit/s uplink takes about 3 s a step, three
+// time-outs of 1 s.
+TEST(Allreduce, AGradientStillArrivingAfterTheTimeOutIsWaitedFor) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.steps = 3;
+  job.sync = options("allreduce");
+  job.sync.timeout = 1000ms;
+  job.uplink = "rate=2mbit";
+  const RunResult r = runJob(job);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  std::printf("a gradient of %lld bytes a step; the steps took %.1f s\n",
+              static_cast<long long>(r.updateBytes), r.stepsSeconds);
+  EXPECT_GT(r.updateBytes, 500'000);
+  EXPECT_GT(r.stepsSeconds, 3 * 1.5);  // every step waited past its time-out
+}
+
 // A cascade: rank 3 dies, and rank 1 stops sending at the same step without
 // dying (as a worker does once it gave up on rank 3: it had not received the
 // dead one's last gradient, which reached the others). Both gradients are
