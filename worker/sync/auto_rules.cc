@@ -73,6 +73,15 @@ std::optional<int64_t> autoPeriod(double transferSeconds, double stepSeconds, in
   return k;
 }
 
+std::optional<int64_t> periodFromCrossing(double crossingSeconds, double latencySeconds,
+                                          double stepSeconds, int64_t current, int64_t maxPeriod) {
+  const double transfer = crossingSeconds - std::max(0.0, latencySeconds);
+  if (!(transfer > 0)) return std::nullopt;
+  const std::optional<int64_t> k = autoPeriod(transfer, stepSeconds, current, maxPeriod);
+  if (!k || *k <= current) return std::nullopt;
+  return k;
+}
+
 std::optional<int64_t> periodForHeldUplink(double uplinkRoundSeconds, double stepSeconds,
                                            int64_t current, int64_t maxPeriod) {
   if (!(stepSeconds > 0) || !(uplinkRoundSeconds >= 0) || maxPeriod < 1) return std::nullopt;

@@ -1134,7 +1134,15 @@ class Dts final : public Base {
     const bool measured = !atClose && roundsSinceChange_ >= kLagWindow + 2;
     const std::optional<double> heldRound = uplink_.heldRoundSeconds();
     const bool heldBack = heldRound.has_value();
-    if (nextSchedule_ || stepSeconds_ <= 0 || !(measured || heldBack)) return {};
+    // Before the first lag reports, at a round's completion: one of our
+    // rounds seen crossing longer than the links' latency (chooseDelay
+    // records it until then) bounds a round's transfer from below, and
+    // raises K at once where the K in force cannot carry it
+    // (periodFromCrossing). Not after: the longest crossing seen is kept,
+    // and would raise again a K the measurements had lowered.
+    const bool crossed =
+        !atClose && !measured && links_.crossingSeconds() > 0 && !everyLinkMeasured();
+    if (nextSchedule_ || stepSeconds_ <= 0 || !(measured || heldBack || crossed)) return {};
     for (size_t i = 0; i < group_.self; ++i) {
       if (!membership_.suspected(group_.ranks[i])) return {};  // not the coordinator
     }
@@ -1157,6 +1165,15 @@ class Dts final : public Base {
     if (transfer >= 0) {
       chosen = autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
     }
+    const char* why = "a round's transfer takes";
+    if (crossed) {
+      const std::optional<int64_t> up = periodFromCrossing(
+          links_.crossingSeconds(), latency, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
+      if (up && (!chosen || *up > *chosen)) {
+        chosen = up, transfer = links_.crossingSeconds() - latency;
+        why = "a round seen crossing, before the lag reports, takes at least";
+      }
+    }
     // A larger K at once: the uplink is what every round waits for. A
     // smaller one not more often than every kMinStepsBetweenChanges steps
     // (measurements are noisy), and never while the uplink holds rounds back.
@@ -1171,7 +1188,10 @@ class Dts final : public Base {
       const double uplink = *heldRound;
       const auto up =
           periodForHeldUplink(uplink, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
-      if (up && (!chosen || *up > *chosen)) chosen = up, transfer = uplink;
+      if (up && (!chosen || *up > *chosen)) {
+        chosen = up, transfer = uplink;
+        why = "the uplink held back our last rounds: a round through it takes";
+      }
     }
     if (!chosen) return {};
     const int64_t k = *chosen;
@@ -1192,9 +1212,9 @@ class Dts final : public Base {
                  furthestPeerRound() + 1);
     const Schedule next{from, closeOf(from - 1), k};
     logger()->info(
-        "dts: period K = {} from round {} (after step {}), was {}: a round's transfer takes {:.0f} "
-        "ms, step time {:.1f} ms",
-        k, next.round, next.step, schedule_.k, transfer * 1e3, stepSeconds_ * 1e3);
+        "dts: period K = {} from round {} (after step {}), was {}: {} {:.0f} ms, step time {:.1f} "
+        "ms",
+        k, next.round, next.step, schedule_.k, why, transfer * 1e3, stepSeconds_ * 1e3);
     nextSchedule_ = next;
     return reportLags(kNoRound,
                       std::vector<double>(group_.size(), std::numeric_limits<double>::quiet_NaN()));

@@ -172,6 +172,21 @@ TEST(AutoPeriod, AHeldUplinkGetsRoundsOfComputeAsLongAsItsRounds) {
   EXPECT_FALSE(periodForHeldUplink(0.280, 0.0, 4, 64).has_value());
 }
 
+TEST(AutoPeriod, ARoundSeenCrossingRaisesKBeforeTheReports) {
+  // The 20M-parameter mlp on the world links at 100 Mbit/s: a 10 MB round
+  // to three peers seen crossing for 2524 ms one way, the farthest peer
+  // 115 ms away, 250 ms steps: 2.41 s of transfer wants 19.3, K = 32.
+  EXPECT_EQ(periodFromCrossing(2.524, 0.115, 0.250, 16, 64), 32);
+  EXPECT_EQ(periodFromCrossing(2.524, 0.115, 0.250, 16, 16), std::nullopt);  // the cap
+  // At 1 Gbit/s the same round crosses in about 0.6 s: 16 carries it.
+  EXPECT_EQ(periodFromCrossing(0.600, 0.115, 0.250, 16, 64), std::nullopt);
+  // Only raises: a bound from below on the transfer does not lower K.
+  EXPECT_EQ(periodFromCrossing(0.130, 0.115, 0.250, 16, 64), std::nullopt);
+  // No more than the latency (a small model's round): nothing to go by.
+  EXPECT_EQ(periodFromCrossing(0.100, 0.115, 0.002, 16, 64), std::nullopt);
+  EXPECT_EQ(periodFromCrossing(2.524, 0.115, 0.0, 16, 64), std::nullopt);  // no step time
+}
+
 TEST(AutoPeriod, AnnouncesTwoRoundsAndTheLatencyAhead) {
   EXPECT_EQ(periodAnnouncementSteps(4, 0.115, 0.017), 2 * 4 + 7);  // 6.8 -> 7 steps
   EXPECT_EQ(periodAnnouncementSteps(64, 0.0, 0.01), 128);
