@@ -8,8 +8,9 @@
 # takes seconds at 100 Mbit/s; --set model.width=25000 makes the mlp 19.9M
 # parameters, 10 MB a round at qsgd-4). Prints, per model and network, for each configuration: steps and
 # wall time until the job's model, as rank 0 evaluates it, reaches the
-# target accuracy (mlp 85%, cnn 88%; evaluated in the background every 25 /
-# 100 steps, as users run it, on a snapshot: the step is the snapshot's, or
+# target accuracy (mlp 85%, cnn and resnet18 88%; evaluated in the background
+# every 25 / 100 / 25 steps, as users run it, on a snapshot: the step is the
+# snapshot's, or
 # under dts that of the model the workers agree on, as of the last round
 # completed; the time is the snapshot's; with training.evalBacklog set
 # so that no snapshot is skipped, every one is evaluated, late if the
@@ -28,20 +29,27 @@
 # an average of four); the mean curve estimates the step at which a run
 # of that length is expected to reach the target.
 #
-# Usage: bench/wan_time_to_accuracy.sh [--models mlp,cnn] [--steps-mlp N]
-#          [--steps-cnn N] [--configs a,b,...] [--networks a,b,...]
+# Usage: bench/wan_time_to_accuracy.sh [--models mlp,cnn,resnet18] [--steps-mlp N]
+#          [--steps-cnn N] [--steps-resnet18 N] [--configs a,b,...] [--networks a,b,...]
 #          [--seeds a,b,...] [--step-time T] [--set KEY=VALUE]... [--out DIR]
 #          [--reference DIR] [--network userspace|netns] [--build DIR]
 #          [--short CONFIG=STEPS] [--no-lan]
+# resnet18 wants a machine of its own: on a 2-core VM its four workers take
+# about 6 s a step (allreduce fp32 on lan) and one evaluation of the 10,000
+# test images took over 12 minutes beside them, so that every snapshot's
+# evaluation waits far behind training.
 # --no-lan: the configurations other than allreduce fp32 run on the
 # networks asked for only, not on lan too (their utilization is then not
 # printed): a sweep of K on one network takes half the time.
 # --short allreduce-fp32=6: that configuration runs only 6 steps on the
 # networks other than lan (for a model whose every step takes seconds to
 # cross the links, a run to the target would take hours), and its time to
-# the target there is projected: allreduce fp32's steps to the target on
-# lan (the same steps: allreduce's arithmetic does not depend on the
-# links) divided by its steps/s on the network, marked "~". The column
+# the target there is projected: its steps to the target on lan (the same
+# steps: a synchronous configuration's arithmetic does not depend on the
+# links; allreduce fp32's are the reference's) divided by its steps/s on
+# the network, marked "~". Only a configuration without delay may be cut
+# short (allreduce-*, localsgd-k<K>); it runs on lan even with --no-lan;
+# --short may be given once per configuration. The column
 # "vs AR t" is each configuration's time to the target over allreduce
 # fp32's on the same network, measured or projected.
 # --step-time (e.g. 25ms) gives every step at least that much compute, as
@@ -56,7 +64,10 @@
 # again. Allreduce's steps do not depend on --step-time or --set of the
 # delay rules: one set of reference runs serves them all (and may be
 # shorter: it only has to reach the target).
-# Configurations: allreduce-fp32, allreduce-qsgd4, dts-auto (K = 8), dts-d<D>
+# Configurations: allreduce-fp32, allreduce-qsgd4, localsgd-k<K> (local SGD:
+# the models averaged in fp32 every K steps, synchronously: DTS with D = 0
+# and the identity codec; post-local SGD without its allreduce warm-up),
+# dts-auto (K = 8), dts-d<D>
 # (K = 8), dts-k<K>-auto, dts-k<K>-d<D> (K may be `auto`: dts-kauto-auto is
 # `--period auto --delay auto`), swarm-h<H>, default (no sync flags: what
 # `geotrain local` runs). A run whose folder already holds a summary.json is
@@ -68,6 +79,7 @@ set -euo pipefail
 models="mlp"
 stepsMlp=1500  # on OpenBLAS the delayed configurations reach 85% only after ~1000 steps
 stepsCnn=800
+stepsResnet18=400
 out="runs/wan-bench-$(date +%Y%m%d-%H%M%S)"
 build="${GEO_BUILD_DIR:-build}"
 configs="allreduce-fp32,allreduce-qsgd4,dts-kauto-auto,dts-k2-auto,dts-k4-auto,dts-auto,dts-d4,swarm-h4"
@@ -75,7 +87,7 @@ networks="world"
 seeds=""  # none: the job's default seed, run folders without a suffix
 extra=()  # --step-time and --set, for every run
 reference=""  # none: --out
-shortConfig="" shortSteps=0  # --short: a configuration cut short on the WAN networks
+declare -A shortSteps=()  # --short: configurations cut short on the WAN networks, with their steps
 noLan=0  # --no-lan: only allreduce fp32 runs on lan
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
@@ -84,6 +96,7 @@ while [[ $# -gt 0 ]]; do
     --models) models="$2"; shift 2 ;;
     --steps-mlp) stepsMlp="$2"; shift 2 ;;
     --steps-cnn) stepsCnn="$2"; shift 2 ;;
+    --steps-resnet18) stepsResnet18="$2"; shift 2 ;;
     --configs) configs="$2"; shift 2 ;;
     --networks) networks="$2"; shift 2 ;;
     --seeds) seeds="$2"; shift 2 ;;
@@ -95,9 +108,11 @@ while [[ $# -gt 0 ]]; do
     --build) build="$2"; shift 2 ;;
     --no-lan) noLan=1; shift ;;
     --short)
-      shortConfig="${2%%=*}" shortSteps="${2#*=}"
-      [[ "$2" == *=* && "$shortSteps" =~ ^[1-9][0-9]*$ ]] ||
+      [[ "$2" == *=* && "${2#*=}" =~ ^[1-9][0-9]*$ ]] ||
         { echo "wan_time_to_accuracy.sh: --short $2: expected CONFIG=STEPS (e.g. allreduce-fp32=6)" >&2; exit 2; }
+      [[ "${2%%=*}" == allreduce-* || "${2%%=*}" =~ ^localsgd-k[1-9][0-9]*$ ]] ||
+        { echo "wan_time_to_accuracy.sh: --short $2: only a configuration without delay (allreduce-*, localsgd-k<K>) has the same steps on every network, so that its time can be projected" >&2; exit 2; }
+      shortSteps["${2%%=*}"]="${2#*=}"
       shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "wan_time_to_accuracy.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -114,6 +129,9 @@ flagsFor() {
   case "$1" in
     allreduce-fp32) echo "--algorithm allreduce --codec identity" ;;
     allreduce-qsgd4) echo "--algorithm allreduce --codec qsgd --bits 4" ;;
+    localsgd-k*)
+      [[ "${1#localsgd-k}" =~ ^[1-9][0-9]*$ ]] || { echo "wan_time_to_accuracy.sh: configuration '$1': expected localsgd-k<K>, K >= 1" >&2; exit 2; }
+      echo "--algorithm dts --period ${1#localsgd-k} --delay 0 --codec identity" ;;
     dts-auto) echo "--algorithm dts --period 8 --delay auto --codec qsgd --bits 4" ;;
     dts-d*) echo "--algorithm dts --period 8 --delay ${1#dts-d} --codec qsgd --bits 4" ;;
     dts-k*-*) # dts-k<K>-auto or dts-k<K>-d<D>
@@ -138,12 +156,14 @@ networkFlags() {
   esac
 }
 for n in ${networks//,/ }; do networkFlags "$n" > /dev/null; done
+for c in ${configs//,/ }; do flagsFor "$c" > /dev/null; done
 
 for model in ${models//,/ }; do
   case "$model" in
     mlp) steps=$stepsMlp; target=0.85; evalEvery=25 ;;
     cnn) steps=$stepsCnn; target=0.88; evalEvery=100 ;;
-    *) echo "wan_time_to_accuracy.sh: model '$model' is not benchmarked (allowed: mlp, cnn)" >&2; exit 2 ;;
+    resnet18) steps=$stepsResnet18; target=0.88; evalEvery=25 ;;
+    *) echo "wan_time_to_accuracy.sh: model '$model' is not benchmarked (allowed: mlp, cnn, resnet18)" >&2; exit 2 ;;
   esac
   for config in ${configs//,/ }; do
     for network in lan ${networks//,/ }; do
@@ -157,12 +177,12 @@ for model in ${models//,/ }; do
         if [[ -n "$reference" && "$config" == allreduce-fp32 && "$network" == lan ]]; then
           continue  # the reference's, in --reference
         fi
-        if [[ "$noLan" == 1 && "$config" != allreduce-fp32 && "$network" == lan ]]; then
+        if [[ "$noLan" == 1 && "$config" != allreduce-fp32 && -z "${shortSteps[$config]:-}" && "$network" == lan ]]; then
           continue
         fi
         runSteps=$steps runEval=$evalEvery
-        if [[ "$config" == "$shortConfig" && "$network" != lan ]]; then
-          runSteps=$shortSteps runEval=0  # its speed only: the time to the target is projected
+        if [[ -n "${shortSteps[$config]:-}" && "$network" != lan ]]; then
+          runSteps=${shortSteps[$config]} runEval=0  # its speed only: the time to the target is projected
         fi
         dir="$out/$model-$config-$network" seedFlags=()
         if [[ "$seed" != default ]]; then dir="$dir-s$seed" seedFlags=(--set "job.seed=$seed"); fi
@@ -178,7 +198,9 @@ for model in ${models//,/ }; do
       done
     done
   done
-  python3 - "$out" "$model" "$target" "$configs" "$networks" "$seeds" "${reference:-$out}" "$shortConfig" <<'EOF'
+  shortList=""
+  for c in "${!shortSteps[@]}"; do shortList+="${shortList:+,}$c"; done
+  python3 - "$out" "$model" "$target" "$configs" "$networks" "$seeds" "${reference:-$out}" "$shortList" <<'EOF'
 import csv, json, statistics, sys, pathlib
 out, model, target = sys.argv[1], sys.argv[2], sys.argv[3]
 # The lan table first (the reference runs, with --networks "" alone), then
@@ -187,7 +209,7 @@ configs = sys.argv[4].split(",")
 networks = ["lan"] + [n for n in sys.argv[5].split(",") if n and n != "lan"]
 seeds = sys.argv[6].split(",") if sys.argv[6] else [None]
 reference = sys.argv[7]
-short = sys.argv[8]  # a configuration cut short on the WAN networks: its time is projected
+short = [c for c in sys.argv[8].split(",") if c]  # configurations cut short on the WAN networks: their time is projected
 def meanCurveSteps(curves):
     # curves: per seed, {step: accuracy}. The first integer step at which
     # the mean of the linearly interpolated curves reaches the target, over
@@ -243,9 +265,11 @@ for network in networks:
     print(f"{'configuration':<16} {'steps':>6} {'vs AR':>6} {'mean':>5} {'vs AR':>6} {'time':>8} {'vs AR t':>8} {'final acc':>9} {'WAN KB/step':>11} {'steps/s':>8} {'lan st/s':>8} {'util':>6} {'stale':>6} {'wait':>6}")
     def timeTo(c, w):
         # (seconds to the target, projected?) on this network
-        if c == short and network != "lan":
+        if c in short and network != "lan":
+            # Its own steps to the target on lan (allreduce fp32's: the reference's).
+            lanSteps = refSteps if c == "allreduce-fp32" else ((run(c, "lan") or {}).get("stepsToTarget"))
             sw = w.get("stepsPerSecond")
-            return (refSteps / sw if refSteps and sw else None), True
+            return (lanSteps / sw if lanSteps and sw else None), True
         return (w.get("timeToAccuracy") or {}).get(target), False
     ar = run("allreduce-fp32", network, reference if network == "lan" else out)
     arTime = timeTo("allreduce-fp32", ar)[0] if ar else None
@@ -269,7 +293,7 @@ for network in networks:
               f"{fmt(perStep, '{:.1f}'):>11} {fmt(sw, '{:.2f}'):>8} {fmt(sl, '{:.2f}'):>8} {fmt(util and util*100, '{:.0f}%'):>6} {fmt(w.get('stalenessMean'), '{:.1f}'):>6} {fmt(w.get('waitSeconds'), '{:.1f} s'):>6}{bySeed}")
     print("(steps: of rank 0's first evaluation at or above the target; vs AR: / allreduce fp32's on lan;"
           " vs AR t: allreduce fp32's time to the target on this network / this one's"
-          + (f" (~: projected from {short}'s steps on lan and its steps/s here, a short run)" if short else "")
+          + (f" (~: projected from the configuration's steps on lan and its steps/s here, a short run: {', '.join(short)})" if short else "")
           + ";"
           " WAN KB/step: sent + received per worker and step; util: steps/s / the same configuration's on lan;"
           " wait: the longest time a worker waited for peers or its uplink"
