@@ -987,7 +987,8 @@ std::vector<Section> buildSchema() {
             "timeoutSeconds", &W::sync, &W::Sync::timeoutSeconds, number, seconds(kMinSeconds),
             "The last resort for a peer that is heard but does not deliver (a straggler): after it "
             "the round goes on without it. Also the start-up grace for a peer never heard (at most "
-            "20 s). `allreduce` fails after it. A silent peer is suspected after "
+            "20 s). `allreduce` fails after it, unless the bytes of the gradient are still "
+            "arriving (then it waits another). A silent peer is suspected after "
             "`peerTimeoutSeconds` instead. Seconds; the runtime counts whole milliseconds."),
         makeField("peerTimeoutSeconds", &W::sync, &W::Sync::peerTimeoutSeconds, number,
                   seconds(kMinSeconds, /*zeroMeansAuto=*/true),

@@ -107,6 +107,11 @@ class Allreduce final : public Base {
   // Every peer's gradient for `step` (by group index; none for self),
   // awaited from all peers at once up to the round time-out. At the time-out
   // the error names every peer still missing, the one silent longest first.
+  // Awaiting them one by one named only the first missing in rank order: a
+  // dead worker's gradient and that of a worker that had already stopped
+  // because of it (it never got the dead one's previous gradient, which
+  // reached us) are both missing, and the one named was the second -- a
+  // live worker's error, not the cause.
   // A gradient still arriving is not missing: where every missing peer sent
   // us at least a 64th of a gradient (`payloadBytes`, ours) since the last
   // look -- far more than its pings and acknowledgements -- the wait goes
@@ -115,11 +120,6 @@ class Allreduce final : public Base {
   // and at times over 60 s, and the job failed with "no gradient ... (silent
   // for 0.0 s); is that worker alive?". A peer whose bytes stopped still
   // fails the step within two time-outs.
-  // Awaiting them one by one named only the first missing in rank order: a
-  // dead worker's gradient and that of a worker that had already stopped
-  // because of it (it never got the dead one's previous gradient, which
-  // reached us) are both missing, and the one named was the second -- a
-  // live worker's error, not the cause.
   StatusOr<std::vector<std::optional<Message>>> gather(int64_t step, size_t payloadBytes) {
     std::vector<std::optional<Message>> got(group_.size());
     const auto round = static_cast<uint64_t>(step);
