@@ -2097,9 +2097,11 @@ class Dts final : public Base {
 
   // A test's fault (GEO_TEST_FLIP_BIT=RANK:STEP:INDEX:BIT): flips bit BIT
   // of parameter INDEX of worker RANK's model at the first round boundary
-  // at or after STEP, as memory that went bad would: in the model and in
-  // the round's start alike (at a boundary they hold the same values), so
-  // that it is not taken for progress of the round.
+  // at or after STEP, as memory that went bad would, and moves the round's
+  // start by as much, so that it is not taken for progress of the round.
+  // (Not set to the same value: under error feedback the start holds the
+  // residual too, which setting it dropped, and the job model then moved by
+  // the flip less the residual.)
   struct Flip {
     uint32_t rank = 0;
     int64_t step = 0;
@@ -2134,7 +2136,7 @@ class Dts final : public Base {
     float after = 0;
     std::memcpy(&after, &bits, sizeof after);
     flat.values[f.index].fill_(after);
-    base_[f.index].fill_(after);
+    base_[f.index].add_(static_cast<double>(after) - static_cast<double>(before));
     logger()->warn(
         "GEO_TEST_FLIP_BIT: flipped bit {} of parameter {} at step {} (the start of round {}): "
         "{:.6g} -> {:.6g}",
