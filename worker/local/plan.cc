@@ -263,14 +263,17 @@ StatusOr<Plan> plan(const PlanInput& in) {
   dts(fmt::format("dts K={} D={}", in.period, in.delay ? std::to_string(*in.delay) : "auto"),
       in.period, in.delay);
   // dts auto: K from kAutoPeriodStart by the worker's own rules until they
-  // keep it (autoPeriod for a link that carries a round; the held-uplink
-  // rule when it cannot), then D.
+  // keep it (autoPeriod for a link that carries a round, and the codec's
+  // work a round at most a fifth of a step as the worker lives it; the
+  // held-uplink rule when the link cannot), then D.
+  const double codecRound = (1 + decodes) * codecOne;
   int64_t k = std::min(kAutoPeriodStart, in.maxAutoPeriod);
   for (int i = 0; i < 16; ++i) {
     const double kd = static_cast<double>(k);
     std::optional<int64_t> next =
-        roundUplink > kd * c ? sync::periodForHeldUplink(roundUplink, c, k, in.maxAutoPeriod)
-                             : sync::autoPeriod(roundUplink, c, k, in.maxAutoPeriod);
+        roundUplink > kd * c
+            ? sync::periodForHeldUplink(roundUplink, c, k, in.maxAutoPeriod)
+            : sync::autoPeriod(roundUplink, c + codecRound / kd, k, in.maxAutoPeriod, codecRound);
     if (!next || *next == k) break;
     k = *next;
   }

@@ -5,12 +5,6 @@
 #include <vector>
 
 namespace geo::sync {
-namespace {
-
-constexpr double kLinkShare = 0.5;  // the share of a round the uplink may be busy
-
-}  // namespace
-
 std::optional<int64_t> autoDelaySteps(double slowestLinkSeconds, double stepSeconds,
                                       int64_t maxDelay) {
   if (!(stepSeconds > 0) || !(slowestLinkSeconds >= 0)) return std::nullopt;
@@ -63,14 +57,20 @@ double roundTransferSeconds(std::span<const double> linkSeconds, double latencyS
 }
 
 std::optional<int64_t> autoPeriod(double transferSeconds, double stepSeconds, int64_t current,
-                                  int64_t maxPeriod) {
+                                  int64_t maxPeriod, double codecRoundSeconds) {
   if (!(stepSeconds > 0) || !(transferSeconds >= 0) || maxPeriod < 1) return std::nullopt;
-  const double want = transferSeconds / (kLinkShare * stepSeconds);
+  const double codec = codecRoundSeconds > 0 ? codecRoundSeconds : 0.0;  // NaN too
+  const double want =
+      std::max(transferSeconds / (kLinkShare * stepSeconds), codec / (kCodecShare * stepSeconds));
   int64_t k = 1;
   while (static_cast<double>(k) < want && k < maxPeriod) k *= 2;
   k = std::min(k, maxPeriod);
   if (k == current || (k < current && want > 0.5 * static_cast<double>(k))) return std::nullopt;
   return k;
+}
+
+bool codecBoundsPeriod(double transferSeconds, double codecRoundSeconds) {
+  return codecRoundSeconds / kCodecShare > transferSeconds / kLinkShare;
 }
 
 std::optional<int64_t> periodFromCrossing(double crossingSeconds, double latencySeconds,

@@ -55,6 +55,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <limits>
 #include <optional>
 #include <string_view>
@@ -241,6 +242,10 @@ class Dts final : public Base {
   Status afterBackward(int64_t step, train::FlatParameters& flat) override {
     (void)step;
     if (group_.size() <= 1) return {};
+    // The last round's encoding, beside this step so far, ends before the
+    // optimizer changes the parameters it was closed at.
+    GEO_RETURN_IF_ERROR(std::exchange(settleError_, Status()));
+    GEO_RETURN_IF_ERROR(settleEncoding());
     init(flat);
     const double scale = options_.scaleLrWithDelay ? delayLrScale(staleness_) : 1.0;
     if (scale != lrScale_) {
@@ -258,6 +263,16 @@ class Dts final : public Base {
   Status afterStep(int64_t step, train::FlatParameters& flat) override {
     modified_ = false;
     if (group_.size() <= 1) return {};
+    GEO_RETURN_IF_ERROR(std::exchange(settleError_, Status()));
+    if (encoding_) {
+      // The parameters have changed since the round closed: base_ cannot
+      // become x + residual any more (the trainer calls afterBackward every
+      // step; a caller that does not breaks the contract).
+      return internalError(fmt::format(
+          "dts: step {} ended while round {} was still being encoded: afterBackward must come "
+          "between a step's backward pass and its optimizer step",
+          step + 1, encoding_->round));
+    }
     init(flat);
     const int64_t t = step + 1;
     const auto now = clock().now();
@@ -293,6 +308,13 @@ class Dts final : public Base {
     // still crossing shows there (chooseDelay) long before they come.
     if (auto_ && !everyLinkMeasured()) learnTheLink();
     stages_.lap(StageTimes::kLink);
+    // A round that came due since the close (learnTheLink gave a round
+    // closed before the links were known its due step) completes now: the
+    // round being encoded must be settled first (a completion corrects
+    // base_ and its parity check reads every round in flight).
+    if (encoding_ && !pending_.empty() && pending_.front().dueStep <= t) {
+      GEO_RETURN_IF_ERROR(settleEncoding());
+    }
     while (!pending_.empty() && pending_.front().dueStep <= t) {
       bool deferred = false;
       GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat, &deferred));
@@ -310,6 +332,7 @@ class Dts final : public Base {
 
   StatusOr<train::JoinResult> join(int64_t step, train::FlatParameters& flat) override {
     if (group_.size() <= 1) return train::JoinResult{step, false};
+    GEO_RETURN_IF_ERROR(settleEncoding());
     init(flat);
     auto joined = membership_.join(step, schedule_.k, flat.values, &flat);
     if (!joined.ok()) return joined.status();
@@ -345,9 +368,18 @@ class Dts final : public Base {
 
   Status finish(int64_t steps, train::FlatParameters& flat) override {
     if (group_.size() <= 1) return {};
+    GEO_RETURN_IF_ERROR(std::exchange(settleError_, Status()));
+    GEO_RETURN_IF_ERROR(settleEncoding());
     init(flat);
     finishing_ = true;  // no more changes of period: no more rounds
     logger()->info("dts: time in the synchronizer after a step, {}", stages_.describe());
+    if (encodedBeside_.rounds > 0) {
+      logger()->info(
+          "dts: {} rounds encoded beside the next step, {:.1f} ms each, of which the training "
+          "thread waited {:.1f} ms",
+          encodedBeside_.rounds, 1e3 * encodedBeside_.seconds / encodedBeside_.rounds,
+          1e3 * encodedBeside_.waited / encodedBeside_.rounds);
+    }
     membership_.setFinishing();
     // Our peers may number their last rounds differently (a change of
     // period heard late, a round closed on the new grid): they must not
@@ -381,6 +413,7 @@ class Dts final : public Base {
   // With an identity codec it is the mean of the workers' models at that
   // round's close (Dts.TheJobModelIsTheMeanAtTheLastCompletedRound).
   std::optional<train::JobModel> jobModel() override {
+    settleOrKeep();
     if (group_.size() <= 1 || !base_.defined()) return std::nullopt;
     torch::NoGradGuard noGrad;
     torch::Tensor a = torch::empty_like(base_);
@@ -423,6 +456,7 @@ class Dts final : public Base {
   }
 
   void saveState(torch::serialize::OutputArchive& archive) override {
+    settleOrKeep();
     if (!base_.defined()) return;
     archive.write("dts_base", base_);
     archive.write("dts_job_step", torch::tensor(jobStep_));
@@ -1162,10 +1196,15 @@ class Dts final : public Base {
     // by.
     uplink_.measuredTransfer(transfer, group_.size() - 1);
     std::optional<int64_t> chosen;
-    if (transfer >= 0) {
-      chosen = autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
-    }
     const char* why = "a round's transfer takes";
+    if (transfer >= 0) {
+      chosen = autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod,
+                          codecRoundSeconds_);
+      if (codecBoundsPeriod(transfer, codecRoundSeconds_)) {
+        transfer = codecRoundSeconds_;
+        why = "encoding and decoding a round take";
+      }
+    }
     if (crossed) {
       const std::optional<int64_t> up = periodFromCrossing(
           links_.crossingSeconds(), latency, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
@@ -1314,8 +1353,20 @@ class Dts final : public Base {
     waitedSince_ += seconds;
   }
 
+  // What the codec took on the training thread since the last close: a
+  // round's worth (closeRound, before this round's encode).
+  void noteCodecRound() {
+    const double total = stats_.codecSeconds();
+    if (codecAtClose_ >= 0) {
+      const double round = std::max(0.0, total - codecAtClose_);
+      codecRoundSeconds_ = codecRoundSeconds_ <= 0 ? round : 0.7 * codecRoundSeconds_ + 0.3 * round;
+    }
+    codecAtClose_ = total;
+  }
+
   Status closeRound(int64_t t, train::FlatParameters& flat) {
     GEO_RETURN_IF_ERROR(awaitUplink(t, flat));
+    noteCodecRound();
     Pending p;
     p.round = nextRound_++;
     if (nextSchedule_ && nextSchedule_->round <= nextRound_) {
@@ -1336,43 +1387,136 @@ class Dts final : public Base {
     p.dueStep = t + (p.provisionalDue ? options_.maxAutoDelay : delay_);
     const auto t0 = clock().now();
     if (exact()) p.start = base_.clone();
-    // The update plus the residual, base - x, is computed in base_'s own
-    // storage (base_ becomes x plus the new residual once it is encoded): a
-    // model-sized tensor less at every close.
+    p.got.resize(group_.size());
+    const uint64_t round = p.round;
+    // Beside the next step only where nothing reads base_ or this round's
+    // bytes before afterBackward: no round completes at this step (a
+    // completion corrects base_, which holds base - x while the round is
+    // encoded, and its parity check reads every round in flight), this one
+    // is not due now, and the bitwise-exact path keeps its order. A GPU
+    // worker's encoding is the device's work already.
+    bool completesNow = false;
+    for (const Pending& q : pending_) completesNow = completesNow || q.dueStep <= t;
+    const bool beside = p.dueStep > t && !completesNow && !exact() && !finishing_ &&
+                        flat.values.is_cpu() && encodeBeside_;
+    pending_.push_back(std::move(p));
+    encoding_.emplace(Encoding{round, t, &flat, since(t0), {}});
+    if (!beside) {
+      const auto t1 = clock().now();
+      EncodeResult r = encodeRound(round, flat.values);
+      encoding_->onThreadSeconds += since(t1);
+      return settleEncoding(std::move(r));
+    }
+    // The whole close's work on the model runs beside the next step's
+    // forward and backward passes, which read the parameters and write
+    // neither them nor base_; settleEncoding() takes it up before the
+    // optimizer changes the parameters (afterBackward) or before anything
+    // reads this synchronizer's state.
+    encoding_->result = std::async(std::launch::async, [this, round, x = flat.values] {
+      const auto start = std::chrono::steady_clock::now();
+      EncodeResult r = encodeRound(round, x);
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return r;
+    });
+    return {};
+  }
+
+  // A round's own update, base - x, and the next round's start. The update
+  // plus the residual is computed in base_'s own storage (a model-sized
+  // tensor less at every close), checked, encoded, and base_ becomes x
+  // plus the new residual (x without error feedback). Reads `x` and the
+  // codec, writes base_ only: safe beside the training thread's forward and
+  // backward passes. On failure base_ is as it was, as far as it can be.
+  struct EncodeResult {
+    std::shared_ptr<const std::vector<std::byte>> bytes;
+    std::string diverged;  // this worker's own update is not finite: why
+    std::string error;     // the codec's exception, if it threw
+    double seconds = 0;    // its time, when run beside a step
+  };
+  EncodeResult encodeRound(uint64_t round, const torch::Tensor& x) {
+    EncodeResult r;
     torch::Tensor& acc = base_;
-    acc.sub_(flat.values);
-    // Our own state must be sound before it reaches anyone: a diverged
-    // worker stops (and is excluded) instead of spreading it.
-    if (std::string reason; !checkValues(acc, std::numeric_limits<float>::max(), reason).ok()) {
-      acc.add_(flat.values);  // base_ again, as far as it can be
-      return failedPrecondition(fmt::format(
-          "dts: this worker's own update for round {} is not finite (training diverged at step "
-          "{}); stopping so that it does not reach the other workers",
-          p.round, t));
+    try {
+      torch::NoGradGuard noGrad;
+      acc.sub_(x);
+      // Our own state must be sound before it reaches anyone: a diverged
+      // worker stops (and is excluded) instead of spreading it.
+      std::string label;
+      if (Status ok = checkValues(acc, std::numeric_limits<float>::max(), label); !ok.ok()) {
+        r.diverged = ok.message();
+        acc.add_(x);
+        return r;
+      }
+      r.bytes = std::make_shared<const std::vector<std::byte>>(
+          codec_->encode(acc, options_.seed, mixStream(2, topology_.rank(), round), nullptr));
+      if (errorFeedback()) {
+        // The new residual, acc - q (what the codec's own error feedback
+        // computes: the same decode), and the next round's start x + it.
+        codec_->decodeAccumulate(*r.bytes, -1.0f, acc);
+        acc.add_(x);
+      } else {
+        acc.copy_(x);
+      }
+    } catch (const std::exception& e) {
+      r.bytes.reset();
+      r.error = e.what();
     }
-    p.bytes = std::make_shared<const std::vector<std::byte>>(
-        codec_->encode(acc, options_.seed, mixStream(2, topology_.rank(), p.round), nullptr));
-    if (errorFeedback()) {
-      // The new residual, acc - q (what the codec's own error feedback
-      // computes: the same decode), and the next round's start x + it.
-      codec_->decodeAccumulate(*p.bytes, -1.0f, acc);
-      acc.add_(flat.values);
-    } else {
-      base_.copy_(flat.values);
+    return r;
+  }
+
+  // The round closed last, once encoded, leaves for every peer present.
+  // What the training thread spent on it (the close's own part, and any
+  // wait for the encoding) counts as encoding. Does nothing without a
+  // round being encoded; on the training thread only.
+  Status settleEncoding() {
+    if (!encoding_) return {};
+    if (!encoding_->result.valid()) return internalError("dts: an encoding without its result");
+    const auto t0 = clock().now();
+    EncodeResult r = encoding_->result.get();
+    const double waited = since(t0);
+    encodedBeside_.add(r.seconds, waited);
+    encoding_->onThreadSeconds += waited;
+    return settleEncoding(std::move(r));
+  }
+  Status settleEncoding(EncodeResult r) {
+    const Encoding e = std::move(*encoding_);
+    encoding_.reset();
+    const auto t0 = clock().now();
+    if (r.bytes == nullptr) {
+      // The round never leaves: nothing in flight may lack its bytes.
+      if (!pending_.empty() && pending_.back().round == e.round) pending_.pop_back();
+      if (!r.diverged.empty()) {
+        return failedPrecondition(fmt::format(
+            "dts: this worker's own update for round {} is not finite (training diverged at step "
+            "{}; {}); stopping so that it does not reach the other workers",
+            e.round, e.t, r.diverged));
+      }
+      return internalError(fmt::format("dts: encoding this worker's update for round {} failed: {}",
+                                       e.round, r.error));
     }
+    if (pending_.empty() || pending_.back().round != e.round) {
+      return internalError(fmt::format("dts: round {} encoded but no longer in flight", e.round));
+    }
+    Pending& p = pending_.back();
+    train::FlatParameters& flat = *e.flat;
+    p.bytes = std::move(r.bytes);
     uplink_.encoded(p.bytes->size());
-    stats_.coded(since(t0), StatsRecorder::CodecWork::kEncode);
+    stats_.coded(e.onThreadSeconds + since(t0), StatsRecorder::CodecWork::kEncode);
     const auto to = presentPeers();
     stats_.encoded(static_cast<uint64_t>(flat.values.numel()) * 4, p.bytes->size(), to.size());
-    GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, t, p.bytes));
-    if (flip_ && t >= flip_->step) injectFlip(t, flat);
-    p.got.resize(group_.size());
+    GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, e.t, p.bytes));
+    if (flip_ && e.t >= flip_->step) injectFlip(e.t, flat);
     p.sentAt = clock().now();
     uplink_.sent(p.sentAt);
     stats_.setDelay(delay_);
-    pending_.push_back(std::move(p));
     if (options_.autoPeriod && !finishing_ && uplink_.held()) return choosePeriod(true);
     return {};
+  }
+
+  // settleEncoding() where no Status can be returned (jobModel(),
+  // saveState()): a failure is kept for the next step to return.
+  void settleOrKeep() {
+    if (Status s = settleEncoding(); !s.ok() && settleError_.ok()) settleError_ = std::move(s);
   }
 
   // K = 1, D = 0 with the identity codec (exact()): q̄ = Σ (w_i / W) q_i in
@@ -2197,7 +2341,39 @@ class Dts final : public Base {
   };
   std::vector<std::optional<Pace>> paces_ = std::vector<std::optional<Pace>>(group_.size());
   double stepSeconds_ = 0;  // a step's time, waits for peers excluded (moving average)
-  double waitedSince_ = 0;  // seconds waited for peers since the last step
+  // The round closed last while its encoding runs beside the next step
+  // (closeRound, settleEncoding): the result comes from `result` (invalid
+  // while it is encoded on the training thread).
+  struct Encoding {
+    uint64_t round = 0;
+    int64_t t = 0;                          // its close's step
+    train::FlatParameters* flat = nullptr;  // the trainer's, unchanged until afterBackward
+    double onThreadSeconds = 0;             // the training thread's part so far
+    std::future<EncodeResult> result;
+  };
+  std::optional<Encoding> encoding_;
+  // GEO_SYNC_ENCODE_BESIDE=0 in the environment encodes every round on the
+  // training thread (for measurements: what the overlap saves).
+  const bool encodeBeside_ = [] {
+    const char* v = std::getenv("GEO_SYNC_ENCODE_BESIDE");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  Status settleError_;  // a settleEncoding() failure where none could be returned
+  // The encodings run beside a step: their time, and the training
+  // thread's waits for them (logged at the end).
+  struct BesideTimes {
+    double seconds = 0, waited = 0;
+    int64_t rounds = 0;
+    void add(double s, double w) { seconds += s, waited += w, ++rounds; }
+  } encodedBeside_;
+  // The codec's work on the training thread a round (moving average over
+  // the intervals between closes: the decodes of the round's contributions,
+  // and the close itself where it cannot run beside a step), which the
+  // auto period keeps at most kCodecShare of a step; and the codec's total
+  // at the last close (-1: none yet).
+  double codecRoundSeconds_ = 0;
+  double codecAtClose_ = -1;
+  double waitedSince_ = 0;                           // seconds waited for peers since the last step
   std::optional<geo::Clock::TimePoint> lastStepAt_;  // the latest afterStep's start
   int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step
   double lrScale_ = 1;   // the latest factor on the gradient (afterBackward)

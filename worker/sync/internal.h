@@ -92,6 +92,7 @@ class StatsRecorder {
   // A peer's contribution refused (`reason`: a metric label).
   void rejected(uint32_t peer, const std::string& reason);
   SyncStats snapshot() const;
+  double codecSeconds() const;         // snapshot().codecSeconds without the copy
   void merge(const SyncStats& inner);  // adds another recorder's snapshot
 
  private:

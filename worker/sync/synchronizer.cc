@@ -272,6 +272,11 @@ SyncStats StatsRecorder::snapshot() const {
   return stats_;
 }
 
+double StatsRecorder::codecSeconds() const {
+  std::lock_guard lock(mu_);
+  return stats_.codecSeconds;
+}
+
 void StatsRecorder::merge(const SyncStats& in) {
   std::lock_guard lock(mu_);
   stats_.delay = in.delay;

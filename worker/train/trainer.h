@@ -122,7 +122,11 @@ struct JobModel {
 
 // Around every optimizer step. afterBackward sees the local gradients (an
 // allreduce averages them here); afterStep sees the updated parameters (DTS
-// and swarm correct them here). Their state goes into checkpoints.
+// and swarm correct them here). Their state goes into checkpoints. Every
+// step calls both, and nothing but the hook changes the parameters from
+// one afterStep to the next afterBackward: DTS encodes a round closed at
+// afterStep beside the next step's forward and backward passes, from the
+// parameters as they were at the close, until afterBackward.
 class StepHook {
  public:
   virtual ~StepHook() = default;

@@ -153,6 +153,32 @@ TEST(AutoPeriod, ShrinksOnlyWhenTheTransferFillsAQuarterOfTheSmallerK) {
   EXPECT_EQ(autoPeriod(0.004, 0.020, 64, 64), 1);
 }
 
+TEST(AutoPeriod, KeepsTheCodecsWorkAtMostAFifthOfAStep) {
+  // The 19.9M-parameter mlp on a LAN (2-core VM): 0.5 s of encoding and
+  // decoding a round over 0.84 s steps, a transfer of 0.19 s. The link
+  // alone asks K = 1 (0.19 / 0.42 = 0.45), where the codec took 60% of a
+  // step; 0.5 / (0.2 x 0.84) = 3.0 asks K = 4 (15% of a step).
+  EXPECT_EQ(autoPeriod(0.19, 0.84, 1, 64, 0.5), 4);
+  EXPECT_EQ(autoPeriod(0.19, 0.84, 16, 64, 0.0), 1);              // the link alone: shrink to 1
+  EXPECT_FALSE(autoPeriod(0.19, 0.84, 16, 64, 0.5).has_value());  // the codec keeps 16
+  EXPECT_TRUE(codecBoundsPeriod(0.19, 0.5));
+  // At 1 Gbit/s on the world links, 0.42 s a round over 0.22 s steps:
+  // 9.5 asks K = 16 (12% of a step), not 8 (24%).
+  EXPECT_FALSE(autoPeriod(0.05, 0.22, 16, 64, 0.42).has_value());
+  EXPECT_EQ(autoPeriod(0.05, 0.22, 8, 64, 0.42), 16);
+  // Where the transfer asks more, the codec changes nothing: 2.4 s over
+  // 0.25 s steps asks 19.2, K = 32, whatever a round's codec.
+  EXPECT_EQ(autoPeriod(2.4, 0.25, 16, 64, 0.42), 32);
+  EXPECT_FALSE(codecBoundsPeriod(2.4, 0.42));
+  // A small model's codec (2 ms a round over 12 ms steps: 0.8) leaves K = 1.
+  EXPECT_FALSE(autoPeriod(0.001, 0.012, 1, 64, 0.002).has_value());
+  // The shrink keeps its margin against the codec's bound too: 3.0 from 8
+  // (K = 4) is more than 4 / 2: keep 8.
+  EXPECT_FALSE(autoPeriod(0.0, 0.84, 8, 64, 0.5).has_value());
+  // A codec time that is not a number counts as none.
+  EXPECT_EQ(autoPeriod(0.19, 0.84, 16, 64, std::nan("")), 1);
+}
+
 TEST(AutoPeriod, DecidesNothingWithoutAStepTime) {
   EXPECT_FALSE(autoPeriod(0.1, 0.0, 4, 64).has_value());
   EXPECT_FALSE(autoPeriod(-1.0, 0.01, 4, 64).has_value());
