@@ -79,11 +79,12 @@ inline constexpr double kLinkShare = 0.5;
 // The share of a step the codec's work may take on the training thread
 // (autoPeriod): decoding the round's contributions (and encoding this
 // worker's own where that cannot run beside the next step), once a round
-// whatever K is, so that its share of a step falls as 1/K. A fifth: the 19.9M-parameter mlp
-// (0.4-0.5 s of codec a round on 2 cores, about 220 ms steps) reached 85%
-// on the world links at 1 Gbit/s in 40.1 s at K = 8 (29% of a step in the
-// codec), 26.5 s at 16 (12%) and 28.9 s at 32 (6%); on a LAN the link
-// rule alone had gone to K = 1 for it, where the codec took 60% of a step.
+// whatever K is, so that its share of a step falls as 1/K. A fifth: the
+// 19.9M-parameter mlp (0.4-0.5 s of codec a round on 2 cores, about 220 ms
+// steps) reached 85% on the world links at 1 Gbit/s in 40.1 s at K = 8
+// (29% of a step in the codec), 26.5 s at 16 (12%) and 28.9 s at 32 (6%);
+// on a LAN the link rule alone had gone to K = 1 for it, where the codec
+// took 60% of a step.
 inline constexpr double kCodecShare = 0.2;
 
 // Auto period: the K a round's transfer time and the codec's work a round
@@ -95,8 +96,8 @@ inline constexpr double kCodecShare = 0.2;
 // at most half the smaller K (the transfer would fill at most a quarter of
 // its rounds; measurements are noisy: no flapping) -- which, the smaller K
 // being the smallest that fits, holds only for K = 1: K shrinks to 1 or
-// not at all. `stepSeconds` is the step as the worker lives
-// it, its synchronizer's work included.
+// not at all. `stepSeconds` is the step as the worker lives it, its
+// synchronizer's work included.
 std::optional<int64_t> autoPeriod(double transferSeconds, double stepSeconds, int64_t current,
                                   int64_t maxPeriod, double codecRoundSeconds = 0);
 
