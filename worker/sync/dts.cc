@@ -244,7 +244,6 @@ class Dts final : public Base {
     if (group_.size() <= 1) return {};
     // The last round's encoding, beside this step so far, ends before the
     // optimizer changes the parameters it was closed at.
-    GEO_RETURN_IF_ERROR(std::exchange(settleError_, Status()));
     GEO_RETURN_IF_ERROR(settleEncoding());
     init(flat);
     const double scale = options_.scaleLrWithDelay ? delayLrScale(staleness_) : 1.0;
@@ -308,10 +307,10 @@ class Dts final : public Base {
     // still crossing shows there (chooseDelay) long before they come.
     if (auto_ && !everyLinkMeasured()) learnTheLink();
     stages_.lap(StageTimes::kLink);
-    // A round that came due since the close (learnTheLink gave a round
-    // closed before the links were known its due step) completes now: the
-    // round being encoded must be settled first (a completion corrects
-    // base_ and its parity check reads every round in flight).
+    // A round completes at the close's step (due now, or given its due
+    // step since by learnTheLink): the round being encoded is taken up
+    // first (a completion corrects base_, which holds base - x while the
+    // round is encoded, and its parity check reads every round in flight).
     if (encoding_ && !pending_.empty() && pending_.front().dueStep <= t) {
       GEO_RETURN_IF_ERROR(settleEncoding());
     }
@@ -368,7 +367,6 @@ class Dts final : public Base {
 
   Status finish(int64_t steps, train::FlatParameters& flat) override {
     if (group_.size() <= 1) return {};
-    GEO_RETURN_IF_ERROR(std::exchange(settleError_, Status()));
     GEO_RETURN_IF_ERROR(settleEncoding());
     init(flat);
     finishing_ = true;  // no more changes of period: no more rounds
@@ -1389,23 +1387,19 @@ class Dts final : public Base {
     if (exact()) p.start = base_.clone();
     p.got.resize(group_.size());
     const uint64_t round = p.round;
-    // Beside the next step only where nothing reads base_ or this round's
-    // bytes before afterBackward: no round completes at this step (a
-    // completion corrects base_, which holds base - x while the round is
-    // encoded, and its parity check reads every round in flight), this one
-    // is not due now, and the bitwise-exact path keeps its order. A GPU
-    // worker's encoding is the device's work already.
-    bool completesNow = false;
-    for (const Pending& q : pending_) completesNow = completesNow || q.dueStep <= t;
-    const bool beside = p.dueStep > t && !completesNow && !exact() && !finishing_ &&
-                        flat.values.is_cpu() && encodeBeside_;
+    // Beside the next step where this round is not due now and the
+    // bitwise-exact path does not need its order; a round completing at
+    // this step takes it up first (afterStep). A GPU worker's encoding is
+    // the device's work already.
+    const bool beside =
+        p.dueStep > t && !exact() && !finishing_ && flat.values.is_cpu() && encodeBeside_;
     pending_.push_back(std::move(p));
     encoding_.emplace(Encoding{round, t, &flat, since(t0), {}});
     if (!beside) {
       const auto t1 = clock().now();
       EncodeResult r = encodeRound(round, flat.values);
       encoding_->onThreadSeconds += since(t1);
-      return settleEncoding(std::move(r));
+      return sendEncoded(std::move(r));
     }
     // The whole close's work on the model runs beside the next step's
     // forward and backward passes, which read the parameters and write
@@ -1464,11 +1458,12 @@ class Dts final : public Base {
     return r;
   }
 
-  // The round closed last, once encoded, leaves for every peer present.
-  // What the training thread spent on it (the close's own part, and any
-  // wait for the encoding) counts as encoding. Does nothing without a
-  // round being encoded; on the training thread only.
+  // Takes up the round being encoded beside a step, waiting for it if need
+  // be, and sends it (sendEncoded); first returns a failure settleOrKeep()
+  // kept. Does nothing without a round being encoded; on the training
+  // thread only.
   Status settleEncoding() {
+    GEO_RETURN_IF_ERROR(std::exchange(settleError_, Status()));
     if (!encoding_) return {};
     if (!encoding_->result.valid()) return internalError("dts: an encoding without its result");
     const auto t0 = clock().now();
@@ -1476,9 +1471,13 @@ class Dts final : public Base {
     const double waited = since(t0);
     encodedBeside_.add(r.seconds, waited);
     encoding_->onThreadSeconds += waited;
-    return settleEncoding(std::move(r));
+    return sendEncoded(std::move(r));
   }
-  Status settleEncoding(EncodeResult r) {
+
+  // The round closed last, once encoded, leaves for every peer present.
+  // What the training thread spent on it (the close's own part, and any
+  // wait for the encoding) counts as encoding.
+  Status sendEncoded(EncodeResult r) {
     const Encoding e = std::move(*encoding_);
     encoding_.reset();
     const auto t0 = clock().now();

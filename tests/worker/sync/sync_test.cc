@@ -793,7 +793,7 @@ TEST(Dts, ASlowUplinkDoesNotSlowTheTrainingThread) {
 // falls to sending the bytes, against the same job encoding on the
 // training thread (GEO_SYNC_ENCODE_BESIDE=0). An mlp of 3.2M parameters,
 // qsgd-4, K = 4, D = 3 (no round completes at a close, where the close
-// stays on the training thread), 40 ms of compute a step: the encoding
+// is waited for at once), 40 ms of compute a step: the encoding
 // fits in a step. Every worker still ends with the same model.
 TEST(Dts, TheEncodingRunsBesideTheNextStep) {
   JobSpec job;
