@@ -326,6 +326,20 @@ TEST(Striping, AfterConnectionsAreMadeAnewStripedPayloadsCrossAgain) {
   const auto before = pattern(size_t{2} << 20, 30);
   ASSERT_TRUE(sendBytes(*pair.a, 1, before).ok());
   ASSERT_TRUE(pair.b->receive(MessageKind::kUpdate, 1, 0, 10s).ok());
+  // A transport replaces connections only to a peer it has heard: one never
+  // heard is left to ZeroMQ's own retries. b has heard a (the payload); a
+  // hears b by a ping or the payload's acknowledgement, which on a busy
+  // machine may come after the partition begins unless waited for.
+  const auto hasHeard = [](Transport& t, uint32_t peer) {
+    for (const PeerCounters& c : t.peerCounters()) {
+      if (c.peer == peer) return c.heard;
+    }
+    return false;
+  };
+  for (auto waited = 0ms; !(hasHeard(*pair.a, 1) && hasHeard(*pair.b, 0)); waited += 10ms) {
+    ASSERT_LT(waited, 10000ms) << "the two transports never heard each other";
+    std::this_thread::sleep_for(10ms);
+  }
   pair.a->setPartitioned(true);
   pair.b->setPartitioned(true);
   std::this_thread::sleep_for(3500ms);  // renewed at 1 s and every 1 s after
