@@ -12,6 +12,7 @@
 #include "kernels/qsgd.h"
 #include "worker/local/faults.h"
 #include "worker/sync/auto_rules.h"
+#include "worker/sync/final_average.h"
 #include "worker/transport/link.h"
 #if defined(GEO_PLAN_READS_JOBS)
 #include <yaml-cpp/yaml.h>
@@ -207,8 +208,20 @@ StatusOr<Plan> plan(const PlanInput& in) {
   const double latency = p.slowestOneWaySeconds;
   const bool wan = in.regions.size() > 1;
   if (wan) {
-    p.finalAverageSeconds = 2 * latency + uplinkSeconds(1, p.fp32PayloadBytes, rate) +
-                            uplinkSeconds(peersOut, p.fp32PayloadBytes, rate);
+    // The models to the coordinator side by side, then its average back:
+    // through its uplink once per member, or (DTS, a large model:
+    // sync::shardFinalAverage) a shard to each member, which forwards it
+    // to the others over its own uplink, a hop more.
+    const auto members = static_cast<size_t>(peersOut);
+    if (sync::shardFinalAverage(members, static_cast<uint64_t>(p.fp32PayloadBytes), rate,
+                                latency)) {
+      p.finalAverageShards = members;
+      p.finalAverageSeconds = 3 * latency + uplinkSeconds(1, p.fp32PayloadBytes, rate) +
+                              uplinkSeconds(2 - 1.0 / peersOut, p.fp32PayloadBytes, rate);
+    } else {
+      p.finalAverageSeconds = 2 * latency + uplinkSeconds(1, p.fp32PayloadBytes, rate) +
+                              uplinkSeconds(peersOut, p.fp32PayloadBytes, rate);
+    }
   }
 
   auto finish = [&](PlanRow row, double factor) {
@@ -462,8 +475,12 @@ std::string formatPlan(const PlanInput& in, const Plan& p) {
   }
   if (p.finalAverageSeconds > 0) {
     out += fmt::format(
-        "the final average (dts, allreduce): the models in fp32 to one worker and back, about "
+        "the final average (dts, allreduce): the models in fp32 to one worker and back{}, about "
         "{:.1f} s\n",
+        p.finalAverageShards > 0
+            ? fmt::format(" in {} shards, each forwarded by its member (dts; allreduce: whole)",
+                          p.finalAverageShards)
+            : std::string(),
         p.finalAverageSeconds);
   }
   return out;

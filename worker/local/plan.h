@@ -130,9 +130,11 @@ struct Plan {
   double slowestOneWaySeconds = 0;
   // The job's end: every worker's model in fp32 to the coordinator (each
   // through its own uplink), then the average from the coordinator to each
-  // of them through its uplink (docs/membership.md); not in the time to
-  // the target.
+  // of them through its uplink, or in shards each member forwards
+  // (docs/membership.md); not in the time to the target.
   double finalAverageSeconds = 0;
+  // The members it is handed out to in shards (DTS), or 0: sent whole.
+  size_t finalAverageShards = 0;
 };
 
 // Encoded bytes of one update of `tensorSizes` with the codec (the worker's

@@ -76,6 +76,18 @@ enum class Control : uint64_t {
   kParityReport = ~uint64_t{0} - 15,
   kParityRequest = ~uint64_t{0} - 16,
   kParityState = ~uint64_t{0} - 17,
+  // The final average handed out in shards (Base::averageModels, a large
+  // model to three members or more): the coordinator tells each member the
+  // members' order (payload: their ranks, u32 each; member i takes shard
+  // i, final_average.h finalShard), then sends each its shard of the
+  // average (payload: fp32 values; header.elements: their count), which the
+  // member forwards to every other member as it came. A member that has the
+  // whole average acknowledges it (kFinalAck) to the coordinator and to
+  // every other member, which stay until then: their forwarded shards may
+  // still be queued. The coordinator sends the whole average (kFinalAverage)
+  // to a member that has not acknowledged it in time.
+  kFinalOrder = ~uint64_t{0} - 19,
+  kFinalShard = ~uint64_t{0} - 20,
 };
 inline constexpr size_t kMaxStopReasonBytes = 1024;
 
@@ -107,7 +119,8 @@ inline constexpr Control kControls[] = {
     Control::kLeaderStopped, Control::kResume,
     Control::kDtsFinished,   Control::kParityReport,
     Control::kParityRequest, Control::kParityState,
-    Control::kFinalRequest,
+    Control::kFinalRequest,  Control::kFinalOrder,
+    Control::kFinalShard,
 };
 constexpr bool controlsAreDistinctControlRounds() {
   for (size_t i = 0; i < std::size(kControls); ++i) {

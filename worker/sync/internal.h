@@ -176,6 +176,33 @@ class Base : public Synchronizer {
   // once.
   Status sendAverage(std::vector<uint32_t> to, int64_t steps, const train::FlatParameters& flat,
                      const torch::Tensor& whole);
+  // The coordinator's half for a large model (final_average.h
+  // shardFinalAverage): the members' order to each of `to`, then shard i of
+  // the average to member i (paced as sendAverage's copies), which forwards
+  // it to the others; waits for every member's acknowledgement (not for a
+  // member suspected), and sends the whole average (sendAverage) to those
+  // without one after three times what the shards should take on the
+  // uplinks as measured (the round time-out without a rate), or once a
+  // member is suspected, after what they should take from then.
+  Status sendAverageInShards(const std::vector<uint32_t>& to, int64_t steps,
+                             const train::FlatParameters& flat, const torch::Tensor& whole);
+  // A member's wait for coordinator `c`'s average: the whole average's
+  // message (not yet copied; empty: made without this member), or nullopt
+  // once its shards have all been copied into `whole` (this member's own
+  // forwarded to the others on the way; `order` then holds the members).
+  // Unavailable once `c` is suspected; DataLoss for a refused shard or a
+  // malformed order. After a failure `whole` may hold some shards of the
+  // average beside its own values: the member fails then either way, its
+  // model not the job's (no checkpoint is written after a failed end).
+  StatusOr<std::optional<transport::Message>> awaitFinalAverage(uint32_t c, int64_t steps,
+                                                                const train::FlatParameters& flat,
+                                                                torch::Tensor& whole,
+                                                                std::vector<uint32_t>& order);
+  // Waits `seconds` while serving joins.
+  Status pauseServing(double seconds, int64_t steps, const train::FlatParameters& flat);
+  // Half the largest of the smallest recent ping round trips to `peers`
+  // (0 where none is measured).
+  double farthestOneWaySeconds(const std::vector<uint32_t>& peers) const;
   // After the final average: while a restarted peer is in the middle of
   // joining (it asked while we were finishing), keep answering it -- with
   // "finished", or the final model at the last step -- for up to two peer

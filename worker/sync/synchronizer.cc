@@ -9,10 +9,12 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -512,6 +514,205 @@ Status Base::lingerForJoiners(const train::FlatParameters& flat, int64_t steps) 
                                         "a peer");
 }
 
+Status Base::pauseServing(double seconds, int64_t steps, const train::FlatParameters& flat) {
+  const auto until = clock().now() + std::chrono::duration_cast<geo::Clock::Duration>(
+                                         std::chrono::duration<double>(seconds));
+  while (clock().now() < until) {
+    GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
+    clock().sleepFor(std::chrono::milliseconds(2));
+  }
+  return {};
+}
+
+double Base::farthestOneWaySeconds(const std::vector<uint32_t>& peers) const {
+  double farthest = 0;
+  for (const auto& c : transport_->peerCounters()) {
+    if (std::find(peers.begin(), peers.end(), c.peer) != peers.end()) {
+      farthest = std::max(farthest, c.minRttSeconds / 2);
+    }
+  }
+  return farthest;
+}
+
+Status Base::sendAverageInShards(const std::vector<uint32_t>& to, int64_t steps,
+                                 const train::FlatParameters& flat, const torch::Tensor& whole) {
+  const auto numel = static_cast<uint64_t>(whole.numel());
+  const uint64_t modelBytes = numel * 4;
+  auto order = std::make_shared<std::vector<std::byte>>(to.size() * sizeof(uint32_t));
+  std::memcpy(order->data(), to.data(), order->size());
+  GEO_RETURN_IF_ERROR(sendTo(to, Control::kFinalOrder, steps, CodecId::kRaw, 0, order));
+  // One shard after another, at the rate the uplink was seen to carry the
+  // rounds (a burst overflows its queue, as sendAverage says): the first
+  // member forwards its shard while the next ones leave.
+  const double rate = uplinkBytesPerSecond();
+  for (size_t i = 0; i < to.size(); ++i) {
+    const ShardRange r = finalShard(numel, to.size(), i);
+    if (i > 0 && rate > 0) {
+      GEO_RETURN_IF_ERROR(pauseServing(
+          static_cast<double>(finalShard(numel, to.size(), i - 1).length * 4) / rate, steps, flat));
+    }
+    GEO_RETURN_IF_ERROR(sendPayload({to[i]}, Control::kFinalShard, steps, CodecId::kFp32, r.length,
+                                    modelPayload(whole.narrow(0, static_cast<int64_t>(r.offset),
+                                                              static_cast<int64_t>(r.length)))));
+  }
+  // Each member acknowledges once it has every shard. One that has not by
+  // then -- a member gone before it forwarded its shard, or one that never
+  // does -- gets the whole average from here, as without shards. How long
+  // the shards may take: three times what they should on the uplinks as
+  // measured (the coordinator's model's worth, then the last member's
+  // forwards), and the hops; without a rate, the round time-out.
+  const double latency = farthestOneWaySeconds(to);
+  const auto patience =
+      rate > 0 ? std::chrono::duration_cast<geo::Clock::Duration>(std::chrono::duration<double>(
+                     3 * 2 * static_cast<double>(modelBytes) / rate + 4 * latency + 1))
+               : std::chrono::duration_cast<geo::Clock::Duration>(options_.timeout);
+  std::vector<uint32_t> pending = to;
+  bool sentWhole = false;
+  auto deadline = clock().now() + patience;
+  while (!pending.empty()) {
+    GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
+    std::erase_if(pending, [&](uint32_t peer) {
+      return receiveControl(*transport_, Control::kFinalAck, peer, std::chrono::milliseconds(0))
+          .ok();
+    });
+    // A member suspected is not waited for. It may have died before it
+    // forwarded its shard, or only be silent behind the average's bytes
+    // (pings come late on a full uplink): the others get the whole
+    // average unless they acknowledge within what the shards should take
+    // from now.
+    std::erase_if(pending, [&](uint32_t peer) {
+      if (!membership_.suspected(peer)) return false;
+      logger()->warn("sync: {} may not have the final average: it is suspected",
+                     topology_.describe(peer));
+      if (!sentWhole) deadline = std::min(deadline, clock().now() + patience / 3);
+      return true;
+    });
+    if (pending.empty()) break;
+    const bool late = clock().now() >= deadline;
+    if (!sentWhole && late) {
+      sentWhole = true;
+      std::vector<std::string> names;
+      for (uint32_t peer : pending) names.push_back(topology_.describe(peer));
+      logger()->warn(
+          "sync: the final average's shards did not all reach {} in time (a member that did not "
+          "forward its shard): sending {} the whole average",
+          fmt::join(names, ", "), pending.size() == 1 ? "it" : "them");
+      stats_.encoded(modelBytes, modelBytes, pending.size());
+      GEO_RETURN_IF_ERROR(sendAverage(pending, steps, flat, whole));
+      deadline = clock().now() + std::chrono::duration_cast<geo::Clock::Duration>(options_.timeout);
+    } else if (sentWhole && late) {
+      for (uint32_t peer : pending) {
+        logger()->warn(
+            "sync: {} may not have the final average: no acknowledgement within {:.1f} s",
+            topology_.describe(peer), std::chrono::duration<double>(options_.timeout).count());
+      }
+      break;
+    }
+    clock().sleepFor(std::chrono::milliseconds(2));
+  }
+  return {};
+}
+
+StatusOr<std::optional<Message>> Base::awaitFinalAverage(uint32_t c, int64_t steps,
+                                                         const train::FlatParameters& flat,
+                                                         torch::Tensor& whole,
+                                                         std::vector<uint32_t>& order) {
+  const auto numel = static_cast<uint64_t>(whole.numel());
+  const uint32_t me = topology_.rank();
+  const auto t0 = clock().now();
+  std::vector<bool> have;
+  size_t missing = 0;
+  size_t self = 0;
+  // The members' order, once it is here (it comes before any shard of the
+  // coordinator's, and before the whole average, on one connection).
+  const auto takeOrder = [&]() -> Status {
+    if (!order.empty()) return {};
+    auto m = receiveControl(*transport_, Control::kFinalOrder, c, std::chrono::milliseconds(0));
+    if (!m.ok()) return {};
+    const auto bytes = m->payload.bytes();
+    std::vector<uint32_t> ranks(bytes.size() / sizeof(uint32_t));
+    std::memcpy(ranks.data(), bytes.data(), ranks.size() * sizeof(uint32_t));
+    const auto mine = std::find(ranks.begin(), ranks.end(), me);
+    const bool valid = bytes.size() % sizeof(uint32_t) == 0 && mine != ranks.end() &&
+                       std::count(ranks.begin(), ranks.end(), me) == 1 &&
+                       std::all_of(ranks.begin(), ranks.end(), [&](uint32_t r) {
+                         return r < topology_.worldSize() && r != c &&
+                                std::count(ranks.begin(), ranks.end(), r) == 1;
+                       });
+    if (!valid) {
+      return dataLoss(fmt::format(
+          "sync: the final average's order of members from {} is malformed ({} bytes: ranks of "
+          "this job, each once, this worker's among them, expected): this worker's model is not "
+          "the job's final model",
+          topology_.describe(c), bytes.size()));
+    }
+    order = std::move(ranks);
+    self = static_cast<size_t>(mine - order.begin());
+    have.assign(order.size(), false);
+    missing = order.size();
+    return {};
+  };
+  while (true) {
+    GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
+    if (membership_.suspected(c) || membership_.joining(c)) {
+      stats_.waited(since(t0));
+      return unavailable(fmt::format("no final model from {}: it is {}", topology_.describe(c),
+                                     membership_.joining(c) ? "rejoining" : "suspected"));
+    }
+    GEO_RETURN_IF_ERROR(takeOrder());
+    if (auto m =
+            receiveControl(*transport_, Control::kFinalAverage, c, std::chrono::milliseconds(0));
+        m.ok()) {
+      stats_.waited(since(t0));
+      return std::optional<Message>(std::move(*m));
+    }
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (have[i]) continue;
+      const uint32_t from = i == self ? c : order[i];
+      auto m =
+          receiveControl(*transport_, Control::kFinalShard, from, std::chrono::milliseconds(0));
+      if (!m.ok()) continue;
+      const ShardRange r = finalShard(numel, order.size(), i);
+      torch::Tensor part =
+          whole.narrow(0, static_cast<int64_t>(r.offset), static_cast<int64_t>(r.length));
+      std::string reason;
+      if (const Status ok =
+              checkedCopy(m->payload.bytes(), part, std::numeric_limits<float>::max(), reason);
+          !ok.ok()) {
+        reject(from, "a shard of the final average", reason, ok);
+        stats_.missed();
+        return dataLoss(fmt::format(
+            "sync: shard {} of {} of the final average, from {}, was refused ({}): this worker's "
+            "model is not the job's final model",
+            i + 1, order.size(), topology_.describe(from), reason));
+      }
+      have[i] = true;
+      --missing;
+      if (i != self || options_.finalShardUnforwarded) continue;
+      // Ours: to every other member, as it came, one copy per shard's time
+      // at the rate our uplink was seen to carry.
+      const double rate = uplinkBytesPerSecond();
+      std::vector<uint32_t> others;
+      for (size_t j = 0; j < order.size(); ++j) {
+        if (j != self) others.push_back(order[j]);
+      }
+      stats_.encoded(r.length * 4, r.length * 4, others.size());
+      for (size_t k = 0; k < others.size(); ++k) {
+        if (k > 0 && rate > 0) {
+          GEO_RETURN_IF_ERROR(pauseServing(static_cast<double>(r.length * 4) / rate, steps, flat));
+        }
+        GEO_RETURN_IF_ERROR(sendPayload({others[k]}, Control::kFinalShard, steps, CodecId::kFp32,
+                                        r.length, m->payload));
+      }
+    }
+    if (!order.empty() && missing == 0) {
+      stats_.waited(since(t0));
+      return std::optional<Message>();
+    }
+    clock().sleepFor(std::chrono::milliseconds(2));
+  }
+}
+
 Status Base::sendAverage(std::vector<uint32_t> to, int64_t steps, const train::FlatParameters& flat,
                          const torch::Tensor& whole) {
   const auto numel = static_cast<uint64_t>(whole.numel());
@@ -534,14 +735,7 @@ Status Base::sendAverage(std::vector<uint32_t> to, int64_t steps, const train::F
   std::stable_sort(to.begin(), to.end(), [&](uint32_t a, uint32_t b) { return rtt[a] > rtt[b]; });
   const double gap = static_cast<double>(numel * 4) / rate;
   for (size_t k = 0; k < to.size(); ++k) {
-    if (k > 0) {
-      const auto until = clock().now() + std::chrono::duration_cast<geo::Clock::Duration>(
-                                             std::chrono::duration<double>(gap));
-      while (clock().now() < until) {
-        GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
-        clock().sleepFor(std::chrono::milliseconds(2));
-      }
-    }
+    if (k > 0) GEO_RETURN_IF_ERROR(pauseServing(gap, steps, flat));
     GEO_RETURN_IF_ERROR(sendPayload({to[k]}, Control::kFinalAverage, steps, CodecId::kFp32, numel,
                                     modelPayload(whole)));
   }
@@ -651,30 +845,57 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     GEO_RETURN_IF_ERROR(sendPayload({c}, Control::kFinalContribution, steps, CodecId::kFp32, numel,
                                     modelPayload(whole)));
     // The coordinator takes the models of the peers after us, then sends
-    // the average to each in turn, or tells us it was made without us.
-    auto m = awaitFrom(c, Control::kFinalAverage, steps, flat, true, "final model", kWhileAlive);
-    if (!m.ok()) return unavailableFrom(m.status());
-    if (m->payload.size() == 0) return leftOut();
-    // The average came after the coordinator had all of our model: what we
-    // sent from `whole` has left, and `whole` may take the average.
-    std::string reason;
-    if (const Status ok =
-            checkedCopy(m->payload.bytes(), whole, std::numeric_limits<float>::max(), reason);
-        !ok.ok()) {
-      reject(c, "the final average", reason, ok);
-      stats_.missed();
-      return dataLoss(fmt::format(
-          "sync: the final average from {} was refused ({}): this worker's model is not the "
-          "job's final model",
-          topology_.describe(c), reason));
+    // the average to each in turn or in shards, or tells us it was made
+    // without us. It comes after the coordinator had all of our model:
+    // what we sent from `whole` has left, and `whole` may take the average.
+    std::vector<uint32_t> order;  // the members, where it came in shards
+    auto got = awaitFinalAverage(c, steps, flat, whole, order);
+    if (!got.ok()) {
+      if (got.status().code() == StatusCode::kDataLoss) return got.status();
+      return unavailableFrom(got.status());
+    }
+    if (got->has_value()) {
+      const Message& m = **got;
+      if (m.payload.size() == 0) return leftOut();
+      std::string reason;
+      if (const Status ok =
+              checkedCopy(m.payload.bytes(), whole, std::numeric_limits<float>::max(), reason);
+          !ok.ok()) {
+        reject(c, "the final average", reason, ok);
+        stats_.missed();
+        return dataLoss(fmt::format(
+            "sync: the final average from {} was refused ({}): this worker's model is not the "
+            "job's final model",
+            topology_.describe(c), reason));
+      }
     }
     modified_ = true;
-    logger()->info("sync: the final average from {} in {:.2f} s (a model of {:.1f} MB each way)",
-                   topology_.describe(c), since(t0), megabytes);
+    logger()->info("sync: the final average from {} in {:.2f} s ({}a model of {:.1f} MB)",
+                   topology_.describe(c), since(t0),
+                   got->has_value()
+                       ? std::string()
+                       : fmt::format("in {} shards forwarded by the members, ", order.size()),
+                   megabytes);
     // The coordinator waits for this before it leaves: the average may have
     // queued behind a slow uplink for longer than the transport's linger.
-    GEO_RETURN_IF_ERROR(sendTo({c}, Control::kFinalAck, steps, CodecId::kRaw, 0,
+    // So do the members of a sharded average, whose forwarded shards may be
+    // queued as well: each hears it from each.
+    std::vector<uint32_t> others;
+    for (uint32_t r : order) {
+      if (r != topology_.rank()) others.push_back(r);
+    }
+    std::vector<uint32_t> ackTo = others;
+    ackTo.push_back(c);
+    GEO_RETURN_IF_ERROR(sendTo(ackTo, Control::kFinalAck, steps, CodecId::kRaw, 0,
                                std::make_shared<std::vector<std::byte>>()));
+    for (uint32_t peer : others) {
+      auto ack = awaitFrom(peer, Control::kFinalAck, steps, flat, true,
+                           "acknowledgement of the final average", options_.timeout);
+      if (!ack.ok()) {
+        logger()->warn("sync: {} may not have this worker's shard of the final average: {}",
+                       topology_.describe(peer), ack.status().message());
+      }
+    }
     return lingerForJoiners(flat, steps);
   }
   // Σ w_i x_i in rank order (we are the first alive: ours comes first),
@@ -740,24 +961,43 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     GEO_RETURN_IF_ERROR(sendTo({group_.ranks[i]}, Control::kFinalAverage, steps, CodecId::kRaw, 0,
                                std::make_shared<std::vector<std::byte>>()));
   }
-  stats_.encoded(modelBytes, modelBytes, to.size());
-  GEO_RETURN_IF_ERROR(sendAverage(to, steps, flat, whole));
-  // A send is only queued: leaving now would drop an average still waiting
-  // for a slow uplink (a whole fp32 model: seconds at a few Mbit/s, beyond
-  // the transport's linger), and that worker would end on its own model.
-  // So stay until each has acknowledged it, or is suspected (silent: gone).
-  for (uint32_t peer : to) {
-    auto ack = awaitFrom(peer, Control::kFinalAck, steps, flat, true,
-                         "acknowledgement of the final average", options_.timeout);
-    if (!ack.ok()) {
-      logger()->warn("sync: {} may not have the final average: {}", topology_.describe(peer),
-                     ack.status().message());
+  // GEO_SYNC_FINAL_SHARDS=0 (1) in the environment: whole (in shards)
+  // whatever the rule says, for measurements.
+  const char* forced = std::getenv("GEO_SYNC_FINAL_SHARDS");
+  const bool shards = options_.finalShards.value_or(
+      forced != nullptr && (std::string_view(forced) == "0" || std::string_view(forced) == "1")
+          ? std::string_view(forced) == "1"
+          : shardFinalAverage(to.size(), modelBytes,
+                              uplinkBytesPerSecond() > 0 ? uplinkBytesPerSecond()
+                                                         : kUnmeasuredUplinkBytesPerSecond,
+                              farthestOneWaySeconds(to)));
+  if (shards) {
+    // Waits for every acknowledgement itself, and sends the whole average
+    // to a member whose shards did not all come.
+    stats_.encoded(modelBytes, modelBytes, 1);
+    GEO_RETURN_IF_ERROR(sendAverageInShards(to, steps, flat, whole));
+  } else {
+    stats_.encoded(modelBytes, modelBytes, to.size());
+    GEO_RETURN_IF_ERROR(sendAverage(to, steps, flat, whole));
+    // A send is only queued: leaving now would drop an average still waiting
+    // for a slow uplink (a whole fp32 model: seconds at a few Mbit/s, beyond
+    // the transport's linger), and that worker would end on its own model.
+    // So stay until each has acknowledged it, or is suspected (silent: gone).
+    for (uint32_t peer : to) {
+      auto ack = awaitFrom(peer, Control::kFinalAck, steps, flat, true,
+                           "acknowledgement of the final average", options_.timeout);
+      if (!ack.ok()) {
+        logger()->warn("sync: {} may not have the final average: {}", topology_.describe(peer),
+                       ack.status().message());
+      }
     }
   }
   logger()->info(
       "sync: the final average of {} models in {:.2f} s: {:.2f} s to take the others' ({:.1f} MB "
-      "each), {:.2f} s until each acknowledged it",
-      to.size() + 1, since(t0), taken, megabytes, since(t0) - taken);
+      "each), {:.2f} s until each acknowledged it{}",
+      to.size() + 1, since(t0), taken, megabytes, since(t0) - taken,
+      shards ? fmt::format(" (handed out in {} shards, each forwarded by its member)", to.size())
+             : std::string());
   return lingerForJoiners(flat, steps);
 }
 

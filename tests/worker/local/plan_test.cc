@@ -71,6 +71,25 @@ TEST(Plan, AllreduceWaitsForTheFarthestPeerAndTheUplinkEveryStep) {
             1);
 }
 
+// A large model among four regions: the average goes out in shards, the
+// coordinator's uplink carrying one model's worth and each member's the
+// rest of the others' shards, a hop more of latency; among two, whole.
+TEST(Plan, TheFinalAverageOfALargeModelAmongFourRegionsGoesOutInShards) {
+  PlanInput in = twoRegions(0.2, 12.5e6, 20'000'000, 0.2);
+  in.regions = {"a", "b", "c", "d"};
+  in.rttSeconds.assign(4, std::vector<double>(4, 0.2));
+  for (size_t i = 0; i < 4; ++i) in.rttSeconds[i][i] = 0;
+  const auto p = plan(in);
+  ASSERT_TRUE(p.ok()) << p.status().toString();
+  const double model = p->fp32PayloadBytes / 12.5e6;
+  EXPECT_EQ(p->finalAverageShards, 3u);
+  EXPECT_DOUBLE_EQ(p->finalAverageSeconds, 3 * 0.1 + model + (2 - 1.0 / 3) * model);
+  const auto two = plan(twoRegions(0.2, 12.5e6, 20'000'000, 0.2));
+  ASSERT_TRUE(two.ok()) << two.status().toString();
+  EXPECT_EQ(two->finalAverageShards, 0u);
+  EXPECT_DOUBLE_EQ(two->finalAverageSeconds, 2 * 0.1 + 2 * two->fp32PayloadBytes / 12.5e6);
+}
+
 TEST(Plan, DtsWaitsAtItsDueStepOnlyForWhatTheDelayDoesNotCover) {
   PlanInput in = twoRegions(0.2, 0, 1000, 0.1);  // unlimited uplink: a round takes 100 ms
   in.period = 4;

@@ -1285,6 +1285,83 @@ TEST(Dts, TheCoordinatorAsksForTheFinalModelsAsManyAtOnceAsItMayHold) {
   EXPECT_TRUE(torch::equal(finals[0], finals[1]));
 }
 
+// The final average handed out in shards (each member takes one from the
+// coordinator and forwards it to the others; final_average.h): every
+// worker ends with the bytes the whole average gives. And where a member
+// never forwards its shard (every member here: one that died in the
+// middle), the coordinator sends the whole average to those without an
+// acknowledgement once its patience (here the round time-out, no uplink
+// rate being measured on loopback) runs out: the same bytes again, after
+// that wait.
+TEST(Dts, TheFinalAverageInShardsGivesEveryWorkerTheBytesOfTheWholeOne) {
+  struct Mode {
+    const char* name;
+    bool shards;
+    bool unforwarded;
+  };
+  std::vector<torch::Tensor> finals;
+  for (const Mode mode : {Mode{"whole", false, false}, Mode{"shards", true, false},
+                          Mode{"shards never forwarded", true, true}}) {
+    JobSpec job;
+    job.regions = {"a", "b", "c", "d"};
+    job.steps = 16;
+    job.sync = options("dts", "qsgd");
+    job.sync.period = 4;
+    job.sync.delay = 1;
+    // The fallback's patience: short where it is the test, long where a
+    // job that needed it would show in its time.
+    job.sync.timeout = mode.unforwarded ? 3s : 30s;
+    job.sync.finalShards = mode.shards;
+    job.sync.finalShardUnforwarded = mode.unforwarded;
+    job.extraCompute = {20ms, 0ms, 0ms, 0ms};
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = runJob(job);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (size_t rank = 0; rank < 4; ++rank) {
+      ASSERT_TRUE(r.status[rank].ok())
+          << mode.name << " rank " << rank << ": " << r.status[rank].toString();
+      EXPECT_EQ(r.stats[rank].missing, 0u) << mode.name << " rank " << rank;
+      EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0]))
+          << mode.name << " rank " << rank;
+    }
+    // Without the fallback, nobody waits for the round time-out.
+    if (!mode.unforwarded) {
+      EXPECT_LT(seconds, 20.0) << mode.name;
+    }
+    finals.push_back(r.finalValues[0]);
+  }
+  EXPECT_TRUE(torch::equal(finals[1], finals[0])) << "shards";
+  EXPECT_TRUE(torch::equal(finals[2], finals[0])) << "shards never forwarded";
+}
+
+// Under hierarchical sync the region leaders make the final average, in
+// shards among four of them, and each hands it to its region: all eight
+// workers end with the same bytes, those of the average handed out whole.
+TEST(Dts, HierarchicalLeadersHandTheFinalAverageOutInShards) {
+  std::vector<torch::Tensor> finals;
+  for (const bool shards : {false, true}) {
+    JobSpec job;
+    job.regions = {"a", "a", "b", "b", "c", "c", "d", "d"};
+    job.steps = 12;
+    job.sync = options("dts", "qsgd");
+    job.sync.period = 4;
+    job.sync.delay = 1;
+    job.sync.hierarchical = true;
+    job.sync.timeout = 30s;
+    job.sync.finalShards = shards;
+    const auto r = runJob(job);
+    for (size_t rank = 0; rank < job.regions.size(); ++rank) {
+      ASSERT_TRUE(r.status[rank].ok())
+          << "shards " << shards << " rank " << rank << ": " << r.status[rank].toString();
+      EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0]))
+          << "shards " << shards << " rank " << rank;
+    }
+    finals.push_back(r.finalValues[0]);
+  }
+  EXPECT_TRUE(torch::equal(finals[1], finals[0]));
+}
+
 // Auto delay comes back down on every worker once the link is fast again.
 // At 4 Mbit/s a K = 2 round of ~100 KB takes ~200 ms to leave: the rounds
 // slow to the uplink, a round or two waits in its queue, and both workers
