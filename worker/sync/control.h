@@ -85,9 +85,13 @@ enum class Control : uint64_t {
   // whole average acknowledges it (kFinalAck) to the coordinator and to
   // every other member, which stay until then: their forwarded shards may
   // still be queued. The coordinator sends the whole average (kFinalAverage)
-  // to a member that has not acknowledged it in time.
+  // to a member that has not acknowledged it in time, and once a member
+  // is suspected (it may have died before it forwarded its shard) its
+  // shard again to every member that has not acknowledged
+  // (kFinalShardAgain; header.step: the shard's index).
   kFinalOrder = ~uint64_t{0} - 19,
   kFinalShard = ~uint64_t{0} - 20,
+  kFinalShardAgain = ~uint64_t{0} - 21,
 };
 inline constexpr size_t kMaxStopReasonBytes = 1024;
 
@@ -120,7 +124,7 @@ inline constexpr Control kControls[] = {
     Control::kDtsFinished,   Control::kParityReport,
     Control::kParityRequest, Control::kParityState,
     Control::kFinalRequest,  Control::kFinalOrder,
-    Control::kFinalShard,
+    Control::kFinalShard,    Control::kFinalShardAgain,
 };
 constexpr bool controlsAreDistinctControlRounds() {
   for (size_t i = 0; i < std::size(kControls); ++i) {

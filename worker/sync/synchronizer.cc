@@ -567,6 +567,7 @@ Status Base::sendAverageInShards(const std::vector<uint32_t>& to, int64_t steps,
                      3 * 2 * static_cast<double>(modelBytes) / rate + 4 * latency + 1))
                : std::chrono::duration_cast<geo::Clock::Duration>(options_.timeout);
   std::vector<uint32_t> pending = to;
+  std::vector<bool> resent(to.size(), false);
   bool sentWhole = false;
   auto deadline = clock().now() + patience;
   while (!pending.empty()) {
@@ -577,9 +578,10 @@ Status Base::sendAverageInShards(const std::vector<uint32_t>& to, int64_t steps,
     });
     // A member suspected is not waited for. It may have died before it
     // forwarded its shard, or only be silent behind the average's bytes
-    // (pings come late on a full uplink): the others get the whole
-    // average unless they acknowledge within what the shards should take
-    // from now.
+    // (pings come late on a full uplink): its shard goes again from here
+    // to every member still without the whole average (a shard they have
+    // already is ignored), and they get the whole average unless they
+    // acknowledge within what the shards should take from now.
     std::erase_if(pending, [&](uint32_t peer) {
       if (!membership_.suspected(peer)) return false;
       logger()->warn("sync: {} may not have the final average: it is suspected",
@@ -587,6 +589,20 @@ Status Base::sendAverageInShards(const std::vector<uint32_t>& to, int64_t steps,
       if (!sentWhole) deadline = std::min(deadline, clock().now() + patience / 3);
       return true;
     });
+    for (size_t i = 0; i < to.size() && !sentWhole && !pending.empty(); ++i) {
+      if (resent[i] || !membership_.suspected(to[i])) continue;
+      resent[i] = true;
+      const ShardRange r = finalShard(numel, to.size(), i);
+      logger()->info(
+          "sync: sending {}'s shard of the final average to the {} member(s) without "
+          "the whole average: it is suspected, and may not have forwarded it",
+          topology_.describe(to[i]), pending.size());
+      stats_.encoded(r.length * 4, r.length * 4, pending.size());
+      GEO_RETURN_IF_ERROR(sendPayload(pending, Control::kFinalShardAgain, static_cast<int64_t>(i),
+                                      CodecId::kFp32, r.length,
+                                      modelPayload(whole.narrow(0, static_cast<int64_t>(r.offset),
+                                                                static_cast<int64_t>(r.length)))));
+    }
     if (pending.empty()) break;
     const bool late = clock().now() >= deadline;
     if (!sentWhole && late) {
@@ -652,6 +668,26 @@ StatusOr<std::optional<Message>> Base::awaitFinalAverage(uint32_t c, int64_t ste
     missing = order.size();
     return {};
   };
+  // Shard i of the average, checked, into its place in `whole`.
+  const auto takeShard = [&](size_t i, uint32_t from, const Message& m) -> Status {
+    const ShardRange r = finalShard(numel, order.size(), i);
+    torch::Tensor part =
+        whole.narrow(0, static_cast<int64_t>(r.offset), static_cast<int64_t>(r.length));
+    std::string reason;
+    if (const Status ok =
+            checkedCopy(m.payload.bytes(), part, std::numeric_limits<float>::max(), reason);
+        !ok.ok()) {
+      reject(from, "a shard of the final average", reason, ok);
+      stats_.missed();
+      return dataLoss(fmt::format(
+          "sync: shard {} of {} of the final average, from {}, was refused ({}): this worker's "
+          "model is not the job's final model",
+          i + 1, order.size(), topology_.describe(from), reason));
+    }
+    have[i] = true;
+    --missing;
+    return {};
+  };
   while (true) {
     GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
     if (membership_.suspected(c) || membership_.joining(c)) {
@@ -666,29 +702,25 @@ StatusOr<std::optional<Message>> Base::awaitFinalAverage(uint32_t c, int64_t ste
       stats_.waited(since(t0));
       return std::optional<Message>(std::move(*m));
     }
+    // The coordinator's copy of a suspected member's shard (header.step:
+    // its index), in place of the member's own.
+    for (auto m = receiveControl(*transport_, Control::kFinalShardAgain, c,
+                                 std::chrono::milliseconds(0));
+         m.ok() && !order.empty(); m = receiveControl(*transport_, Control::kFinalShardAgain, c,
+                                                      std::chrono::milliseconds(0))) {
+      const uint64_t i = m->header.step;
+      if (i >= order.size() || have[i]) continue;
+      GEO_RETURN_IF_ERROR(takeShard(i, c, *m));
+    }
     for (size_t i = 0; i < order.size(); ++i) {
       if (have[i]) continue;
       const uint32_t from = i == self ? c : order[i];
       auto m =
           receiveControl(*transport_, Control::kFinalShard, from, std::chrono::milliseconds(0));
       if (!m.ok()) continue;
-      const ShardRange r = finalShard(numel, order.size(), i);
-      torch::Tensor part =
-          whole.narrow(0, static_cast<int64_t>(r.offset), static_cast<int64_t>(r.length));
-      std::string reason;
-      if (const Status ok =
-              checkedCopy(m->payload.bytes(), part, std::numeric_limits<float>::max(), reason);
-          !ok.ok()) {
-        reject(from, "a shard of the final average", reason, ok);
-        stats_.missed();
-        return dataLoss(fmt::format(
-            "sync: shard {} of {} of the final average, from {}, was refused ({}): this worker's "
-            "model is not the job's final model",
-            i + 1, order.size(), topology_.describe(from), reason));
-      }
-      have[i] = true;
-      --missing;
+      GEO_RETURN_IF_ERROR(takeShard(i, from, *m));
       if (i != self || options_.finalShardUnforwarded) continue;
+      const ShardRange r = finalShard(numel, order.size(), i);
       // Ours: to every other member, as it came, one copy per shard's time
       // at the rate our uplink was seen to carry.
       const double rate = uplinkBytesPerSecond();
