@@ -213,15 +213,13 @@ StatusOr<Plan> plan(const PlanInput& in) {
     // sync::shardFinalAverage) a shard to each member, which forwards it
     // to the others over its own uplink, a hop more.
     const auto members = static_cast<size_t>(peersOut);
-    if (sync::shardFinalAverage(members, static_cast<uint64_t>(p.fp32PayloadBytes), rate,
-                                latency)) {
-      p.finalAverageShards = members;
-      p.finalAverageSeconds = 3 * latency + uplinkSeconds(1, p.fp32PayloadBytes, rate) +
-                              uplinkSeconds(2 - 1.0 / peersOut, p.fp32PayloadBytes, rate);
-    } else {
-      p.finalAverageSeconds = 2 * latency + uplinkSeconds(1, p.fp32PayloadBytes, rate) +
-                              uplinkSeconds(peersOut, p.fp32PayloadBytes, rate);
-    }
+    const bool shards =
+        sync::shardFinalAverage(members, static_cast<uint64_t>(p.fp32PayloadBytes), rate, latency);
+    const double back = shards
+                            ? latency + uplinkSeconds(2 - 1.0 / peersOut, p.fp32PayloadBytes, rate)
+                            : uplinkSeconds(peersOut, p.fp32PayloadBytes, rate);
+    p.finalAverageShards = shards ? members : 0;
+    p.finalAverageSeconds = 2 * latency + uplinkSeconds(1, p.fp32PayloadBytes, rate) + back;
   }
 
   auto finish = [&](PlanRow row, double factor) {

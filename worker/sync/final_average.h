@@ -36,9 +36,10 @@ static_assert(finalModelsInFlight(uint64_t{405} << 20) == 1 && finalModelsInFlig
 // Shards when that saves more than two such latencies: never for two
 // members (nothing saved), nor for a model that crosses the link in less
 // time than its latency (the 0.2M-parameter mlp: 64 ms at 100 Mbit/s
-// against 115 ms one way on the world links); for the 19.9M-parameter mlp
-// on four regions at 100 Mbit/s, 19 s of the coordinator's uplink against
-// about 11.
+// against 115 ms one way on the world links). For the 19.9M-parameter mlp
+// on four regions at 100 Mbit/s this reckons 19 s against about 11; on
+// the namespace network the average was handed out in 20.7-21.1 s whole
+// and 12.9-13.3 s in shards (docs/benchmarks.md).
 constexpr bool shardFinalAverage(size_t members, uint64_t modelBytes, double uplinkBytesPerSecond,
                                  double latencySeconds) {
   if (members < 3 || uplinkBytesPerSecond <= 0) return false;
@@ -50,7 +51,8 @@ constexpr bool shardFinalAverage(size_t members, uint64_t modelBytes, double upl
 // (allreduce, swarm, a fixed K, a run too short for DTS's measurement):
 // 1 Gbit/s, so that only a model whose average would take long even over
 // a fast uplink is sharded (the 19.9M-parameter mlp among four regions
-// on the world links, 0.85 s saved against 0.23 s of hops; not a 2M one).
+// on the world links: 0.85 s saved by this reckoning against 0.23 s of
+// hops; not a 2M-parameter one).
 inline constexpr double kUnmeasuredUplinkBytesPerSecond = 125e6;
 static_assert(!shardFinalAverage(2, uint64_t{80} << 20, 12.5e6, 0.115) &&
               shardFinalAverage(3, uint64_t{80} << 20, 12.5e6, 0.115) &&

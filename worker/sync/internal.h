@@ -198,6 +198,11 @@ class Base : public Synchronizer {
                                                                 const train::FlatParameters& flat,
                                                                 torch::Tensor& whole,
                                                                 std::vector<uint32_t>& order);
+  // A member's copy of the coordinator's average, or of `what` of it (a
+  // shard), into `into`, under checkedCopy()'s rules; a refusal is counted
+  // and fails the member (DataLoss): its model is not the job's.
+  Status takeFinal(const transport::Message& m, torch::Tensor& into, uint32_t from,
+                   const std::string& what);
   // Waits `seconds` while serving joins.
   Status pauseServing(double seconds, int64_t steps, const train::FlatParameters& flat);
   // Half the largest of the smallest recent ping round trips to `peers`

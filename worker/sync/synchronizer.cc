@@ -351,6 +351,12 @@ void StatsRecorder::repaired() {
 
 namespace {
 
+// Shard `r` of a flat model: a view of its values (contiguous, as the
+// model is), what is sent and what a shard received is copied into.
+torch::Tensor shardOf(const torch::Tensor& whole, const ShardRange& r) {
+  return whole.narrow(0, static_cast<int64_t>(r.offset), static_cast<int64_t>(r.length));
+}
+
 std::vector<uint32_t> othersOf(const Group& g) {
   std::vector<uint32_t> out;
   for (size_t i = 0; i < g.size(); ++i) {
@@ -552,8 +558,7 @@ Status Base::sendAverageInShards(const std::vector<uint32_t>& to, int64_t steps,
           static_cast<double>(finalShard(numel, to.size(), i - 1).length * 4) / rate, steps, flat));
     }
     GEO_RETURN_IF_ERROR(sendPayload({to[i]}, Control::kFinalShard, steps, CodecId::kFp32, r.length,
-                                    modelPayload(whole.narrow(0, static_cast<int64_t>(r.offset),
-                                                              static_cast<int64_t>(r.length)))));
+                                    modelPayload(shardOf(whole, r))));
   }
   // Each member acknowledges once it has every shard. One that has not by
   // then -- a member gone before it forwarded its shard, or one that never
@@ -599,9 +604,7 @@ Status Base::sendAverageInShards(const std::vector<uint32_t>& to, int64_t steps,
           topology_.describe(to[i]), pending.size());
       stats_.encoded(r.length * 4, r.length * 4, pending.size());
       GEO_RETURN_IF_ERROR(sendPayload(pending, Control::kFinalShardAgain, static_cast<int64_t>(i),
-                                      CodecId::kFp32, r.length,
-                                      modelPayload(whole.narrow(0, static_cast<int64_t>(r.offset),
-                                                                static_cast<int64_t>(r.length)))));
+                                      CodecId::kFp32, r.length, modelPayload(shardOf(whole, r))));
     }
     if (pending.empty()) break;
     const bool late = clock().now() >= deadline;
@@ -625,6 +628,21 @@ Status Base::sendAverageInShards(const std::vector<uint32_t>& to, int64_t steps,
       break;
     }
     clock().sleepFor(std::chrono::milliseconds(2));
+  }
+  return {};
+}
+
+Status Base::takeFinal(const Message& m, torch::Tensor& into, uint32_t from,
+                       const std::string& what) {
+  std::string reason;
+  if (const Status ok =
+          checkedCopy(m.payload.bytes(), into, std::numeric_limits<float>::max(), reason);
+      !ok.ok()) {
+    reject(from, what, reason, ok);
+    stats_.missed();
+    return dataLoss(fmt::format(
+        "sync: {} from {} was refused ({}): this worker's model is not the job's final model", what,
+        topology_.describe(from), reason));
   }
   return {};
 }
@@ -670,20 +688,9 @@ StatusOr<std::optional<Message>> Base::awaitFinalAverage(uint32_t c, int64_t ste
   };
   // Shard i of the average, checked, into its place in `whole`.
   const auto takeShard = [&](size_t i, uint32_t from, const Message& m) -> Status {
-    const ShardRange r = finalShard(numel, order.size(), i);
-    torch::Tensor part =
-        whole.narrow(0, static_cast<int64_t>(r.offset), static_cast<int64_t>(r.length));
-    std::string reason;
-    if (const Status ok =
-            checkedCopy(m.payload.bytes(), part, std::numeric_limits<float>::max(), reason);
-        !ok.ok()) {
-      reject(from, "a shard of the final average", reason, ok);
-      stats_.missed();
-      return dataLoss(fmt::format(
-          "sync: shard {} of {} of the final average, from {}, was refused ({}): this worker's "
-          "model is not the job's final model",
-          i + 1, order.size(), topology_.describe(from), reason));
-    }
+    torch::Tensor part = shardOf(whole, finalShard(numel, order.size(), i));
+    GEO_RETURN_IF_ERROR(takeFinal(
+        m, part, from, fmt::format("shard {} of {} of the final average", i + 1, order.size())));
     have[i] = true;
     --missing;
     return {};
@@ -889,17 +896,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     if (got->has_value()) {
       const Message& m = **got;
       if (m.payload.size() == 0) return leftOut();
-      std::string reason;
-      if (const Status ok =
-              checkedCopy(m.payload.bytes(), whole, std::numeric_limits<float>::max(), reason);
-          !ok.ok()) {
-        reject(c, "the final average", reason, ok);
-        stats_.missed();
-        return dataLoss(fmt::format(
-            "sync: the final average from {} was refused ({}): this worker's model is not the "
-            "job's final model",
-            topology_.describe(c), reason));
-      }
+      GEO_RETURN_IF_ERROR(takeFinal(m, whole, c, "the final average"));
     }
     modified_ = true;
     logger()->info("sync: the final average from {} in {:.2f} s ({}a model of {:.1f} MB)",

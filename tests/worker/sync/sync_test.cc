@@ -1260,25 +1260,40 @@ TEST(Dts, FinalAverageReachesEveryWorkerOverASlowUplink) {
 // once, the coordinator (rank 0, the slowest, so the others have finished
 // and wait to be asked) sums them in rank order in its own model's
 // storage and every worker ends with the same bytes either way.
+// Four regions, a fixed K and D (the same job gives the same bytes), the
+// coordinator (rank 0) the slowest: the others have finished and wait to
+// be asked for their final models.
+JobSpec fourRegionsToTheFinalAverage() {
+  JobSpec job;
+  job.regions = {"a", "b", "c", "d"};
+  job.steps = 16;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.delay = 1;
+  job.extraCompute = {20ms, 0ms, 0ms, 0ms};
+  return job;
+}
+
+// Every worker of `r` finished, with rank 0's final model, and (where
+// `noneMissing`) no contribution missing. `what` names the run.
+void expectOneFinalModel(const RunResult& r, const std::string& what, bool noneMissing) {
+  for (size_t rank = 0; rank < r.status.size(); ++rank) {
+    ASSERT_TRUE(r.status[rank].ok())
+        << what << " rank " << rank << ": " << r.status[rank].toString();
+    if (noneMissing) {
+      EXPECT_EQ(r.stats[rank].missing, 0u) << what << " rank " << rank;
+    }
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << what << " rank " << rank;
+  }
+}
+
 TEST(Dts, TheCoordinatorAsksForTheFinalModelsAsManyAtOnceAsItMayHold) {
   std::vector<torch::Tensor> finals;
   for (uint64_t budget : {uint64_t{1}, uint64_t{0}}) {  // one at a time; all at once
-    JobSpec job;
-    job.regions = {"a", "b", "c", "d"};
-    job.steps = 16;
-    job.sync = options("dts", "qsgd");
-    job.sync.period = 4;
-    job.sync.delay = 1;
+    JobSpec job = fourRegionsToTheFinalAverage();
     job.sync.finalModelsInFlightBytes = budget;
-    job.extraCompute = {20ms, 0ms, 0ms, 0ms};
     const auto r = runJob(job);
-    for (size_t rank = 0; rank < 4; ++rank) {
-      ASSERT_TRUE(r.status[rank].ok())
-          << "budget " << budget << " rank " << rank << ": " << r.status[rank].toString();
-      EXPECT_EQ(r.stats[rank].missing, 0u) << "budget " << budget << " rank " << rank;
-      EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0]))
-          << "budget " << budget << " rank " << rank;
-    }
+    ASSERT_NO_FATAL_FAILURE(expectOneFinalModel(r, fmt::format("budget {}", budget), true));
     finals.push_back(r.finalValues[0]);
   }
   // A fixed K and D: the same job, the same bytes, however the models came.
@@ -1302,29 +1317,17 @@ TEST(Dts, TheFinalAverageInShardsGivesEveryWorkerTheBytesOfTheWholeOne) {
   std::vector<torch::Tensor> finals;
   for (const Mode mode : {Mode{"whole", false, false}, Mode{"shards", true, false},
                           Mode{"shards never forwarded", true, true}}) {
-    JobSpec job;
-    job.regions = {"a", "b", "c", "d"};
-    job.steps = 16;
-    job.sync = options("dts", "qsgd");
-    job.sync.period = 4;
-    job.sync.delay = 1;
+    JobSpec job = fourRegionsToTheFinalAverage();
     // The fallback's patience: short where it is the test, long where a
     // job that needed it would show in its time.
     job.sync.timeout = mode.unforwarded ? 3s : 30s;
     job.sync.finalShards = mode.shards;
     job.sync.finalShardUnforwarded = mode.unforwarded;
-    job.extraCompute = {20ms, 0ms, 0ms, 0ms};
     const auto start = std::chrono::steady_clock::now();
     const auto r = runJob(job);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    for (size_t rank = 0; rank < 4; ++rank) {
-      ASSERT_TRUE(r.status[rank].ok())
-          << mode.name << " rank " << rank << ": " << r.status[rank].toString();
-      EXPECT_EQ(r.stats[rank].missing, 0u) << mode.name << " rank " << rank;
-      EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0]))
-          << mode.name << " rank " << rank;
-    }
+    ASSERT_NO_FATAL_FAILURE(expectOneFinalModel(r, mode.name, true));
     // Without the fallback, nobody waits for the round time-out.
     if (!mode.unforwarded) {
       EXPECT_LT(seconds, 20.0) << mode.name;
@@ -1351,12 +1354,7 @@ TEST(Dts, HierarchicalLeadersHandTheFinalAverageOutInShards) {
     job.sync.timeout = 30s;
     job.sync.finalShards = shards;
     const auto r = runJob(job);
-    for (size_t rank = 0; rank < job.regions.size(); ++rank) {
-      ASSERT_TRUE(r.status[rank].ok())
-          << "shards " << shards << " rank " << rank << ": " << r.status[rank].toString();
-      EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0]))
-          << "shards " << shards << " rank " << rank;
-    }
+    ASSERT_NO_FATAL_FAILURE(expectOneFinalModel(r, fmt::format("shards {}", shards), false));
     finals.push_back(r.finalValues[0]);
   }
   EXPECT_TRUE(torch::equal(finals[1], finals[0]));
