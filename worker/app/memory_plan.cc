@@ -62,11 +62,17 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
   // own model's storage, adding each peer's model where its message holds
   // it, and asks for no more of them at once than sync::finalModelsInFlight
   // allows; a member holds the average's message; the model leaves without
-  // a copy.
+  // a copy. By reduce-scatter (sync::finalAverageWay, only where two
+  // models fit in the same budget) a worker holds shards of the others'
+  // models and of the average: at most (2n - 1) / n models.
   const auto atOnce = static_cast<int64_t>(sync::finalModelsInFlight(static_cast<uint64_t>(b)));
+  const bool reduceScatter = 2 * b <= static_cast<int64_t>(sync::kFinalModelsInFlightBytes);
   plan.atEnd = always;
-  plan.atEnd.push_back({"the final average: the peers' models it holds at once",
-                        std::max<int64_t>(1, std::min(n - 1, atOnce)) * b});
+  plan.atEnd.push_back(
+      {"the final average: the peers' models (by reduce-scatter, shards of them and of the "
+       "average) it holds at once",
+       std::max(std::max<int64_t>(1, std::min(n - 1, atOnce)) * b,
+                reduceScatter ? (2 * n - 1) * b / n : 0)});
 
   const auto sum = [](const auto& rows) {
     int64_t total = 0;

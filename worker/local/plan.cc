@@ -208,18 +208,17 @@ StatusOr<Plan> plan(const PlanInput& in) {
   const double latency = p.slowestOneWaySeconds;
   const bool wan = in.regions.size() > 1;
   if (wan) {
-    // The models to the coordinator side by side, then its average back:
-    // through its uplink once per member, or (DTS, a large model:
-    // sync::shardFinalAverage) a shard to each member, which forwards it
-    // to the others over its own uplink, a hop more.
+    // The models to the coordinator side by side, then its average back
+    // through its uplink once per member, or (a large model) in shards
+    // each member forwards, or by reduce-scatter among all of them
+    // (sync::finalAverageWay, with the coordinator's own reckoning).
     const auto members = static_cast<size_t>(peersOut);
-    const bool shards =
-        sync::shardFinalAverage(members, static_cast<uint64_t>(p.fp32PayloadBytes), rate, latency);
-    const double back = shards
-                            ? latency + uplinkSeconds(2 - 1.0 / peersOut, p.fp32PayloadBytes, rate)
-                            : uplinkSeconds(peersOut, p.fp32PayloadBytes, rate);
-    p.finalAverageShards = shards ? members : 0;
-    p.finalAverageSeconds = 2 * latency + uplinkSeconds(1, p.fp32PayloadBytes, rate) + back;
+    const auto modelBytes = static_cast<uint64_t>(p.fp32PayloadBytes);
+    p.finalAverageWay = sync::finalAverageWay(members, modelBytes, rate, latency);
+    p.finalAverageShards = p.finalAverageWay == sync::FinalAverageWay::kWhole ? 0 : members;
+    p.finalAverageSeconds =
+        rate > 0 ? sync::finalAverageSeconds(p.finalAverageWay, members, modelBytes, rate, latency)
+                 : 2 * latency;
   }
 
   auto finish = [&](PlanRow row, double factor) {
@@ -473,12 +472,16 @@ std::string formatPlan(const PlanInput& in, const Plan& p) {
   }
   if (p.finalAverageSeconds > 0) {
     out += fmt::format(
-        "the final average (dts, allreduce): the models in fp32 to one worker and back{}, about "
-        "{:.1f} s\n",
-        p.finalAverageShards > 0
-            ? fmt::format(" in {} shards, each forwarded by its member (dts; allreduce: whole)",
-                          p.finalAverageShards)
-            : std::string(),
+        "the final average (dts, allreduce): {}, about {:.1f} s\n",
+        p.finalAverageWay == sync::FinalAverageWay::kReduceScatter
+            ? fmt::format("by reduce-scatter in fp32, each of the {} workers averaging one shard",
+                          p.finalAverageShards + 1)
+        : p.finalAverageWay == sync::FinalAverageWay::kShards
+            ? fmt::format(
+                  "the models in fp32 to one worker and back in {} shards, each forwarded by its "
+                  "member",
+                  p.finalAverageShards)
+            : std::string("the models in fp32 to one worker and back"),
         p.finalAverageSeconds);
   }
   return out;

@@ -51,6 +51,7 @@
 
 #include "common/status.h"
 #include "worker/local/topology.h"
+#include "worker/sync/final_average.h"
 
 namespace geo::local {
 
@@ -128,12 +129,15 @@ struct Plan {
   double payloadBytes = 0;      // one encoded update (header and chunking included)
   double fp32PayloadBytes = 0;  // the same in fp32
   double slowestOneWaySeconds = 0;
-  // The job's end: every worker's model in fp32 to the coordinator (each
-  // through its own uplink), then the average from the coordinator to each
-  // of them through its uplink, or in shards each member forwards
-  // (docs/membership.md); not in the time to the target.
+  // The job's end (sync::finalAverageWay, docs/membership.md): every
+  // worker's model in fp32 to the coordinator (each through its own
+  // uplink), then the average from the coordinator to each of them through
+  // its uplink, or in shards each member forwards; or by reduce-scatter
+  // among all of them. Not in the time to the target.
   double finalAverageSeconds = 0;
-  // The members it is handed out to in shards (DTS), or 0: sent whole.
+  sync::FinalAverageWay finalAverageWay = sync::FinalAverageWay::kWhole;
+  // The members besides the coordinator where the average goes in shards
+  // (handed out or by reduce-scatter), or 0: sent whole.
   size_t finalAverageShards = 0;
 };
 

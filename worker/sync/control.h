@@ -6,7 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include "common/status.h"
 #include "worker/transport/transport.h"
@@ -92,6 +94,23 @@ enum class Control : uint64_t {
   kFinalOrder = ~uint64_t{0} - 19,
   kFinalShard = ~uint64_t{0} - 20,
   kFinalShardAgain = ~uint64_t{0} - 21,
+  // The final average by reduce-scatter (Base::reduceScatterFinal): the
+  // coordinator's kFinalRequest names the attempt and the workers' order
+  // (reduceScatterRequest); worker q owns shard q (finalShard). Each
+  // worker sends shard q of its model to worker q (kFinalScatter), each
+  // owner the average of its shard to every other worker (kFinalGather);
+  // payloads fp32 values, header.elements their count, header.step the
+  // attempt. A worker that holds every shard of the average tells the
+  // coordinator (kFinalReduced, payload one byte: 1; 0: it refused a
+  // shard, and the average is made again without reduce-scatter), which
+  // once all have tells them to take it (kFinalCommit); they acknowledge
+  // (kFinalAck). Until then every worker's model is untouched, so that
+  // the coordinator may start over (a new kFinalRequest) without a worker
+  // suspected in the middle.
+  kFinalScatter = ~uint64_t{0} - 22,
+  kFinalGather = ~uint64_t{0} - 23,
+  kFinalReduced = ~uint64_t{0} - 24,
+  kFinalCommit = ~uint64_t{0} - 25,
 };
 inline constexpr size_t kMaxStopReasonBytes = 1024;
 
@@ -100,6 +119,14 @@ inline constexpr size_t kMaxStopReasonBytes = 1024;
 inline bool finalRequestSaysNow(std::span<const std::byte> payload) {
   return payload.size() == 1 && payload[0] == std::byte{1};
 }
+// A Control::kFinalRequest that starts attempt `attempt` of a final
+// average by reduce-scatter among `order` (ranks, the coordinator's
+// first): the byte 2, the attempt (u32), then the ranks (u32 each).
+std::shared_ptr<std::vector<std::byte>> reduceScatterRequest(uint32_t attempt,
+                                                             const std::vector<uint32_t>& order);
+// Whether `payload` is such a request; its attempt and order, unchecked.
+bool readReduceScatterRequest(std::span<const std::byte> payload, uint32_t& attempt,
+                              std::vector<uint32_t>& order);
 // A wait bounded by the peer's liveness alone (Base::awaitFrom gives up as
 // soon as the membership suspects it), not by a time-out.
 inline constexpr std::chrono::milliseconds kWhileAlive = std::chrono::hours(24);
@@ -125,6 +152,8 @@ inline constexpr Control kControls[] = {
     Control::kParityRequest, Control::kParityState,
     Control::kFinalRequest,  Control::kFinalOrder,
     Control::kFinalShard,    Control::kFinalShardAgain,
+    Control::kFinalScatter,  Control::kFinalGather,
+    Control::kFinalReduced,  Control::kFinalCommit,
 };
 constexpr bool controlsAreDistinctControlRounds() {
   for (size_t i = 0; i < std::size(kControls); ++i) {

@@ -58,6 +58,75 @@ static_assert(!shardFinalAverage(2, uint64_t{80} << 20, 12.5e6, 0.115) &&
               shardFinalAverage(3, uint64_t{80} << 20, 12.5e6, 0.115) &&
               !shardFinalAverage(3, 800'000, 12.5e6, 0.115));
 
+// How the coordinator's average reaches every worker (Base::averageModels):
+// the members' models to the coordinator and the average back whole (one
+// copy per member through its uplink) or in shards each member forwards
+// (above); or by reduce-scatter, where no model goes to the coordinator:
+// every worker (the coordinator too) owns one shard, sends shard j of its
+// model to the owner of j, averages the shard it owns from every worker's,
+// and sends that to every other worker. Each worker's uplink carries
+// 2 (n - 1) / n models for n workers, side by side, in place of the
+// coordinator's 1 + (2 - 1/members) after the members' own one.
+enum class FinalAverageWay : uint8_t { kWhole, kShards, kReduceScatter };
+
+// What each way should take by this reckoning, in seconds, for `members`
+// workers besides the coordinator, a model of `modelBytes`, uplinks seen
+// carrying `uplinkBytesPerSecond` (> 0) and the farthest worker
+// `latencySeconds` away one way: the models to the coordinator side by
+// side (one model's time) and a hop, then the average back (`members`
+// models' time in a row and a hop; in shards, (2 - 1/members) and two hops);
+// by reduce-scatter, 2 (n - 1) / n models' time and four hops (the shards
+// out, the averages back, each worker's word that it holds them all, and
+// the coordinator's word to take them). The asks before are left out
+// (one hop for every way).
+constexpr double finalAverageSeconds(FinalAverageWay way, size_t members, uint64_t modelBytes,
+                                     double uplinkBytesPerSecond, double latencySeconds) {
+  const double model = static_cast<double>(modelBytes) / uplinkBytesPerSecond;
+  const double k = static_cast<double>(members);
+  switch (way) {
+    case FinalAverageWay::kWhole: return 2 * latencySeconds + model + k * model;
+    case FinalAverageWay::kShards: return 3 * latencySeconds + model + (2 - 1 / k) * model;
+    case FinalAverageWay::kReduceScatter: return 4 * latencySeconds + 2 * k / (k + 1) * model;
+  }
+  return 0;
+}
+
+// The way for `members` workers besides the coordinator (see above;
+// `budget` as finalModelsInFlight's): in shards where shardFinalAverage
+// says so, else whole; by reduce-scatter instead where that saves more
+// than two one-way latencies by finalAverageSeconds' reckoning (its two
+// hops more, the margin shardFinalAverage keeps too) and where a worker
+// may hold two models' worth at the end (the shards of the others' models
+// it averages, then the shards of the average it takes before it copies
+// them in: at most (2n - 1) / n models). The 19.9M-parameter mlp among
+// four regions at 100 Mbit/s, 115 ms one way: 10.1 s by reduce-scatter
+// against 17.4 s in shards and 25.8 s whole; the 0.2M-parameter mlp
+// there: whole (0.49 s against 0.56 s).
+constexpr FinalAverageWay finalAverageWay(size_t members, uint64_t modelBytes,
+                                          double uplinkBytesPerSecond, double latencySeconds,
+                                          uint64_t budget = 0) {
+  if (members == 0 || uplinkBytesPerSecond <= 0) return FinalAverageWay::kWhole;
+  if (budget == 0) budget = kFinalModelsInFlightBytes;
+  const FinalAverageWay other =
+      shardFinalAverage(members, modelBytes, uplinkBytesPerSecond, latencySeconds)
+          ? FinalAverageWay::kShards
+          : FinalAverageWay::kWhole;
+  const auto seconds = [&](FinalAverageWay way) {
+    return finalAverageSeconds(way, members, modelBytes, uplinkBytesPerSecond, latencySeconds);
+  };
+  if (2 * modelBytes <= budget &&
+      seconds(FinalAverageWay::kReduceScatter) + 2 * latencySeconds < seconds(other)) {
+    return FinalAverageWay::kReduceScatter;
+  }
+  return other;
+}
+static_assert(finalAverageWay(3, uint64_t{80} << 20, 12.5e6, 0.115) ==
+                  FinalAverageWay::kReduceScatter &&
+              finalAverageWay(1, uint64_t{80} << 20, 12.5e6, 0.115) ==
+                  FinalAverageWay::kReduceScatter &&
+              finalAverageWay(3, 800'000, 12.5e6, 0.115) == FinalAverageWay::kWhole &&
+              finalAverageWay(3, uint64_t{400} << 20, 12.5e6, 0.115) == FinalAverageWay::kShards);
+
 // The values of shard `index` of `shards` of a model of `values`: the
 // first values % shards shards one value longer. {offset, length}.
 struct ShardRange {

@@ -198,6 +198,38 @@ class Base : public Synchronizer {
                                                                 const train::FlatParameters& flat,
                                                                 torch::Tensor& whole,
                                                                 std::vector<uint32_t>& order);
+  // The final average by reduce-scatter (final_average.h
+  // FinalAverageWay::kReduceScatter; control.h says its messages), attempt
+  // `attempt` among `order` (ranks, coordinator `c` first, this worker
+  // among them), for the coordinator and its members alike: each worker
+  // sends shard q of `whole` to order[q], paced at the rate its uplink was
+  // seen to carry the rounds, averages the shard it owns from every
+  // worker's (weights, sum order and arithmetic those of the whole
+  // average: the same bytes), and sends the average to the others. `whole`
+  // is untouched until the coordinator says every worker holds every
+  // shard (then each copies them in: true). The coordinator starts over
+  // (false) once a worker is suspected or refused a shard, or three times
+  // what the shards should take has passed (the round time-out without a
+  // rate); a member returns false with the coordinator's new request in
+  // `next`. Unavailable once `c` is suspected; DataLoss for a refused
+  // shard of the average at the end.
+  StatusOr<bool> reduceScatterFinal(uint32_t c, uint32_t attempt,
+                                    const std::vector<uint32_t>& order, int64_t steps,
+                                    const train::FlatParameters& flat, torch::Tensor& whole,
+                                    std::optional<transport::Message>& next);
+  // The way the coordinator takes the final average among itself and
+  // `to` (SyncOptions::finalWay, else GEO_SYNC_FINAL in the environment:
+  // whole, shards or reduce-scatter, for measurements; else
+  // finalAverageWay on this worker's uplink rate, 1 Gbit/s where none was
+  // measured), never by reduce-scatter unless `reduceScatter`.
+  FinalAverageWay finalWay(const std::vector<uint32_t>& to, uint64_t modelBytes,
+                           bool reduceScatter) const;
+  // The coordinator's wait for each of `to` to acknowledge the final
+  // average (a send is only queued: leaving before it has gone would drop
+  // it), up to the round time-out each, not for one suspected; a member
+  // without one is warned of, not failed.
+  void awaitFinalAcks(const std::vector<uint32_t>& to, int64_t steps,
+                      const train::FlatParameters& flat);
   // A member's copy of the coordinator's average, or of `what` of it (a
   // shard), into `into`, under checkedCopy()'s rules; a refusal is counted
   // and fails the member (DataLoss): its model is not the job's.

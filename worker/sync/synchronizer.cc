@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -201,6 +202,26 @@ StatusOr<Message> receiveBounded(transport::Transport& transport, const Topology
   }
   return Status(m.status().code(), fmt::format("no {} from {}: {}", what, topology.describe(peer),
                                                m.status().message()));
+}
+
+std::shared_ptr<std::vector<std::byte>> reduceScatterRequest(uint32_t attempt,
+                                                             const std::vector<uint32_t>& order) {
+  auto bytes = std::make_shared<std::vector<std::byte>>(1 + 4 * (1 + order.size()));
+  (*bytes)[0] = std::byte{2};
+  std::memcpy(bytes->data() + 1, &attempt, 4);
+  std::memcpy(bytes->data() + 5, order.data(), 4 * order.size());
+  return bytes;
+}
+
+bool readReduceScatterRequest(std::span<const std::byte> payload, uint32_t& attempt,
+                              std::vector<uint32_t>& order) {
+  if (payload.size() < 5 || payload[0] != std::byte{2} || (payload.size() - 5) % 4 != 0) {
+    return false;
+  }
+  std::memcpy(&attempt, payload.data() + 1, 4);
+  order.resize((payload.size() - 5) / 4);
+  std::memcpy(order.data(), payload.data() + 5, payload.size() - 5);
+  return true;
 }
 
 // ---- StatsRecorder --------------------------------------------------------------------
@@ -632,6 +653,281 @@ Status Base::sendAverageInShards(const std::vector<uint32_t>& to, int64_t steps,
   return {};
 }
 
+FinalAverageWay Base::finalWay(const std::vector<uint32_t>& to, uint64_t modelBytes,
+                               bool reduceScatter) const {
+  std::optional<FinalAverageWay> way = options_.finalWay;
+  if (const char* forced = std::getenv("GEO_SYNC_FINAL"); !way && forced != nullptr) {
+    const std::string_view f(forced);
+    if (f == "whole") way = FinalAverageWay::kWhole;
+    if (f == "shards") way = FinalAverageWay::kShards;
+    if (f == "reduce-scatter") way = FinalAverageWay::kReduceScatter;
+  }
+  if (!way) {
+    way = finalAverageWay(
+        to.size(), modelBytes,
+        uplinkBytesPerSecond() > 0 ? uplinkBytesPerSecond() : kUnmeasuredUplinkBytesPerSecond,
+        farthestOneWaySeconds(to), options_.finalModelsInFlightBytes);
+  }
+  if (*way == FinalAverageWay::kReduceScatter && (!reduceScatter || to.empty())) {
+    // Started over: in shards or whole, as the rule says for those.
+    return shardFinalAverage(to.size(), modelBytes,
+                             uplinkBytesPerSecond() > 0 ? uplinkBytesPerSecond()
+                                                        : kUnmeasuredUplinkBytesPerSecond,
+                             farthestOneWaySeconds(to))
+               ? FinalAverageWay::kShards
+               : FinalAverageWay::kWhole;
+  }
+  return *way;
+}
+
+StatusOr<bool> Base::reduceScatterFinal(uint32_t c, uint32_t attempt,
+                                        const std::vector<uint32_t>& order, int64_t steps,
+                                        const train::FlatParameters& flat, torch::Tensor& whole,
+                                        std::optional<Message>& next) {
+  const auto numel = static_cast<uint64_t>(whole.numel());
+  const uint64_t modelBytes = numel * 4;
+  const size_t n = order.size();
+  const uint32_t me = topology_.rank();
+  const bool coordinator = me == c;
+  const auto p = static_cast<size_t>(std::find(order.begin(), order.end(), me) - order.begin());
+  GEO_ENFORCE(p < n && order[0] == c, "sync: reduce-scatter among workers without this one");
+  const ShardRange mine = finalShard(numel, n, p);
+  std::vector<uint32_t> others;
+  for (uint32_t r : order) {
+    if (r != me) others.push_back(r);
+  }
+  // Sends wait their turn: one leaves per its time at the rate our uplink
+  // was seen to carry the rounds (a burst of copies overflows the uplink's
+  // queue, as sendAverage says), our shards of the model first, to the
+  // owners after us in the order (each owner then takes one worker's
+  // shard at a time, from a different uplink each), then our average.
+  struct Send {
+    uint32_t to;
+    Control control;
+    uint64_t elements;
+    transport::Payload payload;
+  };
+  std::deque<Send> sends;
+  for (size_t k = 1; k < n; ++k) {
+    const size_t q = (p + k) % n;
+    if (options_.finalMembersSilent && !coordinator) break;
+    const ShardRange r = finalShard(numel, n, q);
+    sends.push_back({order[q], Control::kFinalScatter, r.length, modelPayload(shardOf(whole, r))});
+  }
+  stats_.encoded(modelBytes - mine.length * 4, modelBytes - mine.length * 4, 1);
+  const double rate = uplinkBytesPerSecond();
+  auto nextSend = clock().now();
+  const auto sendDue = [&]() -> Status {
+    while (!sends.empty() && clock().now() >= nextSend) {
+      Send s = std::move(sends.front());
+      sends.pop_front();
+      GEO_RETURN_IF_ERROR(
+          sendPayload({s.to}, s.control, attempt, CodecId::kFp32, s.elements, s.payload));
+      if (rate > 0) {
+        nextSend = clock().now() +
+                   std::chrono::duration_cast<geo::Clock::Duration>(
+                       std::chrono::duration<double>(static_cast<double>(s.elements * 4) / rate));
+      }
+    }
+    return {};
+  };
+  // The next message of `control` from `from` of this attempt; those of an
+  // earlier one are dropped.
+  const auto take = [&](Control control, uint32_t from) -> std::optional<Message> {
+    for (auto m = receiveControl(*transport_, control, from, std::chrono::milliseconds(0)); m.ok();
+         m = receiveControl(*transport_, control, from, std::chrono::milliseconds(0))) {
+      if (m->header.step == attempt) return std::move(*m);
+    }
+    return std::nullopt;
+  };
+  std::vector<double> weight(n);
+  for (size_t q = 0; q < n; ++q) weight[q] = group_.weights[*group_.indexOf(order[q])];
+  std::vector<std::optional<Message>> parts(n);     // of our shard, from each worker
+  std::vector<std::optional<Message>> averages(n);  // of each shard, from its owner
+  size_t partsMissing = n - 1;
+  size_t averagesMissing = n - 1;
+  torch::Tensor ours;  // the average of our shard
+  bool refused = false;
+  bool toldCoordinator = false;
+  // Our shard's average: Σ w_q x_q in the order's (the coordinator's
+  // first, scaled by its weight when the second is added, the others
+  // added where their messages hold them), times 1 / Σ w_q: the float
+  // operations of the whole average (averageModels), on this shard.
+  const auto average = [&]() -> Status {
+    const torch::Tensor own = shardOf(whole, mine);
+    torch::Tensor staging;
+    ours = torch::empty({static_cast<int64_t>(mine.length)}, whole.options());
+    double total = weight[0];
+    for (size_t q = 0; q < n; ++q) {
+      std::string reason;
+      Status ok;
+      if (q == 0) {
+        if (p == 0) {
+          ours.copy_(own);
+        } else {
+          ok = checkedCopy(parts[q]->payload.bytes(), ours, std::numeric_limits<float>::max(),
+                           reason);
+        }
+      } else {
+        total += weight[q];
+        const float scaleFirst = q == 1 ? static_cast<float>(weight[0]) : 1.0f;
+        if (q == p) {
+          if (scaleFirst != 1.0f) ours.mul_(scaleFirst);
+          ours.add_(own, static_cast<float>(weight[q]));
+        } else {
+          ok = checkedAdd(parts[q]->payload.bytes(), static_cast<float>(weight[q]), ours,
+                          std::numeric_limits<float>::max(), reason, staging, scaleFirst);
+        }
+      }
+      if (!ok.ok()) {
+        reject(order[q], fmt::format("shard {} of {} of its final model", p + 1, n), reason, ok);
+        stats_.missed();
+        return ok;
+      }
+      parts[q].reset();  // let go as it is added
+    }
+    ours.mul_(static_cast<float>(1.0 / total));
+    return {};
+  };
+  const double latency = farthestOneWaySeconds(others);
+  const auto patience =
+      rate > 0 ? std::chrono::duration_cast<geo::Clock::Duration>(std::chrono::duration<double>(
+                     3 * 2 * static_cast<double>(modelBytes) * static_cast<double>(n - 1) /
+                         static_cast<double>(n) / rate +
+                     4 * latency + 1))
+               : std::chrono::duration_cast<geo::Clock::Duration>(options_.timeout);
+  const auto deadline = clock().now() + patience;
+  std::vector<bool> reduced(n, false);  // the coordinator's: who holds every shard
+  const auto t0 = clock().now();
+  while (true) {
+    GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
+    GEO_RETURN_IF_ERROR(sendDue());
+    if (!coordinator) {
+      if (membership_.suspected(c) || membership_.joining(c)) {
+        return unavailable(fmt::format("no final model from {}: it is {}", topology_.describe(c),
+                                       membership_.joining(c) ? "rejoining" : "suspected"));
+      }
+      if (auto m =
+              receiveControl(*transport_, Control::kFinalRequest, c, std::chrono::milliseconds(0));
+          m.ok()) {
+        next = std::move(*m);
+        return false;
+      }
+    }
+    for (size_t q = 0; q < n; ++q) {
+      if (q == p || refused) continue;
+      if (!parts[q]) {
+        if ((parts[q] = take(Control::kFinalScatter, order[q]))) --partsMissing;
+      }
+      if (!averages[q]) {
+        if ((averages[q] = take(Control::kFinalGather, order[q]))) {
+          --averagesMissing;
+          if (averages[q]->payload.size() != finalShard(numel, n, q).length * 4) {
+            std::string reason = "size";
+            reject(order[q], fmt::format("shard {} of {} of the final average", q + 1, n), reason,
+                   dataLoss("the wrong size"));
+            refused = true;
+          }
+        }
+      }
+    }
+    if (!refused && partsMissing == 0 && !ours.defined()) {
+      if (!average().ok()) {
+        refused = true;
+      } else {
+        for (size_t k = 1; k < n; ++k) {
+          const size_t q = (p + k) % n;
+          sends.push_back({order[q], Control::kFinalGather, mine.length, modelPayload(ours)});
+        }
+        stats_.encoded(mine.length * 4, mine.length * 4, n - 1);
+        GEO_RETURN_IF_ERROR(sendDue());
+      }
+    }
+    const bool complete = !refused && ours.defined() && averagesMissing == 0 && sends.empty();
+    if (!coordinator && !toldCoordinator && (complete || refused)) {
+      toldCoordinator = true;
+      GEO_RETURN_IF_ERROR(sendTo({c}, Control::kFinalReduced, attempt, CodecId::kRaw, 0,
+                                 std::make_shared<std::vector<std::byte>>(
+                                     1, std::byte{complete ? uint8_t{1} : uint8_t{0}})));
+    }
+    // Take it: the coordinator's word, or our own once every worker holds
+    // every shard.
+    bool commit = false;
+    if (coordinator) {
+      for (size_t q = 1; q < n; ++q) {
+        if (reduced[q]) continue;
+        if (auto m = take(Control::kFinalReduced, order[q])) {
+          if (m->payload.size() == 1 && m->payload.bytes()[0] == std::byte{1}) {
+            reduced[q] = true;
+          } else {
+            logger()->warn(
+                "sync: {} refused a shard of the final average: taking it again "
+                "without reduce-scatter",
+                topology_.describe(order[q]));
+            refused = true;
+          }
+        }
+      }
+      std::string why;
+      for (uint32_t r : others) {
+        if (membership_.suspected(r) || membership_.joining(r)) {
+          why = fmt::format("{} is {}", topology_.describe(r),
+                            membership_.joining(r) ? "rejoining" : "suspected");
+        }
+      }
+      if (refused) why = "a shard was refused";
+      if (why.empty() && clock().now() >= deadline) {
+        why = fmt::format("not every worker held every shard within {:.1f} s",
+                          std::chrono::duration<double>(patience).count());
+      }
+      if (!why.empty()) {
+        logger()->warn("sync: the final average by reduce-scatter starts over: {}", why);
+        return false;
+      }
+      commit =
+          complete && std::all_of(reduced.begin() + 1, reduced.end(), [](bool b) { return b; });
+      if (commit) {
+        GEO_RETURN_IF_ERROR(sendTo(others, Control::kFinalCommit, attempt, CodecId::kRaw, 0,
+                                   std::make_shared<std::vector<std::byte>>()));
+      }
+    } else if (complete) {
+      commit = take(Control::kFinalCommit, c).has_value();
+    }
+    if (commit) {
+      for (size_t q = 0; q < n; ++q) {
+        torch::Tensor into = shardOf(whole, finalShard(numel, n, q));
+        if (q == p) {
+          into.copy_(ours);
+        } else {
+          GEO_RETURN_IF_ERROR(
+              takeFinal(*averages[q], into, order[q],
+                        fmt::format("shard {} of {} of the final average", q + 1, n)));
+        }
+      }
+      modified_ = true;
+      stats_.waited(since(t0));
+      if (!coordinator) {
+        GEO_RETURN_IF_ERROR(sendTo({c}, Control::kFinalAck, steps, CodecId::kRaw, 0,
+                                   std::make_shared<std::vector<std::byte>>()));
+      }
+      return true;
+    }
+    clock().sleepFor(std::chrono::milliseconds(2));
+  }
+}
+
+void Base::awaitFinalAcks(const std::vector<uint32_t>& to, int64_t steps,
+                          const train::FlatParameters& flat) {
+  for (uint32_t peer : to) {
+    auto ack = awaitFrom(peer, Control::kFinalAck, steps, flat, true,
+                         "acknowledgement of the final average", options_.timeout);
+    if (!ack.ok()) {
+      logger()->warn("sync: {} may not have the final average: {}", topology_.describe(peer),
+                     ack.status().message());
+    }
+  }
+}
+
 Status Base::takeFinal(const Message& m, torch::Tensor& into, uint32_t from,
                        const std::string& what) {
   std::string reason;
@@ -726,7 +1022,7 @@ StatusOr<std::optional<Message>> Base::awaitFinalAverage(uint32_t c, int64_t ste
           receiveControl(*transport_, Control::kFinalShard, from, std::chrono::milliseconds(0));
       if (!m.ok()) continue;
       GEO_RETURN_IF_ERROR(takeShard(i, from, *m));
-      if (i != self || options_.finalShardUnforwarded) continue;
+      if (i != self || options_.finalMembersSilent) continue;
       const ShardRange r = finalShard(numel, order.size(), i);
       // Ours: to every other member, as it came, one copy per shard's time
       // at the rate our uplink was seen to carry.
@@ -865,6 +1161,40 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     auto asked = awaitFrom(c, Control::kFinalRequest, steps, flat, true,
                            "request for this worker's final model", 2 * options_.timeout);
     if (!asked.ok()) return unavailableFrom(asked.status());
+    std::vector<uint32_t> order;  // the workers, by reduce-scatter or in shards
+    // By reduce-scatter: until it is taken, or the coordinator starts over
+    // (another way, or reduce-scatter again without a worker suspected).
+    for (uint32_t attempt = 0, expected = 0;
+         readReduceScatterRequest(asked->payload.bytes(), attempt, order); ++expected) {
+      const bool valid =
+          attempt == expected && order.size() >= 2 && order[0] == c &&
+          std::count(order.begin(), order.end(), topology_.rank()) == 1 &&
+          std::all_of(order.begin(), order.end(), [&](uint32_t r) {
+            return group_.indexOf(r).has_value() && std::count(order.begin(), order.end(), r) == 1;
+          });
+      if (!valid) {
+        return dataLoss(fmt::format(
+            "sync: the final average's request from {} is malformed (attempt {} of {} workers; "
+            "the coordinator first and each worker of the group once, this one among them, "
+            "expected): this worker's model is not the job's final model",
+            topology_.describe(c), attempt, order.size()));
+      }
+      std::optional<Message> next;
+      auto done = reduceScatterFinal(c, attempt, order, steps, flat, whole, next);
+      if (!done.ok()) {
+        if (done.status().code() == StatusCode::kDataLoss) return done.status();
+        return unavailableFrom(done.status());
+      }
+      if (*done) {
+        logger()->info(
+            "sync: the final average from {} in {:.2f} s (by reduce-scatter among {} workers, a "
+            "model of {:.1f} MB)",
+            topology_.describe(c), since(t0), order.size(), megabytes);
+        return lingerForJoiners(flat, steps);
+      }
+      asked = std::move(*next);
+    }
+    order.clear();
     if (!finalRequestSaysNow(asked->payload.bytes())) {
       asked = awaitFrom(c, Control::kFinalRequest, steps, flat, true,
                         "go-ahead to send this worker's final model", kWhileAlive);
@@ -887,7 +1217,6 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     // the average to each in turn or in shards, or tells us it was made
     // without us. It comes after the coordinator had all of our model:
     // what we sent from `whole` has left, and `whole` may take the average.
-    std::vector<uint32_t> order;  // the members, where it came in shards
     auto got = awaitFinalAverage(c, steps, flat, whole, order);
     if (!got.ok()) {
       if (got.status().code() == StatusCode::kDataLoss) return got.status();
@@ -936,6 +1265,35 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   std::vector<size_t> members;
   for (size_t i = 0; i < group_.size(); ++i) {
     if (i != group_.self && alive(i)) members.push_back(i);
+  }
+  // By reduce-scatter where it pays (finalWay): no model comes here. Once
+  // a member is suspected in the middle it is tried again without it; once
+  // it fails otherwise (a refused shard, shards too late), the average is
+  // taken here, in shards or whole. Every worker's model is untouched
+  // until the coordinator says to take the average.
+  for (uint32_t attempt = 0, allowed = 1; allowed != 0; ++attempt) {
+    std::vector<uint32_t> order{topology_.rank()};
+    for (size_t i : members) order.push_back(group_.ranks[i]);
+    const std::vector<uint32_t> to(order.begin() + 1, order.end());
+    if (finalWay(to, modelBytes, true) != FinalAverageWay::kReduceScatter) break;
+    GEO_RETURN_IF_ERROR(sendTo(to, Control::kFinalRequest, steps, CodecId::kRaw, 0,
+                               reduceScatterRequest(attempt, order)));
+    std::optional<Message> unused;
+    auto done = reduceScatterFinal(topology_.rank(), attempt, order, steps, flat, whole, unused);
+    if (!done.ok()) return done.status();
+    if (*done) {
+      // Each member acknowledges once it took the average: stay until
+      // then, or until it is suspected.
+      awaitFinalAcks(to, steps, flat);
+      logger()->info(
+          "sync: the final average of {} models in {:.2f} s by reduce-scatter: each worker "
+          "averaged one shard of {} ({:.1f} MB a model) and sent it to the others",
+          order.size(), since(t0), order.size(), megabytes);
+      return lingerForJoiners(flat, steps);
+    }
+    const size_t before = members.size();
+    std::erase_if(members, [&](size_t i) { return !alive(i); });
+    allowed = members.size() < before ? 1 : 0;
   }
   const size_t window = finalModelsInFlight(modelBytes, options_.finalModelsInFlightBytes);
   const auto ask = [&](size_t k, bool now) {
@@ -990,16 +1348,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     GEO_RETURN_IF_ERROR(sendTo({group_.ranks[i]}, Control::kFinalAverage, steps, CodecId::kRaw, 0,
                                std::make_shared<std::vector<std::byte>>()));
   }
-  // GEO_SYNC_FINAL_SHARDS=0 (1) in the environment: whole (in shards)
-  // whatever the rule says, for measurements.
-  const char* forced = std::getenv("GEO_SYNC_FINAL_SHARDS");
-  const bool shards = options_.finalShards.value_or(
-      forced != nullptr && (std::string_view(forced) == "0" || std::string_view(forced) == "1")
-          ? std::string_view(forced) == "1"
-          : shardFinalAverage(to.size(), modelBytes,
-                              uplinkBytesPerSecond() > 0 ? uplinkBytesPerSecond()
-                                                         : kUnmeasuredUplinkBytesPerSecond,
-                              farthestOneWaySeconds(to)));
+  const bool shards = finalWay(to, modelBytes, false) == FinalAverageWay::kShards;
   if (shards) {
     // Waits for every acknowledgement itself, and sends the whole average
     // to a member whose shards did not all come.
@@ -1012,14 +1361,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     // for a slow uplink (a whole fp32 model: seconds at a few Mbit/s, beyond
     // the transport's linger), and that worker would end on its own model.
     // So stay until each has acknowledged it, or is suspected (silent: gone).
-    for (uint32_t peer : to) {
-      auto ack = awaitFrom(peer, Control::kFinalAck, steps, flat, true,
-                           "acknowledgement of the final average", options_.timeout);
-      if (!ack.ok()) {
-        logger()->warn("sync: {} may not have the final average: {}", topology_.describe(peer),
-                       ack.status().message());
-      }
-    }
+    awaitFinalAcks(to, steps, flat);
   }
   logger()->info(
       "sync: the final average of {} models in {:.2f} s: {:.2f} s to take the others' ({:.1f} MB "

@@ -50,6 +50,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "worker/codec/codec.h"
+#include "worker/sync/final_average.h"
 #include "worker/sync/stats.h"
 #include "worker/train/trainer.h"
 #include "worker/transport/transport.h"
@@ -118,13 +119,15 @@ struct SyncOptions {
   // asks for at once (sync::finalModelsInFlight); 0: 256 MiB. Not a
   // worker.yaml key: the tests' knob, to take a small model's one at a time.
   uint64_t finalModelsInFlightBytes = 0;
-  // Whether the final average is handed out in shards (final_average.h
-  // shardFinalAverage; nullopt: as that rule says), and a member that takes
-  // its shard and never forwards it (a member that died in the middle). Not
-  // worker.yaml keys: the tests' knobs, to shard a small model's average
-  // and to see the coordinator send the whole one where a shard is missing.
-  std::optional<bool> finalShards;
-  bool finalShardUnforwarded = false;
+  // How the final average reaches every worker (final_average.h
+  // FinalAverageWay; nullopt: as finalAverageWay says), and members that
+  // never send their part of it (the shard they forward; under
+  // reduce-scatter, their model's shards: members that died in the
+  // middle). Not worker.yaml keys: the tests' knobs, to take a small
+  // model's average each way and to see the coordinator fall back where a
+  // part is missing.
+  std::optional<FinalAverageWay> finalWay;
+  bool finalMembersSilent = false;
   // Where the synchronizer and its membership read the time and wait (not
   // a worker.yaml key): null, the system clock; a test's FakeClock, with
   // the in-memory transport on the same clock, runs a job's time-outs,

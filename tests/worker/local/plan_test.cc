@@ -62,32 +62,54 @@ TEST(Plan, AllreduceWaitsForTheFarthestPeerAndTheUplinkEveryStep) {
   EXPECT_EQ(r.limit, "uplink");
   EXPECT_DOUBLE_EQ(r.stepsToTarget, 205);
   EXPECT_DOUBLE_EQ(r.secondsToTarget, 205 * r.stepSeconds);
-  // The end: a model to the coordinator and the average back, each 1 MB
-  // through an uplink and 100 ms of latency.
-  EXPECT_DOUBLE_EQ(p->finalAverageSeconds, 2 * 0.1 + 2 * payload / 1e6);
+  // The end: by reduce-scatter, each worker's uplink carrying half a model
+  // out and half a model of average back, and four hops of 100 ms (a
+  // model to the coordinator and the average back would take 2 * 0.1 + 2
+  // * payload / 1e6: a second more).
+  EXPECT_EQ(p->finalAverageWay, sync::FinalAverageWay::kReduceScatter);
+  EXPECT_DOUBLE_EQ(p->finalAverageSeconds, 4 * 0.1 + payload / 1e6);
   // identity sends fp32 already: no second allreduce row.
   EXPECT_EQ(std::count_if(p->rows.begin(), p->rows.end(),
                           [](const PlanRow& x) { return x.algorithm.starts_with("allreduce"); }),
             1);
 }
 
-// A large model among four regions: the average goes out in shards, the
+// A large model among four regions: the final average by reduce-scatter,
+// each worker's uplink carrying 3/4 of a model out and 3/4 back, four hops;
+// among two, half of one each way. A model two of which do not fit in the
+// final average's budget (sync::kFinalModelsInFlightBytes) goes to the
+// coordinator whole and comes back in shards each member forwards: the
 // coordinator's uplink carrying one model's worth and each member's the
-// rest of the others' shards, a hop more of latency; among two, whole.
-TEST(Plan, TheFinalAverageOfALargeModelAmongFourRegionsGoesOutInShards) {
-  PlanInput in = twoRegions(0.2, 12.5e6, 20'000'000, 0.2);
-  in.regions = {"a", "b", "c", "d"};
-  in.rttSeconds.assign(4, std::vector<double>(4, 0.2));
-  for (size_t i = 0; i < 4; ++i) in.rttSeconds[i][i] = 0;
-  const auto p = plan(in);
+// rest of the others' shards, a hop more than whole; a small one whole.
+TEST(Plan, TheFinalAverageOfALargeModelIsTakenByReduceScatterOrInShards) {
+  using sync::FinalAverageWay;
+  const auto fourRegions = [](int64_t values) {
+    PlanInput in = twoRegions(0.2, 12.5e6, values, 0.2);
+    in.regions = {"a", "b", "c", "d"};
+    in.rttSeconds.assign(4, std::vector<double>(4, 0.2));
+    for (size_t i = 0; i < 4; ++i) in.rttSeconds[i][i] = 0;
+    return in;
+  };
+  const auto p = plan(fourRegions(20'000'000));
   ASSERT_TRUE(p.ok()) << p.status().toString();
   const double model = p->fp32PayloadBytes / 12.5e6;
+  EXPECT_EQ(p->finalAverageWay, FinalAverageWay::kReduceScatter);
   EXPECT_EQ(p->finalAverageShards, 3u);
-  EXPECT_DOUBLE_EQ(p->finalAverageSeconds, 3 * 0.1 + model + (2 - 1.0 / 3) * model);
+  EXPECT_DOUBLE_EQ(p->finalAverageSeconds, 4 * 0.1 + 1.5 * model);
   const auto two = plan(twoRegions(0.2, 12.5e6, 20'000'000, 0.2));
   ASSERT_TRUE(two.ok()) << two.status().toString();
-  EXPECT_EQ(two->finalAverageShards, 0u);
-  EXPECT_DOUBLE_EQ(two->finalAverageSeconds, 2 * 0.1 + 2 * two->fp32PayloadBytes / 12.5e6);
+  EXPECT_EQ(two->finalAverageWay, FinalAverageWay::kReduceScatter);
+  EXPECT_DOUBLE_EQ(two->finalAverageSeconds, 4 * 0.1 + two->fp32PayloadBytes / 12.5e6);
+  const auto large = plan(fourRegions(100'000'000));
+  ASSERT_TRUE(large.ok()) << large.status().toString();
+  const double largeModel = large->fp32PayloadBytes / 12.5e6;
+  EXPECT_EQ(large->finalAverageWay, FinalAverageWay::kShards);
+  EXPECT_DOUBLE_EQ(large->finalAverageSeconds, 3 * 0.1 + largeModel + (2 - 1.0 / 3) * largeModel);
+  const auto small = plan(fourRegions(200'000));
+  ASSERT_TRUE(small.ok()) << small.status().toString();
+  EXPECT_EQ(small->finalAverageWay, FinalAverageWay::kWhole);
+  EXPECT_EQ(small->finalAverageShards, 0u);
+  EXPECT_DOUBLE_EQ(small->finalAverageSeconds, 2 * 0.1 + 4 * small->fp32PayloadBytes / 12.5e6);
 }
 
 TEST(Plan, DtsWaitsAtItsDueStepOnlyForWhatTheDelayDoesNotCover) {

@@ -1301,49 +1301,62 @@ TEST(Dts, TheCoordinatorAsksForTheFinalModelsAsManyAtOnceAsItMayHold) {
 }
 
 // The final average handed out in shards (each member takes one from the
-// coordinator and forwards it to the others; final_average.h): every
-// worker ends with the bytes the whole average gives. And where a member
-// never forwards its shard (every member here: one that died in the
-// middle), the coordinator sends the whole average to those without an
-// acknowledgement once its patience (here the round time-out, no uplink
-// rate being measured on loopback) runs out: the same bytes again, after
-// that wait.
-TEST(Dts, TheFinalAverageInShardsGivesEveryWorkerTheBytesOfTheWholeOne) {
+// coordinator and forwards it to the others), or by reduce-scatter (each
+// worker averages one shard of every worker's model and sends it to the
+// others; final_average.h): every worker ends with the bytes the whole
+// average gives (each shard's average is made with the whole average's
+// float operations). And where members never send their part (every
+// member here: ones that died in the middle), the coordinator falls back
+// once its patience (here the round time-out, no uplink rate being
+// measured on loopback) runs out: the whole average to those without an
+// acknowledgement, or (reduce-scatter) the models taken and handed out as
+// without it: the same bytes again, after that wait.
+TEST(Dts, TheFinalAverageInShardsOrByReduceScatterGivesEveryWorkerTheBytesOfTheWholeOne) {
+  using sync::FinalAverageWay;
   struct Mode {
     const char* name;
-    bool shards;
-    bool unforwarded;
+    FinalAverageWay way;
+    bool silent;
   };
   std::vector<torch::Tensor> finals;
-  for (const Mode mode : {Mode{"whole", false, false}, Mode{"shards", true, false},
-                          Mode{"shards never forwarded", true, true}}) {
+  for (const Mode mode :
+       {Mode{"whole", FinalAverageWay::kWhole, false},
+        Mode{"shards", FinalAverageWay::kShards, false},
+        Mode{"shards never forwarded", FinalAverageWay::kShards, true},
+        Mode{"reduce-scatter", FinalAverageWay::kReduceScatter, false},
+        Mode{"reduce-scatter never scattered", FinalAverageWay::kReduceScatter, true}}) {
     JobSpec job = fourRegionsToTheFinalAverage();
     // The fallback's patience: short where it is the test, long where a
     // job that needed it would show in its time.
-    job.sync.timeout = mode.unforwarded ? 3s : 30s;
-    job.sync.finalShards = mode.shards;
-    job.sync.finalShardUnforwarded = mode.unforwarded;
+    job.sync.timeout = mode.silent ? 3s : 30s;
+    job.sync.finalWay = mode.way;
+    job.sync.finalMembersSilent = mode.silent;
     const auto start = std::chrono::steady_clock::now();
     const auto r = runJob(job);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ASSERT_NO_FATAL_FAILURE(expectOneFinalModel(r, mode.name, true));
     // Without the fallback, nobody waits for the round time-out.
-    if (!mode.unforwarded) {
+    if (!mode.silent) {
       EXPECT_LT(seconds, 20.0) << mode.name;
     }
     finals.push_back(r.finalValues[0]);
   }
   EXPECT_TRUE(torch::equal(finals[1], finals[0])) << "shards";
   EXPECT_TRUE(torch::equal(finals[2], finals[0])) << "shards never forwarded";
+  EXPECT_TRUE(torch::equal(finals[3], finals[0])) << "reduce-scatter";
+  EXPECT_TRUE(torch::equal(finals[4], finals[0])) << "reduce-scatter never scattered";
 }
 
 // Under hierarchical sync the region leaders make the final average, in
-// shards among four of them, and each hands it to its region: all eight
-// workers end with the same bytes, those of the average handed out whole.
-TEST(Dts, HierarchicalLeadersHandTheFinalAverageOutInShards) {
+// shards or by reduce-scatter among four of them, and each hands it to its
+// region: all eight workers end with the same bytes, those of the average
+// handed out whole.
+TEST(Dts, HierarchicalLeadersTakeTheFinalAverageInShardsOrByReduceScatter) {
+  using sync::FinalAverageWay;
   std::vector<torch::Tensor> finals;
-  for (const bool shards : {false, true}) {
+  for (const FinalAverageWay way :
+       {FinalAverageWay::kWhole, FinalAverageWay::kShards, FinalAverageWay::kReduceScatter}) {
     JobSpec job;
     job.regions = {"a", "a", "b", "b", "c", "c", "d", "d"};
     job.steps = 12;
@@ -1352,12 +1365,14 @@ TEST(Dts, HierarchicalLeadersHandTheFinalAverageOutInShards) {
     job.sync.delay = 1;
     job.sync.hierarchical = true;
     job.sync.timeout = 30s;
-    job.sync.finalShards = shards;
+    job.sync.finalWay = way;
     const auto r = runJob(job);
-    ASSERT_NO_FATAL_FAILURE(expectOneFinalModel(r, fmt::format("shards {}", shards), false));
+    ASSERT_NO_FATAL_FAILURE(
+        expectOneFinalModel(r, fmt::format("way {}", static_cast<int>(way)), false));
     finals.push_back(r.finalValues[0]);
   }
-  EXPECT_TRUE(torch::equal(finals[1], finals[0]));
+  EXPECT_TRUE(torch::equal(finals[1], finals[0])) << "shards";
+  EXPECT_TRUE(torch::equal(finals[2], finals[0])) << "reduce-scatter";
 }
 
 // Auto delay comes back down on every worker once the link is fast again.
