@@ -723,6 +723,11 @@ StatusOr<bool> Base::reduceScatterFinal(uint32_t c, uint32_t attempt,
       sends.pop_front();
       GEO_RETURN_IF_ERROR(
           sendPayload({s.to}, s.control, attempt, CodecId::kFp32, s.elements, s.payload));
+      if (options_.finalDiesMidway) {
+        return Status(
+            StatusCode::kCancelled,
+            "sync: died in the middle of the final average (SyncOptions::finalDiesMidway)");
+      }
       if (rate > 0) {
         nextSend = clock().now() +
                    std::chrono::duration_cast<geo::Clock::Duration>(

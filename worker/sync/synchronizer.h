@@ -128,6 +128,10 @@ struct SyncOptions {
   // part is missing.
   std::optional<FinalAverageWay> finalWay;
   bool finalMembersSilent = false;
+  // A worker that fails (Cancelled) right after the first of its shards
+  // has left under reduce-scatter: one that died in the middle (the
+  // tests' knob; the test closes its transport then).
+  bool finalDiesMidway = false;
   // Where the synchronizer and its membership read the time and wait (not
   // a worker.yaml key): null, the system clock; a test's FakeClock, with
   // the in-memory transport on the same clock, runs a job's time-outs,

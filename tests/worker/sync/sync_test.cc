@@ -169,6 +169,9 @@ struct JobSpec {
   // dead peer's time-out passes, or -1.
   int quitRank = -1;
   int64_t quitAfter = 0;
+  // A rank that dies in the middle of a final average by reduce-scatter
+  // (SyncOptions::finalDiesMidway; its transport goes with it), or -1.
+  int finalDeathRank = -1;
   // Checkpoints under checkpointDir/rank-<r>; stopAfter > 0: every worker
   // takes that many steps, writes a checkpoint and stops (the job is
   // interrupted); a later run with the same folder resumes from there.
@@ -305,6 +308,7 @@ RunResult runJob(const JobSpec& job) {
     EXPECT_TRUE(topo.ok());
     SyncOptions syncOptions = job.sync;
     syncOptions.clock = job.clock;
+    syncOptions.finalDiesMidway = static_cast<int>(r) == job.finalDeathRank;
     auto s = makeSynchronizer(syncOptions, *topo, transports[r].get());
     EXPECT_TRUE(s.ok()) << s.status().toString();
     syncs[r] = std::move(*s);
@@ -464,7 +468,7 @@ RunResult runJob(const JobSpec& job) {
         return;
       }
       result.status[r] = trainers[r]->run(nullptr);
-      if (job.leaveWhenDone) transports[r].reset();
+      if (job.leaveWhenDone || static_cast<int>(r) == job.finalDeathRank) transports[r].reset();
       result.accuracy[r] = *trainers[r]->evaluate().accuracy;
     });
   }
@@ -1346,6 +1350,36 @@ TEST(Dts, TheFinalAverageInShardsOrByReduceScatterGivesEveryWorkerTheBytesOfTheW
   EXPECT_TRUE(torch::equal(finals[2], finals[0])) << "shards never forwarded";
   EXPECT_TRUE(torch::equal(finals[3], finals[0])) << "reduce-scatter";
   EXPECT_TRUE(torch::equal(finals[4], finals[0])) << "reduce-scatter never scattered";
+}
+
+// A worker that dies in the middle of the final average by reduce-scatter
+// (after the first of its shards has left): once it is suspected the
+// coordinator starts over among the three others, and they end with the
+// same bytes, without a round time-out's wait; the one that died fails.
+TEST(Dts, AWorkerDeadInTheMiddleOfTheReduceScatterIsLeftOut) {
+  JobSpec job = fourRegionsToTheFinalAverage();
+  job.sync.timeout = 30s;
+  job.sync.finalWay = sync::FinalAverageWay::kReduceScatter;
+  job.finalDeathRank = 2;
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = runJob(job);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(r.status[2].ok());
+  EXPECT_NE(r.status[2].message().find("died in the middle of the final average"),
+            std::string::npos)
+      << r.status[2].toString();
+  for (size_t rank : {0, 1, 3}) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  // Not the average of four: rank 2's model is not in it.
+  JobSpec whole = fourRegionsToTheFinalAverage();
+  whole.sync.timeout = 30s;
+  const auto all = runJob(whole);
+  ASSERT_NO_FATAL_FAILURE(expectOneFinalModel(all, "all four", true));
+  EXPECT_FALSE(torch::equal(r.finalValues[0], all.finalValues[0]));
+  EXPECT_LT(seconds, 20.0) << "the survivors waited for a round time-out";
 }
 
 // Under hierarchical sync the region leaders make the final average, in
