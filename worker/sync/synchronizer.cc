@@ -374,6 +374,16 @@ namespace {
 
 // Shard `r` of a flat model: a view of its values (contiguous, as the
 // model is), what is sent and what a shard received is copied into.
+// Whether a final average's order of workers names each rank once, `me`
+// among them, and only ranks `allowed` says may take part.
+template <typename Allowed>
+bool validFinalOrder(const std::vector<uint32_t>& ranks, uint32_t me, Allowed allowed) {
+  return std::count(ranks.begin(), ranks.end(), me) == 1 &&
+         std::all_of(ranks.begin(), ranks.end(), [&](uint32_t r) {
+           return allowed(r) && std::count(ranks.begin(), ranks.end(), r) == 1;
+         });
+}
+
 torch::Tensor shardOf(const torch::Tensor& whole, const ShardRange& r) {
   return whole.narrow(0, static_cast<int64_t>(r.offset), static_cast<int64_t>(r.length));
 }
@@ -662,20 +672,16 @@ FinalAverageWay Base::finalWay(const std::vector<uint32_t>& to, uint64_t modelBy
     if (f == "shards") way = FinalAverageWay::kShards;
     if (f == "reduce-scatter") way = FinalAverageWay::kReduceScatter;
   }
+  const double rate =
+      uplinkBytesPerSecond() > 0 ? uplinkBytesPerSecond() : kUnmeasuredUplinkBytesPerSecond;
+  const double latency = farthestOneWaySeconds(to);
   if (!way) {
-    way = finalAverageWay(
-        to.size(), modelBytes,
-        uplinkBytesPerSecond() > 0 ? uplinkBytesPerSecond() : kUnmeasuredUplinkBytesPerSecond,
-        farthestOneWaySeconds(to), options_.finalModelsInFlightBytes);
+    way = finalAverageWay(to.size(), modelBytes, rate, latency, options_.finalModelsInFlightBytes);
   }
   if (*way == FinalAverageWay::kReduceScatter && (!reduceScatter || to.empty())) {
     // Started over: in shards or whole, as the rule says for those.
-    return shardFinalAverage(to.size(), modelBytes,
-                             uplinkBytesPerSecond() > 0 ? uplinkBytesPerSecond()
-                                                        : kUnmeasuredUplinkBytesPerSecond,
-                             farthestOneWaySeconds(to))
-               ? FinalAverageWay::kShards
-               : FinalAverageWay::kWhole;
+    return shardFinalAverage(to.size(), modelBytes, rate, latency) ? FinalAverageWay::kShards
+                                                                   : FinalAverageWay::kWhole;
   }
   return *way;
 }
@@ -968,12 +974,9 @@ StatusOr<std::optional<Message>> Base::awaitFinalAverage(uint32_t c, int64_t ste
     std::vector<uint32_t> ranks(bytes.size() / sizeof(uint32_t));
     std::memcpy(ranks.data(), bytes.data(), ranks.size() * sizeof(uint32_t));
     const auto mine = std::find(ranks.begin(), ranks.end(), me);
-    const bool valid = bytes.size() % sizeof(uint32_t) == 0 && mine != ranks.end() &&
-                       std::count(ranks.begin(), ranks.end(), me) == 1 &&
-                       std::all_of(ranks.begin(), ranks.end(), [&](uint32_t r) {
-                         return r < topology_.worldSize() && r != c &&
-                                std::count(ranks.begin(), ranks.end(), r) == 1;
-                       });
+    const bool valid =
+        bytes.size() % sizeof(uint32_t) == 0 &&
+        validFinalOrder(ranks, me, [&](uint32_t r) { return r < topology_.worldSize() && r != c; });
     if (!valid) {
       return dataLoss(fmt::format(
           "sync: the final average's order of members from {} is malformed ({} bytes: ranks of "
@@ -1171,12 +1174,9 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     // (another way, or reduce-scatter again without a worker suspected).
     for (uint32_t attempt = 0, expected = 0;
          readReduceScatterRequest(asked->payload.bytes(), attempt, order); ++expected) {
-      const bool valid =
-          attempt == expected && order.size() >= 2 && order[0] == c &&
-          std::count(order.begin(), order.end(), topology_.rank()) == 1 &&
-          std::all_of(order.begin(), order.end(), [&](uint32_t r) {
-            return group_.indexOf(r).has_value() && std::count(order.begin(), order.end(), r) == 1;
-          });
+      const bool valid = attempt == expected && order.size() >= 2 && order[0] == c &&
+                         validFinalOrder(order, topology_.rank(),
+                                         [&](uint32_t r) { return group_.indexOf(r).has_value(); });
       if (!valid) {
         return dataLoss(fmt::format(
             "sync: the final average's request from {} is malformed (attempt {} of {} workers; "
