@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "worker/sync/early_beside.h"
 #include "worker/sync/final_average.h"
 
 namespace geo::app {
@@ -56,6 +57,13 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
       {"a round's completion, a slice at a time: the correction, the mean, a peer's decoded "
        "contribution and the early sum",
        4 * 4 * slice});
+  // Under D = auto a CPU worker decodes what it applies early beside the
+  // steps, into a correction of the model's size (sync::decodesEarlyBeside;
+  // a GPU worker does not, and its plan counts it anyway: a bound).
+  if (!in.delay && sync::decodesEarlyBeside(in.parameters)) {
+    plan.training.push_back(
+        {"the peers' contributions applied early, decoded beside the steps: the correction", b});
+  }
 
   // At the end every round is complete: the round's start (the residual in
   // it) is let go, and the final average streams: the coordinator sums in its

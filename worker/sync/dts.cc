@@ -65,6 +65,7 @@
 
 #include "common/logging.h"
 #include "worker/sync/auto_rules.h"
+#include "worker/sync/early_beside.h"
 #include "worker/sync/internal.h"
 #include "worker/sync/link_ledger.h"
 #include "worker/sync/parity.h"
@@ -341,6 +342,8 @@ class Dts final : public Base {
     if (joined->transferred) {
       // Our rounds in flight (from a checkpoint) are void: the peers have
       // completed them long ago. Start the next round from the new model.
+      if (earlyWork_) earlyWork_->wait();
+      earlyWork_.reset();
       base_.copy_(flat.values);  // and no residual
       jobStep_ = joined->step;
       pending_.clear();
@@ -377,6 +380,16 @@ class Dts final : public Base {
           "thread waited {:.1f} ms",
           encodedBeside_.rounds, 1e3 * encodedBeside_.seconds / encodedBeside_.rounds,
           1e3 * encodedBeside_.waited / encodedBeside_.rounds);
+    }
+    if (decodedBeside_.rounds > 0 || completedAsApplied_ > 0) {
+      logger()->info(
+          "dts: {} early applications decoded beside the steps, {:.1f} ms each, of which the "
+          "training thread waited {:.1f} ms; {} rounds completed with every contribution applied "
+          "early (nothing decoded again)",
+          decodedBeside_.rounds,
+          1e3 * decodedBeside_.seconds / std::max<int64_t>(1, decodedBeside_.rounds),
+          1e3 * decodedBeside_.waited / std::max<int64_t>(1, decodedBeside_.rounds),
+          completedAsApplied_);
     }
     membership_.setFinishing();
     // Our peers may number their last rounds differently (a change of
@@ -936,16 +949,48 @@ class Dts final : public Base {
   // after its own link's time, not the slowest link's. One that does not
   // decode is left to complete(), which refuses it. Not with a fixed D:
   // when a contribution arrives varies, and a fixed D is deterministic.
+  //
+  // A CPU worker with a model of more than a slice and at most 64M
+  // parameters (decodesEarlyBeside) decodes them beside the steps
+  // (launchEarly): the training thread only adds the finished correction to
+  // the model and the round's start (takeEarly), at the first step after
+  // the decoding ends -- a step later than on the training thread, for a
+  // large model's decoding that took tens of milliseconds of every step.
+  // One such decoding at a time, of every round's arrivals so far; the next
+  // starts once the last is taken up.
   void applyEarly(int64_t t, train::FlatParameters& flat) {
     if (!auto_) return;
+    if (earlyWork_) {
+      if (earlyWork_->wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+      takeEarly(t, flat);
+    }
+    std::vector<EarlyRound> arrivals;
     for (Pending& p : pending_) {
       if (p.start.defined()) continue;
       p.early.resize(group_.size(), false);
       p.undecodable.resize(group_.size(), false);
-      const auto t0 = clock().now();
-      std::vector<size_t> now;  // checked whole first: nothing of a refused one is applied
+      EarlyRound e;
+      e.round = p.round;
+      e.own = p.bytes;
       for (size_t i = 0; i < group_.size(); ++i) {
         if (i == group_.self || !p.got[i] || p.early[i] || p.undecodable[i]) continue;
+        e.who.push_back(i);
+        e.payloads.push_back(p.got[i]->payload);
+        e.weights.push_back(static_cast<float>(group_.weights[i]));
+      }
+      if (!e.who.empty()) arrivals.push_back(std::move(e));
+    }
+    if (arrivals.empty()) return;
+    if (decodeBeside_ && flat.values.is_cpu() && decodesEarlyBeside(flat.values.numel()) &&
+        !finishing_) {
+      launchEarly(std::move(arrivals), flat);
+      return;
+    }
+    for (const EarlyRound& e : arrivals) {
+      Pending& p = *pendingRound(e.round);
+      const auto t0 = clock().now();
+      std::vector<size_t> now;  // checked whole first: nothing of a refused one is applied
+      for (size_t i : e.who) {
         std::string reason;
         if (!checkContribution(*p.got[i], flat.values, reason).ok()) {
           p.undecodable[i] = true;
@@ -954,31 +999,168 @@ class Dts final : public Base {
         now.push_back(i);
       }
       if (now.empty()) continue;
-      // x += w_j (q_i - q_j) for each, a slice at a time, in rank order.
-      const std::vector<int64_t> bounds = sliceBounds(flat.values);
-      for (size_t k = 0; k + 1 < bounds.size(); ++k) {
-        const int64_t lo = bounds[k], n = bounds[k + 1] - lo;
-        torch::Tensor own = sliceBuffer(0, n, flat.values).zero_();
-        codec_->decodeAccumulateRange(*p.bytes, 1.0f, lo, own);
-        torch::Tensor q = sliceBuffer(1, n, flat.values);
-        for (size_t i : now) {
-          q.zero_();
-          codec_->decodeAccumulateRange(p.got[i]->payload.bytes(), 1.0f, lo, q);
-          // q becomes the correction in place: (own - q) * w.
-          torch::Tensor& correction = q.sub_(own).mul_(-static_cast<float>(group_.weights[i]));
-          flat.values.narrow(0, lo, n).add_(correction);
-          base_.narrow(0, lo, n).add_(correction);
-        }
-      }
-      for (size_t i : now) {
-        p.earlyWeight += group_.weights[i];
-        p.early[i] = true;
-        p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
-        stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
-      }
+      addEarly(p, now, flat);
+      markEarly(p, now, t);
       stats_.coded(since(t0));
-      modified_ = true;
     }
+  }
+
+  // x += w_j (q_i - q_j) for each contribution j in `now` (checked), a
+  // slice at a time, in rank order, on the training thread.
+  void addEarly(const Pending& p, const std::vector<size_t>& now, train::FlatParameters& flat) {
+    if (now.empty()) return;
+    const std::vector<int64_t> bounds = sliceBounds(flat.values);
+    for (size_t k = 0; k + 1 < bounds.size(); ++k) {
+      const int64_t lo = bounds[k], n = bounds[k + 1] - lo;
+      torch::Tensor own = sliceBuffer(0, n, flat.values).zero_();
+      codec_->decodeAccumulateRange(*p.bytes, 1.0f, lo, own);
+      torch::Tensor q = sliceBuffer(1, n, flat.values);
+      for (size_t i : now) {
+        q.zero_();
+        codec_->decodeAccumulateRange(p.got[i]->payload.bytes(), 1.0f, lo, q);
+        // q becomes the correction in place: (own - q) * w.
+        torch::Tensor& correction = q.sub_(own).mul_(-static_cast<float>(group_.weights[i]));
+        flat.values.narrow(0, lo, n).add_(correction);
+        base_.narrow(0, lo, n).add_(correction);
+      }
+    }
+  }
+
+  // The round in flight numbered `round`, or null.
+  Pending* pendingRound(uint64_t round) {
+    for (Pending& p : pending_) {
+      if (p.round == round) return &p;
+    }
+    return nullptr;
+  }
+
+  // Contributions `who` of `p` are applied early from now on.
+  void markEarly(Pending& p, const std::vector<size_t>& who, int64_t t) {
+    for (size_t i : who) {
+      p.earlyWeight += group_.weights[i];
+      p.early[i] = true;
+      p.applied(t - static_cast<int64_t>(p.got[i]->header.step));
+      stats_.applied(t - static_cast<int64_t>(p.got[i]->header.step));
+    }
+    if (!who.empty()) modified_ = true;
+  }
+
+  // A round's contributions to apply early: whose (group indices, rank
+  // order), their payloads (copies: they hold the bytes) and weights, and
+  // this worker's own bytes. After the decoding, which passed their check
+  // (whole, before anything of them was used) and which did not.
+  struct EarlyRound {
+    uint64_t round = 0;
+    std::shared_ptr<const std::vector<std::byte>> own;
+    std::vector<size_t> who;
+    std::vector<transport::Payload> payloads;
+    std::vector<float> weights;
+    std::vector<size_t> passed, refused;
+  };
+  // An early application decoded beside the steps (launchEarly): the rounds
+  // and Σ over them of Σ_j w_j (q_i - q_j) over the contributions that
+  // passed, each round's in rank order.
+  struct EarlyResult {
+    std::vector<EarlyRound> rounds;
+    torch::Tensor correction;
+    bool any = false;   // some contribution passed: the correction holds it
+    std::string error;  // the codec's exception, if it threw
+    double seconds = 0;
+  };
+
+  // Starts decoding `rounds`' arrivals beside the steps. The task reads
+  // only what it is given and the codec, whose decodes are const: the
+  // training thread may complete other rounds, close and encode meanwhile.
+  // Its correction tensor comes from the scratch pool and goes back there
+  // (takeEarly).
+  void launchEarly(std::vector<EarlyRound> rounds, const train::FlatParameters& flat) {
+    earlyWork_ = std::async(std::launch::async, [codec = codec_.get(), rounds = std::move(rounds),
+                                                 correction = scratch_.take(flat.values),
+                                                 slice = sliceLength(flat.values)]() mutable {
+      const auto start = std::chrono::steady_clock::now();
+      EarlyResult r;
+      try {
+        torch::NoGradGuard noGrad;
+        torch::Tensor own = torch::empty({slice}, correction.options());
+        torch::Tensor q = torch::empty({slice}, correction.options());
+        for (EarlyRound& e : rounds) {
+          for (size_t k = 0; k < e.who.size(); ++k) {
+            std::string reason;
+            (codec->check(e.payloads[k].bytes(), q, reason).ok() ? e.passed : e.refused)
+                .push_back(k);
+          }
+          r.any |= !e.passed.empty();
+        }
+        const std::vector<int64_t> bounds = codec->sliceBounds(slice);
+        for (size_t b = 0; r.any && b + 1 < bounds.size(); ++b) {
+          const int64_t lo = bounds[b], n = bounds[b + 1] - lo;
+          torch::Tensor c = correction.narrow(0, lo, n).zero_();
+          torch::Tensor o = own.narrow(0, 0, n);
+          torch::Tensor part = q.narrow(0, 0, n);
+          for (const EarlyRound& e : rounds) {
+            if (e.passed.empty()) continue;
+            o.zero_();
+            codec->decodeAccumulateRange(*e.own, 1.0f, lo, o);
+            for (size_t k : e.passed) {
+              part.zero_();
+              codec->decodeAccumulateRange(e.payloads[k].bytes(), 1.0f, lo, part);
+              c.add_(part.sub_(o), -e.weights[k]);  // w_j (own - q_j)
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        r.any = false;
+        r.error = e.what();
+      }
+      for (EarlyRound& e : rounds) {
+        // Positions in `who` become group indices; the bytes go.
+        for (size_t& k : e.passed) k = e.who[k];
+        for (size_t& k : e.refused) k = e.who[k];
+        if (!r.error.empty()) e.passed.clear(), e.refused.clear();
+        e.payloads.clear();
+      }
+      r.rounds = std::move(rounds);
+      r.correction = std::move(correction);
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return r;
+    });
+  }
+
+  // Takes up the early application decoded beside the steps, waiting for it
+  // if need be: the model and the round's start move by its correction.
+  // Where the codec threw, nothing happens (complete() decodes those
+  // contributions itself). Every round it decoded is still in flight:
+  // complete() and a state transfer take it up first.
+  void takeEarly(int64_t t, train::FlatParameters& flat) {
+    const auto t0 = clock().now();
+    EarlyResult r = earlyWork_->get();
+    earlyWork_.reset();
+    const double waited = since(t0);
+    decodedBeside_.add(r.seconds, waited);
+    if (!r.error.empty()) {
+      logger()->warn(
+          "dts: decoding early contributions beside the step failed: {}; they are decoded when "
+          "their round completes",
+          r.error);
+    }
+    if (r.any) {
+      flat.values.add_(r.correction);
+      base_.add_(r.correction);
+    }
+    for (const EarlyRound& e : r.rounds) {
+      Pending* p = pendingRound(e.round);
+      if (p == nullptr) continue;  // cannot be (see above); nothing to mark
+      for (size_t i : e.refused) p->undecodable[i] = true;
+      markEarly(*p, e.passed, t);
+    }
+    scratch_.give(std::move(r.correction));
+    stats_.coded(since(t0));
+  }
+
+  // The early application in progress, taken up now (before a round
+  // completes or the rounds are replaced).
+  void settleEarly(int64_t t, train::FlatParameters& flat) {
+    if (earlyWork_) takeEarly(t, flat);
   }
 
   // Rounds from `round` on start after step `step` and take `k` steps each.
@@ -1351,10 +1533,12 @@ class Dts final : public Base {
     waitedSince_ += seconds;
   }
 
-  // What the codec took on the training thread since the last close: a
-  // round's worth (closeRound, before this round's encode).
+  // What the codec took on the training thread since the last close, and
+  // the early applications' decoding beside the steps (the same work, on a
+  // core the step may need: a worker given one core shares it): a round's
+  // worth (closeRound, before this round's encode).
   void noteCodecRound() {
-    const double total = stats_.codecSeconds();
+    const double total = stats_.codecSeconds() + decodedBeside_.seconds - decodedBeside_.waited;
     if (codecAtClose_ >= 0) {
       const double round = std::max(0.0, total - codecAtClose_);
       codecRoundSeconds_ = codecRoundSeconds_ <= 0 ? round : 0.7 * codecRoundSeconds_ + 0.3 * round;
@@ -1569,6 +1753,9 @@ class Dts final : public Base {
   // connection in TCP's slow start (several round trips; 0.5-0.8 s on the
   // world links, which every worker spent waiting at its first due step).
   Status complete(Pending& p, int64_t t, train::FlatParameters& flat, bool* deferred = nullptr) {
+    // Contributions being decoded beside the steps are applied early first:
+    // the round completes with them as such.
+    if (earlyWork_) settleEarly(t, flat);
     // Wait (bounded) for the contributions expected in this round, serving
     // joins meanwhile; a peer suspected while we wait is not waited for.
     const auto t0 = clock().now();
@@ -1678,10 +1865,31 @@ class Dts final : public Base {
         total += group_.weights[i];
       }
       const bool early = p.anyEarly();
+      // Under D = auto with no contribution missing (W = 1, the usual
+      // round): the correction below, (1 - Σ_early w_j) q_i - q̄ + Σ_early
+      // w_j q_j, is Σ_fresh w_j (q_i - q_j) in exact arithmetic -- what
+      // applying the fresh ones early does -- and zero where every one was
+      // applied as it arrived. So only the fresh ones are decoded (addEarly),
+      // and nothing is where there are none: the completion used to decode
+      // every contribution of the round again, the early ones too, on the
+      // training thread. The two differ by a few units of rounding, which
+      // the job model the parity check compares moves by too, far inside
+      // its tolerance. (A fixed D keeps the operations below: its rounds
+      // complete the same way on every run.)
+      const bool byEarlyApplication = auto_ && total >= 1.0 - 1e-9;
+      if (byEarlyApplication) {
+        std::vector<size_t> now;
+        for (size_t i = 0; i < group_.size(); ++i) {
+          if (fresh[i]) now.push_back(i);
+        }
+        if (now.empty()) ++completedAsApplied_;
+        addEarly(p, now, flat);
+      }
       // A round completed without someone keeps its whole mean for a late
       // contribution (Late): the slices' means are written into it.
       if (total < 1.0 - 1e-9) mean = scratch_.take(flat.values);
-      const std::vector<int64_t> bounds = sliceBounds(flat.values);
+      const std::vector<int64_t> bounds =
+          byEarlyApplication ? std::vector<int64_t>{} : sliceBounds(flat.values);
       for (size_t k = 0; k + 1 < bounds.size(); ++k) {
         const int64_t lo = bounds[k], n = bounds[k + 1] - lo;
         torch::Tensor correction = sliceBuffer(0, n, flat.values).zero_();
@@ -2357,6 +2565,14 @@ class Dts final : public Base {
     const char* v = std::getenv("GEO_SYNC_ENCODE_BESIDE");
     return v == nullptr || std::string_view(v) != "0";
   }();
+  // The early application being decoded beside the steps (applyEarly), and
+  // GEO_SYNC_DECODE_BESIDE=0, which decodes it on the training thread (for
+  // measurements, as above).
+  std::optional<std::future<EarlyResult>> earlyWork_;
+  const bool decodeBeside_ = [] {
+    const char* v = std::getenv("GEO_SYNC_DECODE_BESIDE");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
   Status settleError_;  // a settleEncoding() failure where none could be returned
   // The encodings run beside a step: their time, and the training
   // thread's waits for them (logged at the end).
@@ -2364,7 +2580,8 @@ class Dts final : public Base {
     double seconds = 0, waited = 0;
     int64_t rounds = 0;
     void add(double s, double w) { seconds += s, waited += w, ++rounds; }
-  } encodedBeside_;
+  } encodedBeside_, decodedBeside_;
+  int64_t completedAsApplied_ = 0;  // rounds whose completion had nothing to decode (complete())
   // The codec's work on the training thread a round (moving average over
   // the intervals between closes: the decodes of the round's contributions,
   // and the close itself where it cannot run beside a step), which the

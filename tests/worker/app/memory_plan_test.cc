@@ -65,6 +65,25 @@ TEST(MemoryPlan, CountsTheRoundsInFlightOfAFixedPeriodAndDelay) {
   EXPECT_EQ(planDtsMemory(in).endBytes - one.endBytes, b);
 }
 
+// Under D = auto a CPU worker of a model between 1M and 64M parameters
+// decodes the contributions it applies early beside the steps, into a
+// correction of the model's size (sync::decodesEarlyBeside); a fixed D
+// applies nothing early, and the 100M-parameter mlp decodes them on the
+// training thread (the extra model would take it past its memory design).
+TEST(MemoryPlan, CountsTheCorrectionDecodedBesideTheSteps) {
+  MemoryPlanInput in = measuredMlp();
+  in.parameters = 19'900'000;
+  const MemoryPlan automatic = planDtsMemory(in);
+  in.delay = 8;  // with K = 32: one round in flight, as under auto
+  const MemoryPlan fixed = planDtsMemory(in);
+  EXPECT_EQ(automatic.trainingBytes - fixed.trainingBytes, 4 * in.parameters);
+  EXPECT_EQ(automatic.endBytes, fixed.endBytes);
+  in = measuredMlp();
+  const MemoryPlan large = planDtsMemory(in);
+  in.delay = 8;
+  EXPECT_EQ(large.trainingBytes, planDtsMemory(in).trainingBytes);
+}
+
 // The final average streams the peers' models through the coordinator's
 // own model: a large model's does not grow with them (it held every peer's
 // model at once), a small model's asks up to 256 MiB of them at once.

@@ -1052,6 +1052,52 @@ TEST(Dts, AutoDelayAppliesANearPeersUpdateBeforeAFarOnes) {
   }
 }
 
+// Under D = auto a peer's contribution is applied as it arrives (early),
+// and a CPU worker decodes it beside the next steps: the training thread
+// adds the finished correction, and a round whose every contribution was
+// applied early completes without decoding anything again. Against the
+// same job with those decodes on the training thread
+// (GEO_SYNC_DECODE_BESIDE=0): the training thread's decoding falls (to
+// about half here; see below). Three regions, b 5 ms from a and c 150 ms from both (D
+// covers c's link: every contribution arrives a step or more before it is
+// due), an mlp of 3.2M parameters, qsgd-4, K = 4, 30 ms of compute a
+// step. The workers' job models stay the same model (no parity check
+// finds a difference) and end identical.
+TEST(Dts, EarlyContributionsAreDecodedBesideTheSteps) {
+  JobSpec job = nearAndFarRegions();
+  job.steps = 48;
+  job.model = "mlp";
+  job.modelWidth = 4000;
+  job.sync.period = 4;
+  job.extraCompute = {30ms, 30ms, 30ms};
+  const RunResult beside = runJob(job);
+  ASSERT_EQ(setenv("GEO_SYNC_DECODE_BESIDE", "0", 1), 0);
+  const RunResult inline_ = runJob(job);
+  unsetenv("GEO_SYNC_DECODE_BESIDE");
+  for (const RunResult* r : {&beside, &inline_}) {
+    for (size_t rank = 0; rank < 3; ++rank) {
+      ASSERT_TRUE(r->status[rank].ok()) << r->status[rank].toString();
+      EXPECT_EQ(r->stats[rank].missing, 0u) << "rank " << rank;
+      EXPECT_GT(r->stats[rank].appliedUpdates, 0u) << "rank " << rank;
+      EXPECT_GT(r->stats[rank].parityChecks, 0u) << "rank " << rank;
+      EXPECT_EQ(r->stats[rank].parityMismatches, 0u) << "rank " << rank;
+      EXPECT_TRUE(torch::equal(r->finalValues[rank], r->finalValues[0])) << "rank " << rank;
+    }
+  }
+  const auto decoding = [](const SyncStats& s) { return s.codecSeconds - s.encodeSeconds; };
+  for (size_t rank = 0; rank < 3; ++rank) {
+    std::printf(
+        "rank %zu: decoding on the training thread %.0f ms beside the steps, %.0f ms on it\n", rank,
+        1e3 * decoding(beside.stats[rank]), 1e3 * decoding(inline_.stats[rank]));
+    // What stays on the training thread: adding each finished correction to
+    // the model and the round's start (two passes over the model, against
+    // three decodes and four passes for a contribution decoded on it), the
+    // contributions that arrive at their due step, and the final average.
+    EXPECT_LT(decoding(beside.stats[rank]), 0.75 * decoding(inline_.stats[rank]))
+        << "rank " << rank;
+  }
+}
+
 // What a periodic evaluation measures under dts: the model the workers
 // agree on as of the last round completed. With an exact codec it is the
 // mean of the workers' models at that round's close, on every worker and
