@@ -342,8 +342,7 @@ class Dts final : public Base {
     if (joined->transferred) {
       // Our rounds in flight (from a checkpoint) are void: the peers have
       // completed them long ago. Start the next round from the new model.
-      if (earlyWork_) earlyWork_->wait();
-      earlyWork_.reset();
+      earlyWork_.reset();        // waits for its task (std::async's future)
       base_.copy_(flat.values);  // and no residual
       jobStep_ = joined->step;
       pending_.clear();
@@ -1063,7 +1062,6 @@ class Dts final : public Base {
   struct EarlyResult {
     std::vector<EarlyRound> rounds;
     torch::Tensor correction;
-    bool any = false;   // some contribution passed: the correction holds it
     std::string error;  // the codec's exception, if it threw
     double seconds = 0;
   };
@@ -1079,6 +1077,7 @@ class Dts final : public Base {
                                                  slice = sliceLength(flat.values)]() mutable {
       const auto start = std::chrono::steady_clock::now();
       EarlyResult r;
+      bool any = false;  // some contribution passed: the correction is made
       try {
         torch::NoGradGuard noGrad;
         torch::Tensor own = torch::empty({slice}, correction.options());
@@ -1089,10 +1088,10 @@ class Dts final : public Base {
             (codec->check(e.payloads[k].bytes(), q, reason).ok() ? e.passed : e.refused)
                 .push_back(k);
           }
-          r.any |= !e.passed.empty();
+          any |= !e.passed.empty();
         }
         const std::vector<int64_t> bounds = codec->sliceBounds(slice);
-        for (size_t b = 0; r.any && b + 1 < bounds.size(); ++b) {
+        for (size_t b = 0; any && b + 1 < bounds.size(); ++b) {
           const int64_t lo = bounds[b], n = bounds[b + 1] - lo;
           torch::Tensor c = correction.narrow(0, lo, n).zero_();
           torch::Tensor o = own.narrow(0, 0, n);
@@ -1109,7 +1108,6 @@ class Dts final : public Base {
           }
         }
       } catch (const std::exception& e) {
-        r.any = false;
         r.error = e.what();
       }
       for (EarlyRound& e : rounds) {
@@ -1143,7 +1141,9 @@ class Dts final : public Base {
           "their round completes",
           r.error);
     }
-    if (r.any) {
+    // The correction holds what passed (nothing where the codec threw).
+    if (std::any_of(r.rounds.begin(), r.rounds.end(),
+                    [](const EarlyRound& e) { return !e.passed.empty(); })) {
       flat.values.add_(r.correction);
       base_.add_(r.correction);
     }
@@ -1152,15 +1152,10 @@ class Dts final : public Base {
       if (p == nullptr) continue;  // cannot be (see above); nothing to mark
       for (size_t i : e.refused) p->undecodable[i] = true;
       markEarly(*p, e.passed, t);
+      stats_.decodedBeside(e.passed.size() + e.refused.size());
     }
     scratch_.give(std::move(r.correction));
     stats_.coded(since(t0));
-  }
-
-  // The early application in progress, taken up now (before a round
-  // completes or the rounds are replaced).
-  void settleEarly(int64_t t, train::FlatParameters& flat) {
-    if (earlyWork_) takeEarly(t, flat);
   }
 
   // Rounds from `round` on start after step `step` and take `k` steps each.
@@ -1755,7 +1750,7 @@ class Dts final : public Base {
   Status complete(Pending& p, int64_t t, train::FlatParameters& flat, bool* deferred = nullptr) {
     // Contributions being decoded beside the steps are applied early first:
     // the round completes with them as such.
-    if (earlyWork_) settleEarly(t, flat);
+    if (earlyWork_) takeEarly(t, flat);
     // Wait (bounded) for the contributions expected in this round, serving
     // joins meanwhile; a peer suspected while we wait is not waited for.
     const auto t0 = clock().now();

@@ -87,6 +87,7 @@ class StatsRecorder {
   void setPeriod(int64_t period);
   void setLrScale(double scale);
   void late(bool applied);
+  void decodedBeside(uint64_t contributions);
   void parity(uint64_t checks, uint64_t mismatches);
   void repaired();
   // A peer's contribution refused (`reason`: a metric label).

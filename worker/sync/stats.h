@@ -54,7 +54,10 @@ struct SyncStats {
   uint64_t stateTransferBytesReceived = 0;
   double stateTransferSeconds = 0;  // receiving them
   uint64_t lateApplied = 0;         // contributions applied after their round completed
-  uint64_t lateDropped = 0;         // late contributions too old to apply
+  // dts, D = auto: peers' contributions applied early that were decoded
+  // beside the steps rather than on the training thread.
+  uint64_t decodedBeside = 0;
+  uint64_t lateDropped = 0;  // late contributions too old to apply
   // dts state parity (worker/sync/parity.h): peers' job-model fingerprints
   // compared with this worker's, those found to differ, and the repairs
   // this worker made of its own model from a peer's.

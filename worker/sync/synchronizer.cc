@@ -322,6 +322,7 @@ void StatsRecorder::merge(const SyncStats& in) {
   stats_.roundSecondsSum += in.roundSecondsSum;
   stats_.roundSecondsCount += in.roundSecondsCount;
   stats_.lateApplied += in.lateApplied;
+  stats_.decodedBeside += in.decodedBeside;
   stats_.lateDropped += in.lateDropped;
   stats_.parityChecks += in.parityChecks;
   stats_.parityMismatches += in.parityMismatches;
@@ -355,6 +356,11 @@ void StatsRecorder::rejected(uint32_t peer, const std::string& reason) {
 void StatsRecorder::late(bool applied) {
   std::lock_guard lock(mu_);
   ++(applied ? stats_.lateApplied : stats_.lateDropped);
+}
+
+void StatsRecorder::decodedBeside(uint64_t contributions) {
+  std::lock_guard lock(mu_);
+  stats_.decodedBeside += contributions;
 }
 
 void StatsRecorder::parity(uint64_t checks, uint64_t mismatches) {

@@ -791,6 +791,27 @@ TEST(Dts, ASlowUplinkDoesNotSlowTheTrainingThread) {
   EXPECT_LT(slow.stepsSeconds, 1.2 * unlimited.stepsSeconds);
 }
 
+// The same job run twice: as it is, and with `knob` (GEO_SYNC_ENCODE_BESIDE,
+// GEO_SYNC_DECODE_BESIDE) set to 0, which keeps that work on the training
+// thread. In both, every worker ends ok, misses nothing and holds the
+// same final model.
+std::pair<RunResult, RunResult> runBesideAndOnTheThread(const JobSpec& job, const char* knob) {
+  RunResult beside = runJob(job);
+  EXPECT_EQ(setenv(knob, "0", 1), 0);
+  RunResult onThread = runJob(job);
+  unsetenv(knob);
+  for (const RunResult* r : {&beside, &onThread}) {
+    for (size_t rank = 0; rank < r->status.size(); ++rank) {
+      EXPECT_TRUE(r->status[rank].ok())
+          << knob << ", rank " << rank << ": " << r->status[rank].toString();
+      EXPECT_EQ(r->stats[rank].missing, 0u) << knob << ", rank " << rank;
+      EXPECT_TRUE(torch::equal(r->finalValues[rank], r->finalValues[0]))
+          << knob << ", rank " << rank;
+    }
+  }
+  return {std::move(beside), std::move(onThread)};
+}
+
 // A round's close (base - x, its check, the encoding, the error
 // feedback's decode, the next round's start) runs beside the next step's
 // forward and backward passes: the training thread's time in encoding
@@ -809,17 +830,8 @@ TEST(Dts, TheEncodingRunsBesideTheNextStep) {
   job.sync.period = 4;
   job.sync.delay = 3;
   job.extraCompute = {40ms, 40ms};
-  const RunResult beside = runJob(job);
-  ASSERT_EQ(setenv("GEO_SYNC_ENCODE_BESIDE", "0", 1), 0);
-  const RunResult inline_ = runJob(job);
-  unsetenv("GEO_SYNC_ENCODE_BESIDE");
-  for (const RunResult* r : {&beside, &inline_}) {
-    for (size_t rank = 0; rank < 2; ++rank) {
-      ASSERT_TRUE(r->status[rank].ok()) << r->status[rank].toString();
-      EXPECT_EQ(r->stats[rank].missing, 0u) << "rank " << rank;
-      EXPECT_TRUE(torch::equal(r->finalValues[rank], r->finalValues[0])) << "rank " << rank;
-    }
-  }
+  const auto [beside, inline_] = runBesideAndOnTheThread(job, "GEO_SYNC_ENCODE_BESIDE");
+  ASSERT_FALSE(::testing::Test::HasFailure());
   for (size_t rank = 0; rank < 2; ++rank) {
     const double rounds = static_cast<double>(job.steps / job.sync.period);
     std::printf(
@@ -1057,12 +1069,11 @@ TEST(Dts, AutoDelayAppliesANearPeersUpdateBeforeAFarOnes) {
 // adds the finished correction, and a round whose every contribution was
 // applied early completes without decoding anything again. Against the
 // same job with those decodes on the training thread
-// (GEO_SYNC_DECODE_BESIDE=0): the training thread's decoding falls (to
-// about half here; see below). Three regions, b 5 ms from a and c 150 ms from both (D
-// covers c's link: every contribution arrives a step or more before it is
-// due), an mlp of 3.2M parameters, qsgd-4, K = 4, 30 ms of compute a
-// step. The workers' job models stay the same model (no parity check
-// finds a difference) and end identical.
+// (GEO_SYNC_DECODE_BESIDE=0): at a and b the training thread's decoding
+// falls (to about half here; see below). Three regions, b 5 ms from a and
+// c 150 ms from both (D covers c's links), an mlp of 3.2M parameters,
+// qsgd-4, K = 4, 30 ms of compute a step. The workers' job models stay
+// the same model (no parity check finds a difference) and end identical.
 TEST(Dts, EarlyContributionsAreDecodedBesideTheSteps) {
   JobSpec job = nearAndFarRegions();
   job.steps = 48;
@@ -1070,31 +1081,41 @@ TEST(Dts, EarlyContributionsAreDecodedBesideTheSteps) {
   job.modelWidth = 4000;
   job.sync.period = 4;
   job.extraCompute = {30ms, 30ms, 30ms};
-  const RunResult beside = runJob(job);
-  ASSERT_EQ(setenv("GEO_SYNC_DECODE_BESIDE", "0", 1), 0);
-  const RunResult inline_ = runJob(job);
-  unsetenv("GEO_SYNC_DECODE_BESIDE");
+  const auto [beside, inline_] = runBesideAndOnTheThread(job, "GEO_SYNC_DECODE_BESIDE");
+  ASSERT_FALSE(::testing::Test::HasFailure());
   for (const RunResult* r : {&beside, &inline_}) {
     for (size_t rank = 0; rank < 3; ++rank) {
-      ASSERT_TRUE(r->status[rank].ok()) << r->status[rank].toString();
-      EXPECT_EQ(r->stats[rank].missing, 0u) << "rank " << rank;
       EXPECT_GT(r->stats[rank].appliedUpdates, 0u) << "rank " << rank;
       EXPECT_GT(r->stats[rank].parityChecks, 0u) << "rank " << rank;
       EXPECT_EQ(r->stats[rank].parityMismatches, 0u) << "rank " << rank;
-      EXPECT_TRUE(torch::equal(r->finalValues[rank], r->finalValues[0])) << "rank " << rank;
     }
+  }
+  // Beside the steps, at a and b (5 ms apart): most contributions, those
+  // not still arriving at their due step; none on the other run. c's
+  // peers are 150 ms away, which its D just covers: most of theirs arrive
+  // at their due step and are decoded there, on the training thread, in
+  // both runs (printed, not bounded).
+  for (size_t rank = 0; rank < 2; ++rank) {
+    EXPECT_GE(2 * beside.stats[rank].decodedBeside, beside.stats[rank].appliedUpdates)
+        << "rank " << rank;
+    EXPECT_EQ(inline_.stats[rank].decodedBeside, 0u) << "rank " << rank;
   }
   const auto decoding = [](const SyncStats& s) { return s.codecSeconds - s.encodeSeconds; };
   for (size_t rank = 0; rank < 3; ++rank) {
     std::printf(
-        "rank %zu: decoding on the training thread %.0f ms beside the steps, %.0f ms on it\n", rank,
+        "rank %zu: %llu of %llu contributions decoded beside the steps; decoding on the training "
+        "thread %.0f ms, against %.0f ms with every decode on it\n",
+        rank, static_cast<unsigned long long>(beside.stats[rank].decodedBeside),
+        static_cast<unsigned long long>(beside.stats[rank].appliedUpdates),
         1e3 * decoding(beside.stats[rank]), 1e3 * decoding(inline_.stats[rank]));
     // What stays on the training thread: adding each finished correction to
     // the model and the round's start (two passes over the model, against
     // three decodes and four passes for a contribution decoded on it), the
     // contributions that arrive at their due step, and the final average.
-    EXPECT_LT(decoding(beside.stats[rank]), 0.75 * decoding(inline_.stats[rank]))
-        << "rank " << rank;
+    if (rank < 2) {
+      EXPECT_LT(decoding(beside.stats[rank]), 0.75 * decoding(inline_.stats[rank]))
+          << "rank " << rank;
+    }
   }
 }
 
