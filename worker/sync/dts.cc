@@ -69,6 +69,7 @@
 #include "worker/sync/internal.h"
 #include "worker/sync/link_ledger.h"
 #include "worker/sync/parity.h"
+#include "worker/sync/state_parity.h"
 #include "worker/sync/uplink_pace.h"
 
 namespace geo::sync::detail {
@@ -198,7 +199,7 @@ class StageTimes {
   bool waitForDevice_ = false;
 };
 
-class Dts final : public Base {
+class Dts final : public Base, private StateParity::Host {
  public:
   Dts(const SyncOptions& o, const Topology& t, transport::Transport* tr, Group g)
       : Base(o, t, tr, std::move(g), o.period),
@@ -300,7 +301,7 @@ class Dts final : public Base {
     if (measuring()) takeLagReports(t);
     applyLate(t, flat);
     stages_.lap(StageTimes::kLate);
-    GEO_RETURN_IF_ERROR(pollParity(flat));
+    GEO_RETURN_IF_ERROR(parity_.poll(flat));
     stages_.lap(StageTimes::kParity);
     if (t >= closeAt_) GEO_RETURN_IF_ERROR(closeRound(t, flat));
     stages_.lap(StageTimes::kClose);
@@ -323,7 +324,7 @@ class Dts final : public Base {
       recycle(pending_.front());
       pending_.pop_front();
       stages_.lap(StageTimes::kComplete);
-      GEO_RETURN_IF_ERROR(afterCompleted(round));
+      GEO_RETURN_IF_ERROR(parity_.afterCompleted(round, finishing_));
       stages_.lap(StageTimes::kParity);
     }
     stages_.lap(StageTimes::kComplete);
@@ -353,10 +354,7 @@ class Dts final : public Base {
       if (options_.autoPeriod) awaitSchedule(joined->step);
       nextRound_ = roundAt(joined->step);
       closeAt_ = closeOf(nextRound_);
-      completedThrough_ = nextRound_;
-      parity_.clear();
-      parityAhead_.clear();
-      repair_.reset();
+      parity_.reset(nextRound_);
     }
     // A worker resumed from its checkpoint sends its rounds in flight again,
     // and those it completed last (a peer with a larger D may still wait for
@@ -2042,7 +2040,7 @@ class Dts final : public Base {
     return linkKnown_;
   }
 
-  // ---- State parity (parity.h; docs/membership.md, "State parity") ----
+  // ---- State parity (state_parity.h; docs/membership.md, "State parity") ----
   //
   // Every kParityEvery rounds each worker sends its peers a fingerprint of
   // its job model (jobModel(): x0 - Σ q̄, the part of every worker's model
@@ -2054,78 +2052,21 @@ class Dts final : public Base {
   // theirs - ours, to its model and its round start. What it trained
   // since (its own progress, its error feedback, its rounds in flight)
   // stays: only the common part is replaced. No restart, no pause.
+  // StateParity runs the protocol; what it needs of this worker:
 
-  static constexpr uint64_t kParityReportBytes = 8 + 5 * 8;
-  struct ParityReport {
-    uint64_t gate = 0;
-    ParityFingerprint fingerprint;
-  };
-  // On the wire: the gate, the four projections, the squared norm.
-  static std::shared_ptr<std::vector<std::byte>> encodeReport(const ParityReport& r) {
-    auto bytes = std::make_shared<std::vector<std::byte>>(kParityReportBytes);
-    std::memcpy(bytes->data(), &r.gate, 8);
-    std::memcpy(bytes->data() + 8, r.fingerprint.projections.data(), 32);
-    std::memcpy(bytes->data() + 40, &r.fingerprint.squaredNorm, 8);
-    return bytes;
+  std::optional<train::JobModel> parityJobModel() override { return jobModel(); }
+  // A CPU worker's fingerprint goes a slice at a time (jobModelFingerprint).
+  std::optional<ParityFingerprint> parityFingerprint() override {
+    if (!base_.device().is_cpu()) return std::nullopt;
+    return jobModelFingerprint(base_);
   }
-  static ParityReport decodeReport(const std::byte* bytes) {
-    ParityReport r;
-    std::memcpy(&r.gate, bytes, 8);
-    std::memcpy(r.fingerprint.projections.data(), bytes + 8, 32);
-    std::memcpy(&r.fingerprint.squaredNorm, bytes + 40, 8);
-    return r;
-  }
-  // The rounds checked last (at most kParityKept): our report, the peers'
-  // (by group index).
-  struct ParityRound {
-    uint64_t round = 0;
-    ParityReport own;
-    std::vector<std::optional<ParityReport>> peers;
-    bool decided = false;
-  };
-  static constexpr size_t kParityKept = 4;
-  // Marks the gate of a report made while a repair was in flight (any
-  // other gate is a hash: a collision is as unlikely as any other).
-  static constexpr uint64_t kRepairingGate = 0x8f1bbcdcca62c1d6ULL;
-  std::deque<ParityRound> parity_;
-  // Peers' reports of rounds we have not completed yet (a peer ahead).
-  struct AheadReport {
-    uint64_t round = 0;
-    size_t peer = 0;
-    ParityReport report;
-  };
-  std::deque<AheadReport> parityAhead_;
-  // Our repair in flight: whom we asked, for which round, both models.
-  struct Repair {
-    size_t from = 0;  // group index
-    uint64_t round = 0;
-    torch::Tensor own;
-    torch::Tensor theirs;
-    uint64_t differedAt = 0;  // the round whose check found it
-    int retries = 0;
-    // Who was in the rounds still open to late contributions as of
-    // `round` (parityGate), here and there: the difference of two job
-    // models is the fault alone only when both completed those rounds with
-    // the same contributions; otherwise it holds a late contribution that
-    // one of the two applies later, and would be applied twice.
-    uint64_t ownGate = 0;
-    uint64_t theirGate = 0;
-  };
-  std::optional<Repair> repair_;
-  // Peers waiting for our job model as of a round (by group index).
-  struct ParityAsk {
-    size_t peer = 0;
-    uint64_t round = 0;
-  };
-  std::vector<ParityAsk> parityAsks_;
-  uint64_t completedThrough_ = 0;  // rounds completed so far (the next to complete)
-
-  // What a fingerprint of round R may be compared with: the rounds of the
-  // last kLateWindow completed without someone, by round and who was in
-  // (every worker keeps at least those in late_), hashed. Two workers that
-  // differ there hold job models that differ by contributions that may
-  // still arrive -- not a fault yet; a later round compares them.
-  uint64_t parityGate(uint64_t round) const {
+  bool parityHasState() const override { return base_.defined(); }
+  // The rounds of the last kLateWindow completed without someone, by round
+  // and who was in (every worker keeps at least those in late_), hashed.
+  // Two workers that differ there hold job models that differ by
+  // contributions that may still arrive -- not a fault yet; a later round
+  // compares them.
+  uint64_t parityLateRounds(uint64_t round) const override {
     uint64_t h = 0;
     for (const Late& l : late_) {
       if (l.round + kLateWindow <= round) continue;
@@ -2137,308 +2078,36 @@ class Dts final : public Base {
     }
     return h;
   }
-
-  // After round `round` completed (and left pending_): its fingerprint,
-  // the job model peers asked for as of it, and ours for a repair.
-  Status afterCompleted(uint64_t round) {
-    completedThrough_ = round + 1;
-    const bool check = round > 0 && round % kParityEvery == 0 && !finishing_;
-    const bool asked = std::any_of(parityAsks_.begin(), parityAsks_.end(),
-                                   [&](const ParityAsk& a) { return a.round <= round; });
-    const bool mine = repair_ && repair_->round == round && !repair_->own.defined();
-    if (!check && !asked && !mine) return {};
-    if (group_.size() <= 1 || !base_.defined()) return {};  // jobModel() has none
-    // A check alone on a CPU worker needs the fingerprint, not the model.
-    std::optional<ParityFingerprint> fingerprint;
-    if (check && !asked && !mine && base_.device().is_cpu()) {
-      fingerprint = jobModelFingerprint(base_);
-    }
-    auto job = fingerprint ? std::nullopt : jobModel();
-    if (!fingerprint && !job) return {};
-    // On the model's device: a GPU worker fingerprints it there, and copies
-    // it to the host only for a peer that asked for it or for a repair.
-    const torch::Tensor model = job ? job->values.contiguous() : torch::Tensor();
-    // The host copy, made once for both a peer's question and a repair.
-    torch::Tensor host;
-    const auto onHost = [&]() -> const torch::Tensor& {
-      if (!host.defined()) host = model.to(torch::kCPU);
-      return host;
-    };
-    if (check) {
-      // A round is decided once every peer expected in it has reported; the
-      // reports of far peers come a link's time after they complete it,
-      // which on fast steps is several rounds. After kParityKept checks the
-      // oldest is decided with what came.
-      if (parity_.size() == kParityKept) {
-        if (!parity_.front().decided) decideParity(parity_.front(), true);
-        parity_.pop_front();
-      }
-      // While a repair of ours is in flight, our job model is the one found
-      // wrong (the repair is applied when the answer is here, often a round
-      // or two later): its fingerprint is sent as not comparable, so that
-      // peers do not name us again for what is being repaired.
-      const uint64_t gate = repair_ ? parityGate(round) ^ kRepairingGate : parityGate(round);
-      parity_.push_back(ParityRound{round,
-                                    {gate, fingerprint ? *fingerprint : tensorFingerprint(model)},
-                                    std::vector<std::optional<ParityReport>>(group_.size()),
-                                    false});
-      for (auto it = parityAhead_.begin(); it != parityAhead_.end();) {
-        if (it->round == round) parity_.back().peers[it->peer] = it->report;
-        it = it->round <= round ? parityAhead_.erase(it) : std::next(it);
-      }
-      auto bytes = encodeReport(parity_.back().own);
-      GEO_RETURN_IF_ERROR(sendTo(presentPeers(), Control::kParityReport,
-                                 static_cast<int64_t>(round), CodecId::kRaw, kParityReportBytes,
-                                 std::move(bytes)));
-    }
-    if (asked) {
-      // The model, then its gate (a peer mid-repair marks its own: the
-      // asker then asks again, of a later round).
-      auto bytes = tensorBytes(onHost());
-      const uint64_t gate = repair_ ? parityGate(round) ^ kRepairingGate : parityGate(round);
-      bytes->resize(bytes->size() + sizeof gate);
-      std::memcpy(bytes->data() + bytes->size() - sizeof gate, &gate, sizeof gate);
-      for (auto it = parityAsks_.begin(); it != parityAsks_.end();) {
-        if (it->round > round) {
-          ++it;
-          continue;
-        }
-        // Asked for a round we passed since (it asked as we completed it):
-        // the answer says which round it is of.
-        GEO_RETURN_IF_ERROR(sendTo({group_.ranks[it->peer]}, Control::kParityState,
-                                   static_cast<int64_t>(round), CodecId::kRaw, bytes->size(),
-                                   bytes));
-        it = parityAsks_.erase(it);
-      }
-    }
-    if (mine) {
-      repair_->own = onHost();  // the job model is a tensor of our own, not written after
-      repair_->ownGate = parityGate(round);
-    }
-    return {};
+  // It trains, it is heard and not joining (Membership::expected's other
+  // conditions; its round condition follows the rounds the peer
+  // delivered, later ones), and it has not finished before the round.
+  bool parityReports(size_t i, uint64_t round) const override {
+    return !(finishedAt_[i] && round >= *finishedAt_[i]) &&
+           membership_.expected(group_.ranks[i], ~uint64_t{0});
   }
-
-  // Takes the peers' fingerprints, questions and answers; decides the
-  // round checked last once every peer expected in it has reported; and
-  // repairs once both job models of the round asked for are here.
-  Status pollParity(train::FlatParameters& flat) {
-    for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self) continue;
-      const uint32_t peer = group_.ranks[i];
-      for (const transport::Message& m : takeArrived(Control::kParityReport, peer)) {
-        if (m.payload.size() != kParityReportBytes) continue;
-        const ParityReport r = decodeReport(m.payload.data());
-        const uint64_t round = m.header.step;
-        const auto kept = std::find_if(parity_.begin(), parity_.end(),
-                                       [&](const ParityRound& p) { return p.round == round; });
-        if (kept != parity_.end()) {
-          kept->peers[i] = r;
-        } else if (round >= completedThrough_ && parityAhead_.size() < 4 * group_.size()) {
-          parityAhead_.push_back({round, i, r});
-        }
-      }
-      for (const transport::Message& m : takeArrived(Control::kParityRequest, peer)) {
-        uint64_t round = 0;
-        if (m.payload.size() != sizeof round) continue;
-        std::memcpy(&round, m.payload.data(), sizeof round);
-        if (round < completedThrough_) {
-          // Passed already: say which round we are at, and it asks again.
-          GEO_RETURN_IF_ERROR(sendTo({peer}, Control::kParityState,
-                                     static_cast<int64_t>(completedThrough_ - 1), CodecId::kRaw, 0,
-                                     std::make_shared<std::vector<std::byte>>()));
-        } else if (parityAsks_.size() < group_.size()) {
-          parityAsks_.push_back({i, round});
-        }
-      }
-    }
-    if (repair_) GEO_RETURN_IF_ERROR(pollRepair(flat));
-    for (ParityRound& p : parity_) {
-      if (!p.decided) decideParity(p, false);
-    }
-    return {};
-  }
-
-  // Compares our fingerprint of a round checked with the peers' comparable
-  // ones (same gate); `force`: with those that came. Only a verdict of
-  // enough workers repairs: the winner's side a majority of the workers
-  // expected in the round, or every one of them compared (a tie then goes
-  // to the lowest rank's side). Two reports that differ say nothing of
-  // which one is wrong.
-  void decideParity(ParityRound& p, bool force) {
-    std::vector<size_t> who{group_.self};
-    size_t expected = 1;
-    for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self) continue;
-      // Whether it reports this round: it trains, it is heard and not
-      // joining (Membership::expected's other conditions; its round
-      // condition follows the rounds the peer delivered, later ones).
-      const bool awaitedHere = !(finishedAt_[i] && p.round >= *finishedAt_[i]) &&
-                               membership_.expected(group_.ranks[i], ~uint64_t{0});
-      expected += awaitedHere;
-      if (!p.peers[i]) {
-        if (!force && awaitedHere) return;  // not all in yet
-        continue;
-      }
-      if (p.peers[i]->gate == p.own.gate) who.push_back(i);
-    }
-    p.decided = true;
-    if (logger()->should_log(spdlog::level::debug)) {
-      std::string what;
-      for (size_t i = 0; i < group_.size(); ++i) {
-        if (i == group_.self) continue;
-        what += fmt::format(
-            " {}:{}", topology_.describe(group_.ranks[i]),
-            !p.peers[i] ? "no report"
-            : p.peers[i]->gate != p.own.gate
-                ? "not comparable (rounds still open to late contributions, or a repair in flight)"
-                : fmt::format("{:.2g} apart",
-                              parityDistance(p.own.fingerprint, p.peers[i]->fingerprint)));
-      }
-      logger()->debug("dts: state parity at round {}{}:{}", p.round, force ? " (due)" : "", what);
-    }
-    if (who.size() < 2) return;
-    std::sort(who.begin(), who.end());  // the verdict's ties go to the lowest rank
-    std::vector<ParityFingerprint> prints;
-    size_t self = 0;
-    for (size_t k = 0; k < who.size(); ++k) {
-      if (who[k] == group_.self) self = k;
-      prints.push_back(who[k] == group_.self ? p.own.fingerprint : p.peers[who[k]]->fingerprint);
-    }
-    const ParityVerdict v = parityVerdict(prints, self);
-    stats_.parity(who.size() - 1, v.disagreeing.size());
-    for (size_t k : v.disagreeing) {
-      logger()->warn(
-          "dts: state parity: at round {} the job model of {} differs from this worker's "
-          "(fingerprints {:.2g} of its norm apart; the tolerance is {:.0e})",
-          p.round, topology_.describe(group_.ranks[who[k]]),
-          parityDistance(p.own.fingerprint, prints[k]), kParityTolerance);
-    }
-    if (!v.selfDiffers || repair_) return;
-    if (v.sources.size() * 2 <= expected && who.size() < expected) {
-      logger()->info(
-          "dts: state parity: at round {} this worker's job model differs from {} of the {} "
-          "workers expected; too few compared to say which is wrong, the next check decides",
-          p.round, v.disagreeing.size(), expected);
-      return;
-    }
-    // The nearest of those that hold the job's model.
-    size_t from = who[v.sources.front()];
-    double best = 1e9;
-    for (const auto& c : transport_->peerCounters()) {
-      const auto i = group_.indexOf(c.peer);
-      if (!i || c.minRttSeconds <= 0 || c.minRttSeconds >= best) continue;
-      for (size_t k : v.sources) {
-        if (who[k] == *i) from = *i, best = c.minRttSeconds;
-      }
-    }
-    logger()->warn(
-        "dts: state parity: this worker's job model differs from the job's at round {} ({} of {} "
-        "workers compared hold another); repairing it from {}",
-        p.round, v.sources.size(), who.size(), topology_.describe(group_.ranks[from]));
-    askForRepair(from, p.round);
-  }
-
-  // Asks `from` for its job model as of a round we have not closed yet (and
-  // at least `atLeast`): by the time we complete it, its answer is on the
-  // way. A failed send ends the repair; the next check decides again.
-  void askForRepair(size_t from, uint64_t differedAt, uint64_t atLeast = 0, int retries = 0) {
-    const uint64_t round = std::max({nextRound_ + 1, completedThrough_ + 1, atLeast});
-    repair_ = Repair{from, round, {}, {}, differedAt, retries};
-    auto bytes = std::make_shared<std::vector<std::byte>>(sizeof round);
-    std::memcpy(bytes->data(), &round, sizeof round);
-    if (const Status s = sendTo({group_.ranks[from]}, Control::kParityRequest, 0, CodecId::kRaw,
-                                sizeof round, std::move(bytes));
-        !s.ok()) {
-      logger()->warn("dts: state parity: could not ask {} for its job model: {}",
-                     topology_.describe(group_.ranks[from]), s.message());
-      repair_.reset();
-    }
-  }
-
-  Status pollRepair(train::FlatParameters& flat) {
-    const uint32_t peer = group_.ranks[repair_->from];
-    for (const transport::Message& m : takeArrived(Control::kParityState, peer)) {
-      if (!repair_) break;  // ended by an earlier answer
-      Repair& r = *repair_;
-      const uint64_t round = m.header.step;
-      if (m.payload.size() == 0) {
-        // It had completed the round already (it runs ahead): ask for one
-        // past where it is.
-        if (round < r.round || r.retries >= 3) continue;  // to an earlier question
-        askForRepair(r.from, r.differedAt, round + 2, r.retries + 1);
-        continue;
-      }
-      if (round != r.round) continue;  // an answer to an earlier question
-      const auto modelBytes = static_cast<size_t>(flat.values.numel()) * 4;
-      if (m.payload.size() != modelBytes + sizeof r.theirGate) {
-        logger()->warn(
-            "dts: state parity: the job model of {} for round {} has {} bytes, expected {} (the "
-            "same model everywhere?); the next check decides again",
-            topology_.describe(peer), round, m.payload.size(), modelBytes + sizeof r.theirGate);
-        repair_.reset();
-        return {};
-      }
-      std::memcpy(&r.theirGate, m.payload.data() + modelBytes, sizeof r.theirGate);
-      torch::Tensor theirs = torch::empty({flat.values.numel()}, torch::kFloat32);
-      std::string reason;
-      if (const Status ok = checkedCopy(m.payload.bytes().first(modelBytes), theirs,
-                                        std::numeric_limits<float>::max(), reason);
-          !ok.ok()) {
-        reject(peer, fmt::format("its job model for round {}", round), reason, ok);
-        repair_.reset();
-        return {};
-      }
-      r.theirs = std::move(theirs);
-    }
-    if (!repair_) return {};
-    Repair& r = *repair_;
-    if (membership_.suspected(peer) || completedThrough_ > r.round + 4 * kParityEvery) {
-      logger()->warn(
-          "dts: state parity: no job model from {} for round {}; the next check decides again",
-          topology_.describe(peer), r.round);
-      repair_.reset();
-      return {};
-    }
-    if (!r.own.defined() || !r.theirs.defined()) return {};
-    if (r.ownGate != r.theirGate) {
-      // Not comparable as of that round (a late contribution reached one of
-      // us and not yet the other, or the peer was repairing): ask again.
-      if (r.retries >= 3) {
-        logger()->info(
-            "dts: state parity: the job model of {} as of round {} is not comparable with this "
-            "worker's (late contributions still open); the next check decides again",
-            topology_.describe(peer), r.round);
-        repair_.reset();
-        return {};
-      }
-      askForRepair(r.from, r.differedAt, completedThrough_ + 1, r.retries + 1);
-      return {};
-    }
-    // theirs - ours: zero where the two agree to the bit, the difference
-    // (and a few units of rounding) where they do not.
-    const torch::Tensor delta = r.theirs.view({-1}).sub_(r.own.view({-1}));
-    const torch::Tensor size = delta.abs();
-    const float largest = size.max().item<float>();
-    // Rounding moves a value by a few units in the last place of the
-    // values it was computed from (~1e-7 of the model's typical size; a
-    // value several times the typical size, by several times that).
-    const double typical = r.own.pow(2).mean().sqrt().item<double>();
-    const int64_t changed = (size > 1e-4 * typical + 1e-12).sum().item<int64_t>();
+  uint64_t parityNextRound() const override { return nextRound_; }
+  void parityRepair(const torch::Tensor& delta, train::FlatParameters& flat) override {
     const torch::Tensor d = delta.view_as(flat.values).to(flat.values.device());
     flat.values.add_(d);
     base_.add_(d);
     modified_ = true;
-    // Our fingerprints computed so far predate the repair: they say
-    // nothing any more (a round checked after the round asked for, while
-    // the answer was on its way, would start a second repair).
-    for (ParityRound& p : parity_) p.decided = true;
-    stats_.repaired();
-    logger()->warn(
-        "dts: state parity: repaired this worker's job model from {}'s as of round {}: {} "
-        "value(s) differed beyond rounding, by up to {:.3g}; training goes on",
-        topology_.describe(peer), r.round, changed, largest);
-    repair_.reset();
-    return {};
+  }
+  Status paritySend(const std::vector<uint32_t>& to, Control control, int64_t step,
+                    std::shared_ptr<const std::vector<std::byte>> bytes) override {
+    const uint64_t size = bytes->size();
+    return sendTo(to, control, step, CodecId::kRaw, size, std::move(bytes));
+  }
+  std::vector<transport::Message> parityTake(Control control, uint32_t peer) override {
+    return takeArrived(control, peer);
+  }
+  std::vector<uint32_t> parityPeers() const override { return presentPeers(); }
+  bool paritySuspected(uint32_t rank) const override { return membership_.suspected(rank); }
+  std::vector<transport::PeerCounters> parityPeerCounters() const override {
+    return transport_->peerCounters();
+  }
+  void parityReject(uint32_t peer, const std::string& what, const std::string& reason,
+                    const Status& why) override {
+    reject(peer, what, reason, why);
   }
 
   // A test's fault (GEO_TEST_FLIP_BIT=RANK:STEP:INDEX:BIT): flips bit BIT
@@ -2601,6 +2270,8 @@ class Dts final : public Base {
   ScratchTensors scratch_;
   std::array<torch::Tensor, 4> slices_;  // sliceBuffer()'s
   StageTimes stages_;
+  // State parity's protocol (state_parity.h), on this worker's job model.
+  StateParity parity_{*this, group_, topology_, stats_};
 };
 
 }  // namespace
