@@ -53,7 +53,8 @@ enum class Control : uint64_t {
   kJoinState = ~uint64_t{0} - 6,
   kJoined = ~uint64_t{0} - 7,
   // DTS auto delay: after completing round R (header.step = R) a worker
-  // tells its peers how late each contribution of R reached it (dts.cc).
+  // tells each peer how late that peer's contribution of R reached it, and
+  // its schedule (dts.cc, reportLags: 80 bytes, whatever the job's size).
   kLagReport = ~uint64_t{0} - 10,
   // Hierarchical sync: a region leader that stops on an error tells its
   // members why (payload: the error message, at most kMaxStopReasonBytes).

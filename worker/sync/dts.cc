@@ -1216,20 +1216,21 @@ class Dts final : public Base, private StateParity::Host {
   }
 
   // Report layout (Control::kLagReport, header.step = the round reported on, or
-  // kNoRound for a schedule only): one little-endian IEEE double per group
-  // member, the lag (seconds) of its contribution, NaN where none came; then
-  // the schedule in force and the next one (k = 0: none), three int64 each;
+  // kNoRound for a schedule only): one little-endian IEEE double, the lag
+  // (seconds) of the receiver's own contribution, NaN where none came (each
+  // peer is told only its own: the report's size does not grow with the
+  // job's, docs/membership.md "What liveness costs at scale"); then the
+  // schedule in force and the next one (k = 0: none), three int64 each;
   // then the round the sender closes next, the shortest its rounds may last
   // (fastestRoundSeconds(), in nanoseconds) and its lead() (int64 each),
   // which tell the coordinator how far ahead of it a peer may run
   // (choosePeriod).
   static constexpr uint64_t kNoRound = ~uint64_t{0};
   static constexpr size_t kScheduleBytes = 9 * sizeof(int64_t);
+  static constexpr size_t kLagReportBytes = sizeof(double) + kScheduleBytes;
 
+  // `lags` by group index.
   Status reportLags(uint64_t round, const std::vector<double>& lags) {
-    auto bytes =
-        std::make_shared<std::vector<std::byte>>(lags.size() * sizeof(double) + kScheduleBytes);
-    std::memcpy(bytes->data(), lags.data(), lags.size() * sizeof(double));
     const Schedule next = nextSchedule_.value_or(Schedule{0, 0, 0});
     const int64_t schedules[9] = {static_cast<int64_t>(schedule_.round),
                                   schedule_.step,
@@ -1240,10 +1241,16 @@ class Dts final : public Base, private StateParity::Host {
                                   static_cast<int64_t>(nextRound_),
                                   static_cast<int64_t>(fastestRoundSeconds() * 1e9),
                                   lead()};
-    std::memcpy(bytes->data() + lags.size() * sizeof(double), schedules, sizeof schedules);
-    const uint64_t size = bytes->size();  // before the move: argument order is unspecified
-    return sendTo(presentPeers(), Control::kLagReport, round, CodecId::kRaw, size,
-                  std::move(bytes));
+    for (size_t i = 0; i < group_.size(); ++i) {
+      const uint32_t r = group_.ranks[i];
+      if (i == group_.self || membership_.suspected(r)) continue;
+      auto bytes = std::make_shared<std::vector<std::byte>>(kLagReportBytes);
+      std::memcpy(bytes->data(), &lags[i], sizeof(double));
+      std::memcpy(bytes->data() + sizeof(double), schedules, sizeof schedules);
+      GEO_RETURN_IF_ERROR(sendTo({r}, Control::kLagReport, round, CodecId::kRaw, kLagReportBytes,
+                                 std::move(bytes)));
+    }
+    return {};
   }
 
   // Takes the peers' reports: their schedules (auto period), and their lags
@@ -1254,18 +1261,17 @@ class Dts final : public Base, private StateParity::Host {
   // any report came.
   bool takeLagReports(int64_t t) {
     bool any = false;
-    const size_t lagBytes = group_.size() * sizeof(double);
     for (size_t i = 0; i < group_.size(); ++i) {
       if (i == group_.self) continue;
       for (auto m = receiveControl(*transport_, Control::kLagReport, group_.ranks[i],
                                    std::chrono::milliseconds(0));
            m.ok(); m = receiveControl(*transport_, Control::kLagReport, group_.ranks[i],
                                       std::chrono::milliseconds(0))) {
-        if (m->payload.size() != lagBytes + kScheduleBytes) continue;
+        if (m->payload.size() != kLagReportBytes) continue;
         any = true;
         if (options_.autoPeriod) {
           int64_t e[9];
-          std::memcpy(e, m->payload.data() + lagBytes, sizeof e);
+          std::memcpy(e, m->payload.data() + sizeof(double), sizeof e);
           // A peer runs at most its D (<= maxAutoDelay steps, a round each
           // at worst) ahead: a larger figure is not believed.
           if (e[6] >= 0 &&
@@ -1283,7 +1289,7 @@ class Dts final : public Base, private StateParity::Host {
           }
         }
         double theirs = 0;
-        std::memcpy(&theirs, m->payload.data() + group_.self * sizeof(double), sizeof theirs);
+        std::memcpy(&theirs, m->payload.data(), sizeof theirs);
         const uint64_t round = m->header.step;
         if (round != kNoRound) links_.theirLag(round, i, theirs);
       }
