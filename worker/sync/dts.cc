@@ -65,6 +65,7 @@
 
 #include "common/logging.h"
 #include "worker/sync/auto_rules.h"
+#include "worker/sync/dts_state.h"
 #include "worker/sync/early_beside.h"
 #include "worker/sync/internal.h"
 #include "worker/sync/link_ledger.h"
@@ -463,114 +464,71 @@ class Dts final : public Base, private StateParity::Host {
     return sums.fingerprint();
   }
 
+  // The checkpoint's format is dts_state.h's; here what goes in and comes
+  // out of it.
   void saveState(torch::serialize::OutputArchive& archive) override {
     settleOrKeep();
     if (!base_.defined()) return;
-    archive.write("dts_base", base_);
-    archive.write("dts_job_step", torch::tensor(jobStep_));
-    archive.write("dts_next_round", torch::tensor(static_cast<int64_t>(nextRound_)));
-    archive.write("dts_delay", torch::tensor(delay_));
-    archive.write("dts_schedule", scheduleTensor(schedule_));
-    if (nextSchedule_) archive.write("dts_next_schedule", scheduleTensor(*nextSchedule_));
-    archive.write("dts_sent", torch::tensor(static_cast<int64_t>(sent_.size())));
-    for (size_t i = 0; i < sent_.size(); ++i) {
-      const auto prefix = fmt::format("dts_sent_{}_", i);
-      archive.write(prefix + "meta",
-                    torch::tensor({static_cast<int64_t>(sent_[i].round), sent_[i].sendStep}));
-      archive.write(prefix + "bytes", bytesTensor(*sent_[i].bytes));
-    }
-    archive.write("dts_pending", torch::tensor(static_cast<int64_t>(pending_.size())));
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      const Pending& p = pending_[i];
-      const auto prefix = fmt::format("dts_pending_{}_", i);
-      archive.write(prefix + "meta",
-                    torch::tensor({static_cast<int64_t>(p.round), p.sendStep, p.dueStep}));
-      archive.write(prefix + "bytes", bytesTensor(*p.bytes));
-      if (p.provisionalDue) archive.write(prefix + "provisional_due", torch::tensor(int64_t{1}));
-      if (p.start.defined()) archive.write(prefix + "start", p.start);
+    DtsState s;
+    s.base = base_;
+    s.jobStep = jobStep_;
+    s.nextRound = nextRound_;
+    s.delay = delay_;
+    s.schedule = schedule_;
+    s.nextSchedule = nextSchedule_;
+    for (const Sent& x : sent_) s.sent.push_back({x.round, x.sendStep, x.bytes});
+    for (const Pending& p : pending_) {
+      DtsSavedRound r;
+      r.round = p.round;
+      r.sendStep = p.sendStep;
+      r.dueStep = p.dueStep;
+      r.bytes = p.bytes;
+      r.provisionalDue = p.provisionalDue;
+      r.start = p.start;
       if (p.anyEarly()) {
-        archive.write(prefix + "early_sum", earlySumOf(p, base_));
-        auto early = torch::zeros({static_cast<int64_t>(group_.size())}, torch::kUInt8);
-        for (size_t j = 0; j < p.early.size(); ++j) early[static_cast<int64_t>(j)] = p.early[j];
-        archive.write(prefix + "early", early);
-        archive.write(prefix + "early_weight", torch::tensor(p.earlyWeight, torch::kFloat64));
+        r.early = p.early;
+        r.early.resize(group_.size(), false);
+        r.earlySum = earlySumOf(p, base_);
+        r.earlyWeight = p.earlyWeight;
       }
+      s.pending.push_back(std::move(r));
     }
+    writeDtsState(archive, s);
   }
 
   Status loadState(torch::serialize::InputArchive& archive) override {
-    torch::Tensor base;
-    if (!archive.try_read("dts_base", base)) return {};  // saved before the first step
-    base_ = base.contiguous();
-    // A checkpoint written while the residual had storage of its own: it
-    // belongs in the round's start now.
-    if (torch::Tensor residual; archive.try_read("dts_residual", residual)) {
-      base_.add_(residual.to(base_.device()).view_as(base_));
-    }
-    torch::Tensor v;
-    // Written since the job's model is evaluated; before, the first
-    // completion after the resume sets it.
-    jobStep_ = archive.try_read("dts_job_step", v) ? v.item<int64_t>() : 0;
-    archive.read("dts_next_round", v);
-    nextRound_ = static_cast<uint64_t>(v.item<int64_t>());
-    archive.read("dts_delay", v);
-    delay_ = v.item<int64_t>();
-    // Checkpoints written before the period could change have none: their
-    // rounds are all of the configured K.
-    if (archive.try_read("dts_schedule", v)) schedule_ = scheduleOf(v);
-    nextSchedule_.reset();
-    if (archive.try_read("dts_next_schedule", v)) nextSchedule_ = scheduleOf(v);
+    std::optional<DtsState> s = readDtsState(archive, group_.size());
+    if (!s) return {};  // saved before the first step
+    base_ = std::move(s->base);
+    jobStep_ = s->jobStep;
+    nextRound_ = s->nextRound;
+    delay_ = s->delay;
+    if (s->schedule) schedule_ = *s->schedule;
+    nextSchedule_ = s->nextSchedule;
     closeAt_ = closeOf(nextRound_);
     stats_.setPeriod(schedule_.k);
-    // Checkpoints written before the rounds completed last were kept have
-    // none: a peer then completes those without this worker's part.
     sent_.clear();
-    if (archive.try_read("dts_sent", v)) {
-      for (int64_t i = 0; i < v.item<int64_t>(); ++i) {
-        const auto prefix = fmt::format("dts_sent_{}_", i);
-        torch::Tensor meta, bytes;
-        archive.read(prefix + "meta", meta);
-        archive.read(prefix + "bytes", bytes);
-        sent_.push_back({static_cast<uint64_t>(meta[0].item<int64_t>()), meta[1].item<int64_t>(),
-                         bytesOf(bytes)});
-      }
-    }
-    archive.read("dts_pending", v);
+    for (DtsSentRound& x : s->sent) sent_.push_back({x.round, x.sendStep, std::move(x.bytes)});
     pending_.clear();
-    for (int64_t i = 0; i < v.item<int64_t>(); ++i) {
-      const auto prefix = fmt::format("dts_pending_{}_", i);
+    for (DtsSavedRound& r : s->pending) {
       Pending p;
-      torch::Tensor meta, bytes;
-      archive.read(prefix + "meta", meta);
-      p.round = static_cast<uint64_t>(meta[0].item<int64_t>());
-      p.sendStep = meta[1].item<int64_t>();
-      p.dueStep = meta[2].item<int64_t>();
-      // Checkpoints written while a round kept its own contribution decoded
-      // hold it as "own": the bytes say the same.
-      archive.read(prefix + "bytes", bytes);
-      p.bytes = bytesOf(bytes);
+      p.round = r.round;
+      p.sendStep = r.sendStep;
+      p.dueStep = r.dueStep;
+      p.bytes = std::move(r.bytes);
       // A round closed before the links were known stays due once they
       // are (learnTheLink), not maxAutoDelay steps after its close: every
       // round after it would wait behind it.
-      torch::Tensor provisional;
-      p.provisionalDue = archive.try_read(prefix + "provisional_due", provisional);
-      torch::Tensor start;
-      if (archive.try_read(prefix + "start", start)) p.start = start.contiguous();
+      p.provisionalDue = r.provisionalDue;
+      p.start = std::move(r.start);
       p.got.resize(group_.size());
       // Contributions applied before the checkpoint stay applied: they count
       // as arrived, and one sent again is not applied twice.
-      torch::Tensor earlySum, early, earlyWeight;
-      if (archive.try_read(prefix + "early_sum", earlySum) &&
-          archive.try_read(prefix + "early", early) &&
-          archive.try_read(prefix + "early_weight", earlyWeight) &&
-          early.numel() == static_cast<int64_t>(group_.size())) {
-        p.earlySum = earlySum.contiguous();
-        p.early.resize(group_.size());
-        for (size_t j = 0; j < group_.size(); ++j) {
-          p.early[j] = early[static_cast<int64_t>(j)].item<uint8_t>() != 0;
-        }
+      if (!r.early.empty()) {
+        p.early = std::move(r.early);
         p.inEarlySum = p.early;
-        p.earlyWeight = earlyWeight.item<double>();
+        p.earlySum = std::move(r.earlySum);
+        p.earlyWeight = r.earlyWeight;
       }
       p.sentAt = clock().now();
       pending_.push_back(std::move(p));
@@ -584,19 +542,6 @@ class Dts final : public Base, private StateParity::Host {
   }
 
  private:
-  // A payload as a checkpoint holds it (uint8), and back.
-  static torch::Tensor bytesTensor(const std::vector<std::byte>& bytes) {
-    auto t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-    std::memcpy(t.data_ptr<uint8_t>(), bytes.data(), bytes.size());
-    return t;
-  }
-  static std::shared_ptr<const std::vector<std::byte>> bytesOf(const torch::Tensor& t) {
-    const torch::Tensor c = t.contiguous();
-    auto buffer = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(c.numel()));
-    std::memcpy(buffer->data(), c.data_ptr<uint8_t>(), buffer->size());
-    return buffer;
-  }
-
   struct Pending {
     uint64_t round = 0;
     int64_t sendStep = 0;
@@ -1157,22 +1102,11 @@ class Dts final : public Base, private StateParity::Host {
   }
 
   // Rounds from `round` on start after step `step` and take `k` steps each.
-  struct Schedule {
-    uint64_t round = 0;
-    int64_t step = 0;
-    int64_t k = 1;
-  };
+  using Schedule = DtsSchedule;
   // Which of two schedules wins: the later change, then the larger K (two
   // coordinators on both sides of a partition may each have chosen one).
   static bool newer(const Schedule& a, const Schedule& b) {
     return std::tie(a.round, a.k, a.step) > std::tie(b.round, b.k, b.step);
-  }
-  static torch::Tensor scheduleTensor(const Schedule& e) {
-    return torch::tensor({static_cast<int64_t>(e.round), e.step, e.k});
-  }
-  static Schedule scheduleOf(const torch::Tensor& v) {
-    return {static_cast<uint64_t>(v[0].item<int64_t>()), v[1].item<int64_t>(),
-            std::max<int64_t>(1, v[2].item<int64_t>())};
   }
 
   // Whether rounds are measured and reported (lags, and the schedule).

@@ -17,9 +17,11 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/clock.h"
@@ -28,6 +30,7 @@
 #include "tests/worker/sync/simulated_time.h"
 #include "tests/worker/transport/transport_fixture.h"
 #include "worker/codec/codec.h"
+#include "worker/sync/dts_state.h"
 #include "worker/sync/internal.h"
 #include "worker/sync/synchronizer.h"
 #include "worker/train/blas.h"
@@ -2700,6 +2703,118 @@ TEST(TensorFingerprint, TensorOpsGiveTheCpuFingerprint) {
   EXPECT_FALSE(sameModel(cpu, detail::tensorFingerprint(w, true)));
   // A tensor of another shape or type: its values, flattened, as fp32.
   EXPECT_LT(parityDistance(cpu, detail::tensorFingerprint(v.to(torch::kFloat64))), 1e-12);
+}
+
+// DTS's checkpoint format (dts_state.h): what is written comes back, and
+// the older formats still read as their comments say.
+std::shared_ptr<const std::vector<std::byte>> someBytes(size_t n, uint8_t seed) {
+  auto b = std::make_shared<std::vector<std::byte>>(n);
+  for (size_t i = 0; i < n; ++i) (*b)[i] = static_cast<std::byte>(seed + 7 * i);
+  return b;
+}
+
+detail::DtsState readBack(const std::function<void(torch::serialize::OutputArchive&)>& write,
+                          size_t groupSize, bool* none = nullptr) {
+  torch::serialize::OutputArchive out;
+  write(out);
+  std::stringstream buffer;
+  out.save_to(buffer);
+  torch::serialize::InputArchive in;
+  in.load_from(buffer);
+  auto s = detail::readDtsState(in, groupSize);
+  if (none != nullptr) *none = !s.has_value();
+  return s.value_or(detail::DtsState{});
+}
+
+TEST(DtsState, WhatIsWrittenComesBack) {
+  detail::DtsState s;
+  s.base = torch::arange(10, torch::kFloat32);
+  s.jobStep = 96;
+  s.nextRound = 7;
+  s.delay = 3;
+  s.schedule = detail::DtsSchedule{4, 60, 16};
+  s.nextSchedule = detail::DtsSchedule{9, 124, 32};
+  s.sent.push_back({5, 76, someBytes(13, 1)});
+  s.sent.push_back({6, 92, someBytes(13, 2)});
+  detail::DtsSavedRound plain;
+  plain.round = 7;
+  plain.sendStep = 108;
+  plain.dueStep = 111;
+  plain.bytes = someBytes(13, 3);
+  plain.provisionalDue = true;
+  plain.start = torch::full({10}, 0.5f);
+  detail::DtsSavedRound early;
+  early.round = 8;
+  early.sendStep = 124;
+  early.dueStep = 127;
+  early.bytes = someBytes(13, 4);
+  early.early = {false, true, true};
+  early.earlySum = torch::full({10}, -0.25f);
+  early.earlyWeight = 0.5;
+  s.pending = {plain, early};
+
+  const detail::DtsState r = readBack([&](auto& a) { detail::writeDtsState(a, s); }, 3);
+  EXPECT_TRUE(torch::equal(r.base, s.base));
+  EXPECT_EQ(r.jobStep, 96);
+  EXPECT_EQ(r.nextRound, 7u);
+  EXPECT_EQ(r.delay, 3);
+  ASSERT_TRUE(r.schedule && r.nextSchedule);
+  EXPECT_EQ(std::tie(r.schedule->round, r.schedule->step, r.schedule->k),
+            std::make_tuple(uint64_t{4}, int64_t{60}, int64_t{16}));
+  EXPECT_EQ(std::tie(r.nextSchedule->round, r.nextSchedule->step, r.nextSchedule->k),
+            std::make_tuple(uint64_t{9}, int64_t{124}, int64_t{32}));
+  ASSERT_EQ(r.sent.size(), 2u);
+  EXPECT_EQ(r.sent[1].round, 6u);
+  EXPECT_EQ(r.sent[1].sendStep, 92);
+  EXPECT_EQ(*r.sent[1].bytes, *s.sent[1].bytes);
+  ASSERT_EQ(r.pending.size(), 2u);
+  EXPECT_EQ(std::tie(r.pending[0].round, r.pending[0].sendStep, r.pending[0].dueStep),
+            std::make_tuple(uint64_t{7}, int64_t{108}, int64_t{111}));
+  EXPECT_TRUE(r.pending[0].provisionalDue);
+  EXPECT_TRUE(torch::equal(r.pending[0].start, plain.start));
+  EXPECT_TRUE(r.pending[0].early.empty());
+  EXPECT_EQ(*r.pending[0].bytes, *plain.bytes);
+  EXPECT_FALSE(r.pending[1].provisionalDue);
+  EXPECT_FALSE(r.pending[1].start.defined());
+  EXPECT_EQ(r.pending[1].early, early.early);
+  EXPECT_TRUE(torch::equal(r.pending[1].earlySum, early.earlySum));
+  EXPECT_EQ(r.pending[1].earlyWeight, 0.5);
+
+  // Read by a group of another size, the early record is dropped (the round
+  // completes those contributions again), the rest stays.
+  const detail::DtsState other = readBack([&](auto& a) { detail::writeDtsState(a, s); }, 4);
+  ASSERT_EQ(other.pending.size(), 2u);
+  EXPECT_TRUE(other.pending[1].early.empty());
+  EXPECT_FALSE(other.pending[1].earlySum.defined());
+}
+
+TEST(DtsState, OlderCheckpointsStillRead) {
+  // Saved before the first step: no state at all.
+  bool none = false;
+  readBack([](auto& a) { a.write("model", torch::zeros({2})); }, 3, &none);
+  EXPECT_TRUE(none);
+  // A checkpoint from before the job step, the schedule and the rounds
+  // completed last were kept, with the residual apart from the round's start.
+  const detail::DtsState r = readBack(
+      [](auto& a) {
+        a.write("dts_base", torch::full({4}, 1.0f));
+        a.write("dts_residual", torch::full({4}, 0.25f));
+        a.write("dts_next_round", torch::tensor(int64_t{3}));
+        a.write("dts_delay", torch::tensor(int64_t{2}));
+        a.write("dts_pending", torch::tensor(int64_t{0}));
+      },
+      3, &none);
+  EXPECT_FALSE(none);
+  EXPECT_TRUE(torch::equal(r.base, torch::full({4}, 1.25f)));
+  EXPECT_EQ(r.jobStep, 0);
+  EXPECT_EQ(r.nextRound, 3u);
+  EXPECT_EQ(r.delay, 2);
+  EXPECT_FALSE(r.schedule.has_value());
+  EXPECT_FALSE(r.nextSchedule.has_value());
+  EXPECT_TRUE(r.sent.empty());
+  EXPECT_TRUE(r.pending.empty());
+  // A key every format has, missing: an error, not a state made up.
+  EXPECT_ANY_THROW(readBack([](auto& a) { a.write("dts_base", torch::zeros({4})); }, 3));
 }
 
 TEST(TensorFingerprint, CudaTensorsGiveTheCpuFingerprint) {
