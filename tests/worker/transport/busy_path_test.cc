@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/worker/transport/transport_fixture.h"
+#include "tests/worker/transport/netns_fixture.h"
 #include "worker/transport/tcp_state.h"
 #include "worker/wan/netns_network.h"
 
@@ -122,12 +122,7 @@ TEST(BusyPath, PayloadsToEveryPeerAtOnceThroughFullUplinksReplaceNoConnection) {
   auto net = wan::NetnsNetwork::create(shape, {});
   ASSERT_TRUE(net.ok()) << net.status().toString();
   testing::World world(kSites);
-  for (size_t r = 0; r < kSites; ++r) {
-    world.endpoints[r] = "tcp://" + wan::siteAddress(r) + ":7000";
-  }
-  std::vector<std::unique_ptr<Transport>> t(kSites);
-  for (uint32_t r = 0; r < kSites; ++r) {
-    TransportConfig c = world.config(r);
+  const auto t = testing::transportsInSites(**net, world, [](uint32_t r, TransportConfig& c) {
     c.uplinkPeers.assign(kSites, true);
     c.uplinkPeers[r] = false;
     // Sensitive: a connection whose data the peer has not acknowledged for
@@ -136,30 +131,10 @@ TEST(BusyPath, PayloadsToEveryPeerAtOnceThroughFullUplinksReplaceNoConnection) {
     // (Replaced at 5 s and 2 s by default; an 80 MB payload to each of
     // three peers at once saw both.)
     c.reconnectAfter = 500ms;
-    ASSERT_TRUE((*net)
-                    ->runIn(r,
-                            [&] {
-                              auto made = makeZmqTransport(c);
-                              ASSERT_TRUE(made.ok()) << made.status().toString();
-                              t[r] = std::move(*made);
-                            })
-                    .ok());
-    ASSERT_NE(t[r], nullptr);
-  }
+  });
+  ASSERT_EQ(t.size(), kSites);
   // Everyone connected to everyone first.
-  for (uint32_t r = 0; r < kSites; ++r) {
-    for (uint32_t d = 0; d < kSites; ++d) {
-      if (d == r) continue;
-      ASSERT_TRUE(
-          t[r]->send(d, MessageKind::kUpdate, {.round = 0}, Payload(pattern(100, r)), 10s).ok());
-    }
-  }
-  for (uint32_t d = 0; d < kSites; ++d) {
-    for (uint32_t r = 0; r < kSites; ++r) {
-      if (d == r) continue;
-      ASSERT_TRUE(t[d]->receive(MessageKind::kUpdate, 0, r, 30s).ok());
-    }
-  }
+  ASSERT_TRUE(testing::connectEveryPair(t));
   // Two rounds of 12 MiB from every rank to every other at once: 72 MiB
   // through each 100 Mbit/s uplink (6 s), as many through each downlink.
   constexpr size_t kBytes = size_t{12} << 20;

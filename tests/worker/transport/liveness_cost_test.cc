@@ -17,15 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "tests/worker/transport/transport_fixture.h"
-#include "worker/wan/netns_network.h"
+#include "tests/worker/transport/netns_fixture.h"
 
 namespace geo::transport {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::pattern;
-
 TEST(Liveness, AnIdleWorkerSendsABoundedRatePerPeer) {
   if (Status s = wan::checkNetnsAllowed(); !s.ok()) GTEST_SKIP() << s.message();
   constexpr size_t kSites = 8;
@@ -41,40 +38,14 @@ TEST(Liveness, AnIdleWorkerSendsABoundedRatePerPeer) {
   auto net = wan::NetnsNetwork::create(shape, {});
   ASSERT_TRUE(net.ok()) << net.status().toString();
   testing::World world(kSites);
-  for (size_t r = 0; r < kSites; ++r) {
-    world.endpoints[r] = "tcp://" + wan::siteAddress(r) + ":7000";
-  }
   const auto interval = TransportConfig{}.pingInterval;
-  std::vector<std::unique_ptr<Transport>> t(kSites);
-  for (uint32_t r = 0; r < kSites; ++r) {
-    TransportConfig c = world.config(r);
-    c.pingInterval = interval;  // the default, not the fixture's fast one
-    ASSERT_TRUE((*net)
-                    ->runIn(r,
-                            [&] {
-                              auto made = makeZmqTransport(c);
-                              ASSERT_TRUE(made.ok()) << made.status().toString();
-                              t[r] = std::move(*made);
-                            })
-                    .ok());
-    ASSERT_NE(t[r], nullptr);
-  }
-  // Every data connection up (a message each way), then every round trip
-  // known: until then a transport pings faster (its first rounds' delay
-  // needs the round trips).
-  for (uint32_t r = 0; r < kSites; ++r) {
-    for (uint32_t d = 0; d < kSites; ++d) {
-      if (d == r) continue;
-      ASSERT_TRUE(
-          t[r]->send(d, MessageKind::kUpdate, {.round = 0}, Payload(pattern(64, r)), 10s).ok());
-    }
-  }
-  for (uint32_t d = 0; d < kSites; ++d) {
-    for (uint32_t r = 0; r < kSites; ++r) {
-      if (d == r) continue;
-      ASSERT_TRUE(t[d]->receive(MessageKind::kUpdate, 0, r, 30s).ok());
-    }
-  }
+  // The default ping interval, not the fixture's fast one.
+  const auto t = testing::transportsInSites(
+      **net, world, [&](uint32_t, TransportConfig& c) { c.pingInterval = interval; });
+  ASSERT_EQ(t.size(), kSites);
+  // Every data connection up, then every round trip known: until then a
+  // transport pings faster (its first rounds' delay needs the round trips).
+  ASSERT_TRUE(testing::connectEveryPair(t));
   const auto everyRoundTripKnown = [&] {
     for (uint32_t r = 0; r < kSites; ++r) {
       for (const PeerCounters& c : t[r]->peerCounters()) {

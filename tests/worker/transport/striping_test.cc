@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "tests/worker/transport/transport_fixture.h"
+#include "tests/worker/transport/netns_fixture.h"
 #include "worker/transport/buffer_pool.h"
 #include "worker/transport/link.h"
 #include "worker/transport/stripe_assembler.h"
@@ -375,24 +375,12 @@ TEST(Striping, ConnectionsEndedByTheKernelMidPayloadLoseNothingOfIt) {
   auto net = wan::NetnsNetwork::create(shape, {});
   ASSERT_TRUE(net.ok()) << net.status().toString();
   testing::World world(2);
-  world.endpoints = {"tcp://" + wan::siteAddress(0) + ":7000",
-                     "tcp://" + wan::siteAddress(1) + ":7000"};
-  std::vector<std::unique_ptr<Transport>> t(2);
-  for (uint32_t r = 0; r < 2; ++r) {
-    TransportConfig c = world.config(r);
+  const auto t = testing::transportsInSites(**net, world, [](uint32_t r, TransportConfig& c) {
     c.uplinkPeers = {r != 0, r != 1};
     c.connections = 4;
     c.reconnectAfter = 1s;
-    ASSERT_TRUE((*net)
-                    ->runIn(r,
-                            [&] {
-                              auto made = makeZmqTransport(c);
-                              ASSERT_TRUE(made.ok()) << made.status().toString();
-                              t[r] = std::move(*made);
-                            })
-                    .ok());
-    ASSERT_NE(t[r], nullptr);
-  }
+  });
+  ASSERT_EQ(t.size(), 2u);
   // Connected, so that the payload is on the link when the connections end.
   const auto warm = pattern(1000, 10);
   ASSERT_TRUE(sendBytes(*t[0], 0, warm).ok());
