@@ -338,6 +338,12 @@ CLI::App* addPlanCommand(CLI::App& app, PlanOptions& options, std::function<void
                    "Only region leaders cross the WAN (sync.hierarchical)")
       ->type_name("BOOL")
       ->capture_default_str();
+  plan->add_option("--lan-codec", options.lanCodec,
+                   fmt::format("What a region's members and leader exchange every step under "
+                               "hierarchical sync: {} (sync.lanCodec)",
+                               fmt::join(kLanCodecNames, ", ")))
+      ->type_name("NAME")
+      ->capture_default_str();
   plan->add_option("--period", options.period, "K of the fixed-period dts row (sync.period)")
       ->type_name("K")
       ->capture_default_str();

@@ -17,7 +17,15 @@
 //               gradient: a step is its compute, the farthest pair's
 //               latency and the sender's uplink time for one payload to
 //               each rank outside its region (with hierarchical sync, to
-//               each other region's leader); the LAN is taken as free.
+//               each other region's leader).
+//
+// Under hierarchical sync every algorithm's step also holds the region's
+// LAN reduce: the leader takes each member's update and sends each the
+// result, 2 (m - 1) payloads in the LAN codec through its transport every
+// step, each byte encrypted or decrypted once at its end
+// (cipherSecondsPerByte, on coresPerWorker cores; Plan::lanSecondsPerStep).
+// The LAN's rate and latency are taken as free, and so is the barrier the
+// reduce makes of a step: a region goes at its slowest worker's pace.
 //   dts         every K steps one round of (R - 1) payloads through the
 //               uplink (R: the regions whose leaders exchange), due D steps
 //               later. The uplink must carry a round within K steps (else
@@ -85,6 +93,15 @@ struct PlanInput {
   // transport, the round's bookkeeping): 0.15-0.18 ms, measured as sync -
   // codec - waiting ms/step in the same runs. Every algorithm but none pays it.
   double syncSecondsPerStep = 0.16e-3;
+  // Inside a region under hierarchical sync, every step: the codec the
+  // members' updates and their leader's result travel in (sync.lanCodec:
+  // identity or bf16), and what sealing or opening one byte of them costs
+  // one end on one core -- CurveZMQ's XSalsa20-Poly1305 and libzmq's
+  // copies: 1.87-1.96 ns a byte for both ends together, measured by
+  // geo_transport_bench (docs/wan-emulation.md). The LAN's rate is taken
+  // as unlimited; its encryption is not.
+  std::string lanCodec = "identity";
+  double cipherSecondsPerByte = 0.95e-9;
   // dts fixed: K and D (nullopt D: the smallest that covers the link);
   // swarm: H. The auto rules' caps.
   int64_t period = 8;
@@ -101,7 +118,8 @@ struct PlanInput {
 // Checks what plan() needs: at least one region, a square symmetric RTT
 // matrix of non-negative finite times, workersPerRegion >= 1, tensors of
 // positive size, stepSeconds > 0, codecSecondsPerValue >= 0 and
-// coresPerWorker > 0, a known codec (qsgd: bits 2, 4 or 8,
+// coresPerWorker > 0, cipherSecondsPerByte >= 0, lanCodec identity or
+// bf16, a known codec (qsgd: bits 2, 4 or 8,
 // bucket >= 1), period, swarmH and the caps >= 1, delay >= 0,
 // referenceSteps > 0.
 Status validatePlanInput(const PlanInput& in);
@@ -129,6 +147,10 @@ struct Plan {
   double payloadBytes = 0;      // one encoded update (header and chunking included)
   double fp32PayloadBytes = 0;  // the same in fp32
   double slowestOneWaySeconds = 0;
+  // Under hierarchical sync with more than one worker a region: a leader's
+  // encryption and decryption of its region's LAN reduce, per step (in
+  // every row's stepSeconds).
+  double lanSecondsPerStep = 0;
   // The job's end (sync::finalAverageWay, docs/membership.md): every
   // worker's model in fp32 to the coordinator (each through its own
   // uplink), then the average from the coordinator to each of them through
@@ -170,6 +192,7 @@ struct PlanOptions {
   int bits = 4;
   int64_t bucket = 512;
   bool hierarchical = true;
+  std::string lanCodec = "identity";  // --lan-codec
   int64_t period = 8;
   std::optional<int64_t> delay;
   int64_t swarmH = 4;

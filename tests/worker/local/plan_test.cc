@@ -193,6 +193,48 @@ TEST(Plan, HierarchicalLeadersSendToTheOtherLeadersOnly) {
   EXPECT_EQ(formatPlan(in, *p).find("LAN reduce"), std::string::npos);
 }
 
+TEST(Plan, HierarchicalStepsHoldTheLeadersCipherWorkOnTheLan) {
+  PlanInput in = twoRegions(0.1, 0, 1000, 0.01);
+  in.regions = {"a", "b", "c"};
+  in.rttSeconds = {{0, 0.1, 0.1}, {0.1, 0, 0.1}, {0.1, 0.1, 0}};
+  in.workersPerRegion = 4;
+  in.coresPerWorker = 0.5;
+  in.cipherSecondsPerByte = 0;
+  const auto without = plan(in);
+  in.cipherSecondsPerByte = 1e-9;
+  const auto fp32 = plan(in);
+  in.lanCodec = "bf16";
+  const auto bf16 = plan(in);
+  ASSERT_TRUE(without.ok() && fp32.ok() && bf16.ok());
+  // Three members' updates in and the result out to each: six payloads of
+  // 1000 values (4000 bytes, and a chunk's header) through the leader's
+  // cipher, on half a core.
+  const double fp32Lan = 6 * (4000 + 104) * 1e-9 / 0.5;
+  const double bf16Lan = 6 * (2000 + 104) * 1e-9 / 0.5;
+  EXPECT_DOUBLE_EQ(fp32->lanSecondsPerStep, fp32Lan);
+  EXPECT_DOUBLE_EQ(bf16->lanSecondsPerStep, bf16Lan);
+  EXPECT_DOUBLE_EQ(without->lanSecondsPerStep, 0.0);
+  // In every algorithm's step.
+  for (const std::string name : {"allreduce fp32", "dts K=8 D=auto", "swarm H=4"}) {
+    EXPECT_NEAR(row(*fp32, name).stepSeconds - row(*without, name).stepSeconds, fp32Lan, 1e-12)
+        << name;
+  }
+  EXPECT_NE(formatPlan(in, *bf16).find("LAN reduce: 0.03 ms"), std::string::npos)
+      << formatPlan(in, *bf16);
+  // One worker a region, or no hierarchy: no LAN reduce.
+  in.hierarchical = false;
+  auto flat = plan(in);
+  ASSERT_TRUE(flat.ok());
+  EXPECT_DOUBLE_EQ(flat->lanSecondsPerStep, 0.0);
+  // A LAN codec the workers do not have is refused, naming it.
+  in.lanCodec = "qsgd";
+  const auto bad = plan(in);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--lan-codec qsgd (allowed: identity, bf16)"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 TEST(Plan, SwarmSendsTwoPayloadsEveryHStepsAndNeverWaits) {
   PlanInput in = twoRegions(0.2, 1e6, 250000, 0.05);
   in.swarmH = 8;
