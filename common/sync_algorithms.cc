@@ -12,7 +12,7 @@ const std::vector<SyncAlgorithm>& syncAlgorithms() {
       {"allreduce", "synchronous data parallelism", {}, false},
       {"dts",
        "delayed and temporally sparse updates",
-       {{"period", "period K"}, {"delay", "delay D"}},
+       {{"period", "period K"}, {"delay", "delay D"}, {"exchange", "exchange"}},
        true},
       {"swarm", "SwarmSGD gossip", {{"swarmH", "H"}}, false},
   };

@@ -16,6 +16,7 @@ sync::SyncOptions syncOptions(const WorkerConfig& c) {
   o.period = c.sync.period.value_or(kAutoPeriodStart);
   o.autoPeriod = !c.sync.period.has_value();
   o.delay = c.sync.delay;
+  o.exchange = c.sync.exchange;
   o.swarmH = c.sync.swarmH;
   o.codec.name = c.sync.codec;
   o.codec.bits = static_cast<int>(c.sync.bits);

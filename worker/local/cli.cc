@@ -85,6 +85,12 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
   keyFlag("--delay", "D|auto",
           keyHelp("DTS delay in steps, or auto to derive it from the measured link", "sync.delay",
                   d.sync.delay ? std::to_string(*d.sync.delay) : std::string("auto")));
+  keyFlag(
+      "--exchange", "NAME",
+      keyHelp("DTS: how a round's contributions meet: " + geo::workerKeyChoices("sync.exchange") +
+                  " (reducescatter: each region's uplink carries 2 (N - 1) / N payloads a "
+                  "round, not N - 1, over two hops)",
+              "sync.exchange", d.sync.exchange));
   keyFlag("--swarm-h", "H",
           keyHelp("SwarmSGD local steps between exchanges", "sync.swarmH", d.sync.swarmH));
   keyFlag("--codec", "NAME",

@@ -34,6 +34,7 @@ inline constexpr KeyFlag kKeyFlags[] = {
     {"--algorithm", "sync.algorithm"},
     {"--period", "sync.period"},
     {"--delay", "sync.delay"},
+    {"--exchange", "sync.exchange"},
     {"--swarm-h", "sync.swarmH"},
     {"--codec", "sync.codec"},
     {"--bits", "sync.bits"},

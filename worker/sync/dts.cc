@@ -224,10 +224,12 @@ class Dts final : public Base, private StateParity::Host {
   }
 
   std::string describe() const override {
-    return fmt::format("dts among {} workers: period K = {}, delay D = {}, codec {}", group_.size(),
+    return fmt::format("dts among {} workers: period K = {}, delay D = {}, codec {}{}",
+                       group_.size(),
                        options_.autoPeriod ? fmt::format("auto (from {})", schedule_.k)
                                            : std::to_string(schedule_.k),
-                       auto_ ? std::string("auto") : std::to_string(delay_), options_.codec.name);
+                       auto_ ? std::string("auto") : std::to_string(delay_), options_.codec.name,
+                       sharded_ ? ", exchange reducescatter" : "");
   }
 
   // The round's start is the model before the first optimizer step. When
@@ -295,7 +297,7 @@ class Dts final : public Base, private StateParity::Host {
     stages_.lap(StageTimes::kResend);
     GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
     stages_.lap(StageTimes::kServe);
-    pollArrivals();
+    GEO_RETURN_IF_ERROR(pollArrivals());
     stages_.lap(StageTimes::kArrivals);
     applyEarly(t, flat);
     stages_.lap(StageTimes::kEarly);
@@ -580,6 +582,17 @@ class Dts final : public Base, private StateParity::Host {
     // Peer i's contribution is in this round: arrived, or applied before a
     // restart from a checkpoint.
     bool has(size_t i) const { return got[i].has_value() || appliedEarly(i); }
+    // Reduce-scatter (sync.exchange; docs/algorithms.md, "Reduce-scatter"):
+    // the peers' parts of this worker's shard, by group index (a whole
+    // contribution in `got` serves too); the shards' means as their owners
+    // sent them, by shard; this worker's own shard's mean, once made
+    // (reduceOwn); whether this worker's whole contribution went to every
+    // peer because an owner was lost for the round (ownerLost).
+    bool sharded = false;
+    std::vector<std::optional<Message>> shardIn;
+    std::vector<std::optional<Message>> reducedIn;
+    std::shared_ptr<const std::vector<std::byte>> ownReduced;
+    bool sentWhole = false;
   };
 
   // A completed round's model-sized tensors go back to the scratch pool.
@@ -653,9 +666,11 @@ class Dts final : public Base, private StateParity::Host {
     // a job resumed on another kind of node (a CPU checkpoint on a GPU
     // worker, or back) moves its state to where the model now is.
     if (base_.defined() && base_.device() != flat.values.device()) placeOn(flat.values.device());
-    if (base_.defined() && codec_) return;
-    ensureCodec(flat);
-    if (!base_.defined()) base_ = flat.values.clone();
+    if (!base_.defined() || !codec_) {
+      ensureCodec(flat);
+      if (!base_.defined()) base_ = flat.values.clone();
+    }
+    if (shards_.empty()) shards_ = codec_->shardBounds(group_.size());
   }
 
   // Whether a close keeps what quantization did not send (in base_).
@@ -723,7 +738,9 @@ class Dts final : public Base, private StateParity::Host {
     to.insert(to.end(), reconnected.begin(), reconnected.end());
     for (uint32_t peer : to) {
       for (const Pending& p : pending_) {
+        if (p.bytes == nullptr) continue;  // being encoded: it leaves once it is
         GEO_RETURN_IF_ERROR(sendUpdate({peer}, p.round, p.sendStep, p.bytes));
+        GEO_RETURN_IF_ERROR(sendOwnReduced(p, {peer}));
       }
       if (finishing_) GEO_RETURN_IF_ERROR(sendFinished({peer}));
     }
@@ -834,7 +851,9 @@ class Dts final : public Base, private StateParity::Host {
     std::vector<uint32_t> senders;
     std::vector<uint64_t> rounds;
     const size_t n = transport_->discard([&](const transport::FrameHeader& h) {
-      if (h.kind != MessageKind::kUpdate || h.round >= keepFrom) return false;
+      const bool roundData = h.kind == MessageKind::kUpdate || h.kind == MessageKind::kShard ||
+                             h.kind == MessageKind::kReduced;
+      if (!roundData || h.round >= keepFrom) return false;
       senders.push_back(h.sender);
       rounds.push_back(h.round);
       return true;
@@ -870,17 +889,26 @@ class Dts final : public Base, private StateParity::Host {
 
   // Takes whatever contributions of pending rounds have arrived, without
   // waiting (each carries the time it arrived).
-  void pollArrivals() {
+  // Under reduce-scatter also the peers' parts of this worker's shard and
+  // the shards' means, and it does its part of the exchange (exchangeShards).
+  Status pollArrivals() {
+    const auto take = [&](MessageKind kind, uint64_t round, size_t i,
+                          std::optional<Message>& into) {
+      if (i == group_.self || into) return;
+      auto m = transport_->receive(kind, round, group_.ranks[i], std::chrono::milliseconds(0));
+      if (!m.ok()) return;
+      into = std::move(*m);
+      membership_.delivered(group_.ranks[i], round);
+    };
     for (Pending& p : pending_) {
       for (size_t i = 0; i < group_.size(); ++i) {
-        if (i == group_.self || p.got[i]) continue;
-        auto m = transport_->receive(MessageKind::kUpdate, p.round, group_.ranks[i],
-                                     std::chrono::milliseconds(0));
-        if (!m.ok()) continue;
-        p.got[i] = std::move(*m);
-        membership_.delivered(group_.ranks[i], p.round);
+        take(MessageKind::kUpdate, p.round, i, p.got[i]);
+        if (!p.sharded) continue;
+        take(MessageKind::kShard, p.round, i, p.shardIn[i]);
+        take(MessageKind::kReduced, p.round, i, p.reducedIn[i]);
       }
     }
+    return exchangeShards();
   }
 
   // D = auto: a peer's contribution to a round in flight is applied as soon
@@ -908,7 +936,9 @@ class Dts final : public Base, private StateParity::Host {
     }
     std::vector<EarlyRound> arrivals;
     for (Pending& p : pending_) {
-      if (p.start.defined()) continue;
+      // A shard's mean replaces the round's contributions a shard at a time
+      // (completeSharded): nothing of them is applied early.
+      if (p.start.defined() || p.sharded) continue;
       p.early.resize(group_.size(), false);
       p.undecodable.resize(group_.size(), false);
       EarlyRound e;
@@ -1450,7 +1480,7 @@ class Dts final : public Base, private StateParity::Host {
     while (backlogged() && clock().now() < t0 + options_.timeout) {
       uplink_.setHeld(true);
       GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
-      pollArrivals();
+      GEO_RETURN_IF_ERROR(pollArrivals());
       clock().sleepFor(std::chrono::milliseconds(2));
     }
     if (const double waited = since(t0); waited >= 0.05) {
@@ -1503,6 +1533,11 @@ class Dts final : public Base, private StateParity::Host {
     const auto t0 = clock().now();
     if (exact()) p.start = base_.clone();
     p.got.resize(group_.size());
+    p.sharded = sharded_;
+    if (p.sharded) {
+      p.shardIn.resize(group_.size());
+      p.reducedIn.resize(group_.size());
+    }
     const uint64_t round = p.round;
     // Beside the next step where this round is not due now and the
     // bitwise-exact path does not need its order; a round completing at
@@ -1618,9 +1653,7 @@ class Dts final : public Base, private StateParity::Host {
     p.bytes = std::move(r.bytes);
     uplink_.encoded(p.bytes->size());
     stats_.coded(e.onThreadSeconds + since(t0), StatsRecorder::CodecWork::kEncode);
-    const auto to = presentPeers();
-    stats_.encoded(static_cast<uint64_t>(flat.values.numel()) * 4, p.bytes->size(), to.size());
-    GEO_RETURN_IF_ERROR(sendUpdate(to, p.round, e.t, p.bytes));
+    GEO_RETURN_IF_ERROR(sendContribution(p, presentPeers(), true));
     if (flip_ && e.t >= flip_->step) injectFlip(e.t, flat);
     p.sentAt = clock().now();
     uplink_.sent(p.sentAt);
@@ -1686,6 +1719,7 @@ class Dts final : public Base, private StateParity::Host {
   // connection in TCP's slow start (several round trips; 0.5-0.8 s on the
   // world links, which every worker spent waiting at its first due step).
   Status complete(Pending& p, int64_t t, train::FlatParameters& flat, bool* deferred = nullptr) {
+    if (p.sharded) return completeSharded(p, t, flat, deferred);
     // Contributions being decoded beside the steps are applied early first:
     // the round completes with them as such.
     if (earlyWork_) takeEarly(t, flat);
@@ -1696,7 +1730,7 @@ class Dts final : public Base, private StateParity::Host {
     std::vector<size_t> waitedFor;  // for the debug log: whom the wait was for
     while (true) {
       GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
-      pollArrivals();
+      GEO_RETURN_IF_ERROR(pollArrivals());
       std::vector<size_t> waiting;
       for (size_t i = 0; i < group_.size(); ++i) {
         if (i != group_.self && !p.has(i) && awaited(i, p.round)) {
@@ -1860,10 +1894,6 @@ class Dts final : public Base, private StateParity::Host {
       scratch_.give(std::move(p.earlySum));
     }
     stats_.coded(since(tDecode));
-    stats_.roundDone(since(p.sentAt));
-    if (p.appliedCount > 0) staleness_ = p.stalenessSum / static_cast<double>(p.appliedCount);
-    jobStep_ = p.sendStep;
-    modified_ = true;
     if (total < 1.0 - 1e-9) {
       Late l{p.round, mean, total, std::vector<bool>(group_.size(), false)};
       for (size_t i = 0; i < group_.size(); ++i) l.had[i] = i == group_.self || p.has(i);
@@ -1872,6 +1902,18 @@ class Dts final : public Base, private StateParity::Host {
     } else {
       scratch_.give(std::move(mean));
     }
+    return completed(p, std::move(lags));
+  }
+
+  // What every completion ends with, once the model holds the round: the
+  // round's figures, its bytes kept for a peer that may still need them,
+  // the inbox's stale rounds dropped, the lags reported and the schedule
+  // reconsidered.
+  Status completed(Pending& p, std::vector<double> lags) {
+    stats_.roundDone(since(p.sentAt));
+    if (p.appliedCount > 0) staleness_ = p.stalenessSum / static_cast<double>(p.appliedCount);
+    jobStep_ = p.sendStep;
+    modified_ = true;
     if (auto_) {
       sent_.push_back({p.round, p.sendStep, p.bytes});
       while (sent_.size() > lateWindow()) sent_.pop_front();
@@ -1886,6 +1928,319 @@ class Dts final : public Base, private StateParity::Host {
     if (auto_) learnTheLink();
     if (options_.autoPeriod && !finishing_) GEO_RETURN_IF_ERROR(choosePeriod(false));
     return {};
+  }
+
+  // ---- Reduce-scatter (sync.exchange; docs/algorithms.md, "Reduce-scatter") ----
+  //
+  // The model is cut in N shards (FlatCodec::shardBounds), shard s owned by
+  // the group's member s. A round's contribution leaves as N - 1 shards,
+  // each to its owner, cut from the round's one encoding (so each value is
+  // quantized exactly as under all-gather); an owner averages its shard
+  // over the round's contributions (reduceOwn) and sends the mean, encoded
+  // again, to every other worker; each worker replaces its own
+  // contribution by the means a shard at a time (completeSharded). Each
+  // uplink carries 2 (N - 1) / N payloads a round instead of N - 1, over
+  // two hops instead of one. Every worker applies the same bytes of each
+  // shard's mean, so the replicas stay equal even where an owner left a
+  // contribution out (that worker's progress of the round is lost: its own
+  // contribution is replaced by a mean without it, as everyone's is).
+  // An owner lost for a round (suspected, finished, or not expected in it:
+  // rejoining) has its shard averaged by every worker itself: a worker
+  // that sees one sends its whole contribution to every peer, as
+  // all-gather does (ownerLost).
+
+  // The values [lo, hi) of shard s.
+  std::pair<int64_t, int64_t> shard(size_t s) const { return {shards_[s], shards_[s + 1]}; }
+
+  // Whether member s owns its shard of `round`: it takes part in the round
+  // (Membership::takesPart) and has not finished before it.
+  bool owns(size_t s, uint64_t round) const {
+    if (finishedAt_[s] && round >= *finishedAt_[s]) return false;
+    return membership_.takesPart(group_.ranks[s], round);
+  }
+
+  // Whether an owner of a shard with values is lost for `p`'s round.
+  bool ownerLost(const Pending& p) const {
+    for (size_t s = 0; s < group_.size(); ++s) {
+      const auto [lo, hi] = shard(s);
+      if (s != group_.self && lo < hi && !p.reducedIn[s] && !owns(s, p.round)) return true;
+    }
+    return false;
+  }
+
+  // `p`'s contribution to `to`: whole (all-gather, or an owner lost), or
+  // each peer's shard of it. `count`: the round's first sending (the
+  // byte counters count it).
+  Status sendContribution(Pending& p, const std::vector<uint32_t>& to, bool count) {
+    const auto payload = static_cast<uint64_t>(codec_->numel()) * 4;
+    if (!p.sharded || ownerLost(p)) {
+      if (count) stats_.encoded(payload, p.bytes->size(), to.size());
+      p.sentWhole = p.sharded;
+      return sendUpdate(to, p.round, p.sendStep, p.bytes);
+    }
+    for (uint32_t r : to) {
+      const auto s = group_.indexOf(r);
+      if (!s) continue;
+      const auto [lo, hi] = shard(*s);
+      if (lo == hi) continue;
+      auto bytes =
+          std::make_shared<const std::vector<std::byte>>(codec_->rangeEncoding(*p.bytes, lo, hi));
+      if (count) stats_.encoded(static_cast<uint64_t>(hi - lo) * 4, bytes->size(), 1);
+      GEO_RETURN_IF_ERROR(sendTo({r}, MessageKind::kShard, p.round, p.sendStep, codec_->id(),
+                                 static_cast<uint64_t>(hi - lo), std::move(bytes)));
+    }
+    return {};
+  }
+
+  // This worker's shard's mean of `p` to `to`, once made.
+  Status sendOwnReduced(const Pending& p, const std::vector<uint32_t>& to) {
+    if (!p.sharded || p.ownReduced == nullptr || p.ownReduced->empty() || to.empty()) return {};
+    const auto [lo, hi] = shard(group_.self);
+    return sendTo(to, MessageKind::kReduced, p.round, p.sendStep, codec_->id(),
+                  static_cast<uint64_t>(hi - lo), p.ownReduced);
+  }
+
+  // This worker's part of the exchange of every round in flight: its
+  // shard's mean once every contribution to it awaited is in, and its
+  // whole contribution to every peer where an owner is lost.
+  Status exchangeShards() {
+    for (Pending& p : pending_) {
+      if (!p.sharded || p.bytes == nullptr) continue;
+      GEO_RETURN_IF_ERROR(reduceOwn(p));
+      if (!p.sentWhole && ownerLost(p)) {
+        logger()->info(
+            "dts: an owner of a shard of round {} is gone (suspected, finished or rejoining): this "
+            "worker's contribution goes whole to every peer, and that shard is averaged by each",
+            p.round);
+        GEO_RETURN_IF_ERROR(sendContribution(p, presentPeers(), false));
+      }
+    }
+    return {};
+  }
+
+  // A peer's part of shard [lo, hi) of `p`, decoded into `out` and checked:
+  // its shard, or the shard cut from its whole contribution.
+  Status peerShard(const Pending& p, size_t j, int64_t lo, torch::Tensor& out,
+                   std::string& reason) {
+    const int64_t hi = lo + out.numel();
+    if (p.sharded && p.shardIn[j] && shard(group_.self) == std::pair{lo, hi}) {
+      return codec_->decodeRangeChecked(p.shardIn[j]->payload.bytes(), lo, out, reason);
+    }
+    std::vector<std::byte> part;
+    try {
+      part = codec_->rangeEncoding(p.got[j]->payload.bytes(), lo, hi);
+    } catch (const std::exception& e) {
+      reason = "size";
+      return dataLoss(e.what());
+    }
+    return codec_->decodeRangeChecked(part, lo, out, reason);
+  }
+
+  // The mean of values [lo, hi) of `p` over this worker's contribution and
+  // the peers' in `from` (group indices whose part is in), into `mean`:
+  // Σ (w_j / W) q_j in rank order from zero, every part decoded and checked
+  // first (a refused one is left out) -- exactMean()'s operations. Returns
+  // which were used.
+  std::vector<bool> shardMean(const Pending& p, const std::vector<size_t>& from, int64_t lo,
+                              torch::Tensor& mean, const char* what) {
+    const int64_t n = mean.numel();
+    std::vector<torch::Tensor> q(group_.size());
+    std::vector<bool> used(group_.size(), false);
+    double total = 0;
+    for (size_t j = 0; j < group_.size(); ++j) {
+      const bool self = j == group_.self;
+      if (!self && std::find(from.begin(), from.end(), j) == from.end()) continue;
+      q[j] = torch::zeros({n}, mean.options());
+      if (self) {
+        codec_->decodeAccumulateRange(*p.bytes, 1.0f, lo, q[j]);
+      } else {
+        std::string reason;
+        if (const Status ok = peerShard(p, j, lo, q[j], reason); !ok.ok()) {
+          reject(group_.ranks[j], fmt::format("{} for round {}", what, p.round), reason, ok);
+          q[j] = torch::Tensor();
+          continue;
+        }
+      }
+      used[j] = true;
+      total += group_.weights[j];
+    }
+    mean.zero_();
+    for (size_t j = 0; j < group_.size(); ++j) {
+      if (used[j]) mean.add_(q[j], static_cast<float>(group_.weights[j] / total));
+    }
+    return used;
+  }
+
+  // This worker's shard's mean of `p`, once every contribution awaited is
+  // in: made (shardMean), encoded in the round's codec with a stream of its
+  // own, kept, and sent to every peer present. A part that comes after is
+  // dropped with the round's stale data.
+  Status reduceOwn(Pending& p) {
+    if (p.ownReduced != nullptr) return {};
+    const size_t self = group_.self;
+    std::vector<size_t> from;
+    for (size_t j = 0; j < group_.size(); ++j) {
+      if (j == self) continue;
+      if (p.shardIn[j] || p.got[j]) {
+        from.push_back(j);
+      } else if (awaited(j, p.round)) {
+        return {};  // not yet
+      }
+    }
+    const auto [lo, hi] = shard(self);
+    if (lo == hi) {
+      p.ownReduced = std::make_shared<const std::vector<std::byte>>();
+      return {};
+    }
+    const auto t0 = clock().now();
+    torch::Tensor mean = torch::empty({hi - lo}, base_.options());
+    const std::vector<bool> used = shardMean(p, from, lo, mean, "its part of the shard");
+    // A contribution missing from this worker's shard counts as missing,
+    // once a round, as complete() counts one under all-gather.
+    for (size_t j = 0; j < group_.size(); ++j) {
+      if (j != self && !used[j]) stats_.missed();
+    }
+    p.ownReduced = std::make_shared<const std::vector<std::byte>>(
+        codec_->encodeRange(mean, lo, options_.seed, mixStream(3, topology_.rank(), p.round)));
+    const auto to = presentPeers();
+    stats_.encoded(static_cast<uint64_t>(hi - lo) * 4, p.ownReduced->size(), to.size());
+    stats_.coded(since(t0));
+    return sendOwnReduced(p, to);
+  }
+
+  // Whether shard s of `p` can be applied: its mean came from its owner
+  // (this worker's: made), or its owner is lost and every contribution
+  // awaited came whole.
+  bool shardReady(const Pending& p, size_t s) const {
+    const auto [lo, hi] = shard(s);
+    if (lo == hi) return true;
+    if (s == group_.self) return p.ownReduced != nullptr;
+    if (p.reducedIn[s]) return true;
+    if (owns(s, p.round)) return false;
+    for (size_t j = 0; j < group_.size(); ++j) {
+      if (j != group_.self && !p.got[j] && awaited(j, p.round)) return false;
+    }
+    return true;
+  }
+
+  // complete() of a round exchanged by reduce-scatter: waits (bounded, as
+  // complete() does) until every shard can be applied, then replaces this
+  // worker's contribution by each shard's mean: x += q_i[s] - q̄[s] (K = 1,
+  // D = 0 with the identity codec: x[s] = start[s] - q̄[s], as exactMean()).
+  // A peer silent past the time-out is given up (as complete() does): an
+  // owner's shard is then averaged here from the whole contributions that
+  // came, this worker's own at least.
+  Status completeSharded(Pending& p, int64_t t, train::FlatParameters& flat, bool* deferred) {
+    const auto t0 = clock().now();
+    const auto deadline = t0 + options_.timeout;
+    const auto missing = [&] {
+      std::vector<size_t> out;
+      for (size_t s = 0; s < group_.size(); ++s) {
+        if (!shardReady(p, s)) out.push_back(s);
+      }
+      return out;
+    };
+    while (true) {
+      GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
+      GEO_RETURN_IF_ERROR(pollArrivals());
+      if (missing().empty()) break;
+      if (deferred != nullptr && auto_ && !everyLinkMeasured()) {
+        learnTheLink();
+        if (p.dueStep > t) {
+          noteWait(since(t0));
+          *deferred = true;
+          return {};
+        }
+      }
+      if (clock().now() >= deadline) {
+        for (size_t j = 0; j < group_.size(); ++j) {
+          if (j == group_.self) continue;
+          const auto [lo, hi] = shard(j);
+          const bool owes =
+              (lo < hi && !p.reducedIn[j] && owns(j, p.round)) ||
+              (p.ownReduced == nullptr && !p.shardIn[j] && !p.got[j] && awaited(j, p.round));
+          if (!owes) continue;
+          membership_.giveUp(group_.ranks[j]);
+          logger()->warn(
+              "dts: round {} still lacks the part or the shard's mean of {} after {:.3g} s "
+              "although it is heard (a straggler?); going on without it",
+              p.round, topology_.describe(group_.ranks[j]),
+              std::chrono::duration<double>(options_.timeout).count());
+        }
+        GEO_RETURN_IF_ERROR(pollArrivals());
+        break;
+      }
+      auto m = transport_->receive(MessageKind::kReduced, p.round, transport::kAnyPeer,
+                                   std::chrono::milliseconds(2));
+      if (!m.ok()) continue;
+      const auto i = group_.indexOf(m->header.sender);
+      if (!i || *i == group_.self || p.reducedIn[*i]) continue;  // a duplicate
+      membership_.delivered(m->header.sender, p.round);
+      p.reducedIn[*i] = std::move(*m);
+    }
+    if (const double waited = since(t0); waited >= 0.05) {
+      logger()->debug(
+          "dts: waited {:.0f} ms at step {} for the shards of round {} (sent at step "
+          "{}, D = {})",
+          waited * 1e3, t, p.round, p.sendStep, delay_);
+    }
+    noteWait(since(t0));
+    const auto tDecode = clock().now();
+    std::vector<double> lags(group_.size(), std::numeric_limits<double>::quiet_NaN());
+    for (size_t s = 0; s < group_.size(); ++s) {
+      const auto [lo, hi] = shard(s);
+      const int64_t n = hi - lo;
+      if (n == 0) continue;
+      torch::Tensor mean = sliceBuffer(1, n, flat.values);
+      bool have = false;
+      if (s == group_.self && p.ownReduced != nullptr) {
+        std::string reason;
+        have = codec_->decodeRangeChecked(*p.ownReduced, lo, mean, reason).ok();
+      } else if (s != group_.self && p.reducedIn[s]) {
+        const Message& m = *p.reducedIn[s];
+        std::string reason;
+        const Status ok = codec_->decodeRangeChecked(m.payload.bytes(), lo, mean, reason);
+        if (ok.ok()) {
+          have = true;
+          // The owner's close: how old the round is as it is applied here.
+          p.applied(t - static_cast<int64_t>(m.header.step));
+          stats_.applied(t - static_cast<int64_t>(m.header.step));
+        } else {
+          reject(group_.ranks[s], fmt::format("its shard's mean for round {}", p.round), reason,
+                 ok);
+        }
+      }
+      if (!have) {
+        // Averaged here from the whole contributions that came.
+        std::vector<size_t> from;
+        for (size_t j = 0; j < group_.size(); ++j) {
+          if (j != group_.self && p.got[j]) from.push_back(j);
+        }
+        shardMean(p, from, lo, mean, "the update");
+      }
+      torch::Tensor x = flat.values.narrow(0, lo, n);
+      if (p.start.defined()) {
+        x.copy_(p.start.narrow(0, lo, n) - mean);
+        base_.narrow(0, lo, n).copy_(x);
+      } else {
+        torch::Tensor correction = sliceBuffer(0, n, flat.values).zero_();
+        codec_->decodeAccumulateRange(*p.bytes, 1.0f, lo, correction);
+        correction.sub_(mean);
+        x.add_(correction);
+        base_.narrow(0, lo, n).add_(correction);
+      }
+    }
+    // The lags reported are each peer's part of this worker's shard (or
+    // its whole contribution): one hop, as under all-gather, so that both
+    // ends' lags of a pair measure its link (LinkLedger); chooseDelay()
+    // covers the two hops a round takes.
+    for (size_t j = 0; j < group_.size(); ++j) {
+      if (j == group_.self) continue;
+      const std::optional<Message>& m = p.shardIn[j] ? p.shardIn[j] : p.got[j];
+      if (m) lags[j] = std::chrono::duration<double>(m->received - p.sentAt).count();
+    }
+    stats_.coded(since(tDecode));
+    return completed(p, std::move(lags));
   }
 
   // D = auto before anything is known of the links: the first ping round
@@ -1955,7 +2310,11 @@ class Dts final : public Base, private StateParity::Host {
     const std::optional<SlowestLink> slowest = slowestLink(peers, links_.crossingSeconds());
     const double link = slowest ? slowest->seconds : -1;
     if (slowest && !slowest->estimated) stats_.setLink(link);
-    const std::optional<int64_t> chosen = autoDelaySteps(link, stepSeconds_, options_.maxAutoDelay);
+    // Under reduce-scatter a round takes two hops, a part to its owner and
+    // the owner's mean on: D covers twice the slowest link (the slowest
+    // pair's round trip, for links alike both ways).
+    const std::optional<int64_t> chosen =
+        autoDelaySteps(sharded_ && link > 0 ? 2 * link : link, stepSeconds_, options_.maxAutoDelay);
     if (chosen) linkKnown_ = true;
     const int64_t next = chosen.value_or(std::clamp<int64_t>(delay_, 0, options_.maxAutoDelay));
     if (next != delay_) {
@@ -1964,7 +2323,7 @@ class Dts final : public Base, private StateParity::Host {
           slowest ? topology_.describe(group_.ranks[indices[slowest->peer]]) : std::string();
       const bool notable = std::abs(next - loggedDelay_) >= std::max<int64_t>(2, loggedDelay_ / 4);
       logger()->log(notable ? spdlog::level::info : spdlog::level::debug,
-                    "dts: delay D = {} steps (was {}): slowest link {:.0f} ms one way ({}), step "
+                    "dts: delay D = {} steps (was {}): slowest link {:.0f} ms one way ({}){}, step "
                     "time {:.1f} ms",
                     next, delay_, link * 1e3,
                     !slowest              ? std::string("nothing known of the links")
@@ -1972,7 +2331,7 @@ class Dts final : public Base, private StateParity::Host {
                     : link == links_.crossingSeconds()
                         ? fmt::format("a round seen crossing, before {}'s first reports", whose)
                         : fmt::format("half the ping round trip, before {}'s first reports", whose),
-                    stepSeconds_ * 1e3);
+                    sharded_ ? ", twice over (reduce-scatter)" : "", stepSeconds_ * 1e3);
       if (notable) loggedDelay_ = next;
       delay_ = next;
     }
@@ -2125,6 +2484,10 @@ class Dts final : public Base, private StateParity::Host {
     std::shared_ptr<const std::vector<std::byte>> bytes;
   };
   std::deque<Sent> sent_;
+  // Reduce-scatter (sync.exchange): whether rounds are exchanged so, and
+  // the shards' bounds (group member s owns [shards_[s], shards_[s + 1])).
+  const bool sharded_ = options_.exchange == "reducescatter";
+  std::vector<int64_t> shards_;
   // x at the round's start plus the corrections applied since, plus (error
   // feedback) what quantization has yet to send
   torch::Tensor base_;

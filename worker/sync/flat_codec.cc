@@ -327,4 +327,152 @@ Status FlatCodec::check(std::span<const std::byte> bytes, torch::Tensor& scratch
   return {};
 }
 
+std::vector<int64_t> FlatCodec::shardBounds(size_t parts) const {
+  GEO_ENFORCE(parts >= 1, "sync: {} shards", parts);
+  // The nearest position at or before `pos` a range may start at.
+  const auto cutAt = [&](int64_t pos) {
+    for (const Segment& s : segments_) {
+      if (pos >= s.offset + s.numel) continue;
+      if (s.raw || pos <= s.offset) return std::max(pos, s.offset);
+      const int64_t step = codec_->rangeAlignment();
+      return s.offset + (pos - s.offset) / step * step;
+    }
+    return numel_;
+  };
+  std::vector<int64_t> bounds{0};
+  for (size_t k = 1; k < parts; ++k) {
+    // numel_ * k / parts without overflow: numel_ < 2^40 or so, parts < 2^16.
+    const auto target = static_cast<int64_t>(static_cast<double>(numel_) * static_cast<double>(k) /
+                                             static_cast<double>(parts));
+    bounds.push_back(std::max(bounds.back(), cutAt(target)));
+  }
+  bounds.push_back(numel_);
+  return bounds;
+}
+
+std::vector<FlatCodec::Piece> FlatCodec::pieces(int64_t lo, int64_t hi) const {
+  GEO_ENFORCE(0 <= lo && lo <= hi && hi <= numel_, "sync: the range [{}, {}) of {} values", lo, hi,
+              numel_);
+  std::vector<Piece> out;
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& s = segments_[i];
+    const int64_t a = std::max(lo, s.offset) - s.offset;
+    const int64_t b = std::min(hi, s.offset + s.numel) - s.offset;
+    if (a >= b) continue;
+    if (!s.raw) {
+      const int64_t step = codec_->rangeAlignment();
+      GEO_ENFORCE(a % step == 0 && (b % step == 0 || b == s.numel),
+                  "sync: the range [{}, {}) does not fall on multiples of {} in a segment of {} "
+                  "values at {}",
+                  lo, hi, step, s.numel, s.offset);
+    }
+    out.push_back({i, a, b});
+  }
+  return out;
+}
+
+int64_t FlatCodec::pieceBytes(const Piece& p) const {
+  return segments_[p.segment].raw ? 4 * (p.b - p.a) : codec_->encodedBytes(p.b - p.a);
+}
+
+int64_t FlatCodec::rangeEncodedBytes(int64_t lo, int64_t hi) const {
+  int64_t bytes = 0;
+  for (const Piece& p : pieces(lo, hi)) bytes += pieceBytes(p);
+  return bytes;
+}
+
+std::vector<std::byte> FlatCodec::rangeEncoding(std::span<const std::byte> bytes, int64_t lo,
+                                                int64_t hi) const {
+  GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), bytes_,
+                 "sync: an update of {} bytes does not match this model's encoding ({} bytes, {})",
+                 bytes.size(), bytes_, codec_->describe());
+  std::vector<std::byte> out;
+  out.reserve(static_cast<size_t>(rangeEncodedBytes(lo, hi)));
+  std::vector<std::byte> staging;
+  for (const Piece& p : pieces(lo, hi)) {
+    const Segment& s = segments_[p.segment];
+    const auto segment =
+        bytes.subspan(static_cast<size_t>(s.byteOffset), static_cast<size_t>(s.bytes));
+    const std::span<const std::byte> part =
+        s.raw ? segment.subspan(static_cast<size_t>(4 * p.a), static_cast<size_t>(4 * (p.b - p.a)))
+              : codec_->rangeBytes(segment, s.numel, p.a, p.b, staging);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
+}
+
+std::vector<std::byte> FlatCodec::encodeRange(const torch::Tensor& values, int64_t lo,
+                                              uint64_t seed, uint64_t stream) const {
+  const int64_t hi = lo + values.numel();
+  std::vector<std::byte> out(static_cast<size_t>(rangeEncodedBytes(lo, hi)));
+  const torch::Tensor cpu = values.is_cpu() ? values.contiguous() : values.to(torch::kCPU);
+  size_t at = 0;
+  for (const Piece& p : pieces(lo, hi)) {
+    const Segment& s = segments_[p.segment];
+    const torch::Tensor part = values.narrow(0, s.offset + p.a - lo, p.b - p.a);
+    const auto n = static_cast<size_t>(pieceBytes(p));
+    if (s.raw) {
+      std::memcpy(out.data() + at, cpu.data_ptr<float>() + (s.offset + p.a - lo), n);
+    } else {
+      codec_->encode(part.contiguous(), {seed, mixStream(stream, p.segment, 0x5ea)},
+                     std::span<std::byte>(out).subspan(at, n), nullptr);
+    }
+    at += n;
+  }
+  return out;
+}
+
+void FlatCodec::decodeRangeAccumulate(std::span<const std::byte> bytes, float alpha, int64_t lo,
+                                      torch::Tensor& out) const {
+  const int64_t hi = lo + out.numel();
+  GEO_ENFORCE_EQ(static_cast<int64_t>(bytes.size()), rangeEncodedBytes(lo, hi),
+                 "sync: a shard of {} bytes does not match the encoding of values [{}, {}) ({})",
+                 bytes.size(), lo, hi, codec_->describe());
+  size_t at = 0;
+  for (const Piece& p : pieces(lo, hi)) {
+    const Segment& s = segments_[p.segment];
+    const auto n = static_cast<size_t>(pieceBytes(p));
+    const auto part = bytes.subspan(at, n);
+    torch::Tensor view = out.narrow(0, s.offset + p.a - lo, p.b - p.a);
+    if (s.raw) {
+      // alpha * value, then one addition, as decodeAccumulate() does.
+      torch::Tensor scaled = torch::empty({p.b - p.a}, torch::kFloat32);
+      scaleRaw(part.data(), p.b - p.a, alpha, scaled.data_ptr<float>());
+      if (!view.device().is_cpu()) scaled = scaled.to(view.device());
+      view.add_(scaled);
+    } else {
+      codec_->decodeAccumulate(part, alpha, view);
+    }
+    at += n;
+  }
+}
+
+Status FlatCodec::decodeRangeChecked(std::span<const std::byte> bytes, int64_t lo,
+                                     torch::Tensor& out, std::string& reason) const {
+  const int64_t hi = lo + out.numel();
+  int64_t expected = 0;
+  try {
+    expected = rangeEncodedBytes(lo, hi);
+  } catch (const std::exception& e) {
+    reason = "size";
+    return dataLoss(
+        fmt::format("values [{}, {}) are no shard of this model: {}", lo, hi, e.what()));
+  }
+  if (static_cast<int64_t>(bytes.size()) != expected) {
+    reason = "size";
+    return dataLoss(fmt::format(
+        "{} bytes, expected {} for values [{}, {}) ({}): do all workers run the same model and "
+        "codec?",
+        bytes.size(), expected, lo, hi, codec_->describe()));
+  }
+  out.zero_();
+  try {
+    decodeRangeAccumulate(bytes, 1.0f, lo, out);
+  } catch (const std::exception& e) {
+    reason = "malformed";
+    return dataLoss(fmt::format("cannot be decoded: {}", e.what()));
+  }
+  return checkValues(out, kMaxContribution, reason);
+}
+
 }  // namespace geo::sync::detail

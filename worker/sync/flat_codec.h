@@ -65,6 +65,40 @@ class FlatCodec {
   // left undefined): whether the contribution may be used. Never throws.
   Status check(std::span<const std::byte> bytes, torch::Tensor& scratch, std::string& reason) const;
 
+  // Shard by shard, for DTS's reduce-scatter exchange (docs/algorithms.md,
+  // "Reduce-scatter"): each shard travels in an encoding of its own, which
+  // its owner decodes, averages with the others' and encodes again.
+  //
+  // `parts` contiguous shards of the buffer, as equal as the cuts allow:
+  // parts + 1 ascending positions from 0 to numel(), each a position a
+  // range may start at (a segment's start, a raw value, a multiple of the
+  // codec's rangeAlignment() inside a quantized segment). A shard may be
+  // empty where the cuts are coarser than numel() / parts (parts >= 1).
+  std::vector<int64_t> shardBounds(size_t parts) const;
+  // The bytes of values [lo, hi) in their own encoding: each segment's part
+  // of the range encoded on its own (raw: its fp32 values), in order. lo and
+  // hi from shardBounds() (throws geo::Error otherwise).
+  int64_t rangeEncodedBytes(int64_t lo, int64_t hi) const;
+  // Values [lo, hi) of a whole encoding (encode()'s `bytes`), in their own
+  // encoding: decodeRangeAccumulate() of the result adds at each position
+  // exactly what decodeAccumulate() of `bytes` adds there.
+  std::vector<std::byte> rangeEncoding(std::span<const std::byte> bytes, int64_t lo,
+                                       int64_t hi) const;
+  // Encodes `values` (hi - lo of them, those of positions [lo, hi)) in
+  // that range's own encoding; `stream` as encode()'s. No residual.
+  std::vector<std::byte> encodeRange(const torch::Tensor& values, int64_t lo, uint64_t seed,
+                                     uint64_t stream) const;
+  // out += alpha * the values of a range's own encoding (out holds hi - lo
+  // values, those of [lo, hi)). Throws geo::Error for a payload of the
+  // wrong size or one the codec refuses.
+  void decodeRangeAccumulate(std::span<const std::byte> bytes, float alpha, int64_t lo,
+                             torch::Tensor& out) const;
+  // decodeChecked() for a range's own encoding: `out` (hi - lo values) is
+  // overwritten with the decoded values, which must all be finite and
+  // within +-kMaxContribution. Never throws.
+  Status decodeRangeChecked(std::span<const std::byte> bytes, int64_t lo, torch::Tensor& out,
+                            std::string& reason) const;
+
  private:
   struct Segment {
     int64_t offset = 0;
@@ -75,6 +109,14 @@ class FlatCodec {
   };
   // decodeChecked()'s and check()'s refusal of a payload of the wrong size.
   Status wrongSize(size_t bytes, std::string& reason) const;
+  // The parts of segments in [lo, hi): {segment index, a, b} with a < b
+  // the part's positions inside its segment, in order.
+  struct Piece {
+    size_t segment = 0;
+    int64_t a = 0, b = 0;
+  };
+  std::vector<Piece> pieces(int64_t lo, int64_t hi) const;
+  int64_t pieceBytes(const Piece& p) const;
   std::shared_ptr<const codec::Codec> codec_;
   std::vector<Segment> segments_;
   int64_t numel_ = 0;

@@ -162,6 +162,12 @@ bool Membership::expected(uint32_t peer, uint64_t round) const {
          round >= l->expectFrom;
 }
 
+bool Membership::takesPart(uint32_t peer, uint64_t round) const {
+  const PeerLife* l = find(peer);
+  return l != nullptr && !l->suspected && !l->joining && !l->absent && !l->awaitingResume &&
+         round >= l->announcedFrom;
+}
+
 bool Membership::absent(uint32_t peer) const {
   const PeerLife* l = find(peer);
   return l != nullptr && l->absent;
@@ -240,6 +246,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
         l.awaitingResume = false;
         l.absent = false;
         l.expectFrom = first;
+        l.announcedFrom = first;
         if (m->payload.data()[sizeof first] != std::byte{0}) {
           GEO_RETURN_IF_ERROR(sendResume(p, step, false));
           out.resumeAsked.push_back(p);
@@ -360,6 +367,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       l.absent = false;
       l.awaitingResume = false;
       l.expectFrom = roundAt(step);
+      l.announcedFrom = l.expectFrom;
     }
     for (auto j = receiveControl(*transport_, Control::kJoined, p, now); j.ok();
          j = receiveControl(*transport_, Control::kJoined, p, now)) {
@@ -374,6 +382,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       l.absent = false;
       l.awaitingResume = false;
       l.expectFrom = round;
+      l.announcedFrom = round;
       logger()->debug("{}: {} contributes from round {} (its step {})", name_,
                       topology_.describe(p), round, j->header.step);
     }

@@ -152,6 +152,13 @@ class Membership {
   // Whether `peer`'s contribution to `round` is expected: alive, not
   // joining, and joined at or before that round.
   bool expected(uint32_t peer, uint64_t round) const;
+  // Whether `peer` takes part in `round` by what it announced (its join, its
+  // resume) and what this worker saw of it (suspected, given up, joining),
+  // whatever it delivered since: expected() without the rounds a later
+  // delivery passed over. Under DTS's reduce-scatter an owner's mean of one
+  // round may come after its part of the next, which moves expected() past
+  // the first; the owner still sends that mean.
+  bool takesPart(uint32_t peer, uint64_t round) const;
   // A heard peer that did not deliver within the round time-out (a
   // straggler) is marked absent: not waited for until it delivers again.
   void giveUp(uint32_t peer);
@@ -221,6 +228,7 @@ class Membership {
     bool awaitingResume = false;
     std::optional<geo::Clock::TimePoint> resumeAsked;
     uint64_t expectFrom = 0;
+    uint64_t announcedFrom = 0;  // expectFrom as its join or resume set it
     double rtt = -1;
   };
   // Sends our resume (the oldest round we have not completed) to `peer`.

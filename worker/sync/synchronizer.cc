@@ -86,6 +86,9 @@ Status validateSyncOptions(const SyncOptions& o) {
     return bad("algorithm", fmt::format("'{}'", o.algorithm),
                fmt::format("{}", fmt::join(syncAlgorithmNames(), ", ")));
   }
+  if (o.exchange != "allgather" && o.exchange != "reducescatter") {
+    return bad("exchange", fmt::format("'{}'", o.exchange), "allgather, reducescatter");
+  }
   if (o.period < 1) return bad("period", o.period, ">= 1");
   if (o.delay && *o.delay < 0) return bad("delay", *o.delay, ">= 0, or nullopt for auto");
   if (o.swarmH < 1) return bad("swarmH", o.swarmH, ">= 1");

@@ -92,8 +92,14 @@ struct SyncOptions {
   // dts: choose K at run time (the period the workers agree on; see dts.cc).
   bool autoPeriod = false;
   std::optional<int64_t> delay = 0;  // dts: D in steps (>= 0); nullopt = auto
-  int64_t swarmH = 4;                // swarm: local steps between exchanges (>= 1)
-  codec::CodecSpec codec;            // what crosses the WAN
+  // dts: how a round's contributions meet (docs/algorithms.md, "Reduce-
+  // scatter"): allgather, each worker's whole contribution to every other
+  // (one hop, N - 1 payloads up each uplink); reducescatter, each worker's
+  // shard s to the worker that owns it, which sends the shard's mean to
+  // every other (two hops, 2 (N - 1) / N payloads).
+  std::string exchange = "allgather";
+  int64_t swarmH = 4;      // swarm: local steps between exchanges (>= 1)
+  codec::CodecSpec codec;  // what crosses the WAN
   // qsgd only: parameter tensors with fewer values travel as fp32 (QSGD's
   // practice: small tensors such as biases gain little and lose most).
   int64_t smallTensorThreshold = 10000;
@@ -145,7 +151,7 @@ inline const geo::Clock& clockOf(const SyncOptions& options) {
 }
 
 // The synchronizer's own preconditions, which makeSynchronizer() checks
-// first: an algorithm it implements, period and swarmH >= 1 (steps are
+// first: an algorithm it implements, an exchange it knows, period and swarmH >= 1 (steps are
 // counted modulo them), delay >= 0 or auto, a positive timeout, maxAutoDelay
 // >= 0, and codec and lanCodec specs that codec::makeCodec() builds (the
 // codec checks its own spec). Which values users may choose (lanCodec only

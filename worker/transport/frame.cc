@@ -105,7 +105,9 @@ bool isKnownKind(uint16_t kind) {
     case static_cast<uint16_t>(MessageKind::kGossipReply):
     case static_cast<uint16_t>(MessageKind::kControl):
     case static_cast<uint16_t>(MessageKind::kLanReduce):
-    case static_cast<uint16_t>(MessageKind::kLanBroadcast): return true;
+    case static_cast<uint16_t>(MessageKind::kLanBroadcast):
+    case static_cast<uint16_t>(MessageKind::kShard):
+    case static_cast<uint16_t>(MessageKind::kReduced): return true;
     default: return false;
   }
 }
@@ -124,6 +126,8 @@ std::string_view messageKindName(MessageKind kind) {
     case MessageKind::kControl: return "control";
     case MessageKind::kLanReduce: return "lan-reduce";
     case MessageKind::kLanBroadcast: return "lan-broadcast";
+    case MessageKind::kShard: return "shard";
+    case MessageKind::kReduced: return "reduced";
   }
   return "unknown";
 }

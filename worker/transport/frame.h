@@ -125,8 +125,14 @@ enum class MessageKind : uint16_t {
   kControl = 19,       // small synchronizer control messages
   kLanReduce = 20,     // hierarchical sync: a member's gradient to its region leader
   kLanBroadcast = 21,  // hierarchical sync: the leader's result back to its members
+  // DTS's reduce-scatter exchange (sync.exchange): a worker's contribution
+  // to the shard its receiver owns (header.elementCount: the shard's
+  // values), and an owner's mean of its shard over the round's
+  // contributions, to every other worker.
+  kShard = 22,
+  kReduced = 23,
 };
-inline constexpr uint16_t kMaxMessageKind = 21;
+inline constexpr uint16_t kMaxMessageKind = 23;
 bool isKnownKind(uint16_t kind);
 std::string_view messageKindName(MessageKind kind);
 

@@ -694,6 +694,132 @@ TEST(Dts, K1D0IdentityEqualsAllreduceBitwiseReplicas) {
   expectK1D0EqualsAllreduce(false);
 }
 
+// ---- DTS's reduce-scatter exchange (sync.exchange) ----
+
+// K = 1, D = 0 with the identity codec: each owner's mean of its shard is
+// exactMean()'s operations on those values, so the models are the
+// all-gather exchange's bit for bit at every step, every replica equal,
+// and allreduce's up to rounding. Each worker sends half the bytes: its
+// three shards and its shard's mean to three peers, 1.5 payloads a round
+// where all-gather sends 3 (the final average, the same for both, aside).
+TEST(DtsReduceScatter, K1D0IdentityEqualsAllGatherBitwise) {
+  JobSpec job;
+  job.regions = {"a", "b", "c", "d"};
+  job.steps = 16;
+  job.sync = options("dts");
+  job.sync.period = 1;
+  job.sync.delay = 0;
+  const auto gathered = runJob(job);
+  job.sync.exchange = "reducescatter";
+  const auto scattered = runJob(job);
+  expectAllEqualEveryStep(scattered, job.steps);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(gathered.status[rank].ok()) << gathered.status[rank].toString();
+    for (size_t s = 0; s < static_cast<size_t>(job.steps); ++s) {
+      ASSERT_EQ(scattered.hashes[rank][s], gathered.hashes[rank][s])
+          << "rank " << rank << " after step " << s + 1;
+    }
+    EXPECT_TRUE(torch::equal(scattered.finalValues[rank], gathered.finalValues[rank]));
+    EXPECT_EQ(scattered.stats[rank].rounds, 16u);
+    EXPECT_EQ(scattered.stats[rank].missing, 0u);
+    // 16 rounds: 48 payloads all-gathered, 24 reduce-scattered.
+    const double model = static_cast<double>(scattered.finalValues[rank].numel()) * 4;
+    const double saved = static_cast<double>(gathered.stats[rank].encodedBytes) -
+                         static_cast<double>(scattered.stats[rank].encodedBytes);
+    EXPECT_NEAR(saved / model, 24.0, 0.1) << "rank " << rank;
+  }
+  job.sync = options("allreduce");
+  const auto allreduce = runJob(job);
+  const auto diff = (scattered.finalValues[0] - allreduce.finalValues[0]).abs().max().item<float>();
+  EXPECT_LT(diff, 1e-5 * allreduce.finalValues[0].abs().max().item<float>());
+}
+
+// QSGD, rounds in flight for D steps over an emulated WAN: every worker
+// applies the same bytes of each shard's mean, so the job model (x0 less
+// the means of the rounds completed) is the same on all four at every step
+// up to the rounding of their own steps (a worker whose mean of one shard
+// differed would be off by QSGD's error, orders of magnitude more), with
+// nothing missing; the final models are equal.
+TEST(DtsReduceScatter, DelayedQsgdRoundsAgreeOnTheJobModel) {
+  JobSpec job;
+  job.regions = {"a", "b", "c", "d"};
+  job.steps = 24;
+  job.recordModels = true;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = 2;
+  job.sync.exchange = "reducescatter";
+  job.oneWayDelay = {{"a-c", "delay=20ms"}, {"c-a", "delay=20ms"}};
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_EQ(r.stats[rank].rounds, 12u);
+    EXPECT_EQ(r.stats[rank].missing, 0u);
+    EXPECT_EQ(r.stats[rank].delay, 2);
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  int64_t compared = 0;
+  for (int64_t t = 1; t <= job.steps; ++t) {
+    const auto& first = r.jobModels[0][static_cast<size_t>(t - 1)];
+    ASSERT_TRUE(first.has_value());
+    if (first->step == 0) continue;
+    const float scale = first->values.abs().max().item<float>();
+    for (size_t rank = 1; rank < 4; ++rank) {
+      const auto& jm = r.jobModels[rank][static_cast<size_t>(t - 1)];
+      ASSERT_TRUE(jm.has_value());
+      ASSERT_EQ(jm->step, first->step) << "rank " << rank << " at step " << t;
+      EXPECT_LT((jm->values - first->values).abs().max().item<float>(), 1e-5f * scale)
+          << "rank " << rank << " at step " << t;
+    }
+    ++compared;
+  }
+  EXPECT_GE(compared, 18);
+}
+
+// Under hierarchical sync the region leaders reduce-scatter among
+// themselves (three leaders, three shards) and push the result to their
+// members: all six replicas identical every step, and the same models as
+// all-gather's.
+TEST(DtsReduceScatter, HierarchicalLeadersScatterAndEveryReplicaAgrees) {
+  JobSpec job;
+  job.regions = {"a", "a", "b", "b", "c", "c"};
+  job.sync = options("dts");
+  job.sync.period = 1;
+  job.sync.delay = 0;
+  job.sync.hierarchical = true;
+  const auto gathered = runJob(job);
+  job.sync.exchange = "reducescatter";
+  const auto scattered = runJob(job);
+  expectAllEqualEveryStep(scattered, job.steps);
+  for (size_t rank = 0; rank < job.regions.size(); ++rank) {
+    EXPECT_TRUE(torch::equal(scattered.finalValues[rank], gathered.finalValues[rank]))
+        << "rank " << rank;
+  }
+}
+
+// An owner that dies: the others see it suspected and send their whole
+// contributions to each other, each averages the dead owner's shard
+// itself, and the job goes on without waiting out the round time-out (20
+// s here); the survivors end alike.
+TEST(DtsReduceScatter, ADeadOwnersShardIsAveragedByEach) {
+  JobSpec job;
+  job.regions = {"a", "b", "c", "d"};
+  job.steps = 40;
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 50ms);
+  job.deadRank = 2;
+  job.deadAfter = 8;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = 1;
+  job.sync.exchange = "reducescatter";
+  job.sync.peerTimeout = 1000ms;
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = runJob(job);
+  expectSurvivorsFinishedAlike(r, job);
+  for (size_t rank : {0, 1, 3}) EXPECT_GT(r.stats[rank].missing, 0u) << "rank " << rank;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
+}
+
 // The same under hierarchical sync: LAN reduce to the leaders, DTS among
 // leaders, results pushed back: all four replicas identical every step.
 TEST(Dts, HierarchicalK1D0KeepsEveryReplicaEqual) {
@@ -1895,6 +2021,87 @@ TEST(FlatCodec, DecodesSliceBySliceBitForBit) {
       EXPECT_THROW(flat.decodeAccumulateRange(bytes, 1.0f, 5 + 1, part), Error);
     }
   }
+}
+
+// DTS's reduce-scatter cuts the update in shards: as many as asked, each
+// starting where a range may (whole QSGD buckets inside a quantized
+// tensor), near numel / parts long; a shard cut from the whole encoding
+// decodes to exactly what the whole adds at its positions; a shard
+// encoded on its own (an owner's mean) is the same bytes as the one cut
+// from an encoding of the same values, and a payload of the wrong size or
+// with a value out of range is refused, naming it.
+TEST(FlatCodec, CutsShardsThatDecodeBitForBit) {
+  torch::manual_seed(29);
+  const std::vector<int64_t> sizes = {5, 2000, 3, 700, 1, 64, 5000};
+  int64_t n = 0;
+  for (int64_t size : sizes) n += size;
+  const auto values = torch::randn({n});
+  for (const codec::CodecSpec& spec :
+       {codec::CodecSpec{"qsgd", 4, 128, false, 1}, codec::CodecSpec{"qsgd", 8, 512, false, 1},
+        codec::CodecSpec{"identity"}, codec::CodecSpec{"bf16"}}) {
+    auto made = codec::makeCodec(spec);
+    ASSERT_TRUE(made.ok());
+    std::shared_ptr<const codec::Codec> c(std::move(*made));
+    const detail::FlatCodec flat(c, sizes, 100);
+    const auto bytes = flat.encode(values, 7, 9, nullptr);
+    auto whole = torch::zeros({n});
+    flat.decodeAccumulate(bytes, 1.0f, whole);
+    for (size_t parts : {size_t{1}, size_t{3}, size_t{4}, size_t{16}}) {
+      const std::vector<int64_t> bounds = flat.shardBounds(parts);
+      ASSERT_EQ(bounds.size(), parts + 1);
+      EXPECT_EQ(bounds.front(), 0);
+      EXPECT_EQ(bounds.back(), n);
+      int64_t total = 0;
+      for (size_t s = 0; s < parts; ++s) {
+        const int64_t lo = bounds[s], hi = bounds[s + 1];
+        ASSERT_LE(lo, hi);
+        // No shard longer than its share by more than a bucket.
+        EXPECT_LE(hi - lo, n / static_cast<int64_t>(parts) + spec.bucket + 1)
+            << c->describe() << " " << parts;
+        if (lo == hi) continue;
+        const auto part = flat.rangeEncoding(bytes, lo, hi);
+        EXPECT_EQ(static_cast<int64_t>(part.size()), flat.rangeEncodedBytes(lo, hi));
+        total += static_cast<int64_t>(part.size());
+        auto decoded = torch::empty({hi - lo});
+        std::string reason;
+        ASSERT_TRUE(flat.decodeRangeChecked(part, lo, decoded, reason).ok());
+        EXPECT_TRUE(torch::equal(decoded, whole.narrow(0, lo, hi - lo)))
+            << c->describe() << " shard " << s << " of " << parts;
+      }
+      // The shards together carry what the whole does, bucket scales and all.
+      EXPECT_EQ(total, flat.encodedBytes()) << c->describe() << " " << parts;
+    }
+    // An owner's encoding of its shard's values is its own: identity's
+    // carries them exactly; QSGD's decodes near them.
+    const std::vector<int64_t> bounds = flat.shardBounds(4);
+    const int64_t lo = bounds[1], hi = bounds[2];
+    const auto mine = flat.encodeRange(values.narrow(0, lo, hi - lo), lo, 7, 11);
+    auto back = torch::empty({hi - lo});
+    std::string reason;
+    ASSERT_TRUE(flat.decodeRangeChecked(mine, lo, back, reason).ok());
+    if (spec.name == "identity") {
+      EXPECT_TRUE(torch::equal(back, values.narrow(0, lo, hi - lo)));
+    } else {
+      EXPECT_LT((back - values.narrow(0, lo, hi - lo)).abs().max().item<float>(), 1.0f);
+    }
+    std::vector<std::byte> short_(mine.begin(), mine.end() - 1);
+    const Status refused = flat.decodeRangeChecked(short_, lo, back, reason);
+    EXPECT_FALSE(refused.ok());
+    EXPECT_EQ(reason, "size");
+    EXPECT_NE(refused.message().find(std::to_string(lo)), std::string::npos) << refused.message();
+  }
+  // A value out of range is refused.
+  auto made = codec::makeCodec({"identity"});
+  ASSERT_TRUE(made.ok());
+  const detail::FlatCodec flat(std::shared_ptr<const codec::Codec>(std::move(*made)), sizes, 100);
+  auto big = torch::zeros({n});
+  big[n - 1] = 2e6f;
+  const std::vector<int64_t> bounds = flat.shardBounds(2);
+  const auto last = flat.rangeEncoding(flat.encode(big, 1, 2, nullptr), bounds[1], n);
+  auto out = torch::empty({n - bounds[1]});
+  std::string reason;
+  EXPECT_FALSE(flat.decodeRangeChecked(last, bounds[1], out, reason).ok());
+  EXPECT_EQ(reason, "out_of_range");
 }
 
 // check() reaches decodeChecked()'s verdict a slice at a time: a value out

@@ -108,6 +108,8 @@ TEST(MessageKind, NamesAndKnownSet) {
   EXPECT_EQ(messageKindName(MessageKind::kControl), "control");
   EXPECT_EQ(messageKindName(MessageKind::kLanReduce), "lan-reduce");
   EXPECT_EQ(messageKindName(MessageKind::kLanBroadcast), "lan-broadcast");
+  EXPECT_EQ(messageKindName(MessageKind::kShard), "shard");
+  EXPECT_EQ(messageKindName(MessageKind::kReduced), "reduced");
   int known = 0;
   for (uint32_t k = 0; k <= 0xFFFF; ++k) {
     if (isKnownKind(static_cast<uint16_t>(k))) {
@@ -116,7 +118,7 @@ TEST(MessageKind, NamesAndKnownSet) {
       EXPECT_NE(messageKindName(static_cast<MessageKind>(k)), "unknown");
     }
   }
-  EXPECT_EQ(known, 12);
+  EXPECT_EQ(known, 14);
 }
 
 TEST(FrameHeader, EncodesTheDocumentedLayout) {
@@ -151,7 +153,8 @@ TEST(FrameHeader, RoundTripsEveryKindAndCodec) {
   const MessageKind kinds[] = {MessageKind::kPing,        MessageKind::kPong,
                                MessageKind::kUpdate,      MessageKind::kGossip,
                                MessageKind::kGossipReply, MessageKind::kControl,
-                               MessageKind::kLanReduce,   MessageKind::kLanBroadcast};
+                               MessageKind::kLanReduce,   MessageKind::kLanBroadcast,
+                               MessageKind::kShard,       MessageKind::kReduced};
   // {codec, elementCount, payloadBytes}
   struct Case {
     CodecId codec;
@@ -253,7 +256,7 @@ TEST(FrameHeader, RejectsOtherVersionsNamingBoth) {
 }
 
 TEST(FrameHeader, RejectsUnknownKinds) {
-  for (uint16_t kind : {uint16_t{0}, uint16_t{3}, uint16_t{15}, uint16_t{22}, uint16_t{0xFFFF}}) {
+  for (uint16_t kind : {uint16_t{0}, uint16_t{3}, uint16_t{15}, uint16_t{24}, uint16_t{0xFFFF}}) {
     HeaderBytes bytes = encode(validHeader());
     poke<uint16_t>(bytes, 6, kind);
     expectRejected(bytes, 1024, limits(), StatusCode::kInvalidArgument,
