@@ -15,6 +15,11 @@ The codec's share of the machine is its cores over the workers.
 
   bench/plan_check.py --geotrain build/worker/geotrain --sizes 4,8,16 --out runs/plan
   bench/plan_check.py --geotrain build/worker/geotrain --sizes 4x4 --steps 400 --out runs/plan
+  bench/plan_check.py --geotrain build/worker/geotrain --sizes 16 --exchange reducescatter \
+      --network netns --out runs/plan-rs
+
+--exchange reducescatter runs DTS's reduce-scatter exchange and compares
+the plan's "dts K=auto D=auto reducescatter" row.
 
 WAN bytes are the region leaders' (under hierarchical sync only they send
 over the WAN), steps/s every worker's.
@@ -109,8 +114,8 @@ def plan_row(geotrain, preset, regions, per_region, step_seconds, cores_per_work
         cmd += ["--regions", regions]
     text = subprocess.check_output(cmd, text=True)
     for line in text.splitlines():
-        if line.startswith(algorithm):
-            cols = line[len(algorithm):].split()
+        cols = line[len(algorithm):].split()
+        if line.startswith(algorithm) and cols and cols[0].isdigit():  # not a longer name
             return {"K": int(cols[0]), "D": int(cols[1]), "step_ms": float(cols[2]),
                     "steps_per_s": float(cols[4]), "wan_kb_per_step": float(cols[5])}, text
     sys.exit(f"plan_check: no '{algorithm}' row in:\n{text}")
@@ -129,6 +134,8 @@ def main():
     ap.add_argument("--window", default="0.3,0.85", help="fractions of the steps measured")
     ap.add_argument("--tolerance", type=float, default=0.15)
     ap.add_argument("--check", action="store_true", help="exit 1 beyond the tolerance")
+    ap.add_argument("--exchange", default="allgather", choices=["allgather", "reducescatter"],
+                    help="DTS's exchange in the measured runs (sync.exchange)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -146,13 +153,14 @@ def main():
                          per_region, steps, a.step_time, a.network, ["--algorithm", "none"])
         base_rate, _ = steady(base, steps, window, per_region)
         real = run_local(a.geotrain, os.path.join(a.out, f"n{n}-dts"), preset, regions,
-                         per_region, steps, a.step_time, a.network, [])
+                         per_region, steps, a.step_time, a.network, ["--exchange", a.exchange])
         rate, sent = steady(real, steps, window, per_region)
         k, d = settled(real)
         # The workers share this machine's cores, as the codec's work does.
         cores = min(1.0, (os.cpu_count() or 1) / workers)
         predicted, text = plan_row(a.geotrain, preset, regions, per_region, 1.0 / base_rate,
-                                   cores, "dts K=auto D=auto")
+                                   cores, "dts K=auto D=auto" +
+                                   (" reducescatter" if a.exchange == "reducescatter" else ""))
         with open(os.path.join(a.out, f"n{n}-plan.txt"), "w") as f:
             f.write(text)
         row = {"regions": n, "step_ms_alone": 1e3 / base_rate,

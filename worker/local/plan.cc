@@ -259,51 +259,81 @@ StatusOr<Plan> plan(const PlanInput& in) {
   allreduce("allreduce fp32", p.fp32PayloadBytes);
   if (in.codec != "identity") allreduce(fmt::format("allreduce {}", in.codec), p.payloadBytes);
 
-  // dts: one round every K steps, due D steps after it leaves.
-  const double roundUplink = wan ? uplinkSeconds(peersOut, p.payloadBytes, rate) : 0.0;
-  const double roundLink = wan ? latency + roundUplink : 0.0;  // its last byte's arrival
-  auto dts = [&](const std::string& name, int64_t k, std::optional<int64_t> fixedDelay) {
+  // dts: one round every K steps, due D steps after it leaves. How its
+  // contributions meet (sync.exchange): all-gather, each payload to every
+  // peer, one hop; or reduce-scatter among the group of G workers that run
+  // DTS (the leaders under hierarchical sync), each worker's shards to
+  // their owners and its own shard's mean back to every peer, 2 (G - 1) / G
+  // payloads up its uplink over two hops -- the slowest shard's trip to
+  // its owner and the mean's trip on, at most the slowest round trip --
+  // and of the codec's work its own payload encoded and decoded, the
+  // parts of its shard decoded, its mean encoded, every shard's mean
+  // decoded: about 4 payloads' worth, whatever G is.
+  struct Exchange {
+    std::string suffix;      // of the row's name
+    double roundUplink = 0;  // a round's bytes through the uplink, in seconds
+    double roundLink = 0;    // until a round's last byte has arrived where it is needed
+    double bytesPerRound = 0;
+    double codecRound = 0;  // encodes and decodes a round, in seconds of this worker's cores
+  };
+  const double group = hier ? regions : regions * perRegion;
+  Exchange gather;
+  gather.roundUplink = wan ? uplinkSeconds(peersOut, p.payloadBytes, rate) : 0.0;
+  gather.roundLink = wan ? latency + gather.roundUplink : 0.0;  // its last byte's arrival
+  gather.bytesPerRound = wan ? peersOut * p.payloadBytes : 0.0;
+  gather.codecRound = (1 + decodes) * codecOne;
+  Exchange scatter;
+  scatter.suffix = " reducescatter";
+  scatter.bytesPerRound = wan ? 2 * peersOut / group * p.payloadBytes : 0.0;
+  scatter.roundUplink = wan && rate > 0 ? scatter.bytesPerRound / rate : 0.0;
+  scatter.roundLink = wan ? 2 * latency + scatter.roundUplink : 0.0;
+  scatter.codecRound = (4 + (hier ? perRegion - 1 : 0)) * codecOne;
+  auto dts = [&](const std::string& name, int64_t k, std::optional<int64_t> fixedDelay,
+                 const Exchange& x) {
     PlanRow row;
     row.algorithm = name;
     row.period = k;
     const double kd = static_cast<double>(k);
-    const double uplinkStep = roundUplink / kd;  // the uplink's share of a step
-    row.codecSeconds = (1 + decodes) * codecOne / kd;
+    const double uplinkStep = x.roundUplink / kd;  // the uplink's share of a step
+    row.codecSeconds = x.codecRound / kd;
     const double busy = c + row.codecSeconds;
     const double base = std::max(busy, uplinkStep);
     // The worker counts D in steps of its compute (dts.cc's step time
     // leaves the synchronizer's own work out), as the auto rules here do.
-    row.delay =
-        fixedDelay
-            ? *fixedDelay
-            : sync::autoDelaySteps(roundLink, std::max(c, uplinkStep), in.maxAutoDelay).value_or(0);
+    row.delay = fixedDelay
+                    ? *fixedDelay
+                    : sync::autoDelaySteps(x.roundLink, std::max(c, uplinkStep), in.maxAutoDelay)
+                          .value_or(0);
     // What a round still needs at its due step is waited for, once a round.
-    const double wait = std::max(0.0, roundLink - static_cast<double>(row.delay) * base);
+    const double wait = std::max(0.0, x.roundLink - static_cast<double>(row.delay) * base);
     row.stepSeconds = base + wait / kd;
-    row.wanBytesPerStep = wan ? peersOut * p.payloadBytes / kd : 0.0;
+    row.wanBytesPerStep = x.bytesPerRound / kd;
     row.staleness = static_cast<double>(row.delay);
     row.limit = uplinkStep > busy ? "uplink" : limitOf(c, row.codecSeconds, wait / kd, 0);
     const double factor = dtsStepsFactor(row.staleness, &row.extrapolated);
     finish(std::move(row), factor);
   };
   dts(fmt::format("dts K={} D={}", in.period, in.delay ? std::to_string(*in.delay) : "auto"),
-      in.period, in.delay);
+      in.period, in.delay, gather);
   // dts auto: K from kAutoPeriodStart by the worker's own rules until they
   // keep it (autoPeriod for a link that carries a round, and the codec's
   // work a round at most a fifth of a step as the worker lives it; the
   // held-uplink rule when the link cannot), then D.
-  const double codecRound = (1 + decodes) * codecOne;
-  int64_t k = std::min(kAutoPeriodStart, in.maxAutoPeriod);
-  for (int i = 0; i < 16; ++i) {
-    const double kd = static_cast<double>(k);
-    std::optional<int64_t> next =
-        roundUplink > kd * c
-            ? sync::periodForHeldUplink(roundUplink, c, k, in.maxAutoPeriod)
-            : sync::autoPeriod(roundUplink, c + codecRound / kd, k, in.maxAutoPeriod, codecRound);
-    if (!next || *next == k) break;
-    k = *next;
+  for (const Exchange* x : {&gather, &scatter}) {
+    if (x == &scatter && group < 3) continue;  // two workers: the same bytes, a hop more
+    int64_t k = std::min(kAutoPeriodStart, in.maxAutoPeriod);
+    for (int i = 0; i < 16; ++i) {
+      const double kd = static_cast<double>(k);
+      std::optional<int64_t> next =
+          x->roundUplink > kd * c
+              ? sync::periodForHeldUplink(x->roundUplink, c, k, in.maxAutoPeriod)
+              : sync::autoPeriod(x->roundUplink, c + x->codecRound / kd, k, in.maxAutoPeriod,
+                                 x->codecRound);
+      if (!next || *next == k) break;
+      k = *next;
+    }
+    dts("dts K=auto D=auto" + x->suffix, k, std::nullopt, *x);
   }
-  dts("dts K=auto D=auto", k, std::nullopt);
 
   // swarm: a request and (on average) one reply every H steps, never waited for.
   {
@@ -458,13 +488,13 @@ std::string formatPlan(const PlanInput& in, const Plan& p) {
       params, kb(p.payloadBytes), in.codec == "qsgd" ? fmt::format("qsgd-{}", in.bits) : in.codec,
       kb(p.fp32PayloadBytes), in.stepSeconds * 1e3, in.codecSecondsPerValue * 1e9,
       in.coresPerWorker);
-  out += fmt::format("{:<20} {:>4} {:>4} {:>9} {:>9} {:>9} {:>12} {:>9} {:>15} {:>15}  {}\n",
+  out += fmt::format("{:<31} {:>4} {:>4} {:>9} {:>9} {:>9} {:>12} {:>9} {:>15} {:>15}  {}\n",
                      "algorithm", "K", "D", "step ms", "codec ms", "steps/s", "WAN KB/step",
                      "staleness", "steps to target", "time to target", "limited by");
   for (size_t i = 0; i < p.rows.size(); ++i) {
     const PlanRow& r = p.rows[i];
     out += fmt::format(
-        "{:<20} {:>4} {:>4} {:>9.2f} {:>9.2f} {:>9.1f} {:>12.1f} {:>9.1f} {:>14.0f}{} {:>13.1f} s  "
+        "{:<31} {:>4} {:>4} {:>9.2f} {:>9.2f} {:>9.1f} {:>12.1f} {:>9.1f} {:>14.0f}{} {:>13.1f} s  "
         "{}{}\n",
         r.algorithm, r.period, r.delay, r.stepSeconds * 1e3, r.codecSeconds * 1e3, r.stepsPerSecond,
         kb(r.wanBytesPerStep), r.staleness, r.stepsToTarget, r.extrapolated ? "*" : " ",

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "worker/local/cli.h"
+#include "worker/sync/auto_rules.h"
 
 namespace geo::local {
 namespace {
@@ -155,6 +156,42 @@ TEST(Plan, DtsAutoChoosesTheWorkersOwnKAndD) {
   EXPECT_EQ(held.period, 64);
   EXPECT_EQ(held.limit, "uplink");
   EXPECT_NEAR(held.stepSeconds, (1e6 + 16 * 104) / 1e5 / 64, 1e-12);
+}
+
+// Reduce-scatter among 16 regions: each uplink carries 2 x 15/16 payloads
+// a round instead of 15, over two hops (the slowest round trip, which D
+// covers), and the codec's work is four payloads a round instead of
+// sixteen. Between two regions it saves nothing: no row.
+TEST(Plan, ReduceScatterSendsTwoPayloadsARoundOverTwoHops) {
+  PlanInput in = twoRegions(0.2, 0, 250000, 0.1);  // unlimited uplink: latency alone
+  in.regions.clear();
+  for (int r = 0; r < 16; ++r) in.regions.push_back("r" + std::to_string(r));
+  in.rttSeconds.assign(16, std::vector<double>(16, 0.2));
+  for (size_t i = 0; i < 16; ++i) in.rttSeconds[i][i] = 0;
+  in.codecSecondsPerValue = 1e-9;
+  auto p = plan(in);
+  ASSERT_TRUE(p.ok()) << p.status().toString();
+  const PlanRow& g = row(*p, "dts K=auto D=auto");
+  const PlanRow& s = row(*p, "dts K=auto D=auto reducescatter");
+  const double payload = 1e6 + 16 * 104;
+  EXPECT_DOUBLE_EQ(g.wanBytesPerStep * static_cast<double>(g.period), 15 * payload);
+  EXPECT_DOUBLE_EQ(s.wanBytesPerStep * static_cast<double>(s.period), 2 * 15.0 / 16 * payload);
+  EXPECT_EQ(g.delay, sync::autoDelaySteps(0.1, 0.1, in.maxAutoDelay).value_or(-1));
+  EXPECT_EQ(s.delay, sync::autoDelaySteps(0.2, 0.1, in.maxAutoDelay).value_or(-1));
+  EXPECT_GT(s.delay, g.delay);
+  // 0.25 ms a payload on a core: 16 of them a round all-gathered, 4 scattered.
+  EXPECT_NEAR(g.codecSeconds * static_cast<double>(g.period), 16 * 0.00025, 1e-12);
+  EXPECT_NEAR(s.codecSeconds * static_cast<double>(s.period), 4 * 0.00025, 1e-12);
+  // The uplink at 1 MB/s: all-gather's 15 MB a round hold the step, the
+  // scattered 1.9 MB far less.
+  in.uplinkBytesPerSecond = 1e6;
+  p = plan(in);
+  ASSERT_TRUE(p.ok());
+  EXPECT_GT(row(*p, "dts K=auto D=auto reducescatter").stepsPerSecond,
+            2 * row(*p, "dts K=auto D=auto").stepsPerSecond);
+  p = plan(twoRegions(0.2, 1e6, 250000, 0.1));
+  ASSERT_TRUE(p.ok());
+  EXPECT_THROW(row(*p, "dts K=auto D=auto reducescatter"), std::runtime_error);
 }
 
 TEST(Plan, TheCodecsWorkIsOneEncodeAndADecodePerPeerEachExchange) {
