@@ -62,7 +62,8 @@ TEST(AgreedSyncSettings, DtsWithQsgdNamesRoundsAndWireFormat) {
   c.sync.bits = 8;
   c.sync.bucket = 256;
   EXPECT_EQ(agreedSyncSettings(c),
-            "sync.algorithm = dts\nsync.period = 4\nsync.delay = auto\nsync.codec = qsgd\n"
+            "sync.algorithm = dts\nsync.period = 4\nsync.delay = auto\nsync.exchange = allgather\n"
+            "sync.codec = qsgd\n"
             "sync.bits = 8\nsync.bucket = 256\nsync.hierarchical = true\n"
             "sync.lanCodec = identity\n");
 }

@@ -97,6 +97,7 @@ TEST(LocalBaseConfig, EveryKeyFlagMapsOntoItsKey) {
   o.keyFlags = {{"--algorithm", "swarm"},
                 {"--period", "4"},
                 {"--delay", "2"},
+                {"--exchange", "reducescatter"},
                 {"--swarm-h", "6"},
                 {"--codec", "fp16"},
                 {"--bits", "8"},
@@ -113,6 +114,7 @@ TEST(LocalBaseConfig, EveryKeyFlagMapsOntoItsKey) {
   EXPECT_EQ(c->sync.algorithm, "swarm");
   EXPECT_EQ(c->sync.period, 4);
   EXPECT_EQ(c->sync.delay, 2);
+  EXPECT_EQ(c->sync.exchange, "reducescatter");
   EXPECT_EQ(c->sync.swarmH, 6);
   EXPECT_EQ(c->sync.codec, "fp16");
   EXPECT_EQ(c->sync.bits, 8);
