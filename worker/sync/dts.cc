@@ -1739,14 +1739,7 @@ class Dts final : public Base, private StateParity::Host {
       }
       if (waitedFor.empty()) waitedFor = waiting;
       if (waiting.empty()) break;
-      if (deferred != nullptr && auto_ && !everyLinkMeasured()) {
-        learnTheLink();
-        if (p.dueStep > t) {
-          noteWait(since(t0));
-          *deferred = true;
-          return {};
-        }
-      }
+      if (deferUntilDue(p, t, t0, deferred)) return {};
       if (clock().now() >= deadline) {
         for (size_t i : waiting) {
           membership_.giveUp(group_.ranks[i]);
@@ -2133,25 +2126,17 @@ class Dts final : public Base, private StateParity::Host {
   Status completeSharded(Pending& p, int64_t t, train::FlatParameters& flat, bool* deferred) {
     const auto t0 = clock().now();
     const auto deadline = t0 + options_.timeout;
-    const auto missing = [&] {
-      std::vector<size_t> out;
+    const auto allReady = [&] {
       for (size_t s = 0; s < group_.size(); ++s) {
-        if (!shardReady(p, s)) out.push_back(s);
+        if (!shardReady(p, s)) return false;
       }
-      return out;
+      return true;
     };
     while (true) {
       GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
       GEO_RETURN_IF_ERROR(pollArrivals());
-      if (missing().empty()) break;
-      if (deferred != nullptr && auto_ && !everyLinkMeasured()) {
-        learnTheLink();
-        if (p.dueStep > t) {
-          noteWait(since(t0));
-          *deferred = true;
-          return {};
-        }
-      }
+      if (allReady()) break;
+      if (deferUntilDue(p, t, t0, deferred)) return {};
       if (clock().now() >= deadline) {
         for (size_t j = 0; j < group_.size(); ++j) {
           if (j == group_.self) continue;
@@ -2241,6 +2226,18 @@ class Dts final : public Base, private StateParity::Host {
     }
     stats_.coded(since(tDecode));
     return completed(p, std::move(lags));
+  }
+
+  // While a round waited for at its due step (since t0) shows the links
+  // longer than D assumed (learnTheLink), the round is due later: the
+  // wait ends, counted, with *deferred set (null: it must complete now).
+  bool deferUntilDue(const Pending& p, int64_t t, geo::Clock::TimePoint t0, bool* deferred) {
+    if (deferred == nullptr || !auto_ || everyLinkMeasured()) return false;
+    learnTheLink();
+    if (p.dueStep <= t) return false;
+    noteWait(since(t0));
+    *deferred = true;
+    return true;
   }
 
   // D = auto before anything is known of the links: the first ping round
