@@ -959,12 +959,14 @@ std::vector<Section> buildSchema() {
                   "DTS delay D in steps before a round's average is applied; `auto` picks the "
                   "smallest D that hides the measured link latency."),
         makeField("exchange", &W::sync, &W::Sync::exchange, string,
-                  oneOf({"allgather", "reducescatter"}),
+                  oneOf({"allgather", "reducescatter", "auto"}),
                   "DTS: how a round's contributions meet. `allgather`: each worker's whole "
                   "contribution to every other, one hop, N − 1 payloads up each uplink a round; "
                   "`reducescatter`: each worker's shard s to the worker that owns it, which sends "
-                  "the shard's mean to every other, two hops, 2 (N − 1) / N payloads. See "
-                  "docs/algorithms.md, \"Reduce-scatter\"."),
+                  "the shard's mean to every other, two hops, 2 (N − 1) / N payloads; `auto`: "
+                  "all-gather at the start, then whichever of the two the measured uplink, links "
+                  "and codec work say reaches the target sooner, agreed from a later round as K "
+                  "is. See docs/algorithms.md, \"Reduce-scatter\"."),
         makeField("swarmH", &W::sync, &W::Sync::swarmH, integer, atLeast(1),
                   "SwarmSGD: local steps between two pairwise exchanges."),
         makeField("codec", &W::sync, &W::Sync::codec, string, oneOf(kCodecNames),

@@ -206,7 +206,7 @@ struct WorkerConfig {
     // DTS delay D in steps (>= 0). nullopt means `auto`: the worker derives
     // the smallest D that hides the measured link (docs/architecture.md §3).
     std::optional<int64_t> delay;
-    // DTS: how a round's contributions meet, allgather|reducescatter
+    // DTS: how a round's contributions meet, allgather|reducescatter|auto
     // (docs/algorithms.md, "Reduce-scatter").
     std::string exchange = "allgather";
     int64_t swarmH = 4;                 // SwarmSGD local steps between exchanges, >= 1

@@ -89,7 +89,8 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
       "--exchange", "NAME",
       keyHelp("DTS: how a round's contributions meet: " + geo::workerKeyChoices("sync.exchange") +
                   " (reducescatter: each region's uplink carries 2 (N - 1) / N payloads a "
-                  "round, not N - 1, over two hops)",
+                  "round, not N - 1, over two hops; auto: chosen at run time from the measured "
+                  "links)",
               "sync.exchange", d.sync.exchange));
   keyFlag("--swarm-h", "H",
           keyHelp("SwarmSGD local steps between exchanges", "sync.swarmH", d.sync.swarmH));

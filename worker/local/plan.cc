@@ -12,6 +12,7 @@
 #include "kernels/qsgd.h"
 #include "worker/local/faults.h"
 #include "worker/sync/auto_rules.h"
+#include "worker/sync/exchange_choice.h"
 #include "worker/sync/final_average.h"
 #include "worker/transport/link.h"
 #if defined(GEO_PLAN_READS_JOBS)
@@ -32,15 +33,6 @@ namespace {
 constexpr double kWanChunkBytes = 64.0 * 1024;
 constexpr double kPerChunkOverhead = 64 + 40;
 
-// Steps to the target against allreduce fp32 at a staleness, from the
-// ten-seed batch of docs/benchmarks.md ("Ten seeds, and the accuracy
-// averaged over them": the mlp to 85%, the accuracy averaged over the
-// seeds): allreduce 205 steps, DTS at a staleness of 3.4 steps 233, at
-// 44.1 steps 290. Beyond 44.1 the last slope (0.0066 a step) goes on: it
-// gives 1.75 at 95.8, where the rtt3 run of the five-seed batch measured
-// 2.10 / 1.65 of the world run's (1.79 on this scale).
-constexpr std::array<std::pair<double, double>, 3> kDtsFactors = {
-    {{0.0, 1.0}, {3.4, 233.0 / 205.0}, {44.1, 290.0 / 205.0}}};
 // swarm, H = 4, world links: 1025 steps against allreduce's 175 (the
 // five-seed batch, first crossings of rank 0's own model: swarm has no job
 // model before its final average).
@@ -178,17 +170,6 @@ double planPayloadBytes(const PlanInput& in, const std::string& codec) {
   return bytes + chunks * kPerChunkOverhead;
 }
 
-double dtsStepsFactor(double staleness, bool* extrapolated) {
-  const double s = std::max(0.0, staleness);
-  if (extrapolated) *extrapolated = s > kDtsFactors.back().first;
-  for (size_t i = 1; i < kDtsFactors.size(); ++i) {
-    const auto [s0, f0] = kDtsFactors[i - 1];
-    const auto [s1, f1] = kDtsFactors[i];
-    if (s <= s1 || i + 1 == kDtsFactors.size()) return f0 + (f1 - f0) * (s - s0) / (s1 - s0);
-  }
-  return kDtsFactors.back().second;
-}
-
 StatusOr<Plan> plan(const PlanInput& in) {
   if (Status s = validatePlanInput(in); !s.ok()) return s;
   const double regions = static_cast<double>(in.regions.size());
@@ -260,80 +241,54 @@ StatusOr<Plan> plan(const PlanInput& in) {
   if (in.codec != "identity") allreduce(fmt::format("allreduce {}", in.codec), p.payloadBytes);
 
   // dts: one round every K steps, due D steps after it leaves. How its
-  // contributions meet (sync.exchange): all-gather, each payload to every
-  // peer, one hop; or reduce-scatter among the group of G workers that run
-  // DTS (the leaders under hierarchical sync), each worker's shards to
-  // their owners and its own shard's mean back to every peer, 2 (G - 1) / G
-  // payloads up its uplink over two hops -- the slowest shard's trip to
-  // its owner and the mean's trip on, at most the slowest round trip --
-  // and of the codec's work its own payload encoded and decoded, the
-  // parts of its shard decoded, its mean encoded, every shard's mean
-  // decoded: about 4 payloads' worth, whatever G is.
-  struct Exchange {
-    std::string suffix;      // of the row's name
-    double roundUplink = 0;  // a round's bytes through the uplink, in seconds
-    double roundLink = 0;    // until a round's last byte has arrived where it is needed
-    double bytesPerRound = 0;
-    double codecRound = 0;  // encodes and decodes a round, in seconds of this worker's cores
-  };
+  // contributions meet (sync.exchange): all-gather or reduce-scatter among
+  // the group of G workers that run DTS (the leaders under hierarchical
+  // sync), costed by the model the workers' own choice uses at run time
+  // (sync/exchange_choice.h).
   const double group = hier ? regions : regions * perRegion;
-  Exchange gather;
-  gather.roundUplink = wan ? uplinkSeconds(peersOut, p.payloadBytes, rate) : 0.0;
-  gather.roundLink = wan ? latency + gather.roundUplink : 0.0;  // its last byte's arrival
-  gather.bytesPerRound = wan ? peersOut * p.payloadBytes : 0.0;
-  gather.codecRound = (1 + decodes) * codecOne;
-  Exchange scatter;
-  scatter.suffix = " reducescatter";
-  scatter.bytesPerRound = wan ? 2 * peersOut / group * p.payloadBytes : 0.0;
-  scatter.roundUplink = wan && rate > 0 ? scatter.bytesPerRound / rate : 0.0;
-  scatter.roundLink = wan ? 2 * latency + scatter.roundUplink : 0.0;
-  scatter.codecRound = (4 + (hier ? perRegion - 1 : 0)) * codecOne;
+  sync::ExchangeInputs x;
+  x.group = group;
+  x.peersOut = peersOut;
+  x.payloadBytes = p.payloadBytes;
+  x.uplinkBytesPerSecond = rate;
+  x.latencySeconds = latency;
+  x.codecPayloadSeconds = codecOne;
+  x.lanDecodes = hier ? perRegion - 1 : 0;
+  x.wan = wan;
   auto dts = [&](const std::string& name, int64_t k, std::optional<int64_t> fixedDelay,
-                 const Exchange& x) {
+                 sync::Exchange e) {
+    const sync::RoundShape shape = sync::roundShape(e, x);
+    const sync::DtsCost cost = sync::dtsCost(shape, c, k, fixedDelay, in.maxAutoDelay);
     PlanRow row;
     row.algorithm = name;
     row.period = k;
-    const double kd = static_cast<double>(k);
-    const double uplinkStep = x.roundUplink / kd;  // the uplink's share of a step
-    row.codecSeconds = x.codecRound / kd;
-    const double busy = c + row.codecSeconds;
-    const double base = std::max(busy, uplinkStep);
-    // The worker counts D in steps of its compute (dts.cc's step time
-    // leaves the synchronizer's own work out), as the auto rules here do.
-    row.delay = fixedDelay
-                    ? *fixedDelay
-                    : sync::autoDelaySteps(x.roundLink, std::max(c, uplinkStep), in.maxAutoDelay)
-                          .value_or(0);
-    // What a round still needs at its due step is waited for, once a round.
-    const double wait = std::max(0.0, x.roundLink - static_cast<double>(row.delay) * base);
-    row.stepSeconds = base + wait / kd;
-    row.wanBytesPerStep = x.bytesPerRound / kd;
+    row.codecSeconds = cost.codecStep;
+    row.delay = cost.delay;
+    row.stepSeconds = cost.stepSeconds;
+    row.wanBytesPerStep = shape.bytesPerRound / static_cast<double>(k);
     row.staleness = static_cast<double>(row.delay);
-    row.limit = uplinkStep > busy ? "uplink" : limitOf(c, row.codecSeconds, wait / kd, 0);
-    const double factor = dtsStepsFactor(row.staleness, &row.extrapolated);
-    finish(std::move(row), factor);
+    row.limit = cost.uplinkStep > c + cost.codecStep ? "uplink"
+                                                     : limitOf(c, cost.codecStep, cost.waitStep, 0);
+    row.extrapolated = cost.extrapolated;
+    finish(std::move(row), cost.stepsFactor);
   };
   dts(fmt::format("dts K={} D={}", in.period, in.delay ? std::to_string(*in.delay) : "auto"),
-      in.period, in.delay, gather);
+      in.period, in.delay, sync::Exchange::kAllGather);
   // dts auto: K from kAutoPeriodStart by the worker's own rules until they
-  // keep it (autoPeriod for a link that carries a round, and the codec's
-  // work a round at most a fifth of a step as the worker lives it; the
-  // held-uplink rule when the link cannot), then D.
-  for (const Exchange* x : {&gather, &scatter}) {
-    if (x == &scatter && group < 3) continue;  // two workers: the same bytes, a hop more
-    int64_t k = std::min(kAutoPeriodStart, in.maxAutoPeriod);
-    for (int i = 0; i < 16; ++i) {
-      const double kd = static_cast<double>(k);
-      std::optional<int64_t> next =
-          x->roundUplink > kd * c
-              ? sync::periodForHeldUplink(x->roundUplink, c, k, in.maxAutoPeriod)
-              : sync::autoPeriod(x->roundUplink, c + x->codecRound / kd, k, in.maxAutoPeriod,
-                                 x->codecRound);
-      if (!next || *next == k) break;
-      k = *next;
-    }
-    dts("dts K=auto D=auto" + x->suffix, k, std::nullopt, *x);
+  // keep it (sync::settledPeriod), then D. No reduce-scatter row for two
+  // workers: the same bytes, a hop more.
+  for (const sync::Exchange e : {sync::Exchange::kAllGather, sync::Exchange::kReduceScatter}) {
+    if (e == sync::Exchange::kReduceScatter && group < 3) continue;
+    const int64_t k = sync::settledPeriod(
+        sync::roundShape(e, x), c, std::min(kAutoPeriodStart, in.maxAutoPeriod), in.maxAutoPeriod);
+    dts(e == sync::Exchange::kAllGather ? "dts K=auto D=auto" : "dts K=auto D=auto reducescatter",
+        k, std::nullopt, e);
   }
+  sync::DtsPolicy automatic;
+  automatic.period = std::min(kAutoPeriodStart, in.maxAutoPeriod);
+  automatic.maxAutoPeriod = in.maxAutoPeriod;
+  automatic.maxAutoDelay = in.maxAutoDelay;
+  p.autoExchange = sync::chooseExchange(x, c, automatic, sync::Exchange::kAllGather).choice;
 
   // swarm: a request and (on average) one reply every H steps, never waited for.
   {
@@ -506,6 +461,13 @@ std::string formatPlan(const PlanInput& in, const Plan& p) {
       "\nrecommended: {} ({:.1f} s to the target, {:.1f}x sooner than allreduce fp32 every "
       "step)\n",
       best.algorithm, best.secondsToTarget, ddp.secondsToTarget / best.secondsToTarget);
+  if (in.regions.size() * static_cast<size_t>(in.workersPerRegion) > 2) {
+    out += fmt::format(
+        "sync.exchange auto: {} (the workers start on allgather and move where the other "
+        "promises at least a fifth less time to the target)\n",
+        p.autoExchange == sync::Exchange::kReduceScatter ? "would move to reducescatter"
+                                                         : "would keep allgather");
+  }
   if (std::any_of(p.rows.begin(), p.rows.end(), [](const PlanRow& r) { return r.extrapolated; })) {
     out += "* steps to target beyond what was measured (docs/benchmarks.md): extrapolated\n";
   }

@@ -59,6 +59,7 @@
 
 #include "common/status.h"
 #include "worker/local/topology.h"
+#include "worker/sync/exchange_choice.h"
 #include "worker/sync/final_average.h"
 
 namespace geo::local {
@@ -161,16 +162,17 @@ struct Plan {
   // The members besides the coordinator where the average goes in shards
   // (handed out or by reduce-scatter), or 0: sent whole.
   size_t finalAverageShards = 0;
+  // What a job with sync.exchange: auto (and K, D auto) would run once
+  // measured: it starts on all-gather and moves where the other promises
+  // at least a fifth less time to the target (sync::chooseExchange, the
+  // rule its coordinator applies to what it measures).
+  sync::Exchange autoExchange = sync::Exchange::kAllGather;
 };
 
 // Encoded bytes of one update of `tensorSizes` with the codec (the worker's
 // FlatCodec layout), plus the transport's frame headers (one per 64 KiB
 // chunk).
 double planPayloadBytes(const PlanInput& in, const std::string& codec);
-
-// Steps to the target relative to allreduce fp32, for dts at `staleness`
-// steps; `extrapolated` set beyond the measured points.
-double dtsStepsFactor(double staleness, bool* extrapolated = nullptr);
 
 StatusOr<Plan> plan(const PlanInput& in);
 

@@ -207,10 +207,11 @@ class Dts final : public Base, private StateParity::Host {
         auto_(!o.delay.has_value()),
         delay_(o.delay.value_or(o.period)),
         loggedDelay_(delay_),
-        schedule_{0, 0, o.period},
+        schedule_{0, 0, o.period, fixedExchange(o)},
         closeAt_(o.period) {
     stats_.setDelay(delay_);
     stats_.setPeriod(schedule_.k);
+    stats_.setReduceScatter(sharded());
     membership_.setRoundOf([this](int64_t s) { return roundAt(s); });
     // A round stays open until it completes, D steps after it closes: a
     // worker that asks to join meanwhile may still contribute to it.
@@ -229,7 +230,9 @@ class Dts final : public Base, private StateParity::Host {
                        options_.autoPeriod ? fmt::format("auto (from {})", schedule_.k)
                                            : std::to_string(schedule_.k),
                        auto_ ? std::string("auto") : std::to_string(delay_), options_.codec.name,
-                       sharded_ ? ", exchange reducescatter" : "");
+                       autoExchange_ ? ", exchange auto (from allgather)"
+                       : sharded()   ? ", exchange reducescatter"
+                                     : "");
   }
 
   // The round's start is the model before the first optimizer step. When
@@ -354,7 +357,7 @@ class Dts final : public Base, private StateParity::Host {
       sent_.clear();
       links_.forgetRounds();
       resend_ = false;
-      if (options_.autoPeriod) awaitSchedule(joined->step);
+      if (scheduling()) awaitSchedule(joined->step);
       nextRound_ = roundAt(joined->step);
       closeAt_ = closeOf(nextRound_);
       parity_.reset(nextRound_);
@@ -507,8 +510,15 @@ class Dts final : public Base, private StateParity::Host {
     delay_ = s->delay;
     if (s->schedule) schedule_ = *s->schedule;
     nextSchedule_ = s->nextSchedule;
+    // A fixed exchange is the configuration's, whatever an older
+    // checkpoint (no exchange in its schedule) reads as.
+    if (!autoExchange_) {
+      schedule_.exchange = fixedExchange(options_);
+      if (nextSchedule_) nextSchedule_->exchange = schedule_.exchange;
+    }
     closeAt_ = closeOf(nextRound_);
     stats_.setPeriod(schedule_.k);
+    stats_.setReduceScatter(sharded());
     sent_.clear();
     for (DtsSentRound& x : s->sent) sent_.push_back({x.round, x.sendStep, std::move(x.bytes)});
     pending_.clear();
@@ -589,6 +599,9 @@ class Dts final : public Base, private StateParity::Host {
     // (reduceOwn); whether this worker's whole contribution went to every
     // peer because an owner was lost for the round (ownerLost).
     bool sharded = false;
+    // Its exchange changed to all-gather after its shards left
+    // (reexchange): its whole contribution is still to go to every peer.
+    bool owesWhole = false;
     std::vector<std::optional<Message>> shardIn;
     std::vector<std::optional<Message>> reducedIn;
     std::shared_ptr<const std::vector<std::byte>> ownReduced;
@@ -1133,14 +1146,29 @@ class Dts final : public Base, private StateParity::Host {
 
   // Rounds from `round` on start after step `step` and take `k` steps each.
   using Schedule = DtsSchedule;
-  // Which of two schedules wins: the later change, then the larger K (two
-  // coordinators on both sides of a partition may each have chosen one).
+  // Which of two schedules wins: the later change, then the larger K, then
+  // reduce-scatter (two coordinators on both sides of a partition may each
+  // have chosen one).
   static bool newer(const Schedule& a, const Schedule& b) {
-    return std::tie(a.round, a.k, a.step) > std::tie(b.round, b.k, b.step);
+    return std::tie(a.round, a.k, a.step, a.exchange) > std::tie(b.round, b.k, b.step, b.exchange);
   }
 
+  // The exchange a job keeps throughout (sync.exchange), all-gather where
+  // it is chosen at run time: where an automatic one starts.
+  static Exchange fixedExchange(const SyncOptions& o) {
+    return o.exchange == "reducescatter" ? Exchange::kReduceScatter : Exchange::kAllGather;
+  }
+  // Whether the rounds of the schedule in force are exchanged by
+  // reduce-scatter.
+  bool sharded() const { return schedule_.exchange == Exchange::kReduceScatter; }
+
+  // Whether the workers agree on a schedule at run time (an automatic
+  // period or exchange), which the coordinator decides (choosePeriod) and
+  // the lag reports carry.
+  bool scheduling() const { return options_.autoPeriod || autoExchange_; }
+
   // Whether rounds are measured and reported (lags, and the schedule).
-  bool measuring() const { return auto_ || options_.autoPeriod; }
+  bool measuring() const { return auto_ || scheduling(); }
 
   // The step at which round n closes (before the schedule's change: as if
   // its K had always been in force).
@@ -1172,11 +1200,17 @@ class Dts final : public Base, private StateParity::Host {
       logger()->info("dts: period K = {} steps (was {}) from round {} (after step {})", e.k,
                      schedule_.k, e.round, e.step);
     }
+    if (e.exchange != schedule_.exchange) {
+      logger()->info("dts: exchange {} (was {}) from round {}", exchangeName(e.exchange),
+                     exchangeName(schedule_.exchange), e.round);
+      reexchange(e);
+    }
     schedule_ = e;
     roundsSinceChange_ = 0;
     uplink_.periodChanged();
     closeAt_ = std::max(closeOf(nextRound_), t + 1);
     stats_.setPeriod(schedule_.k);
+    stats_.setReduceScatter(sharded());
   }
 
   // Report layout (Control::kLagReport, header.step = the round reported on, or
@@ -1188,23 +1222,27 @@ class Dts final : public Base, private StateParity::Host {
   // then the round the sender closes next, the shortest its rounds may last
   // (fastestRoundSeconds(), in nanoseconds) and its lead() (int64 each),
   // which tell the coordinator how far ahead of it a peer may run
-  // (choosePeriod).
+  // (choosePeriod); then the two schedules' exchanges (0: all-gather, 1:
+  // reduce-scatter), int64 each.
   static constexpr uint64_t kNoRound = ~uint64_t{0};
-  static constexpr size_t kScheduleBytes = 9 * sizeof(int64_t);
+  static constexpr size_t kScheduleValues = 11;
+  static constexpr size_t kScheduleBytes = kScheduleValues * sizeof(int64_t);
   static constexpr size_t kLagReportBytes = sizeof(double) + kScheduleBytes;
 
   // `lags` by group index.
   Status reportLags(uint64_t round, const std::vector<double>& lags) {
     const Schedule next = nextSchedule_.value_or(Schedule{0, 0, 0});
-    const int64_t schedules[9] = {static_cast<int64_t>(schedule_.round),
-                                  schedule_.step,
-                                  schedule_.k,
-                                  static_cast<int64_t>(next.round),
-                                  next.step,
-                                  next.k,
-                                  static_cast<int64_t>(nextRound_),
-                                  static_cast<int64_t>(fastestRoundSeconds() * 1e9),
-                                  lead()};
+    const int64_t schedules[kScheduleValues] = {static_cast<int64_t>(schedule_.round),
+                                                schedule_.step,
+                                                schedule_.k,
+                                                static_cast<int64_t>(next.round),
+                                                next.step,
+                                                next.k,
+                                                static_cast<int64_t>(nextRound_),
+                                                static_cast<int64_t>(fastestRoundSeconds() * 1e9),
+                                                lead(),
+                                                static_cast<int64_t>(schedule_.exchange),
+                                                static_cast<int64_t>(next.exchange)};
     for (size_t i = 0; i < group_.size(); ++i) {
       const uint32_t r = group_.ranks[i];
       if (i == group_.self || membership_.suspected(r)) continue;
@@ -1233,8 +1271,8 @@ class Dts final : public Base, private StateParity::Host {
                                       std::chrono::milliseconds(0))) {
         if (m->payload.size() != kLagReportBytes) continue;
         any = true;
-        if (options_.autoPeriod) {
-          int64_t e[9];
+        if (scheduling()) {
+          int64_t e[kScheduleValues];
           std::memcpy(e, m->payload.data() + sizeof(double), sizeof e);
           // A peer runs at most its D (<= maxAutoDelay steps, a round each
           // at worst) ahead: a larger figure is not believed.
@@ -1247,8 +1285,16 @@ class Dts final : public Base, private StateParity::Host {
                              m->received};
           }
           for (int j : {0, 3}) {
-            if (e[j] >= 0 && e[j + 1] >= 0 && e[j + 2] >= 1 && e[j + 2] <= options_.maxAutoPeriod) {
-              adopt({static_cast<uint64_t>(e[j]), e[j + 1], e[j + 2]}, t);
+            const int64_t exchange = e[9 + j / 3];
+            if (e[j] >= 0 && e[j + 1] >= 0 && e[j + 2] >= 1 && e[j + 2] <= options_.maxAutoPeriod &&
+                (exchange == 0 || exchange == 1)) {
+              // A fixed exchange is every worker's (the hello agreed on it).
+              const Exchange x = !autoExchange_  ? schedule_.exchange
+                                 : exchange == 1 ? Exchange::kReduceScatter
+                                                 : Exchange::kAllGather;
+              // A fixed period likewise (the schedule then changes the exchange only).
+              const int64_t k = options_.autoPeriod ? e[j + 2] : schedule_.k;
+              adopt({static_cast<uint64_t>(e[j]), e[j + 1], k, x}, t);
             }
           }
         }
@@ -1278,6 +1324,7 @@ class Dts final : public Base, private StateParity::Host {
     if (nextSchedule_ && nextSchedule_->round <= roundAt(step)) {
       schedule_ = *std::exchange(nextSchedule_, std::nullopt);
       stats_.setPeriod(schedule_.k);
+      stats_.setReduceScatter(sharded());
     }
   }
 
@@ -1336,11 +1383,16 @@ class Dts final : public Base, private StateParity::Host {
     // A round's copies leave for every peer at once, so the slowest link's
     // transfer is the uplink's for all of them (or a bound under it where
     // the uplink is not the limit): what the final average paces its copies
-    // by.
-    uplink_.measuredTransfer(transfer, group_.size() - 1);
+    // by. Under reduce-scatter the lags are the parts' arrivals at their
+    // owners: (G - 1) / G of a payload in all.
+    const double peers = static_cast<double>(group_.size() - 1);
+    uplink_.measuredTransfer(transfer,
+                             sharded() ? peers / static_cast<double>(group_.size()) : peers);
     std::optional<int64_t> chosen;
     const char* why = "a round's transfer takes";
-    if (transfer >= 0) {
+    if (!options_.autoPeriod) {
+      // The exchange alone is chosen at run time.
+    } else if (transfer >= 0) {
       chosen = autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod,
                           codecRoundSeconds_);
       if (codecBoundsPeriod(transfer, codecRoundSeconds_)) {
@@ -1348,7 +1400,7 @@ class Dts final : public Base, private StateParity::Host {
         why = "encoding and decoding a round take";
       }
     }
-    if (crossed) {
+    if (crossed && options_.autoPeriod) {
       const std::optional<int64_t> up = periodFromCrossing(
           links_.crossingSeconds(), latency, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
       if (up && (!chosen || *up > *chosen)) {
@@ -1364,7 +1416,7 @@ class Dts final : public Base, private StateParity::Host {
          static_cast<int64_t>(roundsSinceChange_) * schedule_.k < kMinStepsBetweenChanges)) {
       chosen.reset();
     }
-    if (heldBack) {
+    if (heldBack && options_.autoPeriod) {
       // The longer of the two (UplinkPace::heldRoundSeconds): their mean went
       // to K = 32 of 12 ms steps for a 450 ms transfer.
       const double uplink = *heldRound;
@@ -1375,8 +1427,32 @@ class Dts final : public Base, private StateParity::Host {
         why = "the uplink held back our last rounds: a round through it takes";
       }
     }
-    if (!chosen) return {};
-    const int64_t k = *chosen;
+    // The exchange (sync.exchange: auto): on the same measurements, where
+    // no larger K is called for at once (a K at its largest that the
+    // uplink still holds back is where reduce-scatter helps most).
+    Exchange exchange = schedule_.exchange;
+    if (autoExchange_ && measured && (!chosen || *chosen <= schedule_.k) &&
+        static_cast<int64_t>(roundsSinceChange_) * schedule_.k >= kMinStepsBetweenChanges) {
+      const ExchangeInputs in = exchangeInputs(latency);
+      const ExchangeVerdict v = exchangeVerdict(in);
+      if (v.choice != schedule_.exchange) {
+        exchange = v.choice;
+        const DtsCost& now = sharded() ? v.reduceScatter : v.allGather;
+        const DtsCost& then = sharded() ? v.allGather : v.reduceScatter;
+        // The new exchange's rounds start at the K its rule settles on.
+        if (options_.autoPeriod) chosen = then.period;
+        logger()->info(
+            "dts: exchange {} planned at {:.1f} ms a step (K = {}, D = {}) against {:.1f} ms "
+            "(K = {}, D = {}) for {}, and {:.2f}x as many steps to the target: uplink {:.3g} MB/s, "
+            "links {:.0f} ms one way, {:.0f} KB a payload, codec {:.1f} ms a payload",
+            exchangeName(exchange), then.stepSeconds * 1e3, then.period, then.delay,
+            now.stepSeconds * 1e3, now.period, now.delay, exchangeName(schedule_.exchange),
+            then.stepsFactor / now.stepsFactor, in.uplinkBytesPerSecond / 1e6, latency * 1e3,
+            in.payloadBytes / 1e3, in.codecPayloadSeconds * 1e3);
+      }
+    }
+    if (!chosen && exchange == schedule_.exchange) return {};
+    const int64_t k = chosen.value_or(schedule_.k);
     // Far enough ahead for the announcement to cross the links' latency,
     // in steps as they are lived (a round held back for the uplink
     // lasts longer than its compute); behind a queue it comes later, and a
@@ -1389,17 +1465,79 @@ class Dts final : public Base, private StateParity::Host {
     // sent already numbered its rounds apart from ours until we caught up
     // -- every worker then waited, round by round, for the coordinator's
     // (about a second of 800 steps on the world links).
+    // A change of exchange two rounds further: a worker that closed a
+    // round before it heard sends that round again as the others exchange
+    // it, which it cannot once it has applied a contribution early
+    // (reexchange).
+    const uint64_t margin = exchange != schedule_.exchange ? 2 : 0;
     const uint64_t from =
-        std::max(nextRound_ + static_cast<uint64_t>((ahead + schedule_.k - 1) / schedule_.k),
-                 furthestPeerRound() + 1);
-    const Schedule next{from, closeOf(from - 1), k};
-    logger()->info(
-        "dts: period K = {} from round {} (after step {}), was {}: {} {:.0f} ms, step time {:.1f} "
-        "ms",
-        k, next.round, next.step, schedule_.k, why, transfer * 1e3, stepSeconds_ * 1e3);
+        exchange != schedule_.exchange && options_.exchangeAnnouncedLate
+            ? nextRound_ + 1
+            : std::max(nextRound_ + static_cast<uint64_t>((ahead + schedule_.k - 1) / schedule_.k),
+                       furthestPeerRound() + 1) +
+                  margin;
+    const Schedule next{from, closeOf(from - 1), k, exchange};
+    if (exchange != schedule_.exchange) {
+      logger()->info(
+          "dts: exchange {} with K = {} from round {} (after step {}), was {} with K = {}",
+          exchangeName(exchange), k, next.round, next.step, exchangeName(schedule_.exchange),
+          schedule_.k);
+    } else {
+      logger()->info(
+          "dts: period K = {} from round {} (after step {}), was {}: {} {:.0f} ms, step time "
+          "{:.1f} ms",
+          k, next.round, next.step, schedule_.k, why, transfer * 1e3, stepSeconds_ * 1e3);
+    }
     nextSchedule_ = next;
     return reportLags(kNoRound,
                       std::vector<double>(group_.size(), std::numeric_limits<double>::quiet_NaN()));
+  }
+
+  // One payload encoded or decoded, from the codec's work a round as
+  // measured (noteCodecRound): a round under all-gather is this worker's
+  // payload encoded and G - 1 decoded, under reduce-scatter about four
+  // payloads' worth (exchange_choice.h).
+  double codecPayloadSeconds() const {
+    const double payloads = sharded() ? 4.0 : static_cast<double>(group_.size());
+    return std::max(0.0, codecRoundSeconds_) / payloads;
+  }
+
+  // What this worker measured, as exchange_choice.h (the model `geotrain
+  // plan` uses) costs an exchange on: the uplink's rate, the slowest link
+  // (`latency`, one way), the payload and the codec's time.
+  ExchangeInputs exchangeInputs(double latency) const {
+    ExchangeInputs in;
+    in.group = static_cast<double>(group_.size());
+    in.peersOut = in.group - 1;
+    in.payloadBytes = static_cast<double>(uplink_.lastRoundBytes());
+    in.uplinkBytesPerSecond = uplink_.bytesPerSecond();
+    // Where the uplink held the last rounds back, a round's bytes took
+    // as long as those rounds lasted: the rate itself, where the slowest
+    // link's transfer only bounds it from above (1.87 MB/s read on an
+    // uplink of 1 MB/s).
+    if (const std::optional<double> held = uplink_.heldRoundSeconds(); held && *held > 0) {
+      const double g = in.group;
+      const double roundBytes = in.payloadBytes * (sharded() ? 2 * (g - 1) / g : g - 1);
+      const double rate = roundBytes / *held;
+      if (rate > 0 && (in.uplinkBytesPerSecond <= 0 || rate < in.uplinkBytesPerSecond)) {
+        in.uplinkBytesPerSecond = rate;
+      }
+    }
+    in.latencySeconds = latency;
+    in.codecPayloadSeconds = codecPayloadSeconds();
+    return in;
+  }
+
+  // Both exchanges costed on `in` and this worker's step time, as the
+  // automatic period and delay would run each.
+  ExchangeVerdict exchangeVerdict(const ExchangeInputs& in) const {
+    DtsPolicy policy;
+    policy.autoPeriod = options_.autoPeriod;
+    policy.period = options_.autoPeriod ? options_.period : schedule_.k;
+    policy.delay = options_.delay;
+    policy.maxAutoPeriod = options_.maxAutoPeriod;
+    policy.maxAutoDelay = options_.maxAutoDelay;
+    return chooseExchange(in, stepSeconds_, policy, schedule_.exchange);
   }
 
   // The most steps this worker may run past a round's close before it
@@ -1514,6 +1652,9 @@ class Dts final : public Base, private StateParity::Host {
     noteCodecRound();
     Pending p;
     p.round = nextRound_++;
+    // The exchange of the schedule this round was opened under (a change
+    // adopted just below is for the next round on).
+    const bool shardedAtClose = sharded();
     if (nextSchedule_ && nextSchedule_->round <= nextRound_) {
       const Schedule next = *std::exchange(nextSchedule_, std::nullopt);
       adopt(next, t);
@@ -1533,7 +1674,7 @@ class Dts final : public Base, private StateParity::Host {
     const auto t0 = clock().now();
     if (exact()) p.start = base_.clone();
     p.got.resize(group_.size());
-    p.sharded = sharded_;
+    p.sharded = shardedAtClose;
     if (p.sharded) {
       p.shardIn.resize(group_.size());
       p.reducedIn.resize(group_.size());
@@ -1658,7 +1799,7 @@ class Dts final : public Base, private StateParity::Host {
     p.sentAt = clock().now();
     uplink_.sent(p.sentAt);
     stats_.setDelay(delay_);
-    if (options_.autoPeriod && !finishing_ && uplink_.held()) return choosePeriod(true);
+    if (scheduling() && !finishing_ && uplink_.held()) return choosePeriod(true);
     return {};
   }
 
@@ -1919,7 +2060,7 @@ class Dts final : public Base, private StateParity::Host {
       links_.ownLags(p.round, std::move(lags));
     }
     if (auto_) learnTheLink();
-    if (options_.autoPeriod && !finishing_) GEO_RETURN_IF_ERROR(choosePeriod(false));
+    if (scheduling() && !finishing_) GEO_RETURN_IF_ERROR(choosePeriod(false));
     return {};
   }
 
@@ -1941,6 +2082,43 @@ class Dts final : public Base, private StateParity::Host {
   // rejoining) has its shard averaged by every worker itself: a worker
   // that sees one sends its whole contribution to every peer, as
   // all-gather does (ownerLost).
+
+  // A change of exchange `e` heard after this worker closed rounds it
+  // names (sync.exchange: auto; the coordinator announces it two rounds
+  // further ahead than a change of K, so this is rare): each such round
+  // goes the way the others exchange it. To all-gather: its whole
+  // contribution to every peer as well (the shards already sent are
+  // dropped with the round's stale data). To reduce-scatter: it counts as
+  // sent whole (an owner takes its part from the whole), and this worker
+  // owns its shard -- unless a contribution of it was applied early (or
+  // is being decoded for that): the round then completes as all-gather
+  // here, and its owners wait for this worker's mean until the round's
+  // time-out (logged; state parity repairs what differs).
+  void reexchange(const Schedule& e) {
+    const bool toShards = e.exchange == Exchange::kReduceScatter;
+    for (Pending& p : pending_) {
+      if (p.round < e.round || p.sharded == toShards) continue;
+      if (!toShards) {
+        p.sharded = false;
+        p.owesWhole = p.bytes != nullptr && !p.sentWhole;
+        stats_.reexchanged();
+        continue;
+      }
+      if (p.anyEarly() || earlyWork_) {
+        logger()->warn(
+            "dts: round {} was closed before the exchange {} from round {} was heard, and a "
+            "contribution to it applied early: it completes as all-gather here, and the peers "
+            "wait for this worker's shard until the round's time-out",
+            p.round, exchangeName(e.exchange), e.round);
+        continue;
+      }
+      p.sharded = true;
+      p.shardIn.assign(group_.size(), std::nullopt);
+      p.reducedIn.assign(group_.size(), std::nullopt);
+      p.sentWhole = p.bytes != nullptr;
+      stats_.reexchanged();
+    }
+  }
 
   // The values [lo, hi) of shard s.
   std::pair<int64_t, int64_t> shard(size_t s) const { return {shards_[s], shards_[s + 1]}; }
@@ -1998,6 +2176,10 @@ class Dts final : public Base, private StateParity::Host {
   // whole contribution to every peer where an owner is lost.
   Status exchangeShards() {
     for (Pending& p : pending_) {
+      if (!p.sharded && p.owesWhole && p.bytes != nullptr) {
+        p.owesWhole = false;
+        GEO_RETURN_IF_ERROR(sendUpdate(presentPeers(), p.round, p.sendStep, p.bytes));
+      }
       if (!p.sharded || p.bytes == nullptr) continue;
       GEO_RETURN_IF_ERROR(reduceOwn(p));
       if (!p.sentWhole && ownerLost(p)) {
@@ -2310,8 +2492,8 @@ class Dts final : public Base, private StateParity::Host {
     // Under reduce-scatter a round takes two hops, a part to its owner and
     // the owner's mean on: D covers twice the slowest link (the slowest
     // pair's round trip, for links alike both ways).
-    const std::optional<int64_t> chosen =
-        autoDelaySteps(sharded_ && link > 0 ? 2 * link : link, stepSeconds_, options_.maxAutoDelay);
+    const std::optional<int64_t> chosen = autoDelaySteps(sharded() && link > 0 ? 2 * link : link,
+                                                         stepSeconds_, options_.maxAutoDelay);
     if (chosen) linkKnown_ = true;
     const int64_t next = chosen.value_or(std::clamp<int64_t>(delay_, 0, options_.maxAutoDelay));
     if (next != delay_) {
@@ -2328,7 +2510,7 @@ class Dts final : public Base, private StateParity::Host {
                     : link == links_.crossingSeconds()
                         ? fmt::format("a round seen crossing, before {}'s first reports", whose)
                         : fmt::format("half the ping round trip, before {}'s first reports", whose),
-                    sharded_ ? ", twice over (reduce-scatter)" : "", stepSeconds_ * 1e3);
+                    sharded() ? ", twice over (reduce-scatter)" : "", stepSeconds_ * 1e3);
       if (notable) loggedDelay_ = next;
       delay_ = next;
     }
@@ -2481,9 +2663,10 @@ class Dts final : public Base, private StateParity::Host {
     std::shared_ptr<const std::vector<std::byte>> bytes;
   };
   std::deque<Sent> sent_;
-  // Reduce-scatter (sync.exchange): whether rounds are exchanged so, and
-  // the shards' bounds (group member s owns [shards_[s], shards_[s + 1])).
-  const bool sharded_ = options_.exchange == "reducescatter";
+  // sync.exchange: auto (the schedule says which exchange is in force;
+  // sharded()), and the reduce-scatter shards' bounds (group member s owns
+  // [shards_[s], shards_[s + 1])).
+  const bool autoExchange_ = options_.exchange == "auto";
   std::vector<int64_t> shards_;
   // x at the round's start plus the corrections applied since, plus (error
   // feedback) what quantization has yet to send

@@ -22,14 +22,19 @@
 
 #include <fmt/format.h>
 
+#include "worker/sync/exchange_choice.h"
+
 namespace geo::sync::detail {
 
 // The period in force from a round on: round `round` closes at step `step`,
 // and every K steps after it.
+// How its rounds' contributions meet (sync.exchange; a fixed exchange
+// throughout, or under `auto` whichever the workers last agreed on).
 struct DtsSchedule {
   uint64_t round = 0;
   int64_t step = 0;
   int64_t k = 1;
+  Exchange exchange = Exchange::kAllGather;
 };
 
 // A round this worker closed and has not completed.
@@ -86,11 +91,18 @@ inline std::shared_ptr<const std::vector<std::byte>> bytesOf(const torch::Tensor
   return buffer;
 }
 inline torch::Tensor scheduleTensor(const DtsSchedule& e) {
-  return torch::tensor({static_cast<int64_t>(e.round), e.step, e.k});
+  return torch::tensor(
+      {static_cast<int64_t>(e.round), e.step, e.k, static_cast<int64_t>(e.exchange)});
 }
+// Older checkpoints hold three values (no exchange: all-gather; Dts puts a
+// fixed sync.exchange in its place).
 inline DtsSchedule scheduleOf(const torch::Tensor& v) {
-  return {static_cast<uint64_t>(v[0].item<int64_t>()), v[1].item<int64_t>(),
-          std::max<int64_t>(1, v[2].item<int64_t>())};
+  DtsSchedule e{static_cast<uint64_t>(v[0].item<int64_t>()), v[1].item<int64_t>(),
+                std::max<int64_t>(1, v[2].item<int64_t>())};
+  if (v.numel() > 3 && v[3].item<int64_t>() == static_cast<int64_t>(Exchange::kReduceScatter)) {
+    e.exchange = Exchange::kReduceScatter;
+  }
+  return e;
 }
 
 }  // namespace dts_state_detail

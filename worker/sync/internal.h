@@ -85,6 +85,8 @@ class StatsRecorder {
   void setLink(double seconds);
   void setStepSeconds(double seconds);
   void setPeriod(int64_t period);
+  void setReduceScatter(bool on);
+  void reexchanged();
   void setLrScale(double scale);
   void late(bool applied);
   void decodedBeside(uint64_t contributions);

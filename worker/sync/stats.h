@@ -18,6 +18,12 @@ namespace geo::sync {
 struct SyncStats {
   int64_t delay = 0;   // dts: the D used for the latest round
   int64_t period = 0;  // dts: the K of the round in progress
+  // dts: whether the round in progress is exchanged by reduce-scatter
+  // (sync.exchange; under `auto`, what the workers agreed on last).
+  bool reduceScatter = false;
+  // dts, sync.exchange auto: rounds this worker had closed before it heard
+  // of a change of exchange that names them, sent again the new way.
+  uint64_t reexchangedRounds = 0;
   // dts: the factor on the gradient of the latest step (delayLrScale of
   // the peers' staleness, or 1 with sync.scaleLrWithDelay false).
   double lrScale = 1;

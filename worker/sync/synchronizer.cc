@@ -86,8 +86,8 @@ Status validateSyncOptions(const SyncOptions& o) {
     return bad("algorithm", fmt::format("'{}'", o.algorithm),
                fmt::format("{}", fmt::join(syncAlgorithmNames(), ", ")));
   }
-  if (o.exchange != "allgather" && o.exchange != "reducescatter") {
-    return bad("exchange", fmt::format("'{}'", o.exchange), "allgather, reducescatter");
+  if (o.exchange != "allgather" && o.exchange != "reducescatter" && o.exchange != "auto") {
+    return bad("exchange", fmt::format("'{}'", o.exchange), "allgather, reducescatter, auto");
   }
   if (o.period < 1) return bad("period", o.period, ">= 1");
   if (o.delay && *o.delay < 0) return bad("delay", *o.delay, ">= 0, or nullopt for auto");
@@ -281,6 +281,16 @@ void StatsRecorder::setLrScale(double scale) {
 void StatsRecorder::setPeriod(int64_t period) {
   std::lock_guard lock(mu_);
   stats_.period = period;
+}
+
+void StatsRecorder::setReduceScatter(bool on) {
+  std::lock_guard lock(mu_);
+  stats_.reduceScatter = on;
+}
+
+void StatsRecorder::reexchanged() {
+  std::lock_guard lock(mu_);
+  ++stats_.reexchangedRounds;
 }
 
 void StatsRecorder::setLink(double seconds) {

@@ -96,7 +96,9 @@ struct SyncOptions {
   // scatter"): allgather, each worker's whole contribution to every other
   // (one hop, N - 1 payloads up each uplink); reducescatter, each worker's
   // shard s to the worker that owns it, which sends the shard's mean to
-  // every other (two hops, 2 (N - 1) / N payloads).
+  // every other (two hops, 2 (N - 1) / N payloads); auto, all-gather at the
+  // start and then whichever the coordinator's measurements favour
+  // (exchange_choice.h), agreed from a later round as an automatic K is.
   std::string exchange = "allgather";
   int64_t swarmH = 4;      // swarm: local steps between exchanges (>= 1)
   codec::CodecSpec codec;  // what crosses the WAN
@@ -138,6 +140,11 @@ struct SyncOptions {
   // has left under reduce-scatter: one that died in the middle (the
   // tests' knob; the test closes its transport then).
   bool finalDiesMidway = false;
+  // A change of exchange (sync.exchange: auto) announced for the round
+  // after the coordinator's open one, without the margin for the peers that
+  // run ahead of it: they hear of it after closing rounds it names (the
+  // tests' knob for DTS's reexchange).
+  bool exchangeAnnouncedLate = false;
   // Where the synchronizer and its membership read the time and wait (not
   // a worker.yaml key): null, the system clock; a test's FakeClock, with
   // the in-memory transport on the same clock, runs a job's time-outs,

@@ -189,9 +189,16 @@ TEST(Plan, ReduceScatterSendsTwoPayloadsARoundOverTwoHops) {
   ASSERT_TRUE(p.ok());
   EXPECT_GT(row(*p, "dts K=auto D=auto reducescatter").stepsPerSecond,
             2 * row(*p, "dts K=auto D=auto").stepsPerSecond);
+  // And sync.exchange auto moves there: far less time to the target.
+  EXPECT_LT(row(*p, "dts K=auto D=auto reducescatter").secondsToTarget,
+            sync::kExchangeMargin * row(*p, "dts K=auto D=auto").secondsToTarget);
+  EXPECT_EQ(p->autoExchange, sync::Exchange::kReduceScatter);
+  EXPECT_NE(formatPlan(in, *p).find("sync.exchange auto: would move to reducescatter"),
+            std::string::npos);
   p = plan(twoRegions(0.2, 1e6, 250000, 0.1));
   ASSERT_TRUE(p.ok());
   EXPECT_THROW(row(*p, "dts K=auto D=auto reducescatter"), std::runtime_error);
+  EXPECT_EQ(p->autoExchange, sync::Exchange::kAllGather);  // two workers
 }
 
 TEST(Plan, TheCodecsWorkIsOneEncodeAndADecodePerPeerEachExchange) {
@@ -282,18 +289,6 @@ TEST(Plan, SwarmSendsTwoPayloadsEveryHStepsAndNeverWaits) {
   EXPECT_DOUBLE_EQ(s.wanBytesPerStep, 2 * payload / 8);
   EXPECT_DOUBLE_EQ(s.stepSeconds, 2 * payload / 1e6 / 8);  // the uplink, not the 50 ms
   EXPECT_TRUE(s.extrapolated);                             // only H = 4 was measured
-}
-
-TEST(Plan, StepsFactorInterpolatesTheMeasuredPointsAndSaysWhenItExtrapolates) {
-  bool ex = true;
-  EXPECT_DOUBLE_EQ(dtsStepsFactor(0, &ex), 1.0);
-  EXPECT_FALSE(ex);
-  EXPECT_DOUBLE_EQ(dtsStepsFactor(3.4), 233.0 / 205.0);
-  EXPECT_DOUBLE_EQ(dtsStepsFactor(44.1), 290.0 / 205.0);
-  EXPECT_NEAR(dtsStepsFactor((3.4 + 44.1) / 2), (233.0 + 290.0) / 2 / 205.0, 1e-12);
-  const double slope = (290.0 - 233.0) / 205.0 / (44.1 - 3.4);
-  EXPECT_NEAR(dtsStepsFactor(95.8, &ex), 290.0 / 205.0 + slope * (95.8 - 44.1), 1e-12);
-  EXPECT_TRUE(ex);
 }
 
 TEST(Plan, RecommendsTheShortestTimeToTheTarget) {

@@ -83,6 +83,7 @@ class Recorder final : public train::StepHook {
     syncSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     hashes.push_back(hashOf(flat.values));
     periods.push_back(inner_->stats().period);
+    scattered.push_back(inner_->stats().reduceScatter);
     if (recordModels) {
       models.push_back(sampled(flat.values));
       auto jm = inner_->jobModel();
@@ -104,6 +105,7 @@ class Recorder final : public train::StepHook {
   }
   std::vector<uint64_t> hashes;
   std::vector<int64_t> periods;  // the period in force after every step
+  std::vector<bool> scattered;   // whether its exchange was reduce-scatter, after every step
   // Every step's gradient norm after the synchronizer's afterBackward over
   // the one before it.
   std::vector<double> gradScales;
@@ -133,6 +135,7 @@ class Recorder final : public train::StepHook {
 struct RunResult {
   std::vector<std::vector<uint64_t>> hashes;    // [rank][step]
   std::vector<std::vector<int64_t>> periods;    // [rank][step]: the period in force
+  std::vector<std::vector<bool>> scattered;     // [rank][step]: the exchange was reduce-scatter
   std::vector<std::vector<double>> gradScales;  // [rank][step]: Recorder::gradScales
   std::vector<torch::Tensor> finalValues;       // [rank]
   std::vector<Status> status;                   // [rank]
@@ -519,6 +522,7 @@ RunResult runJob(const JobSpec& job) {
     result.joinedAt[r] = recorders[r]->joinedAt;
     result.hashes[r] = recorders[r]->hashes;
     result.periods.push_back(recorders[r]->periods);
+    result.scattered.push_back(recorders[r]->scattered);
     result.gradScales.push_back(recorders[r]->gradScales);
     result.models.push_back(std::move(recorders[r]->models));
     result.jobModels.push_back(std::move(recorders[r]->jobModels));
@@ -1763,6 +1767,100 @@ TEST(Dts, AutoPeriodChangesOnTheSameStepWhereAPeerRunsAhead) {
   EXPECT_TRUE(torch::equal(r.finalValues[0], r.finalValues[1]));
 }
 
+// sync.exchange: auto. Six regions whose uplinks (8 Mbit/s) cannot carry
+// all-gather's rounds (five payloads of ~110 KB, 0.55 s) at the largest K
+// the job allows (8 steps of ~10-30 ms): the coordinator's measurements
+// call for reduce-scatter (a third of the bytes), every worker moves to
+// it at the same step, and nothing is lost on the way.
+TEST(DtsAutoExchange, MovesToReduceScatterWhereTheUplinkLimitsAndEveryWorkerAgrees) {
+  JobSpec job;
+  job.regions = {"a", "b", "c", "d", "e", "f"};
+  job.steps = 240;
+  job.sync = options("dts", "qsgd");
+  job.sync.autoPeriod = true;
+  job.sync.period = 4;
+  job.sync.maxAutoPeriod = 8;
+  job.sync.delay = std::nullopt;
+  job.sync.exchange = "auto";
+  job.uplink = "rate=8mbit";
+  job.extraCompute = std::vector<std::chrono::milliseconds>(6, 10ms);
+  const auto r = runJob(job);
+  std::vector<int64_t> movedAt;
+  for (size_t rank = 0; rank < 6; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    const auto& x = r.scattered[rank];
+    ASSERT_FALSE(x.empty());
+    EXPECT_FALSE(x.front()) << "rank " << rank << ": auto starts on all-gather";
+    const auto moved = std::find(x.begin(), x.end(), true);
+    ASSERT_NE(moved, x.end()) << "rank " << rank << ": never left all-gather";
+    movedAt.push_back(moved - x.begin() + 1);
+    // Once moved it stays: the margin keeps it from flapping back.
+    EXPECT_TRUE(std::all_of(moved, x.end(), [](bool b) { return b; })) << "rank " << rank;
+    EXPECT_EQ(r.stats[rank].missing, 0u) << "rank " << rank;
+    EXPECT_EQ(r.periods[rank].back(), r.periods[0].back()) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  for (size_t rank = 1; rank < 6; ++rank) {
+    EXPECT_LE(std::abs(movedAt[rank] - movedAt[0]), 1)
+        << "rank 0 moved at step " << movedAt[0] << ", rank " << rank << " at " << movedAt[rank];
+  }
+}
+
+// A worker that hears of the change after it closed rounds the change
+// names sends those rounds the new way (reexchange): here the change is
+// announced for the round after the coordinator's open one (the tests'
+// knob), and the fast workers (4 ms steps against the coordinator's 25
+// ms, D = 8) have closed it already. Nothing is missing, no round waits
+// for its time-out (20 s), and every worker ends on the same model.
+TEST(DtsAutoExchange, AWorkerThatHearsLateSendsItsClosedRoundsTheNewWay) {
+  JobSpec job;
+  job.regions = {"a", "b", "c", "d"};
+  job.steps = 160;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 4;
+  job.sync.delay = 8;
+  job.sync.exchange = "auto";
+  job.sync.exchangeAnnouncedLate = true;
+  job.uplink = "rate=8mbit";
+  job.extraCompute = {25ms, 4ms, 4ms, 4ms};
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = runJob(job);
+  uint64_t reexchanged = 0;
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    EXPECT_TRUE(r.scattered[rank].back()) << "rank " << rank;
+    EXPECT_EQ(r.stats[rank].missing, 0u) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+    reexchanged += r.stats[rank].reexchangedRounds;
+  }
+  EXPECT_GT(reexchanged, 0u) << "no worker heard of the change late: the test tests nothing";
+  EXPECT_EQ(r.stats[0].reexchangedRounds, 0u);  // the coordinator decided it
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+}
+
+// And where the uplink is fast and only latency costs, auto keeps
+// all-gather's one hop throughout: reduce-scatter's second would double D.
+TEST(DtsAutoExchange, KeepsAllGatherWhereOnlyLatencyCosts) {
+  JobSpec job;
+  job.regions = {"a", "b", "c", "d"};
+  job.steps = 200;
+  job.sync = options("dts", "qsgd");
+  job.sync.autoPeriod = true;
+  job.sync.period = 4;
+  job.sync.delay = std::nullopt;
+  job.sync.exchange = "auto";
+  job.uplink = "rate=1gbit";
+  job.oneWayDelay = {{"a-c", "delay=40ms"}, {"c-a", "delay=40ms"}};
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 5ms);
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    const auto& x = r.scattered[rank];
+    EXPECT_TRUE(std::none_of(x.begin(), x.end(), [](bool b) { return b; })) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+}
+
 // DTS state is checkpointed: a job interrupted with a round in flight
 // (K = 2, D = 1, stopped right after sending round 5) and resumed from its
 // checkpoints ends bitwise where an uninterrupted run ends -- the resumed
@@ -2938,8 +3036,8 @@ TEST(DtsState, WhatIsWrittenComesBack) {
   s.jobStep = 96;
   s.nextRound = 7;
   s.delay = 3;
-  s.schedule = detail::DtsSchedule{4, 60, 16};
-  s.nextSchedule = detail::DtsSchedule{9, 124, 32};
+  s.schedule = detail::DtsSchedule{4, 60, 16, Exchange::kAllGather};
+  s.nextSchedule = detail::DtsSchedule{9, 124, 32, Exchange::kReduceScatter};
   s.sent.push_back({5, 76, someBytes(13, 1)});
   s.sent.push_back({6, 92, someBytes(13, 2)});
   detail::DtsSavedRound plain;
@@ -2969,6 +3067,8 @@ TEST(DtsState, WhatIsWrittenComesBack) {
             std::make_tuple(uint64_t{4}, int64_t{60}, int64_t{16}));
   EXPECT_EQ(std::tie(r.nextSchedule->round, r.nextSchedule->step, r.nextSchedule->k),
             std::make_tuple(uint64_t{9}, int64_t{124}, int64_t{32}));
+  EXPECT_EQ(r.schedule->exchange, Exchange::kAllGather);
+  EXPECT_EQ(r.nextSchedule->exchange, Exchange::kReduceScatter);
   ASSERT_EQ(r.sent.size(), 2u);
   EXPECT_EQ(r.sent[1].round, 6u);
   EXPECT_EQ(r.sent[1].sendStep, 92);
@@ -3019,6 +3119,19 @@ TEST(DtsState, OlderCheckpointsStillRead) {
   EXPECT_FALSE(r.nextSchedule.has_value());
   EXPECT_TRUE(r.sent.empty());
   EXPECT_TRUE(r.pending.empty());
+  // A schedule of three values (before the exchange was part of it): all-gather.
+  const detail::DtsState three = readBack(
+      [](auto& a) {
+        a.write("dts_base", torch::zeros({4}));
+        a.write("dts_next_round", torch::tensor(int64_t{3}));
+        a.write("dts_delay", torch::tensor(int64_t{2}));
+        a.write("dts_schedule", torch::tensor({int64_t{2}, int64_t{30}, int64_t{8}}));
+        a.write("dts_pending", torch::tensor(int64_t{0}));
+      },
+      3);
+  ASSERT_TRUE(three.schedule.has_value());
+  EXPECT_EQ(three.schedule->k, 8);
+  EXPECT_EQ(three.schedule->exchange, Exchange::kAllGather);
   // A key every format has, missing: an error, not a state made up.
   EXPECT_ANY_THROW(readBack([](auto& a) { a.write("dts_base", torch::zeros({4})); }, 3));
 }

@@ -1,0 +1,178 @@
+// The cost model of DTS's two exchanges and the choice between them
+// (sync.exchange: auto, and `geotrain plan`) on exact inputs.
+
+#include "worker/sync/exchange_choice.h"
+
+#include <gtest/gtest.h>
+
+#include "worker/sync/auto_rules.h"
+
+namespace geo::sync {
+namespace {
+
+// G workers one a region, every payload to every other, links of
+// `latency` one way, an uplink of `rate` bytes/s.
+ExchangeInputs inputs(double group, double payload, double rate, double latency, double codec = 0) {
+  ExchangeInputs in;
+  in.group = group;
+  in.peersOut = group - 1;
+  in.payloadBytes = payload;
+  in.uplinkBytesPerSecond = rate;
+  in.latencySeconds = latency;
+  in.codecPayloadSeconds = codec;
+  return in;
+}
+
+TEST(ExchangeChoice, RoundShapesCountBytesHopsAndCodecWork) {
+  const ExchangeInputs in = inputs(16, 100'000, 1e6, 0.1, 0.001);
+  const RoundShape g = roundShape(Exchange::kAllGather, in);
+  EXPECT_DOUBLE_EQ(g.bytesPerRound, 15 * 100'000.0);
+  EXPECT_DOUBLE_EQ(g.roundUplink, 1.5);
+  EXPECT_DOUBLE_EQ(g.roundLink, 0.1 + 1.5);
+  EXPECT_DOUBLE_EQ(g.codecRound, 16 * 0.001);  // its own encoded, 15 decoded
+  const RoundShape s = roundShape(Exchange::kReduceScatter, in);
+  EXPECT_DOUBLE_EQ(s.bytesPerRound, 2.0 * 15 / 16 * 100'000);
+  EXPECT_DOUBLE_EQ(s.roundUplink, 0.1875);
+  EXPECT_DOUBLE_EQ(s.roundLink, 2 * 0.1 + 0.1875);  // two hops
+  EXPECT_DOUBLE_EQ(s.codecRound, 4 * 0.001);
+  // A hierarchical leader also decodes its region's members.
+  ExchangeInputs lan = in;
+  lan.lanDecodes = 3;
+  EXPECT_DOUBLE_EQ(roundShape(Exchange::kAllGather, lan).codecRound, 19 * 0.001);
+  EXPECT_DOUBLE_EQ(roundShape(Exchange::kReduceScatter, lan).codecRound, 7 * 0.001);
+  // No uplink figure: the bytes count, their time does not; one region: nothing crosses.
+  ExchangeInputs unknown = in;
+  unknown.uplinkBytesPerSecond = 0;
+  EXPECT_DOUBLE_EQ(roundShape(Exchange::kAllGather, unknown).roundUplink, 0);
+  EXPECT_DOUBLE_EQ(roundShape(Exchange::kAllGather, unknown).roundLink, 0.1);
+  ExchangeInputs one = in;
+  one.wan = false;
+  EXPECT_DOUBLE_EQ(roundShape(Exchange::kReduceScatter, one).bytesPerRound, 0);
+  EXPECT_DOUBLE_EQ(roundShape(Exchange::kReduceScatter, one).roundLink, 0);
+}
+
+TEST(ExchangeChoice, DtsCostWaitsForWhatTheDelayDoesNotCover) {
+  RoundShape shape;
+  shape.roundUplink = 0.8;
+  shape.roundLink = 1.0;
+  shape.codecRound = 0.08;
+  // K = 8, D = 2 fixed, 50 ms of compute: the uplink's 0.1 s a step is
+  // the base; 1.0 - 2 x 0.1 s is waited for once a round.
+  const DtsCost fixed = dtsCost(shape, 0.05, 8, 2, 100);
+  EXPECT_DOUBLE_EQ(fixed.uplinkStep, 0.1);
+  EXPECT_DOUBLE_EQ(fixed.codecStep, 0.01);
+  EXPECT_DOUBLE_EQ(fixed.waitStep, 0.8 / 8);
+  EXPECT_DOUBLE_EQ(fixed.stepSeconds, 0.1 + 0.1);
+  EXPECT_DOUBLE_EQ(fixed.stepsFactor, dtsStepsFactor(2));
+  // D auto: the link in steps of the uplink's share, nothing waited for.
+  const DtsCost automatic = dtsCost(shape, 0.05, 8, std::nullopt, 100);
+  EXPECT_EQ(automatic.delay, 10);
+  EXPECT_DOUBLE_EQ(automatic.waitStep, 0);
+  EXPECT_DOUBLE_EQ(automatic.secondsPerReferenceStep(), 0.1 * dtsStepsFactor(10));
+}
+
+TEST(ExchangeChoice, SettledPeriodIsWhereTheAutoRulesKeepK) {
+  RoundShape shape;
+  shape.roundUplink = 0.3;  // the uplink needs 0.3 s a round
+  const int64_t k = settledPeriod(shape, 0.01, 16, 1024);
+  // Kept: the rules ask for it again.
+  const auto again = shape.roundUplink > static_cast<double>(k) * 0.01
+                         ? periodForHeldUplink(shape.roundUplink, 0.01, k, 1024)
+                         : autoPeriod(shape.roundUplink, 0.01, k, 1024, 0);
+  EXPECT_TRUE(!again || *again == k);
+  EXPECT_GE(static_cast<double>(k) * 0.01, shape.roundUplink);  // a round carries its bytes
+  EXPECT_EQ(settledPeriod(shape, 0.01, 16, 8), 8);              // at most the largest
+}
+
+TEST(ExchangeChoice, StepsFactorInterpolatesTheMeasuredPointsAndSaysWhenItExtrapolates) {
+  bool ex = true;
+  EXPECT_DOUBLE_EQ(dtsStepsFactor(0, &ex), 1.0);
+  EXPECT_FALSE(ex);
+  EXPECT_DOUBLE_EQ(dtsStepsFactor(3.4), 233.0 / 205.0);
+  EXPECT_DOUBLE_EQ(dtsStepsFactor(44.1), 290.0 / 205.0);
+  EXPECT_NEAR(dtsStepsFactor((3.4 + 44.1) / 2), (233.0 + 290.0) / 2 / 205.0, 1e-12);
+  const double slope = (290.0 - 233.0) / 205.0 / (44.1 - 3.4);
+  EXPECT_NEAR(dtsStepsFactor(95.8, &ex), 290.0 / 205.0 + slope * (95.8 - 44.1), 1e-12);
+  EXPECT_TRUE(ex);
+}
+
+TEST(ExchangeChoice, ReduceScatterWhereTheUplinkLimitsAllGather) {
+  // 16 regions, a 1 MB payload, 100 Mbit/s, 100 ms one way, 20 ms steps:
+  // all-gather's round needs 1.2 s of uplink, reduce-scatter's 0.15 s.
+  const ExchangeInputs in = inputs(16, 1e6, 12.5e6, 0.1);
+  const ExchangeVerdict v = chooseExchange(in, 0.02, DtsPolicy{}, Exchange::kAllGather);
+  EXPECT_EQ(v.choice, Exchange::kReduceScatter);
+  EXPECT_LT(v.reduceScatter.secondsPerReferenceStep(),
+            kExchangeMargin * v.allGather.secondsPerReferenceStep());
+  // All-gather's K must grow eightfold to carry its bytes, and its D with it.
+  EXPECT_GT(v.allGather.period, v.reduceScatter.period);
+  EXPECT_GT(v.allGather.delay, v.reduceScatter.delay);
+}
+
+TEST(ExchangeChoice, AllGatherWhereLatencyAloneLimits) {
+  // Four regions, a small payload over a fast uplink: reduce-scatter's
+  // second hop doubles D (more staleness) and saves nothing the step needs.
+  const ExchangeInputs in = inputs(4, 100'000, 125e6, 0.1);
+  const ExchangeVerdict v = chooseExchange(in, 0.02, DtsPolicy{}, Exchange::kAllGather);
+  EXPECT_EQ(v.choice, Exchange::kAllGather);
+  EXPECT_GT(v.reduceScatter.delay, v.allGather.delay);
+  EXPECT_LT(v.allGather.secondsPerReferenceStep(), v.reduceScatter.secondsPerReferenceStep());
+  // Links of 300 ms and steps of 2 ms: D = 152 against 301 (autoDelaySteps
+  // of each round's link), and a job on reduce-scatter moves back.
+  const ExchangeInputs far = inputs(4, 100'000, 125e6, 0.3);
+  const ExchangeVerdict back = chooseExchange(far, 0.002, DtsPolicy{}, Exchange::kReduceScatter);
+  EXPECT_EQ(back.choice, Exchange::kAllGather);
+  EXPECT_EQ(back.allGather.delay,
+            autoDelaySteps(roundShape(Exchange::kAllGather, far).roundLink, 0.002, 1024));
+  EXPECT_EQ(back.reduceScatter.delay,
+            autoDelaySteps(roundShape(Exchange::kReduceScatter, far).roundLink, 0.002, 1024));
+  EXPECT_NEAR(static_cast<double>(back.reduceScatter.delay) / back.allGather.delay, 2, 0.05);
+}
+
+TEST(ExchangeChoice, TheCodecsWorkCountsToo) {
+  // No uplink figure (it does not limit), but decoding 31 payloads a round
+  // takes 0.31 s against reduce-scatter's 0.04 s: with a fixed K = 4 of
+  // 10 ms steps the codec is most of all-gather's step.
+  ExchangeInputs in = inputs(32, 1e6, 0, 0.001, 0.01);
+  DtsPolicy fixed;
+  fixed.autoPeriod = false;
+  fixed.period = 4;
+  fixed.delay = 4;
+  const ExchangeVerdict v = chooseExchange(in, 0.01, fixed, Exchange::kAllGather);
+  EXPECT_EQ(v.choice, Exchange::kReduceScatter);
+  EXPECT_DOUBLE_EQ(v.allGather.codecStep, 32 * 0.01 / 4);
+  EXPECT_DOUBLE_EQ(v.reduceScatter.codecStep, 4 * 0.01 / 4);
+}
+
+TEST(ExchangeChoice, MovesOnlyForAMarginAndNeverBelowThreeWorkers) {
+  // Costs within the margin of each other: whichever runs stays.
+  const ExchangeInputs in = inputs(16, 1e6, 12.5e6, 0.1);
+  const ExchangeVerdict v = chooseExchange(in, 0.02, DtsPolicy{}, Exchange::kAllGather);
+  const double ratio =
+      v.reduceScatter.secondsPerReferenceStep() / v.allGather.secondsPerReferenceStep();
+  ASSERT_LT(ratio, kExchangeMargin);
+  // Scale compute until the two are within the margin of each other.
+  double compute = 0.02;
+  ExchangeVerdict close = v;
+  for (int i = 0; i < 40; ++i) {
+    compute *= 1.25;
+    close = chooseExchange(in, compute, DtsPolicy{}, Exchange::kAllGather);
+    const double r =
+        close.reduceScatter.secondsPerReferenceStep() / close.allGather.secondsPerReferenceStep();
+    if (r > kExchangeMargin && r < 1 / kExchangeMargin) break;
+  }
+  const double r =
+      close.reduceScatter.secondsPerReferenceStep() / close.allGather.secondsPerReferenceStep();
+  ASSERT_GT(r, kExchangeMargin);
+  ASSERT_LT(r, 1 / kExchangeMargin);
+  EXPECT_EQ(close.choice, Exchange::kAllGather);
+  EXPECT_EQ(chooseExchange(in, compute, DtsPolicy{}, Exchange::kReduceScatter).choice,
+            Exchange::kReduceScatter);
+  // Two workers: all-gather whatever the figures.
+  EXPECT_EQ(
+      chooseExchange(inputs(2, 1e9, 1e3, 0.1), 0.02, DtsPolicy{}, Exchange::kReduceScatter).choice,
+      Exchange::kAllGather);
+}
+
+}  // namespace
+}  // namespace geo::sync

@@ -1,0 +1,120 @@
+#pragma once
+// How a DTS round's contributions meet (sync.exchange), as a cost model
+// that both `geotrain plan` and the workers' own choice at run time
+// (sync.exchange: auto) use: one set of formulas, so that what the planner
+// predicts for a job is what its coordinator decides on. Pure functions of
+// what is known or measured (no clock, no transport, no LibTorch), unit-
+// tested on exact inputs (exchange_choice_test).
+//
+// All-gather: every worker's whole contribution to every peer, one hop,
+// N - 1 payloads up each uplink a round, every contribution decoded.
+// Reduce-scatter: each worker's shard s to the worker that owns it, and the
+// owner's mean of its shard to every peer, 2 (N - 1) / N payloads over two
+// hops, about four payloads of codec work whatever N is
+// (docs/algorithms.md, "Reduce-scatter").
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace geo::sync {
+
+enum class Exchange : uint8_t { kAllGather = 0, kReduceScatter = 1 };
+
+// "allgather" or "reducescatter": the sync.exchange values.
+std::string_view exchangeName(Exchange e);
+
+// What a round involves for one worker of the group that runs DTS
+// together (every worker, or the region leaders under hierarchical sync).
+struct ExchangeInputs {
+  double group = 0;                 // G: the workers of the DTS group, this one included
+  double peersOut = 0;              // the peers each payload crosses the WAN to (G - 1 at most)
+  double payloadBytes = 0;          // one contribution, encoded, with its frames
+  double uplinkBytesPerSecond = 0;  // <= 0: unknown, or not what limits
+  double latencySeconds = 0;        // the slowest link, one way
+  double codecPayloadSeconds = 0;   // one payload encoded or decoded, on this worker's cores
+  // Payloads decoded a round besides the group's (a hierarchical leader's
+  // region members).
+  double lanDecodes = 0;
+  bool wan = true;  // false: one region, no WAN crossing at all
+};
+
+// A round's cost under one exchange.
+struct RoundShape {
+  double roundUplink = 0;    // the round's bytes through the uplink, seconds
+  double roundLink = 0;      // until its last byte has arrived where it is needed
+  double bytesPerRound = 0;  // up this worker's uplink
+  double codecRound = 0;     // encoding and decoding, seconds of this worker's cores
+};
+
+// All-gather: the uplink carries peersOut payloads; the last byte arrives
+// a latency after they have left; 1 + (G - 1) + lanDecodes payloads of
+// codec work. Reduce-scatter: 2 peersOut / G payloads; two latencies (the
+// slowest part's trip to its owner and the mean's trip on); 4 + lanDecodes
+// payloads of codec work.
+RoundShape roundShape(Exchange e, const ExchangeInputs& in);
+
+// DTS at period K and delay D over a round of `shape`, for a worker whose
+// step computes for `computeSeconds` (its synchronous work included; the
+// codec's and the uplink's shares are added here).
+struct DtsCost {
+  int64_t period = 1;
+  int64_t delay = 0;
+  double uplinkStep = 0;   // the uplink's share of a step: roundUplink / K
+  double codecStep = 0;    // the codec's: codecRound / K
+  double waitStep = 0;     // what a round still needs at its due step, a step's share
+  double stepSeconds = 0;  // max(compute + codec, uplink) + wait
+  double stepsFactor = 1;  // steps to a target against allreduce fp32 (dtsStepsFactor)
+  bool extrapolated = false;
+  // The time one of the reference run's steps to the target costs here.
+  double secondsPerReferenceStep() const { return stepSeconds * stepsFactor; }
+};
+
+// `delay`: D fixed, or nullopt for the automatic D (autoDelaySteps of the
+// round's link, in steps of the compute or the uplink's share, within
+// maxAutoDelay).
+DtsCost dtsCost(const RoundShape& shape, double computeSeconds, int64_t period,
+                std::optional<int64_t> delay, int64_t maxAutoDelay);
+
+// The K the automatic period settles on for rounds of `shape`: its rules
+// (autoPeriod for a link that carries a round in time, with the codec's
+// work a round at most kCodecShare of a step; periodForHeldUplink where it
+// cannot) applied from `start` until they keep K.
+int64_t settledPeriod(const RoundShape& shape, double computeSeconds, int64_t start,
+                      int64_t maxAutoPeriod);
+
+// Steps to the target relative to allreduce fp32 at a staleness of
+// `staleness` steps, from the ten-seed batch of docs/benchmarks.md (the mlp
+// to 85%): linear between the measured points and on along the last slope
+// beyond them (`extrapolated` then set).
+double dtsStepsFactor(double staleness, bool* extrapolated = nullptr);
+
+// How DTS's period and delay are set for the comparison.
+struct DtsPolicy {
+  bool autoPeriod = true;
+  int64_t period = 16;  // the fixed K, or where the automatic one starts
+  std::optional<int64_t> delay;
+  int64_t maxAutoPeriod = 1024;
+  int64_t maxAutoDelay = 1024;
+};
+
+// Both exchanges costed for the same job, and which one to run.
+struct ExchangeVerdict {
+  DtsCost allGather;
+  DtsCost reduceScatter;
+  Exchange choice = Exchange::kAllGather;
+};
+
+// A change of exchange costs a round of mixed traffic and the measurements
+// of the old one: the other must promise at least this much less time to
+// the target (a fifth) before the workers move.
+inline constexpr double kExchangeMargin = 0.8;
+
+// Both exchanges' costs, and the one whose time to the target is shorter
+// by kExchangeMargin than `current`'s (else `current`). Fewer than three
+// in the group: all-gather (two workers send each other the same bytes
+// either way, and reduce-scatter takes a hop more).
+ExchangeVerdict chooseExchange(const ExchangeInputs& in, double computeSeconds,
+                               const DtsPolicy& policy, Exchange current);
+
+}  // namespace geo::sync
