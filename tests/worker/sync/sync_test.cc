@@ -204,6 +204,10 @@ struct JobSpec {
   // made by `forge` (an authenticated peer gone bad), or -1.
   int forgingRank = -1;
   std::function<std::vector<std::byte>(int64_t bytes)> forge;
+  // Under reduce-scatter: the forger sends each peer a forged part of that
+  // peer's shard and a forged mean of its own (kShard, kReduced) instead
+  // of whole updates.
+  bool forgeShards = false;
   // Hierarchical jobs: the forger is a member that sends forged gradients
   // to its leader (kLanReduce), or a leader that sends forged gradients and
   // parameters to its member (kLanBroadcast), for every step.
@@ -425,14 +429,22 @@ RunResult runJob(const JobSpec& job) {
         const int64_t bytes =
             syncBytes(job.sync, trainers[r]->flat());  // what an honest update would take
         for (int64_t round = 0; round <= job.steps / job.sync.period; ++round) {
+          const auto numel = static_cast<uint64_t>(trainers[r]->flat().values.numel());
           for (uint32_t peer = 0; peer < world; ++peer) {
             if (peer == r) continue;
-            (void)transports[r]->send(
-                peer, transport::MessageKind::kUpdate,
-                {static_cast<uint64_t>(round), static_cast<uint64_t>((round + 1) * job.sync.period),
-                 codecIdOf(job.sync.codec.name),
-                 static_cast<uint64_t>(trainers[r]->flat().values.numel())},
-                transport::Payload(job.forge(bytes)), 1s);
+            const transport::SendMeta h{
+                static_cast<uint64_t>(round), static_cast<uint64_t>((round + 1) * job.sync.period),
+                codecIdOf(job.sync.codec.name), job.forgeShards ? numel / world : numel};
+            if (!job.forgeShards) {
+              (void)transports[r]->send(peer, transport::MessageKind::kUpdate, h,
+                                        transport::Payload(job.forge(bytes)), 1s);
+              continue;
+            }
+            for (const auto kind :
+                 {transport::MessageKind::kShard, transport::MessageKind::kReduced}) {
+              (void)transports[r]->send(peer, kind, h, transport::Payload(job.forge(bytes / world)),
+                                        1s);
+            }
           }
           std::this_thread::sleep_for(5ms);
         }
@@ -2319,6 +2331,49 @@ TEST(Integrity, ForgedUpdatesAreRefusedForEveryCodec) {
         EXPECT_TRUE(rej.reason == "non_finite" || rej.reason == "out_of_range" ||
                     (c.codec == "qsgd" && rej.reason == "malformed"))
             << rej.reason;
+      }
+    }
+  }
+}
+
+// Under reduce-scatter each owner checks the part of a contribution it
+// averages, not the whole: a forged whole update whose first QSGD scale is
+// NaN (the rest valid-looking bytes) is refused by the owner of shard 0
+// alone, and the other owners average their parts of it, as all-gather
+// averages a forged update that decodes. The forger sends no mean of its
+// own shard, so every round waits for it until the round's time-out (2 s
+// here), then averages that shard from the whole contributions. Forged
+// parts and a forged mean (the wrong size) are refused by every worker
+// that receives them; a refused mean leaves each worker its own
+// contribution on that shard, which the final average evens out. Either
+// way the healthy workers end with the same finite model.
+TEST(Integrity, ForgedPartsAndMeansAreRefusedUnderReduceScatter) {
+  for (const bool shards : {false, true}) {
+    SCOPED_TRACE(shards ? "forged parts and means" : "forged whole updates");
+    JobSpec job;
+    job.regions = {"a", "b", "c", "d"};
+    job.steps = 12;
+    job.forgingRank = 3;
+    job.forgeShards = shards;
+    job.forge = forgedWith(floatBits(std::numeric_limits<float>::quiet_NaN()));
+    job.sync = options("dts", "qsgd");
+    job.sync.period = 4;
+    job.sync.delay = 1;
+    job.sync.exchange = "reducescatter";
+    job.sync.timeout = 2s;
+    const auto r = runJob(job);
+    for (size_t rank = 0; rank < 3; ++rank) {
+      ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+      EXPECT_TRUE(torch::isfinite(r.finalValues[rank]).all().item<bool>()) << "rank " << rank;
+      EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+      for (const auto& rej : r.stats[rank].rejected) {
+        EXPECT_EQ(rej.peer, 3u);
+        EXPECT_EQ(rej.reason, shards ? "size" : "malformed");
+      }
+      if (shards || rank == 0) {
+        EXPECT_GT(r.stats[rank].rejectedTotal(), 0u) << "rank " << rank;
+      } else {
+        EXPECT_EQ(r.stats[rank].rejectedTotal(), 0u) << "rank " << rank << ": its part decodes";
       }
     }
   }
