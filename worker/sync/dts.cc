@@ -1388,13 +1388,14 @@ class Dts final : public Base, private StateParity::Host {
     const double peers = static_cast<double>(group_.size() - 1);
     uplink_.measuredTransfer(transfer,
                              sharded() ? peers / static_cast<double>(group_.size()) : peers);
-    std::optional<int64_t> chosen;
+    int64_t chosen = 0;  // the K to change to; 0: K stays
     const char* why = "a round's transfer takes";
     if (!options_.autoPeriod) {
       // The exchange alone is chosen at run time.
     } else if (transfer >= 0) {
       chosen = autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod,
-                          codecRoundSeconds_);
+                          codecRoundSeconds_)
+                   .value_or(0);
       if (codecBoundsPeriod(transfer, codecRoundSeconds_)) {
         transfer = codecRoundSeconds_;
         why = "encoding and decoding a round take";
@@ -1403,18 +1404,18 @@ class Dts final : public Base, private StateParity::Host {
     if (crossed && options_.autoPeriod) {
       const std::optional<int64_t> up = periodFromCrossing(
           links_.crossingSeconds(), latency, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
-      if (up && (!chosen || *up > *chosen)) {
-        chosen = up, transfer = links_.crossingSeconds() - latency;
+      if (up && *up > chosen) {
+        chosen = *up, transfer = links_.crossingSeconds() - latency;
         why = "a round seen crossing, before the lag reports, takes at least";
       }
     }
     // A larger K at once: the uplink is what every round waits for. A
     // smaller one not more often than every kMinStepsBetweenChanges steps
     // (measurements are noisy), and never while the uplink holds rounds back.
-    if (chosen && *chosen < schedule_.k &&
+    if (chosen != 0 && chosen < schedule_.k &&
         (heldBack ||
          static_cast<int64_t>(roundsSinceChange_) * schedule_.k < kMinStepsBetweenChanges)) {
-      chosen.reset();
+      chosen = 0;
     }
     if (heldBack && options_.autoPeriod) {
       // The longer of the two (UplinkPace::heldRoundSeconds): their mean went
@@ -1422,16 +1423,18 @@ class Dts final : public Base, private StateParity::Host {
       const double uplink = *heldRound;
       const auto up =
           periodForHeldUplink(uplink, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
-      if (up && (!chosen || *up > *chosen)) {
-        chosen = up, transfer = uplink;
+      if (up && *up > chosen) {
+        chosen = *up, transfer = uplink;
         why = "the uplink held back our last rounds: a round through it takes";
       }
     }
-    // The exchange (sync.exchange: auto): on the same measurements, where
-    // no larger K is called for at once (a K at its largest that the
-    // uplink still holds back is where reduce-scatter helps most).
+    // The exchange (sync.exchange: auto): on the same measurements, or as
+    // soon as the uplink holds rounds back (its rate is then known without
+    // the lag reports, which at K = 64 take six rounds, 384 steps). A
+    // change of exchange brings the K that exchange settles on, in place
+    // of any change of K decided above.
     Exchange exchange = schedule_.exchange;
-    if (autoExchange_ && measured && (!chosen || *chosen <= schedule_.k) &&
+    if (autoExchange_ && (measured || heldBack) &&
         static_cast<int64_t>(roundsSinceChange_) * schedule_.k >= kMinStepsBetweenChanges) {
       const ExchangeInputs in = exchangeInputs(latency);
       const ExchangeVerdict v = exchangeVerdict(in);
@@ -1451,8 +1454,11 @@ class Dts final : public Base, private StateParity::Host {
             in.payloadBytes / 1e3, in.codecPayloadSeconds * 1e3);
       }
     }
-    if (!chosen && exchange == schedule_.exchange) return {};
-    const int64_t k = chosen.value_or(schedule_.k);
+    if (chosen == 0) {
+      if (exchange == schedule_.exchange) return {};
+      chosen = schedule_.k;  // the exchange alone changes
+    }
+    const int64_t k = chosen;
     // Far enough ahead for the announcement to cross the links' latency,
     // in steps as they are lived (a round held back for the uplink
     // lasts longer than its compute); behind a queue it comes later, and a
