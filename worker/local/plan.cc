@@ -275,20 +275,22 @@ StatusOr<Plan> plan(const PlanInput& in) {
   dts(fmt::format("dts K={} D={}", in.period, in.delay ? std::to_string(*in.delay) : "auto"),
       in.period, in.delay, sync::Exchange::kAllGather);
   // dts auto: K from kAutoPeriodStart by the worker's own rules until they
-  // keep it (sync::settledPeriod), then D. No reduce-scatter row for two
-  // workers: the same bytes, a hop more.
-  for (const sync::Exchange e : {sync::Exchange::kAllGather, sync::Exchange::kReduceScatter}) {
-    if (e == sync::Exchange::kReduceScatter && group < 3) continue;
-    const int64_t k = sync::settledPeriod(
-        sync::roundShape(e, x), c, std::min(kAutoPeriodStart, in.maxAutoPeriod), in.maxAutoPeriod);
-    dts(e == sync::Exchange::kAllGather ? "dts K=auto D=auto" : "dts K=auto D=auto reducescatter",
-        k, std::nullopt, e);
-  }
+  // keep it (sync::settledPeriod), then D, for each exchange; and which of
+  // the two a job under sync.exchange: auto would run (its start is
+  // all-gather). No reduce-scatter row for two workers: the same bytes, a
+  // hop more.
   sync::DtsPolicy automatic;
   automatic.period = std::min(kAutoPeriodStart, in.maxAutoPeriod);
   automatic.maxAutoPeriod = in.maxAutoPeriod;
   automatic.maxAutoDelay = in.maxAutoDelay;
-  p.autoExchange = sync::chooseExchange(x, c, automatic, sync::Exchange::kAllGather).choice;
+  const sync::ExchangeVerdict verdict =
+      sync::chooseExchange(x, c, automatic, sync::Exchange::kAllGather);
+  p.autoExchange = verdict.choice;
+  dts("dts K=auto D=auto", verdict.allGather.period, std::nullopt, sync::Exchange::kAllGather);
+  if (group >= 3) {
+    dts("dts K=auto D=auto reducescatter", verdict.reduceScatter.period, std::nullopt,
+        sync::Exchange::kReduceScatter);
+  }
 
   // swarm: a request and (on average) one reply every H steps, never waited for.
   {
