@@ -51,7 +51,7 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
   plan.training.push_back(
       {fmt::format("{} round(s) in flight: {} encoded contributions each", r, n), r * n * encoded});
   // A completion (and an early application) goes a slice at a time through
-  // four buffers of a slice each (dts.cc, kSliceValues).
+  // four buffers of a slice each (dts_impl.h, kSliceValues).
   const int64_t slice = std::min<int64_t>(in.parameters, int64_t{1} << 20);
   plan.training.push_back(
       {"a round's completion, a slice at a time: the correction, the mean, a peer's decoded "

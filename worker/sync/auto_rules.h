@@ -155,7 +155,7 @@ double delayLrScale(double stalenessSteps);
 // announcement crosses the slowest link before the round it names. The
 // two rounds cover a report queued behind a round on a held uplink; a
 // worker that hears of a change late closes its round on the new grid
-// (dts.cc adopt()), so a margin beyond that costs more than it saves:
+// (dts_schedule.cc, adopt()), so a margin beyond that costs more than it saves:
 // with twice the latency, a start at K = 4 on links of 350 ms one way
 // held every round back for 130 steps instead of 76.
 int64_t periodAnnouncementSteps(int64_t current, double latencySeconds, double stepSeconds);

@@ -54,7 +54,8 @@ enum class Control : uint64_t {
   kJoined = ~uint64_t{0} - 7,
   // DTS auto delay: after completing round R (header.step = R) a worker
   // tells each peer how late that peer's contribution of R reached it, and
-  // its schedule (dts.cc, reportLags: 80 bytes, whatever the job's size).
+  // its schedule (dts_schedule.cc, reportLags: 96 bytes, whatever the job's
+  // size).
   kLagReport = ~uint64_t{0} - 10,
   // Hierarchical sync: a region leader that stops on an error tells its
   // members why (payload: the error message, at most kMaxStopReasonBytes).

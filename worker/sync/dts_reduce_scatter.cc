@@ -1,0 +1,285 @@
+// DTS's reduce-scatter exchange (sync.exchange; dts_impl.h;
+// docs/algorithms.md, "Reduce-scatter"): shards, their owners' means, and a
+// change of exchange for rounds already closed.
+
+#include "worker/sync/dts_impl.h"
+
+namespace geo::sync::detail {
+
+void Dts::reexchange(const Schedule& e) {
+  const bool toShards = e.exchange == Exchange::kReduceScatter;
+  for (Pending& p : pending_) {
+    if (p.round < e.round || p.sharded == toShards) continue;
+    if (!toShards) {
+      p.sharded = false;
+      p.owesWhole = p.bytes != nullptr && !p.sentWhole;
+      stats_.reexchanged();
+      continue;
+    }
+    if (p.anyEarly() || earlyWork_) {
+      logger()->warn(
+          "dts: round {} was closed before the exchange {} from round {} was heard, and a "
+          "contribution to it applied early: it completes as all-gather here, and the peers "
+          "wait for this worker's shard until the round's time-out",
+          p.round, exchangeName(e.exchange), e.round);
+      continue;
+    }
+    p.sharded = true;
+    p.shardIn.assign(group_.size(), std::nullopt);
+    p.reducedIn.assign(group_.size(), std::nullopt);
+    p.sentWhole = p.bytes != nullptr;
+    stats_.reexchanged();
+  }
+}
+
+bool Dts::ownerLost(const Pending& p) const {
+  for (size_t s = 0; s < group_.size(); ++s) {
+    const auto [lo, hi] = shard(s);
+    if (s != group_.self && lo < hi && !p.reducedIn[s] && !owns(s, p.round)) return true;
+  }
+  return false;
+}
+
+Status Dts::sendContribution(Pending& p, const std::vector<uint32_t>& to, bool count) {
+  const auto payload = static_cast<uint64_t>(codec_->numel()) * 4;
+  if (!p.sharded || ownerLost(p)) {
+    if (count) stats_.encoded(payload, p.bytes->size(), to.size());
+    p.sentWhole = p.sharded;
+    return sendUpdate(to, p.round, p.sendStep, p.bytes);
+  }
+  for (uint32_t r : to) {
+    const auto s = group_.indexOf(r);
+    if (!s) continue;
+    const auto [lo, hi] = shard(*s);
+    if (lo == hi) continue;
+    auto bytes =
+        std::make_shared<const std::vector<std::byte>>(codec_->rangeEncoding(*p.bytes, lo, hi));
+    if (count) stats_.encoded(static_cast<uint64_t>(hi - lo) * 4, bytes->size(), 1);
+    GEO_RETURN_IF_ERROR(sendTo({r}, MessageKind::kShard, p.round, p.sendStep, codec_->id(),
+                               static_cast<uint64_t>(hi - lo), std::move(bytes)));
+  }
+  return {};
+}
+
+Status Dts::sendOwnReduced(const Pending& p, const std::vector<uint32_t>& to) {
+  if (!p.sharded || p.ownReduced == nullptr || p.ownReduced->empty() || to.empty()) return {};
+  const auto [lo, hi] = shard(group_.self);
+  return sendTo(to, MessageKind::kReduced, p.round, p.sendStep, codec_->id(),
+                static_cast<uint64_t>(hi - lo), p.ownReduced);
+}
+
+Status Dts::exchangeShards() {
+  for (Pending& p : pending_) {
+    if (!p.sharded && p.owesWhole && p.bytes != nullptr) {
+      p.owesWhole = false;
+      GEO_RETURN_IF_ERROR(sendUpdate(presentPeers(), p.round, p.sendStep, p.bytes));
+    }
+    if (!p.sharded || p.bytes == nullptr) continue;
+    GEO_RETURN_IF_ERROR(reduceOwn(p));
+    if (!p.sentWhole && ownerLost(p)) {
+      logger()->info(
+          "dts: an owner of a shard of round {} is gone (suspected, finished or rejoining): this "
+          "worker's contribution goes whole to every peer, and that shard is averaged by each",
+          p.round);
+      GEO_RETURN_IF_ERROR(sendContribution(p, presentPeers(), false));
+    }
+  }
+  return {};
+}
+
+Status Dts::peerShard(const Pending& p, size_t j, int64_t lo, torch::Tensor& out,
+                      std::string& reason) {
+  const int64_t hi = lo + out.numel();
+  if (p.sharded && p.shardIn[j] && shard(group_.self) == std::pair{lo, hi}) {
+    return codec_->decodeRangeChecked(p.shardIn[j]->payload.bytes(), lo, out, reason);
+  }
+  std::vector<std::byte> part;
+  try {
+    part = codec_->rangeEncoding(p.got[j]->payload.bytes(), lo, hi);
+  } catch (const std::exception& e) {
+    reason = "size";
+    return dataLoss(e.what());
+  }
+  return codec_->decodeRangeChecked(part, lo, out, reason);
+}
+
+std::vector<bool> Dts::shardMean(const Pending& p, const std::vector<size_t>& from, int64_t lo,
+                                 torch::Tensor& mean, const char* what) {
+  const int64_t n = mean.numel();
+  std::vector<torch::Tensor> q(group_.size());
+  std::vector<bool> used(group_.size(), false);
+  double total = 0;
+  for (size_t j = 0; j < group_.size(); ++j) {
+    const bool self = j == group_.self;
+    if (!self && std::find(from.begin(), from.end(), j) == from.end()) continue;
+    q[j] = torch::zeros({n}, mean.options());
+    if (self) {
+      codec_->decodeAccumulateRange(*p.bytes, 1.0f, lo, q[j]);
+    } else {
+      std::string reason;
+      if (const Status ok = peerShard(p, j, lo, q[j], reason); !ok.ok()) {
+        reject(group_.ranks[j], fmt::format("{} for round {}", what, p.round), reason, ok);
+        q[j] = torch::Tensor();
+        continue;
+      }
+    }
+    used[j] = true;
+    total += group_.weights[j];
+  }
+  mean.zero_();
+  for (size_t j = 0; j < group_.size(); ++j) {
+    if (used[j]) mean.add_(q[j], static_cast<float>(group_.weights[j] / total));
+  }
+  return used;
+}
+
+Status Dts::reduceOwn(Pending& p) {
+  if (p.ownReduced != nullptr) return {};
+  const size_t self = group_.self;
+  std::vector<size_t> from;
+  for (size_t j = 0; j < group_.size(); ++j) {
+    if (j == self) continue;
+    if (p.shardIn[j] || p.got[j]) {
+      from.push_back(j);
+    } else if (awaited(j, p.round)) {
+      return {};  // not yet
+    }
+  }
+  const auto [lo, hi] = shard(self);
+  if (lo == hi) {
+    p.ownReduced = std::make_shared<const std::vector<std::byte>>();
+    return {};
+  }
+  const auto t0 = clock().now();
+  torch::Tensor mean = torch::empty({hi - lo}, base_.options());
+  const std::vector<bool> used = shardMean(p, from, lo, mean, "its part of the shard");
+  // A contribution missing from this worker's shard counts as missing,
+  // once a round, as complete() counts one under all-gather.
+  for (size_t j = 0; j < group_.size(); ++j) {
+    if (j != self && !used[j]) stats_.missed();
+  }
+  p.ownReduced = std::make_shared<const std::vector<std::byte>>(
+      codec_->encodeRange(mean, lo, options_.seed, mixStream(3, topology_.rank(), p.round)));
+  const auto to = presentPeers();
+  stats_.encoded(static_cast<uint64_t>(hi - lo) * 4, p.ownReduced->size(), to.size());
+  stats_.coded(since(t0));
+  return sendOwnReduced(p, to);
+}
+
+bool Dts::shardReady(const Pending& p, size_t s) const {
+  const auto [lo, hi] = shard(s);
+  if (lo == hi) return true;
+  if (s == group_.self) return p.ownReduced != nullptr;
+  if (p.reducedIn[s]) return true;
+  if (owns(s, p.round)) return false;
+  for (size_t j = 0; j < group_.size(); ++j) {
+    if (j != group_.self && !p.got[j] && awaited(j, p.round)) return false;
+  }
+  return true;
+}
+
+Status Dts::completeSharded(Pending& p, int64_t t, train::FlatParameters& flat, bool* deferred) {
+  const auto t0 = clock().now();
+  const auto deadline = t0 + options_.timeout;
+  const auto allReady = [&] {
+    for (size_t s = 0; s < group_.size(); ++s) {
+      if (!shardReady(p, s)) return false;
+    }
+    return true;
+  };
+  while (true) {
+    GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
+    GEO_RETURN_IF_ERROR(pollArrivals());
+    if (allReady()) break;
+    if (deferUntilDue(p, t, t0, deferred)) return {};
+    if (clock().now() >= deadline) {
+      for (size_t j = 0; j < group_.size(); ++j) {
+        if (j == group_.self) continue;
+        const auto [lo, hi] = shard(j);
+        const bool owes =
+            (lo < hi && !p.reducedIn[j] && owns(j, p.round)) ||
+            (p.ownReduced == nullptr && !p.shardIn[j] && !p.got[j] && awaited(j, p.round));
+        if (!owes) continue;
+        membership_.giveUp(group_.ranks[j]);
+        logger()->warn(
+            "dts: round {} still lacks the part or the shard's mean of {} after {:.3g} s "
+            "although it is heard (a straggler?); going on without it",
+            p.round, topology_.describe(group_.ranks[j]),
+            std::chrono::duration<double>(options_.timeout).count());
+      }
+      GEO_RETURN_IF_ERROR(pollArrivals());
+      break;
+    }
+    auto m = transport_->receive(MessageKind::kReduced, p.round, transport::kAnyPeer,
+                                 std::chrono::milliseconds(2));
+    if (!m.ok()) continue;
+    const auto i = group_.indexOf(m->header.sender);
+    if (!i || *i == group_.self || p.reducedIn[*i]) continue;  // a duplicate
+    membership_.delivered(m->header.sender, p.round);
+    p.reducedIn[*i] = std::move(*m);
+  }
+  if (const double waited = since(t0); waited >= 0.05) {
+    logger()->debug(
+        "dts: waited {:.0f} ms at step {} for the shards of round {} (sent at step "
+        "{}, D = {})",
+        waited * 1e3, t, p.round, p.sendStep, delay_);
+  }
+  noteWait(since(t0));
+  const auto tDecode = clock().now();
+  std::vector<double> lags(group_.size(), std::numeric_limits<double>::quiet_NaN());
+  for (size_t s = 0; s < group_.size(); ++s) {
+    const auto [lo, hi] = shard(s);
+    const int64_t n = hi - lo;
+    if (n == 0) continue;
+    torch::Tensor mean = sliceBuffer(1, n, flat.values);
+    bool have = false;
+    if (s == group_.self && p.ownReduced != nullptr) {
+      std::string reason;
+      have = codec_->decodeRangeChecked(*p.ownReduced, lo, mean, reason).ok();
+    } else if (s != group_.self && p.reducedIn[s]) {
+      const Message& m = *p.reducedIn[s];
+      std::string reason;
+      const Status ok = codec_->decodeRangeChecked(m.payload.bytes(), lo, mean, reason);
+      if (ok.ok()) {
+        have = true;
+        // The owner's close: how old the round is as it is applied here.
+        p.applied(t - static_cast<int64_t>(m.header.step));
+        stats_.applied(t - static_cast<int64_t>(m.header.step));
+      } else {
+        reject(group_.ranks[s], fmt::format("its shard's mean for round {}", p.round), reason, ok);
+      }
+    }
+    if (!have) {
+      // Averaged here from the whole contributions that came.
+      std::vector<size_t> from;
+      for (size_t j = 0; j < group_.size(); ++j) {
+        if (j != group_.self && p.got[j]) from.push_back(j);
+      }
+      shardMean(p, from, lo, mean, "the update");
+    }
+    torch::Tensor x = flat.values.narrow(0, lo, n);
+    if (p.start.defined()) {
+      x.copy_(p.start.narrow(0, lo, n) - mean);
+      base_.narrow(0, lo, n).copy_(x);
+    } else {
+      torch::Tensor correction = sliceBuffer(0, n, flat.values).zero_();
+      codec_->decodeAccumulateRange(*p.bytes, 1.0f, lo, correction);
+      correction.sub_(mean);
+      x.add_(correction);
+      base_.narrow(0, lo, n).add_(correction);
+    }
+  }
+  // The lags reported are each peer's part of this worker's shard (or
+  // its whole contribution): one hop, as under all-gather, so that both
+  // ends' lags of a pair measure its link (LinkLedger); chooseDelay()
+  // covers the two hops a round takes.
+  for (size_t j = 0; j < group_.size(); ++j) {
+    if (j == group_.self) continue;
+    const std::optional<Message>& m = p.shardIn[j] ? p.shardIn[j] : p.got[j];
+    if (m) lags[j] = std::chrono::duration<double>(m->received - p.sentAt).count();
+  }
+  stats_.coded(since(tDecode));
+  return completed(p, std::move(lags));
+}
+
+}  // namespace geo::sync::detail

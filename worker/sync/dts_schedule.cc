@@ -1,0 +1,458 @@
+// DTS's agreed schedule (dts_impl.h): the automatic period K, delay D and
+// exchange, the lag reports they are chosen from, and the uplink's pace.
+
+#include "worker/sync/dts_impl.h"
+
+namespace geo::sync::detail {
+
+uint64_t Dts::roundAt(int64_t s) const {
+  if (s >= schedule_.step) {
+    return schedule_.round + static_cast<uint64_t>((s - schedule_.step) / schedule_.k);
+  }
+  const auto back = static_cast<uint64_t>((schedule_.step - s + schedule_.k - 1) / schedule_.k);
+  return schedule_.round > back ? schedule_.round - back : 0;
+}
+
+void Dts::adopt(const Schedule& e, int64_t t) {
+  if (!newer(e, schedule_)) return;
+  if (e.round > nextRound_) {
+    if (!nextSchedule_ || newer(e, *nextSchedule_)) nextSchedule_ = e;
+    return;
+  }
+  if (e.k != schedule_.k) {
+    logger()->info("dts: period K = {} steps (was {}) from round {} (after step {})", e.k,
+                   schedule_.k, e.round, e.step);
+  }
+  if (e.exchange != schedule_.exchange) {
+    logger()->info("dts: exchange {} (was {}) from round {}", exchangeName(e.exchange),
+                   exchangeName(schedule_.exchange), e.round);
+    reexchange(e);
+  }
+  schedule_ = e;
+  roundsSinceChange_ = 0;
+  uplink_.periodChanged();
+  closeAt_ = std::max(closeOf(nextRound_), t + 1);
+  stats_.setPeriod(schedule_.k);
+  stats_.setReduceScatter(sharded());
+}
+
+Status Dts::reportLags(uint64_t round, const std::vector<double>& lags) {
+  const Schedule next = nextSchedule_.value_or(Schedule{0, 0, 0});
+  const int64_t schedules[kScheduleValues] = {static_cast<int64_t>(schedule_.round),
+                                              schedule_.step,
+                                              schedule_.k,
+                                              static_cast<int64_t>(next.round),
+                                              next.step,
+                                              next.k,
+                                              static_cast<int64_t>(nextRound_),
+                                              static_cast<int64_t>(fastestRoundSeconds() * 1e9),
+                                              lead(),
+                                              static_cast<int64_t>(schedule_.exchange),
+                                              static_cast<int64_t>(next.exchange)};
+  for (size_t i = 0; i < group_.size(); ++i) {
+    const uint32_t r = group_.ranks[i];
+    if (i == group_.self || membership_.suspected(r)) continue;
+    auto bytes = std::make_shared<std::vector<std::byte>>(kLagReportBytes);
+    std::memcpy(bytes->data(), &lags[i], sizeof(double));
+    std::memcpy(bytes->data() + sizeof(double), schedules, sizeof schedules);
+    GEO_RETURN_IF_ERROR(
+        sendTo({r}, Control::kLagReport, round, CodecId::kRaw, kLagReportBytes, std::move(bytes)));
+  }
+  return {};
+}
+
+bool Dts::takeLagReports(int64_t t) {
+  bool any = false;
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (i == group_.self) continue;
+    for (auto m = receiveControl(*transport_, Control::kLagReport, group_.ranks[i],
+                                 std::chrono::milliseconds(0));
+         m.ok(); m = receiveControl(*transport_, Control::kLagReport, group_.ranks[i],
+                                    std::chrono::milliseconds(0))) {
+      if (m->payload.size() != kLagReportBytes) continue;
+      any = true;
+      if (scheduling()) {
+        int64_t e[kScheduleValues];
+        std::memcpy(e, m->payload.data() + sizeof(double), sizeof e);
+        // A peer runs at most its D (<= maxAutoDelay steps, a round each
+        // at worst) ahead: a larger figure is not believed.
+        if (e[6] >= 0 &&
+            static_cast<uint64_t>(e[6]) <=
+                nextRound_ + static_cast<uint64_t>(options_.maxAutoDelay) + 2 &&
+            e[7] > 0 && e[7] < int64_t{60'000'000'000} && e[8] >= 0 &&
+            e[8] <= options_.maxAutoDelay) {
+          paces_[i] = Pace{static_cast<uint64_t>(e[6]), static_cast<double>(e[7]) * 1e-9, e[8],
+                           m->received};
+        }
+        for (int j : {0, 3}) {
+          const int64_t exchange = e[9 + j / 3];
+          if (e[j] >= 0 && e[j + 1] >= 0 && e[j + 2] >= 1 && e[j + 2] <= options_.maxAutoPeriod &&
+              (exchange == 0 || exchange == 1)) {
+            // A fixed exchange is every worker's (the hello agreed on it).
+            const Exchange x = !autoExchange_  ? schedule_.exchange
+                               : exchange == 1 ? Exchange::kReduceScatter
+                                               : Exchange::kAllGather;
+            // A fixed period likewise (the schedule then changes the exchange only).
+            const int64_t k = options_.autoPeriod ? e[j + 2] : schedule_.k;
+            adopt({static_cast<uint64_t>(e[j]), e[j + 1], k, x}, t);
+          }
+        }
+      }
+      double theirs = 0;
+      std::memcpy(&theirs, m->payload.data(), sizeof theirs);
+      const uint64_t round = m->header.step;
+      if (round != kNoRound) links_.theirLag(round, i, theirs);
+    }
+  }
+  return any;
+}
+
+void Dts::awaitSchedule(int64_t step) {
+  const auto deadline = clock().now() + options_.timeout;
+  while (!takeLagReports(step)) {
+    if (clock().now() >= deadline) {
+      logger()->warn(
+          "dts: no peer reported the job's period within {:.3g} s; numbering rounds with K = {}",
+          std::chrono::duration<double>(options_.timeout).count(), schedule_.k);
+      return;
+    }
+    clock().sleepFor(kPoll);
+  }
+  if (nextSchedule_ && nextSchedule_->round <= roundAt(step)) {
+    schedule_ = *std::exchange(nextSchedule_, std::nullopt);
+    stats_.setPeriod(schedule_.k);
+    stats_.setReduceScatter(sharded());
+  }
+}
+
+Status Dts::choosePeriod(bool atClose) {
+  if (!atClose) ++roundsSinceChange_;
+  // The links' latency without queueing: pings share the uplink's queue
+  // with the updates, so a busy link inflates them; the smallest of the
+  // recent ones is the path's.
+  for (const auto& c : transport_->peerCounters()) {
+    const auto i = group_.indexOf(c.peer);
+    if (!i || c.minRttSeconds < 0) continue;
+    links_.addRtt(*i, c.minRttSeconds);
+  }
+  // Decide on measurements of the K in force only: the last four link
+  // times are of it six rounds after a change. Sooner where this worker's
+  // own uplink held back each of its last two rounds: a round's transfer
+  // then takes at least as long as those rounds lasted, known without
+  // anyone's report (the links' come a round's completion, D steps, and a
+  // report's trip later), and K may grow at once.
+  const bool measured = !atClose && roundsSinceChange_ >= kLagWindow + 2;
+  const std::optional<double> heldRound = uplink_.heldRoundSeconds();
+  const bool heldBack = heldRound.has_value();
+  // Before the first lag reports, at a round's completion: one of our
+  // rounds seen crossing longer than the links' latency (chooseDelay
+  // records it until then) bounds a round's transfer from below, and
+  // raises K at once where the K in force cannot carry it
+  // (periodFromCrossing). Not after: the longest crossing seen is kept,
+  // and would raise again a K the measurements had lowered.
+  const bool crossed =
+      !atClose && !measured && links_.crossingSeconds() > 0 && !everyLinkMeasured();
+  if (nextSchedule_ || stepSeconds_ <= 0 || !(measured || heldBack || crossed)) return {};
+  for (size_t i = 0; i < group_.self; ++i) {
+    if (!membership_.suspected(group_.ranks[i])) return {};  // not the coordinator
+  }
+  double transfer = -1, latency = 0;
+  for (size_t i = 0; i < group_.size(); ++i) {
+    const std::optional<double> smallest = links_.smallestRtt(i);
+    if (i == group_.self || !smallest) continue;
+    const double rtt = *smallest;
+    latency = std::max(latency, rtt / 2);
+    if (!measured || !links_.measured(i)) continue;
+    const std::vector<double> samples(links_.samples(i).begin(), links_.samples(i).end());
+    transfer = std::max(transfer, roundTransferSeconds(samples, rtt / 2, roundSeconds()));
+  }
+  // A round's copies leave for every peer at once, so the slowest link's
+  // transfer is the uplink's for all of them (or a bound under it where
+  // the uplink is not the limit): what the final average paces its copies
+  // by. Under reduce-scatter the lags are the parts' arrivals at their
+  // owners: (G - 1) / G of a payload in all.
+  const double peers = static_cast<double>(group_.size() - 1);
+  uplink_.measuredTransfer(transfer,
+                           sharded() ? peers / static_cast<double>(group_.size()) : peers);
+  int64_t chosen = 0;  // the K to change to; 0: K stays
+  const char* why = "a round's transfer takes";
+  if (!options_.autoPeriod) {
+    // The exchange alone is chosen at run time.
+  } else if (transfer >= 0) {
+    chosen =
+        autoPeriod(transfer, stepSeconds_, schedule_.k, options_.maxAutoPeriod, codecRoundSeconds_)
+            .value_or(0);
+    if (codecBoundsPeriod(transfer, codecRoundSeconds_)) {
+      transfer = codecRoundSeconds_;
+      why = "encoding and decoding a round take";
+    }
+  }
+  if (crossed && options_.autoPeriod) {
+    const std::optional<int64_t> up = periodFromCrossing(
+        links_.crossingSeconds(), latency, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
+    if (up && *up > chosen) {
+      chosen = *up, transfer = links_.crossingSeconds() - latency;
+      why = "a round seen crossing, before the lag reports, takes at least";
+    }
+  }
+  // A larger K at once: the uplink is what every round waits for. A
+  // smaller one not more often than every kMinStepsBetweenChanges steps
+  // (measurements are noisy), and never while the uplink holds rounds back.
+  if (chosen != 0 && chosen < schedule_.k &&
+      (heldBack ||
+       static_cast<int64_t>(roundsSinceChange_) * schedule_.k < kMinStepsBetweenChanges)) {
+    chosen = 0;
+  }
+  if (heldBack && options_.autoPeriod) {
+    // The longer of the two (UplinkPace::heldRoundSeconds): their mean went
+    // to K = 32 of 12 ms steps for a 450 ms transfer.
+    const double uplink = *heldRound;
+    const auto up = periodForHeldUplink(uplink, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
+    if (up && *up > chosen) {
+      chosen = *up, transfer = uplink;
+      why = "the uplink held back our last rounds: a round through it takes";
+    }
+  }
+  // The exchange (sync.exchange: auto): on the same measurements, or as
+  // soon as the uplink holds rounds back (its rate is then known without
+  // the lag reports, which at K = 64 take six rounds, 384 steps). A
+  // change of exchange brings the K that exchange settles on, in place
+  // of any change of K decided above.
+  Exchange exchange = schedule_.exchange;
+  if (autoExchange_ && (measured || heldBack) &&
+      static_cast<int64_t>(roundsSinceChange_) * schedule_.k >= kMinStepsBetweenChanges) {
+    const ExchangeInputs in = exchangeInputs(latency);
+    const ExchangeVerdict v = exchangeVerdict(in);
+    if (v.choice != schedule_.exchange) {
+      exchange = v.choice;
+      const DtsCost& now = sharded() ? v.reduceScatter : v.allGather;
+      const DtsCost& then = sharded() ? v.allGather : v.reduceScatter;
+      // The new exchange's rounds start at the K its rule settles on.
+      if (options_.autoPeriod) chosen = then.period;
+      logger()->info(
+          "dts: exchange {} planned at {:.1f} ms a step (K = {}, D = {}) against {:.1f} ms "
+          "(K = {}, D = {}) for {}, and {:.2f}x as many steps to the target: uplink {:.3g} MB/s, "
+          "links {:.0f} ms one way, {:.0f} KB a payload, codec {:.1f} ms a payload",
+          exchangeName(exchange), then.stepSeconds * 1e3, then.period, then.delay,
+          now.stepSeconds * 1e3, now.period, now.delay, exchangeName(schedule_.exchange),
+          then.stepsFactor / now.stepsFactor, in.uplinkBytesPerSecond / 1e6, latency * 1e3,
+          in.payloadBytes / 1e3, in.codecPayloadSeconds * 1e3);
+    }
+  }
+  if (chosen == 0) {
+    if (exchange == schedule_.exchange) return {};
+    chosen = schedule_.k;  // the exchange alone changes
+  }
+  const int64_t k = chosen;
+  // Far enough ahead for the announcement to cross the links' latency,
+  // in steps as they are lived (a round held back for the uplink
+  // lasts longer than its compute); behind a queue it comes later, and a
+  // worker that hears of it after its round closes realigns (adopt()).
+  const int64_t ahead = periodAnnouncementSteps(schedule_.k, latency,
+                                                roundSeconds() / static_cast<double>(schedule_.k));
+  // And past the furthest round any peer may have opened by the time the
+  // announcement reaches it: a peer may run up to its D ahead of the
+  // coordinator (which also evaluates), and a change for a round it had
+  // sent already numbered its rounds apart from ours until we caught up
+  // -- every worker then waited, round by round, for the coordinator's
+  // (about a second of 800 steps on the world links).
+  // A change of exchange two rounds further: a worker that closed a
+  // round before it heard sends that round again as the others exchange
+  // it, which it cannot once it has applied a contribution early
+  // (reexchange).
+  const uint64_t margin = exchange != schedule_.exchange ? 2 : 0;
+  const uint64_t from =
+      exchange != schedule_.exchange && options_.exchangeAnnouncedLate
+          ? nextRound_ + 1
+          : std::max(nextRound_ + static_cast<uint64_t>((ahead + schedule_.k - 1) / schedule_.k),
+                     furthestPeerRound() + 1) +
+                margin;
+  const Schedule next{from, closeOf(from - 1), k, exchange};
+  if (exchange != schedule_.exchange) {
+    logger()->info("dts: exchange {} with K = {} from round {} (after step {}), was {} with K = {}",
+                   exchangeName(exchange), k, next.round, next.step,
+                   exchangeName(schedule_.exchange), schedule_.k);
+  } else {
+    logger()->info(
+        "dts: period K = {} from round {} (after step {}), was {}: {} {:.0f} ms, step time "
+        "{:.1f} ms",
+        k, next.round, next.step, schedule_.k, why, transfer * 1e3, stepSeconds_ * 1e3);
+  }
+  nextSchedule_ = next;
+  return reportLags(kNoRound,
+                    std::vector<double>(group_.size(), std::numeric_limits<double>::quiet_NaN()));
+}
+
+ExchangeInputs Dts::exchangeInputs(double latency) const {
+  ExchangeInputs in;
+  in.group = static_cast<double>(group_.size());
+  in.peersOut = in.group - 1;
+  in.payloadBytes = static_cast<double>(uplink_.lastRoundBytes());
+  in.uplinkBytesPerSecond = uplink_.bytesPerSecond();
+  // Where the uplink held the last rounds back, a round's bytes took
+  // as long as those rounds lasted: the rate itself, where the slowest
+  // link's transfer only bounds it from above (1.87 MB/s read on an
+  // uplink of 1 MB/s).
+  if (const std::optional<double> held = uplink_.heldRoundSeconds(); held && *held > 0) {
+    const double g = in.group;
+    const double roundBytes = in.payloadBytes * (sharded() ? 2 * (g - 1) / g : g - 1);
+    const double rate = roundBytes / *held;
+    if (rate > 0 && (in.uplinkBytesPerSecond <= 0 || rate < in.uplinkBytesPerSecond)) {
+      in.uplinkBytesPerSecond = rate;
+    }
+  }
+  in.latencySeconds = latency;
+  in.codecPayloadSeconds = codecPayloadSeconds();
+  return in;
+}
+
+ExchangeVerdict Dts::exchangeVerdict(const ExchangeInputs& in) const {
+  DtsPolicy policy;
+  policy.autoPeriod = options_.autoPeriod;
+  policy.period = options_.autoPeriod ? options_.period : schedule_.k;
+  policy.delay = options_.delay;
+  policy.maxAutoPeriod = options_.maxAutoPeriod;
+  policy.maxAutoDelay = options_.maxAutoDelay;
+  return chooseExchange(in, stepSeconds_, policy, schedule_.exchange);
+}
+
+uint64_t Dts::furthestPeerRound() const {
+  uint64_t furthest = nextRound_;
+  const auto now = clock().now();
+  for (size_t i = 0; i < group_.size(); ++i) {
+    const std::optional<double> rtt = links_.smallestRtt(i);
+    if (!paces_[i] || !rtt || membership_.suspected(group_.ranks[i])) continue;
+    const Pace& p = *paces_[i];
+    const double seconds = *rtt + std::chrono::duration<double>(now - p.at).count();
+    const double rounds = seconds / p.roundSeconds;
+    const uint64_t paced = p.nextRound + static_cast<uint64_t>(std::ceil(std::min(rounds, 1e6)));
+    const uint64_t waits = roundAt(closeOf(nextRound_) + p.lead);
+    furthest = std::max(furthest, std::min(paced, waits));
+  }
+  return furthest;
+}
+
+Status Dts::awaitUplink(int64_t t, train::FlatParameters& flat) {
+  if (uplink_.lastRoundBytes() == 0) return {};
+  const auto t0 = clock().now();
+  const double round = roundSeconds();
+  const auto backlogged = [&] {
+    for (const auto& c : transport_->peerCounters()) {
+      if (!group_.indexOf(c.peer) || membership_.suspected(c.peer)) continue;
+      const PeerQueue queue{c.backlogBytes, c.minRttSeconds, c.unackedSeconds, c.sinceAckSeconds};
+      if (roundStillQueued(queue, uplink_.lastRoundBytes(), round)) return true;
+    }
+    return false;
+  };
+  uplink_.setHeld(false);
+  while (backlogged() && clock().now() < t0 + options_.timeout) {
+    uplink_.setHeld(true);
+    GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
+    GEO_RETURN_IF_ERROR(pollArrivals());
+    clock().sleepFor(std::chrono::milliseconds(2));
+  }
+  if (const double waited = since(t0); waited >= 0.05) {
+    logger()->debug("dts: the uplink held round {} back for {:.0f} ms", nextRound_, waited * 1e3);
+  }
+  noteWait(since(t0));
+  return {};
+}
+
+void Dts::noteCodecRound() {
+  const double total = stats_.codecSeconds() + decodedBeside_.seconds - decodedBeside_.waited;
+  if (codecAtClose_ >= 0) {
+    const double round = std::max(0.0, total - codecAtClose_);
+    codecRoundSeconds_ = codecRoundSeconds_ <= 0 ? round : 0.7 * codecRoundSeconds_ + 0.3 * round;
+  }
+  codecAtClose_ = total;
+}
+
+void Dts::learnTheLink() {
+  const int64_t before = delay_;
+  if (!chooseDelay()) return;
+  for (Pending& p : pending_) {
+    if (p.provisionalDue) {
+      p.dueStep = std::min(p.dueStep, p.sendStep + delay_);
+      p.provisionalDue = false;
+    } else if (delay_ > before && !everyLinkMeasured()) {
+      // Before a peer's first lag reports, a D raised by a round seen
+      // crossing covers the rounds already in flight too: they cross the
+      // same way.
+      // (Each worker completes a round when its own D says; the
+      // corrections still sum to zero.)
+      p.dueStep = std::max(p.dueStep, p.sendStep + delay_);
+    }
+  }
+}
+
+bool Dts::everyLinkMeasured() const {
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (i == group_.self || links_.measured(i)) continue;
+    if (!membership_.suspected(group_.ranks[i])) return false;
+  }
+  return true;
+}
+
+bool Dts::chooseDelay() {
+  // Each expected peer's link: from the pairs' measurements where it has
+  // some, else from its ping round trip and the rounds seen crossing
+  // (slowestLink).
+  std::vector<PeerLink> peers;
+  std::vector<size_t> indices;  // their group indices
+  for (const auto& c : transport_->peerCounters()) {
+    const auto i = group_.indexOf(c.peer);
+    if (!i || *i == group_.self || membership_.suspected(c.peer)) continue;
+    PeerLink l;
+    l.minRttSeconds = c.minRttSeconds;
+    if (links_.measured(*i)) {
+      l.measuredSeconds = links_.longestSample(*i);
+    } else if (c.minRttSeconds > 0 && c.unackedSeconds > c.minRttSeconds &&
+               c.sinceAckSeconds >= 0 && c.sinceAckSeconds < c.minRttSeconds + 1.0) {
+      // A round still crossing to a peer not measured yet: its oldest
+      // byte not yet acknowledged left unackedSeconds ago, so the way
+      // there takes at least that less the acknowledgement's way back. A
+      // 10 MB round over 100 Mbit/s took 2.3 s where the ping said
+      // 115 ms, and the first lag reports came 26 s into the run: every
+      // round until then was waited for. Only while acknowledgements keep
+      // coming (the data moves; a cut link's silence says nothing of its
+      // length). The longest seen holds until the reports come: the next
+      // round crosses the same way. (The minimum round trip: the first
+      // pings of a job wait behind connection set-up and slow start.)
+      links_.sawCrossing(c.unackedSeconds - c.minRttSeconds / 2);
+    }
+    peers.push_back(l);
+    indices.push_back(*i);
+  }
+  const std::optional<SlowestLink> slowest = slowestLink(peers, links_.crossingSeconds());
+  const double link = slowest ? slowest->seconds : -1;
+  if (slowest && !slowest->estimated) stats_.setLink(link);
+  // Under reduce-scatter a round takes two hops, a part to its owner and
+  // the owner's mean on: D covers twice the slowest link (the slowest
+  // pair's round trip, for links alike both ways).
+  const std::optional<int64_t> chosen =
+      autoDelaySteps(sharded() && link > 0 ? 2 * link : link, stepSeconds_, options_.maxAutoDelay);
+  if (chosen) linkKnown_ = true;
+  const int64_t next = chosen.value_or(std::clamp<int64_t>(delay_, 0, options_.maxAutoDelay));
+  if (next != delay_) {
+    // Small moves (jitter) go to the debug log; real changes to info.
+    const std::string whose =
+        slowest ? topology_.describe(group_.ranks[indices[slowest->peer]]) : std::string();
+    const bool notable = std::abs(next - loggedDelay_) >= std::max<int64_t>(2, loggedDelay_ / 4);
+    logger()->log(notable ? spdlog::level::info : spdlog::level::debug,
+                  "dts: delay D = {} steps (was {}): slowest link {:.0f} ms one way ({}){}, step "
+                  "time {:.1f} ms",
+                  next, delay_, link * 1e3,
+                  !slowest              ? std::string("nothing known of the links")
+                  : !slowest->estimated ? fmt::format("to {}", whose)
+                  : link == links_.crossingSeconds()
+                      ? fmt::format("a round seen crossing, before {}'s first reports", whose)
+                      : fmt::format("half the ping round trip, before {}'s first reports", whose),
+                  sharded() ? ", twice over (reduce-scatter)" : "", stepSeconds_ * 1e3);
+    if (notable) loggedDelay_ = next;
+    delay_ = next;
+  }
+  stats_.setDelay(delay_);
+  return linkKnown_;
+}
+
+}  // namespace geo::sync::detail
