@@ -2746,10 +2746,12 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeADeadPeerStallsTheOthersForThePeerTimeou
 
 // A partition in simulated time: the others stall for the peer time-out
 // once, both sides train on, and the healed worker rejoins without a round
-// time-out; every worker ends with the same bytes.
-TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionCostsThePeerTimeoutOnce) {
+// time-out; every worker ends with the same bytes. Under `exchange`
+// (sync.exchange).
+void expectAPartitionToCostThePeerTimeoutOnce(const std::string& exchange) {
   FakeClock clock;
   JobSpec job = simulatedFourRegionDts(clock, 6, 30s, 500ms);
+  job.sync.exchange = exchange;
   job.steps = 150;
   job.partitionedRank = 2;
   job.partitionAtStep = 10;
@@ -2765,6 +2767,19 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionCostsThePeerTimeoutOnce) {
     EXPECT_LT(r.stats[rank].waitSeconds, 1.5) << "rank " << rank;
     EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
   }
+}
+
+TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionCostsThePeerTimeoutOnce) {
+  expectAPartitionToCostThePeerTimeoutOnce("allgather");
+}
+
+// The worker cut off owns a shard: the others average its shard
+// themselves from whole contributions once it is suspected (ownerLost),
+// it averages every shard from its own alone, and healed, it is sent the
+// rounds from the one it resumes at -- still the peer time-out once, and
+// the same bytes everywhere at the end.
+TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionUnderReduceScatterCostsThePeerTimeoutOnce) {
+  expectAPartitionToCostThePeerTimeoutOnce("reducescatter");
 }
 
 // Hierarchical DTS in simulated time, a region's member dead: its leader
