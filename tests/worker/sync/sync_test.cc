@@ -1873,16 +1873,10 @@ TEST(DtsAutoExchange, KeepsAllGatherWhereOnlyLatencyCosts) {
   }
 }
 
-// DTS state is checkpointed: a job interrupted with a round in flight
-// (K = 2, D = 1, stopped right after sending round 5) and resumed from its
-// checkpoints ends bitwise where an uninterrupted run ends -- the resumed
-// workers send their part of the pending round again.
-TEST(Dts, ResumesFromCheckpointsWithARoundInFlight) {
-  JobSpec job;
-  job.steps = 20;
-  job.sync = options("dts", "qsgd");
-  job.sync.period = 2;
-  job.sync.delay = 1;
+// `job` (20 steps on four workers) run straight through, and interrupted
+// after step 12 and resumed from its checkpoints: every step's model and
+// the final ones are the same bytes.
+void expectResumedBitwise(const JobSpec& job) {
   const auto straight = runJob(job);
   const auto [first, resumed] = runInterrupted(job, 12);
   for (const auto& s : first.status) ASSERT_TRUE(s.ok()) << s.toString();
@@ -1900,6 +1894,34 @@ TEST(Dts, ResumesFromCheckpointsWithARoundInFlight) {
     EXPECT_TRUE(torch::equal(resumed.finalValues[rank], straight.finalValues[rank]))
         << "rank " << rank;
   }
+}
+
+// DTS state is checkpointed: a job interrupted with a round in flight
+// (K = 2, D = 1, stopped right after sending round 5) and resumed from its
+// checkpoints ends bitwise where an uninterrupted run ends -- the resumed
+// workers send their part of the pending round again.
+TEST(Dts, ResumesFromCheckpointsWithARoundInFlight) {
+  JobSpec job;
+  job.steps = 20;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = 1;
+  expectResumedBitwise(job);
+}
+
+// The same under reduce-scatter, interrupted between rounds (K = 2, D = 0:
+// round 5 completed at step 12; a round in flight at a checkpoint
+// completes by all-gather after the resume): the resumed workers' parts,
+// their owners' means and so every step after are the uninterrupted job's
+// bytes.
+TEST(DtsReduceScatter, ResumesBitwiseBetweenRounds) {
+  JobSpec job;
+  job.steps = 20;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 2;
+  job.sync.delay = 0;
+  job.sync.exchange = "reducescatter";
+  expectResumedBitwise(job);
 }
 
 TEST(Swarm, ExchangesAndEndsOnOneModel) {
