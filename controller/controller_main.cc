@@ -111,14 +111,12 @@ int main(int argc, char** argv) {
   sigaddset(&sigs, SIGTERM);
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  kube::CancelToken stop;
-  std::thread signalThread([&] {
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    if (sig != 0) geo::logger()->info("signal {}: stopping", sig);
-    stop.cancel();
-  });
 
+  // What can fail to listen comes before any thread of ours: a return
+  // from main with a joinable std::thread would abort the process instead
+  // of exiting with the message (a busy port, under a Deployment's
+  // restarts, looked like a crash). The servers' own threads start after
+  // the signal mask, so that sigwait below receives SIGTERM.
   geo::controller::ControllerMetrics metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
@@ -146,6 +144,13 @@ int main(int argc, char** argv) {
                            std::stoi(f.healthListen.substr(colon + 1)))) {
     return fail("--health-listen " + f.healthListen + ": cannot listen there");
   }
+  kube::CancelToken stop;
+  std::thread signalThread([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (sig != 0) geo::logger()->info("signal {}: stopping", sig);
+    stop.cancel();
+  });
   std::thread healthThread([&] { health.listen_after_bind(); });
 
   rec::SecretClusters clusters(**hub, f.ns, *members, clientOptions);

@@ -22,13 +22,14 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-from e2e_support import Clusters, check, report, wait_for
+from e2e_support import Clusters, check, free_port, report, wait_for
 
 
 def http(url):
@@ -52,6 +53,22 @@ def main():
     kubectl, get = clusters.kubectl, clusters.get
 
     try:
+        # A metrics port another process holds: the replica exits 1 and
+        # names the flag (it aborted before, "terminate called without an
+        # active exception", which a Deployment shows as a crash).
+        with socket.socket() as held:
+            held.bind(("127.0.0.1", 0))
+            held.listen()
+            taken = held.getsockname()[1]
+            r = subprocess.run([controller, "--kubeconfig", clusters.kc["hub"],
+                                "--namespace", "geotrain-system",
+                                "--metrics-listen", f"127.0.0.1:{taken}",
+                                "--health-listen", f"127.0.0.1:{free_port()}",
+                                "--worker-image", "registry.example/worker:1"],
+                               capture_output=True, text=True, timeout=60)
+        check(r.returncode == 1 and f"--metrics-listen 127.0.0.1:{taken}" in r.stderr,
+              f"a taken metrics port: exit {r.returncode}, {r.stderr[-300:]!r}")
+
         replicas = {name: clusters.start_controller(name) for name in ("c1", "c2")}
         for name, r in replicas.items():
             wait_for(f"{name} /healthz", lambda r=r: http(

@@ -32,8 +32,19 @@ def report(work):
     print("all checks passed")
 
 
+_given = set()
+
+
 def free_port():
-    return free_ports(1)[0]
+    """A free loopback port (free_ports), never one this process handed out
+    before: a replica picks its ports before the one started just before it
+    has bound its own, and a port two replicas share fails one of them at
+    every restart."""
+    while True:
+        port = free_ports(1)[0]
+        if port not in _given:
+            _given.add(port)
+            return port
 
 
 def wait_for(what, predicate, timeout=30):
