@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <utility>
 
 #include "worker/sync/auto_rules.h"
@@ -9,15 +10,43 @@
 namespace geo::sync {
 namespace {
 
-// Steps to the target against allreduce fp32 at a staleness, from the
-// ten-seed batch of docs/benchmarks.md ("Ten seeds, and the accuracy
+using Curve = std::array<std::pair<double, double>, 5>;
+
+// Steps to the target against allreduce fp32 at a staleness, four workers:
+// the ten-seed batch of docs/benchmarks.md ("Ten seeds, and the accuracy
 // averaged over them": the mlp to 85%, the accuracy averaged over the
 // seeds): allreduce 205 steps, DTS at a staleness of 3.4 steps 233, at
 // 44.1 steps 290. Beyond 44.1 the last slope (0.0066 a step) goes on: it
 // gives 1.75 at 95.8, where the rtt3 run of the five-seed batch measured
-// 2.10 / 1.65 of the world run's (1.79 on this scale).
-constexpr std::array<std::pair<double, double>, 3> kDtsFactors = {
-    {{0.0, 1.0}, {3.4, 233.0 / 205.0}, {44.1, 290.0 / 205.0}}};
+// 2.10 / 1.65 of the world run's (1.79 on this scale). (Its first point
+// is repeated: one shape for both curves.)
+constexpr Curve kFourWorkers = {
+    {{0.0, 1.0}, {0.0, 1.0}, {0.0, 1.0}, {3.4, 233.0 / 205.0}, {44.1, 290.0 / 205.0}}};
+
+// Sixteen workers ("What a step of staleness costs at sixteen workers" in
+// docs/benchmarks.md): 16 regions x 1 worker on the lan preset over the
+// namespace network, K = 16 and D fixed at 0, 4, 12, 24 and 40, seeds 42
+// and 1, rank 0's first evaluation at 85% (every 16 steps), the means of
+// the two seeds: allreduce fp32 136 steps (128 and 144); DTS 144 at a
+// staleness of 0, 176 at 3.87, 264 at 11.6, 336 at 22.93 and 352 at 37.6
+// (the staleness the workers measured). Beyond 37.6 the last slope (0.008
+// a step) goes on.
+constexpr Curve kSixteenWorkers = {{{0.0, 144.0 / 136.0},
+                                    {3.87, 176.0 / 136.0},
+                                    {11.6, 264.0 / 136.0},
+                                    {22.93, 336.0 / 136.0},
+                                    {37.6, 352.0 / 136.0}}};
+
+double onCurve(const Curve& c, double s, bool* beyond) {
+  if (beyond) *beyond = s > c.back().first;
+  for (size_t i = 1; i < c.size(); ++i) {
+    const auto [s0, f0] = c[i - 1];
+    const auto [s1, f1] = c[i];
+    if (s1 <= s0) continue;  // a repeated first point
+    if (s <= s1 || i + 1 == c.size()) return f0 + (f1 - f0) * (s - s0) / (s1 - s0);
+  }
+  return c.back().second;
+}
 
 }  // namespace
 
@@ -27,6 +56,7 @@ std::string_view exchangeName(Exchange e) {
 
 RoundShape roundShape(Exchange e, const ExchangeInputs& in) {
   RoundShape s;
+  s.group = in.group;
   const double rate = in.uplinkBytesPerSecond;
   if (e == Exchange::kAllGather) {
     s.bytesPerRound = in.wan ? in.peersOut * in.payloadBytes : 0.0;
@@ -61,7 +91,7 @@ DtsCost dtsCost(const RoundShape& shape, double computeSeconds, int64_t period,
   const double wait = std::max(0.0, shape.roundLink - static_cast<double>(r.delay) * base);
   r.waitStep = wait / kd;
   r.stepSeconds = base + r.waitStep;
-  r.stepsFactor = dtsStepsFactor(static_cast<double>(r.delay), &r.extrapolated);
+  r.stepsFactor = dtsStepsFactor(static_cast<double>(r.delay), shape.group, &r.extrapolated);
   return r;
 }
 
@@ -81,15 +111,16 @@ int64_t settledPeriod(const RoundShape& shape, double computeSeconds, int64_t st
   return k;
 }
 
-double dtsStepsFactor(double staleness, bool* extrapolated) {
+double dtsStepsFactor(double staleness, double group, bool* extrapolated) {
   const double s = std::max(0.0, staleness);
-  if (extrapolated) *extrapolated = s > kDtsFactors.back().first;
-  for (size_t i = 1; i < kDtsFactors.size(); ++i) {
-    const auto [s0, f0] = kDtsFactors[i - 1];
-    const auto [s1, f1] = kDtsFactors[i];
-    if (s <= s1 || i + 1 == kDtsFactors.size()) return f0 + (f1 - f0) * (s - s0) / (s1 - s0);
+  bool beyondFour = false, beyondSixteen = false;
+  const double four = onCurve(kFourWorkers, s, &beyondFour);
+  const double sixteen = onCurve(kSixteenWorkers, s, &beyondSixteen);
+  const double w = std::clamp(std::log2(std::max(group, 1.0) / 4) / 2, 0.0, 1.0);
+  if (extrapolated) {
+    *extrapolated = group > 16 || (w < 1 && beyondFour) || (w > 0 && beyondSixteen);
   }
-  return kDtsFactors.back().second;
+  return (1 - w) * four + w * sixteen;
 }
 
 ExchangeVerdict chooseExchange(const ExchangeInputs& in, double computeSeconds,

@@ -45,6 +45,7 @@ struct RoundShape {
   double roundLink = 0;      // until its last byte has arrived where it is needed
   double bytesPerRound = 0;  // up this worker's uplink
   double codecRound = 0;     // encoding and decoding, seconds of this worker's cores
+  double group = 0;  // G: the models a round averages (what its staleness costs grows with G)
 };
 
 // All-gather: the uplink carries peersOut payloads; the last byte arrives
@@ -64,7 +65,7 @@ struct DtsCost {
   double codecStep = 0;    // the codec's: codecRound / K
   double waitStep = 0;     // what a round still needs at its due step, a step's share
   double stepSeconds = 0;  // max(compute + codec, uplink) + wait
-  double stepsFactor = 1;  // steps to a target against allreduce fp32 (dtsStepsFactor)
+  double stepsFactor = 1;  // steps to a target against allreduce fp32 (dtsStepsFactor at G)
   bool extrapolated = false;
   // The time one of the reference run's steps to the target costs here.
   double secondsPerReferenceStep() const { return stepSeconds * stepsFactor; }
@@ -83,11 +84,18 @@ DtsCost dtsCost(const RoundShape& shape, double computeSeconds, int64_t period,
 int64_t settledPeriod(const RoundShape& shape, double computeSeconds, int64_t start,
                       int64_t maxAutoPeriod);
 
-// Steps to the target relative to allreduce fp32 at a staleness of
-// `staleness` steps, from the ten-seed batch of docs/benchmarks.md (the mlp
-// to 85%): linear between the measured points and on along the last slope
-// beyond them (`extrapolated` then set).
-double dtsStepsFactor(double staleness, bool* extrapolated = nullptr);
+// Steps to the target relative to allreduce fp32 (of as many workers) at
+// a staleness of `staleness` steps among `group` workers averaged, from
+// two measured curves (docs/benchmarks.md, the mlp to 85%): four workers'
+// (the ten-seed batch) and sixteen workers' (a fixed D at K = 16, two
+// seeds). A step of staleness costs more where more workers average: the
+// allreduce it is held against moves further a step. Linear in the
+// staleness between a curve's points and on along its last slope beyond
+// them; between four and sixteen workers, the two curves weighted by
+// log2(G / 4) / 2; under four, four workers' curve; over sixteen,
+// sixteen's. `extrapolated` is set beyond a curve's last point or over
+// sixteen workers.
+double dtsStepsFactor(double staleness, double group, bool* extrapolated = nullptr);
 
 // How DTS's period and delay are set for the comparison.
 struct DtsPolicy {

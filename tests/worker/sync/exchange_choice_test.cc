@@ -63,12 +63,12 @@ TEST(ExchangeChoice, DtsCostWaitsForWhatTheDelayDoesNotCover) {
   EXPECT_DOUBLE_EQ(fixed.codecStep, 0.01);
   EXPECT_DOUBLE_EQ(fixed.waitStep, 0.8 / 8);
   EXPECT_DOUBLE_EQ(fixed.stepSeconds, 0.1 + 0.1);
-  EXPECT_DOUBLE_EQ(fixed.stepsFactor, dtsStepsFactor(2));
+  EXPECT_DOUBLE_EQ(fixed.stepsFactor, dtsStepsFactor(2, 0));
   // D auto: the link in steps of the uplink's share, nothing waited for.
   const DtsCost automatic = dtsCost(shape, 0.05, 8, std::nullopt, 100);
   EXPECT_EQ(automatic.delay, 10);
   EXPECT_DOUBLE_EQ(automatic.waitStep, 0);
-  EXPECT_DOUBLE_EQ(automatic.secondsPerReferenceStep(), 0.1 * dtsStepsFactor(10));
+  EXPECT_DOUBLE_EQ(automatic.secondsPerReferenceStep(), 0.1 * dtsStepsFactor(10, 0));
 }
 
 TEST(ExchangeChoice, SettledPeriodIsWhereTheAutoRulesKeepK) {
@@ -85,15 +85,42 @@ TEST(ExchangeChoice, SettledPeriodIsWhereTheAutoRulesKeepK) {
 }
 
 TEST(ExchangeChoice, StepsFactorInterpolatesTheMeasuredPointsAndSaysWhenItExtrapolates) {
+  // Four workers (and fewer): the ten-seed batch.
+  for (const double g : {2.0, 3.0, 4.0}) {
+    bool ex = true;
+    EXPECT_DOUBLE_EQ(dtsStepsFactor(0, g, &ex), 1.0);
+    EXPECT_FALSE(ex);
+    EXPECT_DOUBLE_EQ(dtsStepsFactor(3.4, g), 233.0 / 205.0);
+    EXPECT_DOUBLE_EQ(dtsStepsFactor(44.1, g), 290.0 / 205.0);
+    EXPECT_NEAR(dtsStepsFactor((3.4 + 44.1) / 2, g), (233.0 + 290.0) / 2 / 205.0, 1e-12);
+    const double slope = (290.0 - 233.0) / 205.0 / (44.1 - 3.4);
+    EXPECT_NEAR(dtsStepsFactor(95.8, g, &ex), 290.0 / 205.0 + slope * (95.8 - 44.1), 1e-12);
+    EXPECT_TRUE(ex);
+  }
+}
+
+TEST(ExchangeChoice, AStepOfStalenessCostsMoreWhereMoreWorkersAverage) {
+  constexpr double kAllreduce = (128.0 + 144.0) / 2;  // sixteen workers' allreduce (two seeds)
   bool ex = true;
-  EXPECT_DOUBLE_EQ(dtsStepsFactor(0, &ex), 1.0);
+  EXPECT_DOUBLE_EQ(dtsStepsFactor(0, 16, &ex), 144.0 / kAllreduce);
   EXPECT_FALSE(ex);
-  EXPECT_DOUBLE_EQ(dtsStepsFactor(3.4), 233.0 / 205.0);
-  EXPECT_DOUBLE_EQ(dtsStepsFactor(44.1), 290.0 / 205.0);
-  EXPECT_NEAR(dtsStepsFactor((3.4 + 44.1) / 2), (233.0 + 290.0) / 2 / 205.0, 1e-12);
-  const double slope = (290.0 - 233.0) / 205.0 / (44.1 - 3.4);
-  EXPECT_NEAR(dtsStepsFactor(95.8, &ex), 290.0 / 205.0 + slope * (95.8 - 44.1), 1e-12);
+  EXPECT_DOUBLE_EQ(dtsStepsFactor(11.6, 16), 264.0 / kAllreduce);
+  EXPECT_DOUBLE_EQ(dtsStepsFactor(37.6, 16, &ex), 352.0 / kAllreduce);
+  EXPECT_FALSE(ex);
+  EXPECT_NEAR(dtsStepsFactor((11.6 + 22.93) / 2, 16), (264.0 + 336.0) / 2 / kAllreduce, 1e-12);
+  EXPECT_GT(dtsStepsFactor(50, 16, &ex), 352.0 / kAllreduce);
   EXPECT_TRUE(ex);
+  // Over sixteen workers: sixteen's curve, said to be extrapolated.
+  EXPECT_DOUBLE_EQ(dtsStepsFactor(11.6, 64, &ex), dtsStepsFactor(11.6, 16));
+  EXPECT_TRUE(ex);
+  // Eight workers: halfway in log2 G between the two curves.
+  EXPECT_NEAR(dtsStepsFactor(11.6, 8), (dtsStepsFactor(11.6, 4) + dtsStepsFactor(11.6, 16)) / 2,
+              1e-12);
+  // Every staleness costs more at sixteen than at four.
+  for (double s = 0.5; s < 100; s *= 1.5) {
+    EXPECT_GT(dtsStepsFactor(s, 16), dtsStepsFactor(s, 8)) << s;
+    EXPECT_GT(dtsStepsFactor(s, 8), dtsStepsFactor(s, 4)) << s;
+  }
 }
 
 TEST(ExchangeChoice, ReduceScatterWhereTheUplinkLimitsAllGather) {
