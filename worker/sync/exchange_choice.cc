@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <span>
 #include <utility>
 
 #include "worker/sync/auto_rules.h"
@@ -10,7 +11,7 @@
 namespace geo::sync {
 namespace {
 
-using Curve = std::array<std::pair<double, double>, 5>;
+using Point = std::pair<double, double>;  // a staleness, its steps factor
 
 // Steps to the target against allreduce fp32 at a staleness, four workers:
 // the ten-seed batch of docs/benchmarks.md ("Ten seeds, and the accuracy
@@ -18,10 +19,9 @@ using Curve = std::array<std::pair<double, double>, 5>;
 // seeds): allreduce 205 steps, DTS at a staleness of 3.4 steps 233, at
 // 44.1 steps 290. Beyond 44.1 the last slope (0.0066 a step) goes on: it
 // gives 1.75 at 95.8, where the rtt3 run of the five-seed batch measured
-// 2.10 / 1.65 of the world run's (1.79 on this scale). (Its first point
-// is repeated: one shape for both curves.)
-constexpr Curve kFourWorkers = {
-    {{0.0, 1.0}, {0.0, 1.0}, {0.0, 1.0}, {3.4, 233.0 / 205.0}, {44.1, 290.0 / 205.0}}};
+// 2.10 / 1.65 of the world run's (1.79 on this scale).
+constexpr std::array<Point, 3> kFourWorkers = {
+    {{0.0, 1.0}, {3.4, 233.0 / 205.0}, {44.1, 290.0 / 205.0}}};
 
 // Sixteen workers ("What a step of staleness costs at sixteen workers" in
 // docs/benchmarks.md): 16 regions x 1 worker on the lan preset over the
@@ -31,21 +31,21 @@ constexpr Curve kFourWorkers = {
 // staleness of 0, 176 at 3.87, 264 at 11.6, 336 at 22.93 and 352 at 37.6
 // (the staleness the workers measured). Beyond 37.6 the last slope (0.008
 // a step) goes on.
-constexpr Curve kSixteenWorkers = {{{0.0, 144.0 / 136.0},
-                                    {3.87, 176.0 / 136.0},
-                                    {11.6, 264.0 / 136.0},
-                                    {22.93, 336.0 / 136.0},
-                                    {37.6, 352.0 / 136.0}}};
+constexpr std::array<Point, 5> kSixteenWorkers = {{{0.0, 144.0 / 136.0},
+                                                   {3.87, 176.0 / 136.0},
+                                                   {11.6, 264.0 / 136.0},
+                                                   {22.93, 336.0 / 136.0},
+                                                   {37.6, 352.0 / 136.0}}};
 
-double onCurve(const Curve& c, double s, bool* beyond) {
-  if (beyond) *beyond = s > c.back().first;
-  for (size_t i = 1; i < c.size(); ++i) {
-    const auto [s0, f0] = c[i - 1];
-    const auto [s1, f1] = c[i];
-    if (s1 <= s0) continue;  // a repeated first point
-    if (s <= s1 || i + 1 == c.size()) return f0 + (f1 - f0) * (s - s0) / (s1 - s0);
-  }
-  return c.back().second;
+// Linear between the points, and on along the last slope beyond them
+// (`beyond` then set). At least two points, in increasing staleness.
+double onCurve(std::span<const Point> c, double s, bool* beyond) {
+  *beyond = s > c.back().first;
+  size_t i = 1;
+  while (i + 1 < c.size() && s > c[i].first) ++i;
+  const auto [s0, f0] = c[i - 1];
+  const auto [s1, f1] = c[i];
+  return f0 + (f1 - f0) * (s - s0) / (s1 - s0);
 }
 
 }  // namespace
