@@ -213,8 +213,9 @@ CLI::App* addLocalCommand(CLI::App& app, LocalOptions& options, std::function<vo
       ->add_option("--partition", options.faults.partition,
                    "Fault injection: cut a region off from the others (the emulated links drop "
                    "everything both ways: messages under userspace, packets under netns), e.g. "
-                   "tokyo@20s+30s (repeatable)")
-      ->type_name("REGION@TIME+DURATION");
+                   "tokyo@20s+30s; or the link between two regions only (a partial partition, "
+                   "--network netns), e.g. tokyo/sydney@20s+30s (repeatable)")
+      ->type_name("REGION[/OTHER]@TIME+DURATION");
   local
       ->add_option("--slow", options.faults.slow,
                    "Fault injection: the region's workers take FACTOR times as long per step, "

@@ -98,10 +98,24 @@ StatusOr<FaultPlan> makeFaultPlan(const FaultOptions& o, const Topology& t) {
     const auto plus = p.find('+', at == std::string::npos ? 0 : at);
     if (at == std::string::npos || plus == std::string::npos) {
       return invalidArgument(
-          fmt::format("--partition {}: expected REGION@TIME+DURATION, e.g. tokyo@20s+30s", p));
+          fmt::format("--partition {}: expected REGION@TIME+DURATION or "
+                      "REGION/OTHER@TIME+DURATION, e.g. tokyo@20s+30s or tokyo/sydney@20s+30s",
+                      p));
     }
-    auto region = regionIndex(t, p.substr(0, at), "--partition", p);
+    const std::string regions = p.substr(0, at);
+    const auto slash = regions.find('/');
+    auto region = regionIndex(t, regions.substr(0, slash), "--partition", p);
     if (!region.ok()) return region.status();
+    std::optional<int64_t> other;
+    if (slash != std::string::npos) {
+      auto o2 = regionIndex(t, regions.substr(slash + 1), "--partition", p);
+      if (!o2.ok()) return o2.status();
+      if (*o2 == *region) {
+        return invalidArgument(fmt::format(
+            "--partition {}: REGION/OTHER names the link between two different regions", p));
+      }
+      other = *o2;
+    }
     auto start = parseSeconds(p.substr(at + 1, plus - at - 1));
     auto length = parseSeconds(p.substr(plus + 1));
     if (!start.ok() || !length.ok()) {
@@ -112,7 +126,7 @@ StatusOr<FaultPlan> makeFaultPlan(const FaultOptions& o, const Topology& t) {
       return invalidArgument(
           fmt::format("--partition {}: a job of one region has no WAN to cut", p));
     }
-    plan.partitions.push_back({*region, *start, *length});
+    plan.partitions.push_back({*region, other, *start, *length});
   }
   for (const std::string& s : o.throttle) {
     const auto at = s.find('@');

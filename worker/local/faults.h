@@ -13,6 +13,10 @@
 //                                   the other regions for DURATION (the
 //                                   emulated links drop everything both ways:
 //                                   SIGUSR1 to start, SIGUSR2 to end)
+//   --partition REGION/OTHER@TIME+DURATION  cut the link between two regions
+//                                   only, both ways (a partial partition:
+//                                   each still reaches every other region);
+//                                   the namespace network's links only
 //   --slow REGION=FACTORx           every worker of the region takes FACTOR
 //                                   times as long per step (a straggler)
 //   --throttle REGION@TIME=RATE     from TIME on, the emulated WAN uplink of
@@ -56,6 +60,9 @@ struct KillFault {
 
 struct PartitionFault {
   int64_t regionIndex = 0;
+  // REGION/OTHER: the link between the two regions only; nullopt: the
+  // region from every other.
+  std::optional<int64_t> otherRegionIndex;
   double atSeconds = 0;
   double forSeconds = 0;
 };
@@ -90,6 +97,9 @@ struct FaultRecord {
   std::string kind;  // kill | partition | throttle
   std::string what;  // "tokyo:0 (rank 1)", "oregon"
   std::string region;
+  // A link cut between two regions (--partition REGION/OTHER): the other
+  // end, whose workers are not "the others" either.
+  std::string otherRegion;
   double atSeconds = 0;
   std::optional<double> endSeconds;     // partition end, or restart of a killed worker
   std::optional<double> joinedSeconds;  // the restarted worker took the job's state

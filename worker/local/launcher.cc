@@ -305,8 +305,16 @@ class JobRunner {
       while (partitionState_[i] < next) {
         const bool begin = partitionState_[i] == 0;
         ++partitionState_[i];
-        const std::string& region = state_.topology().regions[static_cast<size_t>(p.regionIndex)];
-        if (network_ != nullptr) {
+        const auto& regions = state_.topology().regions;
+        const std::string& region = regions[static_cast<size_t>(p.regionIndex)];
+        const std::string what =
+            p.otherRegionIndex
+                ? fmt::format("{}/{}", region, regions[static_cast<size_t>(*p.otherRegionIndex)])
+                : region;
+        if (network_ != nullptr && p.otherRegionIndex) {
+          network_->setLinkCut(static_cast<size_t>(p.regionIndex),
+                               static_cast<size_t>(*p.otherRegionIndex), begin);
+        } else if (network_ != nullptr) {
           network_->setPartitioned(static_cast<size_t>(p.regionIndex), begin);
         } else {
           for (Worker& w : workers_) {
@@ -319,8 +327,11 @@ class JobRunner {
         if (begin) {
           FaultRecord r;
           r.kind = "partition";
-          r.what = region;
+          r.what = what;
           r.region = region;
+          if (p.otherRegionIndex) {
+            r.otherRegion = regions[static_cast<size_t>(*p.otherRegionIndex)];
+          }
           r.atSeconds = t;
           records_.push_back(r);
           partitionRecord_.resize(plan_.partitions.size());
@@ -328,7 +339,7 @@ class JobRunner {
         } else {
           records_[partitionRecord_[i]].endSeconds = t;
         }
-        log(fmt::format("fault: partition of {} {}", region, begin ? "begins" : "ends"));
+        log(fmt::format("fault: partition of {} {}", what, begin ? "begins" : "ends"));
       }
     }
     injectThrottles(t);
@@ -588,7 +599,8 @@ std::vector<FaultSummary> summarizeFaults(const std::vector<FaultRecord>& record
     }
     std::optional<double> regionDone, othersDone;
     for (const RankProgress& p : state.ranks()) {
-      const bool inside = p.region == r.region;
+      const bool inside =
+          p.region == r.region || (!r.otherRegion.empty() && p.region == r.otherRegion);
       if (!inside && p.stepSecondsMax) {
         f.othersStallSeconds = std::max(f.othersStallSeconds.value_or(0), *p.stepSecondsMax);
       }
@@ -726,6 +738,14 @@ StatusOr<LocalOutcome> runLocal(const LocalOptions& options, const LocalIo& io) 
   auto networkPlan = makeNetworkPlan(options.network, *topology);
   if (!networkPlan.ok()) return networkPlan.status();
   const bool netns = networkPlan->mode == NetworkMode::kNetns;
+  for (size_t i = 0; i < plan->partitions.size(); ++i) {
+    if (plan->partitions[i].otherRegionIndex && !netns) {
+      return invalidArgument(fmt::format(
+          "--partition {}: a link between two regions is cut on --network netns only (the "
+          "emulation above TCP cuts a region off whole)",
+          options.faults.partition[i]));
+    }
+  }
   if (netns) {
     if (Status allowed = wan::checkNetnsAllowed(); !allowed.ok()) {
       return Status(allowed.code(),

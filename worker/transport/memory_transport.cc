@@ -9,6 +9,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <set>
 
 namespace geo::transport {
 namespace {
@@ -88,6 +89,8 @@ struct MemoryNetwork::State {
   std::mutex mu;
   std::condition_variable changed;
   std::vector<Endpoint> endpoints;
+  // Links cut both ways (MemoryNetwork::cutLink), as {lower rank, higher}.
+  std::set<std::pair<uint32_t, uint32_t>> cutLinks;
   std::vector<Msg> inFlight;
   uint64_t nextSeq = 1;
   uint64_t nextSentId = 1;
@@ -111,11 +114,14 @@ struct MemoryNetwork::State {
   bool wan(uint32_t a, uint32_t b) const {
     return options.regions.empty() ? a != b : options.regions[a] != options.regions[b];
   }
+  bool linkCut(uint32_t a, uint32_t b) const {
+    return !cutLinks.empty() && cutLinks.count({std::min(a, b), std::max(a, b)}) > 0;
+  }
   // Whether frames from `p` reach `r` now.
   bool reaches(uint32_t p, uint32_t r) const {
     const Endpoint& a = endpoints[p];
     const Endpoint& b = endpoints[r];
-    return a.open && b.open && !(wan(p, r) && (a.cut || b.cut));
+    return a.open && b.open && !(wan(p, r) && (a.cut || b.cut)) && !linkCut(p, r);
   }
 
   // Everything up to `now`: queued messages whose time has come leave, and
@@ -176,7 +182,7 @@ struct MemoryNetwork::State {
       Endpoint& to = endpoints[m.to];
       const bool alive = to.open && to.incarnation == m.toIncarnation;
       bool delivered = false;
-      if (alive && wan(m.from, m.to) && to.cut) {
+      if (alive && ((wan(m.from, m.to) && to.cut) || linkCut(m.from, m.to))) {
         ++to.partitionDropped;
       } else if (const Status bad = alive ? validate(m) : Status(); !bad.ok()) {
         // What the real receiver's checks refuse never reaches its caller.
@@ -248,6 +254,7 @@ struct MemoryNetwork::State {
     touch();
     std::vector<bool> before(size_t{world()} * world());
     std::vector<bool> wasOpen(world()), wasCut(world());
+    const auto wasCutLinks = cutLinks;
     std::vector<uint64_t> wasIncarnation(world());
     for (uint32_t p = 0; p < world(); ++p) {
       wasOpen[p] = endpoints[p].open;
@@ -267,7 +274,10 @@ struct MemoryNetwork::State {
         const bool is = reaches(p, r);
         // A change on our side (our cut lifted or set) takes effect at once;
         // one on the peer's side reaches us after the link's delay.
-        const bool oursChanged = wasCut[r] != endpoints[r].cut;
+        // A link cut or mended (cutLink) changes both sides at once.
+        const std::pair<uint32_t, uint32_t> link{std::min(p, r), std::max(p, r)};
+        const bool oursChanged =
+            wasCut[r] != endpoints[r].cut || wasCutLinks.count(link) != cutLinks.count(link);
         const TimePoint at = oursChanged ? now : now + oneWay(p, r);
         if (was && !is) {
           if (!view.heard.empty()) {
@@ -377,7 +387,7 @@ class MemoryTransport final : public Transport {
     TimePoint now = s_->clock.now();
     s_->settle(now);
     State::Endpoint& e = s_->endpoints[rank_];
-    if (e.cut && s_->wan(rank_, peer)) {
+    if ((e.cut && s_->wan(rank_, peer)) || s_->linkCut(rank_, peer)) {
       ++e.partitionDropped;
       return {};
     }
@@ -409,7 +419,7 @@ class MemoryTransport final : public Transport {
         if (!mine()) return Status(StatusCode::kCancelled, "transport: closed");
         now = s_->clock.now();
         s_->settle(now);
-        if (e.cut && s_->wan(rank_, peer)) {
+        if ((e.cut && s_->wan(rank_, peer)) || s_->linkCut(rank_, peer)) {
           ++e.partitionDropped;
           return {};
         }
@@ -649,6 +659,30 @@ void MemoryNetwork::kill(uint32_t rank) {
     e.inbox.clear();
     e.inboxBytes = 0;
     for (State::PeerSide& side : e.peers) {
+      side.queue.clear();
+      side.lane.clear();
+      side.queuedBytes = 0;
+    }
+  });
+}
+
+void MemoryNetwork::cutLink(uint32_t a, uint32_t b, bool cut) {
+  std::lock_guard lock(state_->mu);
+  if (a >= state_->world() || b >= state_->world() || a == b) return;
+  const TimePoint now = state_->clock.now();
+  state_->settle(now);
+  state_->change(now, [&] {
+    const std::pair<uint32_t, uint32_t> link{std::min(a, b), std::max(a, b)};
+    if (!cut) {
+      state_->cutLinks.erase(link);
+      return;
+    }
+    state_->cutLinks.insert(link);
+    for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+      State::Endpoint& e = state_->endpoints[from];
+      if (to >= e.peers.size()) continue;
+      State::PeerSide& side = e.peers[to];
+      e.partitionDropped += side.queue.size() + side.lane.size();
       side.queue.clear();
       side.lane.clear();
       side.queuedBytes = 0;

@@ -100,6 +100,15 @@ class MemoryNetwork {
   // effect when none is open.
   void kill(uint32_t rank);
 
+  // Cuts (or mends) the link between ranks `a` and `b` both ways, the
+  // other links of either untouched: a partial partition, where a and b
+  // each still reach every other rank. As setPartitioned does for the
+  // pair: queued messages between them are dropped at once, those in
+  // flight are lost, sends still return OK, and each stops hearing the
+  // other at once (and hears it again at once when mended). No effect for
+  // a rank outside the world or a == b.
+  void cutLink(uint32_t a, uint32_t b, bool cut);
+
   // The link's one-way delay from now on; messages already in flight keep
   // their arrival times.
   void setOneWay(uint32_t from, uint32_t to, geo::Clock::Duration delay);

@@ -574,6 +574,11 @@ void NetnsNetwork::setPartitioned(size_t site, bool cut) {
   impl_->model_.setPartitioned(site, cut);
 }
 
+void NetnsNetwork::setLinkCut(size_t a, size_t b, bool cut) {
+  std::lock_guard lock(impl_->mu_);
+  impl_->model_.setLinkCut(a, b, cut);
+}
+
 void NetnsNetwork::setEgressRate(size_t site, double bitsPerSecond) {
   std::lock_guard lock(impl_->mu_);
   impl_->model_.setEgressRate(site, bitsPerSecond);

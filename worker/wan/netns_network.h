@@ -139,6 +139,8 @@ class NetnsNetwork {
   Status runIn(size_t site, const std::function<void()>& fn) const;
 
   void setPartitioned(size_t site, bool cut);
+  // The link between two sites only (WanModel::setLinkCut).
+  void setLinkCut(size_t a, size_t b, bool cut);
   void setEgressRate(size_t site, double bitsPerSecond);
   void setIngressRate(size_t site, double bitsPerSecond);
 

@@ -85,6 +85,7 @@ std::optional<SteadyClock::time_point> WanModel::Serializer::pass(size_t bytes,
 WanModel::WanModel(WanShape shape)
     : shape_(std::move(shape)),
       cut_(shape_.size(), false),
+      cutLink_(shape_.size(), std::vector<bool>(shape_.size(), false)),
       egress_(shape_.size()),
       ingress_(shape_.size()),
       lastArrival_(shape_.size(), std::vector<SteadyClock::time_point>(shape_.size())),
@@ -99,7 +100,7 @@ WanModel::Answer WanModel::send(size_t src, size_t dst, size_t bytes, SteadyCloc
   SiteCounters& c = counters_[src];
   ++c.packetsSent;
   c.bytesSent += bytes;
-  if (cut_[src] || cut_[dst]) {
+  if (cut_[src] || cut_[dst] || cutLink_[src][dst]) {
     ++c.partitioned;
     return {Fate::kPartitioned, now};
   }
@@ -127,7 +128,7 @@ WanModel::Answer WanModel::send(size_t src, size_t dst, size_t bytes, SteadyCloc
 WanModel::Answer WanModel::arrive(size_t src, size_t dst, size_t bytes,
                                   SteadyClock::time_point now) {
   GEO_ENFORCE(src < shape_.size() && dst < shape_.size() && src != dst, "two different sites");
-  if (cut_[src] || cut_[dst]) {
+  if (cut_[src] || cut_[dst] || cutLink_[src][dst]) {
     ++counters_[src].partitioned;
     return {Fate::kPartitioned, now};
   }
@@ -145,6 +146,12 @@ WanModel::Answer WanModel::arrive(size_t src, size_t dst, size_t bytes,
 void WanModel::setPartitioned(size_t site, bool cut) {
   GEO_ENFORCE(site < shape_.size(), "a site of the WAN");
   cut_[site] = cut;
+}
+
+void WanModel::setLinkCut(size_t a, size_t b, bool cut) {
+  GEO_ENFORCE(a < shape_.size() && b < shape_.size() && a != b, "two different sites");
+  cutLink_[a][b] = cut;
+  cutLink_[b][a] = cut;
 }
 
 void WanModel::setEgressRate(size_t site, double bitsPerSecond) {

@@ -6,7 +6,8 @@
 // time it answers; tests ask it directly with times of their own.
 //
 // The path of a packet from site s to site d (s != d):
-//   1. partition: while s or d is cut off, every packet between them is lost
+//   1. partition: while s or d is cut off, or the link between the two is
+//      (setLinkCut: a partial partition), every packet between them is lost
 //      (also one already on its way when the cut begins: checked again on
 //      arrival);
 //   2. loss: lost with probability loss(s), independently per packet;
@@ -112,6 +113,10 @@ class WanModel {
 
   void setPartitioned(size_t site, bool cut);
   bool partitioned(size_t site) const { return cut_[site]; }
+  // The link between sites a and b (a != b) only, both ways: each still
+  // reaches every other site.
+  void setLinkCut(size_t a, size_t b, bool cut);
+  bool linkCut(size_t a, size_t b) const { return cutLink_[a][b]; }
   // From now on (0: unlimited).
   void setEgressRate(size_t site, double bitsPerSecond);
   void setIngressRate(size_t site, double bitsPerSecond);
@@ -130,6 +135,7 @@ class WanModel {
 
   WanShape shape_;
   std::vector<bool> cut_;
+  std::vector<std::vector<bool>> cutLink_;  // [a][b] == [b][a]
   std::vector<Serializer> egress_, ingress_;
   std::vector<std::vector<SteadyClock::time_point>> lastArrival_;  // [src][dst]
   std::vector<SiteCounters> counters_;

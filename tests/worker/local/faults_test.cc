@@ -41,6 +41,15 @@ TEST(LocalFaults, ParsesEveryFlag) {
   ASSERT_EQ(plan->partitions.size(), 1u);
   EXPECT_EQ(plan->partitions[0].regionIndex, 2);
   EXPECT_DOUBLE_EQ(plan->partitions[0].forSeconds, 30);
+  EXPECT_FALSE(plan->partitions[0].otherRegionIndex);
+  o.partition = {"tokyo/ohio@1s+2s"};
+  plan = makeFaultPlan(o, world(2));
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  ASSERT_EQ(plan->partitions.size(), 1u);
+  EXPECT_EQ(plan->partitions[0].regionIndex, 1);
+  EXPECT_EQ(plan->partitions[0].otherRegionIndex, 3);
+  EXPECT_DOUBLE_EQ(plan->partitions[0].atSeconds, 1);
+  EXPECT_DOUBLE_EQ(plan->partitions[0].forSeconds, 2);
   EXPECT_DOUBLE_EQ(plan->slowdown[0], 3);
   EXPECT_DOUBLE_EQ(plan->slowdown[1], 3);
   EXPECT_DOUBLE_EQ(plan->slowdown[2], 1);
@@ -76,6 +85,14 @@ TEST(LocalFaults, ErrorsNameTheFlagAndWhatIsAllowed) {
   EXPECT_NE(error([](FaultOptions& o) { o.restartAfter = "5s"; }).find("needs a --kill"),
             std::string::npos);
   EXPECT_NE(error([](FaultOptions& o) { o.partition = {"tokyo@5s"}; }).find("REGION@TIME+DURATION"),
+            std::string::npos);
+  EXPECT_NE(error([](FaultOptions& o) {
+              o.partition = {"tokyo/tokyo@5s+1s"};
+            }).find("two different regions"),
+            std::string::npos);
+  EXPECT_NE(error([](FaultOptions& o) {
+              o.partition = {"tokyo/paris@5s+1s"};
+            }).find("'paris' is not a region of this job"),
             std::string::npos);
   EXPECT_NE(error([](FaultOptions& o) { o.slow = {"tokyo=0.5x"}; }).find("from 1 to 100"),
             std::string::npos);

@@ -96,6 +96,32 @@ TEST(WanModel, APartitionLosesEverythingBothWaysAndInFlight) {
   EXPECT_EQ(model.counters(1).partitioned, 1u);
 }
 
+// A partial partition: the link between a and b is cut both ways (a packet
+// already on it too), while each still reaches c; mended, it carries again.
+TEST(WanModel, ALinkCutLosesItsPacketsOnlyAndBothWays) {
+  WanShape shape;
+  shape.sites = {"a", "b", "c"};
+  shape.oneWay.assign(3, std::vector<Microseconds>(3, 20ms));
+  for (size_t i = 0; i < 3; ++i) shape.oneWay[i][i] = 0us;
+  shape.site.resize(3);
+  WanModel model(shape);
+  const auto inFlight = model.send(1, 0, 100, t0);
+  ASSERT_EQ(inFlight.fate, Fate::kDelivered);
+  model.setLinkCut(0, 1, true);
+  EXPECT_TRUE(model.linkCut(1, 0));
+  EXPECT_FALSE(model.partitioned(0));
+  EXPECT_EQ(model.send(0, 1, 100, t0).fate, Fate::kPartitioned);
+  EXPECT_EQ(model.send(1, 0, 100, t0).fate, Fate::kPartitioned);
+  EXPECT_EQ(model.arrive(1, 0, 100, inFlight.at).fate, Fate::kPartitioned);
+  for (const auto& [s, d] : {std::pair{0, 2}, {2, 0}, {1, 2}, {2, 1}}) {
+    EXPECT_EQ(model.send(s, d, 100, t0).fate, Fate::kDelivered) << s << "->" << d;
+  }
+  model.setLinkCut(1, 0, false);
+  EXPECT_EQ(model.send(0, 1, 100, t0 + 1s).fate, Fate::kDelivered);
+  EXPECT_EQ(model.counters(0).partitioned, 1u);
+  EXPECT_EQ(model.counters(1).partitioned, 2u);
+}
+
 TEST(WanModel, LossDropsTheAskedShareOfPackets) {
   WanShape shape = twoSites(1ms);
   shape.site[0].loss = 0.1;
