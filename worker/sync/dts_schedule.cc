@@ -336,13 +336,14 @@ Status Dts::awaitUplink(int64_t t, train::FlatParameters& flat) {
   if (uplink_.lastRoundBytes() == 0) return {};
   const auto t0 = clock().now();
   const double round = roundSeconds();
+  std::vector<PeerQueue> queues;
   const auto backlogged = [&] {
+    queues.clear();
     for (const auto& c : transport_->peerCounters()) {
       if (!group_.indexOf(c.peer) || membership_.suspected(c.peer)) continue;
-      const PeerQueue queue{c.backlogBytes, c.minRttSeconds, c.unackedSeconds, c.sinceAckSeconds};
-      if (roundStillQueued(queue, uplink_.lastRoundBytes(), round)) return true;
+      queues.push_back({c.backlogBytes, c.minRttSeconds, c.unackedSeconds, c.sinceAckSeconds});
     }
-    return false;
+    return uplinkHoldsRound(queues, uplink_.lastRoundBytes(), round);
   };
   uplink_.setHeld(false);
   while (backlogged() && clock().now() < t0 + options_.timeout) {

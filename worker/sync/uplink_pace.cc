@@ -13,6 +13,12 @@ bool roundStillQueued(const PeerQueue& q, uint64_t roundBytes, double roundSecon
          q.sinceAckSeconds < limit;
 }
 
+bool uplinkHoldsRound(std::span<const PeerQueue> queues, uint64_t roundBytes, double roundSeconds) {
+  size_t queued = 0;
+  for (const PeerQueue& q : queues) queued += roundStillQueued(q, roundBytes, roundSeconds) ? 1 : 0;
+  return 2 * queued > queues.size();
+}
+
 void UplinkPace::sent(geo::Clock::TimePoint at) {
   if (lastSentAt_) {
     intervals_.push_back({std::chrono::duration<double>(at - *lastSentAt_).count(), held_});

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 
 #include "common/clock.h"
 
@@ -36,6 +37,18 @@ struct PeerQueue {
 // full queue, TCP backing off), their silence says nothing of the data's
 // queue: holding on it stalled every worker for 5-6 s at a saturated uplink.
 bool roundStillQueued(const PeerQueue& queue, uint64_t roundBytes, double roundSeconds);
+
+// Whether this worker's uplink holds its next round back: a round still
+// queued (roundStillQueued) for more than half of `queues`, the peers its
+// rounds go to. A shared uplink that cannot keep up queues the rounds for
+// every peer alike; a round queued for a few peers only is their links' (a
+// link cut while the rest of the WAN carries on, a slow path), which the
+// rounds' completion waits for and suspicion cuts out. Held for those, a
+// worker kept its next round from every other peer until the one cut off
+// was suspected: on world16's links, with only the link between tokyo and
+// sydney cut, one of the two held a round 2.2 s, and the fourteen others
+// waited for it (docs/benchmarks.md).
+bool uplinkHoldsRound(std::span<const PeerQueue> queues, uint64_t roundBytes, double roundSeconds);
 
 // The rounds' pace as this worker lives it. Not thread-safe (the training
 // thread's).

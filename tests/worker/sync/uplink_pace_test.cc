@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <vector>
 
 namespace geo::sync {
 namespace {
@@ -42,6 +43,24 @@ TEST(RoundStillQueued, NotOnTheSilenceOfAcknowledgements) {
 
 TEST(RoundStillQueued, NeverBeforeTheFirstRound) {
   EXPECT_FALSE(roundStillQueued({5, 0.23, 2.0, 0.01}, 0, 0.05));
+}
+
+// A shared uplink queues a round for every peer; one peer's queue alone
+// is its link's (a cut, a slow path), and holds nothing back.
+TEST(UplinkHoldsRound, OnlyWhereTheRoundIsQueuedForMoreThanHalfThePeers) {
+  const PeerQueue queued{2 * kRound, 0.23, 0, 0.01};
+  const PeerQueue clear{0, 0.23, 0.01, 0.01};
+  const auto holds = [](std::vector<PeerQueue> q) { return uplinkHoldsRound(q, kRound, 0.05); };
+  EXPECT_TRUE(holds({queued}));
+  EXPECT_FALSE(holds({queued, clear}));
+  EXPECT_TRUE(holds({queued, queued}));
+  EXPECT_FALSE(holds({clear, queued, clear}));
+  EXPECT_TRUE(holds({queued, queued, clear}));
+  std::vector<PeerQueue> fifteen(15, clear);
+  fifteen[12] = queued;  // one link cut among fifteen
+  EXPECT_FALSE(holds(fifteen));
+  EXPECT_FALSE(holds({}));
+  EXPECT_FALSE(uplinkHoldsRound(std::vector<PeerQueue>{queued}, 0, 0.05));  // no round yet
 }
 
 TEST(UplinkPace, ARoundLastsKStepsUntilRoundsHaveLeftThenTheirMeanInterval) {
