@@ -118,6 +118,11 @@ Status Dts::afterStep(int64_t step, train::FlatParameters& flat) {
     GEO_RETURN_IF_ERROR(complete(pending_.front(), t, flat, &deferred));
     if (deferred) break;
     const uint64_t round = pending_.front().round;
+    if (Pending& done = pending_.front(); done.sharded && done.bytes != nullptr) {
+      done.wholeTo.resize(group_.size(), false);
+      answerable_.push_back({done.round, done.sendStep, done.bytes, std::move(done.wholeTo)});
+      while (answerable_.size() > kAnswerable) answerable_.pop_front();
+    }
     recycle(pending_.front());
     pending_.pop_front();
     stages_.lap(StageTimes::kComplete);
@@ -205,6 +210,7 @@ Status Dts::finish(int64_t steps, train::FlatParameters& flat) {
   scratch_.clear();
   slices_ = {};
   late_.clear();
+  answerable_.clear();
   base_ = torch::Tensor();
   return averageModels(flat, steps);
 }

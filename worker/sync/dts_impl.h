@@ -304,6 +304,13 @@ class Dts final : public Base, private StateParity::Host {
     std::vector<std::optional<Message>> reducedIn;
     std::shared_ptr<const std::vector<std::byte>> ownReduced;
     bool sentWhole = false;
+    // By group index: this worker's whole contribution went to that peer
+    // (to every peer where an owner was lost; to one that sent its own
+    // whole, exchangeShards). And once this worker found an owner of the
+    // round lost: until when it waits for the whole contributions that
+    // stand in for that owner's mean (shardReady; lostOwnerWait()).
+    std::vector<bool> wholeTo;
+    std::optional<geo::Clock::TimePoint> ownerLostUntil;
   };
 
   // A completed round's model-sized tensors go back to the scratch pool.
@@ -768,6 +775,17 @@ class Dts final : public Base, private StateParity::Host {
     return membership_.takesPart(group_.ranks[s], round);
   }
 
+  // How long a worker that lost an owner waits for the peers' whole
+  // contributions it asked for with its own (exchangeShards): two of the
+  // longest ping round trips measured (its whole's way there, theirs back,
+  // with room for a busy peer) and 250 ms; at most the longest peer
+  // time-out (Membership::peerTimeout), which is also the wait before any
+  // round trip is measured. Its model differs from the others' on that
+  // shard whatever it waits for, and while it waits every worker waits for
+  // its next round: with the peer time-out, a cut between tokyo and sydney
+  // cost each worker 5.3 s where this costs them 2.7-2.9 s.
+  std::chrono::milliseconds lostOwnerWait() const;
+
   // Whether an owner of a shard with values is lost for `p`'s round.
   bool ownerLost(const Pending& p) const;
 
@@ -780,8 +798,16 @@ class Dts final : public Base, private StateParity::Host {
   Status sendOwnReduced(const Pending& p, const std::vector<uint32_t>& to);
 
   // This worker's part of the exchange of every round in flight: its
-  // shard's mean once every contribution to it awaited is in, and its
-  // whole contribution to every peer where an owner is lost.
+  // shard's mean once every contribution to it awaited is in, its whole
+  // contribution to every peer where an owner is lost, and to each peer
+  // that sent it a whole contribution to a round it shards. A peer sends
+  // its whole where it lost an owner that this worker still has (a link
+  // cut between the two alone, a partial partition): it needs this
+  // worker's part of that owner's shard, which went to the owner only.
+  // Without the answer it waited for it until this worker's later rounds
+  // moved its expectations on, and those never came where this worker
+  // waited for the peer's next round: all sixteen workers of world16
+  // stalled until an 8 s cut between tokyo and sydney healed.
   Status exchangeShards();
 
   // A peer's part of shard [lo, hi) of `p`, decoded into `out` and checked:
@@ -804,7 +830,9 @@ class Dts final : public Base, private StateParity::Host {
 
   // Whether shard s of `p` can be applied: its mean came from its owner
   // (this worker's: made), or its owner is lost and every contribution
-  // awaited came whole.
+  // awaited came whole, or lostOwnerWait() has passed since the owner was
+  // found lost (the shard is then averaged from those that came; state
+  // parity repairs the difference).
   bool shardReady(const Pending& p, size_t s) const;
 
   // complete() of a round exchanged by reduce-scatter: waits (bounded, as
@@ -930,6 +958,23 @@ class Dts final : public Base, private StateParity::Host {
     std::shared_ptr<const std::vector<std::byte>> bytes;
   };
   std::deque<Sent> sent_;
+  // The last kAnswerable reduce-scatter rounds completed here, with whom
+  // this worker's whole contribution went to: a peer that lost an owner
+  // this worker still had may ask for it (by sending its own whole) after
+  // the round completed here (exchangeShards). Not checkpointed.
+  struct Answerable {
+    uint64_t round = 0;
+    int64_t sendStep = 0;
+    std::shared_ptr<const std::vector<std::byte>> bytes;
+    std::vector<bool> wholeTo;
+  };
+  static constexpr size_t kAnswerable = 4;
+  std::deque<Answerable> answerable_;
+  // Answers a whole contribution from `j` to round (round, sendStep) of
+  // this worker's `bytes` with its own whole, once (wholeTo).
+  Status answerWhole(size_t j, uint64_t round, int64_t sendStep,
+                     const std::shared_ptr<const std::vector<std::byte>>& bytes,
+                     std::vector<bool>& wholeTo);
   // sync.exchange: auto (the schedule says which exchange is in force;
   // sharded()), and the reduce-scatter shards' bounds (group member s owns
   // [shards_[s], shards_[s + 1])).

@@ -45,6 +45,12 @@ Status Dts::sendContribution(Pending& p, const std::vector<uint32_t>& to, bool c
   if (!p.sharded || ownerLost(p)) {
     if (count) stats_.encoded(payload, p.bytes->size(), to.size());
     p.sentWhole = p.sharded;
+    if (p.sharded) {
+      p.wholeTo.resize(group_.size(), false);
+      for (uint32_t r : to) {
+        if (const auto i = group_.indexOf(r)) p.wholeTo[*i] = true;
+      }
+    }
     return sendUpdate(to, p.round, p.sendStep, p.bytes);
   }
   for (uint32_t r : to) {
@@ -76,15 +82,65 @@ Status Dts::exchangeShards() {
     }
     if (!p.sharded || p.bytes == nullptr) continue;
     GEO_RETURN_IF_ERROR(reduceOwn(p));
-    if (!p.sentWhole && ownerLost(p)) {
+    const bool lost = ownerLost(p);
+    if (lost && !p.ownerLostUntil) p.ownerLostUntil = clock().now() + lostOwnerWait();
+    if (!p.sentWhole && lost) {
       logger()->info(
           "dts: an owner of a shard of round {} is gone (suspected, finished or rejoining): this "
           "worker's contribution goes whole to every peer, and that shard is averaged by each",
           p.round);
       GEO_RETURN_IF_ERROR(sendContribution(p, presentPeers(), false));
     }
+    // A peer's whole contribution: it lost an owner this worker may still
+    // have, and needs this worker's whole too (the part of that owner's
+    // shard went to the owner only).
+    p.wholeTo.resize(group_.size(), false);
+    for (size_t j = 0; j < group_.size(); ++j) {
+      if (p.got[j]) GEO_RETURN_IF_ERROR(answerWhole(j, p.round, p.sendStep, p.bytes, p.wholeTo));
+    }
+  }
+  // The same for the rounds completed here last: the peer's whole may come
+  // after (it found the owner lost at its suspicion, when this worker
+  // had that owner's mean already). A sharded round keeps no late entry,
+  // so nothing else reads those updates.
+  for (Answerable& a : answerable_) {
+    for (size_t j = 0; j < group_.size(); ++j) {
+      if (j == group_.self || a.wholeTo[j] || membership_.suspected(group_.ranks[j])) continue;
+      auto m = transport_->receive(MessageKind::kUpdate, a.round, group_.ranks[j],
+                                   std::chrono::milliseconds(0));
+      if (m.ok()) GEO_RETURN_IF_ERROR(answerWhole(j, a.round, a.sendStep, a.bytes, a.wholeTo));
+    }
   }
   return {};
+}
+
+std::chrono::milliseconds Dts::lostOwnerWait() const {
+  std::chrono::milliseconds timeout{0};
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (i != group_.self) timeout = std::max(timeout, membership_.peerTimeout(group_.ranks[i]));
+  }
+  double rtt = 0;
+  for (const auto& c : transport_->peerCounters()) {
+    if (group_.indexOf(c.peer) && !membership_.suspected(c.peer)) {
+      rtt = std::max(rtt, c.minRttSeconds);
+    }
+  }
+  if (rtt <= 0) return timeout;
+  const auto wait = std::chrono::milliseconds(std::llround((2 * rtt + 0.25) * 1e3));
+  return std::min(timeout, wait);
+}
+
+Status Dts::answerWhole(size_t j, uint64_t round, int64_t sendStep,
+                        const std::shared_ptr<const std::vector<std::byte>>& bytes,
+                        std::vector<bool>& wholeTo) {
+  const uint32_t rank = group_.ranks[j];
+  if (j == group_.self || wholeTo[j] || bytes == nullptr || membership_.suspected(rank)) return {};
+  wholeTo[j] = true;
+  logger()->debug(
+      "dts: {} sent its whole contribution to round {}: this worker's goes to it "
+      "whole too",
+      topology_.describe(rank), round);
+  return sendUpdate({rank}, round, sendStep, bytes);
 }
 
 Status Dts::peerShard(const Pending& p, size_t j, int64_t lo, torch::Tensor& out,
@@ -172,6 +228,7 @@ bool Dts::shardReady(const Pending& p, size_t s) const {
   if (s == group_.self) return p.ownReduced != nullptr;
   if (p.reducedIn[s]) return true;
   if (owns(s, p.round)) return false;
+  if (p.ownerLostUntil && clock().now() >= *p.ownerLostUntil) return true;
   for (size_t j = 0; j < group_.size(); ++j) {
     if (j != group_.self && !p.got[j] && awaited(j, p.round)) return false;
   }

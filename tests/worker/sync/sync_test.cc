@@ -218,6 +218,10 @@ struct JobSpec {
   int partitionedRank = -1;
   int64_t partitionAtStep = 0;
   std::chrono::milliseconds partitionDuration{0};
+  // With memoryNetwork: the link between these two ranks cut both ways
+  // (MemoryNetwork::cutLink), each still reaching every other rank: a
+  // partial partition, at partitionAtStep for partitionDuration; -1: none.
+  std::pair<int, int> cutLink{-1, -1};
   // Extra compute per step, by rank (missing: none): workers of unequal speed.
   std::vector<std::chrono::milliseconds> extraCompute;
   // Every worker's emulated uplink (a link profile, "" for none), and new
@@ -506,6 +510,25 @@ RunResult runJob(const JobSpec& job) {
       transports[r]->setPartitioned(true);
       wait(job.partitionDuration);
       transports[r]->setPartitioned(false);
+    });
+  }
+  if (job.cutLink.first >= 0 && network != nullptr) {
+    ++running;
+    threads.emplace_back([&] {
+      const Finished finished{running};
+      const auto wait = [&](std::chrono::milliseconds d) {
+        if (job.clock != nullptr) {
+          job.clock->sleepFor(d);
+        } else {
+          std::this_thread::sleep_for(d);
+        }
+      };
+      while (recorders[0]->stepsTaken.load() < job.partitionAtStep) wait(2ms);
+      const auto a = static_cast<uint32_t>(job.cutLink.first);
+      const auto b = static_cast<uint32_t>(job.cutLink.second);
+      network->cutLink(a, b, true);
+      wait(job.partitionDuration);
+      network->cutLink(a, b, false);
     });
   }
   if (!job.uplinkChanges.empty()) {
@@ -2802,6 +2825,63 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionCostsThePeerTimeoutOnce) {
 // the same bytes everywhere at the end.
 TEST(OnTheMemoryNetwork, InSimulatedTimeAPartitionUnderReduceScatterCostsThePeerTimeoutOnce) {
   expectAPartitionToCostThePeerTimeoutOnce("reducescatter");
+}
+
+// A partial partition in simulated time: the link between two workers (b
+// and c; under reduce-scatter each owns a shard) is cut while both still
+// reach a and d. Each suspects the other (the peer time-out). Under
+// reduce-scatter each then sends its contribution whole and averages the
+// other's shard itself from the whole contributions that a and d send it
+// in answer, while a and d get both owners' means as before. Nobody waits
+// for the round time-out or for the cut to heal. Under reduce-scatter b's
+// and c's job models (each with the other's shard averaged without the
+// other's part, which a and d got from its owner) are found by state
+// parity and repaired from a's; the final average makes every model one.
+void expectAPartialPartitionToCostThePeerTimeout(const std::string& exchange, int64_t period,
+                                                 int64_t delay) {
+  SCOPED_TRACE(fmt::format("{}, K = {}, D = {}", exchange, period, delay));
+  FakeClock clock;
+  JobSpec job = simulatedFourRegionDts(clock, delay, 30s, 500ms);
+  job.sync.exchange = exchange;
+  job.sync.period = period;
+  job.steps = 150;
+  job.cutLink = {1, 2};
+  job.partitionAtStep = 10;
+  job.partitionDuration = 4000ms;
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);  // 3 s of steps
+  const auto r = runJob(job);
+  const double simulated = r.simulatedSeconds;
+  // Waiting for the cut to heal: 3 s of steps and the 4 s cut at least.
+  EXPECT_LT(simulated, 6.5) << "3 s of steps, a stall of the peer time-out and the end";
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_EQ(r.hashes[rank].size(), static_cast<size_t>(job.steps)) << "rank " << rank;
+    // All the waits of the job: the peer time-out once, and under
+    // reduce-scatter with D < K a round trip more a round while the cut
+    // lasts (b's whole contribution and a's and d's in answer).
+    EXPECT_LT(r.stats[rank].waitSeconds, 3.0) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+    // Under reduce-scatter b and c repair their job models (from a, the
+    // lowest rank holding the majority's); a and d hold the majority's and
+    // repair nothing.
+    if (exchange != "reducescatter") continue;
+    if (rank == 1 || rank == 2) {
+      EXPECT_GT(r.stats[rank].parityRepairs, 0u) << "rank " << rank;
+    } else {
+      EXPECT_EQ(r.stats[rank].parityRepairs, 0u) << "rank " << rank;
+    }
+  }
+}
+
+// With one round in flight at a time (D < K) b, stuck in the completion
+// of the round whose owner c it lost, closes no further round, and a and
+// d wait for it: b must not wait for contributions a and d sent only to
+// c. It waited until the cut healed before a and d answered b's whole
+// contribution with theirs (exchangeShards): 4 s here, 8.5 s on world16.
+TEST(OnTheMemoryNetwork, InSimulatedTimeAPartialPartitionCostsThePeerTimeout) {
+  expectAPartialPartitionToCostThePeerTimeout("reducescatter", 2, 6);
+  expectAPartialPartitionToCostThePeerTimeout("reducescatter", 4, 1);
+  expectAPartialPartitionToCostThePeerTimeout("allgather", 4, 1);
 }
 
 // Hierarchical DTS in simulated time, a region's member dead: its leader
