@@ -298,9 +298,13 @@ class Base : public Synchronizer {
   // waits while a peer is suspected that fell silent less than the round
   // time-out ago -- a partition may heal, and a worker that finished alone
   // on its side would end with a model of its own -- serving membership
-  // meanwhile; a peer silent for longer is gone. A worker that hears some
-  // peers does not wait: a silent one is then dead more often than cut off,
-  // and waiting cost every survivor of a dead peer the round time-out.
+  // meanwhile; a peer silent for longer is gone. Once the first of them is
+  // heard again (the partition heals), the others get up to one peer
+  // time-out more (5 s at least) to be heard too, so that the coordinator is chosen among
+  // all that come back, as they choose it. A worker that hears some peers
+  // when it finishes does not wait: a silent one is then dead more often
+  // than cut off, and waiting cost every survivor of a dead peer the round
+  // time-out.
   Status awaitSuspectedPeers(const train::FlatParameters& flat, int64_t steps);
 
   SyncOptions options_;

@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -456,15 +457,31 @@ Status Base::awaitSuspectedPeers(const train::FlatParameters& flat, int64_t step
   const double limit = std::chrono::duration<double>(options_.timeout).count();
   bool logged = false;
   const auto t0 = clock().now();
+  // When the first peer was heard again after we heard none: a partition
+  // healing. The others cut off with us come back over the next second or
+  // two (each side's new connections and pings take turns), and a worker
+  // that chose the final average's coordinator among the first to return
+  // alone coordinated one average while the rest, a lower rank among them,
+  // made another: two final models (seen on the namespace network, sixteen
+  // regions: tokyo finished alone in an 8 s cut, heard sydney first, asked
+  // it for its model, while virginia waited for tokyo's; both gave up after
+  // the round time-out). So the others get up to one peer time-out more,
+  // 5 s at least: a transport renews its connections to a silent peer
+  // every 2 s and pings every second, and a peer whose path healed with
+  // the first one's was heard within 1.9-2.2 s of it on sixteen regions.
+  std::optional<Clock::TimePoint> healed;
+  constexpr std::chrono::milliseconds kLeastGrace{5000};
+  std::chrono::milliseconds grace{0};
   while (true) {
     GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
     bool hearsSome = false;
     for (size_t i = 0; i < group_.size(); ++i) {
       hearsSome = hearsSome || (i != group_.self && !membership_.suspected(group_.ranks[i]));
     }
-    if (hearsSome) break;
+    if (hearsSome && !logged) break;  // never cut off: no wait
     std::string waiting;
     double longest = 0;
+    grace = kLeastGrace;
     for (const auto& c : transport_->peerCounters()) {
       if (!group_.indexOf(c.peer) || !membership_.suspected(c.peer) || !c.heard ||
           c.silentSeconds >= limit) {
@@ -473,6 +490,7 @@ Status Base::awaitSuspectedPeers(const train::FlatParameters& flat, int64_t step
       waiting += fmt::format("{}{} (silent for {:.1f} s)", waiting.empty() ? "" : ", ",
                              topology_.describe(c.peer), c.silentSeconds);
       longest = std::max(longest, c.silentSeconds);
+      grace = std::max(grace, membership_.peerTimeout(c.peer));
     }
     if (waiting.empty()) break;
     if (!logged) {
@@ -481,6 +499,22 @@ Status Base::awaitSuspectedPeers(const train::FlatParameters& flat, int64_t step
           "may heal (a peer silent for the round time-out, {:.3g} s, is taken for gone)",
           limit - longest, waiting, limit);
       logged = true;
+    }
+    if (hearsSome) {
+      if (!healed) {
+        healed = clock().now();
+        logger()->info(
+            "sync: a peer is heard again; waiting up to {:.1f} s more for {} before agreeing on "
+            "the final model (the others cut off with this worker may be on their way back)",
+            std::chrono::duration<double>(grace).count(), waiting);
+      }
+      if (clock().now() >= *healed + grace) {
+        logger()->warn(
+            "sync: {} not heard again within {:.1f} s of the first peer: the final average goes "
+            "on without them",
+            waiting, std::chrono::duration<double>(grace).count());
+        break;
+      }
     }
     clock().sleepFor(std::chrono::milliseconds(20));
   }

@@ -218,6 +218,12 @@ struct JobSpec {
   int partitionedRank = -1;
   int64_t partitionAtStep = 0;
   std::chrono::milliseconds partitionDuration{0};
+  // With memoryNetwork and partitionedRank: the ranks whose links to the
+  // partitioned one heal healLag after the others (each link cut before the
+  // partition lifts, mended then): a cut-off worker that hears its peers
+  // come back one after another.
+  std::vector<int> healLate;
+  std::chrono::milliseconds healLag{0};
   // With memoryNetwork: the link between these two ranks cut both ways
   // (MemoryNetwork::cutLink), each still reaching every other rank: a
   // partial partition, at partitionAtStep for partitionDuration; -1: none.
@@ -509,7 +515,17 @@ RunResult runJob(const JobSpec& job) {
       const auto r = static_cast<size_t>(job.partitionedRank);
       transports[r]->setPartitioned(true);
       wait(job.partitionDuration);
+      const auto cutLate = [&](bool cut) {
+        for (int late : job.healLate) {
+          network->cutLink(static_cast<uint32_t>(r), static_cast<uint32_t>(late), cut);
+        }
+      };
+      if (network != nullptr) cutLate(true);
       transports[r]->setPartitioned(false);
+      if (network != nullptr && !job.healLate.empty()) {
+        wait(job.healLag);
+        cutLate(false);
+      }
     });
   }
   if (job.cutLink.first >= 0 && network != nullptr) {
@@ -2882,6 +2898,34 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAPartialPartitionCostsThePeerTimeout) {
   expectAPartialPartitionToCostThePeerTimeout("reducescatter", 2, 6);
   expectAPartialPartitionToCostThePeerTimeout("reducescatter", 4, 1);
   expectAPartialPartitionToCostThePeerTimeout("allgather", 4, 1);
+}
+
+// A worker cut off from every other that takes its last steps alone, in
+// the cut, and hears one peer again (d) 0.8 s before the others as the cut
+// heals: the final average's coordinator must be chosen among all
+// that come back (a, the lowest rank), as they choose it. Chosen among the
+// first to return, c coordinated {c, d} while a waited for c's model: both
+// waited the round time-out (30 s) and c ended with a model of its own.
+TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerThatFinishedInACutJoinsTheOthersFinalAverage) {
+  FakeClock clock;
+  JobSpec job = simulatedFourRegionDts(clock, 1, 30s, 500ms);
+  job.healLate = {0, 1};
+  job.healLag = 800ms;
+  job.steps = 120;
+  job.partitionedRank = 2;
+  job.partitionAtStep = 10;
+  job.partitionDuration = 2500ms;
+  // c, alone, takes its last 110 steps in 1.1 s; the others, at 20 ms a
+  // step, are about 100 steps from the end as the cut heals.
+  job.extraCompute = {20ms, 20ms, 10ms, 20ms};
+  const auto r = runJob(job);
+  EXPECT_LT(r.simulatedSeconds, 10) << "a round time-out at the final average";
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_EQ(r.hashes[rank].size(), static_cast<size_t>(job.steps)) << "rank " << rank;
+    EXPECT_LT(r.stats[rank].waitSeconds, 5) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
 }
 
 // Hierarchical DTS in simulated time, a region's member dead: its leader
