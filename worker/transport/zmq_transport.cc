@@ -305,6 +305,7 @@ struct PeerState {
   SteadyClock::time_point dataConnectedAt{};
   ConnectionSerial dataConnection;
   bool keptCarrying = false;
+  bool slowAckLogged = false;           // the debug line of a slow acknowledgement, once a wait
   SteadyClock::time_point keptUntil{};  // the kernel is asked again from then
   bool blocked = false;                 // the DEALER refused the head message: wait for POLLOUT
   // Probes (pings, pongs, acknowledgements) take a connection of their own
@@ -1853,6 +1854,7 @@ void ZmqTransport::takeAck(uint32_t peer, const FrameHeader& h, const Payload& b
   if (!found) return;  // sent on a connection since replaced, or never ours
   p.lastAckNs = SteadyClock::now().time_since_epoch().count();
   p.keptCarrying = false;
+  p.slowAckLogged = false;
   publishUnacked(p);
 }
 
@@ -2052,6 +2054,20 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
       const int64_t since =
           std::max<int64_t>(ackNs, p.unacked.front().sentAt.time_since_epoch().count());
       const double stuck = (nowNs - since) * 1e-9;
+      // At debug, once a wait: our data unacknowledged for a second while
+      // the peer is heard, with what our kernel says of the connection. A
+      // peer that waits seconds for our round sees only the wait; a
+      // retransmission timer that backed off after a loss in a full queue
+      // shows here, on the sender's side.
+      if (stuck >= 1.0 && !p.slowAckLogged && logger()->should_log(spdlog::level::debug)) {
+        p.slowAckLogged = true;
+        const auto data = kernelState(r, dataFd);
+        logger()->debug(
+            "transport rank {}: our data to {} unacknowledged for {:.1f} s while it "
+            "is heard{}",
+            cfg_.rank, rankName(r), stuck,
+            data ? kernelSays(*data) : std::string(" (no kernel state)"));
+      }
       if (stuck >= 2.5 * after) {
         // The kernel vouches for chunks sent on the current connection only:
         // what an earlier one held (ZeroMQ reconnects on its own) is lost.
