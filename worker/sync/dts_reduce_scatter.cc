@@ -102,13 +102,16 @@ Status Dts::exchangeShards() {
   // The same for the rounds completed here last: the peer's whole may come
   // after (it found the owner lost at its suspicion, when this worker
   // had that owner's mean already). A sharded round keeps no late entry,
-  // so nothing else reads those updates.
+  // so nothing else reads those updates: each is taken from the inbox (one
+  // poll a round, whoever sent it) and answered where answerWhole says so.
   for (Answerable& a : answerable_) {
-    for (size_t j = 0; j < group_.size(); ++j) {
-      if (j == group_.self || a.wholeTo[j] || membership_.suspected(group_.ranks[j])) continue;
-      auto m = transport_->receive(MessageKind::kUpdate, a.round, group_.ranks[j],
+    while (true) {
+      auto m = transport_->receive(MessageKind::kUpdate, a.round, transport::kAnyPeer,
                                    std::chrono::milliseconds(0));
-      if (m.ok()) GEO_RETURN_IF_ERROR(answerWhole(j, a.round, a.sendStep, a.bytes, a.wholeTo));
+      if (!m.ok()) break;
+      if (const auto j = group_.indexOf(m->header.sender)) {
+        GEO_RETURN_IF_ERROR(answerWhole(*j, a.round, a.sendStep, a.bytes, a.wholeTo));
+      }
     }
   }
   return {};

@@ -66,6 +66,15 @@ struct MemoryNetwork::State {
     uint64_t heardIncarnation = 0;       // the peer's incarnation last heard
     std::deque<SentRecord> sent;
     std::optional<TimePoint> lastAck;
+    // Drops what has not left yet (a cut, a kill, a closed endpoint's
+    // linger run out) and returns how many messages went.
+    size_t dropQueued() {
+      const size_t n = queue.size() + lane.size();
+      queue.clear();
+      lane.clear();
+      queuedBytes = 0;
+      return n;
+    }
   };
   struct Endpoint {
     bool open = false;
@@ -114,8 +123,17 @@ struct MemoryNetwork::State {
   bool wan(uint32_t a, uint32_t b) const {
     return options.regions.empty() ? a != b : options.regions[a] != options.regions[b];
   }
+  // A link's key in cutLinks: {lower rank, higher}.
+  static std::pair<uint32_t, uint32_t> link(uint32_t a, uint32_t b) {
+    return {std::min(a, b), std::max(a, b)};
+  }
   bool linkCut(uint32_t a, uint32_t b) const {
-    return !cutLinks.empty() && cutLinks.count({std::min(a, b), std::max(a, b)}) > 0;
+    return !cutLinks.empty() && cutLinks.count(link(a, b)) > 0;
+  }
+  // Whether what `from` sends to `to` is dropped as it is sent: `from` cut
+  // off from the other regions, or the link between the two cut.
+  bool dropsSend(uint32_t from, uint32_t to) const {
+    return (endpoints[from].cut && wan(from, to)) || linkCut(from, to);
   }
   // Whether frames from `p` reach `r` now.
   bool reaches(uint32_t p, uint32_t r) const {
@@ -165,9 +183,7 @@ struct MemoryNetwork::State {
           leave(m, at);
         }
         if (!e.open && now > lingerEnd) {  // what is left never leaves
-          side.queue.clear();
-          side.lane.clear();
-          side.queuedBytes = 0;
+          side.dropQueued();
         }
       }
     }
@@ -275,9 +291,8 @@ struct MemoryNetwork::State {
         // A change on our side (our cut lifted or set) takes effect at once;
         // one on the peer's side reaches us after the link's delay.
         // A link cut or mended (cutLink) changes both sides at once.
-        const std::pair<uint32_t, uint32_t> link{std::min(p, r), std::max(p, r)};
-        const bool oursChanged =
-            wasCut[r] != endpoints[r].cut || wasCutLinks.count(link) != cutLinks.count(link);
+        const bool oursChanged = wasCut[r] != endpoints[r].cut ||
+                                 wasCutLinks.count(link(p, r)) != cutLinks.count(link(p, r));
         const TimePoint at = oursChanged ? now : now + oneWay(p, r);
         if (was && !is) {
           if (!view.heard.empty()) {
@@ -387,7 +402,7 @@ class MemoryTransport final : public Transport {
     TimePoint now = s_->clock.now();
     s_->settle(now);
     State::Endpoint& e = s_->endpoints[rank_];
-    if ((e.cut && s_->wan(rank_, peer)) || s_->linkCut(rank_, peer)) {
+    if (s_->dropsSend(rank_, peer)) {
       ++e.partitionDropped;
       return {};
     }
@@ -419,7 +434,7 @@ class MemoryTransport final : public Transport {
         if (!mine()) return Status(StatusCode::kCancelled, "transport: closed");
         now = s_->clock.now();
         s_->settle(now);
-        if ((e.cut && s_->wan(rank_, peer)) || s_->linkCut(rank_, peer)) {
+        if (s_->dropsSend(rank_, peer)) {
           ++e.partitionDropped;
           return {};
         }
@@ -492,11 +507,7 @@ class MemoryTransport final : public Transport {
       if (!cut) return;
       for (uint32_t p = 0; p < s_->world(); ++p) {
         if (p == rank_ || !s_->wan(rank_, p)) continue;
-        State::PeerSide& side = e.peers[p];
-        e.partitionDropped += side.queue.size() + side.lane.size();
-        side.queue.clear();
-        side.lane.clear();
-        side.queuedBytes = 0;
+        e.partitionDropped += e.peers[p].dropQueued();
       }
     });
   }
@@ -658,11 +669,7 @@ void MemoryNetwork::kill(uint32_t rank) {
     e.closedAt = now - state_->options.linger;  // nothing lingers
     e.inbox.clear();
     e.inboxBytes = 0;
-    for (State::PeerSide& side : e.peers) {
-      side.queue.clear();
-      side.lane.clear();
-      side.queuedBytes = 0;
-    }
+    for (State::PeerSide& side : e.peers) side.dropQueued();
   });
 }
 
@@ -672,20 +679,14 @@ void MemoryNetwork::cutLink(uint32_t a, uint32_t b, bool cut) {
   const TimePoint now = state_->clock.now();
   state_->settle(now);
   state_->change(now, [&] {
-    const std::pair<uint32_t, uint32_t> link{std::min(a, b), std::max(a, b)};
     if (!cut) {
-      state_->cutLinks.erase(link);
+      state_->cutLinks.erase(State::link(a, b));
       return;
     }
-    state_->cutLinks.insert(link);
+    state_->cutLinks.insert(State::link(a, b));
     for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
       State::Endpoint& e = state_->endpoints[from];
-      if (to >= e.peers.size()) continue;
-      State::PeerSide& side = e.peers[to];
-      e.partitionDropped += side.queue.size() + side.lane.size();
-      side.queue.clear();
-      side.lane.clear();
-      side.queuedBytes = 0;
+      if (to < e.peers.size()) e.partitionDropped += e.peers[to].dropQueued();
     }
   });
 }

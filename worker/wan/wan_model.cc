@@ -100,7 +100,7 @@ WanModel::Answer WanModel::send(size_t src, size_t dst, size_t bytes, SteadyCloc
   SiteCounters& c = counters_[src];
   ++c.packetsSent;
   c.bytesSent += bytes;
-  if (cut_[src] || cut_[dst] || cutLink_[src][dst]) {
+  if (severed(src, dst)) {
     ++c.partitioned;
     return {Fate::kPartitioned, now};
   }
@@ -128,7 +128,7 @@ WanModel::Answer WanModel::send(size_t src, size_t dst, size_t bytes, SteadyCloc
 WanModel::Answer WanModel::arrive(size_t src, size_t dst, size_t bytes,
                                   SteadyClock::time_point now) {
   GEO_ENFORCE(src < shape_.size() && dst < shape_.size() && src != dst, "two different sites");
-  if (cut_[src] || cut_[dst] || cutLink_[src][dst]) {
+  if (severed(src, dst)) {
     ++counters_[src].partitioned;
     return {Fate::kPartitioned, now};
   }

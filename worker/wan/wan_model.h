@@ -125,6 +125,12 @@ class WanModel {
   const SiteCounters& counters(size_t site) const { return counters_[site]; }
 
  private:
+  // Whether packets between src and dst are lost to a cut: either site
+  // cut off, or the link between them.
+  bool severed(size_t src, size_t dst) const {
+    return cut_[src] || cut_[dst] || cutLink_[src][dst];
+  }
+
   // A FIFO serializer: when a packet of `bytes` handed over at `now` has
   // been sent, or nullopt when it would wait longer than `queue`.
   struct Serializer {
