@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 
 #include "common/logging.h"
 
@@ -130,6 +131,18 @@ bool allFinite(const torch::Tensor& t) {
   return torch::isfinite(t).all().item<bool>();
 }
 
+// The key of a parameter's optimizer state, as LibTorch's own optimizers
+// (and the serialization of their state) make it: its TensorImpl's address,
+// printed as a string in Debian's LibTorch (1.13), the address itself in
+// newer releases (PyTorch 2.11's). Key is the state map's key type.
+template <typename Key>
+Key stateKey(c10::TensorImpl* impl) {
+  if constexpr (std::is_same_v<Key, std::string>)
+    return c10::str(impl);
+  else
+    return impl;
+}
+
 }  // namespace
 
 torch::Tensor InPlaceSgd::step(LossClosure closure) {
@@ -146,7 +159,8 @@ torch::Tensor InPlaceSgd::step(LossClosure closure) {
       torch::Tensor d = p.grad();  // the gradient's own storage
       if (o.weight_decay() != 0) d.add_(p, o.weight_decay());
       if (o.momentum() != 0) {
-        const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+        const auto key =
+            stateKey<std::decay_t<decltype(state_.begin()->first)>>(p.unsafeGetTensorImpl());
         torch::Tensor buf;
         auto found = state_.find(key);
         if (found == state_.end()) {
