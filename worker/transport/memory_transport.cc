@@ -161,8 +161,13 @@ struct MemoryNetwork::State {
           ++side.messagesSent;
           inFlight.push_back(std::move(m));
         };
-        // A gracefully closed sender's queue leaves until its linger is up.
-        const TimePoint lingerEnd = e.open ? kNever : e.closedAt + options.linger;
+        // A gracefully closed sender's queue leaves while the uplink carries
+        // it to an open peer (up to maxDrain), and for a peer that is not
+        // open until its linger is up.
+        const TimePoint lingerEnd =
+            e.open ? kNever
+                   : e.closedAt +
+                         (to.open ? std::max(options.linger, options.maxDrain) : options.linger);
         while (!side.lane.empty() && to.open) {
           Msg m = std::move(side.lane.front());
           side.lane.pop_front();

@@ -10,8 +10,11 @@
 // The model, and why each part is what the ZeroMQ transport does:
 //  - Each rank has at most one open endpoint at a time (open(): a worker
 //    process, a new incarnation each time). Destroying it closes it
-//    gracefully: what it queued still leaves within `linger`, as ZeroMQ's
-//    linger lets it. kill() ends it as a killed process ends: its queue is
+//    gracefully: what it queued for an open peer still leaves, however
+//    long its uplink takes, up to `maxDrain` -- as ZeroMQ's transport
+//    renews its linger time while its data moves --, and what it queued
+//    for a peer that is not open gets `linger` (for the peer to come up).
+//    kill() ends it as a killed process ends: its queue is
 //    lost at once, what already left still arrives, and its calls return
 //    Cancelled from then on.
 //  - A message to a peer waits in the sender's queue (bounded by
@@ -84,8 +87,11 @@ class MemoryNetwork {
     std::vector<std::string> regions;
     uint64_t maxQueuedBytesPerPeer = uint64_t{1} << 30;
     uint64_t maxPayloadBytes = uint64_t{1} << 31;
-    // How long a closed endpoint's queue may still leave (ZeroMQ's linger).
+    // How long a closed endpoint's queue for a peer that is not open may
+    // still leave (ZeroMQ's linger), and how long one for an open peer may
+    // (ZmqTransport renews the linger while the data moves, to a limit).
     geo::Clock::Duration linger = std::chrono::seconds(2);
+    geo::Clock::Duration maxDrain = std::chrono::minutes(5);
   };
 
   // The clock must outlive the network and every transport it opens.

@@ -819,6 +819,61 @@ TEST(TransportShutdown, WhatZeroMqHoldsAtCloseLeavesWithinTheLinger) {
   EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(size, 9))) << "the payload arrived changed";
 }
 
+// A message still moving when its sender closes -- behind a slow uplink,
+// its chunks acknowledged as they arrive -- leaves however long that takes:
+// the linger time is what a peer that takes nothing more gets, not a bound
+// on a transfer in progress. A fixed 2 s lost the last gradient of an
+// allreduce (45 MB to each of three peers through one 100 Mbit/s uplink,
+// 11 s), and the peer that missed it waited for it until its time-out.
+TEST(TransportShutdown, AMessageStillMovingAtCloseLeavesBeyondTheLinger) {
+  World w(2);
+  std::vector<TransportConfig> configs;
+  for (uint32_t r = 0; r < 2; ++r) {
+    TransportConfig c = w.config(r);
+    c.uplinkPeers = {r != 0, r != 1};
+    c.linger = 500ms;
+    configs.push_back(c);
+  }
+  auto ts = startAll(configs);
+  ASSERT_TRUE(hearsFirstPeer(*ts[0])) << "rank 1 not connected within 5 s";
+  ts[0]->setUplinkRate(2e6);
+  const size_t size = size_t{6} << 20;  // 3.1 s through the uplink
+  ASSERT_TRUE(
+      ts[0]->send(1, MessageKind::kUpdate, {.round = 3}, Payload(pattern(size, 3)), 1s).ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  ts[0].reset();
+  const double closing =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto m = ts[1]->receive(MessageKind::kUpdate, 3, 0, 10s);
+  ASSERT_TRUE(m.ok()) << m.status().toString() << " (the sender closed in " << closing << " s)";
+  ASSERT_EQ(m->payload.size(), size);
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(size, 3))) << "the payload arrived changed";
+  EXPECT_GT(closing, 2.5) << "closed before its data was through the uplink";
+}
+
+// ... and a message that does not move gets the linger time only: a peer
+// gone before the close is not waited for.
+TEST(TransportShutdown, AMessageThatDoesNotMoveGetsTheLingerOnly) {
+  World w(2);
+  auto config = w.config(0);
+  config.linger = 500ms;
+  auto a = makeZmqTransport(config);
+  ASSERT_TRUE(a.ok()) << a.status().toString();
+  {
+    auto b = makeZmqTransport(w.config(1));
+    ASSERT_TRUE(b.ok()) << b.status().toString();
+    ASSERT_TRUE(hearsFirstPeer(**a)) << "rank 1 not connected within 5 s";
+  }  // rank 1 is gone
+  ASSERT_TRUE(
+      (*a)->send(1, MessageKind::kUpdate, {.round = 4}, Payload(pattern(size_t{8} << 20, 4)), 1s)
+          .ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  a->reset();
+  const double closing =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(closing, 2.5) << "waited for a peer that takes nothing";
+}
+
 // Liveness: a peer is heard through its pings alone; once it is gone its
 // silence grows, and a new incarnation on the same endpoint is heard again.
 TEST(TransportLiveness, SilenceGrowsWhenAPeerDiesAndEndsWhenItComesBack) {
