@@ -505,12 +505,8 @@ class Dts final : public Base, private StateParity::Host {
 
   // Rounds from `round` on start after step `step` and take `k` steps each.
   using Schedule = DtsSchedule;
-  // Which of two schedules wins: the later change, then the larger K, then
-  // reduce-scatter (two coordinators on both sides of a partition may each
-  // have chosen one).
-  static bool newer(const Schedule& a, const Schedule& b) {
-    return std::tie(a.round, a.k, a.step, a.exchange) > std::tie(b.round, b.k, b.step, b.exchange);
-  }
+  // Which of two schedules wins (newerSchedule, exchange_choice.h).
+  static bool newer(const Schedule& a, const Schedule& b) { return newerSchedule(a, b); }
 
   // The exchange a job keeps throughout (sync.exchange), all-gather where
   // it is chosen at run time: where an automatic one starts.

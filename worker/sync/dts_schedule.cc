@@ -14,10 +14,10 @@ uint64_t Dts::roundAt(int64_t s) const {
 }
 
 void Dts::adopt(const Schedule& e, int64_t t) {
-  if (!newer(e, schedule_)) return;
-  if (e.round > nextRound_) {
-    if (!nextSchedule_ || newer(e, *nextSchedule_)) nextSchedule_ = e;
-    return;
+  switch (scheduleAction(e, schedule_, nextSchedule_, nextRound_)) {
+    case ScheduleAction::kIgnore: return;
+    case ScheduleAction::kAwait: nextSchedule_ = e; return;
+    case ScheduleAction::kAdoptNow: break;
   }
   if (e.k != schedule_.k) {
     logger()->info("dts: period K = {} steps (was {}) from round {} (after step {})", e.k,

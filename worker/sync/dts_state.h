@@ -26,17 +26,6 @@
 
 namespace geo::sync::detail {
 
-// The period in force from a round on: round `round` closes at step `step`,
-// and every K steps after it.
-// How its rounds' contributions meet (sync.exchange; a fixed exchange
-// throughout, or under `auto` whichever the workers last agreed on).
-struct DtsSchedule {
-  uint64_t round = 0;
-  int64_t step = 0;
-  int64_t k = 1;
-  Exchange exchange = Exchange::kAllGather;
-};
-
 // A round this worker closed and has not completed.
 struct DtsSavedRound {
   uint64_t round = 0;

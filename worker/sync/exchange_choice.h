@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <tuple>
 
 namespace geo::sync {
 
@@ -124,5 +125,51 @@ inline constexpr double kExchangeMargin = 0.8;
 // either way, and reduce-scatter takes a hop more).
 ExchangeVerdict chooseExchange(const ExchangeInputs& in, double computeSeconds,
                                const DtsPolicy& policy, Exchange current);
+
+namespace detail {
+
+// The period and exchange in force from a round on: round `round` closes at
+// step `step`, and every K steps after it. How its rounds' contributions
+// meet (sync.exchange; a fixed exchange throughout, or under `auto` whichever
+// the workers last agreed on).
+struct DtsSchedule {
+  uint64_t round = 0;
+  int64_t step = 0;
+  int64_t k = 1;
+  Exchange exchange = Exchange::kAllGather;
+};
+
+// Which of two schedules wins: the later change, then the larger K, then
+// reduce-scatter (two coordinators on both sides of a suspicion may each
+// have chosen one).
+inline bool newerSchedule(const DtsSchedule& a, const DtsSchedule& b) {
+  const auto key = [](const DtsSchedule& x) {
+    return std::tuple(x.round, x.k, x.step, static_cast<uint8_t>(x.exchange));
+  };
+  return key(a) > key(b);
+}
+
+// What a worker does with a change of schedule it hears of (from the
+// coordinator's lag reports): kIgnore where the schedule in force, or the
+// one it waits for, wins over it (newerSchedule); kAwait where the change's
+// first round is still ahead of `nextRound` (the first round this worker
+// has not opened): it waits in place of any older one; kAdoptNow where this
+// worker has opened that round already, and realigns at once. So every
+// worker ends on the later of two coordinators' changes in whatever order
+// they arrive: before, a worker that held the later one and heard the
+// earlier one after opening its round took the earlier one at once -- and
+// exchanged four rounds by reduce-scatter that the others exchanged by
+// all-gather, waiting the 60 s round time-out for each (two coordinators
+// either side of a suspicion, a 2 Mbit/s uplink; docs/benchmarks.md).
+enum class ScheduleAction { kIgnore, kAwait, kAdoptNow };
+inline ScheduleAction scheduleAction(const DtsSchedule& heard, const DtsSchedule& current,
+                                     const std::optional<DtsSchedule>& awaited,
+                                     uint64_t nextRound) {
+  if (!newerSchedule(heard, current)) return ScheduleAction::kIgnore;
+  if (awaited && !newerSchedule(heard, *awaited)) return ScheduleAction::kIgnore;
+  return heard.round > nextRound ? ScheduleAction::kAwait : ScheduleAction::kAdoptNow;
+}
+
+}  // namespace detail
 
 }  // namespace geo::sync

@@ -201,5 +201,37 @@ TEST(ExchangeChoice, MovesOnlyForAMarginAndNeverBelowThreeWorkers) {
       Exchange::kAllGather);
 }
 
+// The schedule a worker ends on when two coordinators (either side of a
+// suspicion) each announced a change: the later one, in whatever order the
+// two arrive and wherever the worker is.
+TEST(ScheduleAction, EveryWorkerEndsOnTheLaterOfTwoChangesInEitherOrder) {
+  using detail::DtsSchedule;
+  using detail::ScheduleAction;
+  using detail::scheduleAction;
+  const DtsSchedule current{12, 704, 64, Exchange::kAllGather};
+  const DtsSchedule early{22, 1344, 64, Exchange::kReduceScatter};  // the first coordinator's
+  const DtsSchedule late{26, 1600, 64, Exchange::kReduceScatter};   // the second's
+  // The earlier change first, its round ahead: awaited, then replaced.
+  EXPECT_EQ(scheduleAction(early, current, std::nullopt, 20), ScheduleAction::kAwait);
+  EXPECT_EQ(scheduleAction(late, current, early, 20), ScheduleAction::kAwait);
+  // The later first: the earlier is ignored, its round ahead or opened
+  // already (the worker that held the later change and heard the earlier
+  // one after opening round 22 took it at once).
+  EXPECT_EQ(scheduleAction(early, current, late, 20), ScheduleAction::kIgnore);
+  EXPECT_EQ(scheduleAction(early, current, late, 23), ScheduleAction::kIgnore);
+  // Alone, a change whose round is open already is taken at once.
+  EXPECT_EQ(scheduleAction(early, current, std::nullopt, 23), ScheduleAction::kAdoptNow);
+  // What is in force wins over an older or the same change.
+  EXPECT_EQ(scheduleAction(early, late, std::nullopt, 30), ScheduleAction::kIgnore);
+  EXPECT_EQ(scheduleAction(late, late, std::nullopt, 30), ScheduleAction::kIgnore);
+  // The same round: the larger K, then reduce-scatter.
+  const DtsSchedule larger{22, 1344, 128, Exchange::kAllGather};
+  EXPECT_EQ(scheduleAction(larger, current, early, 20), ScheduleAction::kAwait);
+  EXPECT_EQ(scheduleAction(early, current, larger, 20), ScheduleAction::kIgnore);
+  const DtsSchedule gather{22, 1344, 64, Exchange::kAllGather};
+  EXPECT_EQ(scheduleAction(gather, current, early, 20), ScheduleAction::kIgnore);
+  EXPECT_EQ(scheduleAction(early, current, gather, 20), ScheduleAction::kAwait);
+}
+
 }  // namespace
 }  // namespace geo::sync
