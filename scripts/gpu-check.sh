@@ -12,7 +12,7 @@
 #       DIR (default .gpu-bundle, which git ignores), and checks that it
 #       stays under 64 MiB.
 #
-#   scripts/gpu-check.sh run [--bundle DIR] [--out DIR] [--steps N] [--jobs N] [--from S]
+#   scripts/gpu-check.sh run [--bundle DIR] [--out DIR] [--steps N] [--jobs N] [--from S] [--wan SECONDS]
 #       There, from the repository root (the bundle beside it): the CUDA
 #       kernel tests (CPU and CUDA encodings bit for bit), geo_kernels_bench
 #       (QSGD-2/4/8 encode and decode-accumulate of 16 Mi and 100 M values
@@ -27,7 +27,14 @@
 #       Figures go to stdout and to DIR (default gpu-check-out); about 4
 #       minutes on one H100. Without a GPU it says so and exits 77. --from S
 #       starts at check S (1-6; 3: build the worker and train), to rerun the
-#       later checks within a short lease.
+#       later checks within a short lease. --wan SECONDS adds check 7, the
+#       bandwidth-bound benchmark on a GPU: resnet18 on four workers sharing
+#       the GPU, on the namespace network (needs root), DTS's defaults on
+#       lan and on the world links at 100 Mbit/s, allreduce fp32 for 3
+#       steps on the world links, then allreduce fp32 on lan over loopback
+#       for its steps to the target, all within SECONDS (what is left when
+#       the reference starts is its share; bench/wan_time_to_accuracy.sh
+#       prints the table, and the runs go to DIR/wan.tgz).
 #
 # Exit status: 0 when every check passed, 1 when one failed, 2 on a usage
 # error, 77 (run) when there is no GPU.
@@ -55,6 +62,7 @@ out=""
 steps=3000
 jobs=$(nproc)
 from=1
+wan=0
 while (($#)); do
   case $1 in
     --bundle) bundle=$(realpath -m "$2"); shift 2 ;;
@@ -63,12 +71,14 @@ while (($#)); do
     --steps) steps=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --from) from=$2; shift 2 ;;
+    --wan) wan=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ $steps =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: --steps must be a positive integer, got '$steps'" >&2; exit 2; }
 [[ $from =~ ^[1-6]$ ]] || { echo "gpu-check: --from must be a check number from 1 to 6, got '$from'" >&2; exit 2; }
+[[ $wan =~ ^[0-9]+$ ]] || { echo "gpu-check: --wan must be a number of seconds, got '$wan'" >&2; exit 2; }
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: --jobs must be a positive integer, got '$jobs'" >&2; exit 2; }
 
 # The bundle's size limit: what a GPU machine here is sent with the tree.
@@ -311,8 +321,33 @@ EOF
       check "resnet18 on the GPU ($run)"
     fi
   done
+  if ((wan > 0)); then wan_check "$geotrain" "$data"; fi
   echo "gpu-check: $((SECONDS - t0)) s"
   report
+}
+
+# Check 7: resnet18 where the link is the limit (docs/benchmarks.md,
+# "resnet18 on one GPU at 100 Mbit/s").
+wan_check() {
+  local geotrain=$1 data=$2 t0=$SECONDS
+  echo "== 7. resnet18 on the GPU, 4 workers, the namespace network at 100 Mbit/s (${wan} s at most)"
+  local bench=(bench/wan_time_to_accuracy.sh --build "$(dirname "$(dirname "$geotrain")")" --models resnet18
+    --set training.device=cuda --set dataset.path="$data")
+  local runs=/tmp/gpu-check-wan
+  rm -rf "$runs" && mkdir -p "$runs/tta" "$runs/ref"
+  left() { echo $((wan - (SECONDS - t0))); }
+  (cd "$repo" && timeout -k 10 "$(left)" "${bench[@]}" --network netns --configs default,allreduce-fp32 \
+    --networks world --short allreduce-fp32=3 --reference "$runs/ref" --steps-resnet18 800 \
+    --out "$runs/tta") || check "resnet18 on the namespace network"
+  if (($(left) > 30)); then
+    # Allreduce's steps to the target do not depend on the network: over
+    # loopback, the quickest, for what is left of the time.
+    (cd "$repo" && timeout -k 10 "$(left)" "${bench[@]}" --network userspace --configs allreduce-fp32 \
+      --networks '' --steps-resnet18 600 --out "$runs/ref") ||
+      echo "allreduce fp32's reference stopped at the time limit: its evaluations so far are in wan.tgz"
+  fi
+  find "$runs" -path '*/logs/*' -size +2M -delete
+  tar czf "$out/wan.tgz" -C "$runs" . && echo "runs: $out/wan.tgz"
 }
 
 report() {

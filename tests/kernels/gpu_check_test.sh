@@ -38,6 +38,7 @@ expect_usage() {
 }
 expect_usage "--steps must be a positive integer, got '0'" run --steps 0
 expect_usage "--from must be a check number from 1 to 6, got '7'" run --from 7
+expect_usage "--wan must be a number of seconds, got 'x'" run --wan x
 expect_usage "unknown option '--gpus'" run --gpus 2
 expect_usage "scripts/gpu-check.sh bundle [--build DIR]" nonsense
 
