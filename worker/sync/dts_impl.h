@@ -505,8 +505,6 @@ class Dts final : public Base, private StateParity::Host {
 
   // Rounds from `round` on start after step `step` and take `k` steps each.
   using Schedule = DtsSchedule;
-  // Which of two schedules wins (newerSchedule, exchange_choice.h).
-  static bool newer(const Schedule& a, const Schedule& b) { return newerSchedule(a, b); }
 
   // The exchange a job keeps throughout (sync.exchange), all-gather where
   // it is chosen at run time: where an automatic one starts.

@@ -2457,29 +2457,30 @@ void ZmqTransport::ioLoop() {
     if (!stopping_ && cfg_.pingInterval.count() > 0) next = std::min(next, nextPing);
     if (auto t = flushProbes(now)) next = std::min(next, *t);
     // Whether anything is still to be handed to ZeroMQ, for any peer (a
-    // blocked one included: closing must not take its queue for empty).
-    // Closing, also what a live peer has not acknowledged yet: it may still
-    // sit in ZeroMQ's or the kernel's buffers, or behind a slow uplink.
+    // blocked one included: closing must not take its queue for empty);
+    // closing, also what a live peer -- heard within the linger time or two
+    // ping intervals: one that has exited is not waited for -- has not
+    // acknowledged yet (in ZeroMQ's or the kernel's buffers, or behind a
+    // slow uplink), and how far our data has moved (queued, acknowledged).
     bool pending = false;
     uint64_t queued = 0;
     int64_t acks = 0;
+    const auto liveWithin = std::max<SteadyClock::duration>(cfg_.linger, 2 * cfg_.pingInterval);
     for (uint32_t r = 0; r < world; ++r) {
       if (!reachable(r)) continue;
       PeerState& p = peers_[r];
       if (!p.blocked) {
         if (auto t = flush(r, now)) next = std::min(next, *t);
       }
-      acks += p.lastAckNs.load();
-      // Live: heard within the linger time or two ping intervals (a peer
-      // that has exited is not waited for beyond them).
-      const int64_t heardNs = p.lastHeardNs;
-      const bool live =
-          heardNs != 0 && now - SteadyClock::time_point(SteadyClock::duration(heardNs)) <=
-                              std::max<SteadyClock::duration>(cfg_.linger, 2 * cfg_.pingInterval);
       std::lock_guard lock(p.mu);
+      pending = pending || !p.queue.empty() || !p.resend.empty();
+      if (!stopping_) continue;
       queued += p.queuedBytes;
-      pending = pending || !p.queue.empty() || !p.resend.empty() ||
-                (stopping_ && live && p.unackedBytes > 0);
+      acks += p.lastAckNs.load();
+      const int64_t heardNs = p.lastHeardNs;
+      pending =
+          pending || (p.unackedBytes > 0 && heardNs != 0 &&
+                      now - SteadyClock::time_point(SteadyClock::duration(heardNs)) <= liveWithin);
     }
     if (stopping_) {
       // The linger time is for a peer that takes nothing more: while our

@@ -3,6 +3,7 @@
 // restart_test.cc; the wire-privacy relay in wire_privacy_test.cc.)
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <spdlog/sinks/ostream_sink.h>
@@ -795,6 +796,23 @@ TEST(TransportShutdown, AQueuedSendToAPeerNotUpYetLeavesWithinTheLinger) {
   EXPECT_EQ(m->payload.size(), 100u);
 }
 
+// How long closing `t` (destroying it) takes, in seconds.
+double secondsToClose(std::unique_ptr<Transport>& t) {
+  const auto t0 = std::chrono::steady_clock::now();
+  t.reset();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Whether `to` receives rank 0's update for `round`, pattern(size, round),
+// whole and unchanged within `timeout`.
+void expectPatternFromRank0(Transport& to, uint64_t round, size_t size,
+                            std::chrono::milliseconds timeout, const std::string& context = "") {
+  auto m = to.receive(MessageKind::kUpdate, round, 0, timeout);
+  ASSERT_TRUE(m.ok()) << m.status().toString() << context;
+  ASSERT_EQ(m->payload.size(), size);
+  EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(size, round))) << "the payload arrived changed";
+}
+
 // What ZeroMQ already took from the queue when the transport closes leaves
 // within the linger time too: a worker that sends a large message and exits
 // at once (a region leader's final model to its members) must not drop it.
@@ -813,10 +831,7 @@ TEST(TransportShutdown, WhatZeroMqHoldsAtCloseLeavesWithinTheLinger) {
   ASSERT_TRUE(
       (*a)->send(1, MessageKind::kUpdate, {.round = 9}, Payload(pattern(size, 9)), 5s).ok());
   a->reset();  // at once: the payload is still in ZeroMQ's hands
-  auto m = (*b)->receive(MessageKind::kUpdate, 9, 0, 20s);
-  ASSERT_TRUE(m.ok()) << m.status().toString();
-  ASSERT_EQ(m->payload.size(), size);
-  EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(size, 9))) << "the payload arrived changed";
+  expectPatternFromRank0(**b, 9, size, 20s);
 }
 
 // A message still moving when its sender closes -- behind a slow uplink,
@@ -840,14 +855,9 @@ TEST(TransportShutdown, AMessageStillMovingAtCloseLeavesBeyondTheLinger) {
   const size_t size = size_t{6} << 20;  // 3.1 s through the uplink
   ASSERT_TRUE(
       ts[0]->send(1, MessageKind::kUpdate, {.round = 3}, Payload(pattern(size, 3)), 1s).ok());
-  const auto t0 = std::chrono::steady_clock::now();
-  ts[0].reset();
-  const double closing =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  auto m = ts[1]->receive(MessageKind::kUpdate, 3, 0, 10s);
-  ASSERT_TRUE(m.ok()) << m.status().toString() << " (the sender closed in " << closing << " s)";
-  ASSERT_EQ(m->payload.size(), size);
-  EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(size, 3))) << "the payload arrived changed";
+  const double closing = secondsToClose(ts[0]);
+  expectPatternFromRank0(*ts[1], 3, size, 10s,
+                         fmt::format(" (the sender closed in {:.2f} s)", closing));
   EXPECT_GT(closing, 2.5) << "closed before its data was through the uplink";
 }
 
@@ -867,11 +877,7 @@ TEST(TransportShutdown, AMessageThatDoesNotMoveGetsTheLingerOnly) {
   ASSERT_TRUE(
       (*a)->send(1, MessageKind::kUpdate, {.round = 4}, Payload(pattern(size_t{8} << 20, 4)), 1s)
           .ok());
-  const auto t0 = std::chrono::steady_clock::now();
-  a->reset();
-  const double closing =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_LT(closing, 2.5) << "waited for a peer that takes nothing";
+  EXPECT_LT(secondsToClose(*a), 2.5) << "waited for a peer that takes nothing";
 }
 
 // Liveness: a peer is heard through its pings alone; once it is gone its
