@@ -108,7 +108,7 @@ struct PlanInput {
   int64_t period = 8;
   std::optional<int64_t> delay;
   int64_t swarmH = 4;
-  int64_t maxAutoPeriod = 64;
+  int64_t maxAutoPeriod = 1024;  // as the worker's (sync::Options)
   int64_t maxAutoDelay = 256;
   // Steps allreduce fp32 takes to the target (the reference the factors
   // scale); 205: the mlp to 85% on Fashion-MNIST, 4 workers, Nesterov,

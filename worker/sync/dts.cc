@@ -850,7 +850,10 @@ Status Dts::sendEncoded(EncodeResult r) {
   GEO_RETURN_IF_ERROR(sendContribution(p, presentPeers(), true));
   if (flip_ && e.t >= flip_->step) injectFlip(e.t, flat);
   p.sentAt = clock().now();
-  uplink_.sent(p.sentAt);
+  uint64_t acked = 0;  // by every peer: the uplink carries them all
+  for (const auto& c : transport_->peerCounters()) acked += c.ackedBytes;
+  uplink_.sent(p.sentAt, acked);
+  if (!firstRoundSentAt_) firstRoundSentAt_ = p.sentAt;
   stats_.setDelay(delay_);
   if (scheduling() && !finishing_ && uplink_.held()) return choosePeriod(true);
   return {};

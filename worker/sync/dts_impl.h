@@ -593,6 +593,21 @@ class Dts final : public Base, private StateParity::Host {
     return std::max(0.0, codecRoundSeconds_) / payloads;
   }
 
+  // The bytes one round puts on this worker's uplink: a payload for each
+  // peer under all-gather; (G - 1) / G of one as parts and as much again as
+  // the shard's mean under reduce-scatter.
+  double roundUplinkBytes() const {
+    const double g = static_cast<double>(group_.size());
+    return static_cast<double>(uplink_.lastRoundBytes()) * (sharded() ? 2 * (g - 1) / g : g - 1);
+  }
+
+  // Where the uplink held the last two rounds back: how long one round
+  // takes through it, the smaller of the held rounds' length
+  // (UplinkPace::heldRoundSeconds) and its bytes at the rate the peers
+  // acknowledged them (heldBytesPerSecond: the length also holds the
+  // draining of a queue left by a smaller K). nullopt where not held.
+  std::optional<double> heldRoundTransfer() const;
+
   // What this worker measured, as exchange_choice.h (the model `geotrain
   // plan` uses) costs an exchange on: the uplink's rate, the slowest link
   // (`latency`, one way), the payload and the codec's time.
@@ -1057,6 +1072,9 @@ class Dts final : public Base, private StateParity::Host {
   // rate the final average paces its copies by): the latest round's bytes,
   // the intervals between recent rounds at the period in force.
   UplinkPace uplink_{kLagWindow};
+  // When this worker's first round left (a round seen crossing is one
+  // that left since: chooseDelay).
+  std::optional<geo::Clock::TimePoint> firstRoundSentAt_;
   ScratchTensors scratch_;
   std::array<torch::Tensor, 4> slices_;  // sliceBuffer()'s
   StageTimes stages_;

@@ -142,7 +142,7 @@ Status Dts::choosePeriod(bool atClose) {
   // anyone's report (the links' come a round's completion, D steps, and a
   // report's trip later), and K may grow at once.
   const bool measured = !atClose && roundsSinceChange_ >= kLagWindow + 2;
-  const std::optional<double> heldRound = uplink_.heldRoundSeconds();
+  const std::optional<double> heldRound = heldRoundTransfer();
   const bool heldBack = heldRound.has_value();
   // Before the first lag reports, at a round's completion: one of our
   // rounds seen crossing longer than the links' latency (chooseDelay
@@ -174,6 +174,17 @@ Status Dts::choosePeriod(bool atClose) {
   const double peers = static_cast<double>(group_.size() - 1);
   uplink_.measuredTransfer(transfer,
                            sharded() ? peers / static_cast<double>(group_.size()) : peers);
+  // Where the uplink's rate is known from rounds it held back, no link
+  // needs longer for its copy than the uplink for the whole round: a link
+  // measured slower shared the uplink unevenly (TCP's flows to peers at
+  // different round trips, one of them after a loss) or waited behind a
+  // queue left from before, and a larger K does not make the uplink
+  // faster. At K = 128 the copy to oregon read as 4.3 s where the uplink
+  // carried a round in 1.0 s, and K went to 1024: 28.2 s to 85% against
+  // 17.0 s at K = 128 fixed.
+  if (transfer >= 0 && uplink_.heldRate() > 0 && roundUplinkBytes() > 0) {
+    transfer = std::min(transfer, roundUplinkBytes() / uplink_.heldRate());
+  }
   int64_t chosen = 0;  // the K to change to; 0: K stays
   const char* why = "a round's transfer takes";
   if (!options_.autoPeriod) {
@@ -187,7 +198,13 @@ Status Dts::choosePeriod(bool atClose) {
       why = "encoding and decoding a round take";
     }
   }
-  if (crossed && options_.autoPeriod) {
+  // Not once the uplink's rate is known from rounds it held back: a round
+  // seen crossing then waited behind the queue those rounds left, which
+  // the pacing holds at about a round, and its time is no bound on a
+  // round's transfer (2.5 s read where a round took 1.3 s through the
+  // uplink at K = 128, and K went to 512); the held rule above has the
+  // transfer itself.
+  if (crossed && options_.autoPeriod && !(uplink_.heldRate() > 0)) {
     const std::optional<int64_t> up = periodFromCrossing(
         links_.crossingSeconds(), latency, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
     if (up && *up > chosen) {
@@ -204,8 +221,9 @@ Status Dts::choosePeriod(bool atClose) {
     chosen = 0;
   }
   if (heldBack && options_.autoPeriod) {
-    // The longer of the two (UplinkPace::heldRoundSeconds): their mean went
-    // to K = 32 of 12 ms steps for a 450 ms transfer.
+    // heldRoundTransfer: the longer of the two held rounds (their mean went
+    // to K = 32 of 12 ms steps for a 450 ms transfer), or less where the
+    // rate the peers acknowledged says the uplink carries a round faster.
     const double uplink = *heldRound;
     const auto up = periodForHeldUplink(uplink, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
     if (up && *up > chosen) {
@@ -283,6 +301,15 @@ Status Dts::choosePeriod(bool atClose) {
                     std::vector<double>(group_.size(), std::numeric_limits<double>::quiet_NaN()));
 }
 
+std::optional<double> Dts::heldRoundTransfer() const {
+  const std::optional<double> held = uplink_.heldRoundSeconds();
+  if (!held) return std::nullopt;
+  const std::optional<double> rate = uplink_.heldBytesPerSecond();
+  const double bytes = roundUplinkBytes();
+  if (!rate || !(bytes > 0)) return held;
+  return std::min(*held, bytes / *rate);
+}
+
 ExchangeInputs Dts::exchangeInputs(double latency) const {
   ExchangeInputs in;
   in.group = static_cast<double>(group_.size());
@@ -290,13 +317,11 @@ ExchangeInputs Dts::exchangeInputs(double latency) const {
   in.payloadBytes = static_cast<double>(uplink_.lastRoundBytes());
   in.uplinkBytesPerSecond = uplink_.bytesPerSecond();
   // Where the uplink held the last rounds back, a round's bytes took
-  // as long as those rounds lasted: the rate itself, where the slowest
+  // as long as heldRoundTransfer says: the rate itself, where the slowest
   // link's transfer only bounds it from above (1.87 MB/s read on an
   // uplink of 1 MB/s).
-  if (const std::optional<double> held = uplink_.heldRoundSeconds(); held && *held > 0) {
-    const double g = in.group;
-    const double roundBytes = in.payloadBytes * (sharded() ? 2 * (g - 1) / g : g - 1);
-    const double rate = roundBytes / *held;
+  if (const std::optional<double> held = heldRoundTransfer(); held && *held > 0) {
+    const double rate = roundUplinkBytes() / *held;
     if (rate > 0 && (in.uplinkBytesPerSecond <= 0 || rate < in.uplinkBytesPerSecond)) {
       in.uplinkBytesPerSecond = rate;
     }
@@ -341,7 +366,8 @@ Status Dts::awaitUplink(int64_t t, train::FlatParameters& flat) {
     queues.clear();
     for (const auto& c : transport_->peerCounters()) {
       if (!group_.indexOf(c.peer) || membership_.suspected(c.peer)) continue;
-      queues.push_back({c.backlogBytes, c.minRttSeconds, c.unackedSeconds, c.sinceAckSeconds});
+      queues.push_back({c.backlogBytes, c.minRttSeconds, c.unackedSeconds, c.sinceAckSeconds,
+                        c.queuedBelowBytes});
     }
     return uplinkHoldsRound(queues, uplink_.lastRoundBytes(), round);
   };
@@ -408,7 +434,8 @@ bool Dts::chooseDelay() {
     if (links_.measured(*i)) {
       l.measuredSeconds = links_.longestSample(*i);
     } else if (c.minRttSeconds > 0 && c.unackedSeconds > c.minRttSeconds &&
-               c.sinceAckSeconds >= 0 && c.sinceAckSeconds < c.minRttSeconds + 1.0) {
+               c.sinceAckSeconds >= 0 && c.sinceAckSeconds < c.minRttSeconds + 1.0 &&
+               firstRoundSentAt_ && c.unackedSeconds <= since(*firstRoundSentAt_)) {
       // A round still crossing to a peer not measured yet: its oldest
       // byte not yet acknowledged left unackedSeconds ago, so the way
       // there takes at least that less the acknowledgement's way back. A
@@ -416,7 +443,11 @@ bool Dts::chooseDelay() {
       // 115 ms, and the first lag reports came 26 s into the run: every
       // round until then was waited for. Only while acknowledgements keep
       // coming (the data moves; a cut link's silence says nothing of its
-      // length). The longest seen holds until the reports come: the next
+      // length), and only data sent since our first round left: the start's
+      // control messages wait for peers still starting (on two cores, the
+      // last of four loads its libraries seconds after the first), and
+      // read as a round crossing for 2.1 s before any round had left, D
+      // went to 138 steps at 15 ms. The longest seen holds until the reports come: the next
       // round crosses the same way. (The minimum round trip: the first
       // pings of a job wait behind connection set-up and slow start.)
       links_.sawCrossing(c.unackedSeconds - c.minRttSeconds / 2);

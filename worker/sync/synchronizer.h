@@ -116,9 +116,9 @@ struct SyncOptions {
   // How long a peer may be silent (no frame, pings included) before it is
   // suspected and nobody waits for it; 0: auto, max(3 s, 4 x RTT + 2 s).
   std::chrono::milliseconds peerTimeout{0};
-  uint64_t seed = 42;          // QSGD's stochastic rounding and swarm's choice of peers
-  int64_t maxAutoDelay = 256;  // dts auto: the largest D it may choose
-  int64_t maxAutoPeriod = 64;  // dts auto period: the largest K it may choose
+  uint64_t seed = 42;            // QSGD's stochastic rounding and swarm's choice of peers
+  int64_t maxAutoDelay = 256;    // dts auto: the largest D it may choose
+  int64_t maxAutoPeriod = 1024;  // dts auto period: the largest K it may choose
   // dts: values per slice where a CPU model's round completes slice by
   // slice (docs/algorithms.md, "Memory"); 0: 2^20 (4 MB). Not a worker.yaml
   // key: the tests' knob, to cut a small model into many slices.

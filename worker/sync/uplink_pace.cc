@@ -7,7 +7,7 @@ namespace geo::sync {
 
 bool roundStillQueued(const PeerQueue& q, uint64_t roundBytes, double roundSeconds) {
   if (roundBytes == 0) return false;
-  if (q.backlogBytes >= roundBytes) return true;
+  if (q.backlogBytes + q.belowBytes >= roundBytes) return true;
   const double limit = q.minRttSeconds + 2 * roundSeconds;
   return q.sinceAckSeconds >= 0 && q.minRttSeconds > 0 && q.unackedSeconds > limit &&
          q.sinceAckSeconds < limit;
@@ -19,12 +19,16 @@ bool uplinkHoldsRound(std::span<const PeerQueue> queues, uint64_t roundBytes, do
   return 2 * queued > queues.size();
 }
 
-void UplinkPace::sent(geo::Clock::TimePoint at) {
+void UplinkPace::sent(geo::Clock::TimePoint at, uint64_t ackedBytes) {
   if (lastSentAt_) {
-    intervals_.push_back({std::chrono::duration<double>(at - *lastSentAt_).count(), held_});
+    // A counter that went back (a transport that does not count) gives 0.
+    const uint64_t acked = ackedBytes >= lastAcked_ ? ackedBytes - lastAcked_ : 0;
+    intervals_.push_back({std::chrono::duration<double>(at - *lastSentAt_).count(), held_, acked});
     if (intervals_.size() > window_) intervals_.pop_front();
   }
   lastSentAt_ = at;
+  lastAcked_ = ackedBytes;
+  if (const std::optional<double> rate = heldBytesPerSecond()) heldRate_ = *rate;
 }
 
 double UplinkPace::roundSeconds(int64_t k, double stepSeconds) const {
@@ -40,6 +44,16 @@ std::optional<double> UplinkPace::heldRoundSeconds() const {
   const Interval& before = intervals_.end()[-2];
   if (!last.held || !before.held) return std::nullopt;
   return std::max(last.seconds, before.seconds);
+}
+
+std::optional<double> UplinkPace::heldBytesPerSecond() const {
+  if (!heldRoundSeconds()) return std::nullopt;
+  const Interval& last = intervals_.end()[-1];
+  const Interval& before = intervals_.end()[-2];
+  const double seconds = last.seconds + before.seconds;
+  const uint64_t bytes = last.acked + before.acked;
+  if (!(seconds > 0) || bytes == 0) return std::nullopt;
+  return static_cast<double>(bytes) / seconds;
 }
 
 void UplinkPace::measuredTransfer(double transferSeconds, size_t peers) {

@@ -24,12 +24,19 @@ struct PeerQueue {
   double minRttSeconds = -1;    // the smallest recent ping round trip; < 0: none yet
   double unackedSeconds = 0;    // age of the oldest data the peer has not acknowledged
   double sinceAckSeconds = -1;  // since the peer's latest acknowledgement; < 0: none yet
+  uint64_t belowBytes = 0;      // handed on, not yet left this machine (queuedBelowBytes)
 };
 
 // Whether a whole round of `roundBytes` still waits for a peer ahead of the
-// uplink, rounds lasting `roundSeconds` each. Either the transport holds
-// back a round's bytes or more (its emulated uplink, or what ZeroMQ has not
-// yet taken); or, below the transport (a socket buffer that took the bytes
+// uplink, rounds lasting `roundSeconds` each. Either a round's bytes or
+// more have not left this machine: held back by the transport itself (its
+// emulated uplink, or what ZeroMQ has not yet taken) and, where the kernel
+// says, in ZeroMQ's pipe and the kernel's send buffer behind what is on
+// the path (on 2 Mbit/s uplinks the peers' acknowledgements, thin flows
+// across their own saturated uplinks, came 2-5 s late: the rule below did
+// not hold, rounds of K = 16 went out five times faster than the uplink
+// carried them, and the queue they left read as a link of 9 s); or, below
+// the transport (a socket buffer that took the bytes
 // at once, a real uplink's queue), the oldest data the peer has not
 // acknowledged left more than a round trip and two rounds ago (one for the
 // acknowledgement's own way back, behind the peer's uplink) while
@@ -65,9 +72,11 @@ class UplinkPace {
   void setHeld(bool held) { held_ = held; }
   bool held() const { return held_; }
 
-  // A round left at `at`: the interval since the previous one joins the
-  // window, marked with held().
-  void sent(geo::Clock::TimePoint at);
+  // A round left at `at`, when the peers had acknowledged `ackedBytes` of
+  // this worker's data in all (PeerCounters::ackedBytes summed; 0 where the
+  // transport does not say): the interval since the previous one joins the
+  // window, marked with held(), with the bytes acknowledged during it.
+  void sent(geo::Clock::TimePoint at, uint64_t ackedBytes = 0);
 
   // The period changed: the intervals of the old one say nothing of it.
   void periodChanged() { intervals_.clear(); }
@@ -88,6 +97,20 @@ class UplinkPace {
   // first is shorter by up to a round's compute); nullopt unless both were.
   std::optional<double> heldRoundSeconds() const;
 
+  // The uplink's rate while it held the last two rounds back: the bytes the
+  // peers acknowledged over those two intervals, per second. The uplink was
+  // busy throughout them (each ended with a round still queued), so this is
+  // what it carries, whatever it had queued before: the intervals
+  // themselves (heldRoundSeconds) also hold the draining of a queue left by
+  // an earlier, smaller K -- rounds of 4.4 s read through an uplink that
+  // needed 1.4 s, and K overshot from 64 to 1024 (docs/benchmarks.md).
+  // nullopt unless both rounds were held and bytes were acknowledged.
+  std::optional<double> heldBytesPerSecond() const;
+  // The latest heldBytesPerSecond measured at a round's sending, kept
+  // through changes of period (the uplink's rate does not depend on K);
+  // 0 before the first.
+  double heldRate() const { return heldRate_; }
+
   // The slowest link took `transferSeconds` for the latest round: its copies
   // leave for all `peers` at once, so that is the uplink's time for all of
   // them (or a bound under it where the uplink is not the limit).
@@ -99,14 +122,17 @@ class UplinkPace {
  private:
   struct Interval {
     double seconds = 0;
-    bool held = false;  // the round that ended it waited for the uplink
+    bool held = false;   // the round that ended it waited for the uplink
+    uint64_t acked = 0;  // bytes the peers acknowledged during it
   };
   size_t window_;
   uint64_t lastRoundBytes_ = 0;
   bool held_ = false;
   std::optional<geo::Clock::TimePoint> lastSentAt_;
+  uint64_t lastAcked_ = 0;  // ackedBytes at lastSentAt_
   std::deque<Interval> intervals_;
   double bytesPerSecond_ = 0;
+  double heldRate_ = 0;
 };
 
 }  // namespace geo::sync

@@ -66,6 +66,7 @@ struct MemoryNetwork::State {
     uint64_t heardIncarnation = 0;       // the peer's incarnation last heard
     std::deque<SentRecord> sent;
     std::optional<TimePoint> lastAck;
+    uint64_t ackedBytes = 0;  // of the records acknowledged so far
     // Drops what has not left yet (a cut, a kill, a closed endpoint's
     // linger run out) and returns how many messages went.
     size_t dropQueued() {
@@ -235,6 +236,10 @@ struct MemoryNetwork::State {
         size_t acked = 0;
         for (size_t i = 0; i < side.sent.size(); ++i) {
           if (side.sent[i].ackAt > now) continue;
+          for (size_t j = acked; j <= i; ++j) {
+            // Cumulative: the records before it lost to a partition did not arrive.
+            if (side.sent[j].ackAt != kNever) side.ackedBytes += side.sent[j].bytes;
+          }
           acked = i + 1;
           side.lastAck = std::max(side.lastAck.value_or(side.sent[i].ackAt), side.sent[i].ackAt);
         }
@@ -549,6 +554,7 @@ class MemoryTransport final : public Transport {
         c.unackedSeconds = std::max(c.unackedSeconds, seconds(now - s.leftAt));
       }
       c.sinceAckSeconds = side.lastAck ? seconds(now - *side.lastAck) : -1.0;
+      c.ackedBytes = side.ackedBytes;
       const auto heard = s_->lastHeard(rank_, p, now);
       c.heard = heard.has_value();
       c.silentSeconds = seconds(now - heard.value_or(e.openedAt));

@@ -43,7 +43,18 @@ std::optional<TcpProgress> tcpProgress(int fd, uint16_t peerPort) {
   p.sinceSendSeconds = info.tcpi_last_data_sent * 1e-3;
   p.backoff = info.tcpi_backoff;
   p.rtoSeconds = info.tcpi_rto * 1e-6;
+  if (len >= offsetof(tcp_info, tcpi_bytes_acked) + sizeof info.tcpi_bytes_acked) {
+    p.bytesAcked = info.tcpi_bytes_acked;
+    p.countsBytes = true;
+  }
+  p.sendMss = info.tcpi_snd_mss;
   return p;
+}
+
+uint64_t queuedAheadBytes(const TcpProgress& p, uint64_t handedBytes) {
+  if (!p.countsBytes) return 0;
+  const uint64_t gone = p.bytesAcked + uint64_t{p.unackedSegments} * p.sendMss;
+  return handedBytes > gone ? handedBytes - gone : 0;
 }
 
 }  // namespace geo::transport

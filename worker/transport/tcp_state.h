@@ -33,6 +33,13 @@ struct TcpProgress {
   // most this long after it last sent.
   uint32_t backoff = 0;
   double rtoSeconds = 0;
+  // Bytes the peer's kernel has acknowledged on the connection since it
+  // opened (ZeroMQ's handshake and framing included), and the segment size:
+  // with unackedSegments, where a byte handed to the socket stands
+  // (queuedAheadBytes).
+  uint64_t bytesAcked = 0;
+  uint32_t sendMss = 0;
+  bool countsBytes = false;  // the kernel fills tcpi_bytes_acked (Linux 4.1 on)
 
   // The kernel has bytes of ours that the peer's kernel has not acknowledged.
   bool outstanding() const { return unackedSegments > 0 || notSentBytes > 0; }
@@ -48,5 +55,14 @@ struct TcpProgress {
 // a descriptor closed and reused for something else since it was learned --
 // or TCP_INFO is not available. Any thread; never blocks.
 std::optional<TcpProgress> tcpProgress(int fd, uint16_t peerPort = 0);
+
+// Of `handedBytes` handed to the connection since it opened, those that have
+// not left yet: neither acknowledged by the peer's kernel nor in flight on
+// the path (in ZeroMQ's pipe or the kernel's send buffer, behind what is
+// on the path). What a new message queues behind before its first byte
+// leaves. ZeroMQ's framing, counted by the kernel and not in `handedBytes`,
+// makes it an underestimate by a few dozen bytes a message. 0 where the
+// kernel does not count the bytes acknowledged.
+uint64_t queuedAheadBytes(const TcpProgress& p, uint64_t handedBytes);
 
 }  // namespace geo::transport

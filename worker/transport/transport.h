@@ -140,6 +140,21 @@ struct PeerCounters {
   double unackedSeconds = 0;
   // Seconds since the peer last acknowledged data; -1: it never has.
   double sinceAckSeconds = -1;
+  // Data the peer has acknowledged since the transport opened (header and
+  // payload bytes, as bytesSent counts them): what the path carried, where
+  // bytesSent counts what was handed to it. Over a time the path was busy
+  // throughout, its growth summed over the peers is the uplink's rate, which
+  // a socket buffer's or a queue's contents do not inflate.
+  uint64_t ackedBytes = 0;
+  // Of the data handed to the network, the bytes that have not left this
+  // machine yet: in ZeroMQ's pipe or the kernel's send buffer, behind what
+  // is on the path (the kernel's own count of bytes its peer acknowledged,
+  // TCP_INFO; the data connection only, not a striped payload's extra
+  // connections). Unlike unackedBytes it does not wait for the peer's own
+  // acknowledgements, which on the peer's saturated uplink come seconds
+  // late while our data flows. 0 where the transport cannot tell (no
+  // kernel to ask, the in-memory network: its queue is backlogBytes).
+  uint64_t queuedBelowBytes = 0;
   // Liveness: every frame from the peer counts, and pings run every
   // pingInterval from the I/O thread whatever the caller does, so a live but
   // busy peer is heard at least that often. silentSeconds is the time since

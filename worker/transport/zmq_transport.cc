@@ -299,6 +299,13 @@ struct PeerState {
   std::atomic<uint64_t> unackedBytes{0};
   std::atomic<int64_t> oldestUnackedNs{0};  // steady clock; 0: nothing unacknowledged
   std::atomic<int64_t> lastAckNs{0};        // steady clock of the last acknowledgement; 0: never
+  std::atomic<uint64_t> ackedBytes{0};      // data acknowledged since the start (PeerCounters)
+  // For PeerCounters::queuedBelowBytes, read by any thread: the data
+  // connection's descriptor (-1: none up), the bytes handed to it since
+  // the start, and their count when it connected.
+  std::atomic<int> sharedDataFd{-1};
+  std::atomic<uint64_t> dataHanded{0};
+  std::atomic<uint64_t> dataHandedAtConnect{0};
 
   // I/O thread only.
   std::optional<zmq::socket_t> dealer;
@@ -707,6 +714,7 @@ Status ZmqTransport::openPeerSockets(uint32_t r, bool drainOld) {
   if (p.dealer) zmq_socket_monitor(p.dealer->handle(), nullptr, 0);
   p.monitor.reset();
   p.dataFd = -1;
+  p.sharedDataFd = -1;
   p.dataConnection.replaced();
   // What the old connection held is lost, unless it is alive and given
   // the linger time to deliver it.
@@ -1105,6 +1113,13 @@ std::vector<PeerCounters> ZmqTransport::peerCounters() const {
     const int64_t nowNs = SteadyClock::now().time_since_epoch().count();
     c.unackedSeconds = oldestNs == 0 ? 0.0 : std::max<double>(0, (nowNs - oldestNs) * 1e-9);
     c.sinceAckSeconds = ackNs == 0 ? -1.0 : std::max<double>(0, (nowNs - ackNs) * 1e-9);
+    c.ackedBytes = p.ackedBytes;
+    if (const int fd = p.sharedDataFd; fd >= 0 && kernelTells_) {
+      if (const auto k = tcpProgress(fd, endpointPorts_[r]);
+          k && k->established && k->countsBytes) {
+        c.queuedBelowBytes = queuedAheadBytes(*k, p.dataHanded - p.dataHandedAtConnect);
+      }
+    }
     const int64_t heardNs = p.lastHeardNs;
     c.heard = heardNs != 0;
     const auto since = c.heard ? SteadyClock::time_point(SteadyClock::duration(heardNs)) : started_;
@@ -1410,6 +1425,8 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
     if (peer != nullptr && id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) peer->handshakeOnSockets = true;
     if (peer != nullptr && id == ZMQ_EVENT_CONNECTED) {
       peer->dataFd = static_cast<int>(value);
+      peer->dataHandedAtConnect = peer->dataHanded.load();
+      peer->sharedDataFd = peer->dataFd;
       peer->dataConnectedAt = SteadyClock::now();
       peer->dataConnection.connected();
     }
@@ -1429,6 +1446,7 @@ void ZmqTransport::handleMonitor(zmq::socket_t& monitor, PeerState* peer) {
     if (peer != nullptr && id == ZMQ_EVENT_DISCONNECTED) {
       peer->handshakeOnSockets = false;
       peer->dataFd = -1;
+      peer->sharedDataFd = -1;
       peer->dataConnection.disconnected();
       // The chunks of striped payloads it held go on the other connections.
       requeueStriped(*peer, peer->unacked);
@@ -1598,6 +1616,7 @@ std::optional<SteadyClock::time_point> ZmqTransport::flush(uint32_t peer,
             sent = false;  // no live connection or HWM reached
             break;
           }
+          p.dataHanded += kFrameHeaderBytes + len;
           if (acknowledged(h.kind)) {
             if (p.unacked.size() >= kMaxUnackedChunks) p.unacked.pop_front();  // never acked
             p.unacked.push_back({h.kind,
@@ -1668,6 +1687,7 @@ bool ZmqTransport::sendStriped(PeerState& p, const FrameHeader& h, const Payload
     // Not to a connection known to have ended: the socket may still take
     // the chunk into the ended connection's pipe, where it would be lost.
     if (socket == nullptr || connection.knownDown() || !sendChunk(*socket, h, chunk)) continue;
+    if (k == 0) p.dataHanded += kFrameHeaderBytes + chunk.size();
     if (!last) p.nextStripe = (k + 1) % n;
     std::deque<SentChunk>& unacked = k == 0 ? p.unacked : p.stripes[k - 1].unacked;
     if (unacked.size() >= kMaxUnackedChunks) unacked.pop_front();
@@ -1842,10 +1862,13 @@ void ZmqTransport::takeAck(uint32_t peer, const FrameHeader& h, const Payload& b
     });
     if (it == unacked.end()) return false;
     const ConnectionSerial connection = it->connection;
+    uint64_t arrivedBytes = it->wireBytes;
     for (auto before = unacked.begin(); before != it; ++before) {
       const bool arrived = connection.up() && before->connection.value == connection.value;
+      if (arrived) arrivedBytes += before->wireBytes;
       if (!arrived && before->header) p.resend.push_back(std::move(*before));
     }
+    p.ackedBytes += arrivedBytes;
     unacked.erase(unacked.begin(), it + 1);
     return true;
   };

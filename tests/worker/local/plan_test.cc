@@ -149,13 +149,24 @@ TEST(Plan, DtsAutoChoosesTheWorkersOwnKAndD) {
   EXPECT_EQ(a.delay, 12);
   EXPECT_DOUBLE_EQ(a.stepSeconds, 0.1);
   // A 10 s transfer is more than a round of 16 steps: the held-uplink rule
-  // takes K to its cap, and the uplink still sets the step.
-  p = plan(twoRegions(0.2, 1e5, 250000, 0.1));
+  // takes K to a cap of 64, and the uplink still sets the step.
+  PlanInput capped = twoRegions(0.2, 1e5, 250000, 0.1);
+  capped.maxAutoPeriod = 64;
+  p = plan(capped);
   ASSERT_TRUE(p.ok());
   const PlanRow& held = row(*p, "dts K=auto D=auto");
   EXPECT_EQ(held.period, 64);
   EXPECT_EQ(held.limit, "uplink");
   EXPECT_NEAR(held.stepSeconds, (1e6 + 16 * 104) / 1e5 / 64, 1e-12);
+  // Under the worker's own cap (1024), far enough for the rounds to carry
+  // the transfer with the uplink busy at most half of each: K = 256, 25.6 s
+  // of compute for 10 s through the uplink, and the step is the compute's.
+  p = plan(twoRegions(0.2, 1e5, 250000, 0.1));
+  ASSERT_TRUE(p.ok());
+  const PlanRow& free = row(*p, "dts K=auto D=auto");
+  EXPECT_EQ(free.period, 256);
+  EXPECT_EQ(free.limit, "compute");
+  EXPECT_DOUBLE_EQ(free.stepSeconds, 0.1);
 }
 
 // Reduce-scatter among 16 regions: each uplink carries 2 x 15/16 payloads
@@ -164,6 +175,7 @@ TEST(Plan, DtsAutoChoosesTheWorkersOwnKAndD) {
 // sixteen. Between two regions it saves nothing: no row.
 TEST(Plan, ReduceScatterSendsTwoPayloadsARoundOverTwoHops) {
   PlanInput in = twoRegions(0.2, 0, 250000, 0.1);  // unlimited uplink: latency alone
+  in.maxAutoPeriod = 64;  // where all-gather's rounds cannot carry the uplink's
   in.regions.clear();
   for (int r = 0; r < 16; ++r) in.regions.push_back("r" + std::to_string(r));
   in.rttSeconds.assign(16, std::vector<double>(16, 0.2));

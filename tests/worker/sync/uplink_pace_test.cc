@@ -21,6 +21,15 @@ TEST(RoundStillQueued, WhenTheTransportHoldsARoundsBytesOrMore) {
   EXPECT_FALSE(roundStillQueued({kRound - 1, 0.23, 0, 0.01}, kRound, 0.05));
 }
 
+TEST(RoundStillQueued, ARoundsBytesNotYetLeftThisMachineWhateverTheAcknowledgementsSay) {
+  // In ZeroMQ's pipe and the kernel's send buffer (PeerCounters::
+  // queuedBelowBytes): the peer's acknowledgements silent for seconds, as
+  // across its own saturated uplink, do not hide them.
+  EXPECT_TRUE(roundStillQueued({0, 0.23, 5.0, 3.0, kRound}, kRound, 0.05));
+  EXPECT_TRUE(roundStillQueued({kRound / 2, 0.23, 0, -1, kRound / 2}, kRound, 0.05));
+  EXPECT_FALSE(roundStillQueued({0, 0.23, 5.0, 3.0, kRound - 1}, kRound, 0.05));
+}
+
 TEST(RoundStillQueued, BelowTheTransportWhileAcknowledgementsKeepComing) {
   // A socket buffer took the bytes at once (no backlog here): the oldest
   // data unacknowledged for longer than a round trip and two rounds (0.23 +
@@ -94,6 +103,39 @@ TEST(UplinkPace, TwoRoundsHeldBackGiveTheLongerOfTheirIntervals) {
   pace.sent(t0 + milliseconds(900));
   EXPECT_FALSE(pace.heldRoundSeconds().has_value());
   EXPECT_FALSE(pace.held());
+}
+
+// The uplink's rate from what the peers acknowledged while it held two
+// rounds back: not the rounds' length, which also holds the draining of a
+// queue an earlier K left.
+TEST(UplinkPace, TheHeldRateIsTheBytesAcknowledgedOverTwoHeldRounds) {
+  UplinkPace pace(4);
+  const geo::Clock::TimePoint t0{};
+  pace.sent(t0, 1'000);
+  pace.setHeld(true);
+  pace.sent(t0 + milliseconds(4000), 1'000 + 1'000'000);  // 4 s of queue drained
+  EXPECT_FALSE(pace.heldBytesPerSecond().has_value());    // one held round is not two
+  EXPECT_EQ(pace.heldRate(), 0);
+  pace.sent(t0 + milliseconds(5000), 1'000 + 1'250'000);
+  ASSERT_TRUE(pace.heldBytesPerSecond().has_value());
+  EXPECT_DOUBLE_EQ(*pace.heldBytesPerSecond(), 250'000);  // 1.25 MB over 5 s
+  EXPECT_NEAR(*pace.heldRoundSeconds(), 4.0, 1e-12);      // the length: the drain's
+  EXPECT_DOUBLE_EQ(pace.heldRate(), 250'000);
+  // A round not held: no rate now, the last one kept, across a new period.
+  pace.setHeld(false);
+  pace.sent(t0 + milliseconds(5500), 1'000 + 1'300'000);
+  EXPECT_FALSE(pace.heldBytesPerSecond().has_value());
+  pace.periodChanged();
+  EXPECT_DOUBLE_EQ(pace.heldRate(), 250'000);
+  // Nothing acknowledged (a transport that does not count, or a counter
+  // that went back): no rate.
+  UplinkPace silent(4);
+  silent.setHeld(true);
+  silent.sent(t0, 0);
+  silent.sent(t0 + milliseconds(100), 0);
+  silent.sent(t0 + milliseconds(200), 0);
+  EXPECT_TRUE(silent.heldRoundSeconds().has_value());
+  EXPECT_FALSE(silent.heldBytesPerSecond().has_value());
 }
 
 TEST(UplinkPace, TheRateIsTheLatestRoundToEveryPeerOverTheSlowestTransfer) {

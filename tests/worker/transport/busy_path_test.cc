@@ -14,8 +14,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/worker/transport/netns_fixture.h"
@@ -84,6 +86,54 @@ TEST(TcpProgress, BytesThePeerDoesNotReadAreOutstandingAndItsKernelStillAcknowle
   EXPECT_TRUE(k->outstanding()) << k->notSentBytes << " bytes not sent, " << k->unackedSegments
                                 << " segments unacknowledged";
   EXPECT_LT(k->sinceAckSeconds, 5.0);
+}
+
+// What a new message waits behind before it leaves: the bytes handed to the
+// connection less those the peer's kernel acknowledged and those in flight.
+TEST(TcpProgress, BytesNotYetLeftAreThoseHandedLessAcknowledgedAndInFlight) {
+  TcpPair pair;
+  ::fcntl(pair.client, F_SETFL, ::fcntl(pair.client, F_GETFL) | O_NONBLOCK);
+  std::vector<char> chunk(1 << 16, 'x');
+  uint64_t written = 0;
+  for (ssize_t n; (n = ::write(pair.client, chunk.data(), chunk.size())) > 0;) written += n;
+  ASSERT_GT(written, 0u);
+  auto k = tcpProgress(pair.client, pair.port);
+  ASSERT_TRUE(k.has_value());
+  ASSERT_TRUE(k->countsBytes) << "this kernel does not fill tcpi_bytes_acked";
+  // The peer reads nothing: its receive buffer is full, the rest waits here.
+  const uint64_t ahead = queuedAheadBytes(*k, written);
+  EXPECT_GT(ahead, 0u);
+  EXPECT_LE(ahead, written);
+  EXPECT_LE(ahead, written - k->bytesAcked);
+  // The peer reads everything: nothing of it is left here.
+  std::vector<char> sink(1 << 16);
+  uint64_t read = 0;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (read < written && std::chrono::steady_clock::now() < until) {
+    const ssize_t n = ::read(pair.server, sink.data(), sink.size());
+    if (n > 0) read += static_cast<uint64_t>(n);
+  }
+  ASSERT_EQ(read, written);
+  bool drained = false;
+  for (int i = 0; i < 500 && !drained; ++i) {
+    k = tcpProgress(pair.client, pair.port);
+    drained = k && queuedAheadBytes(*k, written) == 0 && k->bytesAcked >= written;
+    if (!drained) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(drained) << (k ? queuedAheadBytes(*k, written) : 0) << " bytes still ahead";
+}
+
+TEST(TcpProgress, NoBytesAheadWhereTheKernelDoesNotCountThem) {
+  TcpProgress p;
+  p.established = true;
+  p.notSentBytes = 1000;
+  EXPECT_EQ(queuedAheadBytes(p, 5000), 0u);  // countsBytes false: unknown, not a queue
+  p.countsBytes = true;
+  p.bytesAcked = 1000;
+  p.unackedSegments = 2;
+  p.sendMss = 1000;
+  EXPECT_EQ(queuedAheadBytes(p, 5000), 2000u);
+  EXPECT_EQ(queuedAheadBytes(p, 2500), 0u);  // framing counted by the kernel only
 }
 
 TEST(TcpProgress, NothingForAnotherPortADescriptorThatIsNoSocketOrNone) {

@@ -126,6 +126,7 @@ TEST_F(MemoryNetworkTest, AKilledPeerLosesWhatWasInFlightAndIsHeardAgainWhenItRe
   EXPECT_NEAR(seen.silentSeconds, 0.85, 1e-6);
   // The lost message is never acknowledged.
   EXPECT_EQ(seen.unackedBytes, 10 + kFrameHeaderBytes);
+  EXPECT_EQ(seen.ackedBytes, 0u);
 
   // Queued while it is down, delivered to the next incarnation.
   ASSERT_TRUE(send(*t_[0], 1, 2, bytes(10)).ok());
@@ -138,6 +139,8 @@ TEST_F(MemoryNetworkTest, AKilledPeerLosesWhatWasInFlightAndIsHeardAgainWhenItRe
   EXPECT_DOUBLE_EQ(seen.silentSeconds, 0.0);
   clock_.advance(100ms);  // round 2's acknowledgement is back; round 1's record went
   EXPECT_EQ(t_[0]->peerCounters().at(0).unackedBytes, 0u);
+  // What arrived, not what was lost with the killed incarnation.
+  EXPECT_EQ(t_[0]->peerCounters().at(0).ackedBytes, 10 + kFrameHeaderBytes);
 }
 
 TEST_F(MemoryNetworkTest, OnlyAPartitionLongerThanTheReconnectTimeMakesNewConnections) {
@@ -178,6 +181,8 @@ TEST_F(MemoryNetworkTest, DataIsAcknowledgedARoundTripAfterItLeft) {
   clock_.advance(60ms);
   c = t_[0]->peerCounters().at(0);
   EXPECT_EQ(c.unackedBytes, 0u);
+  EXPECT_EQ(c.ackedBytes, 1000u);
+  EXPECT_EQ(c.queuedBelowBytes, 0u);  // its queue is backlogBytes
   EXPECT_NEAR(c.sinceAckSeconds, 0.01, 1e-6);
 }
 

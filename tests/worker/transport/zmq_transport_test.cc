@@ -765,6 +765,42 @@ TEST(TransportLink, BacklogIsWhatWaitsForTheLinkNotWhatTravelsOnIt) {
   ASSERT_TRUE(ts[1]->receive(MessageKind::kUpdate, 1, 0, 5s).ok());
 }
 
+// Below the transport: what ZeroMQ and the kernel hold of ours that has not
+// left, from the kernel's own count of acknowledged bytes, and the bytes the
+// peer acknowledged -- a peer that reads nothing (its inbox full) leaves
+// megabytes here; once it reads them, nothing, and every byte counted.
+TEST(TransportLink, QueuedBelowIsWhatHasNotLeftAndAckedWhatArrived) {
+  World w(2);
+  std::vector<TransportConfig> configs = {w.config(0), w.config(1)};
+  configs[1].maxInboxBytes = 1 << 20;  // takes about a megabyte, then stops reading
+  auto ts = startAll(configs);
+  ASSERT_EQ(ts.size(), 2u);
+  const auto toPeer = [&] { return ts[0]->peerCounters().front(); };
+  // More than the peer's kernel takes: its receive buffer may grow to
+  // net.ipv4.tcp_rmem's limit (32 MiB on some machines).
+  constexpr size_t kPayload = 4 << 20, kCount = 24;
+  for (uint32_t i = 0; i < kCount; ++i) {
+    ASSERT_TRUE(
+        ts[0]->send(1, MessageKind::kUpdate, {.round = i}, Payload(pattern(kPayload, i)), 1s).ok());
+  }
+  // Much of 96 MB cannot be anywhere but here: the peer's inbox holds one
+  // payload, its kernel at most 32 MiB.
+  EXPECT_TRUE(eventually([&] { return toPeer().queuedBelowBytes > 8u << 20; }))
+      << toPeer().queuedBelowBytes << " bytes below the transport";
+  EXPECT_LE(toPeer().queuedBelowBytes, kCount * (kPayload + 1024));
+  for (uint32_t i = 0; i < kCount; ++i) {
+    auto m = ts[1]->receive(MessageKind::kUpdate, i, 0, 10s);
+    ASSERT_TRUE(m.ok()) << m.status().toString();
+    EXPECT_TRUE(sameBytes(m->payload.bytes(), pattern(kPayload, i))) << "round " << i;
+  }
+  EXPECT_TRUE(eventually([&] {
+    const auto c = toPeer();
+    return c.queuedBelowBytes == 0 && c.unackedBytes == 0;
+  })) << toPeer().queuedBelowBytes
+      << " bytes below the transport, " << toPeer().unackedBytes << " unacknowledged";
+  EXPECT_GE(toPeer().ackedBytes, kCount * kPayload);
+}
+
 // Whether `t` hears its first peer (a ping or any message from it) within
 // five seconds.
 bool hearsFirstPeer(Transport& t) {
