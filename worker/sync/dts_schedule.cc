@@ -367,7 +367,7 @@ Status Dts::awaitUplink(int64_t t, train::FlatParameters& flat) {
     for (const auto& c : transport_->peerCounters()) {
       if (!group_.indexOf(c.peer) || membership_.suspected(c.peer)) continue;
       queues.push_back({c.backlogBytes, c.minRttSeconds, c.unackedSeconds, c.sinceAckSeconds,
-                        c.queuedBelowBytes});
+                        transport_->queuedBelowBytes(c.peer)});
     }
     return uplinkHoldsRound(queues, uplink_.lastRoundBytes(), round);
   };

@@ -24,7 +24,7 @@ struct PeerQueue {
   double minRttSeconds = -1;    // the smallest recent ping round trip; < 0: none yet
   double unackedSeconds = 0;    // age of the oldest data the peer has not acknowledged
   double sinceAckSeconds = -1;  // since the peer's latest acknowledgement; < 0: none yet
-  uint64_t belowBytes = 0;      // handed on, not yet left this machine (queuedBelowBytes)
+  uint64_t belowBytes = 0;  // handed on, not yet left this machine (Transport::queuedBelowBytes)
 };
 
 // Whether a whole round of `roundBytes` still waits for a peer ahead of the

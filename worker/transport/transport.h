@@ -146,15 +146,6 @@ struct PeerCounters {
   // throughout, its growth summed over the peers is the uplink's rate, which
   // a socket buffer's or a queue's contents do not inflate.
   uint64_t ackedBytes = 0;
-  // Of the data handed to the network, the bytes that have not left this
-  // machine yet: in ZeroMQ's pipe or the kernel's send buffer, behind what
-  // is on the path (the kernel's own count of bytes its peer acknowledged,
-  // TCP_INFO; the data connection only, not a striped payload's extra
-  // connections). Unlike unackedBytes it does not wait for the peer's own
-  // acknowledgements, which on the peer's saturated uplink come seconds
-  // late while our data flows. 0 where the transport cannot tell (no
-  // kernel to ask, the in-memory network: its queue is backlogBytes).
-  uint64_t queuedBelowBytes = 0;
   // Liveness: every frame from the peer counts, and pings run every
   // pingInterval from the I/O thread whatever the caller does, so a live but
   // busy peer is heard at least that often. silentSeconds is the time since
@@ -224,7 +215,24 @@ class Transport {
   // available bandwidth changes. Frames already scheduled keep their times.
   virtual void setUplinkRate(double bytesPerSecond) = 0;
 
+  // A snapshot of every peer's counters: cheap (no system call), for the
+  // training thread's polls several times a step.
   virtual std::vector<PeerCounters> peerCounters() const = 0;
+
+  // Of the data handed to the network for `peer`, the bytes that have not
+  // left this machine yet: in ZeroMQ's pipe or the kernel's send buffer,
+  // behind what is on the path (the kernel's own count of bytes its peer
+  // acknowledged, TCP_INFO; the data connection only, not a striped
+  // payload's extra connections). Unlike PeerCounters::unackedBytes it does
+  // not wait for the peer's own acknowledgements, which on the peer's
+  // saturated uplink come seconds late while our data flows. Asks the
+  // kernel (two system calls), so not part of peerCounters(). 0 where the
+  // transport cannot tell: no kernel to ask, or the in-memory network,
+  // whose queue is PeerCounters::backlogBytes.
+  virtual uint64_t queuedBelowBytes(uint32_t peer) const {
+    (void)peer;
+    return 0;
+  }
   virtual TransportCounters counters() const = 0;
 
   // Replaces the keys (KeySet) without a restart, and returns once they are

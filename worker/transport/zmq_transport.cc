@@ -300,7 +300,7 @@ struct PeerState {
   std::atomic<int64_t> oldestUnackedNs{0};  // steady clock; 0: nothing unacknowledged
   std::atomic<int64_t> lastAckNs{0};        // steady clock of the last acknowledgement; 0: never
   std::atomic<uint64_t> ackedBytes{0};      // data acknowledged since the start (PeerCounters)
-  // For PeerCounters::queuedBelowBytes, read by any thread: the data
+  // For queuedBelowBytes(), read by any thread: the data
   // connection's descriptor (-1: none up), the bytes handed to it since
   // the start, and their count when it connected.
   std::atomic<int> sharedDataFd{-1};
@@ -393,6 +393,7 @@ class ZmqTransport final : public Transport {
   void setPartitioned(bool cut) override;
   void setUplinkRate(double bytesPerSecond) override;
   std::vector<PeerCounters> peerCounters() const override;
+  uint64_t queuedBelowBytes(uint32_t peer) const override;
   TransportCounters counters() const override;
   Status updateKeys(const KeySet& keys) override;
 
@@ -1092,6 +1093,16 @@ StatusOr<Message> ZmqTransport::receive(MessageKind kind, uint64_t round, uint32
   return std::move(*found);
 }
 
+uint64_t ZmqTransport::queuedBelowBytes(uint32_t peer) const {
+  if (peer >= limits_.worldSize || peer == cfg_.rank || !kernelTells_) return 0;
+  const PeerState& p = peers_[peer];
+  const int fd = p.sharedDataFd;
+  if (fd < 0) return 0;
+  const auto k = tcpProgress(fd, endpointPorts_[peer]);
+  if (!k || !k->established) return 0;
+  return queuedAheadBytes(*k, p.dataHanded - p.dataHandedAtConnect);
+}
+
 std::vector<PeerCounters> ZmqTransport::peerCounters() const {
   std::vector<PeerCounters> out;
   for (uint32_t r = 0; r < limits_.worldSize; ++r) {
@@ -1114,12 +1125,6 @@ std::vector<PeerCounters> ZmqTransport::peerCounters() const {
     c.unackedSeconds = oldestNs == 0 ? 0.0 : std::max<double>(0, (nowNs - oldestNs) * 1e-9);
     c.sinceAckSeconds = ackNs == 0 ? -1.0 : std::max<double>(0, (nowNs - ackNs) * 1e-9);
     c.ackedBytes = p.ackedBytes;
-    if (const int fd = p.sharedDataFd; fd >= 0 && kernelTells_) {
-      if (const auto k = tcpProgress(fd, endpointPorts_[r]);
-          k && k->established && k->countsBytes) {
-        c.queuedBelowBytes = queuedAheadBytes(*k, p.dataHanded - p.dataHandedAtConnect);
-      }
-    }
     const int64_t heardNs = p.lastHeardNs;
     c.heard = heardNs != 0;
     const auto since = c.heard ? SteadyClock::time_point(SteadyClock::duration(heardNs)) : started_;

@@ -23,7 +23,7 @@ TEST(RoundStillQueued, WhenTheTransportHoldsARoundsBytesOrMore) {
 
 TEST(RoundStillQueued, ARoundsBytesNotYetLeftThisMachineWhateverTheAcknowledgementsSay) {
   // In ZeroMQ's pipe and the kernel's send buffer (PeerCounters::
-  // queuedBelowBytes): the peer's acknowledgements silent for seconds, as
+  // Transport::queuedBelowBytes): the peer's acknowledgements silent for seconds, as
   // across its own saturated uplink, do not hide them.
   EXPECT_TRUE(roundStillQueued({0, 0.23, 5.0, 3.0, kRound}, kRound, 0.05));
   EXPECT_TRUE(roundStillQueued({kRound / 2, 0.23, 0, -1, kRound / 2}, kRound, 0.05));

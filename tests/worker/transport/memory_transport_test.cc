@@ -182,7 +182,7 @@ TEST_F(MemoryNetworkTest, DataIsAcknowledgedARoundTripAfterItLeft) {
   c = t_[0]->peerCounters().at(0);
   EXPECT_EQ(c.unackedBytes, 0u);
   EXPECT_EQ(c.ackedBytes, 1000u);
-  EXPECT_EQ(c.queuedBelowBytes, 0u);  // its queue is backlogBytes
+  EXPECT_EQ(t_[0]->queuedBelowBytes(1), 0u);  // its queue is backlogBytes
   EXPECT_NEAR(c.sinceAckSeconds, 0.01, 1e-6);
 }
 

@@ -785,9 +785,9 @@ TEST(TransportLink, QueuedBelowIsWhatHasNotLeftAndAckedWhatArrived) {
   }
   // Much of 96 MB cannot be anywhere but here: the peer's inbox holds one
   // payload, its kernel at most 32 MiB.
-  EXPECT_TRUE(eventually([&] { return toPeer().queuedBelowBytes > 8u << 20; }))
-      << toPeer().queuedBelowBytes << " bytes below the transport";
-  EXPECT_LE(toPeer().queuedBelowBytes, kCount * (kPayload + 1024));
+  EXPECT_TRUE(eventually([&] { return ts[0]->queuedBelowBytes(1) > 8u << 20; }))
+      << ts[0]->queuedBelowBytes(1) << " bytes below the transport";
+  EXPECT_LE(ts[0]->queuedBelowBytes(1), kCount * (kPayload + 1024));
   for (uint32_t i = 0; i < kCount; ++i) {
     auto m = ts[1]->receive(MessageKind::kUpdate, i, 0, 10s);
     ASSERT_TRUE(m.ok()) << m.status().toString();
@@ -795,8 +795,8 @@ TEST(TransportLink, QueuedBelowIsWhatHasNotLeftAndAckedWhatArrived) {
   }
   EXPECT_TRUE(eventually([&] {
     const auto c = toPeer();
-    return c.queuedBelowBytes == 0 && c.unackedBytes == 0;
-  })) << toPeer().queuedBelowBytes
+    return ts[0]->queuedBelowBytes(1) == 0 && c.unackedBytes == 0;
+  })) << ts[0]->queuedBelowBytes(1)
       << " bytes below the transport, " << toPeer().unackedBytes << " unacknowledged";
   EXPECT_GE(toPeer().ackedBytes, kCount * kPayload);
 }
