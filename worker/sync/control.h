@@ -113,6 +113,12 @@ enum class Control : uint64_t {
   kFinalGather = ~uint64_t{0} - 23,
   kFinalReduced = ~uint64_t{0} - 24,
   kFinalCommit = ~uint64_t{0} - 25,
+  // A worker's word that the final average it takes part in is
+  // coordinated by a given rank (payload: that rank, u32): its answer to a
+  // request from a higher rank, and a worker's to the coordinator it left
+  // for a lower one (Base::serveFinalCoordinators). The lowest coordinator
+  // wins.
+  kFinalFollows = ~uint64_t{0} - 26,
 };
 inline constexpr size_t kMaxStopReasonBytes = 1024;
 
@@ -129,6 +135,10 @@ std::shared_ptr<std::vector<std::byte>> reduceScatterRequest(uint32_t attempt,
 // Whether `payload` is such a request; its attempt and order, unchecked.
 bool readReduceScatterRequest(std::span<const std::byte> payload, uint32_t& attempt,
                               std::vector<uint32_t>& order);
+// A Control::kFinalFollows naming `rank`, and the rank one names
+// (nullopt: not 4 bytes).
+std::shared_ptr<std::vector<std::byte>> finalFollowsPayload(uint32_t rank);
+std::optional<uint32_t> readFinalFollows(std::span<const std::byte> payload);
 // A wait bounded by the peer's liveness alone (Base::awaitFrom gives up as
 // soon as the membership suspects it), not by a time-out.
 inline constexpr std::chrono::milliseconds kWhileAlive = std::chrono::hours(24);
@@ -156,6 +166,7 @@ inline constexpr Control kControls[] = {
     Control::kFinalShard,    Control::kFinalShardAgain,
     Control::kFinalScatter,  Control::kFinalGather,
     Control::kFinalReduced,  Control::kFinalCommit,
+    Control::kFinalFollows,
 };
 constexpr bool controlsAreDistinctControlRounds() {
   for (size_t i = 0; i < std::size(kControls); ++i) {

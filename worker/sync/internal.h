@@ -173,6 +173,48 @@ class Base : public Synchronizer {
   // worker left alone at the end after its peers finished without it, fail
   // (Unavailable, DataLoss) saying that their model is not the job's.
   Status averageModels(train::FlatParameters& flat, int64_t steps);
+  // Its two sides, from the model's whole storage `whole` and the time it
+  // began (`t0`, for the log): the coordinator's, and a member's of
+  // coordinator `c` (`request`: its request, where a switch to it came with
+  // one). Either fails with final_->to set where this worker learns of a
+  // coordinator below the one it follows while its model is untouched
+  // (serveFinalCoordinators); averageModels then follows that one.
+  Status coordinateFinal(train::FlatParameters& flat, int64_t steps, torch::Tensor& whole,
+                         geo::Clock::TimePoint t0);
+  Status followFinal(uint32_t c, std::optional<transport::Message> request,
+                     train::FlatParameters& flat, int64_t steps, torch::Tensor& whole,
+                     geo::Clock::TimePoint t0);
+  // Where the final average stands on who coordinates it (group indices).
+  struct FinalCoordination {
+    size_t following = 0;      // the coordinator this worker follows (self: it coordinates)
+    bool switchable = true;    // its model untouched: it may still follow another
+    std::optional<size_t> to;  // a coordinator below `following` this worker learnt of
+    std::optional<transport::Message> request;  // `to`'s request, where that is how
+    std::vector<uint32_t> asked;                // the ranks this worker asked, as coordinator
+  };
+  // Called by serveMembership during the final average: answers a request
+  // from a coordinator above the one followed with Control::kFinalFollows
+  // (naming it), and notes one below it (its request, or a worker's
+  // kFinalFollows naming it) in final_->to. Fails (Aborted) once one is
+  // noted while the model is untouched, so that every wait of the final
+  // average ends and averageModels switches.
+  Status serveFinalCoordinators(int64_t step);
+  // Why coordinator `c` counts as gone for a member of the final average
+  // (empty: it does not): rejoining (it restarted), or suspected and silent
+  // for the round time-out. Not merely suspected: on full uplinks the
+  // average's own bytes hold a live coordinator's pings back for longer
+  // than the peer time-out (26 s seen at 2 Mbit/s), and a member that gave
+  // up on it ended without the job's model.
+  std::string finalCoordinatorGone(uint32_t c) const;
+  // A member's wait for `control` from its coordinator `c`, while serving
+  // membership, until `timeout` or finalCoordinatorGone(c).
+  StatusOr<transport::Message> awaitCoordinator(uint32_t c, Control control, int64_t steps,
+                                                const train::FlatParameters& flat,
+                                                const std::string& what,
+                                                std::chrono::milliseconds timeout) {
+    return awaitFrom(c, transport::MessageKind::kControl, roundOf(control), steps, flat, true, what,
+                     timeout, Patience::kCoordinator);
+  }
   // The coordinator's half of it: the average (`whole`) to each of `to`,
   // paced by uplinkBytesPerSecond() where it is known (one copy per
   // model's time at that rate, the farthest peer first), else to all at
@@ -248,12 +290,18 @@ class Base : public Synchronizer {
   // "finished", or the final model at the last step -- for up to two peer
   // time-outs, so it learns that the job is over instead of training alone.
   Status lingerForJoiners(const train::FlatParameters& flat, int64_t steps);
+  // How long a wait holds on to a silent peer: until the membership
+  // suspects it, or (a member for its final average's coordinator) until
+  // finalCoordinatorGone says so.
+  enum class Patience : uint8_t { kUntilSuspected, kCoordinator };
   // Waits for `what` while serving joins; gives up on a peer once it is
-  // suspected, or after the round time-out (then it is counted absent).
+  // suspected (or as `patience` says), or after `timeout` (then it is
+  // counted absent).
   StatusOr<transport::Message> awaitFrom(uint32_t peer, transport::MessageKind kind, uint64_t round,
                                          int64_t step, const train::FlatParameters& flat,
                                          bool finished, const std::string& what,
-                                         std::chrono::milliseconds timeout);
+                                         std::chrono::milliseconds timeout,
+                                         Patience patience = Patience::kUntilSuspected);
   StatusOr<transport::Message> awaitFrom(uint32_t peer, Control control, int64_t step,
                                          const train::FlatParameters& flat, bool finished,
                                          const std::string& what,
@@ -314,6 +362,7 @@ class Base : public Synchronizer {
   StatsRecorder stats_;
   std::unique_ptr<FlatCodec> codec_;
   bool modified_ = false;
+  std::optional<FinalCoordination> final_;  // while averageModels runs
   Membership membership_;
   std::map<uint32_t, uint64_t> rejectedBy_;  // for the log's rate limit
 };

@@ -228,6 +228,19 @@ bool readReduceScatterRequest(std::span<const std::byte> payload, uint32_t& atte
   return true;
 }
 
+std::shared_ptr<std::vector<std::byte>> finalFollowsPayload(uint32_t rank) {
+  auto bytes = std::make_shared<std::vector<std::byte>>(4);
+  std::memcpy(bytes->data(), &rank, 4);
+  return bytes;
+}
+
+std::optional<uint32_t> readFinalFollows(std::span<const std::byte> payload) {
+  if (payload.size() != 4) return std::nullopt;
+  uint32_t rank = 0;
+  std::memcpy(&rank, payload.data(), 4);
+  return rank;
+}
+
 // ---- StatsRecorder --------------------------------------------------------------------
 
 void StatsRecorder::applied(int64_t staleness) {
@@ -450,6 +463,75 @@ Status Base::serveMembership(int64_t step, const train::FlatParameters& flat, bo
   for (uint32_t p : served->queried) peerRestarted(p);
   for (uint32_t p : served->heardAgain) GEO_RETURN_IF_ERROR(peerHeardAgain(p));
   for (uint32_t p : served->resumeAsked) GEO_RETURN_IF_ERROR(peerHeardAgain(p));
+  if (final_) GEO_RETURN_IF_ERROR(serveFinalCoordinators(step));
+  return {};
+}
+
+Status Base::serveFinalCoordinators(int64_t step) {
+  FinalCoordination& f = *final_;
+  const auto below = [&](size_t i) { return i < f.following && (!f.to || i < *f.to); };
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (i == group_.self || i == f.following) continue;  // the one followed: its own waits
+    const uint32_t r = group_.ranks[i];
+    // Once a request from the one to follow is kept, its later ones (a new
+    // attempt, the go-ahead) stay where followFinal takes them.
+    while (!(f.to == i && f.request)) {
+      auto m = receiveControl(*transport_, Control::kFinalRequest, r, std::chrono::milliseconds(0));
+      if (!m.ok()) break;
+      if (i > f.following) {
+        // It coordinates because it suspects the one we follow (or us):
+        // it follows that one too once it hears that we do.
+        GEO_RETURN_IF_ERROR(sendTo({r}, Control::kFinalFollows, step, CodecId::kRaw, 0,
+                                   finalFollowsPayload(group_.ranks[f.following])));
+      } else if (f.switchable && (below(i) || (f.to == i && !f.request))) {
+        // (Where `to` came from a worker's word, its own request is kept.)
+        f.to = i;
+        f.request = std::move(*m);
+      } else if (!f.switchable) {
+        logger()->warn(
+            "sync: {} asks for this worker's final model after it took {}'s average: the two may "
+            "end with different models",
+            topology_.describe(r),
+            f.following == group_.self ? std::string("its own")
+                                       : topology_.describe(group_.ranks[f.following]));
+      }
+    }
+    for (auto m =
+             receiveControl(*transport_, Control::kFinalFollows, r, std::chrono::milliseconds(0));
+         m.ok();
+         m = receiveControl(*transport_, Control::kFinalFollows, r, std::chrono::milliseconds(0))) {
+      const auto named = readFinalFollows(m->payload.bytes());
+      const auto index = named ? group_.indexOf(*named) : std::nullopt;
+      if (!index) {
+        logger()->warn(
+            "sync: {} names no worker of this group as the final average's coordinator "
+            "({} bytes): ignored",
+            topology_.describe(r), m->payload.size());
+        continue;
+      }
+      if (f.switchable && *index != group_.self && below(*index)) {
+        f.to = *index;
+        f.request.reset();
+      }
+    }
+  }
+  if (f.to && f.switchable) {
+    return aborted(
+        fmt::format("{} coordinates the final average", topology_.describe(group_.ranks[*f.to])));
+  }
+  return {};
+}
+
+std::string Base::finalCoordinatorGone(uint32_t c) const {
+  if (membership_.joining(c)) return "it is rejoining";
+  if (!membership_.suspected(c)) return {};
+  const double limit = std::chrono::duration<double>(options_.timeout).count();
+  for (const auto& counters : transport_->peerCounters()) {
+    if (counters.peer == c && counters.silentSeconds >= limit) {
+      return fmt::format("it is suspected and silent for {:.1f} s (sync.timeoutSeconds {:.3g} s)",
+                         counters.silentSeconds, limit);
+    }
+  }
   return {};
 }
 
@@ -524,15 +606,19 @@ Status Base::awaitSuspectedPeers(const train::FlatParameters& flat, int64_t step
 
 StatusOr<Message> Base::awaitFrom(uint32_t peer, MessageKind kind, uint64_t round, int64_t step,
                                   const train::FlatParameters& flat, bool finished,
-                                  const std::string& what, std::chrono::milliseconds timeout) {
+                                  const std::string& what, std::chrono::milliseconds timeout,
+                                  Patience patience) {
   const auto t0 = clock().now();
   const auto deadline = t0 + timeout;
   while (true) {
     GEO_RETURN_IF_ERROR(serveMembership(step, flat, finished));
-    if (membership_.suspected(peer) || membership_.joining(peer)) {
+    const std::string gone = patience == Patience::kCoordinator ? finalCoordinatorGone(peer)
+                             : membership_.joining(peer)        ? "it is rejoining"
+                             : membership_.suspected(peer)      ? "it is suspected"
+                                                                : "";
+    if (!gone.empty()) {
       stats_.waited(since(t0));
-      return unavailable(fmt::format("no {} from {}: it is {}", what, topology_.describe(peer),
-                                     membership_.joining(peer) ? "rejoining" : "suspected"));
+      return unavailable(fmt::format("no {} from {}: {}", what, topology_.describe(peer), gone));
     }
     auto m = transport_->receive(kind, round, peer, std::chrono::milliseconds(20));
     if (m.ok()) {
@@ -751,6 +837,10 @@ StatusOr<bool> Base::reduceScatterFinal(uint32_t c, uint32_t attempt,
   const auto p = static_cast<size_t>(std::find(order.begin(), order.end(), me) - order.begin());
   GEO_ENFORCE(p < n && order[0] == c, "sync: reduce-scatter among workers without this one");
   const ShardRange mine = finalShard(numel, n, p);
+  // Its messages' header.step: the attempt and its coordinator, so that a
+  // worker that changed coordinators (serveFinalCoordinators) takes no
+  // shard of another's attempt of the same number.
+  const auto tag = static_cast<int64_t>((uint64_t{c} << 32) | attempt);
   std::vector<uint32_t> others;
   for (uint32_t r : order) {
     if (r != me) others.push_back(r);
@@ -781,7 +871,7 @@ StatusOr<bool> Base::reduceScatterFinal(uint32_t c, uint32_t attempt,
       Send s = std::move(sends.front());
       sends.pop_front();
       GEO_RETURN_IF_ERROR(
-          sendPayload({s.to}, s.control, attempt, CodecId::kFp32, s.elements, s.payload));
+          sendPayload({s.to}, s.control, tag, CodecId::kFp32, s.elements, s.payload));
       if (options_.finalDiesMidway) {
         return Status(
             StatusCode::kCancelled,
@@ -800,7 +890,7 @@ StatusOr<bool> Base::reduceScatterFinal(uint32_t c, uint32_t attempt,
   const auto take = [&](Control control, uint32_t from) -> std::optional<Message> {
     for (auto m = receiveControl(*transport_, control, from, std::chrono::milliseconds(0)); m.ok();
          m = receiveControl(*transport_, control, from, std::chrono::milliseconds(0))) {
-      if (m->header.step == attempt) return std::move(*m);
+      if (m->header.step == static_cast<uint64_t>(tag)) return std::move(*m);
     }
     return std::nullopt;
   };
@@ -867,9 +957,8 @@ StatusOr<bool> Base::reduceScatterFinal(uint32_t c, uint32_t attempt,
     GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
     GEO_RETURN_IF_ERROR(sendDue());
     if (!coordinator) {
-      if (membership_.suspected(c) || membership_.joining(c)) {
-        return unavailable(fmt::format("no final model from {}: it is {}", topology_.describe(c),
-                                       membership_.joining(c) ? "rejoining" : "suspected"));
+      if (const std::string gone = finalCoordinatorGone(c); !gone.empty()) {
+        return unavailable(fmt::format("no final model from {}: {}", topology_.describe(c), gone));
       }
       if (auto m =
               receiveControl(*transport_, Control::kFinalRequest, c, std::chrono::milliseconds(0));
@@ -910,7 +999,7 @@ StatusOr<bool> Base::reduceScatterFinal(uint32_t c, uint32_t attempt,
     const bool complete = !refused && ours.defined() && averagesMissing == 0 && sends.empty();
     if (!coordinator && !toldCoordinator && (complete || refused)) {
       toldCoordinator = true;
-      GEO_RETURN_IF_ERROR(sendTo({c}, Control::kFinalReduced, attempt, CodecId::kRaw, 0,
+      GEO_RETURN_IF_ERROR(sendTo({c}, Control::kFinalReduced, tag, CodecId::kRaw, 0,
                                  std::make_shared<std::vector<std::byte>>(
                                      1, std::byte{complete ? uint8_t{1} : uint8_t{0}})));
     }
@@ -951,11 +1040,13 @@ StatusOr<bool> Base::reduceScatterFinal(uint32_t c, uint32_t attempt,
       commit =
           complete && std::all_of(reduced.begin() + 1, reduced.end(), [](bool b) { return b; });
       if (commit) {
-        GEO_RETURN_IF_ERROR(sendTo(others, Control::kFinalCommit, attempt, CodecId::kRaw, 0,
+        final_->switchable = false;
+        GEO_RETURN_IF_ERROR(sendTo(others, Control::kFinalCommit, tag, CodecId::kRaw, 0,
                                    std::make_shared<std::vector<std::byte>>()));
       }
     } else if (complete) {
       commit = take(Control::kFinalCommit, c).has_value();
+      if (commit) final_->switchable = false;
     }
     if (commit) {
       for (size_t q = 0; q < n; ++q) {
@@ -1045,6 +1136,7 @@ StatusOr<std::optional<Message>> Base::awaitFinalAverage(uint32_t c, int64_t ste
   };
   // Shard i of the average, checked, into its place in `whole`.
   const auto takeShard = [&](size_t i, uint32_t from, const Message& m) -> Status {
+    final_->switchable = false;  // `whole` takes the average's bytes from here on
     torch::Tensor part = shardOf(whole, finalShard(numel, order.size(), i));
     GEO_RETURN_IF_ERROR(takeFinal(
         m, part, from, fmt::format("shard {} of {} of the final average", i + 1, order.size())));
@@ -1054,15 +1146,15 @@ StatusOr<std::optional<Message>> Base::awaitFinalAverage(uint32_t c, int64_t ste
   };
   while (true) {
     GEO_RETURN_IF_ERROR(serveMembership(steps, flat, true));
-    if (membership_.suspected(c) || membership_.joining(c)) {
+    if (const std::string gone = finalCoordinatorGone(c); !gone.empty()) {
       stats_.waited(since(t0));
-      return unavailable(fmt::format("no final model from {}: it is {}", topology_.describe(c),
-                                     membership_.joining(c) ? "rejoining" : "suspected"));
+      return unavailable(fmt::format("no final model from {}: {}", topology_.describe(c), gone));
     }
     GEO_RETURN_IF_ERROR(takeOrder());
     if (auto m =
             receiveControl(*transport_, Control::kFinalAverage, c, std::chrono::milliseconds(0));
         m.ok()) {
+      final_->switchable = false;
       stats_.waited(since(t0));
       return std::optional<Message>(std::move(*m));
     }
@@ -1192,134 +1284,194 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   // with all of its rounds' state, and were its peak (docs/algorithms.md,
   // "Memory").
   torch::Tensor whole = train::wholeModel(flat);
-  const auto numel = static_cast<uint64_t>(whole.numel());
-  const uint64_t modelBytes = numel * 4;
   // Its time is logged: a whole fp32 model crosses the WAN twice, seconds
   // for a large one at the end of the job (docs/benchmarks.md).
   const auto t0 = clock().now();
-  const double megabytes = static_cast<double>(modelBytes) / 1e6;
-  if (coordinator != group_.self) {
-    const uint32_t c = group_.ranks[coordinator];
-    const auto unavailableFrom = [&](const Status& why) {
-      // The coordinator made the average without us (we fell behind the
-      // others by more than the round time-out and it finished long before
-      // us) or is gone. Our model is not the job's: a worker that ended on
-      // it with success would hand out a model no other worker holds.
-      stats_.missed();
-      return unavailable(fmt::format(
-          "sync: no final average from {} ({}): this worker's model is not the job's final "
-          "model (it fell behind the others by more than sync.timeoutSeconds, or the "
-          "coordinator is gone); the workers that finished hold the job's model",
-          topology_.describe(c), why.message()));
-    };
-    // The coordinator asks once it has taken its last step and has room
-    // for our model; it may wait a round time-out for a straggler first.
-    // Its first request says whether to send now or to wait for our turn
-    // (a second one): once it has counted us in, how long the models ahead
-    // of ours take to cross (one at a time for a large model) bounds
-    // nothing, the coordinator's liveness does (awaitFrom gives up on a
-    // peer the membership suspects).
-    auto asked = awaitFrom(c, Control::kFinalRequest, steps, flat, true,
-                           "request for this worker's final model", 2 * options_.timeout);
-    if (!asked.ok()) return unavailableFrom(asked.status());
-    std::vector<uint32_t> order;  // the workers, by reduce-scatter or in shards
-    // By reduce-scatter: until it is taken, or the coordinator starts over
-    // (another way, or reduce-scatter again without a worker suspected).
-    for (uint32_t attempt = 0, expected = 0;
-         readReduceScatterRequest(asked->payload.bytes(), attempt, order); ++expected) {
-      const bool valid = attempt == expected && order.size() >= 2 && order[0] == c &&
-                         validFinalOrder(order, topology_.rank(),
-                                         [&](uint32_t r) { return group_.indexOf(r).has_value(); });
-      if (!valid) {
-        return dataLoss(fmt::format(
-            "sync: the final average's request from {} is malformed (attempt {} of {} workers; "
-            "the coordinator first and each worker of the group once, this one among them, "
-            "expected): this worker's model is not the job's final model",
-            topology_.describe(c), attempt, order.size()));
-      }
-      std::optional<Message> next;
-      auto done = reduceScatterFinal(c, attempt, order, steps, flat, whole, next);
-      if (!done.ok()) {
-        if (done.status().code() == StatusCode::kDataLoss) return done.status();
-        return unavailableFrom(done.status());
-      }
-      if (*done) {
-        logger()->info(
-            "sync: the final average from {} in {:.2f} s (by reduce-scatter among {} workers, a "
-            "model of {:.1f} MB)",
-            topology_.describe(c), since(t0), order.size(), megabytes);
-        return lingerForJoiners(flat, steps);
-      }
-      asked = std::move(*next);
+  // Who coordinates is each worker's own choice, from what its membership
+  // suspects as it finishes; on full uplinks those views differ (a peer
+  // silent for the peer time-out behind the average's own bytes). Two
+  // coordinators then made two averages, and a worker ended with success
+  // on a model of its own (seen on the namespace network, 2 Mbit/s
+  // uplinks: tokyo suspected london as it finished, coordinated, and waited
+  // for members that followed london while london waited for tokyo). So
+  // the lowest coordinator wins: whoever learns of one below the one it
+  // follows -- its request, or a worker's word that it follows it
+  // (serveFinalCoordinators) -- follows that one instead, as long as its
+  // own model is untouched, and tells the one it left.
+  final_.emplace();
+  final_->following = coordinator;
+  std::optional<Message> asked;  // a request already taken, from the coordinator followed
+  while (true) {
+    const Status s = final_->following == group_.self
+                         ? coordinateFinal(flat, steps, whole, t0)
+                         : followFinal(group_.ranks[final_->following], std::move(asked), flat,
+                                       steps, whole, t0);
+    if (s.ok() || !final_->to) {
+      final_.reset();
+      return s;
     }
-    order.clear();
-    if (!finalRequestSaysNow(asked->payload.bytes())) {
-      asked = awaitFrom(c, Control::kFinalRequest, steps, flat, true,
-                        "go-ahead to send this worker's final model", kWhileAlive);
-      if (!asked.ok()) return unavailableFrom(asked.status());
+    const size_t left = final_->following;
+    const size_t to = *final_->to;
+    asked = std::move(final_->request);
+    logger()->warn(
+        "sync: {} coordinates the final average too ({}): this worker follows it instead of {}",
+        topology_.describe(group_.ranks[to]), asked ? "its request came" : "a worker follows it",
+        left == group_.self ? "coordinating" : topology_.describe(group_.ranks[left]));
+    // The one left, or the members this worker asked, follow it too.
+    std::vector<uint32_t> tell = final_->asked;
+    if (left != group_.self) tell = {group_.ranks[left]};
+    std::erase(tell, group_.ranks[to]);
+    const Status told = sendTo(tell, Control::kFinalFollows, steps, CodecId::kRaw, 0,
+                               finalFollowsPayload(group_.ranks[to]));
+    final_->following = to;
+    final_->to.reset();
+    final_->request.reset();
+    final_->asked.clear();
+    if (!told.ok()) {
+      final_.reset();
+      return told;
     }
-    // A straggler finds the request long after it came, and the notice
-    // that the average was made without it behind it: nothing to send.
-    const auto leftOut = [&] {
-      return unavailableFrom(unavailable(
-          "it made the average without this worker, whose model did not reach it within "
-          "sync.timeoutSeconds of its request, or was refused"));
-    };
-    if (receiveControl(*transport_, Control::kFinalAverage, c, std::chrono::milliseconds(0)).ok()) {
-      return leftOut();  // only a notice can come before our model has gone
-    }
-    stats_.encoded(modelBytes, modelBytes, 1);
-    GEO_RETURN_IF_ERROR(sendPayload({c}, Control::kFinalContribution, steps, CodecId::kFp32, numel,
-                                    modelPayload(whole)));
-    // The coordinator takes the models of the peers after us, then sends
-    // the average to each in turn or in shards, or tells us it was made
-    // without us. It comes after the coordinator had all of our model:
-    // what we sent from `whole` has left, and `whole` may take the average.
-    auto got = awaitFinalAverage(c, steps, flat, whole, order);
-    if (!got.ok()) {
-      if (got.status().code() == StatusCode::kDataLoss) return got.status();
-      return unavailableFrom(got.status());
-    }
-    if (got->has_value()) {
-      const Message& m = **got;
-      if (m.payload.size() == 0) return leftOut();
-      GEO_RETURN_IF_ERROR(takeFinal(m, whole, c, "the final average"));
-    }
-    modified_ = true;
-    logger()->info("sync: the final average from {} in {:.2f} s ({}a model of {:.1f} MB)",
-                   topology_.describe(c), since(t0),
-                   got->has_value()
-                       ? std::string()
-                       : fmt::format("in {} shards forwarded by the members, ", order.size()),
-                   megabytes);
-    // The coordinator waits for this before it leaves: the average may have
-    // queued behind a slow uplink for longer than the transport's linger.
-    // So do the members of a sharded average, whose forwarded shards may be
-    // queued as well: each hears it from each.
-    std::vector<uint32_t> others;
-    for (uint32_t r : order) {
-      if (r != topology_.rank()) others.push_back(r);
-    }
-    std::vector<uint32_t> ackTo = others;
-    ackTo.push_back(c);
-    GEO_RETURN_IF_ERROR(sendTo(ackTo, Control::kFinalAck, steps, CodecId::kRaw, 0,
-                               std::make_shared<std::vector<std::byte>>()));
-    for (uint32_t peer : others) {
-      auto ack = awaitFrom(peer, Control::kFinalAck, steps, flat, true,
-                           "acknowledgement of the final average", options_.timeout);
-      if (!ack.ok()) {
-        logger()->warn("sync: {} may not have this worker's shard of the final average: {}",
-                       topology_.describe(peer), ack.status().message());
-      }
-    }
-    return lingerForJoiners(flat, steps);
   }
+}
+
+Status Base::followFinal(uint32_t c, std::optional<Message> request, train::FlatParameters& flat,
+                         int64_t steps, torch::Tensor& whole, Clock::TimePoint t0) {
+  const auto numel = static_cast<uint64_t>(whole.numel());
+  const uint64_t modelBytes = numel * 4;
+  const double megabytes = static_cast<double>(modelBytes) / 1e6;
+  const auto unavailableFrom = [&](const Status& why) {
+    if (final_->to) return why;  // a coordinator below this one: averageModels follows it
+    // The coordinator made the average without us (we fell behind the
+    // others by more than the round time-out and it finished long before
+    // us) or is gone. Our model is not the job's: a worker that ended on
+    // it with success would hand out a model no other worker holds.
+    stats_.missed();
+    return unavailable(fmt::format(
+        "sync: no final average from {} ({}): this worker's model is not the job's final "
+        "model (it fell behind the others by more than sync.timeoutSeconds, or the "
+        "coordinator is gone); the workers that finished hold the job's model",
+        topology_.describe(c), why.message()));
+  };
+  // The coordinator asks once it has taken its last step and has room
+  // for our model; it may wait a round time-out for a straggler first.
+  // Its first request says whether to send now or to wait for our turn
+  // (a second one): once it has counted us in, how long the models ahead
+  // of ours take to cross (one at a time for a large model) bounds
+  // nothing, the coordinator's liveness does (awaitCoordinator). A request
+  // taken already came with a switch to this coordinator
+  // (serveFinalCoordinators).
+  StatusOr<Message> asked =
+      request ? StatusOr<Message>(std::move(*request))
+              : awaitCoordinator(c, Control::kFinalRequest, steps, flat,
+                                 "request for this worker's final model", 2 * options_.timeout);
+  if (!asked.ok()) return unavailableFrom(asked.status());
+  std::vector<uint32_t> order;  // the workers, by reduce-scatter or in shards
+  // By reduce-scatter: until it is taken, or the coordinator starts over
+  // (another way, or reduce-scatter again without a worker suspected).
+  for (uint32_t attempt = 0, expected = 0;
+       readReduceScatterRequest(asked->payload.bytes(), attempt, order); ++expected) {
+    const bool valid = attempt == expected && order.size() >= 2 && order[0] == c &&
+                       validFinalOrder(order, topology_.rank(),
+                                       [&](uint32_t r) { return group_.indexOf(r).has_value(); });
+    if (!valid) {
+      return dataLoss(fmt::format(
+          "sync: the final average's request from {} is malformed (attempt {} of {} workers; "
+          "the coordinator first and each worker of the group once, this one among them, "
+          "expected): this worker's model is not the job's final model",
+          topology_.describe(c), attempt, order.size()));
+    }
+    std::optional<Message> next;
+    auto done = reduceScatterFinal(c, attempt, order, steps, flat, whole, next);
+    if (!done.ok()) {
+      if (done.status().code() == StatusCode::kDataLoss) return done.status();
+      return unavailableFrom(done.status());
+    }
+    if (*done) {
+      logger()->info(
+          "sync: the final average from {} in {:.2f} s (by reduce-scatter among {} workers, a "
+          "model of {:.1f} MB)",
+          topology_.describe(c), since(t0), order.size(), megabytes);
+      return lingerForJoiners(flat, steps);
+    }
+    asked = std::move(*next);
+  }
+  order.clear();
+  if (!finalRequestSaysNow(asked->payload.bytes())) {
+    asked = awaitCoordinator(c, Control::kFinalRequest, steps, flat,
+                             "go-ahead to send this worker's final model", kWhileAlive);
+    if (!asked.ok()) return unavailableFrom(asked.status());
+  }
+  // A straggler finds the request long after it came, and the notice
+  // that the average was made without it behind it: nothing to send.
+  const auto leftOut = [&] {
+    return unavailableFrom(
+        unavailable("it made the average without this worker, whose model did not reach it within "
+                    "sync.timeoutSeconds of its request, or was refused"));
+  };
+  if (receiveControl(*transport_, Control::kFinalAverage, c, std::chrono::milliseconds(0)).ok()) {
+    return leftOut();  // only a notice can come before our model has gone
+  }
+  stats_.encoded(modelBytes, modelBytes, 1);
+  GEO_RETURN_IF_ERROR(sendPayload({c}, Control::kFinalContribution, steps, CodecId::kFp32, numel,
+                                  modelPayload(whole)));
+  // The coordinator takes the models of the peers after us, then sends
+  // the average to each in turn or in shards, or tells us it was made
+  // without us. It comes after the coordinator had all of our model:
+  // what we sent from `whole` has left, and `whole` may take the average.
+  auto got = awaitFinalAverage(c, steps, flat, whole, order);
+  if (!got.ok()) {
+    if (got.status().code() == StatusCode::kDataLoss) return got.status();
+    return unavailableFrom(got.status());
+  }
+  if (got->has_value()) {
+    const Message& m = **got;
+    if (m.payload.size() == 0) return leftOut();
+    GEO_RETURN_IF_ERROR(takeFinal(m, whole, c, "the final average"));
+  }
+  modified_ = true;
+  logger()->info("sync: the final average from {} in {:.2f} s ({}a model of {:.1f} MB)",
+                 topology_.describe(c), since(t0),
+                 got->has_value()
+                     ? std::string()
+                     : fmt::format("in {} shards forwarded by the members, ", order.size()),
+                 megabytes);
+  // The coordinator waits for this before it leaves: the average may have
+  // queued behind a slow uplink for longer than the transport's linger.
+  // So do the members of a sharded average, whose forwarded shards may be
+  // queued as well: each hears it from each.
+  std::vector<uint32_t> others;
+  for (uint32_t r : order) {
+    if (r != topology_.rank()) others.push_back(r);
+  }
+  std::vector<uint32_t> ackTo = others;
+  ackTo.push_back(c);
+  GEO_RETURN_IF_ERROR(sendTo(ackTo, Control::kFinalAck, steps, CodecId::kRaw, 0,
+                             std::make_shared<std::vector<std::byte>>()));
+  for (uint32_t peer : others) {
+    auto ack = awaitFrom(peer, Control::kFinalAck, steps, flat, true,
+                         "acknowledgement of the final average", options_.timeout);
+    if (!ack.ok()) {
+      logger()->warn("sync: {} may not have this worker's shard of the final average: {}",
+                     topology_.describe(peer), ack.status().message());
+    }
+  }
+  return lingerForJoiners(flat, steps);
+}
+
+Status Base::coordinateFinal(train::FlatParameters& flat, int64_t steps, torch::Tensor& whole,
+                             Clock::TimePoint t0) {
+  const auto numel = static_cast<uint64_t>(whole.numel());
+  const uint64_t modelBytes = numel * 4;
+  const double megabytes = static_cast<double>(modelBytes) / 1e6;
   // Σ w_i x_i in rank order (we are the first alive: ours comes first),
   // each peer's model checked and added where its message holds it, as it
   // is taken, then divided by the weight of those that arrived. The sum
   // lies in `whole`: ours is scaled by its weight when the first peer's
   // model passes (until then `whole` is our model, untouched if none
   // does), which gives the bytes a separate zeroed sum gave.
+  const auto alive = [&](size_t i) {
+    return !membership_.suspected(group_.ranks[i]) && !membership_.joining(group_.ranks[i]);
+  };
   std::vector<size_t> members;
   for (size_t i = 0; i < group_.size(); ++i) {
     if (i != group_.self && alive(i)) members.push_back(i);
@@ -1336,6 +1488,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     if (finalWay(to, modelBytes, true) != FinalAverageWay::kReduceScatter) break;
     GEO_RETURN_IF_ERROR(sendTo(to, Control::kFinalRequest, steps, CodecId::kRaw, 0,
                                reduceScatterRequest(attempt, order)));
+    final_->asked = to;
     std::optional<Message> unused;
     auto done = reduceScatterFinal(topology_.rank(), attempt, order, steps, flat, whole, unused);
     if (!done.ok()) return done.status();
@@ -1362,6 +1515,8 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   // Every member hears at once that it is counted in: the first `window`
   // are asked to send now, the others to wait for their turn.
   for (size_t k = 0; k < members.size(); ++k) GEO_RETURN_IF_ERROR(ask(k, k < window));
+  final_->asked.clear();
+  for (size_t i : members) final_->asked.push_back(group_.ranks[i]);
   size_t asked = std::min(window, members.size());
   torch::Tensor theirs;  // a peer's model, staged only when its bytes are unaligned
   double total = group_.weights[group_.self];
@@ -1371,11 +1526,15 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     {
       auto m = awaitFrom(group_.ranks[i], Control::kFinalContribution, steps, flat, true,
                          "final model", options_.timeout);
+      if (!m.ok() && final_->to) return m.status();  // a coordinator below this one
       if (!m.ok()) {
         logger()->warn("sync: final average without {}: {}", topology_.describe(group_.ranks[i]),
                        m.status().message());
         stats_.missed();
       } else {
+        // Our model is the sum's storage from here on: this worker can no
+        // longer hand it to another coordinator.
+        final_->switchable = false;
         std::string reason;
         const float scaleOurs = to.empty() ? static_cast<float>(group_.weights[group_.self]) : 1.0f;
         if (const Status ok =

@@ -95,6 +95,13 @@ class Recorder final : public train::StepHook {
     return {};
   }
   Status finish(int64_t steps, train::FlatParameters& flat) override {
+    if (beforeFinish.count() > 0) {
+      if (clock != nullptr) {
+        clock->sleepFor(beforeFinish);
+      } else {
+        std::this_thread::sleep_for(beforeFinish);
+      }
+    }
     GEO_RETURN_IF_ERROR(inner_->finish(steps, flat));
     finalValues = flat.values.clone();
     return {};
@@ -113,7 +120,10 @@ class Recorder final : public train::StepHook {
   int64_t joinedAt = -1;
   std::atomic<int64_t> stepsTaken{0};
   std::chrono::milliseconds extraCompute{0};  // added to every step (a slower worker)
-  const geo::Clock* clock = nullptr;          // extraCompute on it; null: real time
+  // Between the last step and the end of training (an evaluation, a
+  // checkpoint written): the final average waits for it.
+  std::chrono::milliseconds beforeFinish{0};
+  const geo::Clock* clock = nullptr;  // extraCompute on it; null: real time
   // Time in the synchronizer's afterBackward and afterStep: what the
   // training thread spent on synchronizing during the steps.
   double syncSeconds = 0;
@@ -229,6 +239,8 @@ struct JobSpec {
   // partial partition, at partitionAtStep for partitionDuration; -1: none.
   std::pair<int, int> cutLink{-1, -1};
   // Extra compute per step, by rank (missing: none): workers of unequal speed.
+  // beforeFinish: a pause after the last step, by rank (Recorder::beforeFinish).
+  std::vector<std::chrono::milliseconds> beforeFinish;
   std::vector<std::chrono::milliseconds> extraCompute;
   // Every worker's emulated uplink (a link profile, "" for none), and new
   // rates for all of them once rank 0 has taken a change's steps (in order).
@@ -334,6 +346,7 @@ RunResult runJob(const JobSpec& job) {
     syncs[r] = std::move(*s);
     recorders[r] = std::make_unique<Recorder>(syncs[r].get());
     if (r < job.extraCompute.size()) recorders[r]->extraCompute = job.extraCompute[r];
+    if (r < job.beforeFinish.size()) recorders[r]->beforeFinish = job.beforeFinish[r];
     recorders[r]->clock = job.clock;
     recorders[r]->recordModels = job.recordModels;
     torch::manual_seed(7);  // the same initial model everywhere
@@ -2921,6 +2934,52 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerThatFinishedInACutJoinsTheOthersF
   const auto r = runJob(job);
   EXPECT_LT(r.simulatedSeconds, 10) << "a round time-out at the final average";
   expectEveryWorkerToEndAlike(r, job, 5);
+}
+
+// Two coordinators of the final average, in simulated time: the link
+// between a and b is cut as the job ends (each still reaches c and d), so
+// b finishes suspecting a and coordinates, while c and d follow a. a
+// writes its checkpoint for 2 s after its last step, hears b again and
+// counts it in. b learns from c and d that they follow a, and follows a
+// too: one average of all four, at once. Each used to make its own: b
+// waited the round time-out for c's and d's models, a for b's, and b
+// ended with success on a model of its own (seen on the namespace network
+// with flapping suspicion on full uplinks: tokyo averaged one model).
+JobSpec cutAsTheJobEnds(FakeClock& clock, std::chrono::milliseconds timeout,
+                        std::chrono::milliseconds cut) {
+  JobSpec job = simulatedFourRegionDts(clock, 1, timeout, 500ms);
+  job.steps = 60;
+  job.cutLink = {0, 1};
+  job.partitionAtStep = 55;
+  job.partitionDuration = cut;
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);
+  return job;
+}
+
+TEST(OnTheMemoryNetwork, InSimulatedTimeTwoCoordinatorsOfTheFinalAverageAgreeOnTheLowest) {
+  FakeClock clock;
+  JobSpec job = cutAsTheJobEnds(clock, 30s, 1200ms);
+  job.beforeFinish = {2000ms, 0ms, 0ms, 0ms};
+  const auto r = runJob(job);
+  EXPECT_LT(r.simulatedSeconds, 10) << "a round time-out at the final average";
+  expectEveryWorkerToEndAlike(r, job, 5);
+}
+
+// The same cut, lasting past a's average: a counts b out, and b, which
+// follows a once c and d say they do, gets no request from it. b fails
+// saying that its model is not the job's; it used to end with success on
+// an average of its own model alone.
+TEST(OnTheMemoryNetwork, InSimulatedTimeACoordinatorLeftOutByALowerOneFailsSayingWhy) {
+  FakeClock clock;
+  const auto r = runJob(cutAsTheJobEnds(clock, 5s, 4000ms));
+  for (size_t rank : {0, 2, 3}) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  ASSERT_FALSE(r.status[1].ok()) << "b ended with its own model and no error";
+  const std::string message(r.status[1].message());
+  EXPECT_NE(message.find("no final average from rank 0 (a)"), std::string::npos) << message;
+  EXPECT_NE(message.find("not the job's"), std::string::npos) << message;
 }
 
 // Hierarchical DTS in simulated time, a region's member dead: its leader
