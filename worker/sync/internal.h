@@ -191,6 +191,14 @@ class Base : public Synchronizer {
     std::optional<size_t> to;  // a coordinator below `following` this worker learnt of
     std::optional<transport::Message> request;  // `to`'s request, where that is how
     std::vector<uint32_t> asked;                // the ranks this worker asked, as coordinator
+    // A member left out of its coordinator's average takes the job's model
+    // from a fellow: a worker that said it follows the same coordinator
+    // (askFellowForFinal, finalFromFellow).
+    std::vector<std::optional<size_t>> says;  // by group index: whom that worker said it follows
+    bool requested = false;            // `following`'s request taken: this worker is counted in
+    std::optional<size_t> fellow;      // the fellow asked last for the job's final model
+    std::vector<size_t> fellowsAsked;  // every fellow asked so far
+    std::optional<transport::Message> model;  // the job's final model, from `fellow`
   };
   // Called by serveMembership during the final average: answers a request
   // from a coordinator above the one followed with Control::kFinalFollows
@@ -198,7 +206,24 @@ class Base : public Synchronizer {
   // kFinalFollows naming it) in final_->to. Fails (Aborted) once one is
   // noted while the model is untouched, so that every wait of the final
   // average ends and averageModels switches.
+  // It also takes a fellow's answer (final_->model) and, while this worker
+  // suspects the coordinator it follows, asks a fellow for the job's
+  // model; once the answer is in before the coordinator's request, it
+  // fails (Aborted) as well: the average was made without this worker.
   Status serveFinalCoordinators(int64_t step);
+  // Asks the nearest fellow of this worker (one that said it follows the
+  // same coordinator) that is not suspected and was not asked before for
+  // the job's final model (Membership::askForFinalModel). False where none
+  // is left.
+  StatusOr<bool> askFellowForFinal(int64_t step);
+  // A member whose wait for its coordinator `c` failed: the job's model
+  // from a fellow, into `whole`. Waits for the fellow's answer up to the
+  // round time-out, and asks the next fellow once the one asked is
+  // suspected. NotFound (saying why) where no fellow sends it; Aborted
+  // where a coordinator below `c` turns up meanwhile (final_->to); DataLoss
+  // where the model is refused.
+  Status finalFromFellow(uint32_t c, const train::FlatParameters& flat, int64_t steps,
+                         torch::Tensor& whole);
   // Why coordinator `c` counts as gone for a member of the final average
   // (empty: it does not): rejoining (it restarted), or suspected and silent
   // for the round time-out. Not merely suspected: on full uplinks the

@@ -337,8 +337,10 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
           std::lock_guard lock(mu_);
           transferSent_ += bytes->size();
         }
-        logger()->info("{}: sending the job's final model to {}, which started after the end",
-                       name_, topology_.describe(p));
+        logger()->info(
+            "{}: sending the job's final model to {}, which asks for it (it started after the "
+            "end, or the final average was made without it)",
+            name_, topology_.describe(p));
         const auto numel = static_cast<uint64_t>(bytes->size() / 4);
         GEO_RETURN_IF_ERROR(
             sendControl(p, Control::kJoinState, step, std::move(bytes), CodecId::kFp32, numel));

@@ -207,6 +207,16 @@ class Membership {
   void setFinishing() { finishing_ = true; }
   // The values serve() is given are the job's final model from now on.
   void setFinalModel() { final_ = true; }
+  // Asks `peer`, which has taken its last step (it said so: a join offer,
+  // or its word in the final average), for the job's final model: it
+  // answers with Control::kJoinState, the whole model as fp32 alone, once
+  // its own final average is in (setFinalModel), as it answers a worker
+  // that starts after the end. A worker left out of the final average
+  // takes the job's model this way.
+  Status askForFinalModel(uint32_t peer, int64_t step) {
+    return sendControl(peer, Control::kJoinFetch, step, std::make_shared<std::vector<std::byte>>(),
+                       transport::CodecId::kRaw, 0);
+  }
   // After the last step: while a peer that is heard is joining, calls
   // `serve` (which answers it, with the final model once setFinalModel()),
   // every 20 ms for up to twice the longest peer time-out. `who` names the

@@ -509,16 +509,128 @@ Status Base::serveFinalCoordinators(int64_t step) {
             topology_.describe(r), m->payload.size());
         continue;
       }
+      f.says[i] = *index;
       if (f.switchable && *index != group_.self && below(*index)) {
         f.to = *index;
         f.request.reset();
       }
     }
   }
+  // A member that suspects its coordinator may be left out of its average
+  // (the coordinator suspects it too, and counted it out: seen on the
+  // namespace network, a partial partition as the job ended). Its fellows
+  // hold the job's model once that average is in, and linger only until
+  // then: so one is asked now, not once the coordinator has been silent
+  // for the round time-out. Where this worker is counted in after all, the
+  // fellow's answer is one model's bytes for nothing.
+  if (f.following != group_.self && !f.model) {
+    if (f.fellow) {
+      auto m = receiveControl(*transport_, Control::kJoinState, group_.ranks[*f.fellow],
+                              std::chrono::milliseconds(0));
+      if (m.ok()) f.model = std::move(*m);
+    }
+    if (!f.model && membership_.suspected(group_.ranks[f.following]) &&
+        (!f.fellow || membership_.suspected(group_.ranks[*f.fellow]))) {
+      GEO_RETURN_IF_ERROR(askFellowForFinal(step).status());
+    }
+  }
   if (f.to && f.switchable) {
     return aborted(
         fmt::format("{} coordinates the final average", topology_.describe(group_.ranks[*f.to])));
   }
+  // A fellow holds the job's model while the coordinator has not asked for
+  // ours: its average was made without this worker (a coordinator waits
+  // for every member's model, or part, before it has an average).
+  if (f.model && !f.requested && f.switchable) {
+    return aborted(fmt::format("{} sent the job's final model before {} asked for this worker's",
+                               topology_.describe(group_.ranks[*f.fellow]),
+                               topology_.describe(group_.ranks[f.following])));
+  }
+  return {};
+}
+
+StatusOr<bool> Base::askFellowForFinal(int64_t step) {
+  FinalCoordination& f = *final_;
+  double nearest = std::numeric_limits<double>::infinity();
+  std::optional<size_t> pick;
+  const auto counters = transport_->peerCounters();
+  for (size_t i = 0; i < group_.size(); ++i) {
+    const uint32_t r = group_.ranks[i];
+    if (i == group_.self || i == f.following || f.says[i] != f.following ||
+        membership_.suspected(r) || std::ranges::find(f.fellowsAsked, i) != f.fellowsAsked.end()) {
+      continue;
+    }
+    double rtt = 1e9;  // unknown: after every known one, in rank order
+    for (const auto& c : counters) {
+      if (c.peer == r && c.minRttSeconds >= 0) rtt = c.minRttSeconds;
+    }
+    if (rtt < nearest) {
+      nearest = rtt;
+      pick = i;
+    }
+  }
+  if (!pick) return false;
+  logger()->info(
+      "sync: asking {} for the job's final model: it follows {}, which this worker suspects (its "
+      "average may be made without this worker)",
+      topology_.describe(group_.ranks[*pick]), topology_.describe(group_.ranks[f.following]));
+  GEO_RETURN_IF_ERROR(membership_.askForFinalModel(group_.ranks[*pick], step));
+  f.fellow = pick;
+  f.fellowsAsked.push_back(*pick);
+  return true;
+}
+
+Status Base::finalFromFellow(uint32_t c, const train::FlatParameters& flat, int64_t steps,
+                             torch::Tensor& whole) {
+  FinalCoordination& f = *final_;
+  if (!f.model && (!f.fellow || membership_.suspected(group_.ranks[*f.fellow]))) {
+    auto asked = askFellowForFinal(steps);
+    if (!asked.ok()) return asked.status();
+  }
+  if (!f.model && !f.fellow) {
+    return notFound(fmt::format("no worker heard said that it follows {}", topology_.describe(c)));
+  }
+  const auto t0 = clock().now();
+  const auto deadline = t0 + options_.timeout;
+  while (!f.model) {
+    const Status served = serveMembership(steps, flat, true);
+    if (f.model) break;
+    if (!served.ok()) return served;
+    const uint32_t fellow = group_.ranks[*f.fellow];
+    if (membership_.suspected(fellow)) {
+      auto asked = askFellowForFinal(steps);
+      if (!asked.ok()) return asked.status();
+      if (!*asked) {
+        return notFound(fmt::format(
+            "{}, asked for the job's final model, is suspected, and no other worker heard "
+            "follows {}",
+            topology_.describe(fellow), topology_.describe(c)));
+      }
+      continue;
+    }
+    if (clock().now() >= deadline) {
+      return notFound(fmt::format(
+          "{}, asked for the job's final model, did not send it within {:.3g} s (it may have "
+          "failed its own final average)",
+          topology_.describe(fellow), std::chrono::duration<double>(options_.timeout).count()));
+    }
+    clock().sleepFor(std::chrono::milliseconds(20));
+  }
+  stats_.waited(since(t0));
+  const uint32_t from = group_.ranks[*f.fellow];
+  const Message& m = *f.model;
+  if (m.header.codec != CodecId::kFp32) {
+    // A worker that has not taken its last step sends its training state:
+    // not possible from one that said whom it follows, but never taken for
+    // the job's model.
+    return dataLoss(fmt::format(
+        "sync: {} sent its training state where the job's final model was asked for: this "
+        "worker's model is not the job's final model",
+        topology_.describe(from)));
+  }
+  f.switchable = false;  // `whole` may be written now, and holds the job's model after
+  GEO_RETURN_IF_ERROR(takeFinal(m, whole, from, "the job's final model"));
+  modified_ = true;
   return {};
 }
 
@@ -1300,6 +1412,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
   // own model is untouched, and tells the one it left.
   final_.emplace();
   final_->following = coordinator;
+  final_->says.resize(group_.size());
   std::optional<Message> asked;  // a request already taken, from the coordinator followed
   while (true) {
     const Status s = final_->following == group_.self
@@ -1327,6 +1440,7 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     final_->to.reset();
     final_->request.reset();
     final_->asked.clear();
+    final_->requested = false;
     if (!told.ok()) {
       final_.reset();
       return told;
@@ -1339,18 +1453,31 @@ Status Base::followFinal(uint32_t c, std::optional<Message> request, train::Flat
   const auto numel = static_cast<uint64_t>(whole.numel());
   const uint64_t modelBytes = numel * 4;
   const double megabytes = static_cast<double>(modelBytes) / 1e6;
-  const auto unavailableFrom = [&](const Status& why) {
+  const auto unavailableFrom = [&](const Status& why) -> Status {
     if (final_->to) return why;  // a coordinator below this one: averageModels follows it
-    // The coordinator made the average without us (we fell behind the
-    // others by more than the round time-out and it finished long before
-    // us) or is gone. Our model is not the job's: a worker that ended on
-    // it with success would hand out a model no other worker holds.
+    // The coordinator made the average without us (it suspected us as it
+    // finished, or we fell behind the others by more than the round
+    // time-out) or is gone. A fellow that took its average holds the
+    // job's model.
+    const Status fellow = finalFromFellow(c, flat, steps, whole);
+    if (fellow.ok()) {
+      logger()->warn(
+          "sync: the job's final model from {} in {:.2f} s: {} made the final average without "
+          "this worker ({})",
+          topology_.describe(group_.ranks[*final_->fellow]), since(t0), topology_.describe(c),
+          why.message());
+      return lingerForJoiners(flat, steps);
+    }
+    if (final_->to || fellow.code() == StatusCode::kDataLoss) return fellow;
+    // Nobody sent it. Our model is not the job's: a worker that ended on it
+    // with success would hand out a model no other worker holds.
     stats_.missed();
     return unavailable(fmt::format(
-        "sync: no final average from {} ({}): this worker's model is not the job's final "
-        "model (it fell behind the others by more than sync.timeoutSeconds, or the "
-        "coordinator is gone); the workers that finished hold the job's model",
-        topology_.describe(c), why.message()));
+        "sync: no final average from {} ({}), and no job's final model from a worker that "
+        "follows it ({}): this worker's model is not the job's final model (it fell behind the "
+        "others by more than sync.timeoutSeconds, or the coordinator is gone); the workers that "
+        "finished hold the job's model",
+        topology_.describe(c), why.message(), fellow.message()));
   };
   // The coordinator asks once it has taken its last step and has room
   // for our model; it may wait a round time-out for a straggler first.
@@ -1365,6 +1492,7 @@ Status Base::followFinal(uint32_t c, std::optional<Message> request, train::Flat
               : awaitCoordinator(c, Control::kFinalRequest, steps, flat,
                                  "request for this worker's final model", 2 * options_.timeout);
   if (!asked.ok()) return unavailableFrom(asked.status());
+  final_->requested = true;
   std::vector<uint32_t> order;  // the workers, by reduce-scatter or in shards
   // By reduce-scatter: until it is taken, or the coordinator starts over
   // (another way, or reduce-scatter again without a worker suspected).
