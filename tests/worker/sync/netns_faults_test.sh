@@ -14,6 +14,7 @@
 #                   finish (with checkpoints, as a real job has)
 #   restart-at-end-hier  the same for a member of tokyo, two workers per
 #                   region (hierarchical sync: its leader answers it)
+#   cut-at-end      london and tokyo cut off from each other as the job ends
 #   slow-site       ohio's steps take twice as long
 #   loss-1pct       every region's uplink loses 1% of its packets
 #   no-fault        3 runs of 800 steps in a row
@@ -146,6 +147,16 @@ check restart-at-end --may-fail 1
 run restart-at-end-hier --steps 800 --workers-per-region 2 --kill tokyo:1@12s --restart-after 18s \
   --set checkpoint.dir="$work/restart-at-end-hier-ckpt" --set checkpoint.interval=100
 check restart-at-end-hier --may-fail 3
+
+# london and tokyo cut off from each other (each still reaching oregon and
+# ohio) from 14 s, as the job ends about 19 s after the launch, for longer
+# than the rest of the job: london averages without tokyo, which learns from
+# oregon and ohio that they follow london, and takes the job's final model
+# from one of them. It used to fail saying its model was not the job's.
+run cut-at-end --steps 600 --partition london/tokyo@14s+20s
+check cut-at-end
+grep -q "the job's final model from" "$work/cut-at-end/logs/worker-1.log" ||
+  echo "cut-at-end: tokyo took part in london's average (the cut came too late to leave it out)"
 
 run slow-site --steps 600 --slow ohio=2x
 check slow-site
