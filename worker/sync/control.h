@@ -119,6 +119,13 @@ enum class Control : uint64_t {
   // for a lower one (Base::serveFinalCoordinators). The lowest coordinator
   // wins.
   kFinalFollows = ~uint64_t{0} - 26,
+  // The coordinator's word to a worker it counted out of the final average
+  // (it suspects it; payload: the ranks of the workers it averages, u32
+  // each, itself first): they hold the job's model once the average is
+  // in, and the worker asks one of them for it (Base::finalFromFellow). A
+  // worker that hears its coordinator while the coordinator does not hear
+  // it would otherwise wait for a request that never comes.
+  kFinalLeftOut = ~uint64_t{0} - 27,
 };
 inline constexpr size_t kMaxStopReasonBytes = 1024;
 
@@ -139,6 +146,10 @@ bool readReduceScatterRequest(std::span<const std::byte> payload, uint32_t& atte
 // (nullopt: not 4 bytes).
 std::shared_ptr<std::vector<std::byte>> finalFollowsPayload(uint32_t rank);
 std::optional<uint32_t> readFinalFollows(std::span<const std::byte> payload);
+// A Control::kFinalLeftOut naming `ranks`, and the ranks one names
+// (nullopt: empty, or not whole u32s).
+std::shared_ptr<std::vector<std::byte>> finalLeftOutPayload(const std::vector<uint32_t>& ranks);
+std::optional<std::vector<uint32_t>> readFinalLeftOut(std::span<const std::byte> payload);
 // A wait bounded by the peer's liveness alone (Base::awaitFrom gives up as
 // soon as the membership suspects it), not by a time-out.
 inline constexpr std::chrono::milliseconds kWhileAlive = std::chrono::hours(24);
@@ -166,7 +177,7 @@ inline constexpr Control kControls[] = {
     Control::kFinalShard,    Control::kFinalShardAgain,
     Control::kFinalScatter,  Control::kFinalGather,
     Control::kFinalReduced,  Control::kFinalCommit,
-    Control::kFinalFollows,
+    Control::kFinalFollows,  Control::kFinalLeftOut,
 };
 constexpr bool controlsAreDistinctControlRounds() {
   for (size_t i = 0; i < std::size(kControls); ++i) {

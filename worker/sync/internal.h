@@ -199,6 +199,9 @@ class Base : public Synchronizer {
     std::optional<size_t> fellow;      // the fellow asked last for the job's final model
     std::vector<size_t> fellowsAsked;  // every fellow asked so far
     std::optional<transport::Message> model;  // the job's final model, from `fellow`
+    std::optional<size_t>
+        leftOutBy;            // the coordinator that counted this worker out (kFinalLeftOut)
+    bool fromFellow = false;  // finalFromFellow waits: no Aborted for the two above
   };
   // Called by serveMembership during the final average: answers a request
   // from a coordinator above the one followed with Control::kFinalFollows
@@ -206,15 +209,19 @@ class Base : public Synchronizer {
   // kFinalFollows naming it) in final_->to. Fails (Aborted) once one is
   // noted while the model is untouched, so that every wait of the final
   // average ends and averageModels switches.
-  // It also takes a fellow's answer (final_->model) and, while this worker
-  // suspects the coordinator it follows, asks a fellow for the job's
-  // model; once the answer is in before the coordinator's request, it
-  // fails (Aborted) as well: the average was made without this worker.
+  // It also takes a coordinator's Control::kFinalLeftOut (the workers it
+  // names are fellows; one below the one followed is followed) and a
+  // fellow's answer (final_->model), and while this worker suspects the
+  // coordinator it follows, or was counted out by it, asks a fellow for
+  // the job's model. Once counted out, or once the answer is in before the
+  // coordinator's request, it fails (Aborted) as well: the average is made
+  // without this worker, and followFinal takes the fellow's.
   Status serveFinalCoordinators(int64_t step);
   // Asks the nearest fellow of this worker (one that said it follows the
   // same coordinator) that is not suspected and was not asked before for
-  // the job's final model (Membership::askForFinalModel). False where none
-  // is left.
+  // the job's final model (Membership::askForFinalModel); the coordinator
+  // itself where it counted this worker out and no fellow is left. False
+  // where none is.
   StatusOr<bool> askFellowForFinal(int64_t step);
   // A member whose wait for its coordinator `c` failed: the job's model
   // from a fellow, into `whole`. Waits for the fellow's answer up to the

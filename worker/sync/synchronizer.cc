@@ -78,6 +78,12 @@ std::string Topology::describe(uint32_t r) const {
   return fmt::format("rank {} ({})", r, r < regions_.size() ? regions_[r] : "?");
 }
 
+std::string Topology::describe(const std::vector<uint32_t>& ranks) const {
+  std::string out;
+  for (uint32_t r : ranks) out += (out.empty() ? "" : ", ") + describe(r);
+  return out;
+}
+
 Status validateSyncOptions(const SyncOptions& o) {
   const auto bad = [](std::string_view field, const auto& value, std::string_view allowed) {
     return invalidArgument(
@@ -239,6 +245,19 @@ std::optional<uint32_t> readFinalFollows(std::span<const std::byte> payload) {
   uint32_t rank = 0;
   std::memcpy(&rank, payload.data(), 4);
   return rank;
+}
+
+std::shared_ptr<std::vector<std::byte>> finalLeftOutPayload(const std::vector<uint32_t>& ranks) {
+  auto bytes = std::make_shared<std::vector<std::byte>>(4 * ranks.size());
+  std::memcpy(bytes->data(), ranks.data(), bytes->size());
+  return bytes;
+}
+
+std::optional<std::vector<uint32_t>> readFinalLeftOut(std::span<const std::byte> payload) {
+  if (payload.empty() || payload.size() % 4 != 0) return std::nullopt;
+  std::vector<uint32_t> ranks(payload.size() / 4);
+  std::memcpy(ranks.data(), payload.data(), payload.size());
+  return ranks;
 }
 
 // ---- StatsRecorder --------------------------------------------------------------------
@@ -470,6 +489,42 @@ Status Base::serveMembership(int64_t step, const train::FlatParameters& flat, bo
 Status Base::serveFinalCoordinators(int64_t step) {
   FinalCoordination& f = *final_;
   const auto below = [&](size_t i) { return i < f.following && (!f.to || i < *f.to); };
+  // A coordinator that counted this worker out, naming who it averages.
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (i == group_.self) continue;
+    const uint32_t r = group_.ranks[i];
+    for (auto m =
+             receiveControl(*transport_, Control::kFinalLeftOut, r, std::chrono::milliseconds(0));
+         m.ok();
+         m = receiveControl(*transport_, Control::kFinalLeftOut, r, std::chrono::milliseconds(0))) {
+      const auto ranks = readFinalLeftOut(m->payload.bytes());
+      std::vector<size_t> fellows;
+      for (uint32_t named : ranks.value_or(std::vector<uint32_t>{})) {
+        const auto index = group_.indexOf(named);
+        if (!index || *index == group_.self) {
+          fellows.clear();
+          break;
+        }
+        fellows.push_back(*index);
+      }
+      if (fellows.empty() || fellows[0] != i) {
+        logger()->warn(
+            "sync: {} says it counted this worker out of the final average, but names no workers "
+            "of this group without it, itself first ({} bytes): ignored",
+            topology_.describe(r), m->payload.size());
+        continue;
+      }
+      if (i != f.following && !(f.switchable && below(i))) continue;  // not ours to follow
+      for (size_t k : fellows) {
+        if (k != i) f.says[k] = i;
+      }
+      f.leftOutBy = i;
+      if (i != f.following) {
+        f.to = i;
+        f.request.reset();
+      }
+    }
+  }
   for (size_t i = 0; i < group_.size(); ++i) {
     if (i == group_.self || i == f.following) continue;  // the one followed: its own waits
     const uint32_t r = group_.ranks[i];
@@ -523,13 +578,14 @@ Status Base::serveFinalCoordinators(int64_t step) {
   // then: so one is asked now, not once the coordinator has been silent
   // for the round time-out. Where this worker is counted in after all, the
   // fellow's answer is one model's bytes for nothing.
+  const bool countedOut = f.leftOutBy == f.following;
   if (f.following != group_.self && !f.model) {
     if (f.fellow) {
       auto m = receiveControl(*transport_, Control::kJoinState, group_.ranks[*f.fellow],
                               std::chrono::milliseconds(0));
       if (m.ok()) f.model = std::move(*m);
     }
-    if (!f.model && membership_.suspected(group_.ranks[f.following]) &&
+    if (!f.model && (countedOut || membership_.suspected(group_.ranks[f.following])) &&
         (!f.fellow || membership_.suspected(group_.ranks[*f.fellow]))) {
       GEO_RETURN_IF_ERROR(askFellowForFinal(step).status());
     }
@@ -538,10 +594,15 @@ Status Base::serveFinalCoordinators(int64_t step) {
     return aborted(
         fmt::format("{} coordinates the final average", topology_.describe(group_.ranks[*f.to])));
   }
+  if (f.fromFellow || !f.switchable) return {};
+  if (countedOut) {
+    return aborted(fmt::format("{} counted this worker out of the final average",
+                               topology_.describe(group_.ranks[f.following])));
+  }
   // A fellow holds the job's model while the coordinator has not asked for
   // ours: its average was made without this worker (a coordinator waits
   // for every member's model, or part, before it has an average).
-  if (f.model && !f.requested && f.switchable) {
+  if (f.model && !f.requested) {
     return aborted(fmt::format("{} sent the job's final model before {} asked for this worker's",
                                topology_.describe(group_.ranks[*f.fellow]),
                                topology_.describe(group_.ranks[f.following])));
@@ -569,11 +630,22 @@ StatusOr<bool> Base::askFellowForFinal(int64_t step) {
       pick = i;
     }
   }
+  const bool countedOut = f.leftOutBy == f.following;
+  const uint32_t c = group_.ranks[f.following];
+  if (!pick && countedOut && !membership_.suspected(c) &&
+      std::ranges::find(f.fellowsAsked, f.following) == f.fellowsAsked.end()) {
+    pick = f.following;  // it averaged alone: it holds the job's model
+  }
   if (!pick) return false;
   logger()->info(
-      "sync: asking {} for the job's final model: it follows {}, which this worker suspects (its "
-      "average may be made without this worker)",
-      topology_.describe(group_.ranks[*pick]), topology_.describe(group_.ranks[f.following]));
+      "sync: asking {} for the job's final model: {}", topology_.describe(group_.ranks[*pick]),
+      *pick == f.following ? std::string("it counted this worker out of its final average")
+      : countedOut ? fmt::format("{} counted this worker out of its final average, which it "
+                                 "takes part in",
+                                 topology_.describe(c))
+                   : fmt::format("it follows {}, which this worker suspects (its average may "
+                                 "be made without this worker)",
+                                 topology_.describe(c)));
   GEO_RETURN_IF_ERROR(membership_.askForFinalModel(group_.ranks[*pick], step));
   f.fellow = pick;
   f.fellowsAsked.push_back(*pick);
@@ -583,6 +655,13 @@ StatusOr<bool> Base::askFellowForFinal(int64_t step) {
 Status Base::finalFromFellow(uint32_t c, const train::FlatParameters& flat, int64_t steps,
                              torch::Tensor& whole) {
   FinalCoordination& f = *final_;
+  // Its own waits serve membership: no Aborted for being counted out, or
+  // for the answer it waits for.
+  struct Waiting {
+    bool& flag;
+    ~Waiting() { flag = false; }
+  } waiting{f.fromFellow};
+  f.fromFellow = true;
   if (!f.model && (!f.fellow || membership_.suspected(group_.ranks[*f.fellow]))) {
     auto asked = askFellowForFinal(steps);
     if (!asked.ok()) return asked.status();
@@ -892,12 +971,10 @@ Status Base::sendAverageInShards(const std::vector<uint32_t>& to, int64_t steps,
     const bool late = clock().now() >= deadline;
     if (!sentWhole && late) {
       sentWhole = true;
-      std::vector<std::string> names;
-      for (uint32_t peer : pending) names.push_back(topology_.describe(peer));
       logger()->warn(
           "sync: the final average's shards did not all reach {} in time (a member that did not "
           "forward its shard): sending {} the whole average",
-          fmt::join(names, ", "), pending.size() == 1 ? "it" : "them");
+          topology_.describe(pending), pending.size() == 1 ? "it" : "them");
       stats_.encoded(modelBytes, modelBytes, pending.size());
       GEO_RETURN_IF_ERROR(sendAverage(pending, steps, flat, whole));
       deadline = clock().now() + std::chrono::duration_cast<geo::Clock::Duration>(options_.timeout);
@@ -1428,7 +1505,10 @@ Status Base::averageModels(train::FlatParameters& flat, int64_t steps) {
     asked = std::move(final_->request);
     logger()->warn(
         "sync: {} coordinates the final average too ({}): this worker follows it instead of {}",
-        topology_.describe(group_.ranks[to]), asked ? "its request came" : "a worker follows it",
+        topology_.describe(group_.ranks[to]),
+        asked                     ? "its request came"
+        : final_->leftOutBy == to ? "it counted this worker out"
+                                  : "a worker follows it",
         left == group_.self ? "coordinating" : topology_.describe(group_.ranks[left]));
     // The one left, or the members this worker asked, follow it too.
     std::vector<uint32_t> tell = final_->asked;
@@ -1604,6 +1684,42 @@ Status Base::coordinateFinal(train::FlatParameters& flat, int64_t steps, torch::
   for (size_t i = 0; i < group_.size(); ++i) {
     if (i != group_.self && alive(i)) members.push_back(i);
   }
+  // A worker counted out (suspected; one rejoining gets the job's model by
+  // its join) hears so, with whom the average is made: where it hears us
+  // while we do not hear it (pings queued behind a full uplink on its side
+  // only), it would wait for a request that never comes, and fail. Not
+  // one silent for the round time-out: gone, and a message queued for it
+  // only keeps the connection lingering as this worker exits.
+  std::vector<bool> toldLeftOut(group_.size());
+  const auto tellLeftOut = [&]() -> Status {
+    std::vector<uint32_t> averaged{topology_.rank()};
+    for (size_t i : members) averaged.push_back(group_.ranks[i]);
+    const double limit = std::chrono::duration<double>(options_.timeout).count();
+    const auto counters = transport_->peerCounters();
+    std::vector<uint32_t> out;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      const uint32_t r = group_.ranks[i];
+      // A lower rank follows one below us, or itself: never us.
+      if (i <= group_.self || toldLeftOut[i] || membership_.joining(r) ||
+          std::ranges::find(members, i) != members.end()) {
+        continue;
+      }
+      const bool recent = std::ranges::any_of(counters, [&](const auto& c) {
+        return c.peer == r && c.heard && c.silentSeconds < limit;
+      });
+      if (!recent) continue;
+      toldLeftOut[i] = true;
+      out.push_back(r);
+    }
+    if (out.empty()) return {};
+    logger()->info(
+        "sync: the final average is made without {} (suspected): telling {} so, and who holds "
+        "the job's model",
+        topology_.describe(out), out.size() == 1 ? "it" : "them");
+    return sendTo(out, Control::kFinalLeftOut, steps, CodecId::kRaw, 0,
+                  finalLeftOutPayload(averaged));
+  };
+  GEO_RETURN_IF_ERROR(tellLeftOut());
   // By reduce-scatter where it pays (finalWay): no model comes here. Once
   // a member is suspected in the middle it is tried again without it; once
   // it fails otherwise (a refused shard, shards too late), the average is
@@ -1633,6 +1749,7 @@ Status Base::coordinateFinal(train::FlatParameters& flat, int64_t steps, torch::
     const size_t before = members.size();
     std::erase_if(members, [&](size_t i) { return !alive(i); });
     allowed = members.size() < before ? 1 : 0;
+    GEO_RETURN_IF_ERROR(tellLeftOut());
   }
   const size_t window = finalModelsInFlight(modelBytes, options_.finalModelsInFlightBytes);
   const auto ask = [&](size_t k, bool now) {

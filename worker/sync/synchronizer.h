@@ -76,6 +76,8 @@ class Topology {
   std::vector<uint32_t> leaders() const;
   // "rank 3 (tokyo)", for messages.
   std::string describe(uint32_t r) const;
+  // "rank 1 (tokyo), rank 3 (ohio)": each of `ranks`, in its order.
+  std::string describe(const std::vector<uint32_t>& ranks) const;
 
  private:
   std::vector<std::string> regions_;

@@ -99,8 +99,8 @@ struct MemoryNetwork::State {
   std::mutex mu;
   std::condition_variable changed;
   std::vector<Endpoint> endpoints;
-  // Links cut both ways (MemoryNetwork::cutLink), as {lower rank, higher}.
-  std::set<std::pair<uint32_t, uint32_t>> cutLinks;
+  // Links cut (MemoryNetwork::cutLink, cutOneWay), a way each, as {from, to}.
+  std::set<std::pair<uint32_t, uint32_t>> cutWays;
   std::vector<Msg> inFlight;
   uint64_t nextSeq = 1;
   uint64_t nextSentId = 1;
@@ -124,12 +124,8 @@ struct MemoryNetwork::State {
   bool wan(uint32_t a, uint32_t b) const {
     return options.regions.empty() ? a != b : options.regions[a] != options.regions[b];
   }
-  // A link's key in cutLinks: {lower rank, higher}.
-  static std::pair<uint32_t, uint32_t> link(uint32_t a, uint32_t b) {
-    return {std::min(a, b), std::max(a, b)};
-  }
   bool linkCut(uint32_t a, uint32_t b) const {
-    return !cutLinks.empty() && cutLinks.count(link(a, b)) > 0;
+    return !cutWays.empty() && cutWays.count({a, b}) > 0;
   }
   // Whether what `from` sends to `to` is dropped as it is sent: `from` cut
   // off from the other regions, or the link between the two cut.
@@ -280,7 +276,10 @@ struct MemoryNetwork::State {
     touch();
     std::vector<bool> before(size_t{world()} * world());
     std::vector<bool> wasOpen(world()), wasCut(world());
-    const auto wasCutLinks = cutLinks;
+    std::vector<bool> wasLinkCut(size_t{world()} * world());
+    for (uint32_t p = 0; p < world(); ++p) {
+      for (uint32_t r = 0; r < world(); ++r) wasLinkCut[size_t{p} * world() + r] = linkCut(p, r);
+    }
     std::vector<uint64_t> wasIncarnation(world());
     for (uint32_t p = 0; p < world(); ++p) {
       wasOpen[p] = endpoints[p].open;
@@ -301,8 +300,8 @@ struct MemoryNetwork::State {
         // A change on our side (our cut lifted or set) takes effect at once;
         // one on the peer's side reaches us after the link's delay.
         // A link cut or mended (cutLink) changes both sides at once.
-        const bool oursChanged = wasCut[r] != endpoints[r].cut ||
-                                 wasCutLinks.count(link(p, r)) != cutLinks.count(link(p, r));
+        const bool oursChanged =
+            wasCut[r] != endpoints[r].cut || wasLinkCut[size_t{p} * world() + r] != linkCut(p, r);
         const TimePoint at = oursChanged ? now : now + oneWay(p, r);
         if (was && !is) {
           if (!view.heard.empty()) {
@@ -684,22 +683,32 @@ void MemoryNetwork::kill(uint32_t rank) {
   });
 }
 
-void MemoryNetwork::cutLink(uint32_t a, uint32_t b, bool cut) {
+void MemoryNetwork::cutWays(const std::vector<std::pair<uint32_t, uint32_t>>& ways, bool cut) {
   std::lock_guard lock(state_->mu);
-  if (a >= state_->world() || b >= state_->world() || a == b) return;
+  for (const auto& [from, to] : ways) {
+    if (from >= state_->world() || to >= state_->world() || from == to) return;
+  }
   const TimePoint now = state_->clock.now();
   state_->settle(now);
   state_->change(now, [&] {
-    if (!cut) {
-      state_->cutLinks.erase(State::link(a, b));
-      return;
-    }
-    state_->cutLinks.insert(State::link(a, b));
-    for (const auto& [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+    for (const auto& [from, to] : ways) {
+      if (!cut) {
+        state_->cutWays.erase({from, to});
+        continue;
+      }
+      state_->cutWays.insert({from, to});
       State::Endpoint& e = state_->endpoints[from];
       if (to < e.peers.size()) e.partitionDropped += e.peers[to].dropQueued();
     }
   });
+}
+
+void MemoryNetwork::cutOneWay(uint32_t from, uint32_t to, bool cut) {
+  cutWays({{from, to}}, cut);
+}
+
+void MemoryNetwork::cutLink(uint32_t a, uint32_t b, bool cut) {
+  cutWays({{a, b}, {b, a}}, cut);
 }
 
 void MemoryNetwork::setOneWay(uint32_t from, uint32_t to, Duration delay) {

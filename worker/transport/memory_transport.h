@@ -114,6 +114,12 @@ class MemoryNetwork {
   // other at once (and hears it again at once when mended). No effect for
   // a rank outside the world or a == b.
   void cutLink(uint32_t a, uint32_t b, bool cut);
+  // The same one way only: what `from` sends to `to` is lost, what `to`
+  // sends to `from` passes, so `to` stops hearing `from` while `from` still
+  // hears `to`. Suspicion that differs between the two sides, as a real
+  // network's full uplink gives it (pings queued behind bulk data on one
+  // side only).
+  void cutOneWay(uint32_t from, uint32_t to, bool cut);
 
   // The link's one-way delay from now on; messages already in flight keep
   // their arrival times.
@@ -122,6 +128,9 @@ class MemoryNetwork {
   struct State;  // shared with the transports (memory_transport.cc)
 
  private:
+  // Cuts (or mends) each of `ways` ({from, to}); none where one names a
+  // rank outside the world or a rank to itself.
+  void cutWays(const std::vector<std::pair<uint32_t, uint32_t>>& ways, bool cut);
   explicit MemoryNetwork(std::shared_ptr<State> state) : state_(std::move(state)) {}
   std::shared_ptr<State> state_;
 };

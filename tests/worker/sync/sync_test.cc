@@ -238,6 +238,9 @@ struct JobSpec {
   // (MemoryNetwork::cutLink), each still reaching every other rank: a
   // partial partition, at partitionAtStep for partitionDuration; -1: none.
   std::pair<int, int> cutLink{-1, -1};
+  // The same one way only (MemoryNetwork::cutOneWay): what the first rank
+  // sends the second is lost; -1: none.
+  std::pair<int, int> cutOneWay{-1, -1};
   // Extra compute per step, by rank (missing: none): workers of unequal speed.
   // beforeFinish: a pause after the last step, by rank (Recorder::beforeFinish).
   std::vector<std::chrono::milliseconds> beforeFinish;
@@ -543,16 +546,27 @@ RunResult runJob(const JobSpec& job) {
       }
     });
   }
-  if (job.cutLink.first >= 0 && network != nullptr) {
+  // A link cut (`cut(true)`) at partitionAtStep for partitionDuration.
+  const auto cutForAWhile = [&](std::function<void(bool)> cut) {
     ++running;
-    threads.emplace_back([&] {
+    threads.emplace_back([&, cut = std::move(cut)] {
       const Finished finished{running};
       while (recorders[0]->stepsTaken.load() < job.partitionAtStep) wait(2ms);
-      const auto a = static_cast<uint32_t>(job.cutLink.first);
-      const auto b = static_cast<uint32_t>(job.cutLink.second);
-      network->cutLink(a, b, true);
+      cut(true);
       wait(job.partitionDuration);
-      network->cutLink(a, b, false);
+      cut(false);
+    });
+  };
+  if (job.cutLink.first >= 0 && network != nullptr) {
+    cutForAWhile([&](bool cut) {
+      network->cutLink(static_cast<uint32_t>(job.cutLink.first),
+                       static_cast<uint32_t>(job.cutLink.second), cut);
+    });
+  }
+  if (job.cutOneWay.first >= 0 && network != nullptr) {
+    cutForAWhile([&](bool cut) {
+      network->cutOneWay(static_cast<uint32_t>(job.cutOneWay.first),
+                         static_cast<uint32_t>(job.cutOneWay.second), cut);
     });
   }
   if (!job.uplinkChanges.empty()) {
@@ -2978,6 +2992,30 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerLeftOutOfTheFinalAverageTakesItFr
   const JobSpec job = cutAsTheJobEnds(clock, 5s, 4000ms);
   const auto r = runJob(job);
   expectEveryWorkerToEndAlike(r, job, 1.5);  // b's wait: not the round time-out (5 s)
+}
+
+// Suspicion one way only as the job ends: what b sends a is lost from a's
+// last step on, so a suspects b and counts it out of the final average
+// (after writing its checkpoint for 2 s) while b still hears a and
+// follows it (on a real network: b's pings queued behind its full uplink).
+// a tells b so, naming c and d, and b takes the job's model from one of
+// them. b used to wait for a request that never came, for twice the round
+// time-out (10 s), and fail. (Cut one way during training, a sends b no
+// contributions while it suspects it, and b, hearing a, waits for them: a
+// stall of its own, not the final average's.)
+TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerItsCoordinatorCountedOutTakesTheModelFromAFellow) {
+  FakeClock clock;
+  JobSpec job = simulatedFourRegionDts(clock, 1, 5s, 500ms);
+  job.steps = 60;
+  job.cutOneWay = {1, 0};
+  job.partitionAtStep = 60;
+  job.partitionDuration = 8000ms;
+  job.beforeFinish = {2000ms, 0ms, 0ms, 0ms};
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);
+  const auto r = runJob(job);
+  // c and d wait for a's request through its checkpoint (2 s), b for the
+  // job's model as long.
+  expectEveryWorkerToEndAlike(r, job, 3.5);
 }
 
 // Hierarchical DTS in simulated time, a region's member dead: its leader

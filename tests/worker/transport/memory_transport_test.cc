@@ -169,6 +169,27 @@ TEST_F(MemoryNetworkTest, OnlyAPartitionLongerThanTheReconnectTimeMakesNewConnec
   EXPECT_TRUE(arrived(*t_[1], 2));
 }
 
+TEST_F(MemoryNetworkTest, ALinkCutOneWayLosesOnlyWhatGoesThatWay) {
+  make(2, 10ms);
+  clock_.advance(1s);
+  net_->cutOneWay(0, 1, true);
+  ASSERT_TRUE(send(*t_[0], 1, 1, bytes(10)).ok());  // lost
+  ASSERT_TRUE(send(*t_[1], 0, 1, bytes(10)).ok());  // passes
+  clock_.advance(1s);
+  EXPECT_FALSE(arrived(*t_[1], 1));
+  EXPECT_TRUE(arrived(*t_[0], 1));
+  EXPECT_EQ(t_[0]->counters().partitionDropped, 1u);
+  // 1 stops hearing 0 at once; 0 still hears 1.
+  EXPECT_NEAR(t_[1]->peerCounters().at(0).silentSeconds, 1.0, 1e-6);
+  EXPECT_DOUBLE_EQ(t_[0]->peerCounters().at(0).silentSeconds, 0.0);
+  net_->cutOneWay(0, 1, false);
+  clock_.advance(10ms);
+  EXPECT_DOUBLE_EQ(t_[1]->peerCounters().at(0).silentSeconds, 0.0);
+  ASSERT_TRUE(send(*t_[0], 1, 2, bytes(10)).ok());
+  clock_.advance(10ms);
+  EXPECT_TRUE(arrived(*t_[1], 2));
+}
+
 TEST_F(MemoryNetworkTest, DataIsAcknowledgedARoundTripAfterItLeft) {
   make(2, 100ms);
   ASSERT_TRUE(send(*t_[0], 1, 1, wireOf(1000)).ok());
