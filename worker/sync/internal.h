@@ -196,12 +196,14 @@ class Base : public Synchronizer {
     // (askFellowForFinal, finalFromFellow).
     std::vector<std::optional<size_t>> says;  // by group index: whom that worker said it follows
     bool requested = false;            // `following`'s request taken: this worker is counted in
-    std::optional<size_t> fellow;      // the fellow asked last for the job's final model
-    std::vector<size_t> fellowsAsked;  // every fellow asked so far
-    std::optional<transport::Message> model;  // the job's final model, from `fellow`
-    std::optional<size_t>
-        leftOutBy;            // the coordinator that counted this worker out (kFinalLeftOut)
-    bool fromFellow = false;  // finalFromFellow waits: no Aborted for the two above
+    std::vector<size_t> fellowsAsked;  // every fellow asked for the job's final model, in turn
+    std::optional<transport::Message> model;  // the job's final model, from fellow()
+    std::optional<size_t> leftOutBy;          // the coordinator that counted it out (kFinalLeftOut)
+    bool fromFellow = false;                  // finalFromFellow waits: no Aborted for the two above
+    // The fellow asked last: the one whose answer is awaited.
+    std::optional<size_t> fellow() const {
+      return fellowsAsked.empty() ? std::nullopt : std::optional<size_t>(fellowsAsked.back());
+    }
   };
   // Called by serveMembership during the final average: answers a request
   // from a coordinator above the one followed with Control::kFinalFollows

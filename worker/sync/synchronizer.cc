@@ -489,10 +489,10 @@ Status Base::serveMembership(int64_t step, const train::FlatParameters& flat, bo
 Status Base::serveFinalCoordinators(int64_t step) {
   FinalCoordination& f = *final_;
   const auto below = [&](size_t i) { return i < f.following && (!f.to || i < *f.to); };
-  // A coordinator that counted this worker out, naming who it averages.
   for (size_t i = 0; i < group_.size(); ++i) {
     if (i == group_.self) continue;
     const uint32_t r = group_.ranks[i];
+    // A coordinator that counted this worker out, naming who it averages.
     for (auto m =
              receiveControl(*transport_, Control::kFinalLeftOut, r, std::chrono::milliseconds(0));
          m.ok();
@@ -524,10 +524,7 @@ Status Base::serveFinalCoordinators(int64_t step) {
         f.request.reset();
       }
     }
-  }
-  for (size_t i = 0; i < group_.size(); ++i) {
-    if (i == group_.self || i == f.following) continue;  // the one followed: its own waits
-    const uint32_t r = group_.ranks[i];
+    if (i == f.following) continue;  // the one followed: its own waits
     // Once a request from the one to follow is kept, its later ones (a new
     // attempt, the go-ahead) stay where followFinal takes them.
     while (!(f.to == i && f.request)) {
@@ -580,13 +577,13 @@ Status Base::serveFinalCoordinators(int64_t step) {
   // fellow's answer is one model's bytes for nothing.
   const bool countedOut = f.leftOutBy == f.following;
   if (f.following != group_.self && !f.model) {
-    if (f.fellow) {
-      auto m = receiveControl(*transport_, Control::kJoinState, group_.ranks[*f.fellow],
+    if (f.fellow()) {
+      auto m = receiveControl(*transport_, Control::kJoinState, group_.ranks[*f.fellow()],
                               std::chrono::milliseconds(0));
       if (m.ok()) f.model = std::move(*m);
     }
     if (!f.model && (countedOut || membership_.suspected(group_.ranks[f.following])) &&
-        (!f.fellow || membership_.suspected(group_.ranks[*f.fellow]))) {
+        (!f.fellow() || membership_.suspected(group_.ranks[*f.fellow()]))) {
       GEO_RETURN_IF_ERROR(askFellowForFinal(step).status());
     }
   }
@@ -604,7 +601,7 @@ Status Base::serveFinalCoordinators(int64_t step) {
   // for every member's model, or part, before it has an average).
   if (f.model && !f.requested) {
     return aborted(fmt::format("{} sent the job's final model before {} asked for this worker's",
-                               topology_.describe(group_.ranks[*f.fellow]),
+                               topology_.describe(group_.ranks[*f.fellow()]),
                                topology_.describe(group_.ranks[f.following])));
   }
   return {};
@@ -647,7 +644,6 @@ StatusOr<bool> Base::askFellowForFinal(int64_t step) {
                                  "be made without this worker)",
                                  topology_.describe(c)));
   GEO_RETURN_IF_ERROR(membership_.askForFinalModel(group_.ranks[*pick], step));
-  f.fellow = pick;
   f.fellowsAsked.push_back(*pick);
   return true;
 }
@@ -662,11 +658,11 @@ Status Base::finalFromFellow(uint32_t c, const train::FlatParameters& flat, int6
     ~Waiting() { flag = false; }
   } waiting{f.fromFellow};
   f.fromFellow = true;
-  if (!f.model && (!f.fellow || membership_.suspected(group_.ranks[*f.fellow]))) {
+  if (!f.model && (!f.fellow() || membership_.suspected(group_.ranks[*f.fellow()]))) {
     auto asked = askFellowForFinal(steps);
     if (!asked.ok()) return asked.status();
   }
-  if (!f.model && !f.fellow) {
+  if (!f.model && !f.fellow()) {
     return notFound(fmt::format("no worker heard said that it follows {}", topology_.describe(c)));
   }
   const auto t0 = clock().now();
@@ -675,7 +671,7 @@ Status Base::finalFromFellow(uint32_t c, const train::FlatParameters& flat, int6
     const Status served = serveMembership(steps, flat, true);
     if (f.model) break;
     if (!served.ok()) return served;
-    const uint32_t fellow = group_.ranks[*f.fellow];
+    const uint32_t fellow = group_.ranks[*f.fellow()];
     if (membership_.suspected(fellow)) {
       auto asked = askFellowForFinal(steps);
       if (!asked.ok()) return asked.status();
@@ -696,7 +692,7 @@ Status Base::finalFromFellow(uint32_t c, const train::FlatParameters& flat, int6
     clock().sleepFor(std::chrono::milliseconds(20));
   }
   stats_.waited(since(t0));
-  const uint32_t from = group_.ranks[*f.fellow];
+  const uint32_t from = group_.ranks[*f.fellow()];
   const Message& m = *f.model;
   if (m.header.codec != CodecId::kFp32) {
     // A worker that has not taken its last step sends its training state:
@@ -1544,7 +1540,7 @@ Status Base::followFinal(uint32_t c, std::optional<Message> request, train::Flat
       logger()->warn(
           "sync: the job's final model from {} in {:.2f} s: {} made the final average without "
           "this worker ({})",
-          topology_.describe(group_.ranks[*final_->fellow]), since(t0), topology_.describe(c),
+          topology_.describe(group_.ranks[*final_->fellow()]), since(t0), topology_.describe(c),
           why.message());
       return lingerForJoiners(flat, steps);
     }

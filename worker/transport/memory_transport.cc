@@ -277,16 +277,15 @@ struct MemoryNetwork::State {
     std::vector<bool> before(size_t{world()} * world());
     std::vector<bool> wasOpen(world()), wasCut(world());
     std::vector<bool> wasLinkCut(size_t{world()} * world());
-    for (uint32_t p = 0; p < world(); ++p) {
-      for (uint32_t r = 0; r < world(); ++r) wasLinkCut[size_t{p} * world() + r] = linkCut(p, r);
-    }
     std::vector<uint64_t> wasIncarnation(world());
     for (uint32_t p = 0; p < world(); ++p) {
       wasOpen[p] = endpoints[p].open;
       wasCut[p] = endpoints[p].cut;
       wasIncarnation[p] = endpoints[p].incarnation;
       for (uint32_t r = 0; r < world(); ++r) {
-        if (p != r) before[size_t{p} * world() + r] = reaches(p, r);
+        if (p == r) continue;
+        before[size_t{p} * world() + r] = reaches(p, r);
+        wasLinkCut[size_t{p} * world() + r] = linkCut(p, r);
       }
     }
     apply();
