@@ -387,7 +387,8 @@ class Dts final : public Base, private StateParity::Host {
   // round at or after the one they name (Control::kDtsFinished).
   void takeFinished();
 
-  double uplinkBytesPerSecond() const override { return uplink_.bytesPerSecond(); }
+  double uplinkBytesPerSecond() const override { return uplink_.rate(); }
+  std::string uplinkRateSource() const override { return uplink_.rateSource(); }
 
   bool peerFinished(size_t index) override {
     takeFinished();

@@ -69,6 +69,16 @@ static_assert(!shardFinalAverage(2, uint64_t{80} << 20, 12.5e6, 0.115) &&
 // coordinator's 1 + (2 - 1/members) after the members' own one.
 enum class FinalAverageWay : uint8_t { kWhole, kShards, kReduceScatter };
 
+// The way's name in log lines: "whole", "in shards", "by reduce-scatter".
+constexpr const char* finalAverageWayName(FinalAverageWay way) {
+  switch (way) {
+    case FinalAverageWay::kWhole: return "whole";
+    case FinalAverageWay::kShards: return "in shards";
+    case FinalAverageWay::kReduceScatter: return "by reduce-scatter";
+  }
+  return "?";
+}
+
 // What each way should take by this reckoning, in seconds, for `members`
 // workers besides the coordinator, a model of `modelBytes`, uplinks seen
 // carrying `uplinkBytesPerSecond` (> 0) and the farthest worker

@@ -300,9 +300,11 @@ class Base : public Synchronizer {
   // `to` (SyncOptions::finalWay, else GEO_SYNC_FINAL in the environment:
   // whole, shards or reduce-scatter, for measurements; else
   // finalAverageWay on this worker's uplink rate, 1 Gbit/s where none was
-  // measured), never by reduce-scatter unless `reduceScatter`.
-  FinalAverageWay finalWay(const std::vector<uint32_t>& to, uint64_t modelBytes,
-                           bool reduceScatter) const;
+  // measured), never by reduce-scatter unless `reduceScatter`. With
+  // `explain`, logs the way and what it was reckoned from (the rate, whether
+  // measured, the latency, each way's seconds).
+  FinalAverageWay finalWay(const std::vector<uint32_t>& to, uint64_t modelBytes, bool reduceScatter,
+                           bool explain = false) const;
   // The coordinator's wait for each of `to` to acknowledge the final
   // average (a send is only queued: leaving before it has gone would drop
   // it), up to the round time-out each, not for one suspected; a member
@@ -375,6 +377,8 @@ class Base : public Synchronizer {
   // crossings); 0 where the algorithm does not measure it. The final
   // average paces its copies by it (averageModels).
   virtual double uplinkBytesPerSecond() const { return 0; }
+  // What uplinkBytesPerSecond() was measured from, for log lines.
+  virtual std::string uplinkRateSource() const { return "nothing"; }
   // Before the final average, for a worker that hears none of its peers
   // (it is cut off, most likely, rather than every other worker dead):
   // waits while a peer is suspected that fell silent less than the round

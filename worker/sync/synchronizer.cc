@@ -988,7 +988,7 @@ Status Base::sendAverageInShards(const std::vector<uint32_t>& to, int64_t steps,
 }
 
 FinalAverageWay Base::finalWay(const std::vector<uint32_t>& to, uint64_t modelBytes,
-                               bool reduceScatter) const {
+                               bool reduceScatter, bool explain) const {
   std::optional<FinalAverageWay> way = options_.finalWay;
   if (const char* forced = std::getenv("GEO_SYNC_FINAL"); !way && forced != nullptr) {
     const std::string_view f(forced);
@@ -996,11 +996,29 @@ FinalAverageWay Base::finalWay(const std::vector<uint32_t>& to, uint64_t modelBy
     if (f == "shards") way = FinalAverageWay::kShards;
     if (f == "reduce-scatter") way = FinalAverageWay::kReduceScatter;
   }
-  const double rate =
-      uplinkBytesPerSecond() > 0 ? uplinkBytesPerSecond() : kUnmeasuredUplinkBytesPerSecond;
+  const bool measured = uplinkBytesPerSecond() > 0;
+  const double rate = measured ? uplinkBytesPerSecond() : kUnmeasuredUplinkBytesPerSecond;
   const double latency = farthestOneWaySeconds(to);
+  const bool chosen = !way;
   if (!way) {
     way = finalAverageWay(to.size(), modelBytes, rate, latency, options_.finalModelsInFlightBytes);
+  }
+  if (explain && !to.empty()) {
+    // What the choice went by, so that a slow final average can be traced
+    // to the rate it assumed.
+    const auto reckon = [&](FinalAverageWay w) {
+      return finalAverageSeconds(w, to.size(), modelBytes, rate, latency);
+    };
+    logger()->info(
+        "sync: the final average {} {}: {} models of {:.1f} MB, uplink {:.3g} MB/s ({}), farthest "
+        "worker {:.0f} ms one way; reckoned {:.1f} s whole, {:.1f} s in shards, {:.1f} s by "
+        "reduce-scatter",
+        chosen ? "chosen" : "set", finalAverageWayName(*way), to.size() + 1,
+        static_cast<double>(modelBytes) / 1e6, rate / 1e6,
+        measured ? "measured from " + uplinkRateSource()
+                 : std::string("not measured: 1 Gbit/s assumed"),
+        latency * 1e3, reckon(FinalAverageWay::kWhole), reckon(FinalAverageWay::kShards),
+        reckon(FinalAverageWay::kReduceScatter));
   }
   if (*way == FinalAverageWay::kReduceScatter && (!reduceScatter || to.empty())) {
     // Started over: in shards or whole, as the rule says for those.
@@ -1725,7 +1743,7 @@ Status Base::coordinateFinal(train::FlatParameters& flat, int64_t steps, torch::
     std::vector<uint32_t> order{topology_.rank()};
     for (size_t i : members) order.push_back(group_.ranks[i]);
     const std::vector<uint32_t> to(order.begin() + 1, order.end());
-    if (finalWay(to, modelBytes, true) != FinalAverageWay::kReduceScatter) break;
+    if (finalWay(to, modelBytes, true, attempt == 0) != FinalAverageWay::kReduceScatter) break;
     GEO_RETURN_IF_ERROR(sendTo(to, Control::kFinalRequest, steps, CodecId::kRaw, 0,
                                reduceScatterRequest(attempt, order)));
     final_->asked = to;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <fmt/format.h>
+
 namespace geo::sync {
 
 bool roundStillQueued(const PeerQueue& q, uint64_t roundBytes, double roundSeconds) {
@@ -60,6 +62,21 @@ void UplinkPace::measuredTransfer(double transferSeconds, size_t peers) {
   if (!(transferSeconds > 0) || lastRoundBytes_ == 0 || peers == 0) return;
   bytesPerSecond_ =
       static_cast<double>(lastRoundBytes_) * static_cast<double>(peers) / transferSeconds;
+}
+
+double UplinkPace::rate() const {
+  if (heldRate_ > 0 && bytesPerSecond_ > 0) return std::min(heldRate_, bytesPerSecond_);
+  return heldRate_ > 0 ? heldRate_ : bytesPerSecond_;
+}
+
+std::string UplinkPace::rateSource() const {
+  if (heldRate_ > 0 && bytesPerSecond_ > 0) {
+    return fmt::format(
+        "the smaller of rounds held back ({:.3g} MB/s) and the lag reports ({:.3g} MB/s)",
+        heldRate_ / 1e6, bytesPerSecond_ / 1e6);
+  }
+  if (heldRate_ > 0) return "rounds the uplink held back";
+  return bytesPerSecond_ > 0 ? "the lag reports" : "nothing";
 }
 
 }  // namespace geo::sync

@@ -12,6 +12,7 @@
 #include <deque>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "common/clock.h"
 
@@ -118,6 +119,22 @@ class UplinkPace {
   void measuredTransfer(double transferSeconds, size_t peers);
   // The rate so measured, bytes per second; 0 before.
   double bytesPerSecond() const { return bytesPerSecond_; }
+
+  // The uplink's rate as best known, bytes per second: the smaller of
+  // heldRate() and bytesPerSecond() where both are known, else the one
+  // that is, else 0. What the final average's way and pacing go by. The
+  // lag reports' rate alone is known only six rounds after the latest
+  // change of K, which a short job under auto K may never reach; the held
+  // rate is kept through changes and measured from the start's first held
+  // rounds. Without either, a 2 Mbit/s uplink read as not measured
+  // (kUnmeasuredUplinkBytesPerSecond, 1 Gbit/s): the final average went
+  // whole, 17.4 s for a 0.2M-parameter mlp among four regions where
+  // reduce-scatter took 8.6-12.3 s (docs/benchmarks.md).
+  double rate() const;
+  // Where rate() comes from, for log lines: "rounds the uplink held back",
+  // "the lag reports", "the smaller of rounds held back (R MB/s) and the
+  // lag reports (R MB/s)", or "nothing" (0).
+  std::string rateSource() const;
 
  private:
   struct Interval {

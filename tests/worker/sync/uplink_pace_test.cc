@@ -151,5 +151,37 @@ TEST(UplinkPace, TheRateIsTheLatestRoundToEveryPeerOverTheSlowestTransfer) {
   EXPECT_DOUBLE_EQ(pace.bytesPerSecond(), 12'000'000);
 }
 
+// The rate the final average goes by: the smaller of the two where both are
+// known (each can read high: a transfer from lag reports bounds the
+// uplink's time from below where the uplink is not the limit), the one
+// known otherwise, 0 before either.
+TEST(UplinkPace, TheRateIsTheSmallerOfTheHeldAndTheReportedOnesWhereBothAreKnown) {
+  UplinkPace pace(4);
+  EXPECT_EQ(pace.rate(), 0);
+  EXPECT_EQ(pace.rateSource(), "nothing");
+  const geo::Clock::TimePoint t0{};
+  pace.sent(t0, 0);
+  pace.setHeld(true);
+  pace.sent(t0 + milliseconds(1000), 250'000);
+  pace.sent(t0 + milliseconds(2000), 500'000);
+  ASSERT_DOUBLE_EQ(pace.heldRate(), 250'000);
+  EXPECT_DOUBLE_EQ(pace.rate(), 250'000);  // held only: across a change of K too
+  EXPECT_EQ(pace.rateSource(), "rounds the uplink held back");
+  pace.periodChanged();
+  EXPECT_DOUBLE_EQ(pace.rate(), 250'000);
+  pace.encoded(100'000);
+  pace.measuredTransfer(0.3, 3);  // 1 MB/s by the reports
+  EXPECT_DOUBLE_EQ(pace.rate(), 250'000);
+  pace.measuredTransfer(3.0, 3);  // 0.1 MB/s
+  EXPECT_DOUBLE_EQ(pace.rate(), 100'000);
+  EXPECT_EQ(pace.rateSource(),
+            "the smaller of rounds held back (0.25 MB/s) and the lag reports (0.1 MB/s)");
+  UplinkPace reported(4);
+  reported.encoded(100'000);
+  reported.measuredTransfer(0.3, 3);
+  EXPECT_DOUBLE_EQ(reported.rate(), 1'000'000);  // reports only
+  EXPECT_EQ(reported.rateSource(), "the lag reports");
+}
+
 }  // namespace
 }  // namespace geo::sync
