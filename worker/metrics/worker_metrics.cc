@@ -164,6 +164,8 @@ void WorkerMetrics::buildFamilies() {
                     "DTS: the factor on the gradient under the delay in force (1: none)");
   link_ = &gauge("geotrain_sync_link_seconds",
                  "DTS auto: the slowest link's one-way time measured from both ends");
+  uplinkRate_ = &gauge("geotrain_sync_uplink_bytes_per_second",
+                       "DTS: this worker's uplink rate as measured (0: not measured)");
   rounds_ = &counter("geotrain_sync_rounds_total", "Synchronization rounds completed");
   missing_ = &counter("geotrain_sync_missing_total",
                       "Peer contributions given up on (absent or late peers)");
@@ -276,6 +278,7 @@ void WorkerMetrics::updateSync(const SyncSnapshot& s) {
   period_->Set(static_cast<double>(s.period));
   lrScale_->Set(s.lrScale);
   link_->Set(s.linkSeconds);
+  uplinkRate_->Set(s.uplinkBytesPerSecond);
   rounds_->Increment(static_cast<double>(advance(s.rounds, l.rounds)));
   missing_->Increment(static_cast<double>(advance(s.missing, l.missing)));
   payloadBytes_->Increment(static_cast<double>(advance(s.payloadBytes, l.payloadBytes)));

@@ -170,6 +170,7 @@ class WorkerMetrics {
   prometheus::Gauge* period_ = nullptr;
   prometheus::Gauge* lrScale_ = nullptr;
   prometheus::Gauge* link_ = nullptr;
+  prometheus::Gauge* uplinkRate_ = nullptr;
   prometheus::Counter* rounds_ = nullptr;
   prometheus::Counter* missing_ = nullptr;
   prometheus::Counter* waitSeconds_ = nullptr;

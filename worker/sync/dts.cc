@@ -853,6 +853,7 @@ Status Dts::sendEncoded(EncodeResult r) {
   uint64_t acked = 0;  // by every peer: the uplink carries them all
   for (const auto& c : transport_->peerCounters()) acked += c.ackedBytes;
   uplink_.sent(p.sentAt, acked);
+  stats_.setUplinkRate(uplink_.rate());
   if (!firstRoundSentAt_) firstRoundSentAt_ = p.sentAt;
   stats_.setDelay(delay_);
   if (scheduling() && !finishing_ && uplink_.held()) return choosePeriod(true);
@@ -1096,6 +1097,7 @@ Status Dts::completed(Pending& p, std::vector<double> lags) {
   }
   if (auto_) learnTheLink();
   if (scheduling() && !finishing_) GEO_RETURN_IF_ERROR(choosePeriod(false));
+  if (!scheduling() && measuring() && !finishing_ && p.round > 0) measureUplinkAtFixedPeriod();
   return {};
 }
 

@@ -585,6 +585,23 @@ class Dts final : public Base, private StateParity::Host {
   // are known as soon as they leave.
   Status choosePeriod(bool atClose);
 
+  // The peers' smallest recent ping round trips into the link ledger
+  // (LinkLedger::addRtt): the links' latency without queueing.
+  void noteRoundTrips();
+
+  // The latest rounds' transfer over the slowest link (roundTransferSeconds
+  // of each link measured, where `measured`: six rounds of the K in force),
+  // -1 where none is, recorded as the uplink's rate
+  // (UplinkPace::measuredTransfer); `latency`: the links' largest half
+  // ping round trip. choosePeriod's measurement; and, where neither K nor
+  // the exchange is chosen at run time (no choosePeriod) but D is,
+  // measureUplinkAtFixedPeriod's at each round's completion: the final
+  // average's way and pacing go by the rate. Without it a fixed K = 128 on
+  // 2 Mbit/s uplinks read as not measured, and the average went whole in
+  // 17.2-17.9 s where reduce-scatter takes about 9.
+  double measureUplink(bool measured, double& latency);
+  void measureUplinkAtFixedPeriod();
+
   // One payload encoded or decoded, from the codec's work a round as
   // measured (noteCodecRound): a round under all-gather is this worker's
   // payload encoded and G - 1 decoded, under reduce-scatter about four

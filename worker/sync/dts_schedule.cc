@@ -125,8 +125,7 @@ void Dts::awaitSchedule(int64_t step) {
   }
 }
 
-Status Dts::choosePeriod(bool atClose) {
-  if (!atClose) ++roundsSinceChange_;
+void Dts::noteRoundTrips() {
   // The links' latency without queueing: pings share the uplink's queue
   // with the updates, so a busy link inflates them; the smallest of the
   // recent ones is the path's.
@@ -135,6 +134,11 @@ Status Dts::choosePeriod(bool atClose) {
     if (!i || c.minRttSeconds < 0) continue;
     links_.addRtt(*i, c.minRttSeconds);
   }
+}
+
+Status Dts::choosePeriod(bool atClose) {
+  if (!atClose) ++roundsSinceChange_;
+  noteRoundTrips();
   // Decide on measurements of the K in force only: the last four link
   // times are of it six rounds after a change. Sooner where this worker's
   // own uplink held back each of its last two rounds: a round's transfer
@@ -156,24 +160,8 @@ Status Dts::choosePeriod(bool atClose) {
   for (size_t i = 0; i < group_.self; ++i) {
     if (!membership_.suspected(group_.ranks[i])) return {};  // not the coordinator
   }
-  double transfer = -1, latency = 0;
-  for (size_t i = 0; i < group_.size(); ++i) {
-    const std::optional<double> smallest = links_.smallestRtt(i);
-    if (i == group_.self || !smallest) continue;
-    const double rtt = *smallest;
-    latency = std::max(latency, rtt / 2);
-    if (!measured || !links_.measured(i)) continue;
-    const std::vector<double> samples(links_.samples(i).begin(), links_.samples(i).end());
-    transfer = std::max(transfer, roundTransferSeconds(samples, rtt / 2, roundSeconds()));
-  }
-  // A round's copies leave for every peer at once, so the slowest link's
-  // transfer is the uplink's for all of them (or a bound under it where
-  // the uplink is not the limit): what the final average paces its copies
-  // by. Under reduce-scatter the lags are the parts' arrivals at their
-  // owners: (G - 1) / G of a payload in all.
-  const double peers = static_cast<double>(group_.size() - 1);
-  uplink_.measuredTransfer(transfer,
-                           sharded() ? peers / static_cast<double>(group_.size()) : peers);
+  double latency = 0;
+  double transfer = measureUplink(measured, latency);
   // Where the uplink's rate is known from rounds it held back, no link
   // needs longer for its copy than the uplink for the whole round: a link
   // measured slower shared the uplink unevenly (TCP's flows to peers at
@@ -299,6 +287,40 @@ Status Dts::choosePeriod(bool atClose) {
   nextSchedule_ = next;
   return reportLags(kNoRound,
                     std::vector<double>(group_.size(), std::numeric_limits<double>::quiet_NaN()));
+}
+
+double Dts::measureUplink(bool measured, double& latency) {
+  double transfer = -1;
+  latency = 0;
+  for (size_t i = 0; i < group_.size(); ++i) {
+    const std::optional<double> smallest = links_.smallestRtt(i);
+    if (i == group_.self || !smallest) continue;
+    const double rtt = *smallest;
+    latency = std::max(latency, rtt / 2);
+    if (!measured || !links_.measured(i)) continue;
+    const std::vector<double> samples(links_.samples(i).begin(), links_.samples(i).end());
+    transfer = std::max(transfer, roundTransferSeconds(samples, rtt / 2, roundSeconds()));
+  }
+  // A round's copies leave for every peer at once, so the slowest link's
+  // transfer is the uplink's for all of them (or a bound under it where
+  // the uplink is not the limit): what the final average paces its copies
+  // by. Under reduce-scatter the lags are the parts' arrivals at their
+  // owners: (G - 1) / G of a payload in all.
+  const double peers = static_cast<double>(group_.size() - 1);
+  uplink_.measuredTransfer(transfer,
+                           sharded() ? peers / static_cast<double>(group_.size()) : peers);
+  stats_.setUplinkRate(uplink_.rate());
+  return transfer;
+}
+
+void Dts::measureUplinkAtFixedPeriod() {
+  // A fixed K (and exchange) never changes: its rounds are measured from
+  // the sixth on, as choosePeriod measures the K in force.
+  ++roundsSinceChange_;
+  noteRoundTrips();
+  if (roundsSinceChange_ < kLagWindow + 2) return;
+  double latency = 0;
+  measureUplink(true, latency);
 }
 
 std::optional<double> Dts::heldRoundTransfer() const {

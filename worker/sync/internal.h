@@ -83,6 +83,7 @@ class StatsRecorder {
   void roundDone(double seconds);
   void setDelay(int64_t delay);
   void setLink(double seconds);
+  void setUplinkRate(double bytesPerSecond);
   void setStepSeconds(double seconds);
   void setPeriod(int64_t period);
   void setReduceScatter(bool on);

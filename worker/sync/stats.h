@@ -14,7 +14,7 @@
 namespace geo::sync {
 
 // Counters for progress output and metrics. Monotonic except `delay`, `period`,
-// `lrScale`, `linkSeconds`, `stepSeconds` and `peerUp`.
+// `lrScale`, `linkSeconds`, `uplinkBytesPerSecond`, `stepSeconds` and `peerUp`.
 struct SyncStats {
   int64_t delay = 0;   // dts: the D used for the latest round
   int64_t period = 0;  // dts: the K of the round in progress
@@ -30,6 +30,11 @@ struct SyncStats {
   // dts auto: the slowest peer link's one-way time as measured from both
   // ends (skew cancelled; docs/architecture.md section 3), 0 before.
   double linkSeconds = 0;
+  // dts: the uplink's rate as measured (the smaller of the rate the peers
+  // acknowledged while it held rounds back and the lag reports' rate;
+  // UplinkPace::rate), bytes per second; 0 before either. The final
+  // average's way and pacing go by it.
+  double uplinkBytesPerSecond = 0;
   // dts: a step's time, waits for peers excluded (moving average), over
   // which the auto delay and period count the link in steps; 0 before.
   double stepSeconds = 0;

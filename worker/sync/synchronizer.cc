@@ -331,6 +331,11 @@ void StatsRecorder::setLink(double seconds) {
   stats_.linkSeconds = seconds;
 }
 
+void StatsRecorder::setUplinkRate(double bytesPerSecond) {
+  std::lock_guard lock(mu_);
+  stats_.uplinkBytesPerSecond = bytesPerSecond;
+}
+
 void StatsRecorder::setStepSeconds(double seconds) {
   std::lock_guard lock(mu_);
   stats_.stepSeconds = seconds;

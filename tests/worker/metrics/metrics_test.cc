@@ -339,6 +339,7 @@ TEST(WorkerMetricsTest, ExposesEveryFamilyWithHelpTypeAndLabels) {
       {"geotrain_sync_period_steps", "gauge"},
       {"geotrain_sync_lr_scale", "gauge"},
       {"geotrain_sync_link_seconds", "gauge"},
+      {"geotrain_sync_uplink_bytes_per_second", "gauge"},
       {"geotrain_sync_rounds_total", "counter"},
       {"geotrain_sync_missing_total", "counter"},
       {"geotrain_sync_wait_seconds_total", "counter"},
@@ -598,6 +599,7 @@ TEST(WorkerMetricsTest, CountersFollowCumulativeTotals) {
     s.delay = static_cast<int64_t>(i);
     s.period = static_cast<int64_t>(2 * i);
     s.linkSeconds = 0.1 * static_cast<double>(i);
+    s.uplinkBytesPerSecond = 1e5 * static_cast<double>(i);
     s.lrScale = 1.0 / static_cast<double>(i);
     s.payloadBytes = 4000 * i;
     s.encodedBytes = 1000 * i;
@@ -625,6 +627,7 @@ TEST(WorkerMetricsTest, CountersFollowCumulativeTotals) {
   EXPECT_EQ(valueOf(e, "geotrain_sync_delay_steps"), 5);
   EXPECT_EQ(valueOf(e, "geotrain_sync_period_steps"), 10);
   EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_sync_link_seconds"), 0.5);
+  EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_sync_uplink_bytes_per_second"), 5e5);
   EXPECT_DOUBLE_EQ(valueOf(e, "geotrain_sync_lr_scale"), 0.2);
   EXPECT_EQ(valueOf(e, "geotrain_payload_bytes_total"), 20000);
   EXPECT_EQ(valueOf(e, "geotrain_encoded_bytes_total"), 5000);
