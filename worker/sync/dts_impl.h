@@ -601,6 +601,9 @@ class Dts final : public Base, private StateParity::Host {
   // 17.2-17.9 s where reduce-scatter takes about 9.
   double measureUplink(bool measured, double& latency);
   void measureUplinkAtFixedPeriod();
+  // Whether the link samples are all of the K in force: its sixth round
+  // since the latest change (or the start) has completed.
+  bool periodMeasured() const { return roundsSinceChange_ >= kLagWindow + 2; }
 
   // One payload encoded or decoded, from the codec's work a round as
   // measured (noteCodecRound): a round under all-gather is this worker's

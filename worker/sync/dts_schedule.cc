@@ -145,7 +145,7 @@ Status Dts::choosePeriod(bool atClose) {
   // then takes at least as long as those rounds lasted, known without
   // anyone's report (the links' come a round's completion, D steps, and a
   // report's trip later), and K may grow at once.
-  const bool measured = !atClose && roundsSinceChange_ >= kLagWindow + 2;
+  const bool measured = !atClose && periodMeasured();
   const std::optional<double> heldRound = heldRoundTransfer();
   const bool heldBack = heldRound.has_value();
   // Before the first lag reports, at a round's completion: one of our
@@ -318,7 +318,7 @@ void Dts::measureUplinkAtFixedPeriod() {
   // the sixth on, as choosePeriod measures the K in force.
   ++roundsSinceChange_;
   noteRoundTrips();
-  if (roundsSinceChange_ < kLagWindow + 2) return;
+  if (!periodMeasured()) return;
   double latency = 0;
   measureUplink(true, latency);
 }
