@@ -57,4 +57,16 @@ uint64_t queuedAheadBytes(const TcpProgress& p, uint64_t handedBytes) {
   return handedBytes > gone ? handedBytes - gone : 0;
 }
 
+bool dataVouchesThroughSilence(const TcpProgress& data, double boundSeconds) {
+  if (data.sinceAckSeconds < boundSeconds) return true;
+  return data.outstanding() && data.backoff <= 1 && data.sinceAckSeconds < 4 * boundSeconds &&
+         data.retryInSeconds() < 2 * boundSeconds;
+}
+
+bool probeVouchesThroughSilence(const TcpProgress& probe, double boundSeconds) {
+  if (probe.sinceAckSeconds < boundSeconds) return true;
+  return probe.outstanding() && probe.sinceAckSeconds < 2 * boundSeconds &&
+         probe.retryInSeconds() < 2 * boundSeconds;
+}
+
 }  // namespace geo::transport

@@ -56,6 +56,31 @@ struct TcpProgress {
 // or TCP_INFO is not available. Any thread; never blocks.
 std::optional<TcpProgress> tcpProgress(int fd, uint16_t peerPort = 0);
 
+// Whether a connection's kernel contradicts the peer's silence of at least
+// `boundSeconds` (the transport's reconnectAfter): the path carries our
+// bytes, so the connection is kept rather than replaced (what it holds would
+// be lost). The peer's acknowledgements and pings, thin flows across its own
+// full uplink, come seconds late on a busy path while its kernel still
+// acknowledges our data. A cut path shows as such within about twice the
+// bound, as the ACKs stop and the retransmission timer backs off.
+//
+// The data connection vouches where the peer's kernel acknowledged it
+// within the bound, or where it holds bytes of ours and its timer backed
+// off at most once (a retransmission lost in a full queue), the last ACK
+// less than 4 times the bound old and the next try due within twice the
+// bound. TCP's timers do not scale with the bound: at a short one (0.5 s) a
+// single time-out on a 100 ms path leaves a second without an ACK. A cut
+// path backs off a second time three time-outs after its last ACK (1.3 s at
+// a 230 ms round trip without queueing), so at the default bound (2 s) it is
+// mostly replaced as soon as without the second clause, and at the latest
+// when its timer backs off again.
+bool dataVouchesThroughSilence(const TcpProgress& data, double boundSeconds);
+// The probe connection (our pings, sent every ping interval whatever the
+// peer says) vouches where acknowledged within the bound, or where our pings
+// wait in full queues: the last ACK less than twice the bound old, and the
+// retransmission due within twice the bound.
+bool probeVouchesThroughSilence(const TcpProgress& probe, double boundSeconds);
+
 // Of `handedBytes` handed to the connection since it opened, those that have
 // not left yet: neither acknowledged by the peer's kernel nor in flight on
 // the path (in ZeroMQ's pipe or the kernel's send buffer, behind what is

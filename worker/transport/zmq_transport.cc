@@ -2031,21 +2031,12 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
               : std::string());
     };
     if (silent >= after) {
-      // A silence the kernel contradicts: the peer's kernel acknowledged
-      // our bytes within the silence's bound -- on the data connection, or
-      // our pings on the probe connection (sent every ping interval,
-      // whatever the peer says). Or our pings wait in full queues (ours
-      // or, for their ACKs, the peer's uplink): the last ACK on the probe
-      // connection less than twice the bound old, and its retransmission
-      // due within twice the bound. A cut path shows as such within twice
-      // the bound, as the ACKs stop and the timer backs off.
+      // A silence the kernel contradicts (tcp_state.h): the peer's kernel
+      // acknowledges our data, or our pings only wait in full queues.
       const auto data = kernelState(r, dataFd);
       const auto probe = kernelState(r, p.probeFd);
-      const bool dataAcked = data && data->sinceAckSeconds < after;
-      const bool probeAcked =
-          probe && (probe->sinceAckSeconds < after ||
-                    (probe->outstanding() && probe->sinceAckSeconds < 2 * after &&
-                     probe->retryInSeconds() < 2 * after));
+      const bool dataAcked = data && dataVouchesThroughSilence(*data, after);
+      const bool probeAcked = probe && probeVouchesThroughSilence(*probe, after);
       if (dataAcked || probeAcked) {
         keep(fmt::format("{} silent for {:.1f} s", rankName(r), silent),
              dataAcked ? *data : *probe);

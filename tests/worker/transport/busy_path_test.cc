@@ -136,6 +136,49 @@ TEST(TcpProgress, NoBytesAheadWhereTheKernelDoesNotCountThem) {
   EXPECT_EQ(queuedAheadBytes(p, 2500), 0u);  // framing counted by the kernel only
 }
 
+// A data connection whose timer backed off once on a busy path vouches
+// through a short silence; one that backed off twice (a cut path) does not.
+// The first case is what CI saw: a 100 ms path, every uplink full, the
+// bound 0.5 s, and the connection replaced although it still delivered.
+TEST(TcpProgress, OneTimeOutOnABusyPathVouchesThroughASilenceAndTwoDoNot) {
+  TcpProgress busy;
+  busy.established = true;
+  busy.unackedSegments = 28;
+  busy.sinceAckSeconds = 1.0;
+  busy.sinceSendSeconds = 0.4;
+  busy.rtoSeconds = 1.0;  // backed off once from 0.5 s: sends again within 0.6 s
+  busy.backoff = 1;
+  EXPECT_TRUE(dataVouchesThroughSilence(busy, 0.5));
+  TcpProgress cut = busy;
+  cut.backoff = 2;
+  EXPECT_FALSE(dataVouchesThroughSilence(cut, 0.5));
+  TcpProgress late = busy;  // the next try not due within twice the bound
+  late.sinceSendSeconds = 0;
+  late.rtoSeconds = 1.2;
+  EXPECT_FALSE(dataVouchesThroughSilence(late, 0.5));
+  TcpProgress old = busy;  // no ACK for 4 times the bound
+  old.sinceAckSeconds = 2.0;
+  EXPECT_FALSE(dataVouchesThroughSilence(old, 0.5));
+  TcpProgress idle = busy;  // nothing of ours outstanding: no evidence either way
+  idle.unackedSegments = 0;
+  EXPECT_FALSE(dataVouchesThroughSilence(idle, 0.5));
+  idle.sinceAckSeconds = 0.4;  // acknowledged within the bound
+  EXPECT_TRUE(dataVouchesThroughSilence(idle, 0.5));
+  // At the default bound (2 s) the same connection vouches; backed off
+  // twice it does not, as before.
+  busy.sinceAckSeconds = cut.sinceAckSeconds = 2.5;
+  EXPECT_TRUE(dataVouchesThroughSilence(busy, 2.0));
+  EXPECT_FALSE(dataVouchesThroughSilence(cut, 2.0));
+  // The probe: its ACK less than twice the bound old, whatever the back-off.
+  TcpProgress probe = busy;
+  probe.sinceAckSeconds = 0.9;
+  EXPECT_TRUE(probeVouchesThroughSilence(probe, 0.5));
+  probe.sinceAckSeconds = 1.2;
+  EXPECT_FALSE(probeVouchesThroughSilence(probe, 0.5));
+  probe.sinceAckSeconds = 0.3;
+  EXPECT_TRUE(probeVouchesThroughSilence(probe, 0.5));
+}
+
 TEST(TcpProgress, NothingForAnotherPortADescriptorThatIsNoSocketOrNone) {
   TcpPair pair;
   EXPECT_FALSE(tcpProgress(pair.client, static_cast<uint16_t>(pair.port + 1)).has_value());
