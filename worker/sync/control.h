@@ -126,6 +126,11 @@ enum class Control : uint64_t {
   // worker that hears its coordinator while the coordinator does not hear
   // it would otherwise wait for a request that never comes.
   kFinalLeftOut = ~uint64_t{0} - 27,
+  // Membership with announced resumes: a worker that has just come to
+  // suspect a peer tells it so (payload: the round from which it sends the
+  // peer nothing, u64), for where suspicion is one-sided -- the peer still
+  // hears it and would wait for its contributions (Membership::serve).
+  kSuspects = ~uint64_t{0} - 28,
 };
 inline constexpr size_t kMaxStopReasonBytes = 1024;
 
@@ -178,6 +183,7 @@ inline constexpr Control kControls[] = {
     Control::kFinalScatter,  Control::kFinalGather,
     Control::kFinalReduced,  Control::kFinalCommit,
     Control::kFinalFollows,  Control::kFinalLeftOut,
+    Control::kSuspects,
 };
 constexpr bool controlsAreDistinctControlRounds() {
   for (size_t i = 0; i < std::size(kControls); ++i) {

@@ -224,10 +224,40 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
   out.heardAgain = takeHeardAgain();
   const auto now = std::chrono::milliseconds(0);
   const uint64_t open = openRound(step);
+  if (resumeAnnounced_) {
+    // The round in progress is the first one not sent yet: the algorithm
+    // sends a suspected peer nothing from it on.
+    const uint64_t from = roundAt(step);
+    for (const uint32_t p : out.suspected) {
+      auto bytes = std::make_shared<std::vector<std::byte>>(sizeof from);
+      std::memcpy(bytes->data(), &from, sizeof from);
+      GEO_RETURN_IF_ERROR(
+          sendControl(p, Control::kSuspects, step, std::move(bytes), CodecId::kRaw, 0));
+    }
+  }
   for (size_t i = 0; i < peers_.size(); ++i) {
     const uint32_t p = peers_[i];
     PeerLife& l = lives_[i];
     if (resumeAnnounced_) {
+      for (auto m = receiveControl(*transport_, Control::kSuspects, p, now); m.ok();
+           m = receiveControl(*transport_, Control::kSuspects, p, now)) {
+        uint64_t from = 0;
+        if (m->payload.size() != sizeof from) {
+          logger()->warn("{}: ignoring a notice of suspicion from {} with {} bytes (expected {})",
+                         name_, topology_.describe(p), m->payload.size(), sizeof from);
+          continue;
+        }
+        std::memcpy(&from, m->payload.data(), sizeof from);
+        // Stale: we suspect it too (its resume follows once we hear each
+        // other), or it has delivered that round or a later one since.
+        if (l.suspected || l.awaitingResume || l.expectFrom >= from) continue;
+        l.absent = true;
+        l.awaitingResume = true;
+        logger()->warn(
+            "{}: {} suspects this worker (it sends it nothing from round {} on) although this "
+            "worker hears it; not waited for until it says from which round it sends again",
+            name_, topology_.describe(p), from);
+      }
       for (auto m = receiveControl(*transport_, Control::kResume, p, now); m.ok();
            m = receiveControl(*transport_, Control::kResume, p, now)) {
         uint64_t first = 0;

@@ -113,6 +113,18 @@ namespace geo::sync::detail {
 // own. A peer heard again is expected again only from the round its resume
 // names, and is asked again every kResumeAskEvery until it answers.
 //
+// Suspicion can be one-sided: what b sends a is lost (b's pings queued
+// behind its full uplink, a path cut one way) while a still reaches b. a
+// suspects b and sends it nothing more; b, hearing a, would wait for a's
+// contributions until the path mends or the round time-out. So a worker
+// that comes to suspect a peer tells it (Control::kSuspects, naming the
+// first round it no longer sends it), and the peer, if it has nothing of
+// that round from it, stops waiting for it until its resume -- which it
+// sends once it hears the peer again, as after a cut both ways. A notice
+// from a peer this worker suspects too, or one it has since delivered that
+// round or a later one to (a cut both ways that has healed), changes
+// nothing.
+//
 // Threading: the synchronizer's thread, except addTo(), which may be called
 // from any thread (stats()).
 class Membership {

@@ -3028,9 +3028,8 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerLeftOutOfTheFinalAverageTakesItFr
 // follows it (on a real network: b's pings queued behind its full uplink).
 // a tells b so, naming c and d, and b takes the job's model from one of
 // them. b used to wait for a request that never came, for twice the round
-// time-out (10 s), and fail. (Cut one way during training, a sends b no
-// contributions while it suspects it, and b, hearing a, waits for them: a
-// stall of its own, not the final average's.)
+// time-out (10 s), and fail. (Cut one way during training, a tells b that
+// it suspects it: InSimulatedTimeAWorkerSuspectedOneWayIsToldAndDoesNotWait.)
 TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerItsCoordinatorCountedOutTakesTheModelFromAFellow) {
   FakeClock clock;
   JobSpec job = simulatedFourRegionDts(clock, 1, 5s, 500ms);
@@ -3044,6 +3043,32 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerItsCoordinatorCountedOutTakesTheM
   // c and d wait for a's request through its checkpoint (2 s), b for the
   // job's model as long.
   expectEveryWorkerToEndAlike(r, job, 3.5);
+}
+
+// Suspicion one way during training: what b sends a is lost for 8 s from
+// step 20 (on a real network: b's pings queued behind its full uplink), so
+// a suspects b and sends it no contributions, while b still hears a. a
+// tells b so (Control::kSuspects), and b stops waiting for a's
+// contributions until a says from which round it sends again (its resume,
+// once it hears b). b used to wait for them until the cut was mended (8 s),
+// or the round time-out (30 s) where it lasts longer, and c and d waited
+// behind b: 7.9 s of waiting each in all. Now each waits the peer time-out
+// once (0.5 s here; D = 4 hides the 20 ms links otherwise), and every
+// worker ends with the same bytes.
+TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerSuspectedOneWayIsToldAndDoesNotWait) {
+  FakeClock clock;
+  JobSpec job = simulatedFourRegionDts(clock, 4, 30s, 500ms);
+  job.steps = 600;
+  job.cutOneWay = {1, 0};
+  job.partitionAtStep = 20;
+  job.partitionDuration = 8000ms;
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);  // 12 s of steps
+  const auto r = runJob(job);
+  std::printf("one-way suspicion: %.2f s simulated; waits %.2f %.2f %.2f %.2f s\n",
+              r.simulatedSeconds, r.stats[0].waitSeconds, r.stats[1].waitSeconds,
+              r.stats[2].waitSeconds, r.stats[3].waitSeconds);
+  expectEveryWorkerToEndAlike(r, job, 1.5);
+  EXPECT_LT(r.simulatedSeconds, 16) << "12 s of steps, the peer time-out and the end";
 }
 
 // Hierarchical DTS in simulated time, a region's member dead: its leader
