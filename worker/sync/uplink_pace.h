@@ -105,7 +105,9 @@ class UplinkPace {
   // themselves (heldRoundSeconds) also hold the draining of a queue left by
   // an earlier, smaller K -- rounds of 4.4 s read through an uplink that
   // needed 1.4 s, and K overshot from 64 to 1024 (docs/benchmarks.md).
-  // nullopt unless both rounds were held and bytes were acknowledged.
+  // nullopt unless both rounds were held and at least one round's payload
+  // (lastRoundBytes) was acknowledged over them: fewer is the
+  // acknowledgements' lag, not the uplink's rate.
   std::optional<double> heldBytesPerSecond() const;
   // The latest heldBytesPerSecond measured at a round's sending, kept
   // through changes of period (the uplink's rate does not depend on K);
