@@ -57,16 +57,19 @@ uint64_t queuedAheadBytes(const TcpProgress& p, uint64_t handedBytes) {
   return handedBytes > gone ? handedBytes - gone : 0;
 }
 
+bool retransmitsSoon(const TcpProgress& k, double ackWithinSeconds, double retryWithinSeconds) {
+  return k.outstanding() && k.sinceAckSeconds < ackWithinSeconds &&
+         k.retryInSeconds() < retryWithinSeconds;
+}
+
 bool dataVouchesThroughSilence(const TcpProgress& data, double boundSeconds) {
-  if (data.sinceAckSeconds < boundSeconds) return true;
-  return data.outstanding() && data.backoff <= 1 && data.sinceAckSeconds < 4 * boundSeconds &&
-         data.retryInSeconds() < 2 * boundSeconds;
+  return data.sinceAckSeconds < boundSeconds ||
+         (data.backoff <= 1 && retransmitsSoon(data, 4 * boundSeconds, 2 * boundSeconds));
 }
 
 bool probeVouchesThroughSilence(const TcpProgress& probe, double boundSeconds) {
-  if (probe.sinceAckSeconds < boundSeconds) return true;
-  return probe.outstanding() && probe.sinceAckSeconds < 2 * boundSeconds &&
-         probe.retryInSeconds() < 2 * boundSeconds;
+  return probe.sinceAckSeconds < boundSeconds ||
+         retransmitsSoon(probe, 2 * boundSeconds, 2 * boundSeconds);
 }
 
 }  // namespace geo::transport

@@ -56,6 +56,15 @@ struct TcpProgress {
 // or TCP_INFO is not available. Any thread; never blocks.
 std::optional<TcpProgress> tcpProgress(int fd, uint16_t peerPort = 0);
 
+// A connection with bytes of ours outstanding whose last ACK is under
+// `ackWithinSeconds` old and whose kernel sends again within
+// `retryWithinSeconds`: its packets wait in full queues (or were lost in
+// them, and the timer has not backed off far), and the peer's kernel
+// acknowledges them as they arrive -- a busy path, not a cut one. The rules
+// below, and the transport's for a connection unacknowledged while its peer
+// is heard, differ only in the bounds.
+bool retransmitsSoon(const TcpProgress& k, double ackWithinSeconds, double retryWithinSeconds);
+
 // Whether a connection's kernel contradicts the peer's silence of at least
 // `boundSeconds` (the transport's reconnectAfter): the path carries our
 // bytes, so the connection is kept rather than replaced (what it holds would

@@ -2000,8 +2000,7 @@ void ZmqTransport::reconnectStalled(SteadyClock::time_point now) {
       if (!k) return std::nullopt;
       if (k->sinceAckSeconds < within) return k;
       if (!lenient) return std::nullopt;
-      if (k->outstanding() ? k->sinceAckSeconds < 4 * within && k->retryInSeconds() < 4 * within
-                           : stuck < 4 * within) {
+      if (k->outstanding() ? retransmitsSoon(*k, 4 * within, 4 * within) : stuck < 4 * within) {
         return k;
       }
       return std::nullopt;
