@@ -18,13 +18,19 @@ function(geo_add_library name)
   geo_set_warnings(${name})
 endfunction()
 
-# geo_add_test(<name> SOURCES ... [DEPS ...] [LABELS ...] [TIMEOUT s] [RUN_SERIAL])
+# geo_add_test(<name> SOURCES ... [DEPS ...] [LABELS ...] [TIMEOUT s] [RUN_SERIAL]
+#              [PARALLEL_CASES filter])
 # Builds one GoogleTest binary and registers each of its test cases with ctest
 # through gtest_discover_tests, so ctest reports (and can filter) single cases.
 # RUN_SERIAL: its cases measure time (link emulation); ctest runs them with
 # nothing else in parallel so a loaded CPU cannot skew them.
+# PARALLEL_CASES (with RUN_SERIAL): a GoogleTest filter ("Suite.*:Other.*")
+# naming the cases that measure nothing in wall-clock time (simulated time,
+# or waits whose length no check reads): those run beside other tests, the
+# rest serially. Serial cases hold the whole machine, so every minute moved
+# out of them is nearly a minute off the suite's wall time.
 function(geo_add_test name)
-  cmake_parse_arguments(ARG "RUN_SERIAL" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "RUN_SERIAL" "TIMEOUT;PARALLEL_CASES" "SOURCES;DEPS;LABELS" ${ARGN})
   set(serial FALSE)
   if(ARG_RUN_SERIAL)
     set(serial TRUE)
@@ -42,7 +48,21 @@ function(geo_add_test name)
   # needs four backslashes (written eight times here) to arrive as one
   # LABELS value. `ctest -N -L reconcile` lists the tests of a later label.
   string(REPLACE ";" "\\\\\\\\\\\\\\\\;" labels "${ARG_LABELS}")
-  gtest_discover_tests(${name}
-    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${labels}" RUN_SERIAL ${serial}
-    DISCOVERY_TIMEOUT 60)
+  if(ARG_PARALLEL_CASES)
+    if(NOT ARG_RUN_SERIAL)
+      message(FATAL_ERROR "geo_add_test(${name}): PARALLEL_CASES needs RUN_SERIAL")
+    endif()
+    # Two discoveries of one binary, with filters that split its cases
+    # between them (gtest's "-" negates the whole list after it).
+    gtest_discover_tests(${name} TEST_FILTER "${ARG_PARALLEL_CASES}"
+      PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${labels}" RUN_SERIAL FALSE
+      DISCOVERY_TIMEOUT 60)
+    gtest_discover_tests(${name} TEST_FILTER "-${ARG_PARALLEL_CASES}"
+      PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${labels}" RUN_SERIAL TRUE
+      DISCOVERY_TIMEOUT 60)
+  else()
+    gtest_discover_tests(${name}
+      PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${labels}" RUN_SERIAL ${serial}
+      DISCOVERY_TIMEOUT 60)
+  endif()
 endfunction()
