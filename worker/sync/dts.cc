@@ -428,6 +428,7 @@ Status Dts::serveAndResend(int64_t t, const train::FlatParameters& flat) {
       GEO_RETURN_IF_ERROR(sendUpdate({peer}, s.round, s.sendStep, s.bytes));
   }
   to.insert(to.end(), reconnected.begin(), reconnected.end());
+  if (!to.empty() || !served->suspected.empty() || !served->queried.empty()) disturbed();
   for (uint32_t peer : to) {
     for (const Pending& p : pending_) {
       if (p.bytes == nullptr) continue;  // being encoded: it leaves once it is
@@ -488,6 +489,7 @@ void Dts::applyLate(int64_t t, train::FlatParameters& flat) {
       scratch_.give(std::move(q));
       l.weight += w;
       modified_ = true;
+      disturbed();
       stats_.late(true);
       stats_.applied(t - static_cast<int64_t>(m->header.step));
       logger()->info("dts: applied the late update of {} for round {} ({} steps after sending)",
@@ -1090,7 +1092,9 @@ Status Dts::completed(Pending& p, std::vector<double> lags) {
   }
   discardStale();
   // Round 0 includes connection set-up (CURVE handshakes): not a link
-  // measurement.
+  // measurement; nor is a round sent before a disturbance (the peers
+  // learn it from the NaN reported).
+  if (!links_.measures(p.round)) lags.assign(lags.size(), std::numeric_limits<double>::quiet_NaN());
   if (measuring() && p.round > 0) {
     GEO_RETURN_IF_ERROR(reportLags(p.round, lags));
     links_.ownLags(p.round, std::move(lags));
@@ -1099,6 +1103,10 @@ Status Dts::completed(Pending& p, std::vector<double> lags) {
   if (scheduling() && !finishing_) GEO_RETURN_IF_ERROR(choosePeriod(false));
   if (!scheduling() && measuring() && !finishing_ && p.round > 0) measureUplinkAtFixedPeriod();
   return {};
+}
+
+void Dts::disturbed() {
+  if (nextRound_ > 0) links_.disturbed(nextRound_ - 1);
 }
 
 bool Dts::deferUntilDue(const Pending& p, int64_t t, geo::Clock::TimePoint t0, bool* deferred) {

@@ -558,6 +558,10 @@ class Dts final : public Base, private StateParity::Host {
 
   // `lags` by group index.
   Status reportLags(uint64_t round, const std::vector<double>& lags);
+  // The rounds sent so far measure a disturbance, not the links
+  // (LinkLedger::disturbed): a peer suspected, heard again, restarted or
+  // reconnected, or an update applied after its round.
+  void disturbed();
 
   // Takes the peers' reports: their schedules (auto period), and their lags
   // paired with this worker's own lags of the same round: (lag_ij + lag_ji)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 namespace geo::sync {
@@ -21,6 +22,7 @@ void LinkLedger::addSample(size_t peer, double mine, double theirs) {
 }
 
 void LinkLedger::ownLags(uint64_t round, std::vector<double> lags) {
+  if (!measures(round)) lags.assign(lags.size(), std::numeric_limits<double>::quiet_NaN());
   std::erase_if(theirs_, [&](const TheirLag& l) {
     if (l.round != round) return l.round < round && round - l.round > limits_.ownRounds;
     if (l.peer < lags.size()) addSample(l.peer, lags[l.peer], l.lag);
@@ -45,6 +47,11 @@ void LinkLedger::theirLag(uint64_t round, size_t peer, double lag) {
 void LinkLedger::forgetRounds() {
   own_.clear();
   theirs_.clear();
+  disturbedThrough_.reset();
+}
+
+void LinkLedger::disturbed(uint64_t round) {
+  disturbedThrough_ = std::max(disturbedThrough_.value_or(round), round);
 }
 
 std::optional<double> LinkLedger::longestSample(size_t peer) const {

@@ -30,7 +30,8 @@ class LinkLedger {
   // This worker's lags of a round it completed, by group index (how long
   // after its own contribution each peer's came; NaN: none came). Pairs
   // them with the peers' reports of that round that came first; reports of
-  // rounds more than Limits::ownRounds older are forgotten.
+  // rounds more than Limits::ownRounds older are forgotten. A round that
+  // does not measure the links (disturbed()) pairs nothing.
   void ownLags(uint64_t round, std::vector<double> lags);
 
   // Peer `peer`'s report of its lag of this worker's contribution to
@@ -44,8 +45,23 @@ class LinkLedger {
   void theirLag(uint64_t round, size_t peer, double lag);
 
   // The rounds' lags are forgotten (a state transfer: the rounds this
-  // worker numbers start again); the samples stay, the links being the same.
+  // worker numbers start again), and so is a disturbance; the samples
+  // stay, the links being the same.
   void forgetRounds();
+
+  // Something other than the links held up the rounds up to `round` (the
+  // latest this worker has sent): a peer suspected, heard again or
+  // restarted, a connection made anew, an update applied after its round.
+  // Their lags measure that: on the kernel's TCP a round sent into an 8 s
+  // partition arrives when it heals, 8 s "late", and as a link sample it
+  // read a 2 Mbit/s uplink as a tenth of that, which paced the final
+  // average at 26 s where 11 s did. ownLags() of such a round keeps no lag
+  // (the report of it to the peers must be NaN too, measures()). Later
+  // calls only move the bound up.
+  void disturbed(uint64_t round);
+  // Whether the lags of `round` measure the links: it was sent after the
+  // latest disturbance.
+  bool measures(uint64_t round) const { return !disturbedThrough_ || round > *disturbedThrough_; }
 
   // The latest one-way samples of `peer`'s link, oldest first.
   const std::deque<double>& samples(size_t peer) const { return links_.at(peer); }
@@ -84,6 +100,7 @@ class LinkLedger {
   std::deque<OwnLags> own_;
   std::deque<TheirLag> theirs_;
   double crossingSeconds_ = 0;
+  std::optional<uint64_t> disturbedThrough_;
 };
 
 }  // namespace geo::sync

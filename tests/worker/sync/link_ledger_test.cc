@@ -99,6 +99,31 @@ TEST(LinkLedger, AStateTransferForgetsTheRoundsNotTheLinks) {
   EXPECT_DOUBLE_EQ(*l.longestSample(1), 0.1);
 }
 
+// Rounds sent before a peer was suspected (or heard again, restarted,
+// reconnected, or an update applied late) measure that, not the link: an
+// 8 s partition is no 8 s link. Their lags are no samples, whichever end's
+// comes first; the rounds sent after measure again; a state transfer's new
+// numbering starts undisturbed.
+TEST(LinkLedger, RoundsSentBeforeADisturbanceMeasureNoLink) {
+  LinkLedger l = ledger();
+  l.theirLag(5, 1, 8.2);  // peer 1's report comes first
+  l.disturbed(5);
+  l.disturbed(3);  // an earlier bound does not move it down
+  EXPECT_FALSE(l.measures(4));
+  EXPECT_FALSE(l.measures(5));
+  EXPECT_TRUE(l.measures(6));
+  l.ownLags(5, {kNaN, 8.1, 0.3});
+  l.theirLag(5, 2, 0.3);  // ours of round 5 were kept as none
+  EXPECT_FALSE(l.measured(1));
+  EXPECT_FALSE(l.measured(2));
+  l.ownLags(6, {kNaN, 0.1, kNaN});
+  l.theirLag(6, 1, 0.1);
+  ASSERT_TRUE(l.measured(1));
+  EXPECT_DOUBLE_EQ(*l.longestSample(1), 0.1);
+  l.forgetRounds();
+  EXPECT_TRUE(l.measures(2));
+}
+
 TEST(LinkLedger, TheSmallestRecentRoundTripIsThePaths) {
   LinkLedger l = ledger();
   EXPECT_FALSE(l.smallestRtt(1).has_value());
