@@ -131,6 +131,12 @@ enum class Control : uint64_t {
   // peer nothing, u64), for where suspicion is one-sided -- the peer still
   // hears it and would wait for its contributions (Membership::serve).
   kSuspects = ~uint64_t{0} - 28,
+  // Membership with announced resumes: a worker that has just come to
+  // suspect a peer tells its other peers too (payload: the peer's rank,
+  // u32, then the round from which it sends it nothing, u64). A worker
+  // most of whose other peers suspect that peer stops waiting for it,
+  // though it does not suspect it itself (Membership::serve).
+  kSuspicionOf = ~uint64_t{0} - 29,
 };
 inline constexpr size_t kMaxStopReasonBytes = 1024;
 
@@ -183,7 +189,7 @@ inline constexpr Control kControls[] = {
     Control::kFinalScatter,  Control::kFinalGather,
     Control::kFinalReduced,  Control::kFinalCommit,
     Control::kFinalFollows,  Control::kFinalLeftOut,
-    Control::kSuspects,
+    Control::kSuspects,      Control::kSuspicionOf,
 };
 constexpr bool controlsAreDistinctControlRounds() {
   for (size_t i = 0; i < std::size(kControls); ++i) {

@@ -215,6 +215,50 @@ Status Membership::sendResume(uint32_t peer, int64_t step, bool askBack) {
   return sendControl(peer, Control::kResume, step, std::move(bytes), CodecId::kRaw, 0);
 }
 
+void Membership::takeSuspicionNotices(uint32_t reporter) {
+  for (auto m = receiveControl(*transport_, Control::kSuspicionOf, reporter,
+                               std::chrono::milliseconds(0));
+       m.ok(); m = receiveControl(*transport_, Control::kSuspicionOf, reporter,
+                                  std::chrono::milliseconds(0))) {
+    uint32_t peer = 0;
+    uint64_t from = 0;
+    if (m->payload.size() != sizeof peer + sizeof from) {
+      logger()->warn("{}: ignoring a notice of suspicion from {} with {} bytes (expected {})",
+                     name_, topology_.describe(reporter), m->payload.size(),
+                     sizeof peer + sizeof from);
+      continue;
+    }
+    std::memcpy(&peer, m->payload.data(), sizeof peer);
+    std::memcpy(&from, m->payload.data() + sizeof peer, sizeof from);
+    const auto it = std::find(peers_.begin(), peers_.end(), peer);
+    if (it == peers_.end() || peer == reporter) continue;  // this worker, or not a peer of ours
+    PeerLife& l = lives_[static_cast<size_t>(it - peers_.begin())];
+    const auto at = clock_.now();
+    // Each reporter's latest; those older than the peer time-out no longer
+    // count (the reporter may hear the peer again by now).
+    std::erase_if(l.suspectedBy, [&](const PeerLife::Report& r) {
+      return r.by == reporter || at - r.at > peerTimeout(peer);
+    });
+    l.suspectedBy.push_back({reporter, at, from});
+    // More than half of our other peers (all of them among four workers):
+    // a single cut link is told by one worker.
+    if (2 * l.suspectedBy.size() <= peers_.size() - 1) continue;
+    uint64_t first = from;
+    for (const auto& r : l.suspectedBy) first = std::min(first, r.from);
+    const size_t count = l.suspectedBy.size();
+    l.suspectedBy.clear();
+    // Stale: we suspect it too, await its resume already, or it has
+    // delivered that round or a later one to us.
+    if (l.suspected || l.awaitingResume || l.expectFrom >= first) continue;
+    l.absent = true;
+    l.awaitingResume = true;
+    logger()->warn(
+        "{}: {} of the {} other workers suspect {} (from round {} on) although this worker hears "
+        "it; not waited for until it says from which round it sends",
+        name_, count, peers_.size() - 1, topology_.describe(peer), first);
+  }
+}
+
 StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor& values,
                                                bool finished, const train::FlatParameters* flat) {
   Served out;
@@ -233,6 +277,15 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       std::memcpy(bytes->data(), &from, sizeof from);
       GEO_RETURN_IF_ERROR(
           sendControl(p, Control::kSuspects, step, std::move(bytes), CodecId::kRaw, 0));
+      // The others learn it too: 12 bytes to each, once per suspicion.
+      auto notice = std::make_shared<std::vector<std::byte>>(sizeof p + sizeof from);
+      std::memcpy(notice->data(), &p, sizeof p);
+      std::memcpy(notice->data() + sizeof p, &from, sizeof from);
+      for (size_t i = 0; i < peers_.size(); ++i) {
+        if (peers_[i] == p || lives_[i].suspected) continue;
+        GEO_RETURN_IF_ERROR(
+            sendControl(peers_[i], Control::kSuspicionOf, step, notice, CodecId::kRaw, 0));
+      }
     }
   }
   for (size_t i = 0; i < peers_.size(); ++i) {
@@ -258,6 +311,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
             "worker hears it; not waited for until it says from which round it sends again",
             name_, topology_.describe(p), from);
       }
+      takeSuspicionNotices(p);
       for (auto m = receiveControl(*transport_, Control::kResume, p, now); m.ok();
            m = receiveControl(*transport_, Control::kResume, p, now)) {
         uint64_t first = 0;

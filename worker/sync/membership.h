@@ -125,6 +125,17 @@ namespace geo::sync::detail {
 // round or a later one to (a cut both ways that has healed), changes
 // nothing.
 //
+// Suspicion can also come late to one worker: a peer whose uplink is
+// throttled is silent to most, while a ping of its that squeezed through
+// keeps one worker hearing it. That worker waited for the peer's
+// contributions, and everyone else waited behind its rounds. So a worker
+// that comes to suspect a peer also tells its other peers
+// (Control::kSuspicionOf), and a worker that more than half of that
+// peer's other peers (every one, among four workers) have told so within
+// the peer time-out stops waiting for that peer until its resume, as if it
+// suspected it (it asks for the resume at once). A partial partition (one
+// link cut) is told by one worker only, and changes nothing.
+//
 // Threading: the synchronizer's thread, except addTo(), which may be called
 // from any thread (stats()).
 class Membership {
@@ -252,7 +263,18 @@ class Membership {
     uint64_t expectFrom = 0;
     uint64_t announcedFrom = 0;  // expectFrom as its join or resume set it
     double rtt = -1;
+    // The other peers that told us they suspect this one
+    // (Control::kSuspicionOf): when, and from which round.
+    struct Report {
+      uint32_t by = 0;
+      geo::Clock::TimePoint at;
+      uint64_t from = 0;
+    };
+    std::vector<Report> suspectedBy;
   };
+  // Takes the peers' Control::kSuspicionOf notices from `reporter`, and
+  // stops waiting for a peer that every other one suspects.
+  void takeSuspicionNotices(uint32_t reporter);
   // Sends our resume (the oldest round we have not completed) to `peer`.
   Status sendResume(uint32_t peer, int64_t step, bool askBack);
   // Asks each candidate (indices into peers_) in turn for its state and

@@ -241,6 +241,11 @@ struct JobSpec {
   // The same one way only (MemoryNetwork::cutOneWay): what the first rank
   // sends the second is lost; -1: none.
   std::pair<int, int> cutOneWay{-1, -1};
+  // More such ways, cut and mended with it.
+  std::vector<std::pair<int, int>> moreCutOneWays;
+  // sync.peerTimeout by rank (missing: job.sync's): a worker slower to
+  // suspect than the others.
+  std::vector<std::chrono::milliseconds> peerTimeouts;
   // Extra compute per step, by rank (missing: none): workers of unequal speed.
   // beforeFinish: a pause after the last step, by rank (Recorder::beforeFinish).
   std::vector<std::chrono::milliseconds> beforeFinish;
@@ -344,6 +349,7 @@ RunResult runJob(const JobSpec& job) {
     SyncOptions syncOptions = job.sync;
     syncOptions.clock = job.clock;
     syncOptions.finalDiesMidway = static_cast<int>(r) == job.finalDeathRank;
+    if (r < job.peerTimeouts.size()) syncOptions.peerTimeout = job.peerTimeouts[r];
     auto s = makeSynchronizer(syncOptions, *topo, transports[r].get());
     EXPECT_TRUE(s.ok()) << s.status().toString();
     syncs[r] = std::move(*s);
@@ -567,6 +573,9 @@ RunResult runJob(const JobSpec& job) {
     cutForAWhile([&](bool cut) {
       network->cutOneWay(static_cast<uint32_t>(job.cutOneWay.first),
                          static_cast<uint32_t>(job.cutOneWay.second), cut);
+      for (const auto& [from, to] : job.moreCutOneWays) {
+        network->cutOneWay(static_cast<uint32_t>(from), static_cast<uint32_t>(to), cut);
+      }
     });
   }
   if (!job.uplinkChanges.empty()) {
@@ -3068,6 +3077,33 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerSuspectedOneWayIsToldAndDoesNotWa
               r.simulatedSeconds, r.stats[0].waitSeconds, r.stats[1].waitSeconds,
               r.stats[2].waitSeconds, r.stats[3].waitSeconds);
   expectEveryWorkerToEndAlike(r, job, 1.5);
+  EXPECT_LT(r.simulatedSeconds, 16) << "12 s of steps, the peer time-out and the end";
+}
+
+// A peer every other worker suspects but one: what b sends is lost for 8 s
+// from step 20, and a and d suspect it after their peer time-out (0.5 s),
+// c only after its own (6 s; on a real network: c still hearing b, whose
+// pings squeezed through its full uplink to c alone, as a tbf-throttled
+// uplink did on the namespace network). c waited for b's contributions all
+// that time, and a and d waited behind c. Each of a and d tells c that it
+// suspects b (Control::kSuspicionOf); once most of b's other peers do (both
+// here), c stops waiting for b until b says from which round it sends, as
+// if it suspected b itself. Every worker ends with the same bytes.
+TEST(OnTheMemoryNetwork, InSimulatedTimeAPeerTheOthersSuspectIsNotWaitedForByTheLastToSuspectIt) {
+  FakeClock clock;
+  JobSpec job = simulatedFourRegionDts(clock, 4, 30s, 500ms);
+  job.steps = 600;
+  job.cutOneWay = {1, 0};
+  job.moreCutOneWays = {{1, 2}, {1, 3}};
+  job.peerTimeouts = {500ms, 500ms, 6000ms, 500ms};
+  job.partitionAtStep = 20;
+  job.partitionDuration = 8000ms;
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);  // 12 s of steps
+  const auto r = runJob(job);
+  std::printf("suspected by all but one: %.2f s simulated; waits %.2f %.2f %.2f %.2f s\n",
+              r.simulatedSeconds, r.stats[0].waitSeconds, r.stats[1].waitSeconds,
+              r.stats[2].waitSeconds, r.stats[3].waitSeconds);
+  expectEveryWorkerToEndAlike(r, job, 2.5);
   EXPECT_LT(r.simulatedSeconds, 16) << "12 s of steps, the peer time-out and the end";
 }
 
