@@ -54,7 +54,7 @@ class LinkLedger {
   // restarted, a connection made anew, an update applied after its round.
   // Their lags measure that: on the kernel's TCP a round sent into an 8 s
   // partition arrives when it heals, 8 s "late", and as a link sample it
-  // read a 2 Mbit/s (0.25 MB/s) uplink as 0.065-0.10 MB/s in five runs of
+  // read a 2 Mbit/s (0.25 MB/s) uplink as 0.065-0.104 MB/s in five runs of
   // six, which paced the final average at 17-28 s where 7-15 s did
   // (docs/benchmarks.md). ownLags() of such a round keeps no lag
   // (the report of it to the peers must be NaN too, measures()). Later

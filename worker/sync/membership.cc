@@ -231,7 +231,8 @@ void Membership::takeSuspicionNotices(uint32_t reporter) {
     std::memcpy(&peer, m->payload.data(), sizeof peer);
     std::memcpy(&from, m->payload.data() + sizeof peer, sizeof from);
     const auto it = std::find(peers_.begin(), peers_.end(), peer);
-    if (it == peers_.end() || peer == reporter) continue;  // this worker, or not a peer of ours
+    // This worker or not a peer of ours (it == end), or a reporter naming itself.
+    if (it == peers_.end() || peer == reporter) continue;
     PeerLife& l = lives_[static_cast<size_t>(it - peers_.begin())];
     const auto at = clock_.now();
     // Each reporter's latest; those older than the peer time-out no longer

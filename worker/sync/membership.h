@@ -272,8 +272,8 @@ class Membership {
     };
     std::vector<Report> suspectedBy;
   };
-  // Takes the peers' Control::kSuspicionOf notices from `reporter`, and
-  // stops waiting for a peer that every other one suspects.
+  // Takes the Control::kSuspicionOf notices from `reporter`, and stops
+  // waiting for a peer that more than half of its other peers suspect.
   void takeSuspicionNotices(uint32_t reporter);
   // Sends our resume (the oldest round we have not completed) to `peer`.
   Status sendResume(uint32_t peer, int64_t step, bool askBack);
