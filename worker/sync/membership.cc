@@ -29,6 +29,11 @@ constexpr auto kStartGrace = std::chrono::seconds(20);
 // A peer heard again that has not said from which round it resumes is asked
 // again this often (the question may have been lost with a connection).
 constexpr auto kResumeAskEvery = std::chrono::seconds(2);
+// Control::kResume: the first round (u64), whether it asks back (1 byte),
+// the sender's count of kSuspects sent to us (u32). Control::kSuspects: the
+// round (u64), the count (u32).
+constexpr size_t kResumeBytes = sizeof(uint64_t) + 1 + sizeof(uint32_t);
+constexpr size_t kSuspectsBytes = sizeof(uint64_t) + sizeof(uint32_t);
 
 // A join offer's first byte (membership.h, "Join protocol").
 constexpr unsigned kOfferFinished = 1;   // the peer has taken its last step
@@ -208,10 +213,12 @@ Status Membership::sendControl(uint32_t to, Control control, int64_t step,
 
 Status Membership::sendResume(uint32_t peer, int64_t step, bool askBack) {
   const uint64_t first = openRound(step);
-  auto bytes = std::make_shared<std::vector<std::byte>>(sizeof first + 1);
+  PeerLife& l = life(peer);
+  auto bytes = std::make_shared<std::vector<std::byte>>(kResumeBytes);
   std::memcpy(bytes->data(), &first, sizeof first);
   (*bytes)[sizeof first] = std::byte{static_cast<unsigned char>(askBack ? 1 : 0)};
-  if (askBack) life(peer).resumeAsked = clock_.now();
+  std::memcpy(bytes->data() + sizeof first + 1, &l.suspicionsSent, sizeof l.suspicionsSent);
+  if (askBack) l.resumeAsked = clock_.now();
   return sendControl(peer, Control::kResume, step, std::move(bytes), CodecId::kRaw, 0);
 }
 
@@ -274,8 +281,10 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
     // sends a suspected peer nothing from it on.
     const uint64_t from = roundAt(step);
     for (const uint32_t p : out.suspected) {
-      auto bytes = std::make_shared<std::vector<std::byte>>(sizeof from);
+      const uint32_t count = ++life(p).suspicionsSent;
+      auto bytes = std::make_shared<std::vector<std::byte>>(kSuspectsBytes);
       std::memcpy(bytes->data(), &from, sizeof from);
+      std::memcpy(bytes->data() + sizeof from, &count, sizeof count);
       GEO_RETURN_IF_ERROR(
           sendControl(p, Control::kSuspects, step, std::move(bytes), CodecId::kRaw, 0));
       // The others learn it too: 12 bytes to each, once per suspicion.
@@ -296,12 +305,15 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       for (auto m = receiveControl(*transport_, Control::kSuspects, p, now); m.ok();
            m = receiveControl(*transport_, Control::kSuspects, p, now)) {
         uint64_t from = 0;
-        if (m->payload.size() != sizeof from) {
+        uint32_t count = 0;
+        if (m->payload.size() != kSuspectsBytes) {
           logger()->warn("{}: ignoring a notice of suspicion from {} with {} bytes (expected {})",
-                         name_, topology_.describe(p), m->payload.size(), sizeof from);
+                         name_, topology_.describe(p), m->payload.size(), kSuspectsBytes);
           continue;
         }
         std::memcpy(&from, m->payload.data(), sizeof from);
+        std::memcpy(&count, m->payload.data() + sizeof from, sizeof count);
+        l.suspicionsHeard = std::max(l.suspicionsHeard, count);
         // Stale: we suspect it too (its resume follows once we hear each
         // other), or it has delivered that round or a later one since.
         if (l.suspected || l.awaitingResume || l.expectFrom >= from) continue;
@@ -316,12 +328,26 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       for (auto m = receiveControl(*transport_, Control::kResume, p, now); m.ok();
            m = receiveControl(*transport_, Control::kResume, p, now)) {
         uint64_t first = 0;
-        if (m->payload.size() != sizeof first + 1) {
+        uint32_t count = 0;
+        if (m->payload.size() != kResumeBytes) {
           logger()->warn("{}: ignoring a resume of {} with {} bytes (expected {})", name_,
-                         topology_.describe(p), m->payload.size(), sizeof first + 1);
+                         topology_.describe(p), m->payload.size(), kResumeBytes);
           continue;
         }
         std::memcpy(&first, m->payload.data(), sizeof first);
+        std::memcpy(&count, m->payload.data() + sizeof first + 1, sizeof count);
+        if (count < l.suspicionsHeard) {
+          // Sent before the peer came to suspect us (it told us since): it
+          // sends us nothing now, whatever this resume says. Taking it made
+          // a worker whose uplink was throttled wait for the peer until the
+          // throttle lifted: the resume and the notice that overtook it
+          // came in one burst, once its ACKs got through.
+          logger()->info(
+              "{}: ignoring a resume of {} (from round {}) sent before it came to suspect this "
+              "worker; its resume follows once it hears this worker again",
+              name_, topology_.describe(p), first);
+          continue;
+        }
         if (l.awaitingResume) {
           logger()->info(
               "{}: {} sends its contributions from round {} on; expected again from "
@@ -355,6 +381,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       // 0, which a worker asking at step 0 is in time for.
       const bool behind = roundAt(static_cast<int64_t>(q->header.step)) < open;
       l.joining = behind;
+      l.suspicionsHeard = 0;  // a new incarnation counts its notices from 0
       l.absent = false;
       l.awaitingResume = false;
       out.queried.push_back(p);

@@ -123,7 +123,10 @@ namespace geo::sync::detail {
 // sends once it hears the peer again, as after a cut both ways. A notice
 // from a peer this worker suspects too, or one it has since delivered that
 // round or a later one to (a cut both ways that has healed), changes
-// nothing.
+// nothing. A resume the peer sent before its latest such notice is stale
+// and ignored (each resume carries the count of notices its sender has
+// sent us), whatever order the two arrive in: serve() reads notices first,
+// and over a congested path both come in one burst.
 //
 // Suspicion can also come late to one worker: a peer whose uplink is
 // throttled is silent to most, while a ping of its that squeezed through
@@ -262,6 +265,13 @@ class Membership {
     std::optional<geo::Clock::TimePoint> resumeAsked;
     uint64_t expectFrom = 0;
     uint64_t announcedFrom = 0;  // expectFrom as its join or resume set it
+    // How many times we told it that we suspect it (Control::kSuspects),
+    // and the latest such count it told us. Each resume carries the sender's
+    // count: a resume sent before the sender's latest suspicion of us is
+    // stale, however the two arrive (over a congested path they come in one
+    // burst, and serve() reads a notice before a resume).
+    uint32_t suspicionsSent = 0;
+    uint32_t suspicionsHeard = 0;
     double rtt = -1;
     // The other peers that told us they suspect this one
     // (Control::kSuspicionOf): when, and from which round.

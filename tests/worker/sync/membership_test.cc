@@ -276,5 +276,55 @@ TEST_F(MembershipTest, AWorkerThatStartsAfterTheEndTakesTheFinalModel) {
   EXPECT_TRUE(torch::equal(mine, torch::full({8}, 7.0f)));
 }
 
+// Announced resumes: a resume sent before its sender came to suspect us is
+// stale, whatever order the two arrive in. Rank 0's sends are lost (a
+// throttled uplink); rank 2 suspects it and tells rank 1, which stops
+// waiting for it and asks it for its resume, offering its own (from round
+// 10); a second later rank 1 suspects rank 0 itself and tells it so. Rank
+// 0, busy all that time (on the namespace network its ACKs were stuck
+// behind the throttle, so what the peers sent it came in one burst), reads
+// the notice and the resume at once: taking the resume, it waited for rank
+// 1's contributions until the throttle lifted, though rank 1 sent it none.
+// Once rank 1 hears rank 0 again, its fresh resume is taken.
+TEST_F(MembershipTest, AResumeSentBeforeItsSenderCameToSuspectUsIsStale) {
+  make(3, {{0, 50, 50}, {50, 0, 50}, {50, 50, 0}});
+  options_.peerTimeout = 4s;
+  start(1);  // slower to suspect than rank 2
+  options_.peerTimeout = 3s;
+  start(0);
+  start(2);
+  for (auto& m : members_) m->setResumeAnnounced(true);
+  const torch::Tensor values = torch::zeros({4});
+  const auto serve = [&](std::initializer_list<uint32_t> ranks) {
+    for (uint32_t r : ranks) ASSERT_TRUE(members_[r]->serve(10, values, false).ok());
+  };
+  const auto runFor = [&](Duration d, std::initializer_list<uint32_t> ranks) {
+    for (const auto end = clock_.now() + d; clock_.now() < end;) {
+      clock_.advance(20ms);
+      serve(ranks);
+    }
+  };
+  runFor(1s, {0, 1, 2});
+  ASSERT_TRUE(members_[0]->expected(1, 10));
+  net_->cutOneWay(0, 1, true);
+  net_->cutOneWay(0, 2, true);
+  runFor(3500ms, {1, 2});
+  ASSERT_TRUE(members_[2]->suspected(0));
+  ASSERT_FALSE(members_[1]->suspected(0));
+  ASSERT_FALSE(members_[1]->expected(0, 10)) << "rank 2's notice was not taken";
+  runFor(1s, {1, 2});
+  ASSERT_TRUE(members_[1]->suspected(0));
+  serve({0});
+  EXPECT_FALSE(members_[0]->expected(1, 10))
+      << "took the resume rank 1 sent before it came to suspect rank 0";
+  EXPECT_FALSE(members_[0]->expected(2, 10));
+  net_->cutOneWay(0, 1, false);
+  net_->cutOneWay(0, 2, false);
+  runFor(500ms, {0, 1, 2});
+  EXPECT_FALSE(members_[1]->suspected(0));
+  EXPECT_TRUE(members_[0]->expected(1, 10)) << "the resume rank 1 sent on hearing rank 0 again";
+  EXPECT_TRUE(members_[0]->expected(2, 10));
+}
+
 }  // namespace
 }  // namespace geo::sync::detail
