@@ -348,6 +348,12 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
               name_, topology_.describe(p), first);
           continue;
         }
+        if (first < l.resumedFrom) {
+          logger()->info("{}: ignoring a resume of {} from round {}: it said round {} since", name_,
+                         topology_.describe(p), first, l.resumedFrom);
+          continue;
+        }
+        l.resumedFrom = first;
         if (l.awaitingResume) {
           logger()->info(
               "{}: {} sends its contributions from round {} on; expected again from "
@@ -382,6 +388,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       const bool behind = roundAt(static_cast<int64_t>(q->header.step)) < open;
       l.joining = behind;
       l.suspicionsHeard = 0;  // a new incarnation counts its notices from 0
+      l.resumedFrom = 0;      // and its rounds may start again lower
       l.absent = false;
       l.awaitingResume = false;
       out.queried.push_back(p);

@@ -126,7 +126,8 @@ namespace geo::sync::detail {
 // nothing. A resume the peer sent before its latest such notice is stale
 // and ignored (each resume carries the count of notices its sender has
 // sent us), whatever order the two arrive in: serve() reads notices first,
-// and over a congested path both come in one burst.
+// and over a congested path both come in one burst. So is a resume naming
+// an older round than one taken from the peer's incarnation since.
 //
 // Suspicion can also come late to one worker: a peer whose uplink is
 // throttled is silent to most, while a ping of its that squeezed through
@@ -272,6 +273,10 @@ class Membership {
     // burst, and serve() reads a notice before a resume).
     uint32_t suspicionsSent = 0;
     uint32_t suspicionsHeard = 0;
+    // The latest round a resume of its current incarnation named: its
+    // oldest open round only grows, so a resume naming an older one was
+    // overtaken (an old connection delivering after a new one).
+    uint64_t resumedFrom = 0;
     double rtt = -1;
     // The other peers that told us they suspect this one
     // (Control::kSuspicionOf): when, and from which round.

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 
 #include "common/clock.h"
 #include "tests/worker/sync/simulated_time.h"
+#include "worker/sync/internal.h"
 #include "worker/sync/membership.h"
 #include "worker/sync/synchronizer.h"
 #include "worker/transport/memory_transport.h"
@@ -285,7 +287,8 @@ TEST_F(MembershipTest, AWorkerThatStartsAfterTheEndTakesTheFinalModel) {
 // behind the throttle, so what the peers sent it came in one burst), reads
 // the notice and the resume at once: taking the resume, it waited for rank
 // 1's contributions until the throttle lifted, though rank 1 sent it none.
-// Once rank 1 hears rank 0 again, its fresh resume is taken.
+// Once rank 1 hears rank 0 again, its fresh resume is taken; a resume that
+// names an older round than one taken since is stale as well.
 TEST_F(MembershipTest, AResumeSentBeforeItsSenderCameToSuspectUsIsStale) {
   make(3, {{0, 50, 50}, {50, 0, 50}, {50, 50, 0}});
   options_.peerTimeout = 4s;
@@ -324,6 +327,23 @@ TEST_F(MembershipTest, AResumeSentBeforeItsSenderCameToSuspectUsIsStale) {
   EXPECT_FALSE(members_[1]->suspected(0));
   EXPECT_TRUE(members_[0]->expected(1, 10)) << "the resume rank 1 sent on hearing rank 0 again";
   EXPECT_TRUE(members_[0]->expected(2, 10));
+  // A resume naming an older round than one taken since (an old connection
+  // delivering after a new one; a worker's oldest open round only grows),
+  // though it counts every notice: stale too. Taken, rank 0 would wait for
+  // round 5, which rank 1 completed without it.
+  auto topology = Topology::make(regions_, 1);
+  ASSERT_TRUE(topology.ok()) << topology.status().toString();
+  auto old = std::make_shared<std::vector<std::byte>>(13);
+  const uint64_t round = 5;
+  const uint32_t notices = 1;
+  std::memcpy(old->data(), &round, sizeof round);
+  std::memcpy(old->data() + 9, &notices, sizeof notices);
+  ASSERT_TRUE(sendBuffer(*transports_[1], *topology, {0}, transport::MessageKind::kControl,
+                         {roundOf(Control::kResume), 10}, old, 1s)
+                  .ok());
+  runFor(200ms, {0, 1, 2});
+  EXPECT_FALSE(members_[0]->expected(1, 5)) << "took a resume older than one taken before";
+  EXPECT_TRUE(members_[0]->expected(1, 10));
 }
 
 }  // namespace
