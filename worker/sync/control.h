@@ -65,7 +65,8 @@ enum class Control : uint64_t {
   // it sends its contributions (payload: that round, u64; then one byte, 1
   // when the peer is asked to answer with its own; then how many times the
   // sender has told the peer it suspects it, u32: a resume sent before the
-  // sender's latest kSuspects is stale).
+  // sender's latest kSuspects is stale; then the sender's incarnation, u64,
+  // as in kJoinQuery: one of an earlier process of the sender is void).
   kResume = ~uint64_t{0} - 13,
   // DTS: a worker that has taken its last step tells its peers how many
   // rounds it closed (payload: u64): it sends no contribution to a later
@@ -131,8 +132,9 @@ enum class Control : uint64_t {
   // Membership with announced resumes: a worker that has just come to
   // suspect a peer tells it so (payload: the round from which it sends the
   // peer nothing, u64; then how many times it has told the peer so, this
-  // time included, u32), for where suspicion is one-sided -- the peer still
-  // hears it and would wait for its contributions (Membership::serve).
+  // time included, u32; then its incarnation, u64), for where suspicion is
+  // one-sided -- the peer still hears it and would wait for its
+  // contributions (Membership::serve).
   kSuspects = ~uint64_t{0} - 28,
   // Membership with announced resumes: a worker that has just come to
   // suspect a peer tells its other peers too (payload: the peer's rank,

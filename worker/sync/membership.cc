@@ -30,10 +30,10 @@ constexpr auto kStartGrace = std::chrono::seconds(20);
 // again this often (the question may have been lost with a connection).
 constexpr auto kResumeAskEvery = std::chrono::seconds(2);
 // Control::kResume: the first round (u64), whether it asks back (1 byte),
-// the sender's count of kSuspects sent to us (u32). Control::kSuspects: the
-// round (u64), the count (u32).
-constexpr size_t kResumeBytes = sizeof(uint64_t) + 1 + sizeof(uint32_t);
-constexpr size_t kSuspectsBytes = sizeof(uint64_t) + sizeof(uint32_t);
+// the sender's count of kSuspects sent to us (u32), its incarnation (u64).
+// Control::kSuspects: the round (u64), the count (u32), the incarnation.
+constexpr size_t kResumeBytes = sizeof(uint64_t) + 1 + sizeof(uint32_t) + sizeof(uint64_t);
+constexpr size_t kSuspectsBytes = sizeof(uint64_t) + sizeof(uint32_t) + sizeof(uint64_t);
 
 // A join offer's first byte (membership.h, "Join protocol").
 constexpr unsigned kOfferFinished = 1;   // the peer has taken its last step
@@ -218,6 +218,8 @@ Status Membership::sendResume(uint32_t peer, int64_t step, bool askBack) {
   std::memcpy(bytes->data(), &first, sizeof first);
   (*bytes)[sizeof first] = std::byte{static_cast<unsigned char>(askBack ? 1 : 0)};
   std::memcpy(bytes->data() + sizeof first + 1, &l.suspicionsSent, sizeof l.suspicionsSent);
+  std::memcpy(bytes->data() + sizeof first + 1 + sizeof l.suspicionsSent, &incarnation_,
+              sizeof incarnation_);
   if (askBack) l.resumeAsked = clock_.now();
   return sendControl(peer, Control::kResume, step, std::move(bytes), CodecId::kRaw, 0);
 }
@@ -285,6 +287,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       auto bytes = std::make_shared<std::vector<std::byte>>(kSuspectsBytes);
       std::memcpy(bytes->data(), &from, sizeof from);
       std::memcpy(bytes->data() + sizeof from, &count, sizeof count);
+      std::memcpy(bytes->data() + sizeof from + sizeof count, &incarnation_, sizeof incarnation_);
       GEO_RETURN_IF_ERROR(
           sendControl(p, Control::kSuspects, step, std::move(bytes), CodecId::kRaw, 0));
       // The others learn it too: 12 bytes to each, once per suspicion.
@@ -313,6 +316,16 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
         }
         std::memcpy(&from, m->payload.data(), sizeof from);
         std::memcpy(&count, m->payload.data() + sizeof from, sizeof count);
+        uint64_t itsIncarnation = 0;
+        std::memcpy(&itsIncarnation, m->payload.data() + sizeof from + sizeof count,
+                    sizeof itsIncarnation);
+        // An earlier process of the peer's: void, and its count too (it may
+        // have counted higher, and would void every resume of the new one).
+        if (l.incarnation != 0 && itsIncarnation != l.incarnation) {
+          logger()->info("{}: ignoring a notice of suspicion sent by an earlier process of {}",
+                         name_, topology_.describe(p));
+          continue;
+        }
         l.suspicionsHeard = std::max(l.suspicionsHeard, count);
         // Stale: we suspect it too (its resume follows once we hear each
         // other), or it has delivered that round or a later one since.
@@ -336,6 +349,15 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
         }
         std::memcpy(&first, m->payload.data(), sizeof first);
         std::memcpy(&count, m->payload.data() + sizeof first + 1, sizeof count);
+        uint64_t itsIncarnation = 0;
+        std::memcpy(&itsIncarnation, m->payload.data() + sizeof first + 1 + sizeof count,
+                    sizeof itsIncarnation);
+        if (l.incarnation != 0 && itsIncarnation != l.incarnation) {
+          logger()->info(
+              "{}: ignoring a resume of {} (from round {}) sent by an earlier process of it", name_,
+              topology_.describe(p), first);
+          continue;
+        }
         if (count < l.suspicionsHeard) {
           // Sent before the peer came to suspect us (it told us since): it
           // sends us nothing now, whatever this resume says. Taking it made
@@ -396,6 +418,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       if (q->payload.size() == sizeof itsIncarnation) {
         std::memcpy(&itsIncarnation, q->payload.data(), sizeof itsIncarnation);
       }
+      if (itsIncarnation != 0) l.incarnation = itsIncarnation;
       const bool coStarter = coStarters_.contains({p, itsIncarnation});
       auto offer = std::make_shared<std::vector<std::byte>>(1 + sizeof incarnation_);
       // Our verdict travels with the offer: the joiner fetches state only
@@ -567,10 +590,11 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
       // A peer still joining as we join started with us: should it ask us
       // later (it heard from us after it had finished joining), we tell it
       // so, and it does not mistake the steps we took since for a restart.
-      if (offers[i]->joining && m->payload.size() == 1 + sizeof(uint64_t)) {
+      if (m->payload.size() == 1 + sizeof(uint64_t)) {
         uint64_t itsIncarnation = 0;
         std::memcpy(&itsIncarnation, m->payload.data() + 1, sizeof itsIncarnation);
-        coStarters_.insert({peers_[i], itsIncarnation});
+        if (itsIncarnation != 0) lives_[i].incarnation = itsIncarnation;
+        if (offers[i]->joining) coStarters_.insert({peers_[i], itsIncarnation});
       }
     }
     // Done when every peer answered or is known to be away (heard before and

@@ -127,7 +127,8 @@ namespace geo::sync::detail {
 // and ignored (each resume carries the count of notices its sender has
 // sent us), whatever order the two arrive in: serve() reads notices first,
 // and over a congested path both come in one burst. So is a resume naming
-// an older round than one taken from the peer's incarnation since.
+// an older round than one taken from the peer's incarnation since, and one
+// from an earlier incarnation of the peer (notices and resumes carry it).
 //
 // Suspicion can also come late to one worker: a peer whose uplink is
 // throttled is silent to most, while a ping of its that squeezed through
@@ -273,6 +274,11 @@ class Membership {
     // burst, and serve() reads a notice before a resume).
     uint32_t suspicionsSent = 0;
     uint32_t suspicionsHeard = 0;
+    // Its process's incarnation, from its join query or offer (0: not known
+    // yet). Notices and resumes carry their sender's: the count above is
+    // its current process's, and a resume of an earlier one is void (a
+    // killed worker's kernel still sends what its sockets held).
+    uint64_t incarnation = 0;
     // The latest round a resume of its current incarnation named: its
     // oldest open round only grows, so a resume naming an older one was
     // overtaken (an old connection delivering after a new one).

@@ -48,6 +48,25 @@ void runSimulated(FakeClock& clock, std::vector<std::function<void()>> fns, Dura
   for (auto& t : threads) t.join();
 }
 
+// A Control::kResume's and a Control::kSuspects' payloads as Membership
+// sends them (membership.cc), for messages made by hand.
+std::shared_ptr<std::vector<std::byte>> resumeBytes(uint64_t round, uint32_t notices,
+                                                    uint64_t incarnation) {
+  auto b = std::make_shared<std::vector<std::byte>>(21);
+  std::memcpy(b->data(), &round, sizeof round);
+  std::memcpy(b->data() + 9, &notices, sizeof notices);
+  std::memcpy(b->data() + 13, &incarnation, sizeof incarnation);
+  return b;
+}
+std::shared_ptr<std::vector<std::byte>> suspectsBytes(uint64_t round, uint32_t notices,
+                                                      uint64_t incarnation) {
+  auto b = std::make_shared<std::vector<std::byte>>(20);
+  std::memcpy(b->data(), &round, sizeof round);
+  std::memcpy(b->data() + 8, &notices, sizeof notices);
+  std::memcpy(b->data() + 12, &incarnation, sizeof incarnation);
+  return b;
+}
+
 class MembershipTest : public ::testing::Test {
  protected:
   // n ranks in regions of their own; oneWay[from][to] in ms (empty: 0).
@@ -333,17 +352,55 @@ TEST_F(MembershipTest, AResumeSentBeforeItsSenderCameToSuspectUsIsStale) {
   // round 5, which rank 1 completed without it.
   auto topology = Topology::make(regions_, 1);
   ASSERT_TRUE(topology.ok()) << topology.status().toString();
-  auto old = std::make_shared<std::vector<std::byte>>(13);
-  const uint64_t round = 5;
-  const uint32_t notices = 1;
-  std::memcpy(old->data(), &round, sizeof round);
-  std::memcpy(old->data() + 9, &notices, sizeof notices);
+  // (No join ran here: rank 0 does not know rank 1's incarnation, and
+  // takes any.)
   ASSERT_TRUE(sendBuffer(*transports_[1], *topology, {0}, transport::MessageKind::kControl,
-                         {roundOf(Control::kResume), 10}, old, 1s)
+                         {roundOf(Control::kResume), 10}, resumeBytes(5, 1, 0), 1s)
                   .ok());
   runFor(200ms, {0, 1, 2});
   EXPECT_FALSE(members_[0]->expected(1, 5)) << "took a resume older than one taken before";
   EXPECT_TRUE(members_[0]->expected(1, 10));
+}
+
+// Notices and resumes carry their sender's incarnation. What an earlier
+// process of a peer sent (a killed worker's kernel still sends what its
+// sockets held, and over a congested path that comes late) is void: its
+// notice, counting 7 where the new process has sent none, made every
+// resume of the new one stale, and the peer was never waited for again.
+TEST_F(MembershipTest, NoticesAndResumesOfAnEarlierProcessOfAPeerAreVoid) {
+  make(2, {{0, 50}, {50, 0}});
+  start(0);
+  start(1);
+  for (auto& m : members_) m->setResumeAnnounced(true);
+  std::vector<torch::Tensor> values = {torch::zeros({4}), torch::zeros({4})};
+  runSimulated(clock_, {[&] { ASSERT_TRUE(members_[0]->join(0, 1, values[0]).ok()); },
+                        [&] { ASSERT_TRUE(members_[1]->join(0, 1, values[1]).ok()); }});
+  const auto runFor = [&](Duration d) {
+    for (const auto end = clock_.now() + d; clock_.now() < end;) {
+      clock_.advance(20ms);
+      for (uint32_t r : {0u, 1u}) ASSERT_TRUE(members_[r]->serve(10, values[r], false).ok());
+    }
+  };
+  runFor(1s);
+  ASSERT_TRUE(members_[0]->expected(1, 10));
+  auto topology = Topology::make(regions_, 1);
+  ASSERT_TRUE(topology.ok()) << topology.status().toString();
+  const uint64_t earlier = 12345;  // not rank 1's (random, 64 bits)
+  const auto fromEarlier = [&](Control control, std::shared_ptr<std::vector<std::byte>> bytes) {
+    ASSERT_TRUE(sendBuffer(*transports_[1], *topology, {0}, transport::MessageKind::kControl,
+                           {roundOf(control), 10}, std::move(bytes), 1s)
+                    .ok());
+  };
+  // Taken, the notice would leave rank 0 asking rank 1 for its resume every
+  // 2 s, and taking none of its answers (they count no notice).
+  fromEarlier(Control::kSuspects, suspectsBytes(10, 7, earlier));
+  runFor(5s);
+  EXPECT_TRUE(members_[0]->expected(1, 10)) << "took a notice of an earlier process of rank 1";
+  fromEarlier(Control::kResume, resumeBytes(3, 7, earlier));
+  runFor(200ms);
+  // Taken, the resume would have moved the first round rank 1 is expected
+  // in from 0 (a common start) to 3.
+  EXPECT_TRUE(members_[0]->expected(1, 0)) << "took a resume of an earlier process of rank 1";
 }
 
 }  // namespace
