@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -207,6 +208,27 @@ constexpr bool controlsAreDistinctControlRounds() {
 }
 static_assert(controlsAreDistinctControlRounds(),
               "two control messages share a round, or one is below kFirstControlRound");
+
+// The payloads of Control::kResume and Control::kSuspects, as they travel
+// (fields in this order, host byte order, no padding): encode() makes
+// one; decode() reads one, nullopt where the size is not kBytes.
+struct ResumePayload {
+  uint64_t round = 0;        // the sender's oldest open round
+  bool askBack = false;      // the receiver is asked to answer with its own
+  uint32_t notices = 0;      // the kSuspects the sender has sent the receiver
+  uint64_t incarnation = 0;  // the sender's, as its kJoinQuery names it
+  static constexpr size_t kBytes = 8 + 1 + 4 + 8;
+  std::shared_ptr<std::vector<std::byte>> encode() const;
+  static std::optional<ResumePayload> decode(std::span<const std::byte> bytes);
+};
+struct SuspectsPayload {
+  uint64_t from = 0;         // the first round the sender sends the receiver nothing of
+  uint32_t notices = 0;      // the kSuspects the sender has sent the receiver, this one included
+  uint64_t incarnation = 0;  // the sender's
+  static constexpr size_t kBytes = 8 + 4 + 8;
+  std::shared_ptr<std::vector<std::byte>> encode() const;
+  static std::optional<SuspectsPayload> decode(std::span<const std::byte> bytes);
+};
 
 // The next control message `control` from `from` (kAnyPeer: any rank),
 // waiting at most `timeout` (0: a poll), as Transport::receive.

@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
+#include <span>
+#include <string>
 #include <thread>
 
 #include "common/enforce.h"
@@ -29,11 +32,6 @@ constexpr auto kStartGrace = std::chrono::seconds(20);
 // A peer heard again that has not said from which round it resumes is asked
 // again this often (the question may have been lost with a connection).
 constexpr auto kResumeAskEvery = std::chrono::seconds(2);
-// Control::kResume: the first round (u64), whether it asks back (1 byte),
-// the sender's count of kSuspects sent to us (u32), its incarnation (u64).
-// Control::kSuspects: the round (u64), the count (u32), the incarnation.
-constexpr size_t kResumeBytes = sizeof(uint64_t) + 1 + sizeof(uint32_t) + sizeof(uint64_t);
-constexpr size_t kSuspectsBytes = sizeof(uint64_t) + sizeof(uint32_t) + sizeof(uint64_t);
 
 // A join offer's first byte (membership.h, "Join protocol").
 constexpr unsigned kOfferFinished = 1;   // the peer has taken its last step
@@ -49,7 +47,46 @@ double seconds(std::chrono::milliseconds d) {
   return std::chrono::duration<double>(d).count();
 }
 
+// Fixed-layout fields, one after another (control.h: ResumePayload).
+template <typename... Fields>
+std::shared_ptr<std::vector<std::byte>> pack(const Fields&... fields) {
+  auto bytes = std::make_shared<std::vector<std::byte>>((sizeof(Fields) + ...));
+  std::byte* at = bytes->data();
+  ((std::memcpy(at, &fields, sizeof fields), at += sizeof fields), ...);
+  return bytes;
+}
+template <typename... Fields>
+bool unpack(std::span<const std::byte> bytes, Fields&... fields) {
+  if (bytes.size() != (sizeof(Fields) + ...)) return false;
+  const std::byte* at = bytes.data();
+  ((std::memcpy(&fields, at, sizeof fields), at += sizeof fields), ...);
+  return true;
+}
+
 }  // namespace
+
+std::shared_ptr<std::vector<std::byte>> ResumePayload::encode() const {
+  const auto ask = static_cast<uint8_t>(askBack ? 1 : 0);
+  return pack(round, ask, notices, incarnation);
+}
+
+std::optional<ResumePayload> ResumePayload::decode(std::span<const std::byte> bytes) {
+  ResumePayload r;
+  uint8_t ask = 0;
+  if (!unpack(bytes, r.round, ask, r.notices, r.incarnation)) return std::nullopt;
+  r.askBack = ask != 0;
+  return r;
+}
+
+std::shared_ptr<std::vector<std::byte>> SuspectsPayload::encode() const {
+  return pack(from, notices, incarnation);
+}
+
+std::optional<SuspectsPayload> SuspectsPayload::decode(std::span<const std::byte> bytes) {
+  SuspectsPayload r;
+  if (!unpack(bytes, r.from, r.notices, r.incarnation)) return std::nullopt;
+  return r;
+}
 
 Membership::Membership(transport::Transport* transport, const Topology& topology,
                        std::vector<uint32_t> peers, const SyncOptions& options, std::string name,
@@ -214,14 +251,10 @@ Status Membership::sendControl(uint32_t to, Control control, int64_t step,
 Status Membership::sendResume(uint32_t peer, int64_t step, bool askBack) {
   const uint64_t first = openRound(step);
   PeerLife& l = life(peer);
-  auto bytes = std::make_shared<std::vector<std::byte>>(kResumeBytes);
-  std::memcpy(bytes->data(), &first, sizeof first);
-  (*bytes)[sizeof first] = std::byte{static_cast<unsigned char>(askBack ? 1 : 0)};
-  std::memcpy(bytes->data() + sizeof first + 1, &l.suspicionsSent, sizeof l.suspicionsSent);
-  std::memcpy(bytes->data() + sizeof first + 1 + sizeof l.suspicionsSent, &incarnation_,
-              sizeof incarnation_);
   if (askBack) l.resumeAsked = clock_.now();
-  return sendControl(peer, Control::kResume, step, std::move(bytes), CodecId::kRaw, 0);
+  return sendControl(peer, Control::kResume, step,
+                     ResumePayload{first, askBack, l.suspicionsSent, incarnation_}.encode(),
+                     CodecId::kRaw, 0);
 }
 
 void Membership::takeSuspicionNotices(uint32_t reporter) {
@@ -284,12 +317,9 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
     const uint64_t from = roundAt(step);
     for (const uint32_t p : out.suspected) {
       const uint32_t count = ++life(p).suspicionsSent;
-      auto bytes = std::make_shared<std::vector<std::byte>>(kSuspectsBytes);
-      std::memcpy(bytes->data(), &from, sizeof from);
-      std::memcpy(bytes->data() + sizeof from, &count, sizeof count);
-      std::memcpy(bytes->data() + sizeof from + sizeof count, &incarnation_, sizeof incarnation_);
-      GEO_RETURN_IF_ERROR(
-          sendControl(p, Control::kSuspects, step, std::move(bytes), CodecId::kRaw, 0));
+      GEO_RETURN_IF_ERROR(sendControl(p, Control::kSuspects, step,
+                                      SuspectsPayload{from, count, incarnation_}.encode(),
+                                      CodecId::kRaw, 0));
       // The others learn it too: 12 bytes to each, once per suspicion.
       auto notice = std::make_shared<std::vector<std::byte>>(sizeof p + sizeof from);
       std::memcpy(notice->data(), &p, sizeof p);
@@ -307,72 +337,61 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
     if (resumeAnnounced_) {
       for (auto m = receiveControl(*transport_, Control::kSuspects, p, now); m.ok();
            m = receiveControl(*transport_, Control::kSuspects, p, now)) {
-        uint64_t from = 0;
-        uint32_t count = 0;
-        if (m->payload.size() != kSuspectsBytes) {
+        const auto notice = SuspectsPayload::decode(m->payload.bytes());
+        if (!notice) {
           logger()->warn("{}: ignoring a notice of suspicion from {} with {} bytes (expected {})",
-                         name_, topology_.describe(p), m->payload.size(), kSuspectsBytes);
+                         name_, topology_.describe(p), m->payload.size(), SuspectsPayload::kBytes);
           continue;
         }
-        std::memcpy(&from, m->payload.data(), sizeof from);
-        std::memcpy(&count, m->payload.data() + sizeof from, sizeof count);
-        uint64_t itsIncarnation = 0;
-        std::memcpy(&itsIncarnation, m->payload.data() + sizeof from + sizeof count,
-                    sizeof itsIncarnation);
         // An earlier process of the peer's: void, and its count too (it may
         // have counted higher, and would void every resume of the new one).
-        if (l.incarnation != 0 && itsIncarnation != l.incarnation) {
+        if (!ofItsProcess(l, notice->incarnation)) {
           logger()->info("{}: ignoring a notice of suspicion sent by an earlier process of {}",
                          name_, topology_.describe(p));
           continue;
         }
-        l.suspicionsHeard = std::max(l.suspicionsHeard, count);
+        l.suspicionsHeard = std::max(l.suspicionsHeard, notice->notices);
         // Stale: we suspect it too (its resume follows once we hear each
         // other), or it has delivered that round or a later one since.
-        if (l.suspected || l.awaitingResume || l.expectFrom >= from) continue;
+        if (l.suspected || l.awaitingResume || l.expectFrom >= notice->from) continue;
         l.absent = true;
         l.awaitingResume = true;
         logger()->warn(
             "{}: {} suspects this worker (it sends it nothing from round {} on) although this "
             "worker hears it; not waited for until it says from which round it sends again",
-            name_, topology_.describe(p), from);
+            name_, topology_.describe(p), notice->from);
       }
       takeSuspicionNotices(p);
       for (auto m = receiveControl(*transport_, Control::kResume, p, now); m.ok();
            m = receiveControl(*transport_, Control::kResume, p, now)) {
-        uint64_t first = 0;
-        uint32_t count = 0;
-        if (m->payload.size() != kResumeBytes) {
+        const auto resume = ResumePayload::decode(m->payload.bytes());
+        if (!resume) {
           logger()->warn("{}: ignoring a resume of {} with {} bytes (expected {})", name_,
-                         topology_.describe(p), m->payload.size(), kResumeBytes);
+                         topology_.describe(p), m->payload.size(), ResumePayload::kBytes);
           continue;
         }
-        std::memcpy(&first, m->payload.data(), sizeof first);
-        std::memcpy(&count, m->payload.data() + sizeof first + 1, sizeof count);
-        uint64_t itsIncarnation = 0;
-        std::memcpy(&itsIncarnation, m->payload.data() + sizeof first + 1 + sizeof count,
-                    sizeof itsIncarnation);
-        if (l.incarnation != 0 && itsIncarnation != l.incarnation) {
-          logger()->info(
-              "{}: ignoring a resume of {} (from round {}) sent by an earlier process of it", name_,
-              topology_.describe(p), first);
-          continue;
+        const uint64_t first = resume->round;
+        // Stale, whatever order it came in: taking a resume sent before the
+        // peer came to suspect us (it told us since, and sends us nothing
+        // now) made a worker whose uplink was throttled wait for the peer
+        // until the throttle lifted -- the resume and the notice that
+        // overtook it came in one burst, once its ACKs got through. A
+        // worker's oldest open round only grows, so one naming an older
+        // round than a resume taken since was overtaken too (an old
+        // connection delivering after a new one).
+        std::string stale;
+        if (!ofItsProcess(l, resume->incarnation)) {
+          stale = "sent by an earlier process of it";
+        } else if (resume->notices < l.suspicionsHeard) {
+          stale =
+              "sent before it came to suspect this worker; its resume follows once it hears this "
+              "worker again";
+        } else if (first < l.resumedFrom) {
+          stale = fmt::format("it said round {} since", l.resumedFrom);
         }
-        if (count < l.suspicionsHeard) {
-          // Sent before the peer came to suspect us (it told us since): it
-          // sends us nothing now, whatever this resume says. Taking it made
-          // a worker whose uplink was throttled wait for the peer until the
-          // throttle lifted: the resume and the notice that overtook it
-          // came in one burst, once its ACKs got through.
-          logger()->info(
-              "{}: ignoring a resume of {} (from round {}) sent before it came to suspect this "
-              "worker; its resume follows once it hears this worker again",
-              name_, topology_.describe(p), first);
-          continue;
-        }
-        if (first < l.resumedFrom) {
-          logger()->info("{}: ignoring a resume of {} from round {}: it said round {} since", name_,
-                         topology_.describe(p), first, l.resumedFrom);
+        if (!stale.empty()) {
+          logger()->info("{}: ignoring a resume of {} from round {}: {}", name_,
+                         topology_.describe(p), first, stale);
           continue;
         }
         l.resumedFrom = first;
@@ -386,7 +405,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
         l.absent = false;
         l.expectFrom = first;
         l.announcedFrom = first;
-        if (m->payload.data()[sizeof first] != std::byte{0}) {
+        if (resume->askBack) {
           GEO_RETURN_IF_ERROR(sendResume(p, step, false));
           out.resumeAsked.push_back(p);
         }

@@ -296,6 +296,11 @@ class Membership {
   // Takes the Control::kSuspicionOf notices from `reporter`, and stops
   // waiting for a peer that more than half of its other peers suspect.
   void takeSuspicionNotices(uint32_t reporter);
+  // Whether a notice or resume naming `incarnation` comes from the peer's
+  // current process (where its incarnation is not known yet, any does).
+  static bool ofItsProcess(const PeerLife& l, uint64_t incarnation) {
+    return l.incarnation == 0 || incarnation == l.incarnation;
+  }
   // Sends our resume (the oldest round we have not completed) to `peer`.
   Status sendResume(uint32_t peer, int64_t step, bool askBack);
   // Asks each candidate (indices into peers_) in turn for its state and

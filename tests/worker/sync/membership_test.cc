@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -46,25 +45,6 @@ void runSimulated(FakeClock& clock, std::vector<std::function<void()>> fns, Dura
   }
   geo::testing::driveWhileRunning(clock, running, quantum, limit);
   for (auto& t : threads) t.join();
-}
-
-// A Control::kResume's and a Control::kSuspects' payloads as Membership
-// sends them (membership.cc), for messages made by hand.
-std::shared_ptr<std::vector<std::byte>> resumeBytes(uint64_t round, uint32_t notices,
-                                                    uint64_t incarnation) {
-  auto b = std::make_shared<std::vector<std::byte>>(21);
-  std::memcpy(b->data(), &round, sizeof round);
-  std::memcpy(b->data() + 9, &notices, sizeof notices);
-  std::memcpy(b->data() + 13, &incarnation, sizeof incarnation);
-  return b;
-}
-std::shared_ptr<std::vector<std::byte>> suspectsBytes(uint64_t round, uint32_t notices,
-                                                      uint64_t incarnation) {
-  auto b = std::make_shared<std::vector<std::byte>>(20);
-  std::memcpy(b->data(), &round, sizeof round);
-  std::memcpy(b->data() + 8, &notices, sizeof notices);
-  std::memcpy(b->data() + 12, &incarnation, sizeof incarnation);
-  return b;
 }
 
 class MembershipTest : public ::testing::Test {
@@ -355,7 +335,8 @@ TEST_F(MembershipTest, AResumeSentBeforeItsSenderCameToSuspectUsIsStale) {
   // (No join ran here: rank 0 does not know rank 1's incarnation, and
   // takes any.)
   ASSERT_TRUE(sendBuffer(*transports_[1], *topology, {0}, transport::MessageKind::kControl,
-                         {roundOf(Control::kResume), 10}, resumeBytes(5, 1, 0), 1s)
+                         {roundOf(Control::kResume), 10}, ResumePayload{5, false, 1, 0}.encode(),
+                         1s)
                   .ok());
   runFor(200ms, {0, 1, 2});
   EXPECT_FALSE(members_[0]->expected(1, 5)) << "took a resume older than one taken before";
@@ -393,10 +374,10 @@ TEST_F(MembershipTest, NoticesAndResumesOfAnEarlierProcessOfAPeerAreVoid) {
   };
   // Taken, the notice would leave rank 0 asking rank 1 for its resume every
   // 2 s, and taking none of its answers (they count no notice).
-  fromEarlier(Control::kSuspects, suspectsBytes(10, 7, earlier));
+  fromEarlier(Control::kSuspects, SuspectsPayload{10, 7, earlier}.encode());
   runFor(5s);
   EXPECT_TRUE(members_[0]->expected(1, 10)) << "took a notice of an earlier process of rank 1";
-  fromEarlier(Control::kResume, resumeBytes(3, 7, earlier));
+  fromEarlier(Control::kResume, ResumePayload{3, false, 7, earlier}.encode());
   runFor(200ms);
   // Taken, the resume would have moved the first round rank 1 is expected
   // in from 0 (a common start) to 3.
