@@ -165,7 +165,7 @@ void WorkerMetrics::buildFamilies() {
   link_ = &gauge("geotrain_sync_link_seconds",
                  "DTS auto: the slowest link's one-way time measured from both ends");
   uplinkRate_ = &gauge("geotrain_sync_uplink_bytes_per_second",
-                       "DTS: this worker's uplink rate as measured (0: not measured)");
+                       "this worker's uplink rate as measured (0: not measured)");
   rounds_ = &counter("geotrain_sync_rounds_total", "Synchronization rounds completed");
   missing_ = &counter("geotrain_sync_missing_total",
                       "Peer contributions given up on (absent or late peers)");

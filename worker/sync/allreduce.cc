@@ -163,6 +163,7 @@ class Allreduce final : public Base {
         heard = now;
         deadline = clock().now() + options_.timeout;
       }
+      sampleUplink();
       // Whichever comes next (a later poll takes it from the inbox).
       auto m = transport_->receive(MessageKind::kUpdate, round, transport::kAnyPeer,
                                    std::chrono::milliseconds(20));

@@ -400,6 +400,7 @@ std::vector<uint32_t> Dts::presentPeers() const {
 }
 
 Status Dts::serveAndResend(int64_t t, const train::FlatParameters& flat) {
+  sampleUplink();  // every step, and in every wait
   auto served = membership_.serve(t, flat.values, false, &flat);
   if (!served.ok()) return served.status();
   std::vector<uint32_t> to = served->heardAgain;
@@ -855,7 +856,7 @@ Status Dts::sendEncoded(EncodeResult r) {
   uint64_t acked = 0;  // by every peer: the uplink carries them all
   for (const auto& c : transport_->peerCounters()) acked += c.ackedBytes;
   uplink_.sent(p.sentAt, acked);
-  stats_.setUplinkRate(uplink_.rate());
+  stats_.setUplinkRate(wayRate());
   if (!firstRoundSentAt_) firstRoundSentAt_ = p.sentAt;
   stats_.setDelay(delay_);
   if (scheduling() && !finishing_ && uplink_.held()) return choosePeriod(true);

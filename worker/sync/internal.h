@@ -26,6 +26,7 @@
 #include "worker/sync/membership.h"
 #include "worker/sync/parity.h"
 #include "worker/sync/synchronizer.h"
+#include "worker/sync/uplink_pace.h"
 
 namespace geo::sync::detail {
 
@@ -380,6 +381,18 @@ class Base : public Synchronizer {
   virtual double uplinkBytesPerSecond() const { return 0; }
   // What uplinkBytesPerSecond() was measured from, for log lines.
   virtual std::string uplinkRateSource() const { return "nothing"; }
+  // The rate the final average's way is chosen by (finalWay):
+  // uplinkBytesPerSecond() where known, else what left this machine while
+  // it held data back (BusyUplinkRate, a bound from below: not one to pace
+  // by), else 0. `source` (may be null) says which.
+  double wayRate(std::string* source = nullptr) const;
+  // Samples what has left this machine towards the group's peers and what
+  // still waits on it (BusyUplinkRate), at most every kUplinkSampleEvery:
+  // each algorithm calls it from its step and from its waits. Two system
+  // calls per peer where the transport asks the kernel
+  // (Transport::queuedBelowBytes).
+  void sampleUplink();
+  static constexpr auto kUplinkSampleEvery = std::chrono::milliseconds(50);
   // Before the final average, for a worker that hears none of its peers
   // (it is cut off, most likely, rather than every other worker dead):
   // waits while a peer is suspected that fell silent less than the round
@@ -404,6 +417,8 @@ class Base : public Synchronizer {
   std::optional<FinalCoordination> final_;  // while averageModels runs
   Membership membership_;
   std::map<uint32_t, uint64_t> rejectedBy_;  // for the log's rate limit
+  BusyUplinkRate busyUplink_;
+  std::optional<geo::Clock::TimePoint> lastUplinkSample_;
 };
 
 std::unique_ptr<Base> makeAllreduce(const SyncOptions& o, const Topology& t,

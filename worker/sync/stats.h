@@ -30,10 +30,12 @@ struct SyncStats {
   // dts auto: the slowest peer link's one-way time as measured from both
   // ends (skew cancelled; docs/architecture.md section 3), 0 before.
   double linkSeconds = 0;
-  // dts: the uplink's rate as measured (the smaller of the rate the peers
-  // acknowledged while it held rounds back and the lag reports' rate;
-  // UplinkPace::rate), bytes per second; 0 before either. The final
-  // average's way and pacing go by it.
+  // The uplink's rate as measured, bytes per second (Base::wayRate): under
+  // DTS the smaller of the rate the peers acknowledged while it held rounds
+  // back and the lag reports' rate (UplinkPace::rate); where neither is
+  // known, and under every other algorithm, what left the machine while
+  // data waited on it (BusyUplinkRate, a bound from below); 0 before any.
+  // The final average's way goes by it.
   double uplinkBytesPerSecond = 0;
   // dts: a step's time, waits for peers excluded (moving average), over
   // which the auto delay and period count the link in steps; 0 before.

@@ -86,6 +86,7 @@ class Swarm final : public Base {
     if (group_.size() <= 1) return {};
     init(flat);
     const int64_t t = step + 1;
+    sampleUplink();
     GEO_RETURN_IF_ERROR(serveMembership(t, flat, false));
     GEO_RETURN_IF_ERROR(serve(t, flat));
     if (t % options_.swarmH == 0) GEO_RETURN_IF_ERROR(initiate(t, flat));

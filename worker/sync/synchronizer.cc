@@ -892,6 +892,35 @@ Status Base::pauseServing(double seconds, int64_t steps, const train::FlatParame
   return {};
 }
 
+void Base::sampleUplink() {
+  const auto now = clock().now();
+  if (lastUplinkSample_ && now - *lastUplinkSample_ < kUplinkSampleEvery) return;
+  lastUplinkSample_ = now;
+  uint64_t left = 0, queued = 0;
+  for (const auto& c : transport_->peerCounters()) {
+    if (!group_.indexOf(c.peer)) continue;
+    const uint64_t below = transport_->queuedBelowBytes(c.peer);
+    left += c.bytesSent > below ? c.bytesSent - below : 0;
+    queued += c.backlogBytes + below;
+  }
+  busyUplink_.sample(now, left, queued);
+  stats_.setUplinkRate(wayRate());
+}
+
+double Base::wayRate(std::string* source) const {
+  if (const double rate = uplinkBytesPerSecond(); rate > 0) {
+    if (source) *source = uplinkRateSource();
+    return rate;
+  }
+  const double busy = busyUplink_.bytesPerSecond();
+  if (source) {
+    *source = busy > 0 ? fmt::format("what left this machine over the {:.1f} s it held data back",
+                                     busyUplink_.busySeconds())
+                       : std::string("nothing");
+  }
+  return busy;
+}
+
 double Base::farthestOneWaySeconds(const std::vector<uint32_t>& peers) const {
   double farthest = 0;
   for (const auto& c : transport_->peerCounters()) {
@@ -1001,8 +1030,10 @@ FinalAverageWay Base::finalWay(const std::vector<uint32_t>& to, uint64_t modelBy
     if (f == "shards") way = FinalAverageWay::kShards;
     if (f == "reduce-scatter") way = FinalAverageWay::kReduceScatter;
   }
-  const bool measured = uplinkBytesPerSecond() > 0;
-  const double rate = measured ? uplinkBytesPerSecond() : kUnmeasuredUplinkBytesPerSecond;
+  std::string source;
+  const double measuredRate = wayRate(&source);
+  const bool measured = measuredRate > 0;
+  const double rate = measured ? measuredRate : kUnmeasuredUplinkBytesPerSecond;
   const double latency = farthestOneWaySeconds(to);
   const bool chosen = !way;
   if (!way) {
@@ -1020,8 +1051,7 @@ FinalAverageWay Base::finalWay(const std::vector<uint32_t>& to, uint64_t modelBy
         "reduce-scatter",
         chosen ? "chosen" : "set", finalAverageWayName(*way), to.size() + 1,
         static_cast<double>(modelBytes) / 1e6, rate / 1e6,
-        measured ? "measured from " + uplinkRateSource()
-                 : std::string("not measured: 1 Gbit/s assumed"),
+        measured ? "measured from " + source : std::string("not measured: 1 Gbit/s assumed"),
         latency * 1e3, reckon(FinalAverageWay::kWhole), reckon(FinalAverageWay::kShards),
         reckon(FinalAverageWay::kReduceScatter));
   }

@@ -33,6 +33,28 @@ void UplinkPace::sent(geo::Clock::TimePoint at, uint64_t ackedBytes) {
   if (const std::optional<double> rate = heldBytesPerSecond()) heldRate_ = *rate;
 }
 
+void BusyUplinkRate::sample(geo::Clock::TimePoint at, uint64_t leftBytes, uint64_t queuedBytes) {
+  // The queue at the interval's start only: a queue that drained within it
+  // drained at the path's rate or faster, and the bytes that left are a
+  // bound from below either way (an emulated uplink lets a message go whole
+  // once its time is up: counting only intervals queued at both ends left
+  // out every message's bytes).
+  if (last_ && leftBytes >= last_->left && at > last_->at) {
+    const double gap = std::chrono::duration<double>(at - last_->at).count();
+    if (gap <= kLongestGap && last_->queued >= kBusyBytes) {
+      busySeconds_ += gap;
+      busyBytes_ += leftBytes - last_->left;
+    }
+  }
+  last_ = Sample{at, leftBytes, queuedBytes};
+}
+
+double BusyUplinkRate::bytesPerSecond() const {
+  // (A sum of intervals: within rounding of the bound is at it.)
+  if (busySeconds_ < kMinBusySeconds - 1e-9 || busyBytes_ < kMinBusyBytes) return 0;
+  return static_cast<double>(busyBytes_) / busySeconds_;
+}
+
 double UplinkPace::roundSeconds(int64_t k, double stepSeconds) const {
   if (intervals_.empty()) return static_cast<double>(k) * stepSeconds;
   double sum = 0;

@@ -58,6 +58,60 @@ bool roundStillQueued(const PeerQueue& queue, uint64_t roundBytes, double roundS
 // waited for it (docs/benchmarks.md).
 bool uplinkHoldsRound(std::span<const PeerQueue> queues, uint64_t roundBytes, double roundSeconds);
 
+// The uplink's rate from what left this machine while it held data back,
+// for every algorithm and every K: what the final average chooses its way
+// by where no round measured the rate (UplinkPace needs two rounds held
+// back in a row, or six rounds of lag reports at one K). Without it a
+// worker read a 2 Mbit/s uplink as not measured and took the final average
+// whole at the 1 Gbit/s assumed: 32-45 s where reduce-scatter takes about
+// 10 (docs/benchmarks.md).
+//
+// Sampled now and then (sample()): the bytes that have left this machine
+// towards its peers in all, and the bytes still queued on it (in the
+// transport, ZeroMQ's pipe, the kernel's send buffer). Over an interval
+// that began with at least kBusyBytes queued, the path -- not this
+// worker's own pace -- decided how fast the bytes left, or they all left
+// within it: either way their count is at most what the path carries in
+// that time. So the rate is a bound from below: the uplink's where it is
+// the limit, less where a window, a slow start or a queue that ran dry
+// within the interval is, which errs toward the ways of the final average
+// that save bytes (a hop or two of cost) where the opposite error cost
+// tens of seconds. Not a rate to pace by: too low, it would hold copies
+// back that a fast uplink carries at once. Intervals longer than
+// kLongestGap are not counted. The rate is the bytes over the busy time of
+// the whole job, so that a burst or a slow start weighs by its share of it.
+class BusyUplinkRate {
+ public:
+  // Bytes queued at an interval's start for it to count.
+  static constexpr uint64_t kBusyBytes = 16 * 1024;
+  // The longest interval between samples that counts, seconds.
+  static constexpr double kLongestGap = 1.0;
+  // Busy time and bytes before a rate is given: less says more of a
+  // round trip's or a burst's timing than of the uplink.
+  static constexpr double kMinBusySeconds = 1.0;
+  static constexpr uint64_t kMinBusyBytes = 64 * 1024;
+
+  // A sample at `at`: `leftBytes` have left this machine in all
+  // (PeerCounters::bytesSent less Transport::queuedBelowBytes, summed over
+  // the peers), `queuedBytes` have not (backlogBytes plus queuedBelowBytes,
+  // summed). A counter that went back (a transport replaced) restarts the
+  // count from this sample.
+  void sample(geo::Clock::TimePoint at, uint64_t leftBytes, uint64_t queuedBytes);
+  // Bytes per second over the busy time; 0 until kMinBusySeconds and
+  // kMinBusyBytes of it.
+  double bytesPerSecond() const;
+  double busySeconds() const { return busySeconds_; }
+
+ private:
+  struct Sample {
+    geo::Clock::TimePoint at;
+    uint64_t left = 0, queued = 0;
+  };
+  std::optional<Sample> last_;
+  double busySeconds_ = 0;
+  uint64_t busyBytes_ = 0;
+};
+
 // The rounds' pace as this worker lives it. Not thread-safe (the training
 // thread's).
 class UplinkPace {

@@ -1159,6 +1159,45 @@ TEST(Dts, AFixedPeriodWithTheAutomaticDelayMeasuresTheUplinksRate) {
   EXPECT_TRUE(torch::equal(r.finalValues[0], r.finalValues[1]));
 }
 
+// Two regions under DTS with qsgd, a fixed K and D.
+JobSpec twoRegionsDts(int64_t steps, int64_t period, int64_t delay) {
+  JobSpec job;
+  job.regions = {"a", "b"};
+  job.steps = steps;
+  job.sync = options("dts", "qsgd");
+  job.sync.period = period;
+  job.sync.delay = delay;
+  return job;
+}
+
+// A fixed K and a fixed D measure the uplink's rate too, from what left
+// the machine while data waited on it (BusyUplinkRate): their rounds are
+// not held back two in a row and send no lag reports worth a rate, so the
+// uplink read as not measured and the final average assumed 1 Gbit/s --
+// whole, 32-45 s on 2 Mbit/s uplinks among four regions where
+// reduce-scatter takes about 10. Rounds of 32 steps of at least 20 ms
+// (0.64 s) and a payload of about 103 KB that a 2 Mbit/s uplink carries in
+// 0.41 s: busy two thirds of the time, never holding a round back; ten
+// rounds, for the second of busy time a rate needs.
+TEST(Dts, AFixedPeriodAndDelayMeasureTheUplinksRateFromWhatLeftWhileDataWaited) {
+  JobSpec job = twoRegionsDts(320, 32, 32);
+  job.uplink = "rate=2mbit";
+  job.extraCompute = {20ms, 20ms};
+  const RunResult r = runJob(job);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
+    // 250 KB/s through the emulated uplink: not 0, and nowhere near the
+    // 1 Gbit/s assumed. A little more than the line may count: the small
+    // frames (pings, acknowledgements, lag reports) that leave beside a
+    // queued round (282 KB/s read here).
+    EXPECT_GT(r.stats[rank].uplinkBytesPerSecond, 0.8 * 250e3) << "rank " << rank;
+    EXPECT_LT(r.stats[rank].uplinkBytesPerSecond, 1.25 * 250e3) << "rank " << rank;
+    std::printf("rank %zu: uplink read at %.0f KB/s (2 Mbit/s: 250)\n", rank,
+                r.stats[rank].uplinkBytesPerSecond / 1e3);
+  }
+  EXPECT_TRUE(torch::equal(r.finalValues[0], r.finalValues[1]));
+}
+
 // Auto delay before any ping came back: a round is not due K steps after
 // its close (a guess that made every worker wait at the first due step for
 // the slowest link), but once a ping gives D. Over a link of 300 ms each
@@ -1552,12 +1591,7 @@ TEST(Dts, AutoDelayResumesARoundWhoseDueStepWasNotKnownYet) {
 // acknowledged the average; before, it left, the average died in its queue
 // and the other worker ended on its own model.
 TEST(Dts, FinalAverageReachesEveryWorkerOverASlowUplink) {
-  JobSpec job;
-  job.regions = {"a", "b"};
-  job.steps = 16;
-  job.sync = options("dts", "qsgd");
-  job.sync.period = 4;
-  job.sync.delay = 1;
+  JobSpec job = twoRegionsDts(16, 4, 1);
   job.uplink = "rate=8mbit";
   job.leaveWhenDone = true;
   const auto r = runJob(job);

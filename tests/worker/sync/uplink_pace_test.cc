@@ -199,5 +199,49 @@ TEST(UplinkPace, TheRateIsTheSmallerOfTheHeldAndTheReportedOnesWhereBothAreKnown
   EXPECT_EQ(reported.rateSource(), "the lag reports");
 }
 
+// What left this machine while it held data back: a 2 Mbit/s uplink
+// (250 KB/s) sampled every 100 ms, 25 KB leaving each time.
+TEST(BusyUplinkRate, TheBytesThatLeftOverTheTimeDataWaitedAtBothEnds) {
+  BusyUplinkRate busy;
+  const geo::Clock::TimePoint t0{};
+  const auto at = [&](int tenths) { return t0 + milliseconds(100 * tenths); };
+  busy.sample(at(0), 0, 200'000);
+  for (int i = 1; i < 10; ++i) busy.sample(at(i), 25'000 * static_cast<uint64_t>(i), 200'000);
+  // 0.9 s busy: not yet a rate (a round trip's or a burst's timing).
+  EXPECT_NEAR(busy.busySeconds(), 0.9, 1e-9);
+  EXPECT_EQ(busy.bytesPerSecond(), 0);
+  busy.sample(at(10), 250'000, 200'000);
+  EXPECT_DOUBLE_EQ(busy.bytesPerSecond(), 250'000);
+}
+
+TEST(BusyUplinkRate, NotWhereThisWorkerPacedItsOwnBytes) {
+  BusyUplinkRate busy;
+  const geo::Clock::TimePoint t0{};
+  const auto at = [&](int tenths) { return t0 + milliseconds(100 * tenths); };
+  // 1.2 s busy at 250 KB/s.
+  for (int i = 0; i <= 12; ++i) busy.sample(at(i), 25'000 * static_cast<uint64_t>(i), 100'000);
+  ASSERT_DOUBLE_EQ(busy.bytesPerSecond(), 250'000);
+  // The queue ran dry within the next interval: its bytes count (they left
+  // no faster than the path carries them).
+  busy.sample(at(13), 325'000, 0);
+  EXPECT_DOUBLE_EQ(busy.bytesPerSecond(), 250'000);
+  // An interval that began with nothing queued does not: 1 MB handed over
+  // and gone within it, at a pace this worker set, not the path.
+  busy.sample(at(14), 1'325'000, 100'000);
+  EXPECT_DOUBLE_EQ(busy.bytesPerSecond(), 250'000);
+  // Nor one over kLongestGap: the queue may have run dry in between.
+  busy.sample(at(30), 2'000'000, 100'000);
+  EXPECT_DOUBLE_EQ(busy.bytesPerSecond(), 250'000);
+  busy.sample(at(31), 2'025'000, BusyUplinkRate::kBusyBytes - 1);
+  EXPECT_DOUBLE_EQ(busy.bytesPerSecond(), 250'000);
+  // Nor one that began with less than kBusyBytes queued.
+  busy.sample(at(32), 2'200'000, 100'000);
+  EXPECT_DOUBLE_EQ(busy.bytesPerSecond(), 250'000);
+  // A counter that went back (a transport replaced) counts from there on.
+  busy.sample(at(33), 0, 100'000);
+  busy.sample(at(34), 25'000, 100'000);
+  EXPECT_DOUBLE_EQ(busy.bytesPerSecond(), 250'000);
+  EXPECT_NEAR(busy.busySeconds(), 1.5, 1e-9);
+}
 }  // namespace
 }  // namespace geo::sync
