@@ -82,6 +82,13 @@ std::optional<int64_t> periodFromCrossing(double crossingSeconds, double latency
   return k;
 }
 
+double crossingWithinUplink(double crossingSeconds, double latencySeconds, double roundBytes,
+                            double uplinkBytesPerSecond) {
+  if (!(uplinkBytesPerSecond > 0) || !(roundBytes > 0)) return crossingSeconds;
+  return std::min(crossingSeconds,
+                  std::max(0.0, latencySeconds) + roundBytes / uplinkBytesPerSecond);
+}
+
 std::optional<int64_t> periodForHeldUplink(double uplinkRoundSeconds, double stepSeconds,
                                            int64_t current, int64_t maxPeriod) {
   if (!(stepSeconds > 0) || !(uplinkRoundSeconds >= 0) || maxPeriod < 1) return std::nullopt;

@@ -120,6 +120,18 @@ bool codecBoundsPeriod(double transferSeconds, double codecRoundSeconds);
 std::optional<int64_t> periodFromCrossing(double crossingSeconds, double latencySeconds,
                                           double stepSeconds, int64_t current, int64_t maxPeriod);
 
+// A round seen crossing for `crossingSeconds` (periodFromCrossing's), less
+// what of it was queue: no longer than the links' latency plus the round's
+// `roundBytes` through an uplink known to carry at least
+// `uplinkBytesPerSecond` (a bound from below on its rate, so the round's
+// transfer is at most that long). `crossingSeconds` itself where the rate
+// or the bytes are not known (<= 0). Under reduce-scatter on 2 Mbit/s
+// uplinks rounds were seen crossing for 2.4-9.2 s behind the queue the
+// earlier ones left, where one takes about 0.6 s, and K went from 16 to
+// 512 or 1024 (docs/benchmarks.md).
+double crossingWithinUplink(double crossingSeconds, double latencySeconds, double roundBytes,
+                            double uplinkBytesPerSecond);
+
 // Auto period for a worker whose uplink held back its last rounds (each
 // waited for the previous one to leave): those rounds lasted what the
 // uplink needs for one, all peers' updates, `uplinkRoundSeconds`. K is the

@@ -1083,6 +1083,7 @@ class Dts final : public Base, private StateParity::Host {
   // at the last close (-1: none yet).
   double codecRoundSeconds_ = 0;
   double codecAtClose_ = -1;
+  bool crossingBoundLogged_ = false;                 // choosePeriod's debug line, once a job
   double waitedSince_ = 0;                           // seconds waited for peers since the last step
   std::optional<geo::Clock::TimePoint> lastStepAt_;  // the latest afterStep's start
   int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step

@@ -193,11 +193,36 @@ Status Dts::choosePeriod(bool atClose) {
   // uplink at K = 128, and K went to 512); the held rule above has the
   // transfer itself.
   if (crossed && options_.autoPeriod && !(uplink_.heldRate() > 0)) {
-    const std::optional<int64_t> up = periodFromCrossing(
-        links_.crossingSeconds(), latency, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
+    // Nor for longer than a round's bytes take at the rate the uplink is
+    // known to carry at the least (wayRate: what left this machine while
+    // it held data back, where no round measured it): the rest waited
+    // behind rounds queued before it (crossingWithinUplink).
+    const double seen = links_.crossingSeconds();
+    const double rate = wayRate();
+    const double crossing = crossingWithinUplink(seen, latency, roundUplinkBytes(), rate);
+    const bool bounded = crossing < seen;
+    const std::optional<int64_t> up =
+        periodFromCrossing(crossing, latency, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
+    if (bounded && !crossingBoundLogged_) {
+      // Once a job, at debug: where the bound kept K from what the crossing
+      // alone asked.
+      const std::optional<int64_t> unbounded =
+          periodFromCrossing(seen, latency, stepSeconds_, schedule_.k, options_.maxAutoPeriod);
+      if (unbounded && (!up || *unbounded > *up)) {
+        crossingBoundLogged_ = true;
+        logger()->debug(
+            "dts: a round seen crossing for {:.0f} ms asks K = {}; its {:.0f} KB through the "
+            "uplink at the {:.3g} MB/s it carries at the least ({}) take {:.0f} ms: K = {}",
+            seen * 1e3, *unbounded, roundUplinkBytes() / 1e3, rate / 1e6,
+            uplink_.rate() > 0 ? "measured from the rounds" : "what left while data waited",
+            (crossing - latency) * 1e3, up ? *up : schedule_.k);
+      }
+    }
     if (up && *up > chosen) {
-      chosen = *up, transfer = links_.crossingSeconds() - latency;
-      why = "a round seen crossing, before the lag reports, takes at least";
+      chosen = *up, transfer = crossing - latency;
+      why = bounded ? "a round seen crossing, before the lag reports, bounded by the uplink's "
+                      "rate, takes at least"
+                    : "a round seen crossing, before the lag reports, takes at least";
     }
   }
   // A larger K at once: the uplink is what every round waits for. A

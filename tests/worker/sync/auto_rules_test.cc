@@ -198,6 +198,23 @@ TEST(AutoPeriod, AHeldUplinkGetsRoundsOfComputeAsLongAsItsRounds) {
   EXPECT_FALSE(periodForHeldUplink(0.280, 0.0, 4, 64).has_value());
 }
 
+TEST(AutoPeriod, ARoundSeenCrossingCountsNoLongerThanTheUplinkTakesForIt) {
+  // Reduce-scatter on 2 Mbit/s uplinks (docs/benchmarks.md): a round seen
+  // crossing for 9120 ms behind the queue the start's rounds left, the
+  // farthest peer 160 ms away; its 170 KB through an uplink known to carry
+  // at least 0.193 MB/s take 881 ms.
+  const double bounded = crossingWithinUplink(9.120, 0.160, 170e3, 0.193e6);
+  EXPECT_NEAR(bounded, 0.160 + 170e3 / 0.193e6, 1e-9);
+  // Steps of 15.3 ms: K = 128 where the crossing alone asked 1024.
+  EXPECT_EQ(periodFromCrossing(9.120, 0.160, 0.0153, 16, 1024), 1024);
+  EXPECT_EQ(periodFromCrossing(bounded, 0.160, 0.0153, 16, 1024), 128);
+  // A crossing shorter than that bound stays as it was seen.
+  EXPECT_DOUBLE_EQ(crossingWithinUplink(0.700, 0.160, 170e3, 0.193e6), 0.700);
+  // Without a rate or a round's bytes, nothing bounds it.
+  EXPECT_DOUBLE_EQ(crossingWithinUplink(9.120, 0.160, 170e3, 0), 9.120);
+  EXPECT_DOUBLE_EQ(crossingWithinUplink(9.120, 0.160, 0, 0.193e6), 9.120);
+}
+
 TEST(AutoPeriod, ARoundSeenCrossingRaisesKBeforeTheReports) {
   // The 20M-parameter mlp on the world links at 100 Mbit/s: a 10 MB round
   // to three peers seen crossing for 2524 ms one way, the farthest peer
