@@ -72,9 +72,11 @@ bool uplinkHoldsRound(std::span<const PeerQueue> queues, uint64_t roundBytes, do
 // that began with at least kBusyBytes queued, the path -- not this
 // worker's own pace -- decided how fast the bytes left, or they all left
 // within it: either way their count is at most what the path carries in
-// that time. So the rate is a bound from below: the uplink's where it is
-// the limit, less where a window, a slow start or a queue that ran dry
-// within the interval is, which errs toward the ways of the final average
+// that time, and one queue's worth below the kernel's count (a router's or
+// an emulated link's: what TCP's window put there counts as left) once
+// per busy spell. So the rate is all but a bound from below: the uplink's
+// where it is the limit, less where a window, a slow start or a queue that
+// ran dry within the interval is, which errs toward the ways of the final average
 // that save bytes (a hop or two of cost) where the opposite error cost
 // tens of seconds. Not a rate to pace by: too low, it would hold copies
 // back that a fast uplink carries at once. Intervals longer than
