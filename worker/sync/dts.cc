@@ -856,7 +856,6 @@ Status Dts::sendEncoded(EncodeResult r) {
   uint64_t acked = 0;  // by every peer: the uplink carries them all
   for (const auto& c : transport_->peerCounters()) acked += c.ackedBytes;
   uplink_.sent(p.sentAt, acked);
-  stats_.setUplinkRate(wayRate());
   if (!firstRoundSentAt_) firstRoundSentAt_ = p.sentAt;
   stats_.setDelay(delay_);
   if (scheduling() && !finishing_ && uplink_.held()) return choosePeriod(true);

@@ -334,7 +334,6 @@ double Dts::measureUplink(bool measured, double& latency) {
   const double peers = static_cast<double>(group_.size() - 1);
   uplink_.measuredTransfer(transfer,
                            sharded() ? peers / static_cast<double>(group_.size()) : peers);
-  stats_.setUplinkRate(wayRate());
   return transfer;
 }
 

@@ -387,10 +387,11 @@ class Base : public Synchronizer {
   // by), else 0. `source` (may be null) says which.
   double wayRate(std::string* source = nullptr) const;
   // Samples what has left this machine towards the group's peers and what
-  // still waits on it (BusyUplinkRate), at most every kUplinkSampleEvery:
-  // each algorithm calls it from its step and from its waits. Two system
-  // calls per peer where the transport asks the kernel
-  // (Transport::queuedBelowBytes).
+  // still waits on it (BusyUplinkRate), at most every kUplinkSampleEvery
+  // (two system calls per peer where the transport asks the kernel:
+  // Transport::queuedBelowBytes), and hands the stats wayRate(). DTS calls
+  // it every step and in every wait (serveAndResend), swarm every step,
+  // allreduce while it waits for the gradients.
   void sampleUplink();
   static constexpr auto kUplinkSampleEvery = std::chrono::milliseconds(50);
   // Before the final average, for a worker that hears none of its peers

@@ -894,16 +894,19 @@ Status Base::pauseServing(double seconds, int64_t steps, const train::FlatParame
 
 void Base::sampleUplink() {
   const auto now = clock().now();
-  if (lastUplinkSample_ && now - *lastUplinkSample_ < kUplinkSampleEvery) return;
-  lastUplinkSample_ = now;
-  uint64_t left = 0, queued = 0;
-  for (const auto& c : transport_->peerCounters()) {
-    if (!group_.indexOf(c.peer)) continue;
-    const uint64_t below = transport_->queuedBelowBytes(c.peer);
-    left += c.bytesSent > below ? c.bytesSent - below : 0;
-    queued += c.backlogBytes + below;
+  if (!lastUplinkSample_ || now - *lastUplinkSample_ >= kUplinkSampleEvery) {
+    lastUplinkSample_ = now;
+    uint64_t left = 0, queued = 0;
+    for (const auto& c : transport_->peerCounters()) {
+      if (!group_.indexOf(c.peer)) continue;
+      const uint64_t below = transport_->queuedBelowBytes(c.peer);
+      left += c.bytesSent > below ? c.bytesSent - below : 0;
+      queued += c.backlogBytes + below;
+    }
+    busyUplink_.sample(now, left, queued);
   }
-  busyUplink_.sample(now, left, queued);
+  // Every call: the one place the stats learn the rate, whichever measure
+  // it comes from (DTS's changes at a round's sending or close).
   stats_.setUplinkRate(wayRate());
 }
 
