@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <utility>
 
@@ -20,7 +21,7 @@ namespace {
 
 // Ports below this are left to system services.
 constexpr uint32_t kLowestPort = 10000;
-// Random candidates tried per port before falling back to port 0.
+// Candidates tried per port before falling back to port 0.
 constexpr int kAttemptsPerPort = 64;
 
 // Binds a fresh socket to 127.0.0.1:port (0: the kernel chooses). Returns
@@ -61,17 +62,28 @@ StatusOr<PortReservation> PortReservation::reserve(size_t count) {
   const uint32_t below = eph.first > kLowestPort ? eph.first - kLowestPort : 0;
   const uint32_t above = 65535u - eph.last;
   const uint32_t candidates = below + above;
-  std::random_device seed;
-  std::mt19937 rng(seed());
   auto candidate = [&](uint32_t i) {
     return static_cast<uint16_t>(i < below ? kLowestPort + i : eph.last + 1 + (i - below));
   };
+
+  // One cursor per process, starting at a random candidate and moving on
+  // past every port tried: a port this process handed out is not handed out
+  // again until the cursor has gone round all the candidates (a test that
+  // asks for four ports one at a time, none bound yet, gets four distinct
+  // ones), and two processes collide only where their cursors meet at the
+  // same moment.
+  static std::mutex mutex;
+  static uint32_t cursor = [] {
+    std::random_device seed;
+    return static_cast<uint32_t>(seed());
+  }();
+  const std::lock_guard<std::mutex> lock(mutex);
 
   PortReservation reservation;
   for (size_t i = 0; i < count; ++i) {
     int fd = -1;
     for (int attempt = 0; candidates > 0 && fd < 0 && attempt < kAttemptsPerPort; ++attempt) {
-      fd = bindLoopback(candidate(std::uniform_int_distribution<uint32_t>(0, candidates - 1)(rng)));
+      fd = bindLoopback(candidate(cursor++ % candidates));
     }
     if (fd < 0) fd = bindLoopback(0);  // no room outside the ephemeral range
     if (fd < 0) {

@@ -13,12 +13,19 @@
 // hands out by itself; only a process that binds that exact port can take
 // it. It falls back to port 0 when the ephemeral range leaves no room.
 //
+// The candidates are walked in order from a random start, one cursor per
+// process: the same process never gets a port twice until it has been
+// through all of them (some 27,000), so ports asked for one at a time and
+// bound later (a test's world of four ranks) are distinct, and two test
+// processes running side by side meet only where their cursors do.
+//
 // reserve(n) binds n sockets to 127.0.0.1 (no SO_REUSEADDR, so a port in
 // use or in TIME_WAIT is skipped) and keeps them open until release(), which
 // the caller invokes right before the processes that bind them start.
 //
 // Owns its sockets (close-on-exec, closed by release() or the destructor);
-// move-only; not thread-safe. Errors: Unavailable naming the failed call.
+// move-only; reserve() is thread-safe, an object is not. Errors:
+// Unavailable naming the failed call.
 
 #include <cstddef>
 #include <cstdint>

@@ -70,5 +70,21 @@ TEST(PortReservation, FreeLoopbackPortCanBeBound) {
   EXPECT_TRUE(canBind(p)) << p;
 }
 
+// A test asks for its ranks' ports one at a time and binds none of them
+// until its transports start: every port handed out must differ from the
+// ones before it, though all of them were released. (Picked at random, 3000
+// draws from some 27,000 candidates repeat one about 160 times.)
+TEST(PortReservation, APortIsNotHandedOutTwiceByOneProcess) {
+  std::set<uint16_t> seen;
+  for (int i = 0; i < 3000; ++i) {
+    const uint16_t p = i % 3 == 0 ? freeLoopbackPort() : [] {
+      auto r = PortReservation::reserve(1);
+      EXPECT_TRUE(r.ok()) << r.status().toString();
+      return r.ok() ? r->ports().front() : uint16_t{0};
+    }();
+    EXPECT_TRUE(seen.insert(p).second) << "port " << p << " handed out again at draw " << i;
+  }
+}
+
 }  // namespace
 }  // namespace geo
