@@ -238,12 +238,24 @@ Status Membership::sendControl(uint32_t to, Control control, int64_t step,
   // padding, which a fresh TCP connection over a long round trip sends in
   // several round trips of slow start, and a running peer's carries its
   // rounds -- behind either, joining cost a second or more across the world.
-  // None of them says anything about the data sent before it. The state
-  // itself, the announcement of the round a joiner contributes from and a
-  // resume (which orders a peer's old contributions before its new ones)
-  // stay on the data connection.
+  // None of them says anything about the data sent before it. So do the
+  // notices of suspicion (kSuspects, kSuspicionOf): they are for a peer
+  // that hears us while we do not hear it, and the worst of those is one
+  // whose own uplink is clogged -- its ACKs lost there, our data connection
+  // to it backs off and holds everything we send it, while our pings,
+  // which it hears, still get through. Behind our rounds a throttled tokyo
+  // learned it was suspected only when the throttle lifted, 14.8 s of
+  // waiting, and then so far behind that the others waited 11.8 s for its
+  // rounds (docs/benchmarks.md). Overtaking the data is safe: a notice
+  // names the first round we no longer send, and a resume that comes
+  // before a notice it postdates voids that notice (the resume's round is
+  // later), as one that postdates none is void itself (its count of
+  // notices). The state itself, the announcement of the round a joiner
+  // contributes from and a resume (which orders a peer's old contributions
+  // before its new ones) stay on the data connection.
   meta.controlLane = control == Control::kJoinQuery || control == Control::kJoinOffer ||
-                     control == Control::kJoinFetch;
+                     control == Control::kJoinFetch || control == Control::kSuspects ||
+                     control == Control::kSuspicionOf;
   return sendBuffer(*transport_, topology_, {to}, MessageKind::kControl, meta, std::move(bytes),
                     options_.timeout);
 }

@@ -101,6 +101,8 @@ struct MemoryNetwork::State {
   std::vector<Endpoint> endpoints;
   // Links cut (MemoryNetwork::cutLink, cutOneWay), a way each, as {from, to}.
   std::set<std::pair<uint32_t, uint32_t>> cutWays;
+  // Ways whose data is held in the sender's queue (MemoryNetwork::holdData).
+  std::set<std::pair<uint32_t, uint32_t>> heldWays;
   std::vector<Msg> inFlight;
   uint64_t nextSeq = 1;
   uint64_t nextSentId = 1;
@@ -126,6 +128,9 @@ struct MemoryNetwork::State {
   }
   bool linkCut(uint32_t a, uint32_t b) const {
     return !cutWays.empty() && cutWays.count({a, b}) > 0;
+  }
+  bool dataHeld(uint32_t from, uint32_t to) const {
+    return !heldWays.empty() && heldWays.count({from, to}) > 0;
   }
   // Whether what `from` sends to `to` is dropped as it is sent: `from` cut
   // off from the other regions, or the link between the two cut.
@@ -172,7 +177,7 @@ struct MemoryNetwork::State {
           if (at > lingerEnd) continue;
           leave(m, at);
         }
-        while (!side.queue.empty() && to.open) {
+        while (!side.queue.empty() && to.open && !dataHeld(r, p)) {
           Msg& front = side.queue.front();
           const TimePoint at = std::max(front.departAt, to.openedAt);
           if (at > now) break;
@@ -358,7 +363,7 @@ struct MemoryNetwork::State {
     for (uint32_t r = 0; r < world(); ++r) {
       const Endpoint& e = endpoints[r];
       for (uint32_t p = 0; p < world(); ++p) {
-        if (p == r || !endpoints[p].open || e.peers[p].queue.empty()) continue;
+        if (p == r || !endpoints[p].open || e.peers[p].queue.empty() || dataHeld(r, p)) continue;
         next = std::min(next, std::max(e.peers[p].queue.front().departAt, endpoints[p].openedAt));
       }
       for (const PeerSide& side : e.peers) {
@@ -704,6 +709,21 @@ void MemoryNetwork::cutWays(const std::vector<std::pair<uint32_t, uint32_t>>& wa
 
 void MemoryNetwork::cutOneWay(uint32_t from, uint32_t to, bool cut) {
   cutWays({{from, to}}, cut);
+}
+
+void MemoryNetwork::holdData(uint32_t from, uint32_t to, bool hold) {
+  std::lock_guard lock(state_->mu);
+  if (from >= state_->world() || to >= state_->world() || from == to) return;
+  const TimePoint now = state_->clock.now();
+  state_->settle(now);
+  if (hold) {
+    state_->heldWays.insert({from, to});
+  } else {
+    state_->heldWays.erase({from, to});
+  }
+  state_->touch();
+  state_->settle(now);
+  state_->clock.notifyAll(state_->changed);
 }
 
 void MemoryNetwork::cutLink(uint32_t a, uint32_t b, bool cut) {

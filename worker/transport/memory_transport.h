@@ -120,6 +120,16 @@ class MemoryNetwork {
   // network's full uplink gives it (pings queued behind bulk data on one
   // side only).
   void cutOneWay(uint32_t from, uint32_t to, bool cut);
+  // Holds (or releases) what `from` sends `to` as data in `from`'s queue:
+  // nothing of it leaves while held, and it leaves in order once released;
+  // control-lane messages and liveness pass as before, so each still hears
+  // the other. A TCP connection whose retransmission timer backed off while
+  // the receiver's own uplink was clogged (its ACKs lost there), beside a
+  // probe connection that still gets through: on the namespace network a
+  // worker throttled to 32 kbit/s heard its peers' pings for 15 s while
+  // their data to it waited. No effect for a rank outside the world or
+  // from == to.
+  void holdData(uint32_t from, uint32_t to, bool hold);
 
   // The link's one-way delay from now on; messages already in flight keep
   // their arrival times.

@@ -243,6 +243,9 @@ struct JobSpec {
   std::pair<int, int> cutOneWay{-1, -1};
   // More such ways, cut and mended with it.
   std::vector<std::pair<int, int>> moreCutOneWays;
+  // Ways whose data is held in the sender's queue (MemoryNetwork::holdData:
+  // liveness and the control lane pass), held and released with the cuts.
+  std::vector<std::pair<int, int>> holdDataOneWay;
   // sync.peerTimeout by rank (missing: job.sync's): a worker slower to
   // suspect than the others.
   std::vector<std::chrono::milliseconds> peerTimeouts;
@@ -575,6 +578,9 @@ RunResult runJob(const JobSpec& job) {
                          static_cast<uint32_t>(job.cutOneWay.second), cut);
       for (const auto& [from, to] : job.moreCutOneWays) {
         network->cutOneWay(static_cast<uint32_t>(from), static_cast<uint32_t>(to), cut);
+      }
+      for (const auto& [from, to] : job.holdDataOneWay) {
+        network->holdData(static_cast<uint32_t>(from), static_cast<uint32_t>(to), cut);
       }
     });
   }
@@ -3088,30 +3094,51 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerItsCoordinatorCountedOutTakesTheM
   expectEveryWorkerToEndAlike(r, job, 3.5);
 }
 
-// Suspicion one way during training: what b sends a is lost for 8 s from
-// step 20 (on a real network: b's pings queued behind its full uplink), so
-// a suspects b and sends it no contributions, while b still hears a. a
-// tells b so (Control::kSuspects), and b stops waiting for a's
-// contributions until a says from which round it sends again (its resume,
-// once it hears b). b used to wait for them until the cut was mended (8 s),
-// or the round time-out (30 s) where it lasts longer, and c and d waited
-// behind b: 7.9 s of waiting each in all. Now each waits the peer time-out
-// once (0.5 s here; D = 4 hides the 20 ms links otherwise), and every
-// worker ends with the same bytes.
-TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerSuspectedOneWayIsToldAndDoesNotWait) {
+// Suspicion one way during training, in simulated time: what b sends a is
+// lost for 8 s from step 20, and a's data to b is held as long where
+// `heldData` (MemoryNetwork::holdData). Every worker waits less than 1.5 s
+// in all, the job takes less than 16 s (12 s of steps), and every worker
+// ends with the same bytes.
+void expectAOneWaySuspicionToCostThePeerTimeoutOnce(const char* what, bool heldData) {
   FakeClock clock;
   JobSpec job = simulatedFourRegionDts(clock, 4, 30s, 500ms);
   job.steps = 600;
   job.cutOneWay = {1, 0};
+  if (heldData) job.holdDataOneWay = {{0, 1}};
   job.partitionAtStep = 20;
   job.partitionDuration = 8000ms;
   job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);  // 12 s of steps
   const auto r = runJob(job);
-  std::printf("one-way suspicion: %.2f s simulated; waits %.2f %.2f %.2f %.2f s\n",
-              r.simulatedSeconds, r.stats[0].waitSeconds, r.stats[1].waitSeconds,
-              r.stats[2].waitSeconds, r.stats[3].waitSeconds);
+  std::printf("%s: %.2f s simulated; waits %.2f %.2f %.2f %.2f s\n", what, r.simulatedSeconds,
+              r.stats[0].waitSeconds, r.stats[1].waitSeconds, r.stats[2].waitSeconds,
+              r.stats[3].waitSeconds);
   expectEveryWorkerToEndAlike(r, job, 1.5);
   EXPECT_LT(r.simulatedSeconds, 16) << "12 s of steps, the peer time-out and the end";
+}
+
+// The cut alone (b's pings queued behind its full uplink on a real
+// network): a suspects b and sends it no contributions, while b still
+// hears a. a tells b so (Control::kSuspects), and b stops waiting for a's
+// contributions until a says from which round it sends again (its resume,
+// once it hears b). b used to wait for them until the cut was mended (8
+// s), or the round time-out (30 s) where it lasts longer, and c and d
+// waited behind b: 7.9 s of waiting each in all. Now each waits the peer
+// time-out once (0.5 s here; D = 4 hides the 20 ms links otherwise).
+TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerSuspectedOneWayIsToldAndDoesNotWait) {
+  expectAOneWaySuspicionToCostThePeerTimeoutOnce("one-way suspicion", false);
+}
+
+// The same, with a's data to b held up as well (a's connection to b backed
+// off while b's own uplink was clogged, its ACKs lost there, as a tokyo
+// throttled to 32 kbit/s on the namespace network was), while a's pings
+// and control lane still reach b. a's notice that it suspects b used to
+// travel on the data connection, behind a's rounds: b waited for them
+// until the hold lifted, and every worker waited 8.0 s in all (tokyo
+// waited 14.8 s, and fell so far behind that the others then waited 11.8
+// s for its rounds to catch up). The notices take the control lane now.
+TEST(OnTheMemoryNetwork,
+     InSimulatedTimeAWorkerSuspectedOneWayIsToldAlthoughItsPeersDataToItIsHeldUp) {
+  expectAOneWaySuspicionToCostThePeerTimeoutOnce("one-way suspicion, data held", true);
 }
 
 // A peer every other worker suspects but one: what b sends is lost for 8 s

@@ -190,6 +190,35 @@ TEST_F(MemoryNetworkTest, ALinkCutOneWayLosesOnlyWhatGoesThatWay) {
   EXPECT_TRUE(arrived(*t_[1], 2));
 }
 
+// Data held one way waits in the sender's queue, in order, while the
+// control lane and liveness pass both ways; released, it leaves.
+TEST_F(MemoryNetworkTest, DataHeldOneWayWaitsWhileTheLaneAndLivenessPass) {
+  make(2, 10ms);
+  clock_.advance(1s);
+  net_->holdData(0, 1, true);
+  ASSERT_TRUE(send(*t_[0], 1, 1, bytes(10)).ok());
+  ASSERT_TRUE(send(*t_[0], 1, 2, bytes(10)).ok());
+  ASSERT_TRUE(send(*t_[1], 0, 3, bytes(10)).ok());  // the other way passes
+  SendMeta lane;
+  lane.round = 9;
+  lane.controlLane = true;
+  ASSERT_TRUE(t_[0]->send(1, MessageKind::kControl, lane, bytes(10), 0ms).ok());
+  clock_.advance(5s);
+  EXPECT_FALSE(arrived(*t_[1], 1));
+  EXPECT_FALSE(arrived(*t_[1], 2));
+  EXPECT_TRUE(arrived(*t_[0], 3));
+  EXPECT_TRUE(t_[1]->receive(MessageKind::kControl, 9, 0, 0ms).ok());
+  EXPECT_DOUBLE_EQ(t_[1]->peerCounters().at(0).silentSeconds, 0.0);
+  EXPECT_DOUBLE_EQ(t_[0]->peerCounters().at(0).silentSeconds, 0.0);
+  const PeerCounters held = t_[0]->peerCounters().at(0);
+  EXPECT_EQ(held.backlogBytes, 2 * (kFrameHeaderBytes + 10));
+  EXPECT_EQ(t_[0]->counters().partitionDropped, 0u);
+  net_->holdData(0, 1, false);
+  clock_.advance(10ms);
+  EXPECT_TRUE(arrived(*t_[1], 1));
+  EXPECT_TRUE(arrived(*t_[1], 2));
+}
+
 TEST_F(MemoryNetworkTest, DataIsAcknowledgedARoundTripAfterItLeft) {
   make(2, 100ms);
   ASSERT_TRUE(send(*t_[0], 1, 1, wireOf(1000)).ok());
