@@ -66,12 +66,8 @@ StatusOr<PortReservation> PortReservation::reserve(size_t count) {
     return static_cast<uint16_t>(i < below ? kLowestPort + i : eph.last + 1 + (i - below));
   };
 
-  // One cursor per process, starting at a random candidate and moving on
-  // past every port tried: a port this process handed out is not handed out
-  // again until the cursor has gone round all the candidates (a test that
-  // asks for four ports one at a time, none bound yet, gets four distinct
-  // ones), and two processes collide only where their cursors meet at the
-  // same moment.
+  // One cursor per process from a random start, past every port tried
+  // (ports.h says why).
   static std::mutex mutex;
   static uint32_t cursor = [] {
     std::random_device seed;

@@ -247,12 +247,12 @@ Status Membership::sendControl(uint32_t to, Control control, int64_t step,
   // learned it was suspected only when the throttle lifted, 14.8 s of
   // waiting, and then so far behind that the others waited 11.8 s for its
   // rounds (docs/benchmarks.md). Overtaking the data is safe: a notice
-  // names the first round we no longer send, and a resume that comes
-  // before a notice it postdates voids that notice (the resume's round is
-  // later), as one that postdates none is void itself (its count of
-  // notices). The state itself, the announcement of the round a joiner
-  // contributes from and a resume (which orders a peer's old contributions
-  // before its new ones) stay on the data connection.
+  // names the first round we no longer send; a resume sent after it but
+  // arriving first names a later round, which voids the notice, and a
+  // resume sent before it counts fewer notices than the peer has heard,
+  // which voids the resume. The state itself, the announcement of the
+  // round a joiner contributes from and a resume (which orders a peer's old
+  // contributions before its new ones) stay on the data connection.
   meta.controlLane = control == Control::kJoinQuery || control == Control::kJoinOffer ||
                      control == Control::kJoinFetch || control == Control::kSuspects ||
                      control == Control::kSuspicionOf;

@@ -721,8 +721,8 @@ void MemoryNetwork::holdData(uint32_t from, uint32_t to, bool hold) {
   } else {
     state_->heldWays.erase({from, to});
   }
+  // Released data is due now: every waiter settles it as it wakes.
   state_->touch();
-  state_->settle(now);
   state_->clock.notifyAll(state_->changed);
 }
 
