@@ -135,7 +135,10 @@ enum class Control : uint64_t {
   // peer nothing, u64; then how many times it has told the peer so, this
   // time included, u32; then its incarnation, u64), for where suspicion is
   // one-sided -- the peer still hears it and would wait for its
-  // contributions (Membership::serve).
+  // contributions (Membership::serve). So does one that stops waiting for a
+  // peer on its other peers' word (kSuspicionOf), naming the first round it
+  // has not sent yet: its data to the peer may be stuck where its notices
+  // pass. Either way the peer waits for it no more until its resume.
   kSuspects = ~uint64_t{0} - 28,
   // Membership with announced resumes: a worker that has just come to
   // suspect a peer tells its other peers too (payload: the peer's rank,
@@ -222,7 +225,7 @@ struct ResumePayload {
   static std::optional<ResumePayload> decode(std::span<const std::byte> bytes);
 };
 struct SuspectsPayload {
-  uint64_t from = 0;         // the first round the sender sends the receiver nothing of
+  uint64_t from = 0;         // the first round the sender has not sent the receiver (see kSuspects)
   uint32_t notices = 0;      // the kSuspects the sender has sent the receiver, this one included
   uint64_t incarnation = 0;  // the sender's
   static constexpr size_t kBytes = 8 + 4 + 8;

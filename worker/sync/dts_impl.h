@@ -577,12 +577,13 @@ class Dts final : public Base, private StateParity::Host {
   void awaitSchedule(int64_t step);
 
   // Auto period (the coordinator only: the lowest-ranked member not
-  // suspected). A round's updates leave through one uplink; what the
-  // slowest link takes beyond its latency (one-way time less half the
-  // smallest recent ping round trip) is the round's transfer time, from
-  // which autoPeriod() (auto_rules.h) chooses K. A change takes effect from
-  // a round two rounds and the links' latency ahead, and travels in
-  // the reports. Called at each round's completion, and at a round's close
+  // suspected, where it hears most of the group; decidesSchedule). A
+  // round's updates leave through one uplink; what the slowest link takes
+  // beyond its latency (one-way time less half the smallest recent ping
+  // round trip) is the round's transfer time, from which autoPeriod()
+  // (auto_rules.h) chooses K. A change takes effect from a round two rounds
+  // and the links' latency ahead, and travels in the reports. Called at
+  // each round's completion, and at a round's close
   // (`atClose`) for the uplink's part alone: a completion comes D steps
   // after its close, and where steps are short D is long (50-200 steps of
   // 1-3 ms on the world links), while two rounds held back by the uplink

@@ -157,9 +157,9 @@ Status Dts::choosePeriod(bool atClose) {
   const bool crossed =
       !atClose && !measured && links_.crossingSeconds() > 0 && !everyLinkMeasured();
   if (nextSchedule_ || stepSeconds_ <= 0 || !(measured || heldBack || crossed)) return {};
-  for (size_t i = 0; i < group_.self; ++i) {
-    if (!membership_.suspected(group_.ranks[i])) return {};  // not the coordinator
-  }
+  std::vector<bool> heard(group_.size());
+  for (size_t i = 0; i < group_.size(); ++i) heard[i] = !membership_.suspected(group_.ranks[i]);
+  if (!decidesSchedule(heard, group_.self)) return {};  // not the coordinator
   double latency = 0;
   double transfer = measureUplink(measured, latency);
   // Where the uplink's rate is known from rounds it held back, no link
@@ -411,7 +411,16 @@ Status Dts::awaitUplink(int64_t t, train::FlatParameters& flat) {
   const auto backlogged = [&] {
     queues.clear();
     for (const auto& c : transport_->peerCounters()) {
-      if (!group_.indexOf(c.peer) || membership_.suspected(c.peer)) continue;
+      // Not for a peer whose resume we await: it does not count on our
+      // rounds until then, and gets them again from the one our resume
+      // names. A tokyo throttled to 32 kbit/s, told by every peer that it
+      // was suspected, held its training thread up to 10.9 s for rounds
+      // nobody waited for; it resumed that far behind, and the others
+      // waited as long for its rounds to catch up.
+      if (!group_.indexOf(c.peer) || membership_.suspected(c.peer) ||
+          membership_.awaitingResume(c.peer)) {
+        continue;
+      }
       queues.push_back({c.backlogBytes, c.minRttSeconds, c.unackedSeconds, c.sinceAckSeconds,
                         transport_->queuedBelowBytes(c.peer)});
     }

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string_view>
 #include <tuple>
+#include <vector>
 
 namespace geo::sync {
 
@@ -168,6 +169,29 @@ inline ScheduleAction scheduleAction(const DtsSchedule& heard, const DtsSchedule
   if (!newerSchedule(heard, current)) return ScheduleAction::kIgnore;
   if (awaited && !newerSchedule(heard, *awaited)) return ScheduleAction::kIgnore;
   return heard.round > nextRound ? ScheduleAction::kAwait : ScheduleAction::kAdoptNow;
+}
+
+// Whether the worker at group index `self` decides the job's schedule (the
+// automatic period and exchange), `heard[i]` saying whether it hears
+// member i (not suspected; its own entry is ignored): the lowest-ranked
+// member it hears, and only where it hears more than half of the group,
+// itself included. A worker cut off from most of the job decided alone
+// before: a tokyo whose uplink was throttled to 32 kbit/s for 8 s, still
+// heard by oregon, raised K from 16 to 256 from its own held rounds. Its
+// change, the latest, won wherever it was heard (newerSchedule): oregon
+// renumbered its rounds at once, and london and ohio, which learned of it
+// only from oregon's next report, waited 16-34 s for oregon's rounds under
+// the old numbering (the namespace network, docs/benchmarks.md). Among two
+// or four workers a cut into halves leaves the schedule as it is until
+// they hear each other.
+inline bool decidesSchedule(const std::vector<bool>& heard, size_t self) {
+  size_t count = 1;
+  for (size_t i = 0; i < heard.size(); ++i) {
+    if (i == self || !heard[i]) continue;
+    if (i < self) return false;  // a lower-ranked member decides
+    ++count;
+  }
+  return 2 * count > heard.size();
 }
 
 }  // namespace detail

@@ -215,6 +215,11 @@ bool Membership::absent(uint32_t peer) const {
   return l != nullptr && l->absent;
 }
 
+bool Membership::awaitingResume(uint32_t peer) const {
+  const PeerLife* l = find(peer);
+  return l != nullptr && l->awaitingResume;
+}
+
 void Membership::giveUp(uint32_t peer) {
   life(peer).absent = true;
 }
@@ -269,7 +274,7 @@ Status Membership::sendResume(uint32_t peer, int64_t step, bool askBack) {
                      CodecId::kRaw, 0);
 }
 
-void Membership::takeSuspicionNotices(uint32_t reporter) {
+Status Membership::takeSuspicionNotices(uint32_t reporter, int64_t step) {
   for (auto m = receiveControl(*transport_, Control::kSuspicionOf, reporter,
                                std::chrono::milliseconds(0));
        m.ok(); m = receiveControl(*transport_, Control::kSuspicionOf, reporter,
@@ -311,7 +316,22 @@ void Membership::takeSuspicionNotices(uint32_t reporter) {
         "{}: {} of the {} other workers suspect {} (from round {} on) although this worker hears "
         "it; not waited for until it says from which round it sends",
         name_, count, peers_.size() - 1, topology_.describe(peer), first);
+    // The peer is told, as a worker that suspects it tells it: it may be
+    // waiting for our contributions while our data to it is stuck (our
+    // connection backed off behind its clogged uplink, its ACKs lost there,
+    // while our pings and this lane still reach it). Untold, a throttled
+    // tokyo waited 7.0 s so for oregon, which had stopped waiting for it on
+    // the others' word, until it fell silent. The round named is the first
+    // we have not sent yet: if the peer has that one or a later one from us
+    // by the time the notice arrives, our data gets through and it waits
+    // on (the notice is stale there). Counted with the others, so that a
+    // resume of ours sent before this notice is void there.
+    const uint32_t notices = ++l.suspicionsSent;
+    GEO_RETURN_IF_ERROR(sendControl(peer, Control::kSuspects, step,
+                                    SuspectsPayload{roundAt(step), notices, incarnation_}.encode(),
+                                    CodecId::kRaw, 0));
   }
+  return {};
 }
 
 StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor& values,
@@ -369,11 +389,12 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
         l.absent = true;
         l.awaitingResume = true;
         logger()->warn(
-            "{}: {} suspects this worker (it sends it nothing from round {} on) although this "
-            "worker hears it; not waited for until it says from which round it sends again",
+            "{}: {} suspects this worker, or most of the others do, and waits for it no more (from "
+            "round {} on) although this worker hears it; not waited for until it says from which "
+            "round it sends again",
             name_, topology_.describe(p), notice->from);
       }
-      takeSuspicionNotices(p);
+      GEO_RETURN_IF_ERROR(takeSuspicionNotices(p, step));
       for (auto m = receiveControl(*transport_, Control::kResume, p, now); m.ok();
            m = receiveControl(*transport_, Control::kResume, p, now)) {
         const auto resume = ResumePayload::decode(m->payload.bytes());

@@ -138,8 +138,11 @@ namespace geo::sync::detail {
 // (Control::kSuspicionOf), and a worker that more than half of that
 // peer's other peers (every one, among four workers) have told so within
 // the peer time-out stops waiting for that peer until its resume, as if it
-// suspected it (it asks for the resume at once). A partial partition (one
-// link cut) is told by one worker only, and changes nothing.
+// suspected it (it asks for the resume at once), and tells that peer so as a
+// suspecting worker does (Control::kSuspects): its data to the peer may be
+// held up behind the peer's clogged uplink while its notices pass, and the
+// peer would wait for it. A partial partition (one link cut) is told by one
+// worker only, and changes nothing.
 //
 // Threading: the synchronizer's thread, except addTo(), which may be called
 // from any thread (stats()).
@@ -198,6 +201,12 @@ class Membership {
   // rounds the healed peer had completed alone and would never resend.
   void delivered(uint32_t peer, uint64_t round);
   bool absent(uint32_t peer) const;
+  // Whether this worker waits for `peer`'s resume (announced resumes): it
+  // told us it no longer waits for us (Control::kSuspects), most of the
+  // others suspect it, or we heard it again after suspecting it. Neither
+  // side counts on the other's rounds until the resumes are exchanged,
+  // and each then sends its rounds from the one its resume names again.
+  bool awaitingResume(uint32_t peer) const;
 
   struct Served {
     std::vector<uint32_t> queried;     // peers that (re)started: their old state is void
@@ -294,8 +303,10 @@ class Membership {
     std::vector<Report> suspectedBy;
   };
   // Takes the Control::kSuspicionOf notices from `reporter`, and stops
-  // waiting for a peer that more than half of its other peers suspect.
-  void takeSuspicionNotices(uint32_t reporter);
+  // waiting for a peer that more than half of its other peers suspect,
+  // telling it so (Control::kSuspects, from the round in progress at
+  // `step`). Fails only where a notice cannot be sent.
+  Status takeSuspicionNotices(uint32_t reporter, int64_t step);
   // Whether a notice or resume naming `incarnation` comes from the peer's
   // current process (where its incarnation is not known yet, any does).
   static bool ofItsProcess(const PeerLife& l, uint64_t incarnation) {

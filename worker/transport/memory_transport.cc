@@ -415,7 +415,8 @@ class MemoryTransport final : public Transport {
     TimePoint now = s_->clock.now();
     s_->settle(now);
     State::Endpoint& e = s_->endpoints[rank_];
-    if (s_->dropsSend(rank_, peer)) {
+    // Data on a way both cut and held waits in the queue (holdData).
+    if (s_->dropsSend(rank_, peer) && (meta.controlLane || !s_->dataHeld(rank_, peer))) {
       ++e.partitionDropped;
       return {};
     }
@@ -447,7 +448,7 @@ class MemoryTransport final : public Transport {
         if (!mine()) return Status(StatusCode::kCancelled, "transport: closed");
         now = s_->clock.now();
         s_->settle(now);
-        if (s_->dropsSend(rank_, peer)) {
+        if (s_->dropsSend(rank_, peer) && !s_->dataHeld(rank_, peer)) {
           ++e.partitionDropped;
           return {};
         }

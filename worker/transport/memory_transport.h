@@ -127,8 +127,12 @@ class MemoryNetwork {
   // the receiver's own uplink was clogged (its ACKs lost there), beside a
   // probe connection that still gets through: on the namespace network a
   // worker throttled to 32 kbit/s heard its peers' pings for 15 s while
-  // their data to it waited. No effect for a rank outside the world or
-  // from == to.
+  // their data to it waited. A way cut as well (cutOneWay, cutLink) loses
+  // its frames -- liveness, the control lane -- while its data, sent once
+  // both are set, waits in the queue: a sender's clogged uplink, its pings
+  // lost in the full queue while its rounds wait their turn (on the
+  // namespace network, a tokyo throttled to 32 kbit/s, suspected by every
+  // peer). No effect for a rank outside the world or from == to.
   void holdData(uint32_t from, uint32_t to, bool hold);
 
   // The link's one-way delay from now on; messages already in flight keep

@@ -233,5 +233,32 @@ TEST(ScheduleAction, EveryWorkerEndsOnTheLaterOfTwoChangesInEitherOrder) {
   EXPECT_EQ(scheduleAction(early, current, gather, 20), ScheduleAction::kAwait);
 }
 
+// The coordinator of the schedule: the lowest-ranked member heard, and only
+// where it hears most of the group. A worker cut off from the rest decided
+// alone, and its change won wherever it was heard.
+TEST(DecidesSchedule, TheLowestRankedMemberHeardWhereItHearsMostOfTheGroup) {
+  using detail::decidesSchedule;
+  // Everyone heard: rank 0 decides, nobody else.
+  EXPECT_TRUE(decidesSchedule({true, true, true, true}, 0));
+  EXPECT_FALSE(decidesSchedule({true, true, true, true}, 1));
+  // Rank 0 suspected by rank 1, which hears the other two: 3 of 4.
+  EXPECT_TRUE(decidesSchedule({false, true, true, true}, 1));
+  EXPECT_FALSE(decidesSchedule({false, true, true, true}, 2));
+  // A throttled rank 1 that suspects ranks 0 and 3 and hears rank 2 alone:
+  // 2 of 4 is no majority.
+  EXPECT_FALSE(decidesSchedule({false, true, true, false}, 1));
+  // Rank 0 cut off from all: nobody in its half, and the other three elect
+  // rank 1.
+  EXPECT_FALSE(decidesSchedule({true, false, false, false}, 0));
+  EXPECT_TRUE(decidesSchedule({false, true, true, true}, 1));
+  // Five members: three is a majority, two is not.
+  EXPECT_TRUE(decidesSchedule({true, true, true, false, false}, 0));
+  EXPECT_FALSE(decidesSchedule({true, true, false, false, false}, 0));
+  // Alone, and two members cut apart: no change.
+  EXPECT_TRUE(decidesSchedule({true}, 0));
+  EXPECT_FALSE(decidesSchedule({true, false}, 0));
+  EXPECT_TRUE(decidesSchedule({true, true}, 0));
+}
+
 }  // namespace
 }  // namespace geo::sync

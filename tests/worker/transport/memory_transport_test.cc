@@ -58,6 +58,18 @@ class MemoryNetworkTest : public ::testing::Test {
   bool arrived(Transport& t, uint64_t round) {
     return t.receive(MessageKind::kUpdate, round, kAnyPeer, 0ms).ok();
   }
+  // Rank 0 sends rank 1 rounds 1 and 2 and a control-lane message (round
+  // 9), and rank 1 sends rank 0 round 3; then 5 s pass.
+  void sendBothWaysFor5s() {
+    ASSERT_TRUE(send(*t_[0], 1, 1, bytes(10)).ok());
+    ASSERT_TRUE(send(*t_[0], 1, 2, bytes(10)).ok());
+    ASSERT_TRUE(send(*t_[1], 0, 3, bytes(10)).ok());
+    SendMeta lane;
+    lane.round = 9;
+    lane.controlLane = true;
+    ASSERT_TRUE(t_[0]->send(1, MessageKind::kControl, lane, bytes(10), 0ms).ok());
+    clock_.advance(5s);
+  }
 
   FakeClock clock_;
   std::shared_ptr<MemoryNetwork> net_;
@@ -196,14 +208,7 @@ TEST_F(MemoryNetworkTest, DataHeldOneWayWaitsWhileTheLaneAndLivenessPass) {
   make(2, 10ms);
   clock_.advance(1s);
   net_->holdData(0, 1, true);
-  ASSERT_TRUE(send(*t_[0], 1, 1, bytes(10)).ok());
-  ASSERT_TRUE(send(*t_[0], 1, 2, bytes(10)).ok());
-  ASSERT_TRUE(send(*t_[1], 0, 3, bytes(10)).ok());  // the other way passes
-  SendMeta lane;
-  lane.round = 9;
-  lane.controlLane = true;
-  ASSERT_TRUE(t_[0]->send(1, MessageKind::kControl, lane, bytes(10), 0ms).ok());
-  clock_.advance(5s);
+  sendBothWaysFor5s();  // the other way passes
   EXPECT_FALSE(arrived(*t_[1], 1));
   EXPECT_FALSE(arrived(*t_[1], 2));
   EXPECT_TRUE(arrived(*t_[0], 3));
@@ -213,6 +218,31 @@ TEST_F(MemoryNetworkTest, DataHeldOneWayWaitsWhileTheLaneAndLivenessPass) {
   const PeerCounters held = t_[0]->peerCounters().at(0);
   EXPECT_EQ(held.backlogBytes, 2 * (kFrameHeaderBytes + 10));
   EXPECT_EQ(t_[0]->counters().partitionDropped, 0u);
+  net_->holdData(0, 1, false);
+  clock_.advance(10ms);
+  EXPECT_TRUE(arrived(*t_[1], 1));
+  EXPECT_TRUE(arrived(*t_[1], 2));
+}
+
+// A way both cut and held: a clogged uplink. Its frames are lost (the
+// receiver stops hearing the sender, the control lane is dropped), while
+// its data waits in the sender's queue, in order; mended and released, the
+// data leaves. The way back passes throughout.
+TEST_F(MemoryNetworkTest, DataOnAWayCutAndHeldWaitsWhileItsFramesAreLost) {
+  make(2, 10ms);
+  clock_.advance(1s);
+  net_->cutOneWay(0, 1, true);
+  net_->holdData(0, 1, true);
+  sendBothWaysFor5s();
+  EXPECT_FALSE(arrived(*t_[1], 1));
+  EXPECT_FALSE(arrived(*t_[1], 2));
+  EXPECT_TRUE(arrived(*t_[0], 3));
+  EXPECT_FALSE(t_[1]->receive(MessageKind::kControl, 9, 0, 0ms).ok());
+  EXPECT_GE(t_[1]->peerCounters().at(0).silentSeconds, 4.9);
+  EXPECT_DOUBLE_EQ(t_[0]->peerCounters().at(0).silentSeconds, 0.0);
+  EXPECT_EQ(t_[0]->peerCounters().at(0).backlogBytes, 2 * (kFrameHeaderBytes + 10));
+  EXPECT_EQ(t_[0]->counters().partitionDropped, 1u);  // the lane's message
+  net_->cutOneWay(0, 1, false);
   net_->holdData(0, 1, false);
   clock_.advance(10ms);
   EXPECT_TRUE(arrived(*t_[1], 1));
