@@ -274,6 +274,13 @@ Status Membership::sendResume(uint32_t peer, int64_t step, bool askBack) {
                      CodecId::kRaw, 0);
 }
 
+Status Membership::sendSuspects(uint32_t peer, int64_t step) {
+  const uint32_t notices = ++life(peer).suspicionsSent;
+  return sendControl(peer, Control::kSuspects, step,
+                     SuspectsPayload{roundAt(step), notices, incarnation_}.encode(), CodecId::kRaw,
+                     0);
+}
+
 Status Membership::takeSuspicionNotices(uint32_t reporter, int64_t step) {
   for (auto m = receiveControl(*transport_, Control::kSuspicionOf, reporter,
                                std::chrono::milliseconds(0));
@@ -326,10 +333,7 @@ Status Membership::takeSuspicionNotices(uint32_t reporter, int64_t step) {
     // by the time the notice arrives, our data gets through and it waits
     // on (the notice is stale there). Counted with the others, so that a
     // resume of ours sent before this notice is void there.
-    const uint32_t notices = ++l.suspicionsSent;
-    GEO_RETURN_IF_ERROR(sendControl(peer, Control::kSuspects, step,
-                                    SuspectsPayload{roundAt(step), notices, incarnation_}.encode(),
-                                    CodecId::kRaw, 0));
+    GEO_RETURN_IF_ERROR(sendSuspects(peer, step));
   }
   return {};
 }
@@ -348,10 +352,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
     // sends a suspected peer nothing from it on.
     const uint64_t from = roundAt(step);
     for (const uint32_t p : out.suspected) {
-      const uint32_t count = ++life(p).suspicionsSent;
-      GEO_RETURN_IF_ERROR(sendControl(p, Control::kSuspects, step,
-                                      SuspectsPayload{from, count, incarnation_}.encode(),
-                                      CodecId::kRaw, 0));
+      GEO_RETURN_IF_ERROR(sendSuspects(p, step));
       // The others learn it too: 12 bytes to each, once per suspicion.
       auto notice = std::make_shared<std::vector<std::byte>>(sizeof p + sizeof from);
       std::memcpy(notice->data(), &p, sizeof p);

@@ -314,6 +314,10 @@ class Membership {
   }
   // Sends our resume (the oldest round we have not completed) to `peer`.
   Status sendResume(uint32_t peer, int64_t step, bool askBack);
+  // Tells `peer` that we wait for it no more (Control::kSuspects), from the
+  // round in progress at `step` (the first one we have not sent it), and
+  // counts the notice (PeerLife::suspicionsSent).
+  Status sendSuspects(uint32_t peer, int64_t step);
   // Asks each candidate (indices into peers_) in turn for its state and
   // adopts the first one that arrives and checks out (into `values` and the
   // optimizer); `out` says what came. A candidate suspected meanwhile, or

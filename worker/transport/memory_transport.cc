@@ -137,6 +137,11 @@ struct MemoryNetwork::State {
   bool dropsSend(uint32_t from, uint32_t to) const {
     return (endpoints[from].cut && wan(from, to)) || linkCut(from, to);
   }
+  // The same for data: on a way both cut and held it waits in the queue
+  // (MemoryNetwork::holdData), where the control lane's is dropped.
+  bool dropsData(uint32_t from, uint32_t to) const {
+    return dropsSend(from, to) && !dataHeld(from, to);
+  }
   // Whether frames from `p` reach `r` now.
   bool reaches(uint32_t p, uint32_t r) const {
     const Endpoint& a = endpoints[p];
@@ -415,8 +420,7 @@ class MemoryTransport final : public Transport {
     TimePoint now = s_->clock.now();
     s_->settle(now);
     State::Endpoint& e = s_->endpoints[rank_];
-    // Data on a way both cut and held waits in the queue (holdData).
-    if (s_->dropsSend(rank_, peer) && (meta.controlLane || !s_->dataHeld(rank_, peer))) {
+    if (meta.controlLane ? s_->dropsSend(rank_, peer) : s_->dropsData(rank_, peer)) {
       ++e.partitionDropped;
       return {};
     }
@@ -448,7 +452,7 @@ class MemoryTransport final : public Transport {
         if (!mine()) return Status(StatusCode::kCancelled, "transport: closed");
         now = s_->clock.now();
         s_->settle(now);
-        if (s_->dropsSend(rank_, peer) && !s_->dataHeld(rank_, peer)) {
+        if (s_->dropsData(rank_, peer)) {
           ++e.partitionDropped;
           return {};
         }

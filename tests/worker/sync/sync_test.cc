@@ -3094,26 +3094,36 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerItsCoordinatorCountedOutTakesTheM
   expectEveryWorkerToEndAlike(r, job, 3.5);
 }
 
-// Suspicion one way during training, in simulated time: what b sends a is
-// lost for 8 s from step 20, and a's data to b is held as long where
-// `heldData` (MemoryNetwork::holdData). Every worker waits less than 1.5 s
-// in all, the job takes less than 16 s (12 s of steps), and every worker
-// ends with the same bytes.
-void expectAOneWaySuspicionToCostThePeerTimeoutOnce(const char* what, bool heldData) {
+// A fault from step 20 for 8 s of a 600-step DTS job in simulated time
+// (12 s of steps, a peer time-out of 0.5 s): what b sends a is lost, and
+// `shape` adds the rest (more cuts, holds, time-outs). Prints `what` and
+// every worker's wait; every worker waits less than `maxWait` seconds in
+// all and ends with the same bytes, and the job takes less than 16 s.
+void expectAnEightSecondFaultOfBToCostLittle(const char* what, double maxWait,
+                                             const std::function<void(JobSpec&)>& shape) {
   FakeClock clock;
   JobSpec job = simulatedFourRegionDts(clock, 4, 30s, 500ms);
   job.steps = 600;
   job.cutOneWay = {1, 0};
-  if (heldData) job.holdDataOneWay = {{0, 1}};
   job.partitionAtStep = 20;
   job.partitionDuration = 8000ms;
   job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);  // 12 s of steps
+  shape(job);
   const auto r = runJob(job);
   std::printf("%s: %.2f s simulated; waits %.2f %.2f %.2f %.2f s\n", what, r.simulatedSeconds,
               r.stats[0].waitSeconds, r.stats[1].waitSeconds, r.stats[2].waitSeconds,
               r.stats[3].waitSeconds);
-  expectEveryWorkerToEndAlike(r, job, 1.5);
+  expectEveryWorkerToEndAlike(r, job, maxWait);
   EXPECT_LT(r.simulatedSeconds, 16) << "12 s of steps, the peer time-out and the end";
+}
+
+// Suspicion one way during training: what b sends a is lost for 8 s, and
+// a's data to b is held as long where `heldData` (MemoryNetwork::holdData).
+// Every worker waits less than 1.5 s in all.
+void expectAOneWaySuspicionToCostThePeerTimeoutOnce(const char* what, bool heldData) {
+  expectAnEightSecondFaultOfBToCostLittle(what, 1.5, [&](JobSpec& job) {
+    if (heldData) job.holdDataOneWay = {{0, 1}};
+  });
 }
 
 // The cut alone (b's pings queued behind its full uplink on a real
@@ -3155,22 +3165,11 @@ TEST(OnTheMemoryNetwork,
 void expectAPeerSuspectedByAllButOneNotToBeWaitedFor(const char* what,
                                                      std::chrono::milliseconds cTimeout,
                                                      bool heldData) {
-  FakeClock clock;
-  JobSpec job = simulatedFourRegionDts(clock, 4, 30s, 500ms);
-  job.steps = 600;
-  job.cutOneWay = {1, 0};
-  job.moreCutOneWays = {{1, 2}, {1, 3}};
-  if (heldData) job.holdDataOneWay = {{2, 1}};
-  job.peerTimeouts = {500ms, 500ms, cTimeout, 500ms};
-  job.partitionAtStep = 20;
-  job.partitionDuration = 8000ms;
-  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);  // 12 s of steps
-  const auto r = runJob(job);
-  std::printf("%s: %.2f s simulated; waits %.2f %.2f %.2f %.2f s\n", what, r.simulatedSeconds,
-              r.stats[0].waitSeconds, r.stats[1].waitSeconds, r.stats[2].waitSeconds,
-              r.stats[3].waitSeconds);
-  expectEveryWorkerToEndAlike(r, job, 2.5);
-  EXPECT_LT(r.simulatedSeconds, 16) << "12 s of steps, the peer time-out and the end";
+  expectAnEightSecondFaultOfBToCostLittle(what, 2.5, [&](JobSpec& job) {
+    job.moreCutOneWays = {{1, 2}, {1, 3}};
+    if (heldData) job.holdDataOneWay = {{2, 1}};
+    job.peerTimeouts = {500ms, 500ms, cTimeout, 500ms};
+  });
 }
 
 TEST(OnTheMemoryNetwork, InSimulatedTimeAPeerTheOthersSuspectIsNotWaitedForByTheLastToSuspectIt) {
@@ -3204,21 +3203,10 @@ TEST(OnTheMemoryNetwork,
 // whose resume b awaits: every worker waits less than 1.5 s in all (0.55-
 // 0.57 s), and all end with the same bytes.
 TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerWithACloggedUplinkIsNotHeldForRoundsNobodyAwaits) {
-  FakeClock clock;
-  JobSpec job = simulatedFourRegionDts(clock, 4, 30s, 500ms);
-  job.steps = 600;
-  job.cutOneWay = {1, 0};
-  job.moreCutOneWays = {{1, 2}, {1, 3}};
-  job.holdDataOneWay = {{1, 0}, {1, 2}, {1, 3}};
-  job.partitionAtStep = 20;
-  job.partitionDuration = 8000ms;
-  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);  // 12 s of steps
-  const auto r = runJob(job);
-  std::printf("clogged uplink: %.2f s simulated; waits %.2f %.2f %.2f %.2f s\n", r.simulatedSeconds,
-              r.stats[0].waitSeconds, r.stats[1].waitSeconds, r.stats[2].waitSeconds,
-              r.stats[3].waitSeconds);
-  expectEveryWorkerToEndAlike(r, job, 1.5);
-  EXPECT_LT(r.simulatedSeconds, 16) << "12 s of steps, the peer time-out and the end";
+  expectAnEightSecondFaultOfBToCostLittle("clogged uplink", 1.5, [](JobSpec& job) {
+    job.moreCutOneWays = {{1, 2}, {1, 3}};
+    job.holdDataOneWay = {{1, 0}, {1, 2}, {1, 3}};
+  });
 }
 
 // Hierarchical DTS in simulated time, a region's member dead: its leader
