@@ -146,6 +146,13 @@ enum class Control : uint64_t {
   // most of whose other peers suspect that peer stops waiting for it,
   // though it does not suspect it itself (Membership::serve).
   kSuspicionOf = ~uint64_t{0} - 29,
+  // Membership: a state too large for one message sent in parts behind the
+  // sender's rounds (Membership::serve): the whole state's size (u64),
+  // this part's offset in it (u64), then the part's bytes; header.step as
+  // kJoinState's. The parts of one state go in order on the data
+  // connection; the joiner puts them together and treats the whole as a
+  // kJoinState of codec kRaw.
+  kJoinStatePart = ~uint64_t{0} - 30,
 };
 inline constexpr size_t kMaxStopReasonBytes = 1024;
 
@@ -199,6 +206,7 @@ inline constexpr Control kControls[] = {
     Control::kFinalReduced,  Control::kFinalCommit,
     Control::kFinalFollows,  Control::kFinalLeftOut,
     Control::kSuspects,      Control::kSuspicionOf,
+    Control::kJoinStatePart,
 };
 constexpr bool controlsAreDistinctControlRounds() {
   for (size_t i = 0; i < std::size(kControls); ++i) {

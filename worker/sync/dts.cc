@@ -25,6 +25,10 @@ Dts::Dts(const SyncOptions& o, const Topology& t, transport::Transport* tr, Grou
   // (internal.h): its contributions delayed through the cut by TCP say
   // nothing of the rounds it completed without us meanwhile.
   membership_.setResumeAnnounced(true);
+  // A worker we send our state to is awaited once it says from which round
+  // it contributes, as the others await it: it may catch up on rounds past
+  // the one of the step we served it at (catchUp).
+  membership_.setServedJoinerAnnounces(true);
   flip_ = flipFromEnvironment();
 }
 
@@ -157,6 +161,24 @@ StatusOr<train::JoinResult> Dts::join(int64_t step, train::FlatParameters& flat)
     nextRound_ = roundAt(joined->step);
     closeAt_ = closeOf(nextRound_);
     parity_.reset(nextRound_);
+    auto caughtUp = catchUp(joined->step, flat);
+    if (!caughtUp.ok()) return caughtUp.status();
+    joined->step = *caughtUp;
+    // Every peer finished while the state crossed: their final average is
+    // the job's model, made without us, and they linger for us (we are
+    // joining) only a short while.
+    takeFinished();
+    bool everyPeerFinished = false;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self || membership_.suspected(group_.ranks[i])) continue;
+      everyPeerFinished = finishedAt_[i].has_value();
+      if (!everyPeerFinished) break;
+    }
+    if (everyPeerFinished) {
+      auto taken = membership_.takeFinalModel(joined->step, flat.values, &flat);
+      if (!taken.ok()) return taken.status();
+      return train::JoinResult{taken->step, true, true};
+    }
   }
   // A worker resumed from its checkpoint sends its rounds in flight again,
   // and those it completed last (a peer with a larger D may still wait for
@@ -498,6 +520,144 @@ void Dts::applyLate(int64_t t, train::FlatParameters& flat) {
                      t - static_cast<int64_t>(m->header.step));
     }
   }
+}
+
+// A large model's state takes seconds to cross (159 MB at 100 Mbit/s:
+// 18 s), and the peers train on meanwhile. A joiner that trained on from
+// the state's step was that far behind when it announced itself, and the
+// peers waited for each of its contributions as it caught up: the others'
+// longest step was 17 s on the namespace network (docs/benchmarks.md). So
+// the rounds the peers have closed -- any of them has sent us its
+// contribution, or a later one; not the live edge, which none has closed
+// yet -- are applied here once every peer's contribution is in, as the
+// peers completed them without us (the mean of their
+// contributions, Σ w_j q_j / Σ w_j in rank order), and we go on from the
+// step the last of them closed at, contributing from the round after it;
+// the steps in between are not trained here. The peers expect us from
+// the round our announcement names (Membership::setServedJoinerAnnounces),
+// so none waits for a round we skipped. A peer's contribution to such a
+// round is waited for up to the round time-out (it may be a round behind
+// the others), and one that does not come ends the catching up there.
+// Only all-gather rounds on our schedule's grid are replayed: a sharded
+// round (its means come by shard from their owners), a contribution closed
+// at another step than closeOf says (a change of period since the state's
+// step), or the bitwise-exact path ends it where it is. Where the state
+// came quickly, a round is caught up on only if a peer a little ahead has
+// closed it already (the joiner waits for the others to close it too, a
+// few steps). Where every
+// peer has finished, the rounds they closed are all past: we catch up to
+// their last, and join() then takes their final average from one of them.
+StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
+  if (sharded() || exact()) return step;
+  const int64_t from = step;
+  const uint64_t firstRound = nextRound_;
+  const auto t0 = clock().now();
+  // What the inbox holds, read without taking anything: every peer's
+  // contributions by round, and the step each closed at.
+  struct Seen {
+    uint64_t latest = 0;
+    bool any = false;
+    std::vector<std::optional<uint64_t>> closedAt;  // [peer index]: round r's step
+  };
+  const auto look = [&](uint64_t r) {
+    Seen seen;
+    seen.closedAt.resize(group_.size());
+    transport_->discard([&](const transport::FrameHeader& h) {
+      const auto i = h.kind == MessageKind::kUpdate ? group_.indexOf(h.sender) : std::nullopt;
+      if (!i || *i == group_.self) return false;
+      seen.latest = std::max(seen.latest, h.round);
+      seen.any = true;
+      if (h.round == r) seen.closedAt[*i] = h.step;
+      return false;
+    });
+    return seen;
+  };
+  // Whether every peer we hear has taken its last step after closing round
+  // r (Control::kDtsFinished): then r is past, though no later round will
+  // come. A joiner whose state crossed as the job ended trained on from the
+  // live edge instead, 36 steps the others had finished, and they had gone
+  // when it reached its final average.
+  const auto everyPeerClosed = [&](uint64_t r) {
+    takeFinished();
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self || membership_.suspected(group_.ranks[i])) continue;
+      if (!finishedAt_[i] || r >= *finishedAt_[i]) return false;
+    }
+    return true;
+  };
+  while (true) {
+    const uint64_t r = nextRound_;
+    const int64_t closesAt = closeOf(r);
+    Seen seen = look(r);
+    // No peer has closed r yet: it is the live edge.
+    const bool closed = std::any_of(seen.closedAt.begin(), seen.closedAt.end(),
+                                    [](const auto& at) { return at.has_value(); });
+    if (!closed && (!seen.any || seen.latest <= r) && !everyPeerClosed(r)) break;
+    // Every awaited peer's contribution to r, on our grid.
+    const auto deadline = clock().now() + options_.timeout;
+    bool whole = false, offGrid = false;
+    while (true) {
+      GEO_RETURN_IF_ERROR(serveMembership(step, flat, false));
+      takeFinished();
+      bool missing = false;
+      for (size_t i = 0; i < group_.size(); ++i) {
+        if (i == group_.self || !awaited(i, r)) continue;
+        if (!seen.closedAt[i]) {
+          missing = true;
+        } else if (static_cast<int64_t>(*seen.closedAt[i]) != closesAt) {
+          offGrid = true;
+        }
+      }
+      whole = !missing && !offGrid;
+      if (whole || offGrid || clock().now() >= deadline) break;
+      clock().sleepFor(kPoll);
+      seen = look(r);
+    }
+    if (!whole) break;
+    // Σ w_j q_j / Σ w_j over the peers' contributions (a refused one is
+    // left out, as a completion leaves it out), taken off the model: we
+    // made no step of this round.
+    torch::Tensor mean = scratch_.take(flat.values).zero_();
+    torch::Tensor q = scratch_.take(flat.values);
+    double total = 0;
+    for (size_t i = 0; i < group_.size(); ++i) {
+      if (i == group_.self || !awaited(i, r)) continue;
+      auto m = transport_->receive(MessageKind::kUpdate, r, group_.ranks[i],
+                                   std::chrono::milliseconds(0));
+      if (!m.ok()) continue;  // taken meanwhile: impossible on this thread
+      membership_.delivered(group_.ranks[i], r);
+      std::string reason;
+      if (const Status ok = codec_->decodeChecked(m->payload.bytes(), q, reason); !ok.ok()) {
+        reject(group_.ranks[i], fmt::format("the update for round {}", r), reason, ok);
+        continue;
+      }
+      mean.add_(q, static_cast<float>(group_.weights[i]));
+      total += group_.weights[i];
+    }
+    if (total > 0) {
+      mean.mul_(static_cast<float>(1.0 / total));
+      flat.values.sub_(mean);
+      base_.sub_(mean);
+      modified_ = true;
+      disturbed();
+    }
+    scratch_.give(std::move(q));
+    scratch_.give(std::move(mean));
+    step = closesAt;
+    jobStep_ = step;
+    nextRound_ = r + 1;
+    closeAt_ = closeOf(nextRound_);
+  }
+  if (nextRound_ > firstRound) {
+    parity_.reset(nextRound_);
+    discardStale();
+    logger()->info(
+        "dts: caught up on rounds {}-{}, which the job completed while our state crossed: "
+        "applied as the peers completed them ({:.2f} s); going on from step {} (the state's "
+        "was {})",
+        firstRound, nextRound_ - 1, since(t0), step, from);
+  }
+  return step;
 }
 
 void Dts::discardStale() {

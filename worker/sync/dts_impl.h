@@ -404,6 +404,12 @@ class Dts final : public Base, private StateParity::Host {
   // A contribution that came after `p` completed without it.
   void applyLate(int64_t t, train::FlatParameters& flat);
 
+  // After a state transfer that left this worker at `step` (join): applies
+  // the rounds the job completed without it while the state crossed, as
+  // the peers completed them, and returns the step to go on from (`step`
+  // where there was none to catch up on). See dts.cc.
+  StatusOr<int64_t> catchUp(int64_t step, train::FlatParameters& flat);
+
   // How many incomplete rounds a late contribution may still join: those a
   // delay spans, and at least kLateWindow. A contribution is late by up to
   // its link's time past the due step, which a D chosen before the link was

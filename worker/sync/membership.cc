@@ -26,6 +26,16 @@ namespace {
 
 // How long one wait for a message lasts before membership is looked at again.
 constexpr auto kPoll = std::chrono::milliseconds(20);
+// A state over two of these goes in parts behind our rounds (serve,
+// pumpStates), at most kStateAhead of them waiting to leave at a time: a
+// part on its way holds a round back for a part's time on the uplink
+// (0.3 s at 100 Mbit/s), and two keep the link busy between our calls.
+constexpr size_t kStatePartBytes = size_t{4} << 20;
+constexpr uint64_t kStateAhead = 2;
+// Our data for another peer that has yet to leave this machine, above
+// which the next part waits: a round's worth, not the pings and
+// acknowledgements.
+constexpr uint64_t kRoundQueuedBytes = 64 << 10;
 // A peer never heard is waited for this long at most (or the round time-out,
 // when shorter): a slow starter joins later by state transfer anyway.
 constexpr auto kStartGrace = std::chrono::seconds(20);
@@ -461,6 +471,9 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
       // our step: at step 1 with K = 1, D = 0 we are still completing round
       // 0, which a worker asking at step 0 is in time for.
       const bool behind = roundAt(static_cast<int64_t>(q->header.step)) < open;
+      // Asking again: a state of ours still on its way is for a process
+      // that went, or that asks anew.
+      std::erase_if(outgoing_, [&](const OutgoingState& o) { return o.peer == p; });
       l.joining = behind;
       l.suspicionsHeard = 0;  // a new incarnation counts its notices from 0
       l.resumedFrom = 0;      // and its rounds may start again lower
@@ -552,17 +565,38 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
         transferSent_ += bytes->size();
         ++peerRejoins_;
       }
-      logger()->info("{}: sending our model at step {} to {} ({:.2f} MB)", name_, step,
-                     topology_.describe(p), static_cast<double>(bytes->size()) / 1e6);
-      // Raw: the model's fp32 values followed by the optimizer's bytes.
-      GEO_RETURN_IF_ERROR(
-          sendControl(p, Control::kJoinState, step, std::move(bytes), CodecId::kRaw, 0));
+      if (bytes->size() > 2 * kStatePartBytes) {
+        // A large model's state: in parts, behind our rounds. Sent whole,
+        // 159 MB filled our uplink for 17 s, and our rounds to the others
+        // waited behind it -- they waited 10-13 s for them on the
+        // namespace network. The joiner catches up on the rounds it took
+        // (Dts::catchUp), so a slower transfer costs nobody a wait.
+        logger()->info(
+            "{}: sending our model at step {} to {} ({:.2f} MB, in parts of {} MB behind our "
+            "rounds)",
+            name_, step, topology_.describe(p), static_cast<double>(bytes->size()) / 1e6,
+            kStatePartBytes >> 20);
+        std::erase_if(outgoing_, [&](const OutgoingState& o) { return o.peer == p; });
+        outgoing_.push_back(OutgoingState{p, step, std::move(bytes), 0, clock_.now()});
+      } else {
+        logger()->info("{}: sending our model at step {} to {} ({:.2f} MB)", name_, step,
+                       topology_.describe(p), static_cast<double>(bytes->size()) / 1e6);
+        // Raw: the model's fp32 values followed by the optimizer's bytes.
+        GEO_RETURN_IF_ERROR(
+            sendControl(p, Control::kJoinState, step, std::move(bytes), CodecId::kRaw, 0));
+      }
+      l.absent = false;
+      l.awaitingResume = false;
+      if (servedJoinerAnnounces_) {
+        // Its announcement says from which round on it contributes; until
+        // then our rounds complete without it (setServedJoinerAnnounces).
+        l.joining = true;
+        continue;
+      }
       // It continues from our step: expect it from that round on (its
       // announcement will say the same), so a synchronous partner -- a
       // region leader -- waits for it from its very first step.
       l.joining = false;
-      l.absent = false;
-      l.awaitingResume = false;
       l.expectFrom = roundAt(step);
       l.announcedFrom = l.expectFrom;
     }
@@ -584,7 +618,56 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
                       topology_.describe(p), round, j->header.step);
     }
   }
+  GEO_RETURN_IF_ERROR(pumpStates());
   return out;
+}
+
+bool Membership::roomForStatePart(uint32_t peer) const {
+  for (const transport::PeerCounters& c : transport_->peerCounters()) {
+    const uint64_t waiting = c.backlogBytes + transport_->queuedBelowBytes(c.peer);
+    if (c.peer == peer) {
+      if (waiting >= kStateAhead * kStatePartBytes) return false;
+    } else if (waiting > kRoundQueuedBytes && find(c.peer) != nullptr && !suspected(c.peer)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Status Membership::pumpStates() {
+  for (auto it = outgoing_.begin(); it != outgoing_.end();) {
+    OutgoingState& o = *it;
+    const PeerLife* l = find(o.peer);
+    if (l == nullptr || l->suspected) {
+      logger()->warn(
+          "{}: stopped sending our model to {} after {:.1f} of {:.1f} MB: it is suspected (it "
+          "asks again, or another peer, once it is back)",
+          name_, topology_.describe(o.peer), static_cast<double>(o.offset) / 1e6,
+          static_cast<double>(o.bytes->size()) / 1e6);
+      it = outgoing_.erase(it);
+      continue;
+    }
+    while (o.offset < o.bytes->size() && roomForStatePart(o.peer)) {
+      const size_t n = std::min(kStatePartBytes, o.bytes->size() - o.offset);
+      auto part = std::make_shared<std::vector<std::byte>>(2 * sizeof(uint64_t) + n);
+      const uint64_t total = o.bytes->size(), offset = o.offset;
+      std::memcpy(part->data(), &total, sizeof total);
+      std::memcpy(part->data() + sizeof total, &offset, sizeof offset);
+      std::memcpy(part->data() + 2 * sizeof(uint64_t), o.bytes->data() + o.offset, n);
+      GEO_RETURN_IF_ERROR(
+          sendControl(o.peer, Control::kJoinStatePart, o.step, std::move(part), CodecId::kRaw, 0));
+      o.offset += n;
+    }
+    if (o.offset < o.bytes->size()) {
+      ++it;
+      continue;
+    }
+    logger()->info("{}: our model of step {} handed on to {} in {:.1f} s ({:.2f} MB)", name_,
+                   o.step, topology_.describe(o.peer), since(o.started),
+                   static_cast<double>(o.bytes->size()) / 1e6);
+    it = outgoing_.erase(it);
+  }
+  return {};
 }
 
 Status Membership::lingerWhileJoining(const std::function<Status()>& serve, std::string_view who) {
@@ -693,14 +776,6 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
                    name_, since(t0), ownStep);
     return out;
   }
-  // Nearest first (unknown RTTs last).
-  const auto nearestFirst = [&](std::vector<size_t>& candidates) {
-    std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
-      const double ra = lives_[a].rtt > 0 ? lives_[a].rtt : 1e9;
-      const double rb = lives_[b].rtt > 0 ? lives_[b].rtt : 1e9;
-      return ra < rb;
-    });
-  };
   if (finished == answered) {
     // The job has ended: take its final model from a peer that finished
     // (it answers once its final average is in).
@@ -750,6 +825,39 @@ StatusOr<Membership::Joined> Membership::join(int64_t ownStep, int64_t roundStep
   return out;
 }
 
+void Membership::nearestFirst(std::vector<size_t>& candidates) const {
+  // Unknown RTTs last.
+  std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
+    const double ra = lives_[a].rtt > 0 ? lives_[a].rtt : 1e9;
+    const double rb = lives_[b].rtt > 0 ? lives_[b].rtt : 1e9;
+    return ra < rb;
+  });
+}
+
+StatusOr<Membership::Joined> Membership::takeFinalModel(int64_t ownStep, torch::Tensor& values,
+                                                        train::FlatParameters* flat) {
+  Joined out;
+  out.step = ownStep;
+  std::vector<size_t> candidates;
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (!lives_[i].suspected) candidates.push_back(i);
+  }
+  nearestFirst(candidates);
+  logger()->info(
+      "{}: every peer finished training while our state crossed; asking for the job's final "
+      "model",
+      name_);
+  GEO_RETURN_IF_ERROR(fetchState(candidates, ownStep, clock_.now(), values, flat, out));
+  if (!out.transferred || !out.finalModel) {
+    return failedPrecondition(fmt::format(
+        "{}: the job finished while this worker's state crossed, and no peer that finished sent "
+        "its final model",
+        name_));
+  }
+  out.jobFinished = true;
+  return out;
+}
+
 Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t ownStep,
                               geo::Clock::TimePoint t0, torch::Tensor& values,
                               train::FlatParameters* flat, Joined& out) {
@@ -758,12 +866,56 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
     const auto f0 = clock_.now();
     GEO_RETURN_IF_ERROR(sendControl(p, Control::kJoinFetch, ownStep,
                                     std::make_shared<std::vector<std::byte>>(), CodecId::kRaw, 0));
-    const auto fetchDeadline = f0 + options_.timeout;
+    // A large state comes in parts (Control::kJoinStatePart); each part
+    // that arrives moves the deadline on, since the sender paces them
+    // behind its rounds.
+    auto fetchDeadline = f0 + options_.timeout;
     std::optional<Message> state;
-    while (clock_.now() < fetchDeadline) {
+    std::vector<std::byte> parts;
+    uint64_t partsTotal = 0;
+    std::string broken;
+    while (clock_.now() < fetchDeadline && broken.empty()) {
       auto served = serve(ownStep, values, false, flat);
       if (!served.ok()) return served.status();
       if (lives_[i].suspected) break;
+      for (auto part = receiveControl(*transport_, Control::kJoinStatePart, p,
+                                      std::chrono::milliseconds(0));
+           part.ok() && !state && broken.empty();
+           part = receiveControl(*transport_, Control::kJoinStatePart, p,
+                                 std::chrono::milliseconds(0))) {
+        uint64_t total = 0, offset = 0;
+        const auto bytes = part->payload.bytes();
+        if (bytes.size() < 2 * sizeof(uint64_t)) {
+          broken = fmt::format("a part of {} bytes", bytes.size());
+          break;
+        }
+        std::memcpy(&total, bytes.data(), sizeof total);
+        std::memcpy(&offset, bytes.data() + sizeof total, sizeof offset);
+        const auto body = bytes.subspan(2 * sizeof(uint64_t));
+        // In order on one connection: each part starts where the last
+        // ended, and a state is at most the model and the optimizer's two
+        // buffers (fp32) and their bookkeeping.
+        const uint64_t limit = 4 * static_cast<uint64_t>(values.numel()) * 4 + (64 << 20);
+        if (offset != parts.size() || (partsTotal != 0 && total != partsTotal) || total > limit ||
+            offset + body.size() > total) {
+          broken = fmt::format("a part at byte {} of {} after {} bytes of {}", offset, total,
+                               parts.size(), partsTotal);
+          break;
+        }
+        if (partsTotal == 0) parts.reserve(total);
+        partsTotal = total;
+        parts.insert(parts.end(), body.begin(), body.end());
+        fetchDeadline = clock_.now() + options_.timeout;
+        if (parts.size() == partsTotal) {
+          Message whole;
+          whole.header = part->header;
+          whole.header.codec = CodecId::kRaw;
+          whole.received = part->received;
+          whole.payload = transport::Payload(std::move(parts));
+          state = std::move(whole);
+        }
+      }
+      if (state) break;
       auto m = receiveControl(*transport_, Control::kJoinState, p, kPoll);
       if (m.ok()) {
         state = std::move(*m);
@@ -771,8 +923,13 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
       }
     }
     if (!state) {
-      logger()->warn("{}: {} did not send its state; trying the next peer", name_,
-                     topology_.describe(p));
+      logger()->warn("{}: {} did not send its state{}; trying the next peer", name_,
+                     topology_.describe(p),
+                     !broken.empty()  ? fmt::format(" (refused {})", broken)
+                     : partsTotal > 0 ? fmt::format(" whole ({:.1f} of {:.1f} MB came)",
+                                                    static_cast<double>(parts.size()) / 1e6,
+                                                    static_cast<double>(partsTotal) / 1e6)
+                                      : std::string());
       continue;
     }
     // A peer that finished sends the job's final model alone, as fp32: the

@@ -67,8 +67,9 @@ namespace geo::sync::detail {
 // open round: the round in progress, or with DTS the oldest one still
 // awaiting contributions) -- the peer completed that round without it. It
 // marks the sender *joining*: not expected in any round until its
-// Control::kJoined names the first round it contributes to (or until it is
-// served our state, which fixes that round). A query for our open round or a
+// Control::kJoined names the first round it contributes to (or, unless
+// setServedJoinerAnnounces, until it is served our state, which fixes that
+// round). A query for our open round or a
 // later one (a common start, a whole-job restart, a worker that starts while
 // we still wait for its part of our first round) keeps the sender expected:
 // it takes part in that round whatever it does. An offer that reaches the
@@ -168,6 +169,16 @@ class Membership {
   // contributions from its oldest open round on again to every peer in
   // Served::heardAgain and Served::resumeAsked.
   void setResumeAnnounced(bool on) { resumeAnnounced_ = on; }
+  // Whether a peer we send our state to stays *joining* -- expected in no
+  // round -- until its Control::kJoined names the round it contributes
+  // from, as it does for every other peer (true), or is expected at once
+  // from the round of the step we served it at (false, the default). A
+  // synchronous partner needs the latter: a region leader averages its
+  // members every step and waits for the joiner from its very first. DTS
+  // needs the former: a large model's state takes seconds to cross, the
+  // joiner then catches up on the rounds completed meanwhile and
+  // contributes from a later round than the one we served it at (Dts::join).
+  void setServedJoinerAnnounces(bool on) { servedJoinerAnnounces_ = on; }
 
   // Reads the transport's liveness; logs and counts every change.
   void refresh();
@@ -237,6 +248,12 @@ class Membership {
   // saveOptimizer / loadOptimizer); the model goes to `values` either way.
   StatusOr<Joined> join(int64_t ownStep, int64_t roundSteps, torch::Tensor& values,
                         train::FlatParameters* flat = nullptr);
+  // After join() took a peer's state: every peer has finished meanwhile
+  // (the state crossed as the job ended), so this worker takes the job's
+  // final model from the nearest that answers, as join() does when every
+  // peer answers "finished". Fails, saying so, where none sends it.
+  StatusOr<Joined> takeFinalModel(int64_t ownStep, torch::Tensor& values,
+                                  train::FlatParameters* flat = nullptr);
   // Tells every peer that this worker contributes from `round` on.
   Status announce(uint64_t round, int64_t step);
   // Training is over: offers say "finished", and a joiner's request for
@@ -322,6 +339,23 @@ class Membership {
   // adopts the first one that arrives and checks out (into `values` and the
   // optimizer); `out` says what came. A candidate suspected meanwhile, or
   // silent for the round time-out, is passed over.
+  // A state sent in parts (Control::kJoinStatePart) behind our rounds:
+  // serve() starts one where the state is over two parts, and each call
+  // sends on the parts that pumpStates() finds room for.
+  struct OutgoingState {
+    uint32_t peer = 0;
+    int64_t step = 0;
+    std::shared_ptr<const std::vector<std::byte>> bytes;
+    size_t offset = 0;
+    geo::Clock::TimePoint started{};
+  };
+  Status pumpStates();
+  // Sorts indices into peers_ by ping RTT, nearest first.
+  void nearestFirst(std::vector<size_t>& candidates) const;
+  // Whether the next part of a state for `peer` may go now: less than
+  // kStateAhead parts of it still wait to leave this machine, and none of
+  // our data for a live other peer does (our rounds go first).
+  bool roomForStatePart(uint32_t peer) const;
   Status fetchState(const std::vector<size_t>& candidates, int64_t ownStep,
                     geo::Clock::TimePoint t0, torch::Tensor& values, train::FlatParameters* flat,
                     Joined& out);
@@ -347,6 +381,7 @@ class Membership {
   std::function<uint64_t()> openRound_;       // empty: roundAt(the step served at)
   bool inJoin_ = false;                       // in join(): offers say so
   bool resumeAnnounced_ = false;
+  bool servedJoinerAnnounces_ = false;
   bool finishing_ = false;  // setFinishing()
   bool final_ = false;      // setFinalModel()
   // This process's identity in the join protocol (random), and the peers
@@ -355,6 +390,7 @@ class Membership {
   std::set<std::pair<uint32_t, uint64_t>> coStarters_;
   std::vector<uint32_t> heardAgain_;
   std::vector<uint32_t> newlySuspected_;
+  std::vector<OutgoingState> outgoing_;
   // Guards what addTo() reads; the synchronizer's thread writes under it
   // and reads without it.
   mutable std::mutex mu_;

@@ -12,8 +12,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,6 +214,74 @@ TEST_F(MembershipTest, ALateWorkerTakesTheStateOfTheNearestPeerAhead) {
   SyncStats stats;
   members_[2]->addTo(stats);
   EXPECT_EQ(stats.rejoins, 1u);
+}
+
+// A state over two parts (4 MiB each) goes in parts behind the sender's
+// rounds. Rank 2 takes the 14.7 MB state of rank 1, whose uplink carries
+// 10 MB/s; as the first parts leave, rank 1 sends rank 0 a round of 4.2 MB.
+// Sent whole, the state was ahead of the round on the uplink, and the
+// round took 1.9 s to arrive; in parts, it waits behind the two parts
+// already queued at most (1.26 s), and the next part waits for it. The
+// state arrives whole, byte for byte.
+TEST_F(MembershipTest, ALargeStateGoesInPartsBehindTheSendersRounds) {
+  // Rank 2 is 10 ms from rank 1 and 50 ms from rank 0.
+  make(3, {{0, 10, 50}, {10, 0, 10}, {50, 10, 0}});
+  start(0);
+  start(1);
+  transports_[1]->setUplinkRate(10e6);
+  clock_.advance(5s);
+  start(2);
+  constexpr int64_t kValues = 3'670'016;  // 14.7 MB: four parts, the last short
+  const torch::Tensor state = torch::arange(kValues, torch::kFloat32);
+  std::atomic<bool> stop{false};
+  StatusOr<Membership::Joined> joined = Status(StatusCode::kUnknown, "not run");
+  torch::Tensor mine = torch::zeros({kValues});
+  std::optional<geo::Clock::TimePoint> roundSent, roundArrived;
+  std::vector<std::function<void()>> workers;
+  workers.push_back([&] {
+    while (!stop.load()) {
+      ASSERT_TRUE(members_[0]->serve(500, torch::zeros({kValues}), false).ok());
+      if (!roundArrived &&
+          transports_[0]
+              ->receive(transport::MessageKind::kUpdate, 7, 1, std::chrono::milliseconds(0))
+              .ok()) {
+        roundArrived = clock_.now();
+      }
+      clock_.sleepFor(5ms);
+    }
+  });
+  workers.push_back([&] {
+    while (!stop.load()) {
+      ASSERT_TRUE(members_[1]->serve(500, state, false).ok());
+      if (!roundSent) {
+        for (const auto& c : transports_[1]->peerCounters()) {
+          if (c.peer != 2 || c.queuedBytes == 0) continue;
+          transport::SendMeta meta{7, 500, transport::CodecId::kRaw, 0};
+          ASSERT_TRUE(transports_[1]
+                          ->send(0, transport::MessageKind::kUpdate, meta,
+                                 transport::Payload(std::vector<std::byte>(4'200'000)), 1s)
+                          .ok());
+          roundSent = clock_.now();
+        }
+      }
+      clock_.sleepFor(5ms);
+    }
+  });
+  workers.push_back([&] {
+    clock_.sleepFor(1s);  // its first pings back: the nearest is known
+    joined = members_[2]->join(0, 1, mine);
+    clock_.sleepFor(2s);  // the round's arrival
+    stop = true;
+  });
+  runSimulated(clock_, std::move(workers));
+  ASSERT_TRUE(joined.ok()) << joined.status().toString();
+  EXPECT_TRUE(joined->transferred);
+  EXPECT_EQ(joined->step, 500);
+  EXPECT_TRUE(torch::equal(mine, state)) << "the state's parts did not make it whole";
+  ASSERT_TRUE(roundSent && roundArrived);
+  const double roundSeconds = std::chrono::duration<double>(*roundArrived - *roundSent).count();
+  EXPECT_LT(roundSeconds, 1.4) << "the round waited behind more of the state than two parts";
+  std::printf("the round took %.2f s\n", roundSeconds);
 }
 
 TEST_F(MembershipTest, AStartUpQueryDeliveredAfterItsSenderStartedAloneLeavesItExpected) {

@@ -244,7 +244,8 @@ struct JobSpec {
   // More such ways, cut and mended with it.
   std::vector<std::pair<int, int>> moreCutOneWays;
   // Ways whose data is held in the sender's queue (MemoryNetwork::holdData:
-  // liveness and the control lane pass), held and released with the cuts.
+  // liveness and the control lane pass), held and released with the cuts
+  // (at partitionAtStep for partitionDuration, with or without cutOneWay).
   std::vector<std::pair<int, int>> holdDataOneWay;
   // sync.peerTimeout by rank (missing: job.sync's): a worker slower to
   // suspect than the others.
@@ -572,10 +573,12 @@ RunResult runJob(const JobSpec& job) {
                        static_cast<uint32_t>(job.cutLink.second), cut);
     });
   }
-  if (job.cutOneWay.first >= 0 && network != nullptr) {
+  if ((job.cutOneWay.first >= 0 || !job.holdDataOneWay.empty()) && network != nullptr) {
     cutForAWhile([&](bool cut) {
-      network->cutOneWay(static_cast<uint32_t>(job.cutOneWay.first),
-                         static_cast<uint32_t>(job.cutOneWay.second), cut);
+      if (job.cutOneWay.first >= 0) {
+        network->cutOneWay(static_cast<uint32_t>(job.cutOneWay.first),
+                           static_cast<uint32_t>(job.cutOneWay.second), cut);
+      }
       for (const auto& [from, to] : job.moreCutOneWays) {
         network->cutOneWay(static_cast<uint32_t>(from), static_cast<uint32_t>(to), cut);
       }
@@ -3207,6 +3210,75 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAWorkerWithACloggedUplinkIsNotHeldForRou
     job.moreCutOneWays = {{1, 2}, {1, 3}};
     job.holdDataOneWay = {{1, 0}, {1, 2}, {1, 3}};
   });
+}
+
+// A worker restarted mid-job whose state takes seconds to reach it, in
+// simulated time: rank 3 starts once rank 0 has taken 40 steps, and what
+// ranks 0-2 send it is held for 4 s from then (a large model's state
+// crossing a slow link: MemoryNetwork::holdData; pings and the join's
+// queries, offers and requests pass). Rank 3 got the state of step 45
+// while the others were 190 steps further on: it trained on from there,
+// and every worker waited for its contributions as it caught up -- 4.0 s
+// each (the peer that served the state counted on rank 3 from that step's
+// round, the others then on its rounds), 15.0 s simulated; a 20M-parameter
+// mlp's restart on the namespace network stalled the others 17 s so.
+// Now rank 3 applies the rounds completed meanwhile as the others
+// completed them (Dts::catchUp) and contributes from the live edge, and
+// the one that served the state awaits its announcement as the others do:
+// each waits less than 1 s in all (0.21-0.23 s), 11.2 s simulated, and
+// every worker ends with the same bytes.
+// The job of the two tests below: rank 3 starts once rank 0 has taken
+// `lateAtStep` of 300 steps of 20 ms, and what the others send it is held
+// 4 s from then. Every worker ends with the same bytes.
+RunResult runAJoinerWhoseStateIsHeld(FakeClock& clock, int64_t lateAtStep) {
+  JobSpec job = simulatedFourRegionDts(clock, 6, 5s, 1s);
+  job.steps = 300;
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);
+  job.lateRank = 3;
+  job.lateAtStep = lateAtStep;
+  job.partitionAtStep = job.lateAtStep;
+  job.partitionDuration = 4s;
+  job.holdDataOneWay = {{0, 3}, {1, 3}, {2, 3}};
+  auto r = runJob(job);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  return r;
+}
+
+TEST(OnTheMemoryNetwork,
+     InSimulatedTimeAJoinerWhoseStateTakesSecondsCatchesUpInsteadOfBeingWaitedFor) {
+  FakeClock clock;
+  constexpr int64_t kLateAt = 40;
+  const auto r = runAJoinerWhoseStateIsHeld(clock, kLateAt);
+  EXPECT_EQ(r.stats[3].rejoins, 1u);
+  // The others took 200 steps while the state was held (4 s of 20 ms).
+  EXPECT_GT(r.joinedAt[3], kLateAt + 150) << "no catching up on the rounds meanwhile";
+  for (size_t rank = 0; rank < 3; ++rank) {
+    EXPECT_LT(r.stats[rank].waitSeconds, 1.0) << "rank " << rank;
+  }
+  std::printf("waited %.2f / %.2f / %.2f s; rank 3 joined at step %lld; %.1f s simulated\n",
+              r.stats[0].waitSeconds, r.stats[1].waitSeconds, r.stats[2].waitSeconds,
+              static_cast<long long>(r.joinedAt[3]), r.simulatedSeconds);
+}
+
+// The same, the state held as the others take their last 150 steps: they
+// finish while it crosses. Rank 3 catches up on every round they closed
+// (Dts::catchUp) and takes the job's final model from one of them
+// (Membership::takeFinalModel), as a worker that starts after the end
+// does. It trained on from
+// the live edge before, the rounds the others had finished, and they had
+// gone when it reached its end: it failed after the round time-out (on
+// the namespace network, a 20M-parameter mlp whose paced state crossed in
+// 25 s).
+TEST(OnTheMemoryNetwork, InSimulatedTimeAJoinerWhoseStateCrossesAsTheJobEndsEndsWithItsModel) {
+  FakeClock clock;
+  const auto r = runAJoinerWhoseStateIsHeld(clock, 150);
+  EXPECT_EQ(r.stats[3].rejoins, 2u) << "the state, then the job's final model";
+  EXPECT_LT(r.simulatedSeconds, 15) << "someone waited for a time-out";
+  std::printf("rank 3 joined at step %lld; %.1f s simulated\n",
+              static_cast<long long>(r.joinedAt[3]), r.simulatedSeconds);
 }
 
 // Hierarchical DTS in simulated time, a region's member dead: its leader
