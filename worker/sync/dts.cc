@@ -167,14 +167,7 @@ StatusOr<train::JoinResult> Dts::join(int64_t step, train::FlatParameters& flat)
     // Every peer finished while the state crossed: their final average is
     // the job's model, made without us, and they linger for us (we are
     // joining) only a short while.
-    takeFinished();
-    bool everyPeerFinished = false;
-    for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self || membership_.suspected(group_.ranks[i])) continue;
-      everyPeerFinished = finishedAt_[i].has_value();
-      if (!everyPeerFinished) break;
-    }
-    if (everyPeerFinished) {
+    if (everyPeerFinished(std::nullopt)) {
       auto taken = membership_.takeFinalModel(joined->step, flat.values, &flat);
       if (!taken.ok()) return taken.status();
       return train::JoinResult{taken->step, true, true};
@@ -544,9 +537,9 @@ void Dts::applyLate(int64_t t, train::FlatParameters& flat) {
 // step), or the bitwise-exact path ends it where it is. Where the state
 // came quickly, a round is caught up on only if a peer a little ahead has
 // closed it already (the joiner waits for the others to close it too, a
-// few steps). Where every
-// peer has finished, the rounds they closed are all past: we catch up to
-// their last, and join() then takes their final average from one of them.
+// few steps). Where every peer has finished, the rounds they closed are
+// all past: we catch up to their last, and join() then takes their final
+// average from one of them.
 StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
   if (sharded() || exact()) return step;
   const int64_t from = step;
@@ -572,19 +565,6 @@ StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
     });
     return seen;
   };
-  // Whether every peer we hear has taken its last step after closing round
-  // r (Control::kDtsFinished): then r is past, though no later round will
-  // come. A joiner whose state crossed as the job ended trained on from the
-  // live edge instead, 36 steps the others had finished, and they had gone
-  // when it reached its final average.
-  const auto everyPeerClosed = [&](uint64_t r) {
-    takeFinished();
-    for (size_t i = 0; i < group_.size(); ++i) {
-      if (i == group_.self || membership_.suspected(group_.ranks[i])) continue;
-      if (!finishedAt_[i] || r >= *finishedAt_[i]) return false;
-    }
-    return true;
-  };
   while (true) {
     const uint64_t r = nextRound_;
     const int64_t closesAt = closeOf(r);
@@ -592,13 +572,17 @@ StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
     // No peer has closed r yet: it is the live edge.
     const bool closed = std::any_of(seen.closedAt.begin(), seen.closedAt.end(),
                                     [](const auto& at) { return at.has_value(); });
-    if (!closed && (!seen.any || seen.latest <= r) && !everyPeerClosed(r)) break;
+    // Where every peer has taken its last step after closing r, r is past
+    // though no later round will come: a joiner whose state crossed as the
+    // job ended trained on from the live edge instead, 36 steps the others
+    // had finished, and they had gone when it reached its final average.
+    if (!closed && (!seen.any || seen.latest <= r) && !everyPeerFinished(r)) break;
     // Every awaited peer's contribution to r, on our grid.
     const auto deadline = clock().now() + options_.timeout;
     bool whole = false, offGrid = false;
     while (true) {
       GEO_RETURN_IF_ERROR(serveMembership(step, flat, false));
-      takeFinished();
+      takeFinished();  // awaited() reads what the peers closed
       bool missing = false;
       for (size_t i = 0; i < group_.size(); ++i) {
         if (i == group_.self || !awaited(i, r)) continue;
@@ -658,6 +642,17 @@ StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
         firstRound, nextRound_ - 1, since(t0), step, from);
   }
   return step;
+}
+
+bool Dts::everyPeerFinished(std::optional<uint64_t> afterClosing) {
+  takeFinished();
+  bool any = false;
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (i == group_.self || membership_.suspected(group_.ranks[i])) continue;
+    if (!finishedAt_[i] || (afterClosing && *afterClosing >= *finishedAt_[i])) return false;
+    any = true;
+  }
+  return any;
 }
 
 void Dts::discardStale() {

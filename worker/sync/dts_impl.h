@@ -409,6 +409,10 @@ class Dts final : public Base, private StateParity::Host {
   // the peers completed them, and returns the step to go on from (`step`
   // where there was none to catch up on). See dts.cc.
   StatusOr<int64_t> catchUp(int64_t step, train::FlatParameters& flat);
+  // Whether every peer we hear (at least one) has taken its last step
+  // (Control::kDtsFinished, taken here first), and, given a round, closed
+  // it before.
+  bool everyPeerFinished(std::optional<uint64_t> afterClosing);
 
   // How many incomplete rounds a late contribution may still join: those a
   // delay spans, and at least kLateWindow. A contribution is late by up to

@@ -624,10 +624,11 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
 
 bool Membership::roomForStatePart(uint32_t peer) const {
   for (const transport::PeerCounters& c : transport_->peerCounters()) {
+    // Not our group's, or gone: its queue says nothing of our rounds (and
+    // asking the kernel costs two system calls).
+    if (c.peer != peer && (find(c.peer) == nullptr || suspected(c.peer))) continue;
     const uint64_t waiting = c.backlogBytes + transport_->queuedBelowBytes(c.peer);
-    if (c.peer == peer) {
-      if (waiting >= kStateAhead * kStatePartBytes) return false;
-    } else if (waiting > kRoundQueuedBytes && find(c.peer) != nullptr && !suspected(c.peer)) {
+    if (c.peer == peer ? waiting >= kStateAhead * kStatePartBytes : waiting > kRoundQueuedBytes) {
       return false;
     }
   }
