@@ -409,6 +409,15 @@ class Dts final : public Base, private StateParity::Host {
   // the peers completed them, and returns the step to go on from (`step`
   // where there was none to catch up on). See dts.cc.
   StatusOr<int64_t> catchUp(int64_t step, train::FlatParameters& flat);
+
+  // How many steps past `closedAt` (the close of the last round a joiner
+  // caught up on) its peers are now, by their last lag reports (a peer
+  // reports a round's completion about its lead() past the round's close,
+  // and has since gone on at the pace it reported), at most to the step
+  // before the next round's close: the joiner goes on from there, not
+  // from `closedAt`, or every peer would wait that far for its first
+  // contribution. 0 where no awaited peer has reported a completion.
+  int64_t peersAheadOf(int64_t closedAt);
   // Whether every peer we hear (at least one) has taken its last step
   // (Control::kDtsFinished, taken here first), and, given a round, closed
   // it before.
@@ -1045,11 +1054,15 @@ class Dts final : public Base, private StateParity::Host {
   // Auto period: each peer's pace as of its latest report (the round it
   // closes next, the shortest its rounds may last, its lead(), when the
   // report arrived).
+  // Each peer's last lag report: recorded whatever the schedule (a
+  // joiner's catchUp reads where its peers are from them too).
   struct Pace {
     uint64_t nextRound = 0;
     double roundSeconds = 0;  // the shortest its rounds may last (fastestRoundSeconds)
     int64_t lead = 0;
     geo::Clock::TimePoint at;
+    // The round whose completion it reported (kNoRound: a schedule only).
+    uint64_t completed = kNoRound;
   };
   std::vector<std::optional<Pace>> paces_ = std::vector<std::optional<Pace>>(group_.size());
   double stepSeconds_ = 0;  // a step's time, waits for peers excluded (moving average)
@@ -1112,6 +1125,10 @@ class Dts final : public Base, private StateParity::Host {
   // When this worker's first round left (a round seen crossing is one
   // that left since: chooseDelay).
   std::optional<geo::Clock::TimePoint> firstRoundSentAt_;
+  // When the latest round of this worker's went to the transport: while
+  // part of what we sent a peer still waits in our own queue, that round
+  // has been crossing at least since (chooseDelay).
+  std::optional<geo::Clock::TimePoint> lastRoundSentAt_;
   ScratchTensors scratch_;
   std::array<torch::Tensor, 4> slices_;  // sliceBuffer()'s
   StageTimes stages_;

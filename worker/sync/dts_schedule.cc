@@ -4,6 +4,14 @@
 #include "worker/sync/dts_impl.h"
 
 namespace geo::sync::detail {
+namespace {
+
+// More of our data for a peer than one WAN chunk (ZmqTransportConfig's
+// wanChunkBytes) still in our own queue: a round's, not a control
+// message's (chooseDelay).
+constexpr uint64_t kCrossingBacklogBytes = uint64_t{64} << 10;
+
+}  // namespace
 
 uint64_t Dts::roundAt(int64_t s) const {
   if (s >= schedule_.step) {
@@ -71,19 +79,21 @@ bool Dts::takeLagReports(int64_t t) {
                                     std::chrono::milliseconds(0))) {
       if (m->payload.size() != kLagReportBytes) continue;
       any = true;
+      int64_t e[kScheduleValues];
+      std::memcpy(e, m->payload.data() + sizeof(double), sizeof e);
+      // A peer runs at most its D (<= maxAutoDelay steps, a round each
+      // at worst) ahead: a larger figure is not believed.
+      if (e[6] >= 0 &&
+          static_cast<uint64_t>(e[6]) <=
+              nextRound_ + static_cast<uint64_t>(options_.maxAutoDelay) + 2 &&
+          e[7] > 0 && e[7] < int64_t{60'000'000'000} && e[8] >= 0 &&
+          e[8] <= options_.maxAutoDelay) {
+        paces_[i] = Pace{static_cast<uint64_t>(e[6]), static_cast<double>(e[7]) * 1e-9, e[8],
+                         m->received, m->header.step};
+      }
       if (scheduling()) {
-        int64_t e[kScheduleValues];
-        std::memcpy(e, m->payload.data() + sizeof(double), sizeof e);
-        // A peer runs at most its D (<= maxAutoDelay steps, a round each
-        // at worst) ahead: a larger figure is not believed.
-        if (e[6] >= 0 &&
-            static_cast<uint64_t>(e[6]) <=
-                nextRound_ + static_cast<uint64_t>(options_.maxAutoDelay) + 2 &&
-            e[7] > 0 && e[7] < int64_t{60'000'000'000} && e[8] >= 0 &&
-            e[8] <= options_.maxAutoDelay) {
-          paces_[i] = Pace{static_cast<uint64_t>(e[6]), static_cast<double>(e[7]) * 1e-9, e[8],
-                           m->received};
-        }
+        // The sender's schedule in force (j = 0) and its next (j = 3).
+        std::optional<Schedule> reported[2];
         for (int j : {0, 3}) {
           const int64_t exchange = e[9 + j / 3];
           if (e[j] >= 0 && e[j + 1] >= 0 && e[j + 2] >= 1 && e[j + 2] <= options_.maxAutoPeriod &&
@@ -94,8 +104,17 @@ bool Dts::takeLagReports(int64_t t) {
                                                : Exchange::kAllGather;
             // A fixed period likewise (the schedule then changes the exchange only).
             const int64_t k = options_.autoPeriod ? e[j + 2] : schedule_.k;
-            adopt({static_cast<uint64_t>(e[j]), e[j + 1], k, x}, t);
+            reported[j / 3] = Schedule{static_cast<uint64_t>(e[j]), e[j + 1], k, x};
           }
+        }
+        if (reported[0]) {
+          const ReportedSchedules order =
+              reportedSchedules(*reported[0], reported[1], schedule_, nextSchedule_, nextRound_);
+          if (order.dropAwaited) nextSchedule_.reset();
+          adopt(*reported[0], t);
+          if (reported[1] && order.takeNext) adopt(*reported[1], t);
+        } else if (reported[1]) {
+          adopt(*reported[1], t);
         }
       }
       double theirs = 0;
@@ -488,9 +507,8 @@ bool Dts::chooseDelay() {
     l.minRttSeconds = c.minRttSeconds;
     if (links_.measured(*i)) {
       l.measuredSeconds = links_.longestSample(*i);
-    } else if (c.minRttSeconds > 0 && c.unackedSeconds > c.minRttSeconds &&
-               c.sinceAckSeconds >= 0 && c.sinceAckSeconds < c.minRttSeconds + 1.0 &&
-               firstRoundSentAt_ && c.unackedSeconds <= since(*firstRoundSentAt_)) {
+    } else if (c.minRttSeconds > 0 && c.sinceAckSeconds >= 0 &&
+               c.sinceAckSeconds < c.minRttSeconds + 1.0 && firstRoundSentAt_) {
       // A round still crossing to a peer not measured yet: its oldest
       // byte not yet acknowledged left unackedSeconds ago, so the way
       // there takes at least that less the acknowledgement's way back. A
@@ -502,15 +520,34 @@ bool Dts::chooseDelay() {
       // control messages wait for peers still starting (on two cores, the
       // last of four loads its libraries seconds after the first), and
       // read as a round crossing for 2.1 s before any round had left, D
-      // went to 138 steps at 15 ms. The longest seen holds until the reports come: the next
-      // round crosses the same way. (The minimum round trip: the first
-      // pings of a job wait behind connection set-up and slow start.)
-      links_.sawCrossing(c.unackedSeconds - c.minRttSeconds / 2);
+      // went to 138 steps at 15 ms. The longest seen holds until the
+      // reports come: the next round crosses the same way. (The minimum
+      // round trip: the first pings of a job wait behind connection set-up
+      // and slow start.)
+      if (c.unackedSeconds > c.minRttSeconds && c.unackedSeconds <= since(*firstRoundSentAt_)) {
+        links_.sawCrossing(c.unackedSeconds - c.minRttSeconds / 2);
+      }
+      // What has not even been handed on yet: a round's chunks leave our
+      // queue only as ZeroMQ's pipe (64 of them) and the kernel's socket
+      // buffer, small on a young connection, take them, so the oldest
+      // byte handed on is younger than the round, and the rounds of a
+      // 20M-parameter mlp (10 MB to each of three peers over 100 Mbit/s,
+      // namespace network) read 2.5 s crossing where the reports then
+      // measured 3.5-4.4: its first four rounds were waited for, up to 4.2
+      // s each. While more than a chunk of ours for the peer still waits
+      // here, the latest round's last byte has not left (the queue is in
+      // order), so that round has been crossing at least since it was
+      // sent. Not for a joiner, whose queue holds our state, sent after
+      // the round. For D only (LinkLedger::sawQueuedCrossing).
+      if (c.backlogBytes > kCrossingBacklogBytes && lastRoundSentAt_ &&
+          !membership_.joining(c.peer) && since(*lastRoundSentAt_) > c.minRttSeconds) {
+        links_.sawQueuedCrossing(since(*lastRoundSentAt_) - c.minRttSeconds / 2);
+      }
     }
     peers.push_back(l);
     indices.push_back(*i);
   }
-  const std::optional<SlowestLink> slowest = slowestLink(peers, links_.crossingSeconds());
+  const std::optional<SlowestLink> slowest = slowestLink(peers, links_.delayCrossingSeconds());
   const double link = slowest ? slowest->seconds : -1;
   if (slowest && !slowest->estimated) stats_.setLink(link);
   // Under reduce-scatter a round takes two hops, a part to its owner and
@@ -531,7 +568,7 @@ bool Dts::chooseDelay() {
                   next, delay_, link * 1e3,
                   !slowest              ? std::string("nothing known of the links")
                   : !slowest->estimated ? fmt::format("to {}", whose)
-                  : link == links_.crossingSeconds()
+                  : link == links_.delayCrossingSeconds()
                       ? fmt::format("a round seen crossing, before {}'s first reports", whose)
                       : fmt::format("half the ping round trip, before {}'s first reports", whose),
                   sharded() ? ", twice over (reduce-scatter)" : "", stepSeconds_ * 1e3);

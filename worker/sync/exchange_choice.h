@@ -171,6 +171,47 @@ inline ScheduleAction scheduleAction(const DtsSchedule& heard, const DtsSchedule
   return heard.round > nextRound ? ScheduleAction::kAwait : ScheduleAction::kAdoptNow;
 }
 
+// A lag report carries two schedules: the one in force at its sender
+// (`sendersCurrent`) and the sender's next change (`sendersNext`; none
+// announced: nullopt). The second continues the first: a worker that does
+// not have the first in force yet must take it before the second, or it
+// numbers the rounds between them on the old grid. A worker restarted
+// while the job had K = 32 from round 5 heard, before its state came,
+// K = 32 from round 5 (awaited: it was at round 0), then K = 64 from round
+// 13 (newer, so it replaced the awaited one), and once the state of step
+// 183 came it could no longer take K = 32 (older than the awaited one):
+// it closed its rounds every 16 steps where the others did every 32, and
+// its catching up, its first contributions and its peers' waits for them
+// were all a grid apart (the others' longest step 10.1 s on the namespace
+// network). `inForce` and `awaited` are the worker's; `nextRound` the first
+// round it has not opened. dropAwaited: the awaited change is the sender's
+// next, and goes until the sender's current one is in force; takeNext:
+// hand the sender's next to scheduleAction after its current one (not
+// while the current one is still to come: the reports repeat it). Two
+// coordinators' changes either side of a suspicion each come as a next
+// over the schedule they both had in force, and scheduleAction still picks
+// the later.
+struct ReportedSchedules {
+  bool dropAwaited = false;
+  bool takeNext = true;
+};
+inline bool sameSchedule(const DtsSchedule& a, const DtsSchedule& b) {
+  return a.round == b.round && a.step == b.step && a.k == b.k && a.exchange == b.exchange;
+}
+inline ReportedSchedules reportedSchedules(const DtsSchedule& sendersCurrent,
+                                           const std::optional<DtsSchedule>& sendersNext,
+                                           const DtsSchedule& inForce,
+                                           const std::optional<DtsSchedule>& awaited,
+                                           uint64_t nextRound) {
+  ReportedSchedules out;
+  const bool currentAhead = newerSchedule(sendersCurrent, inForce);
+  out.dropAwaited = currentAhead && sendersNext && awaited && sameSchedule(*awaited, *sendersNext);
+  const bool awaitsCurrent = !out.dropAwaited && awaited && sameSchedule(*awaited, sendersCurrent);
+  const bool currentToCome = currentAhead && (sendersCurrent.round > nextRound || awaitsCurrent);
+  out.takeNext = sendersNext.has_value() && !currentToCome;
+  return out;
+}
+
 // Whether the worker at group index `self` decides the job's schedule (the
 // automatic period and exchange), `heard[i]` saying whether it hears
 // member i (not suspected; its own entry is ignored): the lowest-ranked

@@ -77,4 +77,8 @@ void LinkLedger::sawCrossing(double seconds) {
   crossingSeconds_ = std::max(crossingSeconds_, seconds);
 }
 
+void LinkLedger::sawQueuedCrossing(double seconds) {
+  queuedCrossingSeconds_ = std::max(queuedCrossingSeconds_, seconds);
+}
+
 }  // namespace geo::sync

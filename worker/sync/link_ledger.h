@@ -9,6 +9,7 @@
 // Peers are group indices (0 .. groupSize - 1, this worker's own included and
 // never measured). Not thread-safe (the training thread's).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -81,6 +82,16 @@ class LinkLedger {
   void sawCrossing(double seconds);
   // The longest seen; 0 before (none seen: no link of 0 ms).
   double crossingSeconds() const { return crossingSeconds_; }
+  // A round of this worker's seen crossing for `seconds` while part of
+  // what it sent still waited in its own queue (the time since it was
+  // sent, less the acknowledgement's way back). A link for D until the
+  // reports come, as sawCrossing's; not for the period, whose rule takes
+  // the uplink's rate from the rounds it held back instead (a queue a
+  // round long read as a round's crossing in part, and K rose in small
+  // steps where it should have gone at once to what the uplink needs).
+  void sawQueuedCrossing(double seconds);
+  // The longest of either kind seen; 0 before.
+  double delayCrossingSeconds() const { return std::max(crossingSeconds_, queuedCrossingSeconds_); }
 
  private:
   void addSample(size_t peer, double mine, double theirs);
@@ -101,6 +112,7 @@ class LinkLedger {
   std::deque<OwnLags> own_;
   std::deque<TheirLag> theirs_;
   double crossingSeconds_ = 0;
+  double queuedCrossingSeconds_ = 0;
   std::optional<uint64_t> disturbedThrough_;
 };
 

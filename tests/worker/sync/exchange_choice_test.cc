@@ -261,4 +261,49 @@ TEST(DecidesSchedule, TheLowestRankedMemberHeardWhereItHearsMostOfTheGroup) {
 }
 
 }  // namespace
+
+// A lag report's schedule in force comes before its next: a worker that
+// does not have the first in force takes it first, and the second only
+// once the first is in force (the reports repeat it).
+TEST(ReportedSchedules, TheSendersScheduleInForceComesBeforeItsNext) {
+  using detail::DtsSchedule;
+  using detail::reportedSchedules;
+  const DtsSchedule initial{0, 0, 16, Exchange::kAllGather};
+  const DtsSchedule a{5, 80, 32, Exchange::kAllGather};    // in force at the sender
+  const DtsSchedule b{13, 336, 64, Exchange::kAllGather};  // the sender's next
+  // A worker restarted, at round 0 before its state comes, awaiting the
+  // first: the next waits.
+  auto o = reportedSchedules(a, b, initial, a, 0);
+  EXPECT_FALSE(o.dropAwaited);
+  EXPECT_FALSE(o.takeNext);
+  // Awaiting the next already (heard when the first was not in force at
+  // its sender yet, or before this rule): the next goes, the first is
+  // awaited in its place.
+  o = reportedSchedules(a, b, initial, b, 0);
+  EXPECT_TRUE(o.dropAwaited);
+  EXPECT_FALSE(o.takeNext);
+  // A worker that has opened the first's round already takes it at once
+  // (scheduleAction: kAdoptNow), then awaits the next.
+  o = reportedSchedules(a, b, initial, b, 7);
+  EXPECT_TRUE(o.dropAwaited);
+  EXPECT_TRUE(o.takeNext);
+  // With the first in force, the next is handed on as before.
+  o = reportedSchedules(a, b, a, std::nullopt, 9);
+  EXPECT_FALSE(o.dropAwaited);
+  EXPECT_TRUE(o.takeNext);
+  o = reportedSchedules(a, std::nullopt, initial, std::nullopt, 0);
+  EXPECT_FALSE(o.takeNext);
+  // Two coordinators' changes over the schedule both had in force: each
+  // comes as a next, and scheduleAction picks the later, as before.
+  const DtsSchedule current{12, 704, 64, Exchange::kAllGather};
+  const DtsSchedule early{22, 1344, 64, Exchange::kReduceScatter};
+  const DtsSchedule late{26, 1600, 64, Exchange::kReduceScatter};
+  o = reportedSchedules(current, late, current, early, 20);
+  EXPECT_FALSE(o.dropAwaited);
+  EXPECT_TRUE(o.takeNext);
+  o = reportedSchedules(current, early, current, late, 23);
+  EXPECT_FALSE(o.dropAwaited);
+  EXPECT_TRUE(o.takeNext);
+}
+
 }  // namespace geo::sync

@@ -144,5 +144,18 @@ TEST(LinkLedger, TheLongestCrossingSeenHolds) {
   EXPECT_DOUBLE_EQ(l.crossingSeconds(), 2.3);
 }
 
+// A round seen waiting in our own queue counts for D (the longer of both
+// kinds), not for the period's crossing.
+TEST(LinkLedger, ARoundSeenInOurQueueCountsForTheDelayOnly) {
+  LinkLedger l = ledger();
+  l.sawCrossing(2.3);
+  l.sawQueuedCrossing(3.6);
+  l.sawQueuedCrossing(1.0);
+  EXPECT_DOUBLE_EQ(l.crossingSeconds(), 2.3);
+  EXPECT_DOUBLE_EQ(l.delayCrossingSeconds(), 3.6);
+  l.sawCrossing(4.0);
+  EXPECT_DOUBLE_EQ(l.delayCrossingSeconds(), 4.0);
+}
+
 }  // namespace
 }  // namespace geo::sync

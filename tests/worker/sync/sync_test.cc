@@ -92,6 +92,7 @@ class Recorder final : public train::StepHook {
     }
     stepsTaken.store(step + 1);
     lastStepAt = std::chrono::steady_clock::now();
+    if (clock != nullptr) lastStepOnClock = clock->now();
     return {};
   }
   Status finish(int64_t steps, train::FlatParameters& flat) override {
@@ -128,6 +129,7 @@ class Recorder final : public train::StepHook {
   // training thread spent on synchronizing during the steps.
   double syncSeconds = 0;
   std::chrono::steady_clock::time_point lastStepAt{};  // the end of the latest step
+  geo::Clock::TimePoint lastStepOnClock{};             // the same on `clock`, where set
   // With recordModels, the parameters and the synchronizer's job model
   // after every step: every 7th value, enough to tell models apart (a full
   // copy of every step of a long job would take gigabytes).
@@ -154,8 +156,9 @@ struct RunResult {
   std::vector<int64_t> joinedAt;  // [rank]: the step join() continued from
   std::vector<std::vector<SyncStats>> statsAtUplinkChange;  // [change][rank], as it came
   double seconds = 0;                                       // wall time of the whole job
-  double simulatedSeconds = 0;      // with JobSpec::clock: the job's time on it
-  std::vector<double> syncSeconds;  // [rank]: Recorder::syncSeconds
+  double simulatedSeconds = 0;       // with JobSpec::clock: the job's time on it
+  double simulatedStepsSeconds = 0;  // and its steps' (stepsSeconds on the clock)
+  std::vector<double> syncSeconds;   // [rank]: Recorder::syncSeconds
   // [rank]: the transport's counters per peer at the end (empty for a rank
   // whose transport went: a dead one, or with JobSpec::leaveWhenDone).
   std::vector<std::vector<transport::PeerCounters>> peerCounters;
@@ -624,6 +627,11 @@ RunResult runJob(const JobSpec& job) {
     result.syncSeconds.push_back(recorders[r]->syncSeconds);
     result.peerCounters.push_back(transports[r] ? transports[r]->peerCounters()
                                                 : std::vector<transport::PeerCounters>{});
+    if (job.clock != nullptr && recorders[r]->lastStepOnClock > simulatedStart) {
+      result.simulatedStepsSeconds = std::max(
+          result.simulatedStepsSeconds,
+          std::chrono::duration<double>(recorders[r]->lastStepOnClock - simulatedStart).count());
+    }
     if (recorders[r]->lastStepAt > start) {
       result.stepsSeconds =
           std::max(result.stepsSeconds,
@@ -2884,6 +2892,40 @@ JobSpec simulatedFourRegionDts(FakeClock& clock, int64_t delay, std::chrono::mil
   return job;
 }
 
+// Before the first lag reports, D = auto counts a round of ours as
+// crossing for as long as more than a chunk of what we sent a peer still
+// waits in our own queue, not only from when the oldest byte handed on
+// left: on the namespace network a 20M-parameter mlp's rounds (10 MB to
+// each of three peers over 100 Mbit/s) read 2.5 s crossing where they
+// took 3.5-4.4, and its first rounds were waited for, up to 4.2 s each.
+// Here four workers send each round (K = 16 steps of 20 ms) to three
+// peers through an uplink that takes 170 ms for it, over links of 20 ms.
+// Reading only what had left the queue, D covered 60 ms before the
+// reports came, and the 64 steps (1.28 s of compute) took 1.78 s in
+// simulated time; now D grows with the round still queued, and 1.48 s.
+TEST(OnTheMemoryNetwork, InSimulatedTimeAutoDelayCountsARoundStillInOurQueueAsCrossing) {
+  FakeClock clock;
+  JobSpec job = simulatedFourRegionDts(clock, 0, 20s, 0ms);  // options()' time-outs
+  constexpr double kRate = 16e6 / 8;                         // bytes per second
+  job.uplink = "rate=16mbit";
+  job.sync.period = 16;
+  job.sync.delay = std::nullopt;
+  job.steps = 64;
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);
+  const auto r = runJob(job);
+  const double transfer = 3.0 * static_cast<double>(r.updateBytes) / kRate;
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  // The waits within the steps (the final average's are not theirs): 0.20
+  // s, against 0.50 before.
+  const double waited = r.simulatedStepsSeconds - static_cast<double>(job.steps) * 0.020;
+  EXPECT_LT(waited, 1.5 * transfer);
+  std::printf("a round leaves in %.0f ms; the steps waited %.2f s in all; %.1f s simulated\n",
+              transfer * 1e3, waited, r.simulatedSeconds);
+}
+
 // A whole job in simulated time: compute takes none, so every second of
 // waiting a survivor reports is the dead peer's time-out, exactly.
 TEST(OnTheMemoryNetwork, InSimulatedTimeADeadPeerStallsTheOthersForThePeerTimeout) {
@@ -3279,6 +3321,43 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAJoinerWhoseStateCrossesAsTheJobEndsEnds
   EXPECT_LT(r.simulatedSeconds, 15) << "someone waited for a time-out";
   std::printf("rank 3 joined at step %lld; %.1f s simulated\n",
               static_cast<long long>(r.joinedAt[3]), r.simulatedSeconds);
+}
+
+// A joiner that caught up goes on from where its peers are, not from the
+// close of the last round it caught up on: the peers were already about
+// their lead past it (that round's contributions came to the joiner as
+// its due step came to them) and waited that long for the joiner's first
+// contribution. K = 16 steps of 20 ms, D = auto over links of 20 ms;
+// rank 3 starts once rank 0 has taken 40 steps, and what the others send
+// it is held 4.2 s. It caught up on rounds 2-13 and went on from step 224,
+// 13 steps behind its peers, and each of them waited 0.74-0.76 s in all;
+// now it goes on from step 237, and they wait 0.48-0.51 s.
+TEST(OnTheMemoryNetwork, InSimulatedTimeAJoinerGoesOnFromWhereItsPeersAre) {
+  FakeClock clock;
+  JobSpec job = simulatedFourRegionDts(clock, 0, 5s, 1s);
+  job.sync.period = 16;
+  job.sync.delay = std::nullopt;
+  job.steps = 300;
+  job.extraCompute = std::vector<std::chrono::milliseconds>(4, 20ms);
+  job.lateRank = 3;
+  job.lateAtStep = 40;
+  job.partitionAtStep = job.lateAtStep;
+  job.partitionDuration = 4200ms;
+  job.holdDataOneWay = {{0, 3}, {1, 3}, {2, 3}};
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  EXPECT_EQ(r.stats[3].rejoins, 1u);
+  EXPECT_NE(r.joinedAt[3] % 16, 0) << "went on from a round's close";
+  for (size_t rank = 0; rank < 3; ++rank) {
+    EXPECT_LT(r.stats[rank].waitSeconds, 0.62) << "rank " << rank;
+  }
+  std::printf(
+      "waited %.2f / %.2f / %.2f s; rank 3 joined at step %lld; %.2f s of steps simulated\n",
+      r.stats[0].waitSeconds, r.stats[1].waitSeconds, r.stats[2].waitSeconds,
+      static_cast<long long>(r.joinedAt[3]), r.simulatedStepsSeconds);
 }
 
 // Hierarchical DTS in simulated time, a region's member dead: its leader
