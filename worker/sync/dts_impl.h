@@ -1051,11 +1051,11 @@ class Dts final : public Base, private StateParity::Host {
   // Auto delay and period: each peer's link, from both ends' lags of the
   // same rounds, its ping round trips, and the rounds seen crossing.
   LinkLedger links_{group_.size(), {.samples = kLagWindow}};
-  // Auto period: each peer's pace as of its latest report (the round it
-  // closes next, the shortest its rounds may last, its lead(), when the
-  // report arrived).
-  // Each peer's last lag report: recorded whatever the schedule (a
-  // joiner's catchUp reads where its peers are from them too).
+  // Each peer's pace as of its latest lag report (the round it closes
+  // next, the shortest its rounds may last, its lead(), when the report
+  // arrived, the round it reported complete): recorded whatever the
+  // schedule, for the automatic period and for a joiner's catchUp, which
+  // reads from them where its peers are.
   struct Pace {
     uint64_t nextRound = 0;
     double roundSeconds = 0;  // the shortest its rounds may last (fastestRoundSeconds)
