@@ -2,16 +2,19 @@
 # Membership under faults, with real `geotrain local` runs (geotrain-worker
 # processes, CURVE over loopback, the world preset's emulated WAN, Fashion-
 # MNIST, mlp), one scenario each:
-#   dts-kill        4 regions; tokyo's worker SIGKILLed, restarted 4 s later
-#   dts-partition   4 regions; oregon cut off from the others for 8 s
-#   swarm-kill      4 regions, swarm; tokyo killed and restarted
+#   swarm-kill      4 regions, swarm; tokyo's worker SIGKILLed, restarted
+#                   4 s later
 #   member-kill     2 regions x 2 workers (hierarchical); a member of tokyo
 #                   killed and restarted
 #   leader-kill     the same with tokyo's leader killed: its member fails and
 #                   is restarted as well
 #   allreduce-kill  4 regions, allreduce; tokyo killed: the others fail fast,
 #                   naming it
-# For the first four: the job succeeds; the others' longest step (their
+# A flat DTS job's kill and partition are measured on the namespace network
+# (netns_faults_test.sh: kill-tokyo, partition-8s), where their figures come
+# from real TCP; this emulator above the sockets keeps the scenarios that
+# test has not.
+# For the first three: the job succeeds; the others' longest step (their
 # stall) stays under 6 s (the target is 5 s; the margin is for a loaded CI
 # machine); a restarted worker holds the job's state within 10 s of starting
 # again and finishes within 5 s of the others; every worker that finished
@@ -61,20 +64,6 @@ if problems:
     sys.exit(1)
 PY
 }
-
-run_ok dts-kill --algorithm dts --period 4 --delay auto --steps 800 --kill tokyo@6s --restart-after 4s
-check dts-kill 1
-grep -q 'rank 1 (tokyo) is suspected' "$work/dts-kill/logs/worker-0.log" ||
-  fail "dts-kill: rank 0's log does not say that tokyo was suspected"
-grep -q 'joined the running job' "$work/dts-kill/logs/worker-1.log" ||
-  fail "dts-kill: the restarted worker did not join by state transfer"
-
-run_ok dts-partition --algorithm dts --period 4 --delay auto --steps 800 --partition oregon@6s+8s
-check dts-partition 0
-grep -q 'rank 2 (oregon) is heard again' "$work/dts-partition/logs/worker-0.log" ||
-  fail "dts-partition: rank 0 never heard oregon again"
-[[ "$(grep -c 'started as pid' "$work/dts-partition/logs/launcher.log")" == 4 ]] ||
-  fail "dts-partition: a worker was restarted (a partition must heal without one)"
 
 run_ok swarm-kill --algorithm swarm --swarm-h 4 --steps 1200 --kill tokyo@6s --restart-after 4s
 check swarm-kill 1

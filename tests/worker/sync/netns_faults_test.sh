@@ -93,6 +93,14 @@ stalls = []
 for f in s["faults"]:
     stall = f["othersStallSeconds"]
     stalls.append(stall)
+    # A worker killed and restarted holds the job's state again within 10 s
+    # of starting, at the job's step (not at step 0), except where the job
+    # may have ended before it came back (--may-fail).
+    if f["kind"] == "kill" and not may_fail:
+        if f.get("rejoinSeconds") is None or f["rejoinSeconds"] > 10:
+            problems.append(f"rejoin after {f.get('rejoinSeconds')} s during {f['what']}")
+        if f.get("rejoinStep") is None or f["rejoinStep"] <= 0:
+            problems.append(f"rejoined at step {f.get('rejoinStep')} (expected the job's step)")
     if stall is None or stall > 5:
         problems.append(f"others' stall {stall} s during {f['kind']} {f['what']}")
         # What the others waited for, and what they warned of: so that a
@@ -116,6 +124,8 @@ run partition-8s --steps 1200 --partition tokyo@5s+8s
 check partition-8s
 grep -q 'rank 1 (tokyo) sends its contributions from round' "$work/partition-8s/logs/worker-0.log" ||
   fail "partition-8s: london never heard from which round tokyo resumed"
+[[ "$(grep -c 'started as pid' "$work/partition-8s/logs/launcher.log")" == 4 ]] ||
+  fail "partition-8s: a worker was restarted (a partition must heal without one)"
 
 run partition-30s --steps 1800 --partition tokyo@5s+30s
 check partition-30s
@@ -124,6 +134,8 @@ grep -q 'rank 1 (tokyo) is heard again' "$work/partition-30s/logs/worker-0.log" 
 
 run kill-tokyo --steps 800 --kill tokyo@6s --restart-after 4s
 check kill-tokyo
+grep -q 'rank 1 (tokyo) is suspected' "$work/kill-tokyo/logs/worker-0.log" ||
+  fail "kill-tokyo: rank 0's log does not say that tokyo was suspected"
 grep -q 'joined the running job' "$work/kill-tokyo/logs/worker-1.log" ||
   fail "kill-tokyo: the restarted worker did not join by state transfer"
 
