@@ -1043,6 +1043,16 @@ class Dts final : public Base, private StateParity::Host {
   bool resend_ = false;
   // Each peer's PeerCounters::reconnects when last looked at.
   std::vector<uint64_t> reconnectsSeen_;
+  // By group index (serveAndResend): a connection made anew to a peer we
+  // wait to hear resume from (Membership::awaitingResume), whose resend of
+  // sent_ waits for that answer: a resume (the same process, back from a
+  // partition) gets it, a join query (a restarted process) does not.
+  std::vector<bool> resendOnResume_;
+  // A connection made anew since the peer was last suspected or asked to
+  // join; and a restart answered before its new connection was seen, whose
+  // next reconnect is that connection (no resend).
+  std::vector<bool> reconnectedSince_;
+  std::vector<bool> absorbReconnect_;
   Schedule schedule_;                     // the period in force
   std::optional<Schedule> nextSchedule_;  // agreed, from a later round
   int64_t closeAt_;                       // the step at which the open round closes

@@ -60,7 +60,9 @@ struct MemoryNetwork::State {
     std::deque<Msg> lane;   // control-lane messages waiting for the peer to open
     uint64_t queuedBytes = 0;
     uint64_t bytesSent = 0, bytesReceived = 0, messagesSent = 0, messagesReceived = 0;
-    uint64_t reconnects = 0;
+    // When each connection made again completed (reconnects counts those
+    // up to now): see change().
+    std::vector<TimePoint> reconnectsAt;
     std::vector<Period> heard;           // the peer's frames reaching us
     std::optional<TimePoint> downSince;  // since when it has not reached us (after it did)
     uint64_t heardIncarnation = 0;       // the peer's incarnation last heard
@@ -327,8 +329,13 @@ struct MemoryNetwork::State {
               view.heardIncarnation != 0 && view.heardIncarnation != endpoints[p].incarnation;
           const bool longSilence = view.downSince && at - *view.downSince >= reconnectAfter;
           if (restarted || longSilence) {
-            // New connections: what the old ones held is gone.
-            ++view.reconnects;
+            // New connections: what the old ones held is gone. The real
+            // transport's own connection to the peer completes after the
+            // peer is heard again (its frames come over the connection it
+            // makes to us): ours is retried by ZeroMQ, then TCP's
+            // handshake and CURVE's take about three round trips. So the
+            // count moves then, as the synchronizer sees it there.
+            view.reconnectsAt.push_back(now + 3 * (oneWay(p, r) + oneWay(r, p)));
             view.sent.erase(std::remove_if(view.sent.begin(), view.sent.end(),
                                            [](const SentRecord& s) { return s.ackAt == kNever; }),
                             view.sent.end());
@@ -554,7 +561,9 @@ class MemoryTransport final : public Transport {
       c.bytesReceived = side.bytesReceived;
       c.messagesSent = side.messagesSent;
       c.messagesReceived = side.messagesReceived;
-      c.reconnects = side.reconnects;
+      c.reconnects =
+          static_cast<uint64_t>(std::count_if(side.reconnectsAt.begin(), side.reconnectsAt.end(),
+                                              [&](TimePoint at) { return at <= now; }));
       c.queuedBytes = side.queuedBytes;
       c.backlogBytes = side.queuedBytes;
       for (const State::SentRecord& s : side.sent) {

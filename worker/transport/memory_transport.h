@@ -42,8 +42,11 @@
 //    this endpoint's connections to the peer are made again, as the real
 //    one's do: for each new incarnation of the peer heard after an earlier
 //    one, and after a silence longer than the real transport's
-//    reconnectAfter (2 s, a partition's end); what they held is then no
-//    longer waited for as unacknowledged.
+//    reconnectAfter (2 s, a partition's end), counted three round trips
+//    after the peer became reachable again (the real one's connection is
+//    retried by ZeroMQ and then shakes hands over TCP and CURVE, after the
+//    peer's own connection has made it heard); what they held is no longer
+//    waited for as unacknowledged from that change on.
 //  - Acknowledgements: data that arrives is acknowledged oneWay(to, from)
 //    later, and cumulatively, as the real receiver's kAck of the latest
 //    chunk acknowledges every one before it: a message lost to a partition

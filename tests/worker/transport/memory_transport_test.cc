@@ -147,12 +147,18 @@ TEST_F(MemoryNetworkTest, AKilledPeerLosesWhatWasInFlightAndIsHeardAgainWhenItRe
   EXPECT_FALSE(arrived(*t_[1], 1));
   EXPECT_TRUE(arrived(*t_[1], 2));
   seen = t_[0]->peerCounters().at(0);
-  EXPECT_EQ(seen.reconnects, 1u);
   EXPECT_DOUBLE_EQ(seen.silentSeconds, 0.0);
+  // Heard again before our own new connection to it is made, which takes
+  // three round trips (600 ms), as on the real network.
+  EXPECT_EQ(seen.reconnects, 0u);
   clock_.advance(100ms);  // round 2's acknowledgement is back; round 1's record went
   EXPECT_EQ(t_[0]->peerCounters().at(0).unackedBytes, 0u);
   // What arrived, not what was lost with the killed incarnation.
   EXPECT_EQ(t_[0]->peerCounters().at(0).ackedBytes, 10 + kFrameHeaderBytes);
+  clock_.advance(399ms);
+  EXPECT_EQ(t_[0]->peerCounters().at(0).reconnects, 0u);
+  clock_.advance(1ms);
+  EXPECT_EQ(t_[0]->peerCounters().at(0).reconnects, 1u);
 }
 
 TEST_F(MemoryNetworkTest, OnlyAPartitionLongerThanTheReconnectTimeMakesNewConnections) {
@@ -174,6 +180,10 @@ TEST_F(MemoryNetworkTest, OnlyAPartitionLongerThanTheReconnectTimeMakesNewConnec
   clock_.advance(3s);
   t_[0]->setPartitioned(false);
   clock_.advance(10ms);
+  // Heard again; the new connections count three round trips (60 ms) on.
+  EXPECT_DOUBLE_EQ(t_[1]->peerCounters().at(0).silentSeconds, 0.0);
+  EXPECT_EQ(t_[1]->peerCounters().at(0).reconnects, 0u);
+  clock_.advance(50ms);
   EXPECT_EQ(t_[1]->peerCounters().at(0).reconnects, 1u);
   EXPECT_EQ(t_[0]->peerCounters().at(0).reconnects, 1u);
   ASSERT_TRUE(send(*t_[0], 1, 2, bytes(10)).ok());
