@@ -418,80 +418,14 @@ Status Dts::serveAndResend(int64_t t, const train::FlatParameters& flat) {
   sampleUplink();  // every step, and in every wait
   auto served = membership_.serve(t, flat.values, false, &flat);
   if (!served.ok()) return served.status();
+  const auto sortUnique = [](std::vector<uint32_t>& v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  };
   std::vector<uint32_t> to = served->heardAgain;
   to.insert(to.end(), served->resumeAsked.begin(), served->resumeAsked.end());
-  std::sort(to.begin(), to.end());
-  to.erase(std::unique(to.begin(), to.end()), to.end());
-  // A connection to a peer made anew while it stayed expected (its
-  // listener re-made by a key rotation, ours replaced): what the old one
-  // held is lost, and the peer completes our rounds without it -- those
-  // it completed since take it late, within their late window (sent_);
-  // otherwise its model would differ from the others' for good. A
-  // contribution it has already is ignored.
-  //
-  // A peer that comes back is connected to anew too, and on a real
-  // network our new connection is made after it is heard again: ZeroMQ
-  // retries it up to 2 s apart, then TCP's and CURVE's handshakes take
-  // their round trips. A restarted process (it asks to join: queried)
-  // takes a peer's state, which holds our closed rounds: sent to it, a
-  // 20M-parameter model's recent rounds were 10 MB each, 7-18 of them
-  // dropped at its end while they slowed its state's crossing. A peer
-  // back from a partition gets them, as before. Until the peer says which
-  // it is (awaitingResume), the resend waits (resendOnResume_); a restart
-  // answered before its new connection came absorbs that connection's
-  // resend (absorbReconnect_).
-  const size_t n = group_.size();
-  for (auto* v : {&resendOnResume_, &reconnectedSince_, &absorbReconnect_}) v->resize(n, false);
-  if (reconnectsSeen_.size() < n) reconnectsSeen_.resize(n, 0);
-  for (uint32_t peer : served->suspected) {
-    if (const auto i = group_.indexOf(peer)) {
-      resendOnResume_[*i] = reconnectedSince_[*i] = absorbReconnect_[*i] = false;
-    }
-  }
-  for (uint32_t peer : served->queried) {
-    const auto i = group_.indexOf(peer);
-    if (!i) continue;
-    if (resendOnResume_[*i] || reconnectedSince_[*i]) {
-      logger()->debug(
-          "dts: {} restarted: its new connection came first; our rounds are not sent to it "
-          "again (the state it takes holds them)",
-          topology_.describe(peer));
-    }
-    resendOnResume_[*i] = false;
-    absorbReconnect_[*i] = !reconnectedSince_[*i];
-    reconnectedSince_[*i] = false;
-  }
-  std::vector<uint32_t> reconnected;
-  for (const auto& c : transport_->peerCounters()) {
-    const auto i = group_.indexOf(c.peer);
-    if (!i) continue;
-    if (c.reconnects <= reconnectsSeen_[*i]) continue;
-    reconnectsSeen_[*i] = c.reconnects;
-    reconnectedSince_[*i] = true;
-    if (absorbReconnect_[*i]) {
-      absorbReconnect_[*i] = false;
-      logger()->debug(
-          "dts: {} restarted: our rounds are not sent again over its new connection (the state "
-          "it takes holds them)",
-          topology_.describe(c.peer));
-      continue;
-    }
-    if (membership_.suspected(c.peer) || membership_.joining(c.peer) ||
-        std::binary_search(to.begin(), to.end(), c.peer)) {
-      continue;
-    }
-    if (membership_.awaitingResume(c.peer)) {
-      resendOnResume_[*i] = true;
-    } else {
-      reconnected.push_back(c.peer);
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t peer = group_.ranks[i];
-    if (!resendOnResume_[i] || membership_.awaitingResume(peer)) continue;
-    resendOnResume_[i] = false;
-    if (!membership_.suspected(peer) && !membership_.joining(peer)) reconnected.push_back(peer);
-  }
+  sortUnique(to);
+  const std::vector<uint32_t> reconnected = madeAnew(*served, to);
   for (uint32_t peer : reconnected) {
     for (const Sent& s : sent_)
       GEO_RETURN_IF_ERROR(sendUpdate({peer}, s.round, s.sendStep, s.bytes));
@@ -504,8 +438,7 @@ Status Dts::serveAndResend(int64_t t, const train::FlatParameters& flat) {
     }
   }
   to.insert(to.end(), reconnected.begin(), reconnected.end());
-  std::sort(to.begin(), to.end());
-  to.erase(std::unique(to.begin(), to.end()), to.end());
+  sortUnique(to);
   if (!to.empty() || !served->suspected.empty() || !served->queried.empty()) disturbed();
   for (uint32_t peer : to) {
     for (const Pending& p : pending_) {
@@ -517,6 +450,79 @@ Status Dts::serveAndResend(int64_t t, const train::FlatParameters& flat) {
   }
   takeFinished();
   return {};
+}
+
+// A connection to a peer made anew while it stayed expected (its listener
+// re-made by a key rotation, ours replaced): what the old one held is
+// lost, and the peer completes our rounds without it -- those it completed
+// since take it late, within their late window (sent_); otherwise its
+// model would differ from the others' for good. A contribution it has
+// already is ignored.
+//
+// A peer that comes back is connected to anew too, and on a real network
+// our new connection is made after it is heard again: ZeroMQ retries it up
+// to 2 s apart, then TCP's and CURVE's handshakes take their round trips.
+// A restarted process (it asks to join: queried) takes a peer's state,
+// which holds our closed rounds: sent to it, a 20M-parameter model's
+// recent rounds were 10 MB each, 7-18 of them dropped at its end while
+// they slowed its state's crossing. A peer back from a partition gets
+// them, as before. Until the peer says which it is (awaitingResume), the
+// resend waits (Connection::resendOnResume); a restart answered before its
+// new connection came absorbs that connection's resend
+// (Connection::absorbNext).
+std::vector<uint32_t> Dts::madeAnew(const Membership::Served& served,
+                                    const std::vector<uint32_t>& to) {
+  for (uint32_t peer : served.suspected) {
+    if (const auto i = group_.indexOf(peer)) {
+      Connection& c = connections_[*i];
+      c.madeAnewSince = c.resendOnResume = c.absorbNext = false;
+    }
+  }
+  for (uint32_t peer : served.queried) {
+    const auto i = group_.indexOf(peer);
+    if (!i) continue;
+    Connection& c = connections_[*i];
+    if (c.madeAnewSince) {
+      logger()->debug(
+          "dts: {} restarted: its new connection came first; our rounds are not sent to it "
+          "again (the state it takes holds them)",
+          topology_.describe(peer));
+    }
+    c.resendOnResume = false;
+    c.absorbNext = !c.madeAnewSince;
+    c.madeAnewSince = false;
+  }
+  std::vector<uint32_t> out;
+  for (const auto& counters : transport_->peerCounters()) {
+    const uint32_t peer = counters.peer;
+    const auto i = group_.indexOf(peer);
+    if (!i || counters.reconnects <= connections_[*i].reconnectsSeen) continue;
+    Connection& c = connections_[*i];
+    c.reconnectsSeen = counters.reconnects;
+    c.madeAnewSince = true;
+    if (c.absorbNext) {
+      c.absorbNext = false;
+      logger()->debug(
+          "dts: {} restarted: our rounds are not sent again over its new connection (the state "
+          "it takes holds them)",
+          topology_.describe(peer));
+    } else if (!membership_.suspected(peer) && !membership_.joining(peer) &&
+               !std::binary_search(to.begin(), to.end(), peer)) {
+      if (membership_.awaitingResume(peer)) {
+        c.resendOnResume = true;
+      } else {
+        out.push_back(peer);
+      }
+    }
+  }
+  for (size_t i = 0; i < group_.size(); ++i) {
+    Connection& c = connections_[i];
+    const uint32_t peer = group_.ranks[i];
+    if (!c.resendOnResume || membership_.awaitingResume(peer)) continue;
+    c.resendOnResume = false;
+    if (!membership_.suspected(peer) && !membership_.joining(peer)) out.push_back(peer);
+  }
+  return out;
 }
 
 Status Dts::sendFinished(const std::vector<uint32_t>& to) {

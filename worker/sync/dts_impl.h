@@ -373,6 +373,11 @@ class Dts final : public Base, private StateParity::Host {
   // did not send them while it was suspected, and what a replaced
   // connection held was lost).
   Status serveAndResend(int64_t t, const train::FlatParameters& flat);
+  // The peers whose connection was made anew while they stayed expected
+  // (connections_), given what this call of serve() reported and the
+  // peers `to` (sorted) already getting our rounds in flight: they are
+  // sent sent_ again as well.
+  std::vector<uint32_t> madeAnew(const Membership::Served& served, const std::vector<uint32_t>& to);
 
   // After the last step, to a peer heard again (during the final average):
   // it must not wait for rounds of ours that will never come.
@@ -1041,18 +1046,22 @@ class Dts final : public Base, private StateParity::Host {
   std::deque<Pending> pending_;
   uint64_t nextRound_ = 0;
   bool resend_ = false;
-  // Each peer's PeerCounters::reconnects when last looked at.
-  std::vector<uint64_t> reconnectsSeen_;
-  // By group index (serveAndResend): a connection made anew to a peer we
-  // wait to hear resume from (Membership::awaitingResume), whose resend of
-  // sent_ waits for that answer: a resume (the same process, back from a
-  // partition) gets it, a join query (a restarted process) does not.
-  std::vector<bool> resendOnResume_;
-  // A connection made anew since the peer was last suspected or asked to
-  // join; and a restart answered before its new connection was seen, whose
-  // next reconnect is that connection (no resend).
-  std::vector<bool> reconnectedSince_;
-  std::vector<bool> absorbReconnect_;
+  // By group index, what serveAndResend knows of our connections to each
+  // peer (madeAnew).
+  struct Connection {
+    uint64_t reconnectsSeen = 0;  // PeerCounters::reconnects when last looked at
+    // Made anew since the peer was last suspected or asked to join.
+    bool madeAnewSince = false;
+    // Made anew while we waited to hear the peer resume
+    // (Membership::awaitingResume): our rounds of sent_ go once it
+    // resumes (the same process, back from a partition), not if it asks
+    // to join (a restarted process, whose state holds them).
+    bool resendOnResume = false;
+    // A restart answered before its new connection was seen: that
+    // connection, when it comes, is sent nothing again.
+    bool absorbNext = false;
+  };
+  std::vector<Connection> connections_ = std::vector<Connection>(group_.size());
   Schedule schedule_;                     // the period in force
   std::optional<Schedule> nextSchedule_;  // agreed, from a later round
   int64_t closeAt_;                       // the step at which the open round closes
