@@ -599,17 +599,20 @@ void Dts::applyLate(int64_t t, train::FlatParameters& flat) {
 // so none waits for a round we skipped. A peer's contribution to such a
 // round is waited for up to the round time-out (it may be a round behind
 // the others), and one that does not come ends the catching up there.
-// Only all-gather rounds on our schedule's grid are replayed: a sharded
-// round (its means come by shard from their owners), a contribution closed
-// at another step than closeOf says (a change of period since the state's
-// step), or the bitwise-exact path ends it where it is. Where the state
+// A round of reduce-scatter is replayed by shard (catchUpSharded): each
+// live owner's mean of its shard, as the peers applied it, is waited for
+// as the contributions are. A change of period or exchange agreed for a
+// round is adopted as the round comes up. Only rounds on our schedule's
+// grid are replayed: a contribution closed at another step than closeOf
+// says (a change of period we have not heard of), or the bitwise-exact
+// path ends it where it is. Where the state
 // came quickly, a round is caught up on only if a peer a little ahead has
 // closed it already (the joiner waits for the others to close it too, a
 // few steps). Where every peer has finished, the rounds they closed are
 // all past: we catch up to their last, and join() then takes their final
 // average from one of them.
 StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
-  if (sharded() || exact()) return step;
+  if (exact()) return step;
   const int64_t from = step;
   const uint64_t firstRound = nextRound_;
   const auto t0 = clock().now();
@@ -619,19 +622,34 @@ StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
     uint64_t latest = 0;
     bool any = false;
     std::vector<std::optional<uint64_t>> closedAt;  // [peer index]: round r's step
+    std::vector<bool> reduced;                      // [owner index]: its shard's mean of r
   };
   const auto look = [&](uint64_t r) {
     Seen seen;
     seen.closedAt.resize(group_.size());
+    seen.reduced.assign(group_.size(), false);
     transport_->discard([&](const transport::FrameHeader& h) {
-      const auto i = h.kind == MessageKind::kUpdate ? group_.indexOf(h.sender) : std::nullopt;
+      const bool data = h.kind == MessageKind::kUpdate || h.kind == MessageKind::kReduced;
+      const auto i = data ? group_.indexOf(h.sender) : std::nullopt;
       if (!i || *i == group_.self) return false;
       seen.latest = std::max(seen.latest, h.round);
       seen.any = true;
-      if (h.round == r) seen.closedAt[*i] = h.step;
+      if (h.round != r) return false;
+      if (h.kind == MessageKind::kUpdate) {
+        seen.closedAt[*i] = h.step;
+      } else {
+        seen.reduced[*i] = true;
+      }
       return false;
     });
     return seen;
+  };
+  // Under reduce-scatter, whether the peers applied owner s's mean of its
+  // shard of round r (it takes part in r), not one each made from the whole
+  // contributions that came (ours, the joiner's, always: we were joining).
+  const auto ownerMean = [&](size_t s, uint64_t r) {
+    return s != group_.self && owns(s, r) && !membership_.suspected(group_.ranks[s]) &&
+           !membership_.joining(group_.ranks[s]);
   };
   // The peers whose contributions made round r: those we await, and any
   // other we hear whose contribution to r is here. What this worker
@@ -650,6 +668,16 @@ StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
   };
   while (true) {
     const uint64_t r = nextRound_;
+    // A change of period or exchange agreed from round r on is in force
+    // for it, as closeRound adopts it when the round before closes: taken
+    // as merely agreed, a period doubled from r put r's close at the old
+    // grid's step and ended the catching up there (the namespace network:
+    // rounds 13-14 left to a joiner of reduce-scatter, whose peers then
+    // waited 10 s for its contributions to them).
+    takeLagReports(step);
+    if (nextSchedule_ && nextSchedule_->round <= r) {
+      adopt(*std::exchange(nextSchedule_, std::nullopt), step);
+    }
     const int64_t closesAt = closeOf(r);
     Seen seen = look(r);
     // No peer has closed r yet: it is the live edge. A peer has closed it
@@ -659,7 +687,6 @@ StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
     // joiner that took the inbox alone for the edge stopped a round short
     // (the namespace network: rounds 8-8 caught up on, the peers 45 steps
     // on, and they waited 6-8 s for its next contribution).
-    takeLagReports(step);
     const bool reported = std::any_of(paces_.begin(), paces_.end(), [&](const auto& pace) {
       return pace && pace->nextRound > r;
     });
@@ -670,7 +697,9 @@ StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
     // job ended trained on from the live edge instead, 36 steps the others
     // had finished, and they had gone when it reached its final average.
     if (!closed && (!seen.any || seen.latest <= r) && !everyPeerFinished(r)) break;
-    // Every awaited peer's contribution to r, on our grid.
+    // Every awaited peer's contribution to r, on our grid; under
+    // reduce-scatter also every live owner's mean of its shard.
+    const bool shardedRound = sharded();
     const auto deadline = clock().now() + options_.timeout;
     bool whole = false, offGrid = false;
     while (true) {
@@ -686,12 +715,28 @@ StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
           offGrid = true;
         }
       }
+      for (size_t s = 0; shardedRound && s < group_.size(); ++s) {
+        const auto [lo, hi] = shard(s);
+        if (lo < hi && !seen.reduced[s] && ownerMean(s, r)) missing = true;
+      }
       whole = anyPeer && !missing && !offGrid;
       if (whole || offGrid || clock().now() >= deadline) break;
       clock().sleepFor(kPoll);
       seen = look(r);
     }
     if (!whole) break;
+    if (shardedRound) {
+      std::vector<bool> made(group_.size(), false);
+      for (size_t i = 0; i < group_.size(); ++i) made[i] = madeOf(i, r, seen);
+      auto applied = catchUpSharded(r, flat, made, seen.reduced);
+      if (!applied.ok()) return applied.status();
+      if (!*applied) break;  // every contribution refused: not caught up on
+      step = closesAt;
+      jobStep_ = step;
+      nextRound_ = r + 1;
+      closeAt_ = closeOf(nextRound_);
+      continue;
+    }
     // Σ w_j q_j / Σ w_j over the peers' contributions (a refused one is
     // left out, as a completion leaves it out), taken off the model: we
     // made no step of this round.

@@ -311,6 +311,9 @@ class Dts final : public Base, private StateParity::Host {
     // stand in for that owner's mean (shardReady; lostOwnerWait()).
     std::vector<bool> wholeTo;
     std::optional<geo::Clock::TimePoint> ownerLostUntil;
+    // By group index: the bytes received from that peer when the wait
+    // above was last set (holdLostOwnerWait).
+    std::vector<uint64_t> receivedAtLostWait;
   };
 
   // A completed round's model-sized tensors go back to the scratch pool.
@@ -414,6 +417,14 @@ class Dts final : public Base, private StateParity::Host {
   // the peers completed them, and returns the step to go on from (`step`
   // where there was none to catch up on). See dts.cc.
   StatusOr<int64_t> catchUp(int64_t step, train::FlatParameters& flat);
+  // catchUp's round `r` under reduce-scatter (dts_reduce_scatter.cc): takes
+  // off the model, shard by shard, the mean the peers applied -- the
+  // owner's where `reduced[s]` (its kReduced is in the inbox), else the
+  // mean of the whole contributions of the peers in `from` (whose
+  // kUpdates are in), as shardMean makes it. False where every whole
+  // contribution was refused (nothing applied).
+  StatusOr<bool> catchUpSharded(uint64_t r, train::FlatParameters& flat,
+                                const std::vector<bool>& from, const std::vector<bool>& reduced);
 
   // How many steps past `closedAt` (the close of the last round a joiner
   // caught up on) its peers are now, by their last lag reports (a peer
@@ -844,6 +855,17 @@ class Dts final : public Base, private StateParity::Host {
   // its next round: with the peer time-out, a cut between tokyo and sydney
   // cost each worker 5.3 s where this costs them 2.7-2.9 s.
   std::chrono::milliseconds lostOwnerWait() const;
+  // Starts `p`'s wait for the whole contributions (lostOwnerWait from now),
+  // and once it is over, starts it again while a peer whose whole is
+  // missing is still delivering (at least a 64th of a contribution since
+  // the wait was set): a large model's whole takes seconds to cross (10 MB
+  // of a 20M-parameter mlp, two of them up each 100 Mbit/s uplink: 1.6 s),
+  // and the workers that gave up on one after 0.5-0.7 s each averaged the
+  // lost owner's shard from a different set of contributions -- the
+  // replicas 0.015-0.02 of their norm apart, and state parity's repairs
+  // (the whole model, to each) then held the job 8-17 s on the namespace
+  // network. Never past `deadline` (the round's time-out).
+  void holdLostOwnerWait(Pending& p, geo::Clock::TimePoint deadline);
 
   // Whether an owner of a shard with values is lost for `p`'s round.
   bool ownerLost(const Pending& p) const;

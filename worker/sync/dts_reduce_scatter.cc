@@ -83,7 +83,7 @@ Status Dts::exchangeShards() {
     if (!p.sharded || p.bytes == nullptr) continue;
     GEO_RETURN_IF_ERROR(reduceOwn(p));
     const bool lost = ownerLost(p);
-    if (lost && !p.ownerLostUntil) p.ownerLostUntil = clock().now() + lostOwnerWait();
+    if (lost && !p.ownerLostUntil) holdLostOwnerWait(p, clock().now() + options_.timeout);
     if (!p.sentWhole && lost) {
       logger()->info(
           "dts: an owner of a shard of round {} is gone (suspected, finished or rejoining): this "
@@ -131,6 +131,30 @@ std::chrono::milliseconds Dts::lostOwnerWait() const {
   if (rtt <= 0) return timeout;
   const auto wait = std::chrono::milliseconds(std::llround((2 * rtt + 0.25) * 1e3));
   return std::min(timeout, wait);
+}
+
+void Dts::holdLostOwnerWait(Pending& p, geo::Clock::TimePoint deadline) {
+  const auto now = clock().now();
+  if (p.ownerLostUntil && now < *p.ownerLostUntil) return;
+  const bool first = !p.ownerLostUntil;
+  const uint64_t enough = std::max<uint64_t>(
+      uint64_t{1} << 16, p.bytes != nullptr ? p.bytes->size() / 64 : uint64_t{0});
+  p.receivedAtLostWait.resize(group_.size(), 0);
+  bool arriving = false;
+  for (const transport::PeerCounters& c : transport_->peerCounters()) {
+    const auto j = group_.indexOf(c.peer);
+    if (!j || *j == group_.self) continue;
+    const uint64_t before = std::exchange(p.receivedAtLostWait[*j], c.bytesReceived);
+    if (first || p.got[*j] || !awaited(*j, p.round) || membership_.suspected(c.peer)) continue;
+    if (c.bytesReceived - before >= enough) {
+      arriving = true;
+      logger()->debug(
+          "dts: round {}: the whole contribution of {} is still arriving ({:.1f} MB from it "
+          "since the last look); waiting on for it",
+          p.round, topology_.describe(c.peer), static_cast<double>(c.bytesReceived - before) / 1e6);
+    }
+  }
+  if (first || arriving) p.ownerLostUntil = std::min(deadline, now + lostOwnerWait());
 }
 
 Status Dts::answerWhole(size_t j, uint64_t round, int64_t sendStep,
@@ -250,6 +274,7 @@ Status Dts::completeSharded(Pending& p, int64_t t, train::FlatParameters& flat, 
   while (true) {
     GEO_RETURN_IF_ERROR(serveAndResend(t, flat));
     GEO_RETURN_IF_ERROR(pollArrivals());
+    if (p.ownerLostUntil) holdLostOwnerWait(p, deadline);
     if (allReady()) break;
     if (deferUntilDue(p, t, t0, deferred)) return {};
     if (clock().now() >= deadline) {
@@ -340,6 +365,82 @@ Status Dts::completeSharded(Pending& p, int64_t t, train::FlatParameters& flat, 
   }
   stats_.coded(since(tDecode));
   return completed(p, std::move(lags));
+}
+
+// A joiner's round of reduce-scatter, the job having completed it while
+// the state crossed (catchUp). Each peer applied, shard by shard, the
+// owner's mean where the owner took part, and where it did not (this
+// joiner owns a shard and was joining: every peer sent its contribution
+// whole to every other, exchangeShards) the mean of the whole ones it got,
+// its own among them, in rank order (shardMean). The same set is the
+// peers' whole contributions here: the same bytes, summed in the same
+// order.
+StatusOr<bool> Dts::catchUpSharded(uint64_t r, train::FlatParameters& flat,
+                                   const std::vector<bool>& from,
+                                   const std::vector<bool>& reduced) {
+  const auto take = [&](MessageKind kind, size_t j) -> std::optional<Message> {
+    auto m = transport_->receive(kind, r, group_.ranks[j], std::chrono::milliseconds(0));
+    if (!m.ok()) return std::nullopt;  // taken meanwhile: impossible on this thread
+    membership_.delivered(group_.ranks[j], r);
+    return std::move(*m);
+  };
+  std::vector<std::optional<Message>> whole(group_.size()), mean(group_.size());
+  for (size_t j = 0; j < group_.size(); ++j) {
+    if (j == group_.self) continue;
+    if (from[j]) whole[j] = take(MessageKind::kUpdate, j);
+    if (reduced[j]) mean[j] = take(MessageKind::kReduced, j);
+  }
+  bool any = false;
+  for (size_t s = 0; s < group_.size(); ++s) {
+    const auto [lo, hi] = shard(s);
+    const int64_t n = hi - lo;
+    if (n == 0) continue;
+    torch::Tensor m = sliceBuffer(1, n, flat.values);
+    bool have = false;
+    if (mean[s]) {
+      std::string reason;
+      const Status ok = codec_->decodeRangeChecked(mean[s]->payload.bytes(), lo, m, reason);
+      have = ok.ok();
+      if (!have)
+        reject(group_.ranks[s], fmt::format("its shard's mean for round {}", r), reason, ok);
+    }
+    if (!have) {
+      std::vector<torch::Tensor> q(group_.size());
+      double total = 0;
+      for (size_t j = 0; j < group_.size(); ++j) {
+        if (!whole[j]) continue;
+        q[j] = torch::empty({n}, m.options());
+        std::string reason;
+        Status ok;
+        try {
+          ok = codec_->decodeRangeChecked(codec_->rangeEncoding(whole[j]->payload.bytes(), lo, hi),
+                                          lo, q[j], reason);
+        } catch (const std::exception& e) {
+          reason = "size";
+          ok = dataLoss(e.what());
+        }
+        if (!ok.ok()) {
+          reject(group_.ranks[j], fmt::format("the update for round {}", r), reason, ok);
+          q[j] = torch::Tensor();
+          continue;
+        }
+        total += group_.weights[j];
+      }
+      if (total == 0) continue;  // no contribution to this shard: nothing to take off
+      m.zero_();
+      for (size_t j = 0; j < group_.size(); ++j) {
+        if (q[j].defined()) m.add_(q[j], static_cast<float>(group_.weights[j] / total));
+      }
+    }
+    flat.values.narrow(0, lo, n).sub_(m);
+    base_.narrow(0, lo, n).sub_(m);
+    any = true;
+  }
+  if (any) {
+    modified_ = true;
+    disturbed();
+  }
+  return any;
 }
 
 }  // namespace geo::sync::detail
