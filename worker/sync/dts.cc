@@ -647,10 +647,7 @@ StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
   // Under reduce-scatter, whether the peers applied owner s's mean of its
   // shard of round r (it takes part in r), not one each made from the whole
   // contributions that came (ours, the joiner's, always: we were joining).
-  const auto ownerMean = [&](size_t s, uint64_t r) {
-    return s != group_.self && owns(s, r) && !membership_.suspected(group_.ranks[s]) &&
-           !membership_.joining(group_.ranks[s]);
-  };
+  const auto ownerMean = [&](size_t s, uint64_t r) { return s != group_.self && owns(s, r); };
   // The peers whose contributions made round r: those we await, and any
   // other we hear whose contribution to r is here. What this worker
   // expects of a peer follows its resumes, and a restarted worker takes

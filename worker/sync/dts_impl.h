@@ -894,6 +894,15 @@ class Dts final : public Base, private StateParity::Host {
   // A peer's part of shard [lo, hi) of `p`, decoded into `out` and checked:
   // its shard, or the shard cut from its whole contribution.
   Status peerShard(const Pending& p, size_t j, int64_t lo, torch::Tensor& out, std::string& reason);
+  // Values [lo, lo + out.numel()) cut from a whole contribution's bytes,
+  // decoded into `out` and checked (a size that does not fit: "size").
+  Status wholeRange(std::span<const std::byte> whole, int64_t lo, torch::Tensor& out,
+                    std::string& reason);
+  // mean = Σ (w_j / W) q_j over the parts defined in `q` (by group index),
+  // in rank order from zero: the arithmetic every replica of a shard's
+  // mean shares (shardMean, catchUpSharded), so the same parts give the
+  // same bits. False, `mean` untouched, where none is defined.
+  bool weightedMean(const std::vector<torch::Tensor>& q, torch::Tensor& mean) const;
 
   // The mean of values [lo, hi) of `p` over this worker's contribution and
   // the peers' in `from` (group indices whose part is in), into `mean`:

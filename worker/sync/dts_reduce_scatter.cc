@@ -176,9 +176,14 @@ Status Dts::peerShard(const Pending& p, size_t j, int64_t lo, torch::Tensor& out
   if (p.sharded && p.shardIn[j] && shard(group_.self) == std::pair{lo, hi}) {
     return codec_->decodeRangeChecked(p.shardIn[j]->payload.bytes(), lo, out, reason);
   }
+  return wholeRange(p.got[j]->payload.bytes(), lo, out, reason);
+}
+
+Status Dts::wholeRange(std::span<const std::byte> whole, int64_t lo, torch::Tensor& out,
+                       std::string& reason) {
   std::vector<std::byte> part;
   try {
-    part = codec_->rangeEncoding(p.got[j]->payload.bytes(), lo, hi);
+    part = codec_->rangeEncoding(whole, lo, lo + out.numel());
   } catch (const std::exception& e) {
     reason = "size";
     return dataLoss(e.what());
@@ -186,12 +191,24 @@ Status Dts::peerShard(const Pending& p, size_t j, int64_t lo, torch::Tensor& out
   return codec_->decodeRangeChecked(part, lo, out, reason);
 }
 
+bool Dts::weightedMean(const std::vector<torch::Tensor>& q, torch::Tensor& mean) const {
+  double total = 0;
+  for (size_t j = 0; j < group_.size(); ++j) {
+    if (q[j].defined()) total += group_.weights[j];
+  }
+  if (total == 0) return false;
+  mean.zero_();
+  for (size_t j = 0; j < group_.size(); ++j) {
+    if (q[j].defined()) mean.add_(q[j], static_cast<float>(group_.weights[j] / total));
+  }
+  return true;
+}
+
 std::vector<bool> Dts::shardMean(const Pending& p, const std::vector<size_t>& from, int64_t lo,
                                  torch::Tensor& mean, const char* what) {
   const int64_t n = mean.numel();
   std::vector<torch::Tensor> q(group_.size());
   std::vector<bool> used(group_.size(), false);
-  double total = 0;
   for (size_t j = 0; j < group_.size(); ++j) {
     const bool self = j == group_.self;
     if (!self && std::find(from.begin(), from.end(), j) == from.end()) continue;
@@ -207,12 +224,8 @@ std::vector<bool> Dts::shardMean(const Pending& p, const std::vector<size_t>& fr
       }
     }
     used[j] = true;
-    total += group_.weights[j];
   }
-  mean.zero_();
-  for (size_t j = 0; j < group_.size(); ++j) {
-    if (used[j]) mean.add_(q[j], static_cast<float>(group_.weights[j] / total));
-  }
+  weightedMean(q, mean);
   return used;
 }
 
@@ -406,31 +419,17 @@ StatusOr<bool> Dts::catchUpSharded(uint64_t r, train::FlatParameters& flat,
     }
     if (!have) {
       std::vector<torch::Tensor> q(group_.size());
-      double total = 0;
       for (size_t j = 0; j < group_.size(); ++j) {
         if (!whole[j]) continue;
         q[j] = torch::empty({n}, m.options());
         std::string reason;
-        Status ok;
-        try {
-          ok = codec_->decodeRangeChecked(codec_->rangeEncoding(whole[j]->payload.bytes(), lo, hi),
-                                          lo, q[j], reason);
-        } catch (const std::exception& e) {
-          reason = "size";
-          ok = dataLoss(e.what());
-        }
-        if (!ok.ok()) {
+        if (const Status ok = wholeRange(whole[j]->payload.bytes(), lo, q[j], reason); !ok.ok()) {
           reject(group_.ranks[j], fmt::format("the update for round {}", r), reason, ok);
           q[j] = torch::Tensor();
-          continue;
         }
-        total += group_.weights[j];
       }
-      if (total == 0) continue;  // no contribution to this shard: nothing to take off
-      m.zero_();
-      for (size_t j = 0; j < group_.size(); ++j) {
-        if (q[j].defined()) m.add_(q[j], static_cast<float>(group_.weights[j] / total));
-      }
+      // No contribution to this shard: nothing to take off.
+      if (!weightedMean(q, m)) continue;
     }
     flat.values.narrow(0, lo, n).sub_(m);
     base_.narrow(0, lo, n).sub_(m);
