@@ -123,8 +123,7 @@ Status Dts::afterStep(int64_t step, train::FlatParameters& flat) {
     if (deferred) break;
     const uint64_t round = pending_.front().round;
     if (Pending& done = pending_.front(); done.sharded && done.bytes != nullptr) {
-      done.wholeTo.resize(group_.size(), false);
-      answerable_.push_back({done.round, done.sendStep, done.bytes, std::move(done.wholeTo)});
+      answerable_.push_back({done.round, done.sendStep, done.bytes, std::move(done.partTo)});
       while (answerable_.size() > kAnswerable) answerable_.pop_front();
     }
     recycle(pending_.front());
@@ -629,16 +628,21 @@ StatusOr<int64_t> Dts::catchUp(int64_t step, train::FlatParameters& flat) {
     seen.closedAt.resize(group_.size());
     seen.reduced.assign(group_.size(), false);
     transport_->discard([&](const transport::FrameHeader& h) {
-      const bool data = h.kind == MessageKind::kUpdate || h.kind == MessageKind::kReduced;
+      // A peer's contribution comes whole (kUpdate) or, under
+      // reduce-scatter, as its part of this worker's shard (kShard: this
+      // worker was joining, so it owns none) and of another lost owner's
+      // (kPart); each carries the step the peer closed the round at.
+      const bool data = h.kind == MessageKind::kUpdate || h.kind == MessageKind::kShard ||
+                        h.kind == MessageKind::kPart || h.kind == MessageKind::kReduced;
       const auto i = data ? group_.indexOf(h.sender) : std::nullopt;
       if (!i || *i == group_.self) return false;
       seen.latest = std::max(seen.latest, h.round);
       seen.any = true;
       if (h.round != r) return false;
-      if (h.kind == MessageKind::kUpdate) {
-        seen.closedAt[*i] = h.step;
-      } else {
+      if (h.kind == MessageKind::kReduced) {
         seen.reduced[*i] = true;
+      } else {
+        seen.closedAt[*i] = h.step;
       }
       return false;
     });
@@ -836,7 +840,7 @@ void Dts::discardStale() {
   std::vector<uint64_t> rounds;
   const size_t n = transport_->discard([&](const transport::FrameHeader& h) {
     const bool roundData = h.kind == MessageKind::kUpdate || h.kind == MessageKind::kShard ||
-                           h.kind == MessageKind::kReduced;
+                           h.kind == MessageKind::kPart || h.kind == MessageKind::kReduced;
     if (!roundData || h.round >= keepFrom) return false;
     senders.push_back(h.sender);
     rounds.push_back(h.round);

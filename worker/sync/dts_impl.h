@@ -295,7 +295,7 @@ class Dts final : public Base, private StateParity::Host {
     // contribution in `got` serves too); the shards' means as their owners
     // sent them, by shard; this worker's own shard's mean, once made
     // (reduceOwn); whether this worker's whole contribution went to every
-    // peer because an owner was lost for the round (ownerLost).
+    // peer (its round closed under all-gather: reexchange).
     bool sharded = false;
     // Its exchange changed to all-gather after its shards left
     // (reexchange): its whole contribution is still to go to every peer.
@@ -304,16 +304,26 @@ class Dts final : public Base, private StateParity::Host {
     std::vector<std::optional<Message>> reducedIn;
     std::shared_ptr<const std::vector<std::byte>> ownReduced;
     bool sentWhole = false;
-    // By group index: this worker's whole contribution went to that peer
-    // (to every peer where an owner was lost; to one that sent its own
-    // whole, exchangeShards). And once this worker found an owner of the
-    // round lost: until when it waits for the whole contributions that
-    // stand in for that owner's mean (shardReady; lostOwnerWait()).
-    std::vector<bool> wholeTo;
+    // A lost owner's shard (lostShards): by sender, then shard, the
+    // sender's part of it (MessageKind::kPart); by peer, then shard,
+    // whether this worker's part of it went to that peer (to every peer
+    // but the owner where this worker lost the owner; to one that sent its
+    // own part, exchangeShards). Empty until the first part. And once this
+    // worker found an owner of the round lost: until when it waits for the
+    // parts that stand in for that owner's mean (shardReady;
+    // lostOwnerWait()).
+    std::vector<std::vector<std::optional<Message>>> partIn;
+    std::vector<std::vector<bool>> partTo;
     std::optional<geo::Clock::TimePoint> ownerLostUntil;
     // By group index: the bytes received from that peer when the wait
     // above was last set (holdLostOwnerWait).
     std::vector<uint64_t> receivedAtLostWait;
+    // Whether peer j's part of shard s is here: its kPart, or its whole
+    // contribution.
+    bool hasPart(size_t j, size_t s) const {
+      if (j < got.size() && got[j]) return true;
+      return j < partIn.size() && s < partIn[j].size() && partIn[j][s].has_value();
+    }
   };
 
   // A completed round's model-sized tensors go back to the scratch pool.
@@ -420,9 +430,10 @@ class Dts final : public Base, private StateParity::Host {
   // catchUp's round `r` under reduce-scatter (dts_reduce_scatter.cc): takes
   // off the model, shard by shard, the mean the peers applied -- the
   // owner's where `reduced[s]` (its kReduced is in the inbox), else the
-  // mean of the whole contributions of the peers in `from` (whose
-  // kUpdates are in), as shardMean makes it. False where every whole
-  // contribution was refused (nothing applied).
+  // mean of the parts of the peers in `from` (whose contributions are in:
+  // their kShard of this worker's shard, their kPart of another lost
+  // owner's, or their whole kUpdate), as shardMean makes it. False where
+  // every part was refused (nothing applied).
   StatusOr<bool> catchUpSharded(uint64_t r, train::FlatParameters& flat,
                                 const std::vector<bool>& from, const std::vector<bool>& reduced);
 
@@ -819,8 +830,12 @@ class Dts final : public Base, private StateParity::Host {
   // contribution is replaced by a mean without it, as everyone's is).
   // An owner lost for a round (suspected, finished, or not expected in it:
   // rejoining) has its shard averaged by every worker itself: a worker
-  // that sees one sends its whole contribution to every peer, as
-  // all-gather does (ownerLost).
+  // that sees one sends its part of that shard to every peer but the
+  // owner (lostShards, sendParts), and its other parts to their owners as
+  // before. Each uplink then carries about 3 (N - 2) / N payloads a round
+  // where whole contributions to every peer took N - 1 (15 at sixteen
+  // regions, for as long as a joiner's state takes to cross), and no
+  // worker need be chosen to stand in for the owner.
 
   // A change of exchange `e` heard after this worker closed rounds it
   // names (sync.exchange: auto; the coordinator announces it two rounds
@@ -845,9 +860,9 @@ class Dts final : public Base, private StateParity::Host {
     return membership_.takesPart(group_.ranks[s], round);
   }
 
-  // How long a worker that lost an owner waits for the peers' whole
-  // contributions it asked for with its own (exchangeShards): two of the
-  // longest ping round trips measured (its whole's way there, theirs back,
+  // How long a worker that lost an owner waits for the peers' parts of
+  // its shard it asked for with its own (exchangeShards): two of the
+  // longest ping round trips measured (its part's way there, theirs back,
   // with room for a busy peer) and 250 ms; at most the longest peer
   // time-out (Membership::peerTimeout), which is also the wait before any
   // round trip is measured. Its model differs from the others' on that
@@ -855,23 +870,27 @@ class Dts final : public Base, private StateParity::Host {
   // its next round: with the peer time-out, a cut between tokyo and sydney
   // cost each worker 5.3 s where this costs them 2.7-2.9 s.
   std::chrono::milliseconds lostOwnerWait() const;
-  // Starts `p`'s wait for the whole contributions (lostOwnerWait from now),
-  // and once it is over, starts it again while a peer whose whole is
-  // missing is still delivering (at least a 64th of a contribution since
-  // the wait was set): a large model's whole takes seconds to cross (10 MB
-  // of a 20M-parameter mlp, two of them up each 100 Mbit/s uplink: 1.6 s),
-  // and the workers that gave up on one after 0.5-0.7 s each averaged the
+  // Starts `p`'s wait for the lost owners' parts (lostOwnerWait from now),
+  // and once it is over, starts it again while a peer whose part is
+  // missing is still delivering (at least a 64th of a part since the wait
+  // was set): a large model's contribution takes seconds to cross (10 MB of
+  // a 20M-parameter mlp, two of them whole up each 100 Mbit/s uplink: 1.6
+  // s), and the workers that gave up on one after 0.5-0.7 s each averaged the
   // lost owner's shard from a different set of contributions -- the
   // replicas 0.015-0.02 of their norm apart, and state parity's repairs
   // (the whole model, to each) then held the job 8-17 s on the namespace
   // network. Never past `deadline` (the round's time-out).
   void holdLostOwnerWait(Pending& p, geo::Clock::TimePoint deadline);
 
-  // Whether an owner of a shard with values is lost for `p`'s round.
-  bool ownerLost(const Pending& p) const;
+  // The shards of `p`'s round whose owners are lost here: another
+  // member's shard with values whose mean has not come and whose owner
+  // does not own it (owns(): suspected, finished or joining).
+  std::vector<size_t> lostShards(const Pending& p) const;
+  bool ownerLost(const Pending& p) const { return !lostShards(p).empty(); }
 
-  // `p`'s contribution to `to`: whole (all-gather, or an owner lost), or
-  // each peer's shard of it. `count`: the round's first sending (the
+  // `p`'s contribution to `to`: whole (all-gather), or each peer's shard
+  // of it and, to every peer but the owner, its part of each shard whose
+  // owner is lost (sendParts). `count`: the round's first sending (the
   // byte counters count it).
   Status sendContribution(Pending& p, const std::vector<uint32_t>& to, bool count);
 
@@ -879,12 +898,13 @@ class Dts final : public Base, private StateParity::Host {
   Status sendOwnReduced(const Pending& p, const std::vector<uint32_t>& to);
 
   // This worker's part of the exchange of every round in flight: its
-  // shard's mean once every contribution to it awaited is in, its whole
-  // contribution to every peer where an owner is lost, and to each peer
-  // that sent it a whole contribution to a round it shards. A peer sends
-  // its whole where it lost an owner that this worker still has (a link
-  // cut between the two alone, a partial partition): it needs this
-  // worker's part of that owner's shard, which went to the owner only.
+  // shard's mean once every contribution to it awaited is in, its part of
+  // a lost owner's shard to every peer but that owner, and to each peer
+  // that sent it its part of a shard, the same part of this worker's
+  // (takeParts). A peer sends its part where it lost an owner that this
+  // worker still has (a link cut between the two alone, a partial
+  // partition): it needs this worker's part of that owner's shard, which
+  // went to the owner only.
   // Without the answer it waited for it until this worker's later rounds
   // moved its expectations on, and those never came where this worker
   // waited for the peer's next round: all sixteen workers of world16
@@ -892,7 +912,8 @@ class Dts final : public Base, private StateParity::Host {
   Status exchangeShards();
 
   // A peer's part of shard [lo, hi) of `p`, decoded into `out` and checked:
-  // its shard, or the shard cut from its whole contribution.
+  // its shard (this worker's), its part of a lost owner's shard, or the
+  // shard cut from its whole contribution.
   Status peerShard(const Pending& p, size_t j, int64_t lo, torch::Tensor& out, std::string& reason);
   // Values [lo, lo + out.numel()) cut from a whole contribution's bytes,
   // decoded into `out` and checked (a size that does not fit: "size").
@@ -919,8 +940,8 @@ class Dts final : public Base, private StateParity::Host {
   Status reduceOwn(Pending& p);
 
   // Whether shard s of `p` can be applied: its mean came from its owner
-  // (this worker's: made), or its owner is lost and every contribution
-  // awaited came whole, or lostOwnerWait() has passed since the owner was
+  // (this worker's: made), or its owner is lost and every awaited peer's
+  // part of it came (Pending::hasPart), or lostOwnerWait() has passed since the owner was
   // found lost (the shard is then averaged from those that came; state
   // parity repairs the difference).
   bool shardReady(const Pending& p, size_t s) const;
@@ -1049,22 +1070,43 @@ class Dts final : public Base, private StateParity::Host {
   };
   std::deque<Sent> sent_;
   // The last kAnswerable reduce-scatter rounds completed here, with whom
-  // this worker's whole contribution went to: a peer that lost an owner
-  // this worker still had may ask for it (by sending its own whole) after
-  // the round completed here (exchangeShards). Not checkpointed.
+  // this worker's parts of which shard went to (Pending::partTo): a peer
+  // that lost an owner this worker still had may ask for its part of that
+  // owner's shard (by sending its own) after the round completed here
+  // (exchangeShards). Not checkpointed.
   struct Answerable {
     uint64_t round = 0;
     int64_t sendStep = 0;
     std::shared_ptr<const std::vector<std::byte>> bytes;
-    std::vector<bool> wholeTo;
+    std::vector<std::vector<bool>> partTo;
   };
   static constexpr size_t kAnswerable = 4;
   std::deque<Answerable> answerable_;
-  // Answers a whole contribution from `j` to round (round, sendStep) of
-  // this worker's `bytes` with its own whole, once (wholeTo).
-  Status answerWhole(size_t j, uint64_t round, int64_t sendStep,
-                     const std::shared_ptr<const std::vector<std::byte>>& bytes,
-                     std::vector<bool>& wholeTo);
+  // This worker's part of shard s of round (round, sendStep), cut from
+  // its contribution's `bytes`, to each peer of `to` it has not gone to
+  // (partTo, updated), the owner s and this worker left out: one
+  // MessageKind::kPart, counted in the byte statistics.
+  Status sendParts(uint64_t round, int64_t sendStep, const std::vector<std::byte>& bytes,
+                   std::vector<std::vector<bool>>& partTo, size_t s,
+                   const std::vector<uint32_t>& to);
+  // A part (MessageKind::kPart) from group member j to `round`: which
+  // shard it is of, and its encoding in the round's codec; nullopt
+  // (refused, logged, counted) where its bounds are no shard of the
+  // sender's here or it is too short to hold them.
+  struct Part {
+    size_t shard = 0;
+    std::span<const std::byte> bytes;
+  };
+  std::optional<Part> readPart(size_t j, uint64_t round, const Message& m);
+  // Takes every part (MessageKind::kPart) of `round` that group member j
+  // sent from the inbox, and answers each shard's whose owner this worker
+  // still has with this worker's own part of it, once (sendParts): the
+  // peer lost that owner and needs the parts that went to the owner only.
+  // Kept in `into` ([sender][shard]) where given.
+  Status takeParts(size_t j, uint64_t round, int64_t sendStep,
+                   const std::shared_ptr<const std::vector<std::byte>>& bytes,
+                   std::vector<std::vector<bool>>& partTo,
+                   std::vector<std::vector<std::optional<Message>>>* into);
   // sync.exchange: auto (the schedule says which exchange is in force;
   // sharded()), and the reduce-scatter shards' bounds (group member s owns
   // [shards_[s], shards_[s + 1])).

@@ -32,24 +32,19 @@ void Dts::reexchange(const Schedule& e) {
   }
 }
 
-bool Dts::ownerLost(const Pending& p) const {
+std::vector<size_t> Dts::lostShards(const Pending& p) const {
+  std::vector<size_t> lost;
   for (size_t s = 0; s < group_.size(); ++s) {
     const auto [lo, hi] = shard(s);
-    if (s != group_.self && lo < hi && !p.reducedIn[s] && !owns(s, p.round)) return true;
+    if (s != group_.self && lo < hi && !p.reducedIn[s] && !owns(s, p.round)) lost.push_back(s);
   }
-  return false;
+  return lost;
 }
 
 Status Dts::sendContribution(Pending& p, const std::vector<uint32_t>& to, bool count) {
-  const auto payload = static_cast<uint64_t>(codec_->numel()) * 4;
-  if (!p.sharded || ownerLost(p)) {
-    if (count) stats_.encoded(payload, p.bytes->size(), to.size());
-    p.sentWhole = p.sharded;
-    if (p.sharded) {
-      p.wholeTo.resize(group_.size(), false);
-      for (uint32_t r : to) {
-        if (const auto i = group_.indexOf(r)) p.wholeTo[*i] = true;
-      }
+  if (!p.sharded) {
+    if (count) {
+      stats_.encoded(static_cast<uint64_t>(codec_->numel()) * 4, p.bytes->size(), to.size());
     }
     return sendUpdate(to, p.round, p.sendStep, p.bytes);
   }
@@ -64,7 +59,111 @@ Status Dts::sendContribution(Pending& p, const std::vector<uint32_t>& to, bool c
     GEO_RETURN_IF_ERROR(sendTo({r}, MessageKind::kShard, p.round, p.sendStep, codec_->id(),
                                static_cast<uint64_t>(hi - lo), std::move(bytes)));
   }
+  if (p.sentWhole) return {};  // every peer has the whole: every part
+  for (const size_t s : lostShards(p)) {
+    GEO_RETURN_IF_ERROR(sendParts(p.round, p.sendStep, *p.bytes, p.partTo, s, to));
+  }
   return {};
+}
+
+// A part's payload: the shard's bounds [lo, hi) as two little-endian u64,
+// then the values' encoding in the round's codec (rangeEncoding, the
+// bytes a kShard of that shard carries). The frame says kRaw: the bounds
+// make it no codec's exact size.
+namespace {
+constexpr size_t kPartBoundsBytes = 16;
+}  // namespace
+
+Status Dts::sendParts(uint64_t round, int64_t sendStep, const std::vector<std::byte>& bytes,
+                      std::vector<std::vector<bool>>& partTo, size_t s,
+                      const std::vector<uint32_t>& to) {
+  const auto [lo, hi] = shard(s);
+  if (lo == hi) return {};
+  partTo.resize(group_.size());
+  std::vector<uint32_t> dest;
+  for (uint32_t r : to) {
+    const auto j = group_.indexOf(r);
+    if (!j || *j == group_.self || *j == s) continue;
+    partTo[*j].resize(group_.size(), false);
+    if (partTo[*j][s]) continue;
+    partTo[*j][s] = true;
+    dest.push_back(r);
+  }
+  if (dest.empty()) return {};
+  const std::vector<std::byte> part = codec_->rangeEncoding(bytes, lo, hi);
+  auto payload = std::make_shared<std::vector<std::byte>>(kPartBoundsBytes + part.size());
+  for (size_t k = 0; k < 8; ++k) {
+    (*payload)[k] = static_cast<std::byte>(static_cast<uint64_t>(lo) >> (8 * k));
+    (*payload)[8 + k] = static_cast<std::byte>(static_cast<uint64_t>(hi) >> (8 * k));
+  }
+  std::copy(part.begin(), part.end(), payload->begin() + kPartBoundsBytes);
+  stats_.encoded(static_cast<uint64_t>(hi - lo) * 4, part.size(), dest.size());
+  const auto size = static_cast<uint64_t>(payload->size());
+  return sendTo(dest, MessageKind::kPart, round, sendStep, CodecId::kRaw, size,
+                std::shared_ptr<const std::vector<std::byte>>(std::move(payload)));
+}
+
+std::optional<Dts::Part> Dts::readPart(size_t j, uint64_t round, const Message& m) {
+  const std::span<const std::byte> bytes = m.payload.bytes();
+  const auto refuse = [&](const char* reason, const std::string& why) -> std::optional<Part> {
+    reject(group_.ranks[j], fmt::format("its part of a lost owner's shard for round {}", round),
+           reason, dataLoss(why));
+    return std::nullopt;
+  };
+  if (bytes.size() < kPartBoundsBytes) {
+    return refuse("size", fmt::format("{} bytes cannot hold a shard's bounds ({} bytes)",
+                                      bytes.size(), kPartBoundsBytes));
+  }
+  uint64_t bounds[2] = {0, 0};
+  for (size_t k = 0; k < 8; ++k) {
+    bounds[0] |= static_cast<uint64_t>(bytes[k]) << (8 * k);
+    bounds[1] |= static_cast<uint64_t>(bytes[8 + k]) << (8 * k);
+  }
+  for (size_t s = 0; s < group_.size(); ++s) {
+    const auto [lo, hi] = shard(s);
+    if (lo < hi && static_cast<uint64_t>(lo) == bounds[0] &&
+        static_cast<uint64_t>(hi) == bounds[1]) {
+      // Its owner makes a shard's mean from kShard: no part of it goes to
+      // the owner, and none is a sender's own shard.
+      if (s == j || s == group_.self) break;
+      return Part{s, bytes.subspan(kPartBoundsBytes)};
+    }
+  }
+  return refuse("size", fmt::format("values [{}, {}) are no shard here of a member other than "
+                                    "the sender and this worker",
+                                    bounds[0], bounds[1]));
+}
+
+Status Dts::takeParts(size_t j, uint64_t round, int64_t sendStep,
+                      const std::shared_ptr<const std::vector<std::byte>>& bytes,
+                      std::vector<std::vector<bool>>& partTo,
+                      std::vector<std::vector<std::optional<Message>>>* into) {
+  if (j == group_.self) return {};
+  while (true) {
+    auto m = transport_->receive(MessageKind::kPart, round, group_.ranks[j],
+                                 std::chrono::milliseconds(0));
+    if (!m.ok()) return {};
+    membership_.delivered(group_.ranks[j], round);
+    const std::optional<Part> part = readPart(j, round, *m);
+    if (!part) continue;
+    const size_t s = part->shard;
+    // The peer lost s's owner; this worker, if it has that owner still,
+    // sent its part to the owner alone, and the peer needs it too.
+    if (bytes != nullptr && !membership_.suspected(group_.ranks[j])) {
+      partTo.resize(group_.size());
+      partTo[j].resize(group_.size(), false);
+      if (!partTo[j][s]) {
+        logger()->debug(
+            "dts: {} sent its part of {}'s shard of round {}: this worker's goes to it too",
+            topology_.describe(group_.ranks[j]), topology_.describe(group_.ranks[s]), round);
+      }
+      GEO_RETURN_IF_ERROR(sendParts(round, sendStep, *bytes, partTo, s, {group_.ranks[j]}));
+    }
+    if (into == nullptr) continue;
+    into->resize(group_.size());
+    (*into)[j].resize(group_.size());
+    if (!(*into)[j][s]) (*into)[j][s] = std::move(*m);
+  }
 }
 
 Status Dts::sendOwnReduced(const Pending& p, const std::vector<uint32_t>& to) {
@@ -81,37 +180,43 @@ Status Dts::exchangeShards() {
       GEO_RETURN_IF_ERROR(sendUpdate(presentPeers(), p.round, p.sendStep, p.bytes));
     }
     if (!p.sharded || p.bytes == nullptr) continue;
-    GEO_RETURN_IF_ERROR(reduceOwn(p));
-    const bool lost = ownerLost(p);
-    if (lost && !p.ownerLostUntil) holdLostOwnerWait(p, clock().now() + options_.timeout);
-    if (!p.sentWhole && lost) {
-      logger()->info(
-          "dts: an owner of a shard of round {} is gone (suspected, finished or rejoining): this "
-          "worker's contribution goes whole to every peer, and that shard is averaged by each",
-          p.round);
-      GEO_RETURN_IF_ERROR(sendContribution(p, presentPeers(), false));
-    }
-    // A peer's whole contribution: it lost an owner this worker may still
-    // have, and needs this worker's whole too (the part of that owner's
-    // shard went to the owner only).
-    p.wholeTo.resize(group_.size(), false);
+    // A peer's part of a shard: it lost that owner, which this worker may
+    // still have, and needs this worker's part too (it went to the owner
+    // only).
     for (size_t j = 0; j < group_.size(); ++j) {
-      if (p.got[j]) GEO_RETURN_IF_ERROR(answerWhole(j, p.round, p.sendStep, p.bytes, p.wholeTo));
+      GEO_RETURN_IF_ERROR(takeParts(j, p.round, p.sendStep, p.bytes, p.partTo, &p.partIn));
+    }
+    GEO_RETURN_IF_ERROR(reduceOwn(p));
+    const std::vector<size_t> lost = lostShards(p);
+    if (!lost.empty() && !p.ownerLostUntil) {
+      holdLostOwnerWait(p, clock().now() + options_.timeout);
+    }
+    if (p.sentWhole) continue;  // every peer has the whole: every part
+    const auto to = presentPeers();
+    const auto sentAny = [&](size_t s) {
+      return std::any_of(p.partTo.begin(), p.partTo.end(),
+                         [&](const auto& row) { return s < row.size() && row[s]; });
+    };
+    for (const size_t s : lost) {
+      const bool before = sentAny(s);
+      GEO_RETURN_IF_ERROR(sendParts(p.round, p.sendStep, *p.bytes, p.partTo, s, to));
+      if (before || !sentAny(s)) continue;
+      const auto [lo, hi] = shard(s);
+      logger()->info(
+          "dts: the owner of a shard of round {}, {}, is gone (suspected, finished or "
+          "rejoining): this worker's part of it ({} values) goes to every other peer, and each "
+          "averages it",
+          p.round, topology_.describe(group_.ranks[s]), hi - lo);
     }
   }
-  // The same for the rounds completed here last: the peer's whole may come
+  // The same for the rounds completed here last: the peer's part may come
   // after (it found the owner lost at its suspicion, when this worker
   // had that owner's mean already). A sharded round keeps no late entry,
-  // so nothing else reads those updates: each is taken from the inbox (one
-  // poll a round, whoever sent it) and answered where answerWhole says so.
+  // so nothing else reads those parts: each is taken from the inbox and
+  // answered.
   for (Answerable& a : answerable_) {
-    while (true) {
-      auto m = transport_->receive(MessageKind::kUpdate, a.round, transport::kAnyPeer,
-                                   std::chrono::milliseconds(0));
-      if (!m.ok()) break;
-      if (const auto j = group_.indexOf(m->header.sender)) {
-        GEO_RETURN_IF_ERROR(answerWhole(*j, a.round, a.sendStep, a.bytes, a.wholeTo));
-      }
+    for (size_t j = 0; j < group_.size(); ++j) {
+      GEO_RETURN_IF_ERROR(takeParts(j, a.round, a.sendStep, a.bytes, a.partTo, nullptr));
     }
   }
   return {};
@@ -137,37 +242,29 @@ void Dts::holdLostOwnerWait(Pending& p, geo::Clock::TimePoint deadline) {
   const auto now = clock().now();
   if (p.ownerLostUntil && now < *p.ownerLostUntil) return;
   const bool first = !p.ownerLostUntil;
+  // A 64th of one part (a shard's values of a contribution).
   const uint64_t enough = std::max<uint64_t>(
-      uint64_t{1} << 16, p.bytes != nullptr ? p.bytes->size() / 64 : uint64_t{0});
+      uint64_t{1} << 16,
+      p.bytes != nullptr ? p.bytes->size() / 64 / std::max<size_t>(1, group_.size()) : 0);
+  const std::vector<size_t> lost = lostShards(p);
   p.receivedAtLostWait.resize(group_.size(), 0);
   bool arriving = false;
   for (const transport::PeerCounters& c : transport_->peerCounters()) {
     const auto j = group_.indexOf(c.peer);
     if (!j || *j == group_.self) continue;
     const uint64_t before = std::exchange(p.receivedAtLostWait[*j], c.bytesReceived);
-    if (first || p.got[*j] || !awaited(*j, p.round) || membership_.suspected(c.peer)) continue;
+    const bool missing = std::any_of(lost.begin(), lost.end(),
+                                     [&](size_t s) { return s != *j && !p.hasPart(*j, s); });
+    if (first || !missing || !awaited(*j, p.round) || membership_.suspected(c.peer)) continue;
     if (c.bytesReceived - before >= enough) {
       arriving = true;
       logger()->debug(
-          "dts: round {}: the whole contribution of {} is still arriving ({:.1f} MB from it "
-          "since the last look); waiting on for it",
+          "dts: round {}: the part of a lost owner's shard from {} is still arriving ({:.1f} MB "
+          "from it since the last look); waiting on for it",
           p.round, topology_.describe(c.peer), static_cast<double>(c.bytesReceived - before) / 1e6);
     }
   }
   if (first || arriving) p.ownerLostUntil = std::min(deadline, now + lostOwnerWait());
-}
-
-Status Dts::answerWhole(size_t j, uint64_t round, int64_t sendStep,
-                        const std::shared_ptr<const std::vector<std::byte>>& bytes,
-                        std::vector<bool>& wholeTo) {
-  const uint32_t rank = group_.ranks[j];
-  if (j == group_.self || wholeTo[j] || bytes == nullptr || membership_.suspected(rank)) return {};
-  wholeTo[j] = true;
-  logger()->debug(
-      "dts: {} sent its whole contribution to round {}: this worker's goes to it "
-      "whole too",
-      topology_.describe(rank), round);
-  return sendUpdate({rank}, round, sendStep, bytes);
 }
 
 Status Dts::peerShard(const Pending& p, size_t j, int64_t lo, torch::Tensor& out,
@@ -175,6 +272,18 @@ Status Dts::peerShard(const Pending& p, size_t j, int64_t lo, torch::Tensor& out
   const int64_t hi = lo + out.numel();
   if (p.sharded && p.shardIn[j] && shard(group_.self) == std::pair{lo, hi}) {
     return codec_->decodeRangeChecked(p.shardIn[j]->payload.bytes(), lo, out, reason);
+  }
+  if (!p.got[j] && j < p.partIn.size()) {
+    for (size_t s = 0; s < p.partIn[j].size(); ++s) {
+      if (!p.partIn[j][s] || shard(s) != std::pair{lo, hi}) continue;
+      const std::optional<Part> part = readPart(j, p.round, *p.partIn[j][s]);
+      if (!part) break;  // refused as it came: never kept
+      return codec_->decodeRangeChecked(part->bytes, lo, out, reason);
+    }
+  }
+  if (!p.got[j]) {
+    reason = "size";
+    return dataLoss(fmt::format("no part of values [{}, {}) came", lo, hi));
   }
   return wholeRange(p.got[j]->payload.bytes(), lo, out, reason);
 }
@@ -270,7 +379,7 @@ bool Dts::shardReady(const Pending& p, size_t s) const {
   if (owns(s, p.round)) return false;
   if (p.ownerLostUntil && clock().now() >= *p.ownerLostUntil) return true;
   for (size_t j = 0; j < group_.size(); ++j) {
-    if (j != group_.self && !p.got[j] && awaited(j, p.round)) return false;
+    if (j != group_.self && j != s && !p.hasPart(j, s) && awaited(j, p.round)) return false;
   }
   return true;
 }
@@ -348,10 +457,10 @@ Status Dts::completeSharded(Pending& p, int64_t t, train::FlatParameters& flat, 
       }
     }
     if (!have) {
-      // Averaged here from the whole contributions that came.
+      // Averaged here from the parts that came.
       std::vector<size_t> from;
       for (size_t j = 0; j < group_.size(); ++j) {
-        if (j != group_.self && p.got[j]) from.push_back(j);
+        if (j != group_.self && p.hasPart(j, s)) from.push_back(j);
       }
       shardMean(p, from, lo, mean, "the update");
     }
@@ -383,26 +492,52 @@ Status Dts::completeSharded(Pending& p, int64_t t, train::FlatParameters& flat, 
 // A joiner's round of reduce-scatter, the job having completed it while
 // the state crossed (catchUp). Each peer applied, shard by shard, the
 // owner's mean where the owner took part, and where it did not (this
-// joiner owns a shard and was joining: every peer sent its contribution
-// whole to every other, exchangeShards) the mean of the whole ones it got,
-// its own among them, in rank order (shardMean). The same set is the
-// peers' whole contributions here: the same bytes, summed in the same
-// order.
+// joiner owns a shard and was joining) the mean of the parts it got, its
+// own among them, in rank order (shardMean): every peer sent its part of
+// such a shard to every other peer but the owner (exchangeShards), and to
+// this joiner, present but not taking part, its part of the joiner's own
+// shard as kShard. Those are the same bytes (one rangeEncoding of the
+// same contribution), summed here in the same order.
 StatusOr<bool> Dts::catchUpSharded(uint64_t r, train::FlatParameters& flat,
                                    const std::vector<bool>& from,
                                    const std::vector<bool>& reduced) {
   const auto take = [&](MessageKind kind, size_t j) -> std::optional<Message> {
     auto m = transport_->receive(kind, r, group_.ranks[j], std::chrono::milliseconds(0));
-    if (!m.ok()) return std::nullopt;  // taken meanwhile: impossible on this thread
+    if (!m.ok()) return std::nullopt;  // none sent to this worker, or taken already
     membership_.delivered(group_.ranks[j], r);
     return std::move(*m);
   };
-  std::vector<std::optional<Message>> whole(group_.size()), mean(group_.size());
+  std::vector<std::optional<Message>> whole(group_.size()), own(group_.size()), mean(group_.size());
+  std::vector<std::vector<std::optional<Message>>> parts;
+  std::vector<std::vector<bool>> partTo;  // nothing of ours goes: no contribution to r
   for (size_t j = 0; j < group_.size(); ++j) {
     if (j == group_.self) continue;
-    if (from[j]) whole[j] = take(MessageKind::kUpdate, j);
+    if (from[j]) {
+      whole[j] = take(MessageKind::kUpdate, j);
+      own[j] = take(MessageKind::kShard, j);
+      GEO_RETURN_IF_ERROR(takeParts(j, r, 0, nullptr, partTo, &parts));
+    }
     if (reduced[j]) mean[j] = take(MessageKind::kReduced, j);
   }
+  // Peer j's part of shard s [lo, lo + out.numel()), decoded into `out`:
+  // false (refused, or none came) leaves it out.
+  const auto partOf = [&](size_t j, size_t s, int64_t lo, torch::Tensor& out) {
+    std::string reason;
+    Status ok = dataLoss("no part came");
+    if (s == group_.self && own[j]) {
+      ok = codec_->decodeRangeChecked(own[j]->payload.bytes(), lo, out, reason);
+    } else if (j < parts.size() && s < parts[j].size() && parts[j][s]) {
+      const std::optional<Part> part = readPart(j, r, *parts[j][s]);
+      if (!part) return false;
+      ok = codec_->decodeRangeChecked(part->bytes, lo, out, reason);
+    } else if (whole[j]) {
+      ok = wholeRange(whole[j]->payload.bytes(), lo, out, reason);
+    } else {
+      return false;
+    }
+    if (!ok.ok()) reject(group_.ranks[j], fmt::format("the update for round {}", r), reason, ok);
+    return ok.ok();
+  };
   bool any = false;
   for (size_t s = 0; s < group_.size(); ++s) {
     const auto [lo, hi] = shard(s);
@@ -420,13 +555,9 @@ StatusOr<bool> Dts::catchUpSharded(uint64_t r, train::FlatParameters& flat,
     if (!have) {
       std::vector<torch::Tensor> q(group_.size());
       for (size_t j = 0; j < group_.size(); ++j) {
-        if (!whole[j]) continue;
+        if (j == group_.self || !from[j]) continue;
         q[j] = torch::empty({n}, m.options());
-        std::string reason;
-        if (const Status ok = wholeRange(whole[j]->payload.bytes(), lo, q[j], reason); !ok.ok()) {
-          reject(group_.ranks[j], fmt::format("the update for round {}", r), reason, ok);
-          q[j] = torch::Tensor();
-        }
+        if (!partOf(j, s, lo, q[j])) q[j] = torch::Tensor();
       }
       // No contribution to this shard: nothing to take off.
       if (!weightedMean(q, m)) continue;

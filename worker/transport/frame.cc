@@ -107,7 +107,8 @@ bool isKnownKind(uint16_t kind) {
     case static_cast<uint16_t>(MessageKind::kLanReduce):
     case static_cast<uint16_t>(MessageKind::kLanBroadcast):
     case static_cast<uint16_t>(MessageKind::kShard):
-    case static_cast<uint16_t>(MessageKind::kReduced): return true;
+    case static_cast<uint16_t>(MessageKind::kReduced):
+    case static_cast<uint16_t>(MessageKind::kPart): return true;
     default: return false;
   }
 }
@@ -128,6 +129,7 @@ std::string_view messageKindName(MessageKind kind) {
     case MessageKind::kLanBroadcast: return "lan-broadcast";
     case MessageKind::kShard: return "shard";
     case MessageKind::kReduced: return "reduced";
+    case MessageKind::kPart: return "part";
   }
   return "unknown";
 }

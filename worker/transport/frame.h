@@ -131,8 +131,14 @@ enum class MessageKind : uint16_t {
   // contributions, to every other worker.
   kShard = 22,
   kReduced = 23,
+  // Reduce-scatter with an owner lost for the round (suspected, finished
+  // or joining): a worker's part of that owner's shard, to every other
+  // worker but the owner, which each then averages itself. Payload: the
+  // shard's bounds [lo, hi) as two little-endian u64, then the part in the
+  // round's codec; the frame's codec is kRaw.
+  kPart = 24,
 };
-inline constexpr uint16_t kMaxMessageKind = 23;
+inline constexpr uint16_t kMaxMessageKind = 24;
 bool isKnownKind(uint16_t kind);
 std::string_view messageKindName(MessageKind kind);
 

@@ -110,6 +110,7 @@ TEST(MessageKind, NamesAndKnownSet) {
   EXPECT_EQ(messageKindName(MessageKind::kLanBroadcast), "lan-broadcast");
   EXPECT_EQ(messageKindName(MessageKind::kShard), "shard");
   EXPECT_EQ(messageKindName(MessageKind::kReduced), "reduced");
+  EXPECT_EQ(messageKindName(MessageKind::kPart), "part");
   int known = 0;
   for (uint32_t k = 0; k <= 0xFFFF; ++k) {
     if (isKnownKind(static_cast<uint16_t>(k))) {
@@ -118,7 +119,7 @@ TEST(MessageKind, NamesAndKnownSet) {
       EXPECT_NE(messageKindName(static_cast<MessageKind>(k)), "unknown");
     }
   }
-  EXPECT_EQ(known, 14);
+  EXPECT_EQ(known, 15);
 }
 
 TEST(FrameHeader, EncodesTheDocumentedLayout) {
@@ -150,11 +151,11 @@ TEST(FrameHeader, EncodesTheDocumentedLayout) {
 }
 
 TEST(FrameHeader, RoundTripsEveryKindAndCodec) {
-  const MessageKind kinds[] = {MessageKind::kPing,        MessageKind::kPong,
-                               MessageKind::kUpdate,      MessageKind::kGossip,
-                               MessageKind::kGossipReply, MessageKind::kControl,
-                               MessageKind::kLanReduce,   MessageKind::kLanBroadcast,
-                               MessageKind::kShard,       MessageKind::kReduced};
+  const MessageKind kinds[] = {
+      MessageKind::kPing,      MessageKind::kPong,         MessageKind::kUpdate,
+      MessageKind::kGossip,    MessageKind::kGossipReply,  MessageKind::kControl,
+      MessageKind::kLanReduce, MessageKind::kLanBroadcast, MessageKind::kShard,
+      MessageKind::kReduced,   MessageKind::kPart};
   // {codec, elementCount, payloadBytes}
   struct Case {
     CodecId codec;
@@ -256,7 +257,7 @@ TEST(FrameHeader, RejectsOtherVersionsNamingBoth) {
 }
 
 TEST(FrameHeader, RejectsUnknownKinds) {
-  for (uint16_t kind : {uint16_t{0}, uint16_t{3}, uint16_t{15}, uint16_t{24}, uint16_t{0xFFFF}}) {
+  for (uint16_t kind : {uint16_t{0}, uint16_t{3}, uint16_t{15}, uint16_t{25}, uint16_t{0xFFFF}}) {
     HeaderBytes bytes = encode(validHeader());
     poke<uint16_t>(bytes, 6, kind);
     expectRejected(bytes, 1024, limits(), StatusCode::kInvalidArgument,
