@@ -153,6 +153,11 @@ enum class Control : uint64_t {
   // connection; the joiner puts them together and treats the whole as a
   // kJoinState of codec kRaw.
   kJoinStatePart = ~uint64_t{0} - 30,
+  // State parity: a kParityState answer too large for one message
+  // (Membership::goesInParts), in parts behind the sender's rounds as
+  // kJoinStatePart's (worker/sync/parts.h); header.step the round, as
+  // kParityState's.
+  kParityStatePart = ~uint64_t{0} - 31,
 };
 inline constexpr size_t kMaxStopReasonBytes = 1024;
 
@@ -206,7 +211,7 @@ inline constexpr Control kControls[] = {
     Control::kFinalReduced,  Control::kFinalCommit,
     Control::kFinalFollows,  Control::kFinalLeftOut,
     Control::kSuspects,      Control::kSuspicionOf,
-    Control::kJoinStatePart,
+    Control::kJoinStatePart, Control::kParityStatePart,
 };
 constexpr bool controlsAreDistinctControlRounds() {
   for (size_t i = 0; i < std::size(kControls); ++i) {

@@ -311,7 +311,7 @@ class Dts final : public Base, private StateParity::Host {
     // own part, exchangeShards). Empty until the first part. And once this
     // worker found an owner of the round lost: until when it waits for the
     // parts that stand in for that owner's mean (shardReady;
-    // lostOwnerWait()).
+    // lostOwnerWait(p)).
     std::vector<std::vector<std::optional<Message>>> partIn;
     std::vector<std::vector<bool>> partTo;
     std::optional<geo::Clock::TimePoint> ownerLostUntil;
@@ -863,13 +863,18 @@ class Dts final : public Base, private StateParity::Host {
   // How long a worker that lost an owner waits for the peers' parts of
   // its shard it asked for with its own (exchangeShards): two of the
   // longest ping round trips measured (its part's way there, theirs back,
-  // with room for a busy peer) and 250 ms; at most the longest peer
-  // time-out (Membership::peerTimeout), which is also the wait before any
-  // round trip is measured. Its model differs from the others' on that
-  // shard whatever it waits for, and while it waits every worker waits for
-  // its next round: with the peer time-out, a cut between tokyo and sydney
-  // cost each worker 5.3 s where this costs them 2.7-2.9 s.
-  std::chrono::milliseconds lostOwnerWait() const;
+  // with room for a busy peer), the two parts' time through uplinks that
+  // carry one to every other peer (at the rate the uplink was measured
+  // at: uplink_.rate()), and 250 ms; at most the longest peer time-out
+  // (Membership::peerTimeout), which is also the wait before any round
+  // trip is measured. Its model differs from the others' on that shard
+  // whatever it waits for, and while it waits every worker waits for its
+  // next round: with the peer time-out, a cut between tokyo and sydney
+  // cost each worker 5.3 s where this costs them 2.7-2.9 s. Without the
+  // parts' time, a 20M-parameter mlp's survivor that lost the owner first
+  // gave up 0.43 s later, before the others' answers (2.5 MB each way at
+  // 100 Mbit/s) came, and its model was repaired at the next check.
+  std::chrono::milliseconds lostOwnerWait(const Pending& p) const;
   // Starts `p`'s wait for the lost owners' parts (lostOwnerWait from now),
   // and once it is over, starts it again while a peer whose part is
   // missing is still delivering (at least a 64th of a part since the wait
@@ -941,7 +946,7 @@ class Dts final : public Base, private StateParity::Host {
 
   // Whether shard s of `p` can be applied: its mean came from its owner
   // (this worker's: made), or its owner is lost and every awaited peer's
-  // part of it came (Pending::hasPart), or lostOwnerWait() has passed since the owner was
+  // part of it came (Pending::hasPart), or lostOwnerWait(p) has passed since the owner was
   // found lost (the shard is then averaged from those that came; state
   // parity repairs the difference).
   bool shardReady(const Pending& p, size_t s) const;
@@ -1011,6 +1016,16 @@ class Dts final : public Base, private StateParity::Host {
                     std::shared_ptr<const std::vector<std::byte>> bytes) override {
     const uint64_t size = bytes->size();
     return sendTo(to, control, step, CodecId::kRaw, size, std::move(bytes));
+  }
+  Status paritySendModel(uint32_t peer, uint64_t round,
+                         std::shared_ptr<const std::vector<std::byte>> bytes) override {
+    if (!Membership::goesInParts(bytes->size())) {
+      return paritySend({peer}, Control::kParityState, static_cast<int64_t>(round),
+                        std::move(bytes));
+    }
+    membership_.sendInParts(peer, Control::kParityStatePart, static_cast<int64_t>(round),
+                            std::move(bytes), fmt::format("our job model as of round {}", round));
+    return {};
   }
   std::vector<transport::Message> parityTake(Control control, uint32_t peer) override {
     return takeArrived(control, peer);

@@ -222,7 +222,7 @@ Status Dts::exchangeShards() {
   return {};
 }
 
-std::chrono::milliseconds Dts::lostOwnerWait() const {
+std::chrono::milliseconds Dts::lostOwnerWait(const Pending& p) const {
   std::chrono::milliseconds timeout{0};
   for (size_t i = 0; i < group_.size(); ++i) {
     if (i != group_.self) timeout = std::max(timeout, membership_.peerTimeout(group_.ranks[i]));
@@ -234,7 +234,15 @@ std::chrono::milliseconds Dts::lostOwnerWait() const {
     }
   }
   if (rtt <= 0) return timeout;
-  const auto wait = std::chrono::milliseconds(std::llround((2 * rtt + 0.25) * 1e3));
+  // Our part to each of the others and theirs back, each through an
+  // uplink that carries as much to every other peer.
+  const double rate = uplink_.rate();
+  const size_t n = group_.size();
+  double transfer = 0;
+  if (rate > 0 && p.bytes != nullptr && n > 2) {
+    transfer = 2.0 * static_cast<double>(n - 2) * static_cast<double>(p.bytes->size() / n) / rate;
+  }
+  const auto wait = std::chrono::milliseconds(std::llround((2 * rtt + transfer + 0.25) * 1e3));
   return std::min(timeout, wait);
 }
 
@@ -264,7 +272,7 @@ void Dts::holdLostOwnerWait(Pending& p, geo::Clock::TimePoint deadline) {
           p.round, topology_.describe(c.peer), static_cast<double>(c.bytesReceived - before) / 1e6);
     }
   }
-  if (first || arriving) p.ownerLostUntil = std::min(deadline, now + lostOwnerWait());
+  if (first || arriving) p.ownerLostUntil = std::min(deadline, now + lostOwnerWait(p));
 }
 
 Status Dts::peerShard(const Pending& p, size_t j, int64_t lo, torch::Tensor& out,

@@ -15,6 +15,7 @@
 #include "common/enforce.h"
 #include "common/logging.h"
 #include "worker/sync/internal.h"
+#include "worker/sync/parts.h"
 
 namespace geo::sync::detail {
 
@@ -565,7 +566,7 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
         transferSent_ += bytes->size();
         ++peerRejoins_;
       }
-      if (bytes->size() > 2 * kStatePartBytes) {
+      if (goesInParts(bytes->size())) {
         // A large model's state: in parts, behind our rounds. Sent whole,
         // 159 MB filled our uplink for 17 s, and our rounds to the others
         // waited behind it -- they waited 10-13 s for them on the
@@ -576,8 +577,11 @@ StatusOr<Membership::Served> Membership::serve(int64_t step, const torch::Tensor
             "rounds)",
             name_, step, topology_.describe(p), static_cast<double>(bytes->size()) / 1e6,
             kStatePartBytes >> 20);
-        std::erase_if(outgoing_, [&](const OutgoingState& o) { return o.peer == p; });
-        outgoing_.push_back(OutgoingState{p, step, std::move(bytes), 0, clock_.now()});
+        std::erase_if(outgoing_, [&](const OutgoingState& o) {
+          return o.peer == p && o.part == Control::kJoinStatePart;
+        });
+        sendInParts(p, Control::kJoinStatePart, step, std::move(bytes),
+                    fmt::format("our model of step {}", step));
       } else {
         logger()->info("{}: sending our model at step {} to {} ({:.2f} MB)", name_, step,
                        topology_.describe(p), static_cast<double>(bytes->size()) / 1e6);
@@ -635,36 +639,49 @@ bool Membership::roomForStatePart(uint32_t peer) const {
   return true;
 }
 
+bool Membership::goesInParts(size_t bytes) {
+  return bytes > 2 * kStatePartBytes;
+}
+
+void Membership::sendInParts(uint32_t peer, Control part, int64_t step,
+                             std::shared_ptr<const std::vector<std::byte>> bytes,
+                             std::string what) {
+  outgoing_.push_back(
+      OutgoingState{peer, step, std::move(bytes), 0, clock_.now(), part, std::move(what)});
+}
+
 Status Membership::pumpStates() {
+  // One payload at a time per peer and kind, in the order queued.
+  std::vector<std::pair<uint32_t, Control>> going;
   for (auto it = outgoing_.begin(); it != outgoing_.end();) {
     OutgoingState& o = *it;
     const PeerLife* l = find(o.peer);
     if (l == nullptr || l->suspected) {
       logger()->warn(
-          "{}: stopped sending our model to {} after {:.1f} of {:.1f} MB: it is suspected (it "
-          "asks again, or another peer, once it is back)",
-          name_, topology_.describe(o.peer), static_cast<double>(o.offset) / 1e6,
+          "{}: stopped sending {} to {} after {:.1f} of {:.1f} MB: it is suspected (it asks "
+          "again, or another peer, once it is back)",
+          name_, o.what, topology_.describe(o.peer), static_cast<double>(o.offset) / 1e6,
           static_cast<double>(o.bytes->size()) / 1e6);
       it = outgoing_.erase(it);
       continue;
     }
-    while (o.offset < o.bytes->size() && roomForStatePart(o.peer)) {
-      const size_t n = std::min(kStatePartBytes, o.bytes->size() - o.offset);
-      auto part = std::make_shared<std::vector<std::byte>>(2 * sizeof(uint64_t) + n);
-      const uint64_t total = o.bytes->size(), offset = o.offset;
-      std::memcpy(part->data(), &total, sizeof total);
-      std::memcpy(part->data() + sizeof total, &offset, sizeof offset);
-      std::memcpy(part->data() + 2 * sizeof(uint64_t), o.bytes->data() + o.offset, n);
-      GEO_RETURN_IF_ERROR(
-          sendControl(o.peer, Control::kJoinStatePart, o.step, std::move(part), CodecId::kRaw, 0));
-      o.offset += n;
-    }
-    if (o.offset < o.bytes->size()) {
+    if (std::find(going.begin(), going.end(), std::pair{o.peer, o.part}) != going.end()) {
       ++it;
       continue;
     }
-    logger()->info("{}: our model of step {} handed on to {} in {:.1f} s ({:.2f} MB)", name_,
-                   o.step, topology_.describe(o.peer), since(o.started),
+    while (o.offset < o.bytes->size() && roomForStatePart(o.peer)) {
+      const size_t n = std::min(kStatePartBytes, o.bytes->size() - o.offset);
+      GEO_RETURN_IF_ERROR(
+          sendControl(o.peer, o.part, o.step, makePart(*o.bytes, o.offset, n), CodecId::kRaw, 0));
+      o.offset += n;
+    }
+    if (o.offset < o.bytes->size()) {
+      going.emplace_back(o.peer, o.part);
+      ++it;
+      continue;
+    }
+    logger()->info("{}: {} handed on to {} in {:.1f} s ({:.2f} MB)", name_, o.what,
+                   topology_.describe(o.peer), since(o.started),
                    static_cast<double>(o.bytes->size()) / 1e6);
     it = outgoing_.erase(it);
   }
@@ -872,8 +889,9 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
     // behind its rounds.
     auto fetchDeadline = f0 + options_.timeout;
     std::optional<Message> state;
-    std::vector<std::byte> parts;
-    uint64_t partsTotal = 0;
+    // A state is at most the model and the optimizer's two buffers (fp32)
+    // and their bookkeeping.
+    PartsAssembler parts(4 * static_cast<uint64_t>(values.numel()) * 4 + (64 << 20));
     std::string broken;
     while (clock_.now() < fetchDeadline && broken.empty()) {
       auto served = serve(ownStep, values, false, flat);
@@ -884,35 +902,18 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
            part.ok() && !state && broken.empty();
            part = receiveControl(*transport_, Control::kJoinStatePart, p,
                                  std::chrono::milliseconds(0))) {
-        uint64_t total = 0, offset = 0;
-        const auto bytes = part->payload.bytes();
-        if (bytes.size() < 2 * sizeof(uint64_t)) {
-          broken = fmt::format("a part of {} bytes", bytes.size());
+        bool complete = false;
+        if (const Status ok = parts.add(part->payload.bytes(), complete); !ok.ok()) {
+          broken = ok.message();
           break;
         }
-        std::memcpy(&total, bytes.data(), sizeof total);
-        std::memcpy(&offset, bytes.data() + sizeof total, sizeof offset);
-        const auto body = bytes.subspan(2 * sizeof(uint64_t));
-        // In order on one connection: each part starts where the last
-        // ended, and a state is at most the model and the optimizer's two
-        // buffers (fp32) and their bookkeeping.
-        const uint64_t limit = 4 * static_cast<uint64_t>(values.numel()) * 4 + (64 << 20);
-        if (offset != parts.size() || (partsTotal != 0 && total != partsTotal) || total > limit ||
-            offset + body.size() > total) {
-          broken = fmt::format("a part at byte {} of {} after {} bytes of {}", offset, total,
-                               parts.size(), partsTotal);
-          break;
-        }
-        if (partsTotal == 0) parts.reserve(total);
-        partsTotal = total;
-        parts.insert(parts.end(), body.begin(), body.end());
         fetchDeadline = clock_.now() + options_.timeout;
-        if (parts.size() == partsTotal) {
+        if (complete) {
           Message whole;
           whole.header = part->header;
           whole.header.codec = CodecId::kRaw;
           whole.received = part->received;
-          whole.payload = transport::Payload(std::move(parts));
+          whole.payload = transport::Payload(parts.take());
           state = std::move(whole);
         }
       }
@@ -926,11 +927,11 @@ Status Membership::fetchState(const std::vector<size_t>& candidates, int64_t own
     if (!state) {
       logger()->warn("{}: {} did not send its state{}; trying the next peer", name_,
                      topology_.describe(p),
-                     !broken.empty()  ? fmt::format(" (refused {})", broken)
-                     : partsTotal > 0 ? fmt::format(" whole ({:.1f} of {:.1f} MB came)",
-                                                    static_cast<double>(parts.size()) / 1e6,
-                                                    static_cast<double>(partsTotal) / 1e6)
-                                      : std::string());
+                     !broken.empty()     ? fmt::format(" (refused {})", broken)
+                     : parts.total() > 0 ? fmt::format(" whole ({:.1f} of {:.1f} MB came)",
+                                                       static_cast<double>(parts.received()) / 1e6,
+                                                       static_cast<double>(parts.total()) / 1e6)
+                                         : std::string());
       continue;
     }
     // A peer that finished sends the job's final model alone, as fp32: the

@@ -228,6 +228,22 @@ class Membership {
     std::vector<uint32_t> resumeAsked;
   };
 
+  // Whether a payload of `bytes` goes in parts (sendInParts): over two
+  // parts of 4 MiB. One message that large fills the uplink for seconds,
+  // and our rounds to the others wait behind it: a 159 MB state held them
+  // 10-13 s on the namespace network, an 80 MB repair of state parity's
+  // 4.5-6.2 s.
+  static bool goesInParts(size_t bytes);
+  // Sends `bytes` to `peer` in parts (`part`, worker/sync/parts.h;
+  // header.step `step`) behind our rounds: serve() hands on a part only
+  // while none of our data for a live other peer waits to leave this
+  // machine, and two parts at most wait for `peer` (roomForStatePart). A
+  // payload still going to `peer` in the same `part` goes on first (the
+  // receiver puts each together in turn). `what` names it in the log. The
+  // parts stop if `peer` is suspected.
+  void sendInParts(uint32_t peer, Control part, int64_t step,
+                   std::shared_ptr<const std::vector<std::byte>> bytes, std::string what);
+
   // Answers pending queries and fetches (`step`, `values`; `finished` once
   // this worker has completed training) and takes announcements.
   StatusOr<Served> serve(int64_t step, const torch::Tensor& values, bool finished,
@@ -339,15 +355,18 @@ class Membership {
   // adopts the first one that arrives and checks out (into `values` and the
   // optimizer); `out` says what came. A candidate suspected meanwhile, or
   // silent for the round time-out, is passed over.
-  // A state sent in parts (Control::kJoinStatePart) behind our rounds:
-  // serve() starts one where the state is over two parts, and each call
-  // sends on the parts that pumpStates() finds room for.
+  // A payload sent in parts behind our rounds (sendInParts; a state,
+  // Control::kJoinStatePart, which serve() starts where the state is over
+  // two parts): each serve() sends on the parts that pumpStates() finds
+  // room for.
   struct OutgoingState {
     uint32_t peer = 0;
     int64_t step = 0;
     std::shared_ptr<const std::vector<std::byte>> bytes;
     size_t offset = 0;
     geo::Clock::TimePoint started{};
+    Control part = Control::kJoinStatePart;
+    std::string what;  // for the log: "our model of step 155"
   };
   Status pumpStates();
   // Sorts indices into peers_ by ping RTT, nearest first.

@@ -104,8 +104,7 @@ Status StateParity::afterCompleted(uint64_t round, bool finishing) {
       }
       // Asked for a round we passed since (it asked as we completed it):
       // the answer says which round it is of.
-      GEO_RETURN_IF_ERROR(host_.paritySend({group_.ranks[it->peer]}, Control::kParityState,
-                                           static_cast<int64_t>(round), bytes));
+      GEO_RETURN_IF_ERROR(host_.paritySendModel(group_.ranks[it->peer], round, bytes));
       it = asks_.erase(it);
     }
   }
@@ -147,6 +146,13 @@ Status StateParity::poll(train::FlatParameters& flat) {
       } else if (asks_.size() < group_.size()) {
         asks_.push_back({i, round});
       }
+    }
+  }
+  // A large answer comes in parts; those of a peer we no longer ask (an
+  // earlier repair, ended) are dropped as they come.
+  for (size_t i = 0; i < group_.size(); ++i) {
+    if (i != group_.self && (!repair_ || i != repair_->from)) {
+      (void)host_.parityTake(Control::kParityStatePart, group_.ranks[i]);
     }
   }
   if (repair_) GEO_RETURN_IF_ERROR(pollRepair(flat));
@@ -238,7 +244,11 @@ void StateParity::decide(Round& p, bool force) {
 // way. A failed send ends the repair; the next check decides again.
 void StateParity::askForRepair(size_t from, uint64_t differedAt, uint64_t atLeast, int retries) {
   const uint64_t round = std::max({host_.parityNextRound() + 1, completedThrough_ + 1, atLeast});
-  repair_ = Repair{from, round, {}, {}, differedAt, retries};
+  repair_.emplace();
+  repair_->from = from;
+  repair_->round = round;
+  repair_->differedAt = differedAt;
+  repair_->retries = retries;
   auto bytes = std::make_shared<std::vector<std::byte>>(sizeof round);
   std::memcpy(bytes->data(), &round, sizeof round);
   if (const Status s =
@@ -252,11 +262,30 @@ void StateParity::askForRepair(size_t from, uint64_t differedAt, uint64_t atLeas
 
 Status StateParity::pollRepair(train::FlatParameters& flat) {
   const uint32_t peer = group_.ranks[repair_->from];
-  for (const transport::Message& m : host_.parityTake(Control::kParityState, peer)) {
+  const auto modelBytes = static_cast<size_t>(flat.values.numel()) * 4;
+  // The answers here: whole, or put together from their parts (a large
+  // model's, sent behind the peer's rounds).
+  std::vector<std::pair<uint64_t, transport::Payload>> answers;
+  for (transport::Message& m : host_.parityTake(Control::kParityState, peer)) {
+    answers.emplace_back(m.header.step, std::move(m.payload));
+  }
+  for (const transport::Message& m : host_.parityTake(Control::kParityStatePart, peer)) {
+    Repair& r = *repair_;
+    if (!r.parts) r.parts.emplace(modelBytes + sizeof r.theirGate);
+    bool complete = false;
+    if (const Status ok = r.parts->add(m.payload.bytes(), complete); !ok.ok()) {
+      // The rest of an answer to an earlier question (a retry began this
+      // one), or a broken one: the next answer starts at byte 0.
+      logger()->debug("dts: state parity: dropped a part of the job model of {}: {}",
+                      topology_.describe(peer), ok.message());
+      continue;
+    }
+    if (complete) answers.emplace_back(m.header.step, transport::Payload(r.parts->take()));
+  }
+  for (const auto& [round, payload] : answers) {
     if (!repair_) break;  // ended by an earlier answer
     Repair& r = *repair_;
-    const uint64_t round = m.header.step;
-    if (m.payload.size() == 0) {
+    if (payload.size() == 0) {
       // It had completed the round already (it runs ahead): ask for one
       // past where it is.
       if (round < r.round || r.retries >= 3) continue;  // to an earlier question
@@ -264,19 +293,18 @@ Status StateParity::pollRepair(train::FlatParameters& flat) {
       continue;
     }
     if (round != r.round) continue;  // an answer to an earlier question
-    const auto modelBytes = static_cast<size_t>(flat.values.numel()) * 4;
-    if (m.payload.size() != modelBytes + sizeof r.theirGate) {
+    if (payload.size() != modelBytes + sizeof r.theirGate) {
       logger()->warn(
           "dts: state parity: the job model of {} for round {} has {} bytes, expected {} (the "
           "same model everywhere?); the next check decides again",
-          topology_.describe(peer), round, m.payload.size(), modelBytes + sizeof r.theirGate);
+          topology_.describe(peer), round, payload.size(), modelBytes + sizeof r.theirGate);
       repair_.reset();
       return {};
     }
-    std::memcpy(&r.theirGate, m.payload.data() + modelBytes, sizeof r.theirGate);
+    std::memcpy(&r.theirGate, payload.data() + modelBytes, sizeof r.theirGate);
     torch::Tensor theirs = torch::empty({flat.values.numel()}, torch::kFloat32);
     std::string reason;
-    if (const Status ok = checkedCopy(m.payload.bytes().first(modelBytes), theirs,
+    if (const Status ok = checkedCopy(payload.bytes().first(modelBytes), theirs,
                                       std::numeric_limits<float>::max(), reason);
         !ok.ok()) {
       host_.parityReject(peer, fmt::format("its job model for round {}", round), reason, ok);

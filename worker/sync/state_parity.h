@@ -22,6 +22,7 @@
 #include "worker/sync/control.h"
 #include "worker/sync/internal.h"
 #include "worker/sync/parity.h"
+#include "worker/sync/parts.h"
 #include "worker/train/trainer.h"
 #include "worker/transport/transport.h"
 
@@ -61,6 +62,11 @@ class StateParity {
     // refused message counted and logged (Base::reject).
     virtual Status paritySend(const std::vector<uint32_t>& to, Control control, int64_t step,
                               std::shared_ptr<const std::vector<std::byte>> bytes) = 0;
+    // Our answer to a repair (the job model as of `round` and its gate) to
+    // `peer`: one kParityState, or where that large, in kParityStateParts
+    // behind our rounds (Membership::sendInParts).
+    virtual Status paritySendModel(uint32_t peer, uint64_t round,
+                                   std::shared_ptr<const std::vector<std::byte>> bytes) = 0;
     virtual std::vector<transport::Message> parityTake(Control control, uint32_t peer) = 0;
     virtual std::vector<uint32_t> parityPeers() const = 0;
     virtual bool paritySuspected(uint32_t rank) const = 0;
@@ -127,6 +133,9 @@ class StateParity {
     // of the two applies later, and would be applied twice.
     uint64_t ownGate = 0;
     uint64_t theirGate = 0;
+    // A large answer's parts as they come (Control::kParityStatePart),
+    // sized for the job model and its gate.
+    std::optional<PartsAssembler> parts;
   };
   // Peers waiting for our job model as of a round (by group index).
   struct Ask {

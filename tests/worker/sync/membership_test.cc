@@ -24,6 +24,7 @@
 #include "tests/worker/sync/simulated_time.h"
 #include "worker/sync/internal.h"
 #include "worker/sync/membership.h"
+#include "worker/sync/parts.h"
 #include "worker/sync/synchronizer.h"
 #include "worker/transport/memory_transport.h"
 
@@ -452,6 +453,42 @@ TEST_F(MembershipTest, NoticesAndResumesOfAnEarlierProcessOfAPeerAreVoid) {
   // Taken, the resume would have moved the first round rank 1 is expected
   // in from 0 (a common start) to 3.
   EXPECT_TRUE(members_[0]->expected(1, 0)) << "took a resume of an earlier process of rank 1";
+}
+
+// A payload's parts (parts.h) put back together: in order, a sender that
+// begins again at byte 0, and each way a part can be wrong, named.
+TEST(PartsAssembler, PutsAPayloadTogetherAndNamesABrokenPart) {
+  std::vector<std::byte> whole(10);
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<std::byte>(i);
+  PartsAssembler a(64);
+  bool complete = true;
+  ASSERT_TRUE(a.add(*makePart(whole, 0, 4), complete).ok());
+  EXPECT_FALSE(complete);
+  EXPECT_EQ(a.received(), 4u);
+  EXPECT_EQ(a.total(), 10u);
+  // The sender began again: the payload starts over.
+  ASSERT_TRUE(a.add(*makePart(whole, 0, 4), complete).ok());
+  ASSERT_TRUE(a.add(*makePart(whole, 4, 4), complete).ok());
+  ASSERT_TRUE(a.add(*makePart(whole, 8, 2), complete).ok());
+  ASSERT_TRUE(complete);
+  EXPECT_EQ(a.take(), whole);
+  EXPECT_EQ(a.total(), 0u);
+  const auto refused = [&](std::span<const std::byte> part, const std::string& says) {
+    const Status s = a.add(part, complete);
+    EXPECT_FALSE(s.ok()) << says;
+    EXPECT_NE(s.message().find(says), std::string::npos) << s.message();
+    EXPECT_FALSE(complete);
+    EXPECT_EQ(a.received(), 0u) << "a broken part drops what came";
+  };
+  refused(std::vector<std::byte>(15), "a part of 15 bytes");
+  ASSERT_TRUE(a.add(*makePart(whole, 0, 4), complete).ok());
+  refused(*makePart(whole, 8, 2), "a part at byte 8 of 10 after 4 bytes");  // out of order
+  std::vector<std::byte> large(100);
+  refused(*makePart(large, 0, 4), "of 100 after 0 bytes of 0 (at most 64)");
+  auto overlong = makePart(whole, 8, 2);
+  overlong->push_back(std::byte{0});  // past the payload's end
+  ASSERT_TRUE(a.add(*makePart(whole, 0, 8), complete).ok());
+  refused(*overlong, "a part at byte 8 of 10");
 }
 
 }  // namespace

@@ -3733,7 +3733,7 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeSwarmGoesOnWithoutADeadPeer) {
 // network: a job of 20 ms links and 10 ms steps; `flip` (RANK:STEP:INDEX:BIT,
 // as GEO_TEST_FLIP_BIT) corrupts one worker's model as bad memory would, or
 // nothing when empty.
-RunResult runParityJob(const std::string& flip) {
+RunResult runParityJob(const std::string& flip, int64_t modelWidth = 0) {
   struct FlipVariable {
     explicit FlipVariable(const std::string& value) {
       if (!value.empty()) ::setenv("GEO_TEST_FLIP_BIT", value.c_str(), 1);
@@ -3743,12 +3743,12 @@ RunResult runParityJob(const std::string& flip) {
   FakeClock clock;
   JobSpec job = simulatedFourRegionDts(clock, 6, 30s, 3s);
   job.steps = 100;
+  job.modelWidth = modelWidth;
   job.extraCompute = std::vector<std::chrono::milliseconds>(4, 10ms);
   return runJob(job);
 }
 
-TEST(OnTheMemoryNetwork, InSimulatedTimeStateParityRepairsAFlippedBit) {
-  const auto r = runParityJob("2:40:1000:28");
+void expectTheFlipRepairedOnce(const RunResult& r) {
   for (size_t rank = 0; rank < 4; ++rank) {
     ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
     EXPECT_GT(r.stats[rank].parityChecks, 0u) << "rank " << rank;
@@ -3756,6 +3756,17 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeStateParityRepairsAFlippedBit) {
     EXPECT_EQ(r.stats[rank].parityRepairs, rank == 2 ? 1u : 0u) << "rank " << rank;
     EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
   }
+}
+
+TEST(OnTheMemoryNetwork, InSimulatedTimeStateParityRepairsAFlippedBit) {
+  expectTheFlipRepairedOnce(runParityJob("2:40:1000:28"));
+}
+
+// The same with a job model of 12.7 MB (the mlp 4000 wide): the answer
+// goes in parts behind the peer's rounds (Control::kParityStatePart), and
+// is put together and applied as one.
+TEST(OnTheMemoryNetwork, InSimulatedTimeStateParityRepairsALargeModelFromItsParts) {
+  expectTheFlipRepairedOnce(runParityJob("2:40:1000:28", 4000));
 }
 
 TEST(OnTheMemoryNetwork, InSimulatedTimeStateParityFindsNothingInAHealthyJob) {
