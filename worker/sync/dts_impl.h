@@ -1105,14 +1105,17 @@ class Dts final : public Base, private StateParity::Host {
                    std::vector<std::vector<bool>>& partTo, size_t s,
                    const std::vector<uint32_t>& to);
   // A part (MessageKind::kPart) from group member j to `round`: which
-  // shard it is of, and its encoding in the round's codec; nullopt
-  // (refused, logged, counted) where its bounds are no shard of the
-  // sender's here or it is too short to hold them.
-  struct Part {
-    size_t shard = 0;
-    std::span<const std::byte> bytes;
-  };
-  std::optional<Part> readPart(size_t j, uint64_t round, const Message& m);
+  // shard it is of; nullopt (refused, logged, counted) where its bounds
+  // are no shard of the sender's here or it is too short to hold them.
+  // Only parts read so are kept (takeParts).
+  std::optional<size_t> readPart(size_t j, uint64_t round, const Message& m);
+  // A kept part's values in the round's codec (after its bounds).
+  static std::span<const std::byte> partValues(const Message& m);
+  // Whether this worker's part of shard s went to peer j (partTo as
+  // sendParts keeps it).
+  static bool partSent(const std::vector<std::vector<bool>>& partTo, size_t j, size_t s) {
+    return j < partTo.size() && s < partTo[j].size() && partTo[j][s];
+  }
   // Takes every part (MessageKind::kPart) of `round` that group member j
   // sent from the inbox, and answers each shard's whose owner this worker
   // still has with this worker's own part of it, once (sendParts): the

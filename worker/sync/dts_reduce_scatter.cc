@@ -83,9 +83,8 @@ Status Dts::sendParts(uint64_t round, int64_t sendStep, const std::vector<std::b
   std::vector<uint32_t> dest;
   for (uint32_t r : to) {
     const auto j = group_.indexOf(r);
-    if (!j || *j == group_.self || *j == s) continue;
+    if (!j || *j == group_.self || *j == s || partSent(partTo, *j, s)) continue;
     partTo[*j].resize(group_.size(), false);
-    if (partTo[*j][s]) continue;
     partTo[*j][s] = true;
     dest.push_back(r);
   }
@@ -103,9 +102,13 @@ Status Dts::sendParts(uint64_t round, int64_t sendStep, const std::vector<std::b
                 std::shared_ptr<const std::vector<std::byte>>(std::move(payload)));
 }
 
-std::optional<Dts::Part> Dts::readPart(size_t j, uint64_t round, const Message& m) {
+std::span<const std::byte> Dts::partValues(const Message& m) {
+  return m.payload.bytes().subspan(kPartBoundsBytes);
+}
+
+std::optional<size_t> Dts::readPart(size_t j, uint64_t round, const Message& m) {
   const std::span<const std::byte> bytes = m.payload.bytes();
-  const auto refuse = [&](const char* reason, const std::string& why) -> std::optional<Part> {
+  const auto refuse = [&](const char* reason, const std::string& why) -> std::optional<size_t> {
     reject(group_.ranks[j], fmt::format("its part of a lost owner's shard for round {}", round),
            reason, dataLoss(why));
     return std::nullopt;
@@ -126,7 +129,7 @@ std::optional<Dts::Part> Dts::readPart(size_t j, uint64_t round, const Message& 
       // Its owner makes a shard's mean from kShard: no part of it goes to
       // the owner, and none is a sender's own shard.
       if (s == j || s == group_.self) break;
-      return Part{s, bytes.subspan(kPartBoundsBytes)};
+      return s;
     }
   }
   return refuse("size", fmt::format("values [{}, {}) are no shard here of a member other than "
@@ -144,15 +147,13 @@ Status Dts::takeParts(size_t j, uint64_t round, int64_t sendStep,
                                  std::chrono::milliseconds(0));
     if (!m.ok()) return {};
     membership_.delivered(group_.ranks[j], round);
-    const std::optional<Part> part = readPart(j, round, *m);
-    if (!part) continue;
-    const size_t s = part->shard;
+    const std::optional<size_t> shard = readPart(j, round, *m);
+    if (!shard) continue;
+    const size_t s = *shard;
     // The peer lost s's owner; this worker, if it has that owner still,
     // sent its part to the owner alone, and the peer needs it too.
     if (bytes != nullptr && !membership_.suspected(group_.ranks[j])) {
-      partTo.resize(group_.size());
-      partTo[j].resize(group_.size(), false);
-      if (!partTo[j][s]) {
+      if (!partSent(partTo, j, s)) {
         logger()->debug(
             "dts: {} sent its part of {}'s shard of round {}: this worker's goes to it too",
             topology_.describe(group_.ranks[j]), topology_.describe(group_.ranks[s]), round);
@@ -191,11 +192,13 @@ Status Dts::exchangeShards() {
     if (!lost.empty() && !p.ownerLostUntil) {
       holdLostOwnerWait(p, clock().now() + options_.timeout);
     }
-    if (p.sentWhole) continue;  // every peer has the whole: every part
+    if (p.sentWhole || lost.empty()) continue;  // no owner lost, or every peer has the whole
     const auto to = presentPeers();
     const auto sentAny = [&](size_t s) {
-      return std::any_of(p.partTo.begin(), p.partTo.end(),
-                         [&](const auto& row) { return s < row.size() && row[s]; });
+      for (size_t j = 0; j < group_.size(); ++j) {
+        if (partSent(p.partTo, j, s)) return true;
+      }
+      return false;
     };
     for (const size_t s : lost) {
       const bool before = sentAny(s);
@@ -283,10 +286,9 @@ Status Dts::peerShard(const Pending& p, size_t j, int64_t lo, torch::Tensor& out
   }
   if (!p.got[j] && j < p.partIn.size()) {
     for (size_t s = 0; s < p.partIn[j].size(); ++s) {
-      if (!p.partIn[j][s] || shard(s) != std::pair{lo, hi}) continue;
-      const std::optional<Part> part = readPart(j, p.round, *p.partIn[j][s]);
-      if (!part) break;  // refused as it came: never kept
-      return codec_->decodeRangeChecked(part->bytes, lo, out, reason);
+      if (p.partIn[j][s] && shard(s) == std::pair{lo, hi}) {
+        return codec_->decodeRangeChecked(partValues(*p.partIn[j][s]), lo, out, reason);
+      }
     }
   }
   if (!p.got[j]) {
@@ -535,9 +537,7 @@ StatusOr<bool> Dts::catchUpSharded(uint64_t r, train::FlatParameters& flat,
     if (s == group_.self && own[j]) {
       ok = codec_->decodeRangeChecked(own[j]->payload.bytes(), lo, out, reason);
     } else if (j < parts.size() && s < parts[j].size() && parts[j][s]) {
-      const std::optional<Part> part = readPart(j, r, *parts[j][s]);
-      if (!part) return false;
-      ok = codec_->decodeRangeChecked(part->bytes, lo, out, reason);
+      ok = codec_->decodeRangeChecked(partValues(*parts[j][s]), lo, out, reason);
     } else if (whole[j]) {
       ok = wholeRange(whole[j]->payload.bytes(), lo, out, reason);
     } else {
