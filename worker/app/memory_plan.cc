@@ -50,6 +50,13 @@ MemoryPlan planDtsMemory(const MemoryPlanInput& in) {
   plan.training.push_back({"autograd's gradient of the largest tensor", 4 * in.largestTensor});
   plan.training.push_back(
       {fmt::format("{} round(s) in flight: {} encoded contributions each", r, n), r * n * encoded});
+  if (in.reduceScatter) {
+    plan.training.push_back(
+        {"the last 4 rounds completed (reduce-scatter): its own encoded "
+         "contribution and the shards' means each, to answer a peer that "
+         "lost an owner",
+         4 * 2 * encoded});
+  }
   // A completion (and an early application) goes a slice at a time through
   // four buffers of a slice each (dts_impl.h, kSliceValues).
   const int64_t slice = std::min<int64_t>(in.parameters, int64_t{1} << 20);

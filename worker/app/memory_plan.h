@@ -37,6 +37,11 @@ struct MemoryPlanInput {
   int bits = 4;
   std::optional<int64_t> period;  // K; nullopt: auto
   std::optional<int64_t> delay;   // D; nullopt: auto
+  // sync.exchange reducescatter: the last four rounds completed are kept,
+  // each its own encoded contribution and the shards' means, to answer a
+  // peer that lost an owner (sync::detail::Dts::kAnswerable). Under
+  // `auto` the plan leaves them out: a lower bound.
+  bool reduceScatter = false;
   // Models the background evaluation may hold at once: 0 without periodic
   // evaluation (training.evalInterval 0), else its own model, the
   // snapshot it evaluates and training.evalBacklog snapshots waiting.

@@ -57,6 +57,7 @@ Status checkDtsMemory(const WorkerConfig& c, train::Model& model, const Training
   in.optimizer = c.training.optimizer;
   in.momentum = c.training.momentum;
   in.codec = c.sync.codec;
+  in.reduceScatter = c.sync.exchange == "reducescatter";
   in.bits = static_cast<int>(c.sync.bits);
   in.period = c.sync.period;
   in.delay = c.sync.delay;

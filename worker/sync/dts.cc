@@ -123,7 +123,7 @@ Status Dts::afterStep(int64_t step, train::FlatParameters& flat) {
     if (deferred) break;
     const uint64_t round = pending_.front().round;
     if (Pending& done = pending_.front(); done.sharded && done.bytes != nullptr) {
-      answerable_.push_back({done.round, done.sendStep, done.bytes, std::move(done.partTo)});
+      answerable_.push_back(std::move(static_cast<Answerable&>(done)));
       while (answerable_.size() > kAnswerable) answerable_.pop_front();
     }
     recycle(pending_.front());
@@ -840,7 +840,8 @@ void Dts::discardStale() {
   std::vector<uint64_t> rounds;
   const size_t n = transport_->discard([&](const transport::FrameHeader& h) {
     const bool roundData = h.kind == MessageKind::kUpdate || h.kind == MessageKind::kShard ||
-                           h.kind == MessageKind::kPart || h.kind == MessageKind::kReduced;
+                           h.kind == MessageKind::kPart || h.kind == MessageKind::kReduced ||
+                           h.kind == MessageKind::kRelayed;
     if (!roundData || h.round >= keepFrom) return false;
     senders.push_back(h.sender);
     rounds.push_back(h.round);
@@ -1084,6 +1085,7 @@ Status Dts::closeRound(int64_t t, train::FlatParameters& flat) {
   if (p.sharded) {
     p.shardIn.resize(group_.size());
     p.reducedIn.resize(group_.size());
+    p.relayedIn.resize(group_.size());
   }
   const uint64_t round = p.round;
   // Beside the next step where this round is not due now and the

@@ -252,16 +252,39 @@ class Dts final : public Base, private StateParity::Host {
   Status loadState(torch::serialize::InputArchive& archive) override;
 
  private:
-  struct Pending {
+  // What a reduce-scatter round holds to answer a peer that lost one of
+  // its owners (takeParts): this worker's contribution (null: none to
+  // answer with), to whom its part of which shard went (by peer, then
+  // shard: to every peer but the owner where this worker lost the owner;
+  // to one that sent its own part, exchangeShards), the shards' means as
+  // their owners sent them (kReduced) or as a peer relayed one that this
+  // worker lacked (kRelayed), by shard, and to whom this worker relayed
+  // which mean (by peer, then shard). A round in flight (Pending) is one;
+  // the last kAnswerable completed here are kept as one (answerable_).
+  struct Answerable {
     uint64_t round = 0;
     int64_t sendStep = 0;
+    std::shared_ptr<const std::vector<std::byte>> bytes;
+    std::vector<std::vector<bool>> partTo;
+    std::vector<std::optional<Message>> reducedIn;
+    std::vector<std::optional<Message>> relayedIn;
+    std::vector<std::vector<bool>> meanTo;
+  };
+  // The mean of shard s that `a` holds: its owner's, else one relayed;
+  // null if neither came.
+  static const Message* heldMean(const Answerable& a, size_t s) {
+    if (s < a.reducedIn.size() && a.reducedIn[s]) return &*a.reducedIn[s];
+    if (s < a.relayedIn.size() && a.relayedIn[s]) return &*a.relayedIn[s];
+    return nullptr;
+  }
+
+  struct Pending : Answerable {
     int64_t dueStep = 0;
     bool provisionalDue = false;  // closed before the links were known (closeRound)
     // This worker's contribution as the others see it, decode(q_i), is
     // decoded from `bytes` where it is needed (decodeOwn) rather than kept:
     // a model-sized tensor per round in flight.
     torch::Tensor start;  // D = 0 with the identity codec: x at the round's start
-    std::shared_ptr<const std::vector<std::byte>> bytes;
     std::vector<std::optional<Message>> got;  // by group index
     geo::Clock::TimePoint sentAt;             // when this worker sent its part
     // D = auto: contributions applied as they arrived (applyEarly), by group
@@ -292,28 +315,23 @@ class Dts final : public Base, private StateParity::Host {
     bool has(size_t i) const { return got[i].has_value() || appliedEarly(i); }
     // Reduce-scatter (sync.exchange; docs/algorithms.md, "Reduce-scatter"):
     // the peers' parts of this worker's shard, by group index (a whole
-    // contribution in `got` serves too); the shards' means as their owners
-    // sent them, by shard; this worker's own shard's mean, once made
-    // (reduceOwn); whether this worker's whole contribution went to every
-    // peer (its round closed under all-gather: reexchange).
+    // contribution in `got` serves too); the shards' means (Answerable);
+    // this worker's own shard's mean, once made (reduceOwn); whether this
+    // worker's whole contribution went to every peer (its round closed
+    // under all-gather: reexchange).
     bool sharded = false;
     // Its exchange changed to all-gather after its shards left
     // (reexchange): its whole contribution is still to go to every peer.
     bool owesWhole = false;
     std::vector<std::optional<Message>> shardIn;
-    std::vector<std::optional<Message>> reducedIn;
     std::shared_ptr<const std::vector<std::byte>> ownReduced;
     bool sentWhole = false;
     // A lost owner's shard (lostShards): by sender, then shard, the
-    // sender's part of it (MessageKind::kPart); by peer, then shard,
-    // whether this worker's part of it went to that peer (to every peer
-    // but the owner where this worker lost the owner; to one that sent its
-    // own part, exchangeShards). Empty until the first part. And once this
-    // worker found an owner of the round lost: until when it waits for the
-    // parts that stand in for that owner's mean (shardReady;
-    // lostOwnerWait(p)).
+    // sender's part of it (MessageKind::kPart), empty until the first
+    // part. And once this worker found an owner of the round lost: until
+    // when it waits for the parts that stand in for that owner's mean
+    // (shardReady; lostOwnerWait(p)).
     std::vector<std::vector<std::optional<Message>>> partIn;
-    std::vector<std::vector<bool>> partTo;
     std::optional<geo::Clock::TimePoint> ownerLostUntil;
     // By group index: the bytes received from that peer when the wait
     // above was last set (holdLostOwnerWait).
@@ -945,10 +963,17 @@ class Dts final : public Base, private StateParity::Host {
   Status reduceOwn(Pending& p);
 
   // Whether shard s of `p` can be applied: its mean came from its owner
-  // (this worker's: made), or its owner is lost and every awaited peer's
-  // part of it came (Pending::hasPart), or lostOwnerWait(p) has passed since the owner was
-  // found lost (the shard is then averaged from those that came; state
-  // parity repairs the difference).
+  // (this worker's: made) or relayed, or its owner is lost and the part of
+  // it of every peer that takes part in the round came (Pending::hasPart),
+  // or lostOwnerWait(p) has passed since the owner was found lost (the
+  // shard is then averaged from those that came; state parity repairs the
+  // difference). Takes part (owns), not awaited(): a peer sends its part
+  // of a round's lost shard when it loses the owner, after its
+  // contributions to later rounds, whose arrival moves what is awaited of
+  // it past this round. Judged by awaited(), the first survivor to lose
+  // sixteen regions' dead owner averaged its shard of the round in flight
+  // 9 ms later from 2 of 14 parts, and 13 of the 15 survivors, each from
+  // another set, were repaired by state parity.
   bool shardReady(const Pending& p, size_t s) const;
 
   // complete() of a round exchanged by reduce-scatter: waits (bounded, as
@@ -1084,17 +1109,12 @@ class Dts final : public Base, private StateParity::Host {
     std::shared_ptr<const std::vector<std::byte>> bytes;
   };
   std::deque<Sent> sent_;
-  // The last kAnswerable reduce-scatter rounds completed here, with whom
-  // this worker's parts of which shard went to (Pending::partTo): a peer
-  // that lost an owner this worker still had may ask for its part of that
-  // owner's shard (by sending its own) after the round completed here
-  // (exchangeShards). Not checkpointed.
-  struct Answerable {
-    uint64_t round = 0;
-    int64_t sendStep = 0;
-    std::shared_ptr<const std::vector<std::byte>> bytes;
-    std::vector<std::vector<bool>> partTo;
-  };
+  // The last kAnswerable reduce-scatter rounds completed here: a peer that
+  // lost an owner this worker still had may ask for its part of that
+  // owner's shard, or the owner's mean, (by sending its own part) after
+  // the round completed here (exchangeShards). Not checkpointed. Each
+  // holds this worker's contribution and the shards' means: two encoded
+  // payloads (docs/algorithms.md, "Memory").
   static constexpr size_t kAnswerable = 4;
   std::deque<Answerable> answerable_;
   // This worker's part of shard s of round (round, sendStep), cut from
@@ -1104,27 +1124,38 @@ class Dts final : public Base, private StateParity::Host {
   Status sendParts(uint64_t round, int64_t sendStep, const std::vector<std::byte>& bytes,
                    std::vector<std::vector<bool>>& partTo, size_t s,
                    const std::vector<uint32_t>& to);
-  // A part (MessageKind::kPart) from group member j to `round`: which
-  // shard it is of; nullopt (refused, logged, counted) where its bounds
-  // are no shard of the sender's here or it is too short to hold them.
-  // Only parts read so are kept (takeParts).
-  std::optional<size_t> readPart(size_t j, uint64_t round, const Message& m);
-  // A kept part's values in the round's codec (after its bounds).
+  // A part (MessageKind::kPart) or a relayed mean (kRelayed) from group
+  // member j to `round`: which shard it is of; nullopt (refused as `what`,
+  // logged, counted) where its bounds are no shard here but the sender's
+  // and this worker's, or it is too short to hold them. Only those read
+  // so are kept (takeParts, takeRelayed).
+  std::optional<size_t> readBounds(size_t j, uint64_t round, const Message& m, const char* what);
+  // A kept part's or relayed mean's values in the round's codec (after
+  // its bounds).
   static std::span<const std::byte> partValues(const Message& m);
+  // The mean of shard s that `a` holds (heldMean) to group member j, once
+  // (Answerable::meanTo), as MessageKind::kRelayed: j lost the owner
+  // before its mean came, and sent its part of the shard (takeParts).
+  Status relayMean(Answerable& a, size_t s, size_t j);
+  // Takes every mean that group member j relayed for `p`'s round from the
+  // inbox, and keeps each of a shard whose mean is not here yet
+  // (Answerable::relayedIn): shardReady() then takes it as the owner's.
+  void takeRelayed(size_t j, Pending& p);
   // Whether this worker's part of shard s went to peer j (partTo as
   // sendParts keeps it).
   static bool partSent(const std::vector<std::vector<bool>>& partTo, size_t j, size_t s) {
     return j < partTo.size() && s < partTo[j].size() && partTo[j][s];
   }
-  // Takes every part (MessageKind::kPart) of `round` that group member j
-  // sent from the inbox, and answers each shard's whose owner this worker
-  // still has with this worker's own part of it, once (sendParts): the
-  // peer lost that owner and needs the parts that went to the owner only.
+  // Takes every part (MessageKind::kPart) of `a`'s round that group
+  // member j sent from the inbox, and answers each once: with the owner's
+  // mean of that shard where this worker holds it (relayMean), else with
+  // this worker's own part of it (sendParts; a.bytes null: no answer).
+  // The peer lost that owner; the parts it needs went to the owner only,
+  // and where the owner's mean reached this worker before its death, the
+  // peer applies those bytes as this worker does instead of a mean of the
+  // parts that differs from them (and that state parity would repair).
   // Kept in `into` ([sender][shard]) where given.
-  Status takeParts(size_t j, uint64_t round, int64_t sendStep,
-                   const std::shared_ptr<const std::vector<std::byte>>& bytes,
-                   std::vector<std::vector<bool>>& partTo,
-                   std::vector<std::vector<std::optional<Message>>>* into);
+  Status takeParts(size_t j, Answerable& a, std::vector<std::vector<std::optional<Message>>>* into);
   // sync.exchange: auto (the schedule says which exchange is in force;
   // sharded()), and the reduce-scatter shards' bounds (group member s owns
   // [shards_[s], shards_[s + 1])).

@@ -27,6 +27,7 @@ void Dts::reexchange(const Schedule& e) {
     p.sharded = true;
     p.shardIn.assign(group_.size(), std::nullopt);
     p.reducedIn.assign(group_.size(), std::nullopt);
+    p.relayedIn.assign(group_.size(), std::nullopt);
     p.sentWhole = p.bytes != nullptr;
     stats_.reexchanged();
   }
@@ -36,7 +37,9 @@ std::vector<size_t> Dts::lostShards(const Pending& p) const {
   std::vector<size_t> lost;
   for (size_t s = 0; s < group_.size(); ++s) {
     const auto [lo, hi] = shard(s);
-    if (s != group_.self && lo < hi && !p.reducedIn[s] && !owns(s, p.round)) lost.push_back(s);
+    if (s != group_.self && lo < hi && heldMean(p, s) == nullptr && !owns(s, p.round)) {
+      lost.push_back(s);
+    }
   }
   return lost;
 }
@@ -72,6 +75,18 @@ Status Dts::sendContribution(Pending& p, const std::vector<uint32_t>& to, bool c
 // make it no codec's exact size.
 namespace {
 constexpr size_t kPartBoundsBytes = 16;
+
+// A part's or a relayed mean's payload: [lo, hi), then `values`.
+std::shared_ptr<const std::vector<std::byte>> withBounds(int64_t lo, int64_t hi,
+                                                         std::span<const std::byte> values) {
+  auto payload = std::make_shared<std::vector<std::byte>>(kPartBoundsBytes + values.size());
+  for (size_t k = 0; k < 8; ++k) {
+    (*payload)[k] = static_cast<std::byte>(static_cast<uint64_t>(lo) >> (8 * k));
+    (*payload)[8 + k] = static_cast<std::byte>(static_cast<uint64_t>(hi) >> (8 * k));
+  }
+  std::copy(values.begin(), values.end(), payload->begin() + kPartBoundsBytes);
+  return payload;
+}
 }  // namespace
 
 Status Dts::sendParts(uint64_t round, int64_t sendStep, const std::vector<std::byte>& bytes,
@@ -90,26 +105,21 @@ Status Dts::sendParts(uint64_t round, int64_t sendStep, const std::vector<std::b
   }
   if (dest.empty()) return {};
   const std::vector<std::byte> part = codec_->rangeEncoding(bytes, lo, hi);
-  auto payload = std::make_shared<std::vector<std::byte>>(kPartBoundsBytes + part.size());
-  for (size_t k = 0; k < 8; ++k) {
-    (*payload)[k] = static_cast<std::byte>(static_cast<uint64_t>(lo) >> (8 * k));
-    (*payload)[8 + k] = static_cast<std::byte>(static_cast<uint64_t>(hi) >> (8 * k));
-  }
-  std::copy(part.begin(), part.end(), payload->begin() + kPartBoundsBytes);
   stats_.encoded(static_cast<uint64_t>(hi - lo) * 4, part.size(), dest.size());
+  auto payload = withBounds(lo, hi, part);
   const auto size = static_cast<uint64_t>(payload->size());
-  return sendTo(dest, MessageKind::kPart, round, sendStep, CodecId::kRaw, size,
-                std::shared_ptr<const std::vector<std::byte>>(std::move(payload)));
+  return sendTo(dest, MessageKind::kPart, round, sendStep, CodecId::kRaw, size, std::move(payload));
 }
 
 std::span<const std::byte> Dts::partValues(const Message& m) {
   return m.payload.bytes().subspan(kPartBoundsBytes);
 }
 
-std::optional<size_t> Dts::readPart(size_t j, uint64_t round, const Message& m) {
+std::optional<size_t> Dts::readBounds(size_t j, uint64_t round, const Message& m,
+                                      const char* what) {
   const std::span<const std::byte> bytes = m.payload.bytes();
   const auto refuse = [&](const char* reason, const std::string& why) -> std::optional<size_t> {
-    reject(group_.ranks[j], fmt::format("its part of a lost owner's shard for round {}", round),
+    reject(group_.ranks[j], fmt::format("{} of a lost owner's shard for round {}", what, round),
            reason, dataLoss(why));
     return std::nullopt;
   };
@@ -127,7 +137,8 @@ std::optional<size_t> Dts::readPart(size_t j, uint64_t round, const Message& m) 
     if (lo < hi && static_cast<uint64_t>(lo) == bounds[0] &&
         static_cast<uint64_t>(hi) == bounds[1]) {
       // Its owner makes a shard's mean from kShard: no part of it goes to
-      // the owner, and none is a sender's own shard.
+      // the owner, and none is a sender's own shard (whose mean it sends
+      // as kReduced).
       if (s == j || s == group_.self) break;
       return s;
     }
@@ -137,28 +148,70 @@ std::optional<size_t> Dts::readPart(size_t j, uint64_t round, const Message& m) 
                                     bounds[0], bounds[1]));
 }
 
-Status Dts::takeParts(size_t j, uint64_t round, int64_t sendStep,
-                      const std::shared_ptr<const std::vector<std::byte>>& bytes,
-                      std::vector<std::vector<bool>>& partTo,
+Status Dts::relayMean(Answerable& a, size_t s, size_t j) {
+  const Message* mean = heldMean(a, s);
+  if (mean == nullptr || j == group_.self || j == s) return {};
+  a.meanTo.resize(group_.size());
+  a.meanTo[j].resize(group_.size(), false);
+  if (a.meanTo[j][s]) return {};
+  a.meanTo[j][s] = true;
+  // The owner's payload behind the shard's bounds (one relayed to this
+  // worker has them already).
+  const auto [lo, hi] = shard(s);
+  const bool relayed = mean->header.kind == MessageKind::kRelayed;
+  auto payload = withBounds(lo, hi, relayed ? partValues(*mean) : mean->payload.bytes());
+  stats_.encoded(static_cast<uint64_t>(hi - lo) * 4, payload->size() - kPartBoundsBytes, 1);
+  logger()->debug(
+      "dts: {} lost {}, the owner of a shard of round {}, before its mean came: this worker "
+      "relays the mean it holds",
+      topology_.describe(group_.ranks[j]), topology_.describe(group_.ranks[s]), a.round);
+  const auto size = static_cast<uint64_t>(payload->size());
+  return sendTo({group_.ranks[j]}, MessageKind::kRelayed, a.round,
+                static_cast<int64_t>(mean->header.step), CodecId::kRaw, size, std::move(payload));
+}
+
+void Dts::takeRelayed(size_t j, Pending& p) {
+  if (j == group_.self) return;
+  while (true) {
+    auto m = transport_->receive(MessageKind::kRelayed, p.round, group_.ranks[j],
+                                 std::chrono::milliseconds(0));
+    if (!m.ok()) return;
+    membership_.delivered(group_.ranks[j], p.round);
+    const std::optional<size_t> s = readBounds(j, p.round, *m, "the mean it relayed");
+    if (!s || heldMean(p, *s) != nullptr) continue;
+    logger()->debug("dts: {} relayed the mean of {}'s shard of round {}",
+                    topology_.describe(group_.ranks[j]), topology_.describe(group_.ranks[*s]),
+                    p.round);
+    p.relayedIn[*s] = std::move(*m);
+  }
+}
+
+Status Dts::takeParts(size_t j, Answerable& a,
                       std::vector<std::vector<std::optional<Message>>>* into) {
   if (j == group_.self) return {};
   while (true) {
-    auto m = transport_->receive(MessageKind::kPart, round, group_.ranks[j],
+    auto m = transport_->receive(MessageKind::kPart, a.round, group_.ranks[j],
                                  std::chrono::milliseconds(0));
     if (!m.ok()) return {};
-    membership_.delivered(group_.ranks[j], round);
-    const std::optional<size_t> shard = readPart(j, round, *m);
+    membership_.delivered(group_.ranks[j], a.round);
+    const std::optional<size_t> shard = readBounds(j, a.round, *m, "its part");
     if (!shard) continue;
     const size_t s = *shard;
-    // The peer lost s's owner; this worker, if it has that owner still,
-    // sent its part to the owner alone, and the peer needs it too.
-    if (bytes != nullptr && !membership_.suspected(group_.ranks[j])) {
-      if (!partSent(partTo, j, s)) {
-        logger()->debug(
-            "dts: {} sent its part of {}'s shard of round {}: this worker's goes to it too",
-            topology_.describe(group_.ranks[j]), topology_.describe(group_.ranks[s]), round);
+    // The peer lost s's owner. This worker, if it holds that owner's
+    // mean, relays it; if it has that owner still, its part went to the
+    // owner alone, and the peer needs it too.
+    if (a.bytes != nullptr && !membership_.suspected(group_.ranks[j])) {
+      if (heldMean(a, s) != nullptr) {
+        GEO_RETURN_IF_ERROR(relayMean(a, s, j));
+      } else {
+        if (!partSent(a.partTo, j, s)) {
+          logger()->debug(
+              "dts: {} sent its part of {}'s shard of round {}: this worker's goes to it too",
+              topology_.describe(group_.ranks[j]), topology_.describe(group_.ranks[s]), a.round);
+        }
+        GEO_RETURN_IF_ERROR(
+            sendParts(a.round, a.sendStep, *a.bytes, a.partTo, s, {group_.ranks[j]}));
       }
-      GEO_RETURN_IF_ERROR(sendParts(round, sendStep, *bytes, partTo, s, {group_.ranks[j]}));
     }
     if (into == nullptr) continue;
     into->resize(group_.size());
@@ -185,7 +238,18 @@ Status Dts::exchangeShards() {
     // still have, and needs this worker's part too (it went to the owner
     // only).
     for (size_t j = 0; j < group_.size(); ++j) {
-      GEO_RETURN_IF_ERROR(takeParts(j, p.round, p.sendStep, p.bytes, p.partTo, &p.partIn));
+      takeRelayed(j, p);
+      GEO_RETURN_IF_ERROR(takeParts(j, p, &p.partIn));
+    }
+    // A mean that came after this worker's part of its shard went to a
+    // peer (the owner was lost here, or the peer asked before it came):
+    // the peer gets the mean too, so that it applies it as this worker
+    // will, if it has not completed the round yet.
+    for (size_t s = 0; s < group_.size() && !p.partTo.empty(); ++s) {
+      if (heldMean(p, s) == nullptr) continue;
+      for (size_t j = 0; j < group_.size(); ++j) {
+        if (partSent(p.partTo, j, s)) GEO_RETURN_IF_ERROR(relayMean(p, s, j));
+      }
     }
     GEO_RETURN_IF_ERROR(reduceOwn(p));
     const std::vector<size_t> lost = lostShards(p);
@@ -219,7 +283,7 @@ Status Dts::exchangeShards() {
   // answered.
   for (Answerable& a : answerable_) {
     for (size_t j = 0; j < group_.size(); ++j) {
-      GEO_RETURN_IF_ERROR(takeParts(j, a.round, a.sendStep, a.bytes, a.partTo, nullptr));
+      GEO_RETURN_IF_ERROR(takeParts(j, a, nullptr));
     }
   }
   return {};
@@ -266,7 +330,7 @@ void Dts::holdLostOwnerWait(Pending& p, geo::Clock::TimePoint deadline) {
     const uint64_t before = std::exchange(p.receivedAtLostWait[*j], c.bytesReceived);
     const bool missing = std::any_of(lost.begin(), lost.end(),
                                      [&](size_t s) { return s != *j && !p.hasPart(*j, s); });
-    if (first || !missing || !awaited(*j, p.round) || membership_.suspected(c.peer)) continue;
+    if (first || !missing || !owns(*j, p.round) || membership_.suspected(c.peer)) continue;
     if (c.bytesReceived - before >= enough) {
       arriving = true;
       logger()->debug(
@@ -385,11 +449,11 @@ bool Dts::shardReady(const Pending& p, size_t s) const {
   const auto [lo, hi] = shard(s);
   if (lo == hi) return true;
   if (s == group_.self) return p.ownReduced != nullptr;
-  if (p.reducedIn[s]) return true;
+  if (heldMean(p, s) != nullptr) return true;
   if (owns(s, p.round)) return false;
   if (p.ownerLostUntil && clock().now() >= *p.ownerLostUntil) return true;
   for (size_t j = 0; j < group_.size(); ++j) {
-    if (j != group_.self && j != s && !p.hasPart(j, s) && awaited(j, p.round)) return false;
+    if (j != group_.self && j != s && !p.hasPart(j, s) && owns(j, p.round)) return false;
   }
   return true;
 }
@@ -414,7 +478,7 @@ Status Dts::completeSharded(Pending& p, int64_t t, train::FlatParameters& flat, 
         if (j == group_.self) continue;
         const auto [lo, hi] = shard(j);
         const bool owes =
-            (lo < hi && !p.reducedIn[j] && owns(j, p.round)) ||
+            (lo < hi && heldMean(p, j) == nullptr && owns(j, p.round)) ||
             (p.ownReduced == nullptr && !p.shardIn[j] && !p.got[j] && awaited(j, p.round));
         if (!owes) continue;
         membership_.giveUp(group_.ranks[j]);
@@ -466,6 +530,29 @@ Status Dts::completeSharded(Pending& p, int64_t t, train::FlatParameters& flat, 
         reject(group_.ranks[s], fmt::format("its shard's mean for round {}", p.round), reason, ok);
       }
     }
+    if (!have && s != group_.self && p.relayedIn[s]) {
+      // The owner's mean as a peer relayed it (the owner was lost here
+      // before it came): the bytes that peer applied.
+      const Message& m = *p.relayedIn[s];
+      std::string reason;
+      const Status ok = codec_->decodeRangeChecked(partValues(m), lo, mean, reason);
+      if (ok.ok()) {
+        have = true;
+        p.applied(t - static_cast<int64_t>(m.header.step));
+        stats_.applied(t - static_cast<int64_t>(m.header.step));
+        stats_.relayedMean();
+        logger()->info(
+            "dts: round {}: {}'s mean of its shard applied as {} relayed it ({} was lost here "
+            "before its mean came, which had reached that peer)",
+            p.round, topology_.describe(group_.ranks[s]), topology_.describe(m.header.sender),
+            topology_.describe(group_.ranks[s]));
+      } else {
+        reject(m.header.sender,
+               fmt::format("the mean of {}'s shard it relayed for round {}",
+                           topology_.describe(group_.ranks[s]), p.round),
+               reason, ok);
+      }
+    }
     if (!have) {
       // Averaged here from the parts that came.
       std::vector<size_t> from;
@@ -473,6 +560,17 @@ Status Dts::completeSharded(Pending& p, int64_t t, train::FlatParameters& flat, 
         if (j != group_.self && p.hasPart(j, s)) from.push_back(j);
       }
       shardMean(p, from, lo, mean, "the update");
+      if (s != group_.self && logger()->should_log(spdlog::level::debug)) {
+        std::string without;
+        for (size_t j = 0; j < group_.size(); ++j) {
+          if (j != group_.self && j != s && !p.hasPart(j, s)) {
+            without += " " + topology_.describe(group_.ranks[j]);
+          }
+        }
+        logger()->debug("dts: round {}: {}'s shard averaged here from {} peers' parts{}{}", p.round,
+                        topology_.describe(group_.ranks[s]), from.size(),
+                        without.empty() ? "" : ", without", without);
+      }
     }
     torch::Tensor x = flat.values.narrow(0, lo, n);
     if (p.start.defined()) {
@@ -519,13 +617,14 @@ StatusOr<bool> Dts::catchUpSharded(uint64_t r, train::FlatParameters& flat,
   };
   std::vector<std::optional<Message>> whole(group_.size()), own(group_.size()), mean(group_.size());
   std::vector<std::vector<std::optional<Message>>> parts;
-  std::vector<std::vector<bool>> partTo;  // nothing of ours goes: no contribution to r
+  Answerable none;  // nothing of ours goes: no contribution to r
+  none.round = r;
   for (size_t j = 0; j < group_.size(); ++j) {
     if (j == group_.self) continue;
     if (from[j]) {
       whole[j] = take(MessageKind::kUpdate, j);
       own[j] = take(MessageKind::kShard, j);
-      GEO_RETURN_IF_ERROR(takeParts(j, r, 0, nullptr, partTo, &parts));
+      GEO_RETURN_IF_ERROR(takeParts(j, none, &parts));
     }
     if (reduced[j]) mean[j] = take(MessageKind::kReduced, j);
   }

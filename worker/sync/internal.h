@@ -89,6 +89,7 @@ class StatsRecorder {
   void setPeriod(int64_t period);
   void setReduceScatter(bool on);
   void reexchanged();
+  void relayedMean();
   void setLrScale(double scale);
   void late(bool applied);
   void decodedBeside(uint64_t contributions);

@@ -24,6 +24,10 @@ struct SyncStats {
   // dts, sync.exchange auto: rounds this worker had closed before it heard
   // of a change of exchange that names them, sent again the new way.
   uint64_t reexchangedRounds = 0;
+  // dts, reduce-scatter: shards' means applied as a peer relayed them
+  // (MessageKind::kRelayed): their owner was lost here before its mean
+  // came, and had reached that peer.
+  uint64_t relayedMeans = 0;
   // dts: the factor on the gradient of the latest step (delayLrScale of
   // the peers' staleness, or 1 with sync.scaleLrWithDelay false).
   double lrScale = 1;

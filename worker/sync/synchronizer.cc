@@ -326,6 +326,11 @@ void StatsRecorder::reexchanged() {
   ++stats_.reexchangedRounds;
 }
 
+void StatsRecorder::relayedMean() {
+  std::lock_guard lock(mu_);
+  ++stats_.relayedMeans;
+}
+
 void StatsRecorder::setLink(double seconds) {
   std::lock_guard lock(mu_);
   stats_.linkSeconds = seconds;
@@ -358,6 +363,7 @@ void StatsRecorder::merge(const SyncStats& in) {
   stats_.stepSeconds = in.stepSeconds;
   stats_.period = in.period;
   stats_.rounds += in.rounds;
+  stats_.relayedMeans += in.relayedMeans;
   stats_.appliedUpdates += in.appliedUpdates;
   stats_.missing += in.missing;
   stats_.stalenessSum += in.stalenessSum;

@@ -108,7 +108,8 @@ bool isKnownKind(uint16_t kind) {
     case static_cast<uint16_t>(MessageKind::kLanBroadcast):
     case static_cast<uint16_t>(MessageKind::kShard):
     case static_cast<uint16_t>(MessageKind::kReduced):
-    case static_cast<uint16_t>(MessageKind::kPart): return true;
+    case static_cast<uint16_t>(MessageKind::kPart):
+    case static_cast<uint16_t>(MessageKind::kRelayed): return true;
     default: return false;
   }
 }
@@ -130,6 +131,7 @@ std::string_view messageKindName(MessageKind kind) {
     case MessageKind::kShard: return "shard";
     case MessageKind::kReduced: return "reduced";
     case MessageKind::kPart: return "part";
+    case MessageKind::kRelayed: return "relayed";
   }
   return "unknown";
 }

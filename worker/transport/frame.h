@@ -137,8 +137,16 @@ enum class MessageKind : uint16_t {
   // shard's bounds [lo, hi) as two little-endian u64, then the part in the
   // round's codec; the frame's codec is kRaw.
   kPart = 24,
+  // Reduce-scatter, the answer to a kPart from a worker that holds the
+  // lost owner's mean of that shard for the round (the owner's kReduced,
+  // or one relayed to it): that mean, so that the worker that lost the
+  // owner applies the bytes the others applied rather than averaging the
+  // shard itself. Payload: the shard's bounds as kPart's, then the
+  // owner's kReduced payload; the frame's step is the owner's (its close
+  // of the round) and its codec kRaw.
+  kRelayed = 25,
 };
-inline constexpr uint16_t kMaxMessageKind = 24;
+inline constexpr uint16_t kMaxMessageKind = 25;
 bool isKnownKind(uint16_t kind);
 std::string_view messageKindName(MessageKind kind);
 

@@ -63,6 +63,12 @@ TEST(MemoryPlan, CountsTheRoundsInFlightOfAFixedPeriodAndDelay) {
   // Adam's two moments instead of momentum's one.
   in.optimizer = "adam";
   EXPECT_EQ(planDtsMemory(in).endBytes - one.endBytes, b);
+  // Reduce-scatter keeps its last four completed rounds to answer a peer
+  // that lost an owner: two encoded payloads each (P / 2 bytes at 4 bits).
+  in.optimizer = "sgd";
+  in.delay = 0;
+  in.reduceScatter = true;
+  EXPECT_EQ(planDtsMemory(in).trainingBytes - one.trainingBytes, 4 * 2 * in.parameters / 2);
 }
 
 // Under D = auto a CPU worker of a model between 1M and 64M parameters

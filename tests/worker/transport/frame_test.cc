@@ -111,6 +111,7 @@ TEST(MessageKind, NamesAndKnownSet) {
   EXPECT_EQ(messageKindName(MessageKind::kShard), "shard");
   EXPECT_EQ(messageKindName(MessageKind::kReduced), "reduced");
   EXPECT_EQ(messageKindName(MessageKind::kPart), "part");
+  EXPECT_EQ(messageKindName(MessageKind::kRelayed), "relayed");
   int known = 0;
   for (uint32_t k = 0; k <= 0xFFFF; ++k) {
     if (isKnownKind(static_cast<uint16_t>(k))) {
@@ -119,7 +120,7 @@ TEST(MessageKind, NamesAndKnownSet) {
       EXPECT_NE(messageKindName(static_cast<MessageKind>(k)), "unknown");
     }
   }
-  EXPECT_EQ(known, 15);
+  EXPECT_EQ(known, 16);
 }
 
 TEST(FrameHeader, EncodesTheDocumentedLayout) {
@@ -155,7 +156,7 @@ TEST(FrameHeader, RoundTripsEveryKindAndCodec) {
       MessageKind::kPing,      MessageKind::kPong,         MessageKind::kUpdate,
       MessageKind::kGossip,    MessageKind::kGossipReply,  MessageKind::kControl,
       MessageKind::kLanReduce, MessageKind::kLanBroadcast, MessageKind::kShard,
-      MessageKind::kReduced,   MessageKind::kPart};
+      MessageKind::kReduced,   MessageKind::kPart,         MessageKind::kRelayed};
   // {codec, elementCount, payloadBytes}
   struct Case {
     CodecId codec;
@@ -257,7 +258,7 @@ TEST(FrameHeader, RejectsOtherVersionsNamingBoth) {
 }
 
 TEST(FrameHeader, RejectsUnknownKinds) {
-  for (uint16_t kind : {uint16_t{0}, uint16_t{3}, uint16_t{15}, uint16_t{25}, uint16_t{0xFFFF}}) {
+  for (uint16_t kind : {uint16_t{0}, uint16_t{3}, uint16_t{15}, uint16_t{26}, uint16_t{0xFFFF}}) {
     HeaderBytes bytes = encode(validHeader());
     poke<uint16_t>(bytes, 6, kind);
     expectRejected(bytes, 1024, limits(), StatusCode::kInvalidArgument,
