@@ -1133,6 +1133,9 @@ class Dts final : public Base, private StateParity::Host {
   // A kept part's or relayed mean's values in the round's codec (after
   // its bounds).
   static std::span<const std::byte> partValues(const Message& m);
+  // A held mean's values (heldMean): the owner's payload, or a relayed
+  // one's after its bounds.
+  static std::span<const std::byte> meanValues(const Message& m);
   // The mean of shard s that `a` holds (heldMean) to group member j, once
   // (Answerable::meanTo), as MessageKind::kRelayed: j lost the owner
   // before its mean came, and sent its part of the shard (takeParts).
@@ -1145,6 +1148,15 @@ class Dts final : public Base, private StateParity::Host {
   // sendParts keeps it).
   static bool partSent(const std::vector<std::vector<bool>>& partTo, size_t j, size_t s) {
     return j < partTo.size() && s < partTo[j].size() && partTo[j][s];
+  }
+  // Marks shard s as gone to peer j in `to` (Answerable::partTo or
+  // meanTo, by peer then shard): false where it had gone already.
+  bool markSent(std::vector<std::vector<bool>>& to, size_t j, size_t s) const {
+    if (partSent(to, j, s)) return false;
+    to.resize(std::max(to.size(), group_.size()));
+    to[j].resize(std::max(to[j].size(), group_.size()), false);
+    to[j][s] = true;
+    return true;
   }
   // Takes every part (MessageKind::kPart) of `a`'s round that group
   // member j sent from the inbox, and answers each once: with the owner's

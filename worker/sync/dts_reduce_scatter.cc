@@ -94,14 +94,10 @@ Status Dts::sendParts(uint64_t round, int64_t sendStep, const std::vector<std::b
                       const std::vector<uint32_t>& to) {
   const auto [lo, hi] = shard(s);
   if (lo == hi) return {};
-  partTo.resize(group_.size());
   std::vector<uint32_t> dest;
   for (uint32_t r : to) {
     const auto j = group_.indexOf(r);
-    if (!j || *j == group_.self || *j == s || partSent(partTo, *j, s)) continue;
-    partTo[*j].resize(group_.size(), false);
-    partTo[*j][s] = true;
-    dest.push_back(r);
+    if (j && *j != group_.self && *j != s && markSent(partTo, *j, s)) dest.push_back(r);
   }
   if (dest.empty()) return {};
   const std::vector<std::byte> part = codec_->rangeEncoding(bytes, lo, hi);
@@ -113,6 +109,10 @@ Status Dts::sendParts(uint64_t round, int64_t sendStep, const std::vector<std::b
 
 std::span<const std::byte> Dts::partValues(const Message& m) {
   return m.payload.bytes().subspan(kPartBoundsBytes);
+}
+
+std::span<const std::byte> Dts::meanValues(const Message& m) {
+  return m.header.kind == MessageKind::kRelayed ? partValues(m) : m.payload.bytes();
 }
 
 std::optional<size_t> Dts::readBounds(size_t j, uint64_t round, const Message& m,
@@ -151,15 +151,9 @@ std::optional<size_t> Dts::readBounds(size_t j, uint64_t round, const Message& m
 Status Dts::relayMean(Answerable& a, size_t s, size_t j) {
   const Message* mean = heldMean(a, s);
   if (mean == nullptr || j == group_.self || j == s) return {};
-  a.meanTo.resize(group_.size());
-  a.meanTo[j].resize(group_.size(), false);
-  if (a.meanTo[j][s]) return {};
-  a.meanTo[j][s] = true;
-  // The owner's payload behind the shard's bounds (one relayed to this
-  // worker has them already).
+  if (!markSent(a.meanTo, j, s)) return {};
   const auto [lo, hi] = shard(s);
-  const bool relayed = mean->header.kind == MessageKind::kRelayed;
-  auto payload = withBounds(lo, hi, relayed ? partValues(*mean) : mean->payload.bytes());
+  auto payload = withBounds(lo, hi, meanValues(*mean));
   stats_.encoded(static_cast<uint64_t>(hi - lo) * 4, payload->size() - kPartBoundsBytes, 1);
   logger()->debug(
       "dts: {} lost {}, the owner of a shard of round {}, before its mean came: this worker "
@@ -517,40 +511,34 @@ Status Dts::completeSharded(Pending& p, int64_t t, train::FlatParameters& flat, 
     if (s == group_.self && p.ownReduced != nullptr) {
       std::string reason;
       have = codec_->decodeRangeChecked(*p.ownReduced, lo, mean, reason).ok();
-    } else if (s != group_.self && p.reducedIn[s]) {
-      const Message& m = *p.reducedIn[s];
-      std::string reason;
-      const Status ok = codec_->decodeRangeChecked(m.payload.bytes(), lo, mean, reason);
-      if (ok.ok()) {
+    } else if (s != group_.self) {
+      // The owner's mean as it sent it, else as a peer relayed it (the
+      // owner was lost here before it came: the bytes that peer applied).
+      for (const std::optional<Message>* held : {&p.reducedIn[s], &p.relayedIn[s]}) {
+        if (have || !*held) continue;
+        const Message& m = **held;
+        const bool relayed = m.header.kind == MessageKind::kRelayed;
+        std::string reason;
+        const Status ok = codec_->decodeRangeChecked(meanValues(m), lo, mean, reason);
+        if (!ok.ok()) {
+          reject(m.header.sender,
+                 relayed ? fmt::format("the mean of {}'s shard it relayed for round {}",
+                                       topology_.describe(group_.ranks[s]), p.round)
+                         : fmt::format("its shard's mean for round {}", p.round),
+                 reason, ok);
+          continue;
+        }
         have = true;
         // The owner's close: how old the round is as it is applied here.
         p.applied(t - static_cast<int64_t>(m.header.step));
         stats_.applied(t - static_cast<int64_t>(m.header.step));
-      } else {
-        reject(group_.ranks[s], fmt::format("its shard's mean for round {}", p.round), reason, ok);
-      }
-    }
-    if (!have && s != group_.self && p.relayedIn[s]) {
-      // The owner's mean as a peer relayed it (the owner was lost here
-      // before it came): the bytes that peer applied.
-      const Message& m = *p.relayedIn[s];
-      std::string reason;
-      const Status ok = codec_->decodeRangeChecked(partValues(m), lo, mean, reason);
-      if (ok.ok()) {
-        have = true;
-        p.applied(t - static_cast<int64_t>(m.header.step));
-        stats_.applied(t - static_cast<int64_t>(m.header.step));
+        if (!relayed) continue;
         stats_.relayedMean();
         logger()->info(
             "dts: round {}: {}'s mean of its shard applied as {} relayed it ({} was lost here "
             "before its mean came, which had reached that peer)",
             p.round, topology_.describe(group_.ranks[s]), topology_.describe(m.header.sender),
             topology_.describe(group_.ranks[s]));
-      } else {
-        reject(m.header.sender,
-               fmt::format("the mean of {}'s shard it relayed for round {}",
-                           topology_.describe(group_.ranks[s]), p.round),
-               reason, ok);
       }
     }
     if (!have) {
