@@ -13,8 +13,9 @@
 
 namespace geo::sync {
 
-// Auto delay: the smallest D, in steps of this worker's compute, that
-// covers the slowest link's one-way time: ceil(link / step), within
+// Auto delay: the smallest D, in steps of this worker's compute or of the
+// job's pace where that is slower (jobPaceSeconds), that covers the
+// slowest link's one-way time: ceil(link / step), within
 // [0, maxDelay]. nullopt when there is nothing to go by (no step time yet, or
 // no link measured).
 std::optional<int64_t> autoDelaySteps(double slowestLinkSeconds, double stepSeconds,
@@ -58,6 +59,25 @@ struct SlowestLink {
 // that has not answered a ping yet while others are measured leaves the
 // measured ones to stand.)
 std::optional<SlowestLink> slowestLink(std::span<const PeerLink> peers, double crossingSeconds);
+
+// The job's pace, in which the auto delay counts its steps: the seconds a
+// step takes as this worker lives it over a window of its latest steps,
+// its waits for peers included, each step's up to `waitCap` (the link the
+// round's D covers). A worker that waits for a slower peer every round (a
+// straggler, or on shared cores the workers its core went to) gains
+// nothing by running further ahead: the job moves at that peer's pace, and
+// a D counted in its own faster steps only makes every contribution older
+// when applied. Where no peer is slower the waits are the link's own, D
+// grows back to cover it (each wait lengthens the pace by less than the
+// steps it shortens D by), and without waits the pace is the step. A wait
+// over `waitCap` is not the link's nor the pace's (a suspicion, a
+// partition) and counts only up to it, so that one fault does not hold D
+// down for the window after it. `endSeconds[i]`: when step i of the window
+// ended (any origin, ascending); `waitSeconds[i]`: what the worker waited
+// between ends i - 1 and i (`waitSeconds[0]` is not read). nullopt for
+// fewer than two steps.
+std::optional<double> jobPaceSeconds(std::span<const double> endSeconds,
+                                     std::span<const double> waitSeconds, double waitCap);
 
 // A round's transfer time over one link, from the last few one-way link
 // times measured at the period in force (oldest first, one per round),

@@ -1263,6 +1263,26 @@ class Dts final : public Base, private StateParity::Host {
   bool crossingBoundLogged_ = false;                 // choosePeriod's debug line, once a job
   double waitedSince_ = 0;                           // seconds waited for peers since the last step
   std::optional<geo::Clock::TimePoint> lastStepAt_;  // the latest afterStep's start
+  // The latest steps as lived, for the job's pace that the auto delay
+  // counts in (jobPaceSeconds): when each began (afterStep, seconds on the
+  // clock) and what was waited since the one before; at most
+  // paceWindow() of them.
+  std::deque<std::pair<double, double>> paceSteps_;
+  // The link the auto delay last covered (twice the slowest under
+  // reduce-scatter; 0 before): a step's wait counts in the pace up to it.
+  double coveredLinkSeconds_ = 0;
+  // Four rounds of steps, at least 64 and at most 512: a round's wait at
+  // its due step is one of the window's several, so the pace does not
+  // swing as it comes and goes.
+  size_t paceWindow() const {
+    return static_cast<size_t>(std::clamp<int64_t>(4 * schedule_.k, 64, 512));
+  }
+  // The job's pace over the window (jobPaceSeconds), or 0 while it holds
+  // fewer than kPaceMinSteps: from the first steps on, where a D counted in
+  // the start's short steps (54 at 4 ms, world16 on two cores) made the
+  // first rounds' contributions the oldest of the job.
+  static constexpr size_t kPaceMinSteps = 8;
+  double paceSeconds() const;
   int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step
   double lrScale_ = 1;   // the latest factor on the gradient (afterBackward)
   // The mean staleness of the peers' contributions to the last round

@@ -494,6 +494,18 @@ bool Dts::everyLinkMeasured() const {
   return true;
 }
 
+double Dts::paceSeconds() const {
+  if (paceSteps_.size() < kPaceMinSteps) return 0;
+  std::vector<double> ends, waits;
+  ends.reserve(paceSteps_.size());
+  waits.reserve(paceSteps_.size());
+  for (const auto& [end, waited] : paceSteps_) {
+    ends.push_back(end);
+    waits.push_back(waited);
+  }
+  return jobPaceSeconds(ends, waits, coveredLinkSeconds_).value_or(0);
+}
+
 bool Dts::chooseDelay() {
   // Each expected peer's link: from the pairs' measurements where it has
   // some, else from its ping round trip and the rounds seen crossing
@@ -553,8 +565,13 @@ bool Dts::chooseDelay() {
   // Under reduce-scatter a round takes two hops, a part to its owner and
   // the owner's mean on: D covers twice the slowest link (the slowest
   // pair's round trip, for links alike both ways).
-  const std::optional<int64_t> chosen =
-      autoDelaySteps(sharded() && link > 0 ? 2 * link : link, stepSeconds_, options_.maxAutoDelay);
+  const double covered = sharded() && link > 0 ? 2 * link : link;
+  if (covered > 0) coveredLinkSeconds_ = covered;
+  // D counts in steps of the job's pace where this worker waits for slower
+  // peers, else in its own (jobPaceSeconds).
+  const double pace = paceSeconds();
+  const double step = std::max(stepSeconds_, pace);
+  const std::optional<int64_t> chosen = autoDelaySteps(covered, step, options_.maxAutoDelay);
   if (chosen) linkKnown_ = true;
   const int64_t next = chosen.value_or(std::clamp<int64_t>(delay_, 0, options_.maxAutoDelay));
   if (next != delay_) {
@@ -564,14 +581,19 @@ bool Dts::chooseDelay() {
     const bool notable = std::abs(next - loggedDelay_) >= std::max<int64_t>(2, loggedDelay_ / 4);
     logger()->log(notable ? spdlog::level::info : spdlog::level::debug,
                   "dts: delay D = {} steps (was {}): slowest link {:.0f} ms one way ({}){}, step "
-                  "time {:.1f} ms",
+                  "time {:.1f} ms{}",
                   next, delay_, link * 1e3,
                   !slowest              ? std::string("nothing known of the links")
                   : !slowest->estimated ? fmt::format("to {}", whose)
                   : link == links_.delayCrossingSeconds()
                       ? fmt::format("a round seen crossing, before {}'s first reports", whose)
                       : fmt::format("half the ping round trip, before {}'s first reports", whose),
-                  sharded() ? ", twice over (reduce-scatter)" : "", stepSeconds_ * 1e3);
+                  sharded() ? ", twice over (reduce-scatter)" : "", step * 1e3,
+                  pace > stepSeconds_
+                      ? fmt::format(" (the job's pace, waits for slower peers included; {:.1f} "
+                                    "ms between them)",
+                                    stepSeconds_ * 1e3)
+                      : std::string());
     if (notable) loggedDelay_ = next;
     delay_ = next;
   }
