@@ -2970,9 +2970,12 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeADeadPeerStallsTheOthersForThePeerTimeou
     ASSERT_TRUE(r.status[rank].ok()) << r.status[rank].toString();
     EXPECT_GT(r.stats[rank].missing, 0u);
     // Silent for more than 3 s: suspected in the 1 ms after; besides, a
-    // poll or two of 20 ms (the join's, the final average's).
+    // poll of 20 ms wherever a worker looked for a peer's message before
+    // the peer's thread had sent it (the join's, the final average's): one
+    // or two alone, three in 1 of 20 runs beside a busy machine (3.066 s
+    // and 3.068 s). The round time-out would be 60 s.
     EXPECT_GE(r.stats[rank].waitSeconds, 3.0) << "rank " << rank;
-    EXPECT_LE(r.stats[rank].waitSeconds, 3.05) << "rank " << rank;
+    EXPECT_LE(r.stats[rank].waitSeconds, 3.1) << "rank " << rank;
     EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
   }
 }
