@@ -25,14 +25,14 @@ std::optional<double> linkBeforeReports(std::span<const double> minRttSeconds,
   return link;
 }
 
-std::optional<double> jobPaceSeconds(std::span<const double> endSeconds,
-                                     std::span<const double> waitSeconds, double waitCap) {
-  const size_t n = std::min(endSeconds.size(), waitSeconds.size());
-  if (n < 2) return std::nullopt;
+std::optional<double> jobPaceSeconds(std::span<const PaceStep> steps, double waitCap) {
+  if (steps.size() < 2) return std::nullopt;
   double beyond = 0;  // the waits' seconds over the cap: left out
-  for (size_t i = 1; i < n; ++i) beyond += std::max(0.0, waitSeconds[i] - std::max(0.0, waitCap));
-  const double lived = endSeconds[n - 1] - endSeconds[0] - beyond;
-  return std::max(0.0, lived) / static_cast<double>(n - 1);
+  for (const PaceStep& s : steps.subspan(1)) {
+    beyond += std::max(0.0, s.waitSeconds - std::max(0.0, waitCap));
+  }
+  const double lived = steps.back().endSeconds - steps.front().endSeconds - beyond;
+  return std::max(0.0, lived) / static_cast<double>(steps.size() - 1);
 }
 
 std::optional<SlowestLink> slowestLink(std::span<const PeerLink> peers, double crossingSeconds) {

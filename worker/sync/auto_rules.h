@@ -72,12 +72,13 @@ std::optional<SlowestLink> slowestLink(std::span<const PeerLink> peers, double c
 // steps it shortens D by), and without waits the pace is the step. A wait
 // over `waitCap` is not the link's nor the pace's (a suspicion, a
 // partition) and counts only up to it, so that one fault does not hold D
-// down for the window after it. `endSeconds[i]`: when step i of the window
-// ended (any origin, ascending); `waitSeconds[i]`: what the worker waited
-// between ends i - 1 and i (`waitSeconds[0]` is not read). nullopt for
-// fewer than two steps.
-std::optional<double> jobPaceSeconds(std::span<const double> endSeconds,
-                                     std::span<const double> waitSeconds, double waitCap);
+// down for the window after it. `steps`: the window's, oldest first; the
+// first one's wait is not read. nullopt for fewer than two steps.
+struct PaceStep {
+  double endSeconds = 0;   // when the step ended (any origin, ascending)
+  double waitSeconds = 0;  // what the worker waited since the step before
+};
+std::optional<double> jobPaceSeconds(std::span<const PaceStep> steps, double waitCap);
 
 // A round's transfer time over one link, from the last few one-way link
 // times measured at the period in force (oldest first, one per round),

@@ -88,8 +88,8 @@ Status Dts::afterStep(int64_t step, train::FlatParameters& flat) {
     stepSeconds_ = stepSeconds_ <= 0 ? seconds : 0.9 * stepSeconds_ + 0.1 * seconds;
     stats_.setStepSeconds(stepSeconds_);
   }
-  paceSteps_.emplace_back(std::chrono::duration<double>(now.time_since_epoch()).count(),
-                          waitedSince_);
+  paceSteps_.push_back(
+      {std::chrono::duration<double>(now.time_since_epoch()).count(), waitedSince_});
   while (paceSteps_.size() > paceWindow()) paceSteps_.pop_front();
   lastStepAt_ = now;
   waitedSince_ = 0;

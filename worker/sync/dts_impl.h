@@ -1267,7 +1267,7 @@ class Dts final : public Base, private StateParity::Host {
   // counts in (jobPaceSeconds): when each began (afterStep, seconds on the
   // clock) and what was waited since the one before; at most
   // paceWindow() of them.
-  std::deque<std::pair<double, double>> paceSteps_;
+  std::deque<PaceStep> paceSteps_;
   // The link the auto delay last covered (twice the slowest under
   // reduce-scatter; 0 before): a step's wait counts in the pace up to it.
   double coveredLinkSeconds_ = 0;

@@ -496,14 +496,8 @@ bool Dts::everyLinkMeasured() const {
 
 double Dts::paceSeconds() const {
   if (paceSteps_.size() < kPaceMinSteps) return 0;
-  std::vector<double> ends, waits;
-  ends.reserve(paceSteps_.size());
-  waits.reserve(paceSteps_.size());
-  for (const auto& [end, waited] : paceSteps_) {
-    ends.push_back(end);
-    waits.push_back(waited);
-  }
-  return jobPaceSeconds(ends, waits, coveredLinkSeconds_).value_or(0);
+  const std::vector<PaceStep> steps(paceSteps_.begin(), paceSteps_.end());
+  return jobPaceSeconds(steps, coveredLinkSeconds_).value_or(0);
 }
 
 bool Dts::chooseDelay() {

@@ -32,14 +32,12 @@ TEST(AutoDelay, DecidesNothingWithoutAStepTimeOrALink) {
 // round's due step, a slower peer): 17.5 ms a step; the D that covers a
 // 140 ms link in it is 8 steps where the 10 ms between the waits asked 14.
 TEST(JobPace, CountsTheWaitsForSlowerPeersInTheStep) {
-  std::vector<double> ends = {0};
-  std::vector<double> waits = {0};
+  std::vector<PaceStep> steps = {{0, 0}};
   for (int i = 1; i <= 8; ++i) {
     const double wait = i % 4 == 0 ? 0.030 : 0.0;
-    ends.push_back(ends.back() + 0.010 + wait);
-    waits.push_back(wait);
+    steps.push_back({steps.back().endSeconds + 0.010 + wait, wait});
   }
-  const auto pace = jobPaceSeconds(ends, waits, 0.140);
+  const auto pace = jobPaceSeconds(steps, 0.140);
   ASSERT_TRUE(pace.has_value());
   EXPECT_NEAR(*pace, 0.0175, 1e-12);
   EXPECT_EQ(autoDelaySteps(0.140, *pace, 256), 8);
@@ -50,17 +48,15 @@ TEST(JobPace, CountsTheWaitsForSlowerPeersInTheStep) {
 // a partition) counts only up to it: 3 s there, 4 steps of 10 ms and a cap
 // of 100 ms give 35 ms, not 760.
 TEST(JobPace, AFaultsWaitCountsOnlyUpToTheLink) {
-  EXPECT_NEAR(
-      *jobPaceSeconds(std::vector<double>{1.0, 1.01, 1.02}, std::vector<double>{0, 0, 0}, 0.1),
-      0.010, 1e-12);
-  const std::vector<double> ends = {0, 0.010, 3.020, 3.030, 3.040};
-  const std::vector<double> waits = {0, 0, 3.0, 0, 0};
-  EXPECT_NEAR(*jobPaceSeconds(ends, waits, 0.100), 0.035, 1e-12);
+  EXPECT_NEAR(*jobPaceSeconds(std::vector<PaceStep>{{1.0, 0}, {1.01, 0}, {1.02, 0}}, 0.1), 0.010,
+              1e-12);
+  const std::vector<PaceStep> steps = {{0, 0}, {0.010, 0}, {3.020, 3.0}, {3.030, 0}, {3.040, 0}};
+  EXPECT_NEAR(*jobPaceSeconds(steps, 0.100), 0.035, 1e-12);
 }
 
 TEST(JobPace, KnowsNothingBeforeTwoSteps) {
-  EXPECT_FALSE(jobPaceSeconds(std::vector<double>{}, std::vector<double>{}, 0.1).has_value());
-  EXPECT_FALSE(jobPaceSeconds(std::vector<double>{1.0}, std::vector<double>{0}, 0.1).has_value());
+  EXPECT_FALSE(jobPaceSeconds(std::vector<PaceStep>{}, 0.1).has_value());
+  EXPECT_FALSE(jobPaceSeconds(std::vector<PaceStep>{{1.0, 0}}, 0.1).has_value());
 }
 
 TEST(LinkBeforeReports, IsHalfTheLongestRoundTripOnceEveryPeerHasOne) {
