@@ -93,6 +93,7 @@ struct MemoryNetwork::State {
     std::vector<PeerSide> peers;
     std::deque<Msg> inbox;  // arrived, in arrival order
     uint64_t inboxBytes = 0;
+    uint64_t arrived = 0;  // messages put in inbox so far (arrivals())
   };
 
   Options options;
@@ -224,6 +225,7 @@ struct MemoryNetwork::State {
         ++side.messagesReceived;
         to.inboxBytes += m.payload.size();
         to.inbox.push_back(std::move(m));
+        ++to.arrived;
         delivered = true;
       }
       if (!delivered && inFlight[done].sentId != 0) {
@@ -497,12 +499,35 @@ class MemoryTransport final : public Transport {
         e.inbox.erase(it);
         return out;
       }
+      if (now >= deadline && timeout.count() <= 0) {
+        return Status(StatusCode::kDeadlineExceeded, "transport: nothing waiting (a poll)");
+      }
       if (now >= deadline) {
         return deadlineExceeded(fmt::format(
             "transport: no {} message for round {} from {} within {} ms", messageKindName(kind),
             round, from == kAnyPeer ? std::string("any rank") : fmt::format("rank {}", from),
             timeout.count()));
       }
+      s_->clock.waitUntil(lock, s_->changed, s_->wakeAt(now, deadline));
+      now = s_->clock.now();
+    }
+  }
+
+  uint64_t arrivals() const override {
+    std::lock_guard lock(s_->mu);
+    s_->settle(s_->clock.now());
+    return s_->endpoints[rank_].arrived;
+  }
+
+  bool awaitArrival(uint64_t seen, std::chrono::milliseconds timeout) override {
+    std::unique_lock lock(s_->mu);
+    TimePoint now = s_->clock.now();
+    const TimePoint deadline = now + timeout;
+    while (true) {
+      if (!mine()) return false;
+      s_->settle(now);
+      if (s_->endpoints[rank_].arrived > seen) return true;
+      if (now >= deadline) return false;
       s_->clock.waitUntil(lock, s_->changed, s_->wakeAt(now, deadline));
       now = s_->clock.now();
     }

@@ -194,9 +194,26 @@ class Transport {
   // Waits up to `timeout` for a message of `kind` and `round` from `from`
   // (kAnyPeer: any sender) and removes it from the inbox. A timeout of 0 is
   // a poll: it looks without waiting and costs no system call (the
-  // synchronizers poll several times a step, on the training thread).
+  // synchronizers poll several times a step, on the training thread). A
+  // wait that runs out says DeadlineExceeded naming what it waited for; a
+  // poll that finds nothing says DeadlineExceeded and no more (nothing is
+  // formatted for it: a wait for a round polls every peer's kinds).
   virtual StatusOr<Message> receive(MessageKind kind, uint64_t round, uint32_t from,
                                     std::chrono::milliseconds timeout) = 0;
+
+  // How many messages have reached the inbox since the transport opened,
+  // of any kind. With awaitArrival it makes a wait that wakes on the next
+  // arrival: read it, poll what the caller needs, then awaitArrival(read).
+  // Whatever came between the read and the wait ends the wait at once, so
+  // nothing that arrives after the polls is slept through.
+  virtual uint64_t arrivals() const = 0;
+  // Waits up to `timeout` until arrivals() exceeds `seen` or the transport
+  // closes, and returns whether a message came. Takes nothing from the
+  // inbox. A synchronizer that waits on messages of several kinds and
+  // rounds at once waits here rather than poll them on a short timer: on
+  // a machine with more busy threads than cores the polls take the core
+  // from a worker that would compute.
+  virtual bool awaitArrival(uint64_t seen, std::chrono::milliseconds timeout) = 0;
 
   // Removes every inbox message for which `match` returns true and returns
   // how many went. Synchronizers use it for messages they will never ask for

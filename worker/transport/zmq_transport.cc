@@ -389,6 +389,11 @@ class ZmqTransport final : public Transport {
               milliseconds timeout) override;
   StatusOr<Message> receive(MessageKind kind, uint64_t round, uint32_t from,
                             milliseconds timeout) override;
+  uint64_t arrivals() const override {
+    std::lock_guard lock(inboxMu_);
+    return arrived_;
+  }
+  bool awaitArrival(uint64_t seen, milliseconds timeout) override;
   size_t discard(const std::function<bool(const FrameHeader&)>& match) override;
   void setPartitioned(bool cut) override;
   void setUplinkRate(double bytesPerSecond) override;
@@ -589,6 +594,7 @@ class ZmqTransport final : public Transport {
   std::condition_variable inboxCv_;
   std::map<std::pair<uint16_t, uint64_t>, std::deque<Message>> inbox_;
   uint64_t inboxBytes_ = 0;
+  uint64_t arrived_ = 0;  // messages put in inbox_ so far (arrivals())
 
   std::atomic<uint64_t> refusedKeys_{0};
   std::atomic<uint64_t> handshakeFailures_{0};
@@ -1076,6 +1082,12 @@ StatusOr<Message> ZmqTransport::receive(MessageKind kind, uint64_t round, uint32
   const bool ready = timeout.count() <= 0
                          ? take() || closed_
                          : inboxCv_.wait_for(lock, timeout, [&] { return take() || closed_; });
+  if (!ready && timeout.count() <= 0) {
+    // A poll that finds nothing is the common case (the synchronizers look
+    // for each peer's part, mean and update several times a step, and
+    // every 2-20 ms of a wait): no message formatted for it.
+    return Status(StatusCode::kDeadlineExceeded, "transport: nothing waiting (a poll)");
+  }
   if (!ready) {
     return deadlineExceeded(fmt::format(
         "transport: no {} message for round {} from {} within {} ms", messageKindName(kind), round,
@@ -1154,6 +1166,14 @@ TransportCounters ZmqTransport::counters() const {
   std::lock_guard lock(rejectMu_);
   c.lastRejectReason = lastRejectReason_;
   return c;
+}
+
+bool ZmqTransport::awaitArrival(uint64_t seen, milliseconds timeout) {
+  std::unique_lock lock(inboxMu_);
+  if (arrived_ > seen) return true;
+  if (timeout.count() <= 0) return false;
+  return inboxCv_.wait_for(lock, timeout, [&] { return arrived_ > seen || closed_; }) &&
+         arrived_ > seen;
 }
 
 size_t ZmqTransport::discard(const std::function<bool(const FrameHeader&)>& match) {
@@ -1418,6 +1438,7 @@ void ZmqTransport::deliver(const FrameHeader& header, Payload body) {
     std::lock_guard lock(inboxMu_);
     inboxBytes_ += m.payload.size();
     inbox_[{static_cast<uint16_t>(m.header.kind), m.header.round}].push_back(std::move(m));
+    ++arrived_;
   }
   inboxCv_.notify_all();
 }

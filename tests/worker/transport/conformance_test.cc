@@ -226,14 +226,56 @@ TEST_P(Conformance, AReceiveThatFindsNothingSaysSoAfterItsTimeout) {
   auto net = makeNet(2);
   auto t = startAll(*net, 2);
   const auto t0 = std::chrono::steady_clock::now();
+  // A poll's miss is the common case and says only that (its caller knows
+  // what it looked for); a wait that ran out names what it waited for.
   auto poll = t[0]->receive(MessageKind::kUpdate, 1, 1, 0ms);
   EXPECT_EQ(poll.status().code(), StatusCode::kDeadlineExceeded);
-  EXPECT_NE(poll.status().message().find("round 1"), std::string::npos) << poll.status().message();
   auto waited = t[0]->receive(MessageKind::kUpdate, 1, kAnyPeer, 150ms);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(waited.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(waited.status().message().find("round 1"), std::string::npos)
+      << waited.status().message();
   EXPECT_GE(seconds, 0.15);
+}
+
+TEST_P(Conformance, AnArrivalOfAnyKindEndsAWaitForOneAndStaysInTheInbox) {
+  auto net = makeNet(2);
+  auto t = startAll(*net, 2);
+  const uint64_t seen = t[0]->arrivals();
+  bool came = false;
+  std::thread waiter([&] { came = t[0]->awaitArrival(seen, 10000ms); });
+  std::this_thread::sleep_for(100ms);
+  const auto sentAt = std::chrono::steady_clock::now();
+  ASSERT_TRUE(sendRaw(*t[1], 0, MessageKind::kPart, 7, 3, bytesOf(10, 7)).ok());
+  waiter.join();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - sentAt).count();
+  EXPECT_TRUE(came);
+  EXPECT_LT(seconds, 5.0);  // woken by the message, not the 10 s time-out
+  EXPECT_EQ(t[0]->arrivals(), seen + 1);
+  // The wait took nothing: the message is there for the receive that wants it.
+  auto m = t[0]->receive(MessageKind::kPart, 7, 1, 0ms);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_EQ(m->header.step, 3u);
+}
+
+TEST_P(Conformance, AWaitForAnArrivalEndsAtOnceForOneSinceItsCountAndElseAtItsTimeout) {
+  auto net = makeNet(2);
+  auto t = startAll(*net, 2);
+  const uint64_t seen = t[0]->arrivals();
+  ASSERT_TRUE(sendRaw(*t[1], 0, MessageKind::kUpdate, 2, 1, bytesOf(10, 2)).ok());
+  // Read before a poll, waited on after it: what came in between is not
+  // slept through.
+  ASSERT_TRUE(t[0]->receive(MessageKind::kUpdate, 2, 1, 10000ms).ok());
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(t[0]->awaitArrival(seen, 10000ms));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+
+  t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(t[0]->awaitArrival(t[0]->arrivals(), 150ms));
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.15);
+  EXPECT_FALSE(t[0]->awaitArrival(t[0]->arrivals(), 0ms));  // a look, no wait
 }
 
 TEST_P(Conformance, ABlockedReceiveWakesForAMessage) {

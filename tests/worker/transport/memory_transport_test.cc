@@ -108,6 +108,29 @@ TEST_F(MemoryNetworkTest, AWaitingReceiveMovesWithTheClock) {
   EXPECT_EQ(got.status().code(), StatusCode::kDeadlineExceeded);
 }
 
+TEST_F(MemoryNetworkTest, AWaitForAnArrivalMovesWithTheClock) {
+  make(2, 100ms);
+  const uint64_t seen = t_[1]->arrivals();
+  bool came = false;
+  std::thread waiter([&] { came = t_[1]->awaitArrival(seen, 60000ms); });
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  ASSERT_TRUE(send(*t_[0], 1, 1, bytes(10)).ok());
+  clock_.advance(99ms);
+  ASSERT_TRUE(clock_.awaitWaiters(1));  // not there yet: still waiting
+  clock_.advance(1ms);
+  waiter.join();
+  EXPECT_TRUE(came);
+  EXPECT_EQ(t_[1]->arrivals(), seen + 1);
+  EXPECT_TRUE(arrived(*t_[1], 1));  // the wait left it in the inbox
+
+  std::thread timeout([&] { came = t_[1]->awaitArrival(t_[1]->arrivals(), 20ms); });
+  ASSERT_TRUE(clock_.awaitWaiters(1));
+  clock_.advance(20ms);
+  timeout.join();
+  EXPECT_FALSE(came);
+  EXPECT_DOUBLE_EQ(since(clock_.now()), 0.12);
+}
+
 TEST_F(MemoryNetworkTest, TheUplinkCarriesTheWanTrafficInTurn) {
   make(3, 50ms);
   t_[0]->setUplinkRate(1e6);  // 1 MB/s: 100 KB in 100 ms
