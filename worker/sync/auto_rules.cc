@@ -35,6 +35,13 @@ std::optional<double> jobPaceSeconds(std::span<const PaceStep> steps, double wai
   return std::max(0.0, lived) / static_cast<double>(steps.size() - 1);
 }
 
+int64_t dueStepOnNewDelay(int64_t sendStep, int64_t dueStep, int64_t delay, bool provisional,
+                          bool linksMeasured) {
+  if (provisional) return std::min(dueStep, sendStep + delay);
+  if (linksMeasured) return dueStep;
+  return sendStep + delay;
+}
+
 std::optional<SlowestLink> slowestLink(std::span<const PeerLink> peers, double crossingSeconds) {
   std::optional<SlowestLink> slowest;
   std::vector<double> unmeasured;  // their round trips

@@ -183,6 +183,23 @@ inline constexpr int64_t kFullStepDelay = 4;
 inline constexpr double kMinDelayLrScale = 0.5;
 double delayLrScale(double stalenessSteps);
 
+// Where a round in flight, sent at `sendStep` and due at `dueStep`, is due
+// once the automatic D is `delay`. A round closed before the first D was
+// known (`provisional`: due at the cap) is due D after it was sent, or where
+// it was if that is sooner. Until every link is measured
+// (`linksMeasured`), every round in flight follows D both ways: a D raised
+// by a round seen crossing covers them too (they cross the same way), and
+// a D that falls as the steps lengthen brings them nearer (the same link
+// in longer steps). Raised only, they kept the largest D any step's time
+// gave: on shared cores a worker's first steps run on an idle core (1 ms,
+// against 10-30 ms once the others compute), and one of sixteen regions
+// had its first round due at step 247 (D = 231 at the start, 20 soon
+// after): it trained alone for 250 steps and then applied its peers'
+// rounds 184 steps old. Once the links are measured a round keeps the due
+// step it was closed with.
+int64_t dueStepOnNewDelay(int64_t sendStep, int64_t dueStep, int64_t delay, bool provisional,
+                          bool linksMeasured);
+
 // How many steps ahead a change of period is announced: two rounds of the
 // period in force plus the links' latency in steps, so that the
 // announcement crosses the slowest link before the round it names. The

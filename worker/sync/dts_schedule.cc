@@ -471,18 +471,13 @@ void Dts::noteCodecRound() {
 void Dts::learnTheLink() {
   const int64_t before = delay_;
   if (!chooseDelay()) return;
+  // (Each worker completes a round when its own D says; the corrections
+  // still sum to zero.)
+  const bool measured = everyLinkMeasured();
   for (Pending& p : pending_) {
-    if (p.provisionalDue) {
-      p.dueStep = std::min(p.dueStep, p.sendStep + delay_);
-      p.provisionalDue = false;
-    } else if (delay_ > before && !everyLinkMeasured()) {
-      // Before a peer's first lag reports, a D raised by a round seen
-      // crossing covers the rounds already in flight too: they cross the
-      // same way.
-      // (Each worker completes a round when its own D says; the
-      // corrections still sum to zero.)
-      p.dueStep = std::max(p.dueStep, p.sendStep + delay_);
-    }
+    if (!p.provisionalDue && delay_ == before) continue;
+    p.dueStep = dueStepOnNewDelay(p.sendStep, p.dueStep, delay_, p.provisionalDue, measured);
+    p.provisionalDue = false;
   }
 }
 

@@ -31,6 +31,29 @@ TEST(AutoDelay, DecidesNothingWithoutAStepTimeOrALink) {
 // The job's pace: steps of 10 ms with a wait of 30 ms at every fourth (a
 // round's due step, a slower peer): 17.5 ms a step; the D that covers a
 // 140 ms link in it is 8 steps where the 10 ms between the waits asked 14.
+// A round closed before the first D was known waits at the cap (256) and
+// is due D after it was sent once D is known, or sooner where it already was.
+TEST(DueStep, AProvisionalRoundIsDueDAfterItWasSent) {
+  EXPECT_EQ(dueStepOnNewDelay(16, 16 + 256, 60, true, false), 76);
+  EXPECT_EQ(dueStepOnNewDelay(16, 30, 60, true, false), 30);
+  EXPECT_EQ(dueStepOnNewDelay(16, 16 + 256, 60, true, true), 76);
+}
+
+// Before every link is measured the rounds in flight follow D both ways:
+// sixteen regions on two cores chose D = 231 from a first step of 1 ms and
+// 20 once the others computed; the round sent at step 16 is due at 36, not
+// kept at 247. And a D raised by a round seen crossing covers it too.
+TEST(DueStep, BeforeTheLinksAreMeasuredARoundInFlightFollowsD) {
+  EXPECT_EQ(dueStepOnNewDelay(16, 16 + 231, 20, false, false), 36);
+  EXPECT_EQ(dueStepOnNewDelay(16, 36, 40, false, false), 56);
+}
+
+// Once the links are measured a round keeps the due step it was closed with.
+TEST(DueStep, OnceTheLinksAreMeasuredARoundKeepsItsDueStep) {
+  EXPECT_EQ(dueStepOnNewDelay(16, 36, 40, false, true), 36);
+  EXPECT_EQ(dueStepOnNewDelay(16, 56, 20, false, true), 56);
+}
+
 TEST(JobPace, CountsTheWaitsForSlowerPeersInTheStep) {
   std::vector<PaceStep> steps = {{0, 0}};
   for (int i = 1; i <= 8; ++i) {
