@@ -37,8 +37,7 @@ std::optional<double> jobPaceSeconds(std::span<const PaceStep> steps, double wai
 
 int64_t dueStepOnNewDelay(int64_t sendStep, int64_t dueStep, int64_t delay, bool provisional,
                           bool linksMeasured) {
-  if (provisional) return std::min(dueStep, sendStep + delay);
-  if (linksMeasured) return dueStep;
+  if (provisional || linksMeasured) return std::min(dueStep, sendStep + delay);
   return sendStep + delay;
 }
 

@@ -195,8 +195,12 @@ double delayLrScale(double stalenessSteps);
 // against 10-30 ms once the others compute), and one of sixteen regions
 // had its first round due at step 247 (D = 231 at the start, 20 soon
 // after): it trained alone for 250 steps and then applied its peers'
-// rounds 184 steps old. Once the links are measured a round keeps the due
-// step it was closed with.
+// rounds 184 steps old. Once the links are measured a round comes due
+// sooner with a smaller D, never later (a larger D is for the rounds sent
+// with it): a worker that ran ahead on an idle core, its D counted in its
+// own fast steps up to 249, kept its rounds in flight due 249 steps on, so
+// it never waited, its steps stayed fast and D stayed up; it ran up to 8 s
+// ahead of the job for 190 steps.
 int64_t dueStepOnNewDelay(int64_t sendStep, int64_t dueStep, int64_t delay, bool provisional,
                           bool linksMeasured);
 

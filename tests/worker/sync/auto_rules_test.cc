@@ -48,10 +48,13 @@ TEST(DueStep, BeforeTheLinksAreMeasuredARoundInFlightFollowsD) {
   EXPECT_EQ(dueStepOnNewDelay(16, 36, 40, false, false), 56);
 }
 
-// Once the links are measured a round keeps the due step it was closed with.
-TEST(DueStep, OnceTheLinksAreMeasuredARoundKeepsItsDueStep) {
+// Once the links are measured a round in flight comes due sooner with a
+// smaller D, never later: a worker whose D had run up to 249 while it ran
+// ahead on an idle core keeps its rounds in flight due 249 steps after
+// they were sent no longer than it takes D to come down.
+TEST(DueStep, OnceTheLinksAreMeasuredARoundInFlightOnlyComesSooner) {
   EXPECT_EQ(dueStepOnNewDelay(16, 36, 40, false, true), 36);
-  EXPECT_EQ(dueStepOnNewDelay(16, 56, 20, false, true), 56);
+  EXPECT_EQ(dueStepOnNewDelay(16, 16 + 249, 15, false, true), 31);
 }
 
 TEST(JobPace, CountsTheWaitsForSlowerPeersInTheStep) {
