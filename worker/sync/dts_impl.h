@@ -1264,8 +1264,8 @@ class Dts final : public Base, private StateParity::Host {
   double waitedSince_ = 0;                           // seconds waited for peers since the last step
   std::optional<geo::Clock::TimePoint> lastStepAt_;  // the latest afterStep's start
   // The latest steps as lived, for the job's pace that the auto delay
-  // counts in (jobPaceSeconds): when each began (afterStep, seconds on the
-  // clock) and what was waited since the one before; at most
+  // counts in (jobPaceSeconds): when each ended (afterStep's start, seconds
+  // on the clock) and what was waited since the one before; at most
   // paceWindow() of them.
   std::deque<PaceStep> paceSteps_;
   // The link the auto delay last covered (twice the slowest under

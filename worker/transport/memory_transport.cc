@@ -499,10 +499,8 @@ class MemoryTransport final : public Transport {
         e.inbox.erase(it);
         return out;
       }
-      if (now >= deadline && timeout.count() <= 0) {
-        return Status(StatusCode::kDeadlineExceeded, "transport: nothing waiting (a poll)");
-      }
       if (now >= deadline) {
+        if (timeout.count() <= 0) return nothingWaiting();
         return deadlineExceeded(fmt::format(
             "transport: no {} message for round {} from {} within {} ms", messageKindName(kind),
             round, from == kAnyPeer ? std::string("any rank") : fmt::format("rank {}", from),

@@ -178,6 +178,13 @@ struct KeySet {
   std::vector<std::vector<std::string>> publicKeys;
 };
 
+// What receive() returns for a poll (a timeout of 0) that finds nothing:
+// the same constant status from every transport, formatted for no one
+// (the synchronizers poll every peer's kinds several times a step).
+inline Status nothingWaiting() {
+  return Status(StatusCode::kDeadlineExceeded, "transport: nothing waiting (a poll)");
+}
+
 class Transport {
  public:
   virtual ~Transport() = default;

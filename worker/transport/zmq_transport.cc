@@ -1082,13 +1082,8 @@ StatusOr<Message> ZmqTransport::receive(MessageKind kind, uint64_t round, uint32
   const bool ready = timeout.count() <= 0
                          ? take() || closed_
                          : inboxCv_.wait_for(lock, timeout, [&] { return take() || closed_; });
-  if (!ready && timeout.count() <= 0) {
-    // A poll that finds nothing is the common case (the synchronizers look
-    // for each peer's part, mean and update several times a step, and
-    // every 2-20 ms of a wait): no message formatted for it.
-    return Status(StatusCode::kDeadlineExceeded, "transport: nothing waiting (a poll)");
-  }
   if (!ready) {
+    if (timeout.count() <= 0) return nothingWaiting();
     return deadlineExceeded(fmt::format(
         "transport: no {} message for round {} from {} within {} ms", messageKindName(kind), round,
         from == kAnyPeer ? std::string("any rank") : fmt::format("rank {}", from),
@@ -1170,10 +1165,11 @@ TransportCounters ZmqTransport::counters() const {
 
 bool ZmqTransport::awaitArrival(uint64_t seen, milliseconds timeout) {
   std::unique_lock lock(inboxMu_);
-  if (arrived_ > seen) return true;
-  if (timeout.count() <= 0) return false;
-  return inboxCv_.wait_for(lock, timeout, [&] { return arrived_ > seen || closed_; }) &&
-         arrived_ > seen;
+  // A look (timeout 0) makes no futex call, as receive's poll makes none.
+  if (arrived_ <= seen && timeout.count() > 0) {
+    inboxCv_.wait_for(lock, timeout, [&] { return arrived_ > seen || closed_; });
+  }
+  return arrived_ > seen;
 }
 
 size_t ZmqTransport::discard(const std::function<bool(const FrameHeader&)>& match) {
