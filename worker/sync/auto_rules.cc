@@ -35,6 +35,33 @@ std::optional<double> jobPaceSeconds(std::span<const PaceStep> steps, double wai
   return std::max(0.0, lived) / static_cast<double>(steps.size() - 1);
 }
 
+std::optional<double> peerPaceSeconds(std::span<const PeerStamp> stamps) {
+  std::vector<double> perStep;
+  for (size_t k = 1; k < stamps.size(); ++k) {
+    const int64_t steps = stamps[k].step - stamps[k - 1].step;
+    if (steps <= 0) continue;
+    perStep.push_back(std::max(0.0, stamps[k].arrivedSeconds - stamps[k - 1].arrivedSeconds) /
+                      static_cast<double>(steps));
+  }
+  if (perStep.size() < kPeerPaceIntervals) return std::nullopt;
+  const auto mid = perStep.begin() + static_cast<std::ptrdiff_t>(perStep.size() / 2);
+  std::nth_element(perStep.begin(), mid, perStep.end());
+  if (perStep.size() % 2 == 1) return *mid;
+  return 0.5 * (*mid + *std::max_element(perStep.begin(), mid));
+}
+
+std::optional<size_t> medianPace(std::span<const double> paces) {
+  std::vector<size_t> known;
+  for (size_t i = 0; i < paces.size(); ++i) {
+    if (paces[i] > 0) known.push_back(i);
+  }
+  if (known.empty()) return std::nullopt;
+  const auto mid = known.begin() + static_cast<std::ptrdiff_t>(known.size() / 2);
+  std::nth_element(known.begin(), mid, known.end(),
+                   [&](size_t a, size_t b) { return paces[a] < paces[b]; });
+  return *mid;
+}
+
 int64_t dueStepOnNewDelay(int64_t sendStep, int64_t dueStep, int64_t delay, bool provisional,
                           bool linksMeasured) {
   if (provisional || linksMeasured) return std::min(dueStep, sendStep + delay);

@@ -80,6 +80,39 @@ struct PaceStep {
 };
 std::optional<double> jobPaceSeconds(std::span<const PaceStep> steps, double waitCap);
 
+// One of a peer's rounds as it reached this worker: when its data had
+// arrived (seconds on the clock, any origin) and the step the peer closed
+// the round at.
+struct PeerStamp {
+  double arrivedSeconds = 0;
+  int64_t step = 0;
+};
+
+// A peer's pace as its rounds reach this worker: the median, over
+// consecutive stamps (oldest first, steps ascending), of the seconds between
+// their arrivals per step of the peer's between their closes; nullopt for
+// fewer than kPeerPaceIntervals intervals. Its own waits are in it, as in
+// jobPaceSeconds. The median, not the span: one long gap (a partition, the
+// peer's restart) or a burst of rounds that queued behind each other moves
+// it by one interval, not by the window.
+inline constexpr size_t kPeerPaceIntervals = 3;
+std::optional<double> peerPaceSeconds(std::span<const PeerStamp> stamps);
+
+// The peer whose pace (peerPaceSeconds; <= 0: not known) is the median of
+// those known -- the upper one of an even count -- as an index into
+// `paces`; nullopt when none is known. The auto delay counts in it where
+// it is slower than this worker's own pace: a worker whose rounds were not
+// due yet never waited, so on shared cores it took the core while the
+// others waited, its own steps stayed short (1-3 ms against the job's 30)
+// and D counted in them ran up towards its cap (131-256 steps for 100-130
+// steps of world16 on two cores, in two runs of six), every round it closed
+// waiting that long to be applied. The median, not the slowest peer: a
+// worker that waits for a slower peer counts that in its own pace already
+// (jobPaceSeconds), and D in the slowest one's steps, below what covers
+// the link at the job's pace, made every worker wait more (16.0-16.3
+// steps/s against 16.2-17.6 in the same hour, three seeds).
+std::optional<size_t> medianPace(std::span<const double> paces);
+
 // A round's transfer time over one link, from the last few one-way link
 // times measured at the period in force (oldest first, one per round),
 // the link's latency (half its smallest recent ping round trip) and the

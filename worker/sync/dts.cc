@@ -556,6 +556,7 @@ void Dts::applyLate(int64_t t, train::FlatParameters& flat) {
       auto m = transport_->receive(MessageKind::kUpdate, l.round, group_.ranks[i],
                                    std::chrono::milliseconds(0));
       if (!m.ok()) continue;
+      notePeerRound(i, *m);
       l.had[i] = true;
       membership_.delivered(group_.ranks[i], l.round);
       torch::Tensor q = scratch_.take(flat.values);
@@ -877,6 +878,7 @@ Status Dts::pollArrivals() {
     if (i == group_.self || into) return;
     auto m = transport_->receive(kind, round, group_.ranks[i], std::chrono::milliseconds(0));
     if (!m.ok()) return;
+    if (kind == MessageKind::kUpdate || kind == MessageKind::kShard) notePeerRound(i, *m);
     into = std::move(*m);
     membership_.delivered(group_.ranks[i], round);
   };
@@ -1276,6 +1278,7 @@ Status Dts::complete(Pending& p, int64_t t, train::FlatParameters& flat, bool* d
     if (!m.ok()) continue;
     const auto i = group_.indexOf(m->header.sender);
     if (!i || *i == group_.self || p.got[*i]) continue;  // a duplicate
+    notePeerRound(*i, *m);
     p.got[*i] = std::move(*m);
     membership_.delivered(group_.ranks[*i], p.round);
   }

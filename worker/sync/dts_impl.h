@@ -1283,6 +1283,16 @@ class Dts final : public Base, private StateParity::Host {
   // first rounds' contributions the oldest of the job.
   static constexpr size_t kPaceMinSteps = 8;
   double paceSeconds() const;
+  // Each peer's latest rounds as they reached this worker (by group index;
+  // kUpdate or kShard, wherever the round's is taken), over a window of
+  // paceWindow() of its steps: its pace (peerPaceSeconds), which bounds
+  // the steps D counts in (chooseDelay). A suspected peer's are cleared:
+  // its pace after a rejoin starts afresh.
+  std::vector<std::deque<PeerStamp>> peerStamps_;
+  void notePeerRound(size_t peer, const Message& m);
+  // The median pace among the expected peers not suspected (medianPace),
+  // and whose it is (a group index); 0 while none has enough stamps.
+  std::pair<double, size_t> peersPaceSeconds() const;
   int64_t jobStep_ = 0;  // the close of the last round completed: jobModel()'s step
   double lrScale_ = 1;   // the latest factor on the gradient (afterBackward)
   // The mean staleness of the peers' contributions to the last round

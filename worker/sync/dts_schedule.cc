@@ -495,6 +495,29 @@ double Dts::paceSeconds() const {
   return jobPaceSeconds(steps, coveredLinkSeconds_).value_or(0);
 }
 
+void Dts::notePeerRound(size_t peer, const Message& m) {
+  if (peerStamps_.size() < group_.size()) peerStamps_.resize(group_.size());
+  std::deque<PeerStamp>& stamps = peerStamps_[peer];
+  const auto step = static_cast<int64_t>(m.header.step);
+  // A round that closed before the latest one taken (a resent or reordered
+  // round, a restarted peer's first ones) says nothing of the pace since.
+  if (!stamps.empty() && step <= stamps.back().step) return;
+  stamps.push_back({std::chrono::duration<double>(m.received.time_since_epoch()).count(), step});
+  while (stamps.front().step < step - static_cast<int64_t>(paceWindow())) stamps.pop_front();
+}
+
+std::pair<double, size_t> Dts::peersPaceSeconds() const {
+  std::vector<double> paces(peerStamps_.size(), 0);
+  for (size_t i = 0; i < peerStamps_.size(); ++i) {
+    if (i == group_.self || membership_.suspected(group_.ranks[i])) continue;
+    const std::vector<PeerStamp> stamps(peerStamps_[i].begin(), peerStamps_[i].end());
+    paces[i] = peerPaceSeconds(stamps).value_or(0);
+  }
+  const std::optional<size_t> median = medianPace(paces);
+  if (!median) return {0, group_.self};
+  return {paces[*median], *median};
+}
+
 bool Dts::chooseDelay() {
   // Each expected peer's link: from the pairs' measurements where it has
   // some, else from its ping round trip and the rounds seen crossing
@@ -503,7 +526,11 @@ bool Dts::chooseDelay() {
   std::vector<size_t> indices;  // their group indices
   for (const auto& c : transport_->peerCounters()) {
     const auto i = group_.indexOf(c.peer);
-    if (!i || *i == group_.self || membership_.suspected(c.peer)) continue;
+    if (!i || *i == group_.self) continue;
+    if (membership_.suspected(c.peer)) {
+      if (*i < peerStamps_.size()) peerStamps_[*i].clear();
+      continue;
+    }
     PeerLink l;
     l.minRttSeconds = c.minRttSeconds;
     if (links_.measured(*i)) {
@@ -557,9 +584,12 @@ bool Dts::chooseDelay() {
   const double covered = sharded() && link > 0 ? 2 * link : link;
   if (covered > 0) coveredLinkSeconds_ = covered;
   // D counts in steps of the job's pace where this worker waits for slower
-  // peers, else in its own (jobPaceSeconds).
+  // peers (jobPaceSeconds), or of the peers' median pace where that is
+  // slower still (medianPace: this worker runs ahead of the job without
+  // waiting yet), else in its own.
   const double pace = paceSeconds();
-  const double step = std::max(stepSeconds_, pace);
+  const auto [peersPace, pacePeer] = peersPaceSeconds();
+  const double step = std::max({stepSeconds_, pace, peersPace});
   const std::optional<int64_t> chosen = autoDelaySteps(covered, step, options_.maxAutoDelay);
   if (chosen) linkKnown_ = true;
   const int64_t next = chosen.value_or(std::clamp<int64_t>(delay_, 0, options_.maxAutoDelay));
@@ -578,7 +608,11 @@ bool Dts::chooseDelay() {
                       ? fmt::format("a round seen crossing, before {}'s first reports", whose)
                       : fmt::format("half the ping round trip, before {}'s first reports", whose),
                   sharded() ? ", twice over (reduce-scatter)" : "", step * 1e3,
-                  pace > stepSeconds_
+                  peersPace > std::max(stepSeconds_, pace)
+                      ? fmt::format(" ({}'s pace as its rounds arrive; {:.1f} ms between ours)",
+                                    topology_.describe(group_.ranks[pacePeer]),
+                                    std::max(stepSeconds_, pace) * 1e3)
+                  : pace > stepSeconds_
                       ? fmt::format(" (the job's pace, waits for slower peers included; {:.1f} "
                                     "ms between them)",
                                     stepSeconds_ * 1e3)

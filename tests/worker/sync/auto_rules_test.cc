@@ -57,6 +57,59 @@ TEST(DueStep, OnceTheLinksAreMeasuredARoundInFlightOnlyComesSooner) {
   EXPECT_EQ(dueStepOnNewDelay(16, 16 + 249, 15, false, true), 31);
 }
 
+// A peer whose rounds of 16 steps arrive every 480 ms runs at 30 ms a
+// step: D for a 2 x 250 ms link counts 17 of those steps, not the 250 a
+// worker's own 2 ms steps on an idle core asked.
+TEST(PeerPace, IsTheSecondsBetweenItsRoundsPerStepOfItsOwn) {
+  std::vector<PeerStamp> stamps;
+  for (int r = 0; r < 5; ++r) stamps.push_back({10.0 + 0.48 * r, 16 * (r + 1)});
+  const auto pace = peerPaceSeconds(stamps);
+  ASSERT_TRUE(pace.has_value());
+  EXPECT_NEAR(*pace, 0.030, 1e-12);
+  EXPECT_EQ(autoDelaySteps(0.5, *pace, 256), 17);
+  EXPECT_EQ(autoDelaySteps(0.5, 0.002, 256), 250);
+}
+
+// The median, not the span: a partition of 8 s between two rounds, or two
+// rounds that arrive together behind a queue, move it by one interval.
+TEST(PeerPace, OneLongGapOrABurstDoesNotMoveIt) {
+  const std::vector<PeerStamp> gap = {{0, 16}, {0.32, 32}, {8.64, 48}, {8.96, 64}, {9.28, 80}};
+  EXPECT_NEAR(*peerPaceSeconds(gap), 0.020, 1e-12);
+  const std::vector<PeerStamp> burst = {{0, 16},    {0.32, 32}, {0.96, 48},
+                                        {0.97, 64}, {1.28, 80}, {1.60, 96}};
+  EXPECT_NEAR(*peerPaceSeconds(burst), 0.020, 1e-12);
+  // An even count: the mean of the middle two (20 and 30 ms a step).
+  const std::vector<PeerStamp> even = {{0, 0}, {0.16, 8}, {0.40, 16}, {0.72, 24}, {0.88, 32}};
+  EXPECT_NEAR(*peerPaceSeconds(even), 0.025, 1e-12);
+}
+
+// Rounds of different lengths (an auto K that grew from 16 to 32) count
+// per step; a round that closed no later than the one before adds nothing.
+TEST(PeerPace, CountsPerStepAcrossAChangeOfPeriodAndSkipsNoStep) {
+  const std::vector<PeerStamp> stamps = {{0, 16},    {0.32, 32}, {0.64, 48},
+                                         {0.64, 48}, {1.28, 80}, {1.92, 112}};
+  EXPECT_NEAR(*peerPaceSeconds(stamps), 0.020, 1e-12);
+}
+
+TEST(PeerPace, NeedsThreeIntervals) {
+  EXPECT_FALSE(peerPaceSeconds(std::vector<PeerStamp>{}).has_value());
+  EXPECT_FALSE(peerPaceSeconds(std::vector<PeerStamp>{{0, 16}, {0.3, 32}, {0.6, 48}}).has_value());
+  EXPECT_FALSE(peerPaceSeconds(std::vector<PeerStamp>{{0, 16}, {0.3, 32}, {0.3, 32}, {0.6, 48}})
+                   .has_value());
+  EXPECT_TRUE(peerPaceSeconds(std::vector<PeerStamp>{{0, 16}, {0.3, 32}, {0.6, 48}, {0.9, 64}})
+                  .has_value());
+}
+
+// The median of the peers' paces known (the upper one of an even count);
+// a pace not known yet (0) is left out, and none known says nothing.
+TEST(PeerPace, TheJobsPaceIsThePeersMedian) {
+  EXPECT_EQ(medianPace(std::vector<double>{0.030, 0, 0.002, 0.045, 0.031}), 4u);
+  EXPECT_EQ(medianPace(std::vector<double>{0.030, 0.045}), 1u);
+  EXPECT_EQ(medianPace(std::vector<double>{0, 0.020, 0}), 1u);
+  EXPECT_FALSE(medianPace(std::vector<double>{0, 0, -1}).has_value());
+  EXPECT_FALSE(medianPace(std::vector<double>{}).has_value());
+}
+
 TEST(JobPace, CountsTheWaitsForSlowerPeersInTheStep) {
   std::vector<PaceStep> steps = {{0, 0}};
   for (int i = 1; i <= 8; ++i) {

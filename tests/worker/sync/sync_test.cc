@@ -2954,6 +2954,41 @@ TEST(OnTheMemoryNetwork, InSimulatedTimeAutoDelayCountsARoundStillInOurQueueAsCr
               transfer * 1e3, waited, r.simulatedSeconds);
 }
 
+// The auto delay counts in the peers' pace where this worker runs ahead
+// of it: rank 0's steps take 1 ms, its two peers' 30 ms, over links of
+// 50 ms. Rank 0 waits at each due step for the peers' round, but a wait
+// counts in its own pace only up to the link (jobPaceSeconds: a fault's
+// wait is not the pace), so in its own pace D stayed at 12 steps where the
+// job's 30 ms steps call for 2 -- and on shared cores, where such a worker
+// took the core while the others waited, its D ran up to 131-256 steps.
+// The peers' rounds arrive every 16 of their steps, 480 ms: their pace.
+// Rank 0's staleness: 13.7 steps, against 18.4 in its own pace.
+TEST(OnTheMemoryNetwork, InSimulatedTimeAutoDelayCountsInThePeersPaceWhereThisWorkerRunsAhead) {
+  FakeClock clock;
+  JobSpec job;
+  job.memoryNetwork = true;
+  job.clock = &clock;
+  job.regions = {"a", "b", "c"};
+  setEveryLink(job, "delay=50ms");
+  job.sync = options("dts", "qsgd");
+  job.sync.period = 16;
+  job.sync.delay = std::nullopt;
+  job.steps = 160;
+  job.extraCompute = {1ms, 30ms, 30ms};
+  const auto r = runJob(job);
+  for (size_t rank = 0; rank < 3; ++rank) {
+    ASSERT_TRUE(r.status[rank].ok()) << "rank " << rank << ": " << r.status[rank].toString();
+    EXPECT_TRUE(torch::equal(r.finalValues[rank], r.finalValues[0])) << "rank " << rank;
+  }
+  // 50 ms in the peers' steps of 30 ms (and more, waits included): 2.
+  EXPECT_LE(r.stats[0].delay, 3);
+  EXPECT_LE(r.stats[0].delay, r.stats[1].delay + 1);
+  std::printf("D = %lld (1 ms steps), %lld and %lld (30 ms steps); staleness %.1f, %.1f, %.1f\n",
+              static_cast<long long>(r.stats[0].delay), static_cast<long long>(r.stats[1].delay),
+              static_cast<long long>(r.stats[2].delay), r.stats[0].stalenessMean(),
+              r.stats[1].stalenessMean(), r.stats[2].stalenessMean());
+}
+
 // A whole job in simulated time: compute takes none, so every second of
 // waiting a survivor reports is the dead peer's time-out, exactly.
 TEST(OnTheMemoryNetwork, InSimulatedTimeADeadPeerStallsTheOthersForThePeerTimeout) {
