@@ -104,9 +104,10 @@ std::optional<double> peerPaceSeconds(std::span<const PeerStamp> stamps);
 // it is slower than this worker's own pace: a worker whose rounds were not
 // due yet never waited, so on shared cores it took the core while the
 // others waited, its own steps stayed short (1-3 ms against the job's 30)
-// and D counted in them ran up towards its cap (131-256 steps for 100-130
-// steps of world16 on two cores, in two runs of six), every round it closed
-// waiting that long to be applied. The median, not the slowest peer: a
+// and D counted in them ran up: above 60 steps (up to 131 and 174) for
+// 110-130 steps, in two of nine runs of world16 on two cores, and to its
+// cap of 256 in an earlier one; every round it closed waited that long to
+// be applied. The median, not the slowest peer: a
 // worker that waits for a slower peer counts that in its own pace already
 // (jobPaceSeconds), and D in the slowest one's steps, below what covers
 // the link at the job's pace, made every worker wait more (16.0-16.3
