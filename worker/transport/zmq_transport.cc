@@ -223,17 +223,6 @@ struct MonitorEvent {
   uint32_t value;
 };
 
-// Makes a monitor socket, just connected to its endpoint and before the
-// socket it monitors connects or binds, signal its first event. The I/O loop
-// polls a monitor by its notification descriptor, which becomes readable
-// when the monitored socket's pipe wakes a reader that found it empty; a
-// new pipe's reader has not found it empty yet, so the first events would
-// come without a signal. Asking for the socket's events (no message is
-// taken) looks at the empty pipe.
-void armMonitor(zmq::socket_t& monitor) {
-  (void)monitor.get(zmq::sockopt::events);
-}
-
 // The next event `monitor` holds; nullopt when none is waiting. A malformed
 // one is skipped.
 std::optional<MonitorEvent> nextMonitorEvent(zmq::socket_t& monitor) {
@@ -477,6 +466,10 @@ class ZmqTransport final : public Transport {
   void openDealer(std::optional<zmq::socket_t>& socket, uint32_t r, int linger, int hwm);
   // Makes data connection 1 + i to peer r (a socket, its monitor).
   Status openStripe(uint32_t r, size_t i);
+  // Watches `watched`'s `events` from a new monitor socket in `monitor`,
+  // at the inproc `endpoint`; before `watched` connects or binds.
+  Status openMonitor(zmq::socket_t& watched, const std::string& endpoint, int events,
+                     std::optional<zmq::socket_t>& monitor);
   // A stuck extra connection replaced alone, what it held sent again.
   void reopenStripe(uint32_t r, size_t i, const std::string& why);
   void handleStripeMonitor(uint32_t r, size_t i);
@@ -759,21 +752,11 @@ Status ZmqTransport::openPeerSockets(uint32_t r, bool drainOld) {
   zmq::socket_t& probe = *p.probe;
   // Each socket's monitor at an inproc endpoint of its own.
   const std::string probeMon = fmt::format("inproc://geo-monitor-peer-{}-{}-probe", r, p.sockets);
-  if (zmq_socket_monitor(probe.handle(), probeMon.c_str(),
-                         ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0) {
-    return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
-  }
-  p.probeMonitor.emplace(ctx_, zmq::socket_type::pair);
-  p.probeMonitor->connect(probeMon);
-  armMonitor(*p.probeMonitor);
+  GEO_RETURN_IF_ERROR(
+      openMonitor(probe, probeMon, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED, p.probeMonitor));
   probe.connect(cfg_.endpoints[r]);
   const std::string mon = fmt::format("inproc://geo-monitor-peer-{}-{}", r, p.sockets++);
-  if (zmq_socket_monitor(d.handle(), mon.c_str(), kMonitorEvents) != 0) {
-    return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
-  }
-  p.monitor.emplace(ctx_, zmq::socket_type::pair);
-  p.monitor->connect(mon);
-  armMonitor(*p.monitor);
+  GEO_RETURN_IF_ERROR(openMonitor(d, mon, kMonitorEvents, p.monitor));
   d.connect(cfg_.endpoints[r]);
   for (Stripe& stripe : p.stripes) {
     closeStripe(stripe, drainOld ? static_cast<int>(cfg_.linger.count()) : 0);
@@ -807,15 +790,26 @@ Status ZmqTransport::openStripe(uint32_t r, size_t i) {
   // decide the keys.
   const std::string mon =
       fmt::format("inproc://geo-monitor-peer-{}-{}-stripe-{}", r, peers_[r].sockets++, i);
-  if (zmq_socket_monitor(s.handle(), mon.c_str(), ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) !=
-      0) {
-    return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
-  }
-  stripe.monitor.emplace(ctx_, zmq::socket_type::pair);
-  stripe.monitor->connect(mon);
-  armMonitor(*stripe.monitor);
+  GEO_RETURN_IF_ERROR(
+      openMonitor(s, mon, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED, stripe.monitor));
   s.connect(cfg_.endpoints[r]);
   undo.done = true;
+  return {};
+}
+
+Status ZmqTransport::openMonitor(zmq::socket_t& watched, const std::string& endpoint, int events,
+                                 std::optional<zmq::socket_t>& monitor) {
+  if (zmq_socket_monitor(watched.handle(), endpoint.c_str(), events) != 0) {
+    return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
+  }
+  monitor.emplace(ctx_, zmq::socket_type::pair);
+  monitor->connect(endpoint);
+  // The I/O loop polls a monitor by its notification descriptor, which
+  // becomes readable when the watched socket's pipe wakes a reader that
+  // found it empty; a new pipe's reader has not found it empty yet, so the
+  // first events would come without a signal. Asking for the socket's
+  // events (no message is taken) looks at the empty pipe.
+  (void)monitor->get(zmq::sockopt::events);
   return {};
 }
 
@@ -892,12 +886,7 @@ Status ZmqTransport::start() {
       router_->set(zmq::sockopt::zap_domain, kZapDomain);
     }
     const std::string routerMon = "inproc://geo-monitor-router";
-    if (zmq_socket_monitor(router_->handle(), routerMon.c_str(), kMonitorEvents) != 0) {
-      return internalError(fmt::format("transport: zmq_socket_monitor: {}", zmq_strerror(errno)));
-    }
-    routerMonitor_.emplace(ctx_, zmq::socket_type::pair);
-    routerMonitor_->connect(routerMon);
-    armMonitor(*routerMonitor_);
+    GEO_RETURN_IF_ERROR(openMonitor(*router_, routerMon, kMonitorEvents, routerMonitor_));
     const std::string& bindAt =
         cfg_.bindEndpoint.empty() ? cfg_.endpoints[cfg_.rank] : cfg_.bindEndpoint;
     try {
@@ -2475,14 +2464,13 @@ void ZmqTransport::ioLoop() {
   uint64_t queuedAtClose = UINT64_MAX;
   int64_t acksAtClose = 0;
   std::vector<zmq::pollitem_t> items;
-  // Each reachable peer as polled: where its monitors' items are (its
-  // monitor's, then its probe monitor's), and its stripes' monitors'.
+  // Each reachable peer as polled: where its monitors' items start (its
+  // monitor's, its probe monitor's, then one per stripe).
   struct PolledPeer {
     uint32_t peer;
     size_t monitor;
-    std::vector<size_t> stripeMonitors;  // kNotPolled: the stripe has no socket
+    size_t stripes;
   };
-  constexpr size_t kNotPolled = SIZE_MAX;
   std::vector<PolledPeer> polled;
   while (true) {
     auto now = SteadyClock::now();
@@ -2566,7 +2554,7 @@ void ZmqTransport::ioLoop() {
     // (6% since). A monitor's descriptor is readable while its mailbox
     // holds a command (a new event's among them), and every monitor
     // handler reads its socket until it is empty, which is what lets the
-    // next event signal again: no event waits unseen (armMonitor for the
+    // next event signal again: no event waits unseen (openMonitor for the
     // first). An idle DEALER's own commands (a reconnection's) are taken
     // at its next send, as ZeroMQ does for any socket not polled.
     items.clear();
@@ -2587,15 +2575,14 @@ void ZmqTransport::ioLoop() {
     for (uint32_t r = 0; r < world; ++r) {
       if (!reachable(r)) continue;
       PeerState& p = peers_[r];
-      PolledPeer slot{r, items.size(), {}};
+      polled.push_back({r, items.size(), p.stripes.size()});
       items.push_back(monitorItem(*p.monitor));
       items.push_back(monitorItem(*p.probeMonitor));
       // A connection that could not be made (openStripe failed) has no
-      // socket, and nothing to poll.
+      // socket: its item polls nothing (a negative descriptor).
       for (Stripe& stripe : p.stripes) {
-        const bool up = stripe.dealer && stripe.monitor;
-        slot.stripeMonitors.push_back(up ? items.size() : kNotPolled);
-        if (up) items.push_back(monitorItem(*stripe.monitor));
+        items.push_back(stripe.dealer && stripe.monitor ? monitorItem(*stripe.monitor)
+                                                        : zmq::pollitem_t{nullptr, -1, 0, 0});
       }
       if (p.blocked) {
         anyBlocked = true;
@@ -2606,7 +2593,6 @@ void ZmqTransport::ioLoop() {
           }
         }
       }
-      polled.push_back(std::move(slot));
     }
     const auto wait = std::chrono::duration_cast<milliseconds>(next - SteadyClock::now());
     // A blocked DEALER that never becomes writable (peer gone) is retried
@@ -2635,11 +2621,8 @@ void ZmqTransport::ioLoop() {
       if (items[slot.monitor].revents & ZMQ_POLLIN) handleMonitor(*p.monitor, &p);
       if (items[slot.monitor + 1].revents & ZMQ_POLLIN) handleProbeMonitor(p);
       // The stripes as polled: a monitor event may replace them.
-      for (size_t i = 0; i < slot.stripeMonitors.size() && i < p.stripes.size(); ++i) {
-        const size_t item = slot.stripeMonitors[i];
-        if (item != kNotPolled && (items[item].revents & ZMQ_POLLIN)) {
-          handleStripeMonitor(slot.peer, i);
-        }
+      for (size_t i = 0; i < slot.stripes && i < p.stripes.size(); ++i) {
+        if (items[slot.monitor + 2 + i].revents & ZMQ_POLLIN) handleStripeMonitor(slot.peer, i);
       }
       if (p.blocked) p.blocked = false;  // POLLOUT, a timeout or a reconnect: try again
     }
